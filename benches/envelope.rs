@@ -1,0 +1,2 @@
+//! Envelope benchmarks (filled in with the envelope engine).
+fn main() {}

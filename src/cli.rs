@@ -1,0 +1,117 @@
+//! The command line: `cachet serve | emulate | demo | check | replay`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cachet",
+    version,
+    about = "A prompt-cache-aware proxy for LLM provider APIs"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy (and the admin listener).
+    Serve(ServeArgs),
+    /// Run the provider emulator.
+    Emulate(EmulateArgs),
+    /// Run the proxy on the embedded emulator and drive a scripted agent session through it.
+    Demo(DemoArgs),
+    /// Validate the configuration and policies.
+    Check(CheckArgs),
+    /// Replay recorded sessions through policy sets against the emulator's cache model.
+    Replay(ReplayArgs),
+}
+
+/// Options shared by `serve` and `check`: where configuration and policies come from.
+#[derive(Debug, Clone, Args, Default)]
+pub struct PolicyArgs {
+    /// Configuration file (default: ./cachet.toml if present).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Activate one policy file (repeatable).
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy: Vec<PathBuf>,
+    /// Activate every policy file in DIR.
+    #[arg(long = "policies", value_name = "DIR")]
+    pub policies: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args, Default)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Proxy listener address [default: 127.0.0.1:8787].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Admin listener address (metrics, health, sessions) [default: 127.0.0.1:9787].
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Anthropic upstream base URL [default: https://api.anthropic.com].
+    #[arg(long, value_name = "URL")]
+    pub anthropic_upstream: Option<String>,
+    /// OpenAI upstream base URL [default: https://api.openai.com].
+    #[arg(long, value_name = "URL")]
+    pub openai_upstream: Option<String>,
+    /// Session store: a folder for the embedded store, or redis://host:port/db.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Record every request as JSONL traces into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
+    /// Fail a request whose patch is refused (500) instead of sending it unpatched.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EmulateArgs {
+    /// Listener address.
+    #[arg(long, default_value = "127.0.0.1:8790")]
+    pub listen: SocketAddr,
+    /// Reply text for every request (default: a short deterministic sentence).
+    #[arg(long)]
+    pub reply: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Run the scripted session, print the table and exit instead of staying up.
+    #[arg(long)]
+    pub once: bool,
+    /// Proxy listener address for the demo [default: a free port on 127.0.0.1].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// Trace files (JSONL) recorded with `cachet serve --record`.
+    #[arg(required = true)]
+    pub traces: Vec<PathBuf>,
+    /// An arm: NAME=POLICY_FILE[,POLICY_FILE...]; NAME alone means "as recorded" (repeatable).
+    #[arg(long = "arm", value_name = "NAME=POLICY_FILE[,...]")]
+    pub arms: Vec<String>,
+    /// Replay as if every request had used this model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw cumulative cost and hit ratio per arm into an SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub chart: Option<PathBuf>,
+}

@@ -1,0 +1,247 @@
+//! `cachet.toml`: strict raw structs (unknown fields refused), then flags on top.
+//! Every field is documented in the README's configuration reference.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The whole configuration file. Every section and field is optional.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub upstream: UpstreamConfig,
+    pub policies: PoliciesConfig,
+    pub sessions: SessionsConfig,
+    pub record: RecordConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Proxy listener.
+    pub listen: SocketAddr,
+    /// Admin listener (metrics, health, sessions). Keep it on loopback.
+    pub admin_listen: SocketAddr,
+    /// Largest request body accepted, in bytes; larger bodies get a 413.
+    pub max_body_bytes: usize,
+    /// On SIGTERM/Ctrl-C, how long streams in flight may take to finish.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9787)),
+            max_body_bytes: 32 * 1024 * 1024,
+            shutdown_grace_secs: 30,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// Base URL of the Anthropic API.
+    pub anthropic: String,
+    /// Base URL of the OpenAI API.
+    pub openai: String,
+    /// Time allowed to connect (and finish TLS) to an upstream.
+    pub connect_timeout_ms: u64,
+    /// Time allowed until the upstream's response headers arrive (504 after).
+    pub response_timeout_ms: u64,
+    /// Time allowed between two chunks of a response body once it has started.
+    pub idle_timeout_ms: u64,
+    /// Name of an environment variable holding an Anthropic key that cachet sends
+    /// upstream instead of the client's (the client's own key is forwarded when unset).
+    pub anthropic_api_key_env: Option<String>,
+    /// Same for OpenAI.
+    pub openai_api_key_env: Option<String>,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            anthropic: "https://api.anthropic.com".into(),
+            openai: "https://api.openai.com".into(),
+            connect_timeout_ms: 10_000,
+            response_timeout_ms: 600_000,
+            idle_timeout_ms: 300_000,
+            anthropic_api_key_env: None,
+            openai_api_key_env: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoliciesConfig {
+    /// Policy files to activate.
+    pub files: Vec<PathBuf>,
+    /// Folders whose every `*.toml` policy is activated.
+    pub dirs: Vec<PathBuf>,
+    /// A refused patch fails the request (500) instead of being dropped.
+    pub strict: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// `./path/` for the embedded store, `redis://host:port/db` for Redis.
+    pub store: String,
+    /// `fail-open` (forward without replay) or `fail-closed` (503) when the store is down.
+    pub on_store_error: StoreFailure,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            store: "./cachet-data/".into(),
+            on_store_error: StoreFailure::FailOpen,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreFailure {
+    FailOpen,
+    FailClosed,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecordConfig {
+    /// Folder for JSONL traces of every request; off when unset.
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: LogFormat,
+    /// A tracing filter, e.g. `info` or `cachet=debug`; `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A configuration error that names the file, the line and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    (line, col)
+}
+
+/// Render a TOML deserialisation error as `file:line:col: message`.
+pub fn toml_error(path: &Path, text: &str, err: &toml::de::Error) -> ConfigError {
+    let message = err.message().trim().to_string();
+    match err.span() {
+        Some(span) => {
+            let (line, col) = line_col(text, span.start);
+            ConfigError(format!("{}:{line}:{col}: {message}", path.display()))
+        }
+        None => ConfigError(format!("{}: {message}", path.display())),
+    }
+}
+
+impl Config {
+    /// Parse configuration text; `path` is only used in error messages.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| toml_error(path, text, &e))?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Load `path`, or `./cachet.toml` when present, or the built-in defaults.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let default = Path::new("cachet.toml");
+        let path = match path {
+            Some(p) => p,
+            None if default.exists() => default,
+            None => return Ok(Config::default()),
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: cannot read: {e}", path.display())))?;
+        Config::parse(path, &text)
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        for (field, url) in [
+            ("upstream.anthropic", &self.upstream.anthropic),
+            ("upstream.openai", &self.upstream.openai),
+        ] {
+            let ok = reqwest::Url::parse(url)
+                .map(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                .unwrap_or(false);
+            if !ok {
+                return Err(ConfigError(format!(
+                    "{}: {field}: `{url}` is not an http(s) URL",
+                    path.display()
+                )));
+            }
+        }
+        if self.server.max_body_bytes == 0 {
+            return Err(ConfigError(format!(
+                "{}: server.max_body_bytes: must be greater than 0",
+                path.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_field_names_file_line_and_field() {
+        let text = "[server]\nlisten = \"127.0.0.1:1\"\nlisten_port = 3\n";
+        let err = Config::parse(Path::new("cachet.toml"), text).unwrap_err().0;
+        assert!(
+            err.starts_with("cachet.toml:3:1: unknown field `listen_port`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = Config::parse(
+            Path::new("c.toml"),
+            "[upstream]\nopenai = \"http://127.0.0.1:9\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.upstream.openai, "http://127.0.0.1:9");
+        assert_eq!(c.upstream.anthropic, "https://api.anthropic.com");
+        assert_eq!(c.server.max_body_bytes, 32 * 1024 * 1024);
+        let err = Config::parse(Path::new("c.toml"), "[upstream]\nopenai = \"ftp://x\"\n")
+            .unwrap_err()
+            .0;
+        assert!(err.contains("upstream.openai"), "{err}");
+    }
+}

@@ -1,0 +1,226 @@
+//! The upstream side: where a request goes, which headers cross, and how failures to reach
+//! the upstream become provider-format errors (502 unreachable/TLS, 504 time-out).
+
+use std::time::Duration;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::UpstreamConfig;
+use crate::error::{ApiError, ErrorKind};
+use crate::provider::Provider;
+use crate::secret::Secret;
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus those the HTTP
+/// client sets itself.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+pub fn is_hop_by_hop(name: &HeaderName, connection: Option<&HeaderValue>) -> bool {
+    if HOP_BY_HOP.contains(&name.as_str()) {
+        return true;
+    }
+    // Headers named in `Connection` are hop-by-hop too.
+    connection
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case(name.as_str()))
+        })
+        .unwrap_or(false)
+}
+
+fn copy_end_to_end(from: &HeaderMap) -> HeaderMap {
+    let connection = from.get(http::header::CONNECTION);
+    let mut out = HeaderMap::with_capacity(from.len());
+    for (name, value) in from {
+        if !is_hop_by_hop(name, connection) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// Resolved upstream endpoints and optional keys held by cachet.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    anthropic: String,
+    openai: String,
+    anthropic_key: Option<Secret>,
+    openai_key: Option<Secret>,
+}
+
+impl Upstreams {
+    pub fn from_config(cfg: &UpstreamConfig) -> anyhow::Result<Self> {
+        let key = |env: &Option<String>| -> anyhow::Result<Option<Secret>> {
+            match env {
+                None => Ok(None),
+                Some(var) => match std::env::var(var) {
+                    Ok(v) if !v.is_empty() => Ok(Some(Secret::new(v))),
+                    _ => anyhow::bail!("environment variable {var} (an upstream key) is not set"),
+                },
+            }
+        };
+        Ok(Upstreams {
+            anthropic: cfg.anthropic.trim_end_matches('/').to_string(),
+            openai: cfg.openai.trim_end_matches('/').to_string(),
+            anthropic_key: key(&cfg.anthropic_api_key_env)?,
+            openai_key: key(&cfg.openai_api_key_env)?,
+        })
+    }
+
+    fn base(&self, provider: Provider) -> &str {
+        match provider {
+            Provider::Anthropic => &self.anthropic,
+            Provider::OpenAi => &self.openai,
+        }
+    }
+
+    /// The upstream URL for a client path (with query). A base that already ends in `/v1`
+    /// (as OpenAI base URLs often do) does not get a second `/v1`.
+    pub fn url(&self, provider: Provider, path_and_query: &str) -> String {
+        let base = self.base(provider);
+        match path_and_query.strip_prefix("/v1") {
+            Some(rest) if base.ends_with("/v1") => format!("{base}{rest}"),
+            _ => format!("{base}{path_and_query}"),
+        }
+    }
+
+    /// Host of the upstream, for error messages (never the full URL).
+    pub fn host(&self, provider: Provider) -> String {
+        reqwest::Url::parse(self.base(provider))
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_else(|| provider.label().to_string())
+    }
+
+    /// Headers for the upstream request: the client's end-to-end headers, with cachet's own
+    /// key in place of the client's when one is configured. `identity` asks the upstream for
+    /// an uncompressed body so the usage tap can read it.
+    pub fn request_headers(
+        &self,
+        provider: Provider,
+        client: &HeaderMap,
+        identity: bool,
+    ) -> HeaderMap {
+        let mut headers = copy_end_to_end(client);
+        headers.remove("x-cachet-session");
+        if identity {
+            headers.remove(http::header::ACCEPT_ENCODING);
+        }
+        let held = match provider {
+            Provider::Anthropic => self.anthropic_key.as_ref(),
+            Provider::OpenAi => self.openai_key.as_ref(),
+        };
+        if let Some(key) = held {
+            headers.remove(http::header::AUTHORIZATION);
+            headers.remove("x-api-key");
+            let (name, value) = match provider {
+                Provider::Anthropic => ("x-api-key", key.expose().to_string()),
+                Provider::OpenAi => ("authorization", format!("Bearer {}", key.expose())),
+            };
+            if let Ok(mut v) = HeaderValue::from_str(&value) {
+                v.set_sensitive(true);
+                headers.insert(HeaderName::from_static(name), v);
+            }
+        }
+        headers
+    }
+}
+
+/// Headers for the client: the upstream's end-to-end headers, unchanged.
+pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
+    copy_end_to_end(upstream)
+}
+
+/// The HTTP client for upstreams: rustls, no redirects, no transparent decompression.
+pub fn build_client(cfg: &UpstreamConfig) -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .tcp_nodelay(true)
+        .build()?)
+}
+
+/// Map a failure to get response headers from the upstream into a client-facing error.
+pub fn send_error(err: &reqwest::Error, host: &str) -> ApiError {
+    if err.is_timeout() {
+        return ApiError::new(
+            ErrorKind::Timeout,
+            format!("upstream {host} did not answer in time"),
+        );
+    }
+    if err.is_connect() {
+        // The source chain says whether it was refused, unresolvable or a TLS failure.
+        let mut cause = String::new();
+        let mut source = std::error::Error::source(err);
+        while let Some(s) = source {
+            cause = s.to_string();
+            source = s.source();
+        }
+        return ApiError::new(
+            ErrorKind::BadGateway,
+            format!("cannot connect to upstream {host}: {cause}"),
+        );
+    }
+    ApiError::new(
+        ErrorKind::BadGateway,
+        format!("upstream {host} failed: {}", without_url(err)),
+    )
+}
+
+fn without_url(err: &reqwest::Error) -> String {
+    let mut s = err.to_string();
+    if let Some(url) = err.url() {
+        s = s.replace(url.as_str(), "");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_v1_dedup() {
+        let mut cfg = UpstreamConfig::default();
+        cfg.openai = "http://127.0.0.1:9/v1/".into();
+        let u = Upstreams::from_config(&cfg).unwrap();
+        assert_eq!(
+            u.url(Provider::OpenAi, "/v1/chat/completions"),
+            "http://127.0.0.1:9/v1/chat/completions"
+        );
+        assert_eq!(
+            u.url(Provider::Anthropic, "/v1/messages?beta=true"),
+            "https://api.anthropic.com/v1/messages?beta=true"
+        );
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", "keep-alive, x-foo".parse().unwrap());
+        h.insert("x-foo", "1".parse().unwrap());
+        h.insert("x-api-key", "sk".parse().unwrap());
+        h.insert("anthropic-version", "2023-06-01".parse().unwrap());
+        h.insert("accept-encoding", "gzip".parse().unwrap());
+        h.insert("x-cachet-session", "s1".parse().unwrap());
+        let u = Upstreams::from_config(&UpstreamConfig::default()).unwrap();
+        let out = u.request_headers(Provider::Anthropic, &h, true);
+        assert!(out.get("x-foo").is_none() && out.get("connection").is_none());
+        assert!(out.get("accept-encoding").is_none() && out.get("x-cachet-session").is_none());
+        assert_eq!(out.get("x-api-key").unwrap(), "sk");
+        assert_eq!(out.get("anthropic-version").unwrap(), "2023-06-01");
+    }
+}

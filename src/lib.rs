@@ -1,0 +1,37 @@
+//! cachet: a prompt-cache-aware proxy for LLM provider APIs.
+//!
+//! Module map (one concern each):
+//! - `cli`, `config`: command line and `cachet.toml`.
+//! - `server`, `forward`, `tap`, `sse`, `usage`: the proxy hot path — accept, forward,
+//!   stream back untouched, read usage on the side.
+//! - `envelope`, `patch`: the context envelope and its patch operations.
+//! - `policy`, `hooks`: declarative policies and external hook servers.
+//! - `session`: session identity, persisted patches and their stores.
+//! - `inject`, `replay`: memory injection modes and offline replay.
+//! - `cache_model`, `emulator`: provider prompt-cache accounting and the emulator.
+//! - `metrics`, `admin`: Prometheus metrics and the admin listener.
+
+pub mod admin;
+pub mod cache_model;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod emulator;
+pub mod envelope;
+pub mod error;
+pub mod forward;
+pub mod hooks;
+pub mod inject;
+pub mod metrics;
+pub mod models;
+pub mod patch;
+pub mod policy;
+pub mod provider;
+pub mod replay;
+pub mod secret;
+pub mod server;
+pub mod session;
+pub mod sse;
+pub mod tap;
+pub mod tokens;
+pub mod usage;

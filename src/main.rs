@@ -1,0 +1,33 @@
+use clap::Parser;
+
+use cachet::cli::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cachet: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => cachet::server::run_serve(args).await,
+            Command::Emulate(args) => cachet::emulator::run_emulate(args).await,
+            Command::Demo(args) => cachet::demo::run_demo(args).await,
+            Command::Check(args) => cachet::policy::run_check(args).await,
+            Command::Replay(args) => cachet::replay::run_replay(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cachet: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

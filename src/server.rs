@@ -1,0 +1,532 @@
+//! The proxy listener: accept, validate, forward, stream back untouched, tap usage.
+//!
+//! Phases of one request, in order (DESIGN §1): classify the route → read the body within the
+//! limit → check its shape → (policy pipeline, when one applies) → forward → stream the answer
+//! back through the usage tap → record metrics when the body ends.
+
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admin;
+use crate::cli::ServeArgs;
+use crate::config::Config;
+use crate::error::{ApiError, ErrorKind};
+use crate::forward::{self, Upstreams};
+use crate::metrics::Metrics;
+use crate::provider::{classify, Endpoint, Provider, Route};
+use crate::tap::{Outcome, Tap, TapResult, TapStream};
+
+pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// Everything a request handler needs, shared by all connections.
+pub struct State {
+    pub config: Config,
+    pub client: reqwest::Client,
+    pub upstreams: Upstreams,
+    pub metrics: Arc<Metrics>,
+}
+
+/// A running proxy (and its admin listener).
+pub struct ProxyHandle {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ProxyHandle {
+    /// Stop accepting, let requests in flight finish (within the grace period), then return.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Bind both listeners (port 0 allowed) and serve in the background.
+pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen))?;
+    let admin_listener = TcpListener::bind(config.server.admin_listen)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {} (admin): {e}",
+                config.server.admin_listen
+            )
+        })?;
+    let state = Arc::new(State {
+        client: forward::build_client(&config.upstream)?,
+        upstreams: Upstreams::from_config(&config.upstream)?,
+        metrics: Arc::new(Metrics::new()),
+        config,
+    });
+    let addr = listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+    let (tx, rx) = watch::channel(false);
+    let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
+    let proxy_state = state.clone();
+    let proxy_task = tokio::spawn(serve_connections(listener, rx.clone(), grace, move |req| {
+        let state = proxy_state.clone();
+        async move { Ok::<_, Infallible>(handle(state, req).await) }
+    }));
+    let admin_state = state.clone();
+    let admin_task = tokio::spawn(serve_connections(admin_listener, rx, grace, move |req| {
+        let state = admin_state.clone();
+        async move { Ok::<_, Infallible>(admin::handle(&state, req).await) }
+    }));
+    Ok(ProxyHandle {
+        addr,
+        admin_addr,
+        metrics: state.metrics.clone(),
+        shutdown: tx,
+        tasks: vec![proxy_task, admin_task],
+    })
+}
+
+/// Accept loop with graceful shutdown: on the signal, stop accepting and wait (up to
+/// `grace`) for connections in flight, streams included, to finish.
+pub async fn serve_connections<F, Fut>(
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+    handler: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static,
+{
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let svc = hyper::service::service_fn(handler.clone());
+                let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!("connection ended with an error: {e}");
+                    }
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(grace) => {
+            tracing::warn!("shutdown grace period ended with connections still open");
+        }
+    }
+}
+
+pub fn full(body: impl Into<Bytes>) -> ProxyBody {
+    Full::new(body.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// A provider-format error response.
+pub fn error_response(provider: Provider, err: &ApiError) -> Response<ProxyBody> {
+    let mut resp = Response::new(full(err.body(provider)));
+    *resp.status_mut() = err.status();
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut()
+        .insert("x-cachet-error", HeaderValue::from_static("1"));
+    resp
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let start = Instant::now();
+    let Some(route) = classify(req.method(), req.uri().path(), req.headers()) else {
+        return local_response(&req);
+    };
+    let mut model = String::from("unknown");
+    match proxy(&state, route, req, start, &mut model).await {
+        Ok(resp) => resp,
+        Err(err) => {
+            tracing::info!(
+                provider = route.provider.label(),
+                endpoint = route.endpoint.label(),
+                status = err.status().as_u16(),
+                "request refused: {}",
+                err.message
+            );
+            state.metrics.record_request(
+                route.provider,
+                route.endpoint,
+                &model,
+                err.status().as_str(),
+                "none",
+                None,
+            );
+            error_response(route.provider, &err)
+        }
+    }
+}
+
+/// Answers for paths outside `/v1/`: Claude Code probes `HEAD /` before its first request.
+fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
+    let path = req.uri().path();
+    if path == "/" && matches!(*req.method(), Method::HEAD | Method::GET) {
+        return Response::new(full("cachet\n"));
+    }
+    let provider = if req.headers().contains_key("anthropic-version") {
+        Provider::Anthropic
+    } else {
+        Provider::OpenAi
+    };
+    let err = ApiError::new(
+        ErrorKind::NotFound,
+        format!("no route for {} {path}", req.method()),
+    );
+    error_response(provider, &err)
+}
+
+/// The fields cachet needs from a generation request; the rest is skipped unparsed.
+#[derive(Deserialize)]
+struct RequestHead<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+}
+
+/// Check that a body is JSON of the API's shape; returns the model.
+fn check_shape(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            return Err(ApiError::invalid(format!(
+                "request body is not valid JSON: {e}"
+            )));
+        }
+        return Err(ApiError::invalid("request body must be a JSON object"));
+    }
+    let head: RequestHead = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
+    let model = match head.model {
+        Some(m) if !m.is_empty() => m.into_owned(),
+        _ => {
+            return Err(ApiError::invalid(
+                "model: field required (a non-empty string)",
+            ))
+        }
+    };
+    let starts =
+        |raw: Option<&RawValue>, c: u8| raw.map(|r| r.get().as_bytes().first() == Some(&c));
+    match endpoint {
+        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat => {
+            match starts(head.messages, b'[') {
+                Some(true) => {}
+                Some(false) => return Err(ApiError::invalid("messages: must be an array")),
+                None => return Err(ApiError::invalid("messages: field required")),
+            }
+        }
+        Endpoint::Responses => {
+            if let Some(raw) = head.input {
+                let c = raw.get().as_bytes().first().copied();
+                if !matches!(c, Some(b'[') | Some(b'"')) {
+                    return Err(ApiError::invalid("input: must be a string or an array"));
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(model)
+}
+
+async fn read_body(body: Incoming, declared: Option<u64>, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = |n: String| {
+        ApiError::new(
+            ErrorKind::TooLarge,
+            format!("request body is {n}, larger than the limit of {limit} bytes"),
+        )
+    };
+    if let Some(len) = declared.filter(|&l| l > limit as u64) {
+        return Err(too_large(format!("{len} bytes")));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(too_large("over the limit".into()))
+        }
+        Err(e) => Err(ApiError::invalid(format!(
+            "could not read the request body: {e}"
+        ))),
+    }
+}
+
+async fn proxy(
+    state: &Arc<State>,
+    route: Route,
+    req: Request<Incoming>,
+    start: Instant,
+    model: &mut String,
+) -> Result<Response<ProxyBody>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let body = read_body(body, declared, state.config.server.max_body_bytes).await?;
+    let parsed = matches!(
+        route.endpoint,
+        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
+    );
+    if parsed {
+        *model = check_shape(route.endpoint, &body)?;
+    }
+
+    let identity = route.endpoint.is_generation();
+    let headers = state
+        .upstreams
+        .request_headers(route.provider, &parts.headers, identity);
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let url = state.upstreams.url(route.provider, path_and_query);
+    let host = state.upstreams.host(route.provider);
+    let metrics = state.metrics.clone();
+    metrics
+        .overhead_duration
+        .with_label_values(&[route.endpoint.label()])
+        .observe(start.elapsed().as_secs_f64());
+
+    let sent = Instant::now();
+    let request = state
+        .client
+        .request(parts.method.clone(), url)
+        .headers(headers)
+        .body(body);
+    let timeout = Duration::from_millis(state.config.upstream.response_timeout_ms);
+    let upstream = match tokio::time::timeout(timeout, request.send()).await {
+        Err(_) => {
+            return Err(ApiError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "upstream {host} did not answer within {} ms",
+                    timeout.as_millis()
+                ),
+            ))
+        }
+        Ok(Err(e)) => return Err(forward::send_error(&e, &host)),
+        Ok(Ok(resp)) => resp,
+    };
+    let labels = [route.provider.label(), route.endpoint.label()];
+    metrics
+        .upstream_duration
+        .with_label_values(&[labels[0], labels[1], "first_byte"])
+        .observe(sent.elapsed().as_secs_f64());
+
+    let status = upstream.status();
+    let response_headers = forward::response_headers(upstream.headers());
+    let sse = response_headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.starts_with("text/event-stream"))
+        .unwrap_or(false);
+    let tap = Tap::new(route.endpoint, sse, false);
+    let model = model.clone();
+    let on_finish = Box::new(move |result: TapResult| {
+        finish_request(&metrics, route, &model, status, sent, result)
+    });
+    let idle = Duration::from_millis(state.config.upstream.idle_timeout_ms);
+    let stream = TapStream::new(upstream.bytes_stream(), tap, sse, idle, on_finish);
+    let body = StreamBody::new(stream.map_ok(Frame::data)).boxed_unsync();
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    *resp.headers_mut() = response_headers;
+    Ok(resp)
+}
+
+fn finish_request(
+    metrics: &Metrics,
+    route: Route,
+    model: &str,
+    status: reqwest::StatusCode,
+    sent: Instant,
+    result: TapResult,
+) {
+    let labels = [route.provider.label(), route.endpoint.label()];
+    metrics
+        .upstream_duration
+        .with_label_values(&[labels[0], labels[1], "total"])
+        .observe(sent.elapsed().as_secs_f64());
+    if result.outcome != Outcome::Complete {
+        metrics
+            .stream_errors
+            .with_label_values(&[labels[0], labels[1], result.outcome.label()])
+            .inc();
+    }
+    metrics.record_request(
+        route.provider,
+        route.endpoint,
+        model,
+        status.as_str(),
+        "none",
+        result.usage.as_ref(),
+    );
+    tracing::info!(
+        provider = labels[0],
+        endpoint = labels[1],
+        status = status.as_u16(),
+        outcome = result.outcome.label(),
+        cache_read = result.usage.map(|u| u.cache_read),
+        cache_write = result.usage.map(|u| u.cache_write),
+        uncached = result.usage.map(|u| u.uncached),
+        ms = sent.elapsed().as_millis() as u64,
+        "request done"
+    );
+}
+
+/// Apply command-line flags over the configuration file.
+pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
+    let mut config = Config::load(args.policy.config.as_deref())?;
+    if let Some(a) = args.listen {
+        config.server.listen = a;
+    }
+    if let Some(a) = args.admin_listen {
+        config.server.admin_listen = a;
+    }
+    if let Some(u) = &args.anthropic_upstream {
+        config.upstream.anthropic = u.clone();
+    }
+    if let Some(u) = &args.openai_upstream {
+        config.upstream.openai = u.clone();
+    }
+    config
+        .policies
+        .files
+        .extend(args.policy.policy.iter().cloned());
+    config
+        .policies
+        .dirs
+        .extend(args.policy.policies.iter().cloned());
+    if let Some(s) = &args.store {
+        config.sessions.store = s.clone();
+    }
+    if let Some(d) = &args.record {
+        config.record.dir = Some(d.clone());
+    }
+    config.policies.strict |= args.strict;
+    Ok(config)
+}
+
+/// Set up structured logs once (text or JSON), `RUST_LOG` overriding the configured level.
+pub fn init_logging(config: &Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(config.log.level.clone()));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match config.log.format {
+        crate::config::LogFormat::Json => builder.json().try_init(),
+        crate::config::LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Wait for Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = config_from_args(&args)?;
+    init_logging(&config);
+    let handle = spawn(config).await?;
+    println!(
+        "cachet listening on http://{} (admin: http://{}/metrics)",
+        handle.addr, handle.admin_addr
+    );
+    shutdown_signal().await;
+    tracing::info!("shutting down; draining requests in flight");
+    handle.shutdown().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_errors_say_what_is_wrong() {
+        let e = check_shape(Endpoint::Messages, b"{\"model\": \"m\", \"messages\": ").unwrap_err();
+        assert!(
+            e.message.starts_with("request body is not valid JSON"),
+            "{}",
+            e.message
+        );
+        let e = check_shape(Endpoint::Messages, b"[1]").unwrap_err();
+        assert_eq!(e.message, "request body must be a JSON object");
+        let e = check_shape(Endpoint::Chat, b"{\"model\":\"m\",\"messages\":{}}").unwrap_err();
+        assert_eq!(e.message, "messages: must be an array");
+        let e = check_shape(Endpoint::Messages, b"{\"messages\":[]}").unwrap_err();
+        assert!(e.message.starts_with("model: field required"));
+        assert_eq!(
+            check_shape(
+                Endpoint::Responses,
+                b"{\"model\":\"gpt-5\",\"input\":\"hi\"}"
+            )
+            .unwrap(),
+            "gpt-5"
+        );
+        assert_eq!(
+            check_shape(Endpoint::Chat, b"{\"model\":\"a\\u0062\",\"messages\":[]}").unwrap(),
+            "ab"
+        );
+    }
+}

@@ -1,0 +1,372 @@
+//! The usage tap: a stream wrapper that hands every upstream chunk to the client unchanged
+//! and, on the side, decodes SSE events (or keeps a bounded copy of a JSON body) to read usage.
+//! It fires its completion callback exactly once: at the end of the body, when the upstream
+//! breaks off, or when the client goes away (drop).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use tokio::time::Sleep;
+
+use crate::error::{anthropic_stream_error_event, ErrorKind};
+use crate::provider::Endpoint;
+use crate::sse;
+use crate::usage::{self, StreamUsage, Usage};
+
+/// Largest non-streaming body copied for usage extraction; larger bodies pass untapped.
+const MAX_JSON_COPY: usize = 16 * 1024 * 1024;
+
+/// How the response body ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The body ended normally (for streams: with the provider's terminal event).
+    Complete,
+    /// The upstream broke off, or a stream ended without its terminal event.
+    UpstreamCut(String),
+    /// No chunk arrived within the idle time-out.
+    IdleTimeout,
+    /// The client went away before the end; the upstream request is dropped with it.
+    ClientGone,
+}
+
+impl Outcome {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Complete => "complete",
+            Outcome::UpstreamCut(_) => "upstream_cut",
+            Outcome::IdleTimeout => "idle_timeout",
+            Outcome::ClientGone => "client_gone",
+        }
+    }
+}
+
+/// What the tap saw, handed to the completion callback.
+#[derive(Debug, Clone)]
+pub struct TapResult {
+    pub usage: Option<Usage>,
+    pub outcome: Outcome,
+    pub bytes: u64,
+    pub events: u64,
+    /// The whole body of a non-streaming JSON response (when it fitted the copy limit).
+    pub json_body: Option<Bytes>,
+    /// Every SSE event of a stream, when the caller asked to keep them (turn_end handlers).
+    pub kept_events: Vec<(String, Bytes)>,
+}
+
+pub type OnFinish = Box<dyn FnOnce(TapResult) + Send>;
+
+enum Reader {
+    Sse {
+        decoder: sse::Decoder,
+        usage: StreamUsage,
+        terminal_seen: bool,
+        keep_events: bool,
+        kept: Vec<(String, Bytes)>,
+    },
+    Json {
+        copy: Vec<u8>,
+        overflow: bool,
+    },
+    None,
+}
+
+/// The side of the tap that reads; separate from the stream plumbing so it can be tested alone.
+pub struct Tap {
+    endpoint: Endpoint,
+    reader: Reader,
+    bytes: u64,
+}
+
+fn is_terminal(endpoint: Endpoint, event: &str, data: &[u8]) -> bool {
+    match endpoint {
+        Endpoint::Messages => event == "message_stop" || event == "error",
+        Endpoint::Chat => data == b"[DONE]",
+        Endpoint::Responses => matches!(
+            event,
+            "response.completed" | "response.incomplete" | "response.failed" | "error"
+        ),
+        _ => true,
+    }
+}
+
+impl Tap {
+    /// A tap for a response; `sse` when the upstream answered `text/event-stream`.
+    pub fn new(endpoint: Endpoint, sse: bool, keep_events: bool) -> Self {
+        let reader = if !endpoint.is_generation() {
+            Reader::None
+        } else if sse {
+            Reader::Sse {
+                decoder: sse::Decoder::default(),
+                usage: StreamUsage::default(),
+                terminal_seen: false,
+                keep_events,
+                kept: Vec::new(),
+            }
+        } else {
+            Reader::Json {
+                copy: Vec::new(),
+                overflow: false,
+            }
+        };
+        Tap {
+            endpoint,
+            reader,
+            bytes: 0,
+        }
+    }
+
+    pub fn feed(&mut self, chunk: &[u8]) {
+        self.bytes += chunk.len() as u64;
+        let endpoint = self.endpoint;
+        match &mut self.reader {
+            Reader::Sse {
+                decoder,
+                usage,
+                terminal_seen,
+                keep_events,
+                kept,
+            } => decoder.feed(chunk, |ev| {
+                usage.on_event(endpoint, ev.event, ev.data);
+                if is_terminal(endpoint, ev.event, ev.data) {
+                    *terminal_seen = true;
+                }
+                if *keep_events {
+                    kept.push((ev.event.to_string(), Bytes::copy_from_slice(ev.data)));
+                }
+            }),
+            Reader::Json { copy, overflow } => {
+                if copy.len() + chunk.len() > MAX_JSON_COPY {
+                    *overflow = true;
+                    copy.clear();
+                } else if !*overflow {
+                    copy.extend_from_slice(chunk);
+                }
+            }
+            Reader::None => {}
+        }
+    }
+
+    /// Whether a stream that ends now ended properly.
+    pub fn complete(&self) -> bool {
+        match &self.reader {
+            Reader::Sse { terminal_seen, .. } => *terminal_seen,
+            _ => true,
+        }
+    }
+
+    pub fn finish(self, outcome: Outcome) -> TapResult {
+        let endpoint = self.endpoint;
+        let (usage, events, json_body, kept_events) = match self.reader {
+            Reader::Sse {
+                decoder,
+                usage,
+                kept,
+                ..
+            } => (usage.usage(), decoder.events, None, kept),
+            Reader::Json { copy, overflow } if !overflow => {
+                let usage = usage::from_response_body(endpoint, &copy);
+                (usage, 0, Some(Bytes::from(copy)), Vec::new())
+            }
+            _ => (None, 0, None, Vec::new()),
+        };
+        TapResult {
+            usage,
+            outcome,
+            bytes: self.bytes,
+            events,
+            json_body,
+            kept_events,
+        }
+    }
+}
+
+/// What to send the client when a stream breaks after its 200: Anthropic and Responses
+/// streams get an `error` event (their SDKs raise it); Chat streams are aborted so the
+/// client's HTTP layer reports an incomplete body instead of a silently short answer.
+fn break_event(endpoint: Endpoint, message: &str) -> Option<Bytes> {
+    match endpoint {
+        Endpoint::Messages => Some(anthropic_stream_error_event(ErrorKind::BadGateway, message)),
+        Endpoint::Responses => {
+            let data = serde_json::json!({
+                "type": "error", "code": "upstream_stream_interrupted",
+                "message": message, "param": null,
+            });
+            Some(Bytes::from(format!("event: error\ndata: {data}\n\n")))
+        }
+        _ => None,
+    }
+}
+
+/// The stream wrapper placed between the upstream body and the client.
+pub struct TapStream<S> {
+    inner: S,
+    tap: Option<Tap>,
+    on_finish: Option<OnFinish>,
+    idle_timeout: Duration,
+    idle: Pin<Box<Sleep>>,
+    sse: bool,
+    endpoint: Endpoint,
+    ended: bool,
+}
+
+impl<S> TapStream<S> {
+    pub fn new(inner: S, tap: Tap, sse: bool, idle_timeout: Duration, on_finish: OnFinish) -> Self {
+        let endpoint = tap.endpoint;
+        TapStream {
+            inner,
+            tap: Some(tap),
+            on_finish: Some(on_finish),
+            idle_timeout,
+            idle: Box::pin(tokio::time::sleep(idle_timeout)),
+            sse,
+            endpoint,
+            ended: false,
+        }
+    }
+
+    fn finish(&mut self, outcome: Outcome) {
+        if let (Some(tap), Some(cb)) = (self.tap.take(), self.on_finish.take()) {
+            cb(tap.finish(outcome));
+        }
+    }
+
+    /// End the body after a break: an error event where the provider has one, else an error.
+    fn broken(
+        &mut self,
+        outcome: Outcome,
+        message: &str,
+    ) -> Poll<Option<Result<Bytes, std::io::Error>>> {
+        self.finish(outcome);
+        self.ended = true;
+        match break_event(self.endpoint, message).filter(|_| self.sse) {
+            Some(event) => Poll::Ready(Some(Ok(event))),
+            None => Poll::Ready(Some(Err(std::io::Error::other(message.to_string())))),
+        }
+    }
+}
+
+impl<S, E> Stream for TapStream<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                let deadline = tokio::time::Instant::now() + this.idle_timeout;
+                this.idle.as_mut().reset(deadline);
+                if let Some(tap) = this.tap.as_mut() {
+                    tap.feed(&chunk);
+                }
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let msg = format!("upstream stream broke off: {e}");
+                tracing::warn!(endpoint = this.endpoint.label(), "{msg}");
+                this.broken(Outcome::UpstreamCut(msg.clone()), &msg)
+            }
+            Poll::Ready(None) => {
+                let complete = this.tap.as_ref().map(Tap::complete).unwrap_or(true);
+                if complete {
+                    this.finish(Outcome::Complete);
+                    this.ended = true;
+                    Poll::Ready(None)
+                } else {
+                    let msg = "upstream stream ended before its final event".to_string();
+                    tracing::warn!(endpoint = this.endpoint.label(), "{msg}");
+                    this.broken(Outcome::UpstreamCut(msg.clone()), &msg)
+                }
+            }
+            Poll::Pending => match this.idle.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    let msg = format!(
+                        "upstream sent nothing for {} ms",
+                        this.idle_timeout.as_millis()
+                    );
+                    tracing::warn!(endpoint = this.endpoint.label(), "{msg}");
+                    this.broken(Outcome::IdleTimeout, &msg)
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl<S> Drop for TapStream<S> {
+    fn drop(&mut self) {
+        self.finish(Outcome::ClientGone);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use std::sync::{Arc, Mutex};
+
+    fn run(
+        endpoint: Endpoint,
+        chunks: Vec<Result<Bytes, String>>,
+    ) -> (Vec<Result<Bytes, String>>, TapResult) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let slot = Arc::new(Mutex::new(None));
+            let s2 = slot.clone();
+            let stream = TapStream::new(
+                futures_util::stream::iter(chunks),
+                Tap::new(endpoint, true, false),
+                true,
+                Duration::from_secs(60),
+                Box::new(move |r| *s2.lock().unwrap() = Some(r)),
+            );
+            let out: Vec<_> = stream.map(|r| r.map_err(|e| e.to_string())).collect().await;
+            let result = slot.lock().unwrap().take().unwrap();
+            (out, result)
+        })
+    }
+
+    #[test]
+    fn passes_bytes_unchanged_and_reads_usage() {
+        let a = Bytes::from_static(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":9,\"output_tokens\":1}}}\n\nevent: mess");
+        let b = Bytes::from_static(b"age_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+        let (out, r) = run(Endpoint::Messages, vec![Ok(a.clone()), Ok(b.clone())]);
+        assert_eq!(out, vec![Ok(a), Ok(b)]);
+        assert_eq!(r.outcome, Outcome::Complete);
+        assert_eq!(r.usage.unwrap().cache_read, 9);
+        assert_eq!(r.events, 2);
+    }
+
+    #[test]
+    fn anthropic_cut_ends_with_error_event() {
+        let a = Bytes::from_static(b"event: ping\ndata: {\"type\":\"ping\"}\n\n");
+        let (out, r) = run(
+            Endpoint::Messages,
+            vec![Ok(a), Err("connection reset".into())],
+        );
+        assert_eq!(out.len(), 2);
+        let last = out[1].as_ref().unwrap();
+        assert!(last.starts_with(b"event: error\ndata: {\"type\":\"error\""));
+        assert!(matches!(r.outcome, Outcome::UpstreamCut(_)));
+    }
+
+    #[test]
+    fn stream_without_terminal_event_counts_as_cut() {
+        let a = Bytes::from_static(b"data: {\"choices\":[]}\n\n");
+        let (out, r) = run(Endpoint::Chat, vec![Ok(a)]);
+        assert!(out.last().unwrap().is_err(), "chat streams are aborted");
+        assert!(matches!(r.outcome, Outcome::UpstreamCut(_)));
+    }
+}

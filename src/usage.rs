@@ -1,0 +1,237 @@
+//! Usage normalised across providers.
+//!
+//! Anthropic reports cache tokens *beside* `input_tokens`; OpenAI reports `cached_tokens`
+//! *inside* `prompt_tokens` / `input_tokens`. cachet always speaks of three disjoint kinds
+//! of input: read from cache, written to cache, and uncached.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::provider::Endpoint;
+
+/// Token usage of one request, normalised.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub cache_read: u64,
+    /// All tokens written to cache (`cache_write_5m + cache_write_1h` when the split is known).
+    pub cache_write: u64,
+    pub cache_write_5m: u64,
+    pub cache_write_1h: u64,
+    /// Input tokens neither read from nor written to the cache.
+    pub uncached: u64,
+    pub output: u64,
+}
+
+impl Usage {
+    pub fn total_input(&self) -> u64 {
+        self.cache_read + self.cache_write + self.uncached
+    }
+
+    pub fn add(&mut self, other: &Usage) {
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+        self.cache_write_5m += other.cache_write_5m;
+        self.cache_write_1h += other.cache_write_1h;
+        self.uncached += other.uncached;
+        self.output += other.output;
+    }
+}
+
+fn num(v: &Value, key: &str) -> Option<u64> {
+    v.get(key).and_then(Value::as_u64)
+}
+
+/// Anthropic `usage` object (non-streaming body, `message_start` or `message_delta`).
+/// Fields that are absent or null keep the values already in `into`.
+pub fn merge_anthropic(into: &mut Usage, usage: &Value) {
+    if let Some(n) = num(usage, "input_tokens") {
+        into.uncached = n;
+    }
+    if let Some(n) = num(usage, "cache_read_input_tokens") {
+        into.cache_read = n;
+    }
+    if let Some(n) = num(usage, "cache_creation_input_tokens") {
+        into.cache_write = n;
+        // Without the TTL split, the provider's default TTL (5m) applies.
+        into.cache_write_5m = n;
+        into.cache_write_1h = 0;
+    }
+    if let Some(split) = usage.get("cache_creation").filter(|v| v.is_object()) {
+        let m5 = num(split, "ephemeral_5m_input_tokens").unwrap_or(0);
+        let h1 = num(split, "ephemeral_1h_input_tokens").unwrap_or(0);
+        if m5 + h1 > 0 || into.cache_write == 0 {
+            into.cache_write_5m = m5;
+            into.cache_write_1h = h1;
+            into.cache_write = into.cache_write.max(m5 + h1);
+        }
+    }
+    if let Some(n) = num(usage, "output_tokens") {
+        into.output = n;
+    }
+}
+
+/// OpenAI Chat Completions `usage` (also DeepSeek and OpenRouter variants).
+pub fn from_openai_chat(usage: &Value) -> Usage {
+    let prompt = num(usage, "prompt_tokens").unwrap_or(0);
+    let details = usage.get("prompt_tokens_details");
+    let mut cached = details.and_then(|d| num(d, "cached_tokens")).unwrap_or(0);
+    if let Some(hit) = num(usage, "prompt_cache_hit_tokens") {
+        cached = hit; // DeepSeek
+    }
+    let write = details
+        .and_then(|d| num(d, "cache_write_tokens"))
+        .or_else(|| num(usage, "cache_write_tokens"))
+        .unwrap_or(0);
+    Usage {
+        cache_read: cached,
+        cache_write: write,
+        cache_write_5m: 0,
+        cache_write_1h: 0,
+        uncached: prompt.saturating_sub(cached).saturating_sub(write),
+        output: num(usage, "completion_tokens").unwrap_or(0),
+    }
+}
+
+/// OpenAI Responses `usage`.
+pub fn from_openai_responses(usage: &Value) -> Usage {
+    let input = num(usage, "input_tokens").unwrap_or(0);
+    let details = usage.get("input_tokens_details");
+    let cached = details.and_then(|d| num(d, "cached_tokens")).unwrap_or(0);
+    let write = details
+        .and_then(|d| num(d, "cache_write_tokens"))
+        .unwrap_or(0);
+    Usage {
+        cache_read: cached,
+        cache_write: write,
+        cache_write_5m: 0,
+        cache_write_1h: 0,
+        uncached: input.saturating_sub(cached).saturating_sub(write),
+        output: num(usage, "output_tokens").unwrap_or(0),
+    }
+}
+
+/// Usage from a complete, non-streaming response body.
+pub fn from_response_body(endpoint: Endpoint, body: &[u8]) -> Option<Usage> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    let usage = v.get("usage").filter(|u| u.is_object())?;
+    Some(match endpoint {
+        Endpoint::Messages => {
+            let mut u = Usage::default();
+            merge_anthropic(&mut u, usage);
+            u
+        }
+        Endpoint::Chat => from_openai_chat(usage),
+        Endpoint::Responses => from_openai_responses(usage),
+        _ => return None,
+    })
+}
+
+/// Reads usage from a stream's SSE events, one event at a time.
+#[derive(Debug, Default)]
+pub struct StreamUsage {
+    usage: Option<Usage>,
+}
+
+impl StreamUsage {
+    /// Feed one SSE event (its `event:` name, possibly empty, and its `data:` payload).
+    pub fn on_event(&mut self, endpoint: Endpoint, event: &str, data: &[u8]) {
+        // Only a few events carry usage; skip the JSON parse for the rest.
+        let relevant = match endpoint {
+            Endpoint::Messages => matches!(event, "message_start" | "message_delta"),
+            Endpoint::Chat => memchr::memmem::find(data, b"\"usage\"").is_some(),
+            Endpoint::Responses => matches!(
+                event,
+                "response.completed" | "response.incomplete" | "response.failed"
+            ),
+            _ => false,
+        };
+        if !relevant || data == b"[DONE]" {
+            return;
+        }
+        let Ok(v) = serde_json::from_slice::<Value>(data) else {
+            return;
+        };
+        match endpoint {
+            Endpoint::Messages => {
+                let usage = if event == "message_start" {
+                    v.get("message").and_then(|m| m.get("usage"))
+                } else {
+                    v.get("usage")
+                };
+                if let Some(usage) = usage.filter(|u| u.is_object()) {
+                    merge_anthropic(self.usage.get_or_insert_with(Usage::default), usage);
+                }
+            }
+            Endpoint::Chat => {
+                if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
+                    self.usage = Some(from_openai_chat(usage));
+                }
+            }
+            Endpoint::Responses => {
+                if let Some(usage) = v
+                    .get("response")
+                    .and_then(|r| r.get("usage"))
+                    .filter(|u| u.is_object())
+                {
+                    self.usage = Some(from_openai_responses(usage));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn anthropic_cache_tokens_sit_beside_input() {
+        let body = json!({"usage": {"input_tokens": 12, "cache_read_input_tokens": 3000,
+            "cache_creation_input_tokens": 500,
+            "cache_creation": {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 300},
+            "output_tokens": 40}});
+        let u = from_response_body(Endpoint::Messages, body.to_string().as_bytes()).unwrap();
+        assert_eq!(u.cache_read, 3000);
+        assert_eq!(u.cache_write, 500);
+        assert_eq!((u.cache_write_5m, u.cache_write_1h), (200, 300));
+        assert_eq!(u.uncached, 12);
+        assert_eq!(u.total_input(), 3512);
+    }
+
+    #[test]
+    fn openai_cached_tokens_sit_inside_prompt_tokens() {
+        let u = from_openai_chat(&json!({"prompt_tokens": 2048, "completion_tokens": 9,
+            "prompt_tokens_details": {"cached_tokens": 1920}}));
+        assert_eq!((u.cache_read, u.uncached, u.output), (1920, 128, 9));
+        let u = from_openai_responses(&json!({"input_tokens": 1500, "output_tokens": 3,
+            "input_tokens_details": {"cached_tokens": 1152}}));
+        assert_eq!((u.cache_read, u.uncached), (1152, 348));
+    }
+
+    #[test]
+    fn anthropic_stream_delta_updates_output_and_keeps_nulls() {
+        let mut s = StreamUsage::default();
+        let start = json!({"type": "message_start", "message": {"usage": {"input_tokens": 5,
+            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 0, "output_tokens": 1}}});
+        s.on_event(
+            Endpoint::Messages,
+            "message_start",
+            start.to_string().as_bytes(),
+        );
+        let delta = json!({"type": "message_delta", "usage": {"output_tokens": 77,
+            "input_tokens": null, "cache_read_input_tokens": null}});
+        s.on_event(
+            Endpoint::Messages,
+            "message_delta",
+            delta.to_string().as_bytes(),
+        );
+        let u = s.usage().unwrap();
+        assert_eq!((u.uncached, u.cache_read, u.output), (5, 100, 77));
+    }
+}
