@@ -194,8 +194,10 @@ mod tests {
 
     #[test]
     fn urls_and_v1_dedup() {
-        let mut cfg = UpstreamConfig::default();
-        cfg.openai = "http://127.0.0.1:9/v1/".into();
+        let cfg = UpstreamConfig {
+            openai: "http://127.0.0.1:9/v1/".into(),
+            ..Default::default()
+        };
         let u = Upstreams::from_config(&cfg).unwrap();
         assert_eq!(
             u.url(Provider::OpenAi, "/v1/chat/completions"),

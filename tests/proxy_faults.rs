@@ -1,0 +1,333 @@
+//! Bad input and upstream faults: each answered clearly, in the client's provider format.
+
+mod support;
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use support::*;
+use tokio::sync::Notify;
+
+async fn post(
+    proxy: &cachet::server::ProxyHandle,
+    path: &str,
+    body: impl Into<reqwest::Body>,
+    anthropic: bool,
+) -> (u16, Value) {
+    let mut rb = client()
+        .post(format!("http://{}{path}", proxy.addr))
+        .body(body);
+    if anthropic {
+        rb = rb
+            .header("x-api-key", "sk-ant-secret-123")
+            .header("anthropic-version", "2023-06-01");
+    } else {
+        rb = rb.header("authorization", "Bearer sk-openai-secret-456");
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test]
+async fn malformed_json_is_refused_in_provider_format_and_not_forwarded() {
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let (s, v) = post(
+        &proxy,
+        "/v1/messages",
+        "{\"model\": \"claude\", \"messages\": [",
+        true,
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("request body is not valid JSON: EOF while parsing"),
+        "{v}"
+    );
+    let (s, v) = post(
+        &proxy,
+        "/v1/chat/completions",
+        "{\"model\":\"gpt-4o\",\"messages\":\"hi\"}",
+        false,
+    )
+    .await;
+    assert_eq!(s, 400);
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert_eq!(v["error"]["message"], "messages: must be an array");
+    let (s, v) = post(&proxy, "/v1/responses", "{\"input\":\"hi\"}", false).await;
+    assert_eq!(s, 400);
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("model: field required"));
+    assert!(
+        upstream.requests().is_empty(),
+        "refused requests never reach the upstream"
+    );
+    let text = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(&text, "cachet_requests_total", &[("status", "400")]),
+        3.0
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn oversized_body_gets_413() {
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let mut config = test_config(&upstream.url());
+    config.server.max_body_bytes = 1024;
+    let proxy = start_proxy(config).await;
+    let big = format!(
+        "{{\"model\":\"m\",\"messages\":[{{\"role\":\"user\",\"content\":\"{}\"}}]}}",
+        "x".repeat(4096)
+    );
+    let (s, v) = post(&proxy, "/v1/messages", big.clone(), true).await;
+    assert_eq!(s, 413);
+    assert_eq!(v["error"]["type"], "request_too_large");
+    // Without a content-length (chunked), the limit still holds.
+    let chunks = futures_util::stream::iter(
+        big.into_bytes()
+            .chunks(500)
+            .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+            .collect::<Vec<_>>(),
+    );
+    let (s, v) = post(
+        &proxy,
+        "/v1/chat/completions",
+        reqwest::Body::wrap_stream(chunks),
+        false,
+    )
+    .await;
+    assert_eq!(s, 413);
+    assert_eq!(v["error"]["code"], "request_too_large");
+    assert!(upstream.requests().is_empty());
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn unreachable_upstream_is_502_and_tls_failure_too() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }; // closed again: connections are refused
+    let proxy = start_proxy(test_config(&format!("http://127.0.0.1:{port}"))).await;
+    let (s, v) = post(
+        &proxy,
+        "/v1/messages",
+        "{\"model\":\"m\",\"messages\":[]}",
+        true,
+    )
+    .await;
+    assert_eq!(s, 502);
+    assert_eq!(v["error"]["type"], "api_error");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot connect to upstream 127.0.0.1"),
+        "{v}"
+    );
+    proxy.shutdown().await;
+
+    // An https upstream that speaks plain HTTP: the TLS handshake fails.
+    let plain = FakeUpstream::start(Script::json(200, "{}")).await;
+    let proxy = start_proxy(test_config(&format!("https://{}", plain.addr))).await;
+    let (s, v) = post(
+        &proxy,
+        "/v1/chat/completions",
+        "{\"model\":\"m\",\"messages\":[]}",
+        false,
+    )
+    .await;
+    assert_eq!(s, 502, "{v}");
+    assert_eq!(v["error"]["type"], "server_error");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_timeout_is_504() {
+    let mut script = Script::json(200, "{}");
+    script.hang = true;
+    let upstream = FakeUpstream::start(script).await;
+    let mut config = test_config(&upstream.url());
+    config.upstream.response_timeout_ms = 200;
+    let proxy = start_proxy(config).await;
+    let (s, v) = post(
+        &proxy,
+        "/v1/messages",
+        "{\"model\":\"m\",\"messages\":[]}",
+        true,
+    )
+    .await;
+    assert_eq!(s, 504);
+    assert_eq!(v["error"]["type"], "timeout_error");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_errors_pass_through_unchanged() {
+    let body = "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow down\"},\"request_id\":\"req_9\"}";
+    let upstream = FakeUpstream::start(
+        Script::json(429, body)
+            .header("retry-after", "7")
+            .header("anthropic-ratelimit-requests-remaining", "0")
+            .header("request-id", "req_9"),
+    )
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .body("{\"model\":\"m\",\"messages\":[]}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "7");
+    assert_eq!(r.headers()["anthropic-ratelimit-requests-remaining"], "0");
+    assert_eq!(r.headers()["request-id"], "req_9");
+    assert_eq!(r.text().await.unwrap(), body);
+    let text = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(&text, "cachet_requests_total", &[("status", "429")]),
+        Some(1.0)
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn stream_cut_halfway_ends_with_an_error_event_and_is_counted() {
+    let upstream = FakeUpstream::start(Script::sse(vec![
+        chunk("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n"),
+        Step::Cut,
+    ]))
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .body("{\"model\":\"m\",\"messages\":[],\"stream\":true}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.starts_with("event: message_start"));
+    assert!(
+        text.contains("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\""),
+        "{text}"
+    );
+    let m = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(
+            &m,
+            "cachet_requests_total",
+            &[("endpoint", "messages"), ("status", "200")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_value(
+            &m,
+            "cachet_stream_errors_total",
+            &[("cause", "upstream_cut")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_value(&m, "cachet_input_tokens_total", &[("kind", "uncached")]),
+        Some(5.0),
+        "usage seen before the cut is kept"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_the_upstream_request() {
+    let gate = Arc::new(Notify::new());
+    let upstream = FakeUpstream::start(Script::sse(vec![
+        chunk("event: ping\ndata: {\"type\":\"ping\"}\n\n"),
+        Step::Wait(gate.clone()),
+        chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+    ]))
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .body("{\"model\":\"m\",\"messages\":[]}")
+        .send()
+        .await
+        .unwrap();
+    let mut s = r.bytes_stream();
+    let first = s.next().await.unwrap().unwrap();
+    assert!(first.starts_with(b"event: ping"));
+    drop(s);
+    // The upstream sees its response channel close: the proxy dropped the upstream request.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        upstream.cancelled.notified(),
+    )
+    .await
+    .expect("upstream request was cancelled");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn graceful_shutdown_drains_streams_in_flight() {
+    let gate = Arc::new(Notify::new());
+    let upstream = FakeUpstream::start(Script::sse(vec![
+        chunk("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n"),
+        Step::Wait(gate.clone()),
+        chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+    ]))
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let addr = proxy.addr;
+    let r = client()
+        .post(format!("http://{addr}/v1/messages"))
+        .header("x-api-key", "k")
+        .body("{\"model\":\"m\",\"messages\":[]}")
+        .send()
+        .await
+        .unwrap();
+    let mut s = r.bytes_stream();
+    s.next().await.unwrap().unwrap();
+    let shutdown = tokio::spawn(proxy.shutdown());
+    // New connections are refused once shutdown started.
+    let mut refused = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(refused, "listener closed on shutdown");
+    assert!(
+        !shutdown.is_finished(),
+        "shutdown waits for the stream in flight"
+    );
+    gate.notify_one();
+    let mut rest = Vec::new();
+    while let Some(c) = s.next().await {
+        rest.extend_from_slice(&c.unwrap());
+    }
+    assert!(
+        String::from_utf8(rest).unwrap().contains("message_stop"),
+        "the stream finished"
+    );
+    shutdown.await.unwrap();
+}

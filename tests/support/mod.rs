@@ -1,0 +1,249 @@
+//! Test support: a scriptable fake upstream and a proxy started on port 0.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Notify};
+
+use cachet::config::Config;
+use cachet::server::{self, ProxyBody, ProxyHandle};
+
+/// One request the fake upstream received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path_and_query: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// A step of a scripted response body.
+#[derive(Clone)]
+pub enum Step {
+    Chunk(Bytes),
+    /// Wait until the test releases this gate.
+    Wait(Arc<Notify>),
+    /// Drop the connection without finishing the body.
+    Cut,
+}
+
+#[derive(Clone)]
+pub struct Script {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub steps: Vec<Step>,
+    /// Never answer (for time-out tests).
+    pub hang: bool,
+}
+
+impl Script {
+    pub fn json(status: u16, body: &str) -> Self {
+        Script {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            steps: vec![Step::Chunk(Bytes::from(body.to_string()))],
+            hang: false,
+        }
+    }
+
+    pub fn sse(steps: Vec<Step>) -> Self {
+        Script {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            steps,
+            hang: false,
+        }
+    }
+
+    pub fn header(mut self, k: &str, v: &str) -> Self {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+}
+
+pub fn chunk(s: &str) -> Step {
+    Step::Chunk(Bytes::from(s.to_string()))
+}
+
+/// A fake upstream on 127.0.0.1:0 answering every request with the current script.
+pub struct FakeUpstream {
+    pub addr: SocketAddr,
+    pub received: Arc<Mutex<Vec<Received>>>,
+    pub script: Arc<Mutex<Script>>,
+    /// Notified when a streamed body could not be delivered (the proxy dropped it).
+    pub cancelled: Arc<Notify>,
+}
+
+impl FakeUpstream {
+    pub async fn start(script: Script) -> FakeUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let script = Arc::new(Mutex::new(script));
+        let cancelled = Arc::new(Notify::new());
+        let (r, s, c) = (received.clone(), script.clone(), cancelled.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (r, s, c) = (r.clone(), s.clone(), c.clone());
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let (r, s, c) = (r.clone(), s.clone(), c.clone());
+                        async move { Ok::<_, Infallible>(answer(req, r, s, c).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        FakeUpstream {
+            addr,
+            received,
+            script,
+            cancelled,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    pub fn set_script(&self, script: Script) {
+        *self.script.lock().unwrap() = script;
+    }
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+async fn answer(
+    req: Request<Incoming>,
+    received: Arc<Mutex<Vec<Received>>>,
+    script: Arc<Mutex<Script>>,
+    cancelled: Arc<Notify>,
+) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    received.lock().unwrap().push(Received {
+        method: parts.method.to_string(),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        headers: parts.headers,
+        body,
+    });
+    let script = script.lock().unwrap().clone();
+    if script.hang {
+        std::future::pending::<()>().await;
+    }
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(1);
+    tokio::spawn(async move {
+        for step in script.steps {
+            match step {
+                Step::Chunk(b) => {
+                    if tx.send(Ok(Frame::data(b))).await.is_err() {
+                        cancelled.notify_one();
+                        return;
+                    }
+                }
+                Step::Wait(gate) => {
+                    tokio::select! {
+                        _ = gate.notified() => {}
+                        _ = tx.closed() => { cancelled.notify_one(); return; }
+                    }
+                }
+                Step::Cut => {
+                    let _ = tx.send(Err(std::io::Error::other("cut"))).await;
+                    return;
+                }
+            }
+        }
+    });
+    let stream = tokio_stream_from(rx);
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    *resp.status_mut() = StatusCode::from_u16(script.status).unwrap();
+    for (k, v) in script.headers {
+        resp.headers_mut().append(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    resp
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> + Send {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// A config for tests: both listeners on port 0, both upstreams at `upstream`.
+pub fn test_config(upstream: &str) -> Config {
+    let mut config = Config::default();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.server.admin_listen = "127.0.0.1:0".parse().unwrap();
+    config.upstream.anthropic = upstream.to_string();
+    config.upstream.openai = upstream.to_string();
+    config.server.shutdown_grace_secs = 10;
+    config
+}
+
+pub async fn start_proxy(config: Config) -> ProxyHandle {
+    server::spawn(config).await.unwrap()
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().build().unwrap()
+}
+
+pub async fn metrics_text(proxy: &ProxyHandle) -> String {
+    reqwest::get(format!("http://{}/metrics", proxy.admin_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of one sample line in Prometheus text, matched by metric name and label pairs.
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+pub fn _unused(_: ProxyBody) {}
+
+/// The sum over every sample line of a metric whose labels include `labels`.
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
