@@ -31,26 +31,41 @@ pub struct Metrics {
     pub stream_errors: IntCounterVec,
     pub store_errors: IntCounterVec,
     models: Mutex<HashSet<String>>,
+    names: Vec<String>,
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+/// Registers metrics and remembers their names (the Grafana dashboard test checks against them).
+struct Registrar {
+    registry: Registry,
+    names: Vec<String>,
+}
+
+impl Registrar {
+    fn register<C: prometheus::core::Collector + Clone + 'static>(
+        &mut self,
+        name: &str,
+        c: C,
+    ) -> C {
+        self.registry
+            .register(Box::new(c.clone()))
+            .expect("metric registered once");
+        self.names.push(name.to_string());
+        c
+    }
+}
+
+fn counter(r: &mut Registrar, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
-    registry
-        .register(Box::new(c.clone()))
-        .expect("metric registered once");
-    c
+    r.register(name, c)
 }
 
-fn fcounter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> CounterVec {
+fn fcounter(r: &mut Registrar, name: &str, help: &str, labels: &[&str]) -> CounterVec {
     let c = CounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
-    registry
-        .register(Box::new(c.clone()))
-        .expect("metric registered once");
-    c
+    r.register(name, c)
 }
 
 fn histogram(
-    registry: &Registry,
+    r: &mut Registrar,
     name: &str,
     help: &str,
     labels: &[&str],
@@ -58,10 +73,7 @@ fn histogram(
 ) -> HistogramVec {
     let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
         .expect("valid metric definition");
-    registry
-        .register(Box::new(h.clone()))
-        .expect("metric registered once");
-    h
+    r.register(name, h)
 }
 
 impl Default for Metrics {
@@ -73,7 +85,11 @@ impl Default for Metrics {
 impl Metrics {
     /// A fresh registry with every metric defined (tests create one per proxy instance).
     pub fn new() -> Self {
-        let r = Registry::new();
+        let mut reg = Registrar {
+            registry: Registry::new(),
+            names: Vec::new(),
+        };
+        let r = &mut reg;
         let latency = vec![
             0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
         ];
@@ -82,42 +98,43 @@ impl Metrics {
             1.0,
         ];
         Metrics {
-            requests: counter(&r, "cachet_requests_total", "Provider requests handled.",
+            requests: counter(r, "cachet_requests_total", "Provider requests handled.",
                 &["provider", "model", "endpoint", "status", "variant"]),
-            input_tokens: counter(&r, "cachet_input_tokens_total",
+            input_tokens: counter(r, "cachet_input_tokens_total",
                 "Input tokens by cache outcome (cache_read, cache_write, uncached).",
                 &["provider", "model", "variant", "kind"]),
-            output_tokens: counter(&r, "cachet_output_tokens_total", "Output tokens.",
+            output_tokens: counter(r, "cachet_output_tokens_total", "Output tokens.",
                 &["provider", "model", "variant"]),
-            prefix_breaks: counter(&r, "cachet_prefix_breaks_total",
+            prefix_breaks: counter(r, "cachet_prefix_breaks_total",
                 "Requests whose prefix differs from the session's previous request, by first differing section.",
                 &["provider", "section"]),
-            invalidations: counter(&r, "cachet_cache_invalidations_total",
+            invalidations: counter(r, "cachet_cache_invalidations_total",
                 "Patch operations applied that changed cached content, by reason.",
                 &["transformer", "reason"]),
-            patches: counter(&r, "cachet_patches_total", "Patch operations by outcome.",
+            patches: counter(r, "cachet_patches_total", "Patch operations by outcome.",
                 &["transformer", "op", "outcome"]),
-            cost_usd: fcounter(&r, "cachet_cost_usd_total", "Cost of requests in USD.",
+            cost_usd: fcounter(r, "cachet_cost_usd_total", "Cost of requests in USD.",
                 &["provider", "model", "variant"]),
-            savings_usd: fcounter(&r, "cachet_cache_savings_usd_total",
+            savings_usd: fcounter(r, "cachet_cache_savings_usd_total",
                 "USD saved by prompt caching against uncached input.",
                 &["provider", "model", "variant"]),
-            upstream_duration: histogram(&r, "cachet_upstream_duration_seconds",
+            upstream_duration: histogram(r, "cachet_upstream_duration_seconds",
                 "Upstream latency: phase=first_byte (response headers) and phase=total (end of body).",
                 &["provider", "endpoint", "phase"], latency.clone()),
-            overhead_duration: histogram(&r, "cachet_overhead_duration_seconds",
+            overhead_duration: histogram(r, "cachet_overhead_duration_seconds",
                 "Time spent in cachet before forwarding a request.", &["endpoint"], overhead),
-            hook_duration: histogram(&r, "cachet_hook_duration_seconds",
+            hook_duration: histogram(r, "cachet_hook_duration_seconds",
                 "External hook call duration.", &["hook"], latency),
-            hook_failures: counter(&r, "cachet_hook_failures_total",
+            hook_failures: counter(r, "cachet_hook_failures_total",
                 "External hook calls that failed (error, time-out, malformed answer).", &["hook"]),
-            stream_errors: counter(&r, "cachet_stream_errors_total",
+            stream_errors: counter(r, "cachet_stream_errors_total",
                 "Responses whose body broke off (upstream cut, idle time-out) or whose client went away.",
                 &["provider", "endpoint", "cause"]),
-            store_errors: counter(&r, "cachet_store_errors_total",
+            store_errors: counter(r, "cachet_store_errors_total",
                 "Session store operations that failed.", &["operation"]),
             models: Mutex::new(HashSet::new()),
-            registry: r,
+            registry: reg.registry,
+            names: reg.names,
         }
     }
 
@@ -189,6 +206,11 @@ impl Metrics {
                 .with_label_values(&[p, &model, variant])
                 .inc_by(saved.max(0.0));
         }
+    }
+
+    /// Names of every metric cachet exports.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// The text exposition format.
