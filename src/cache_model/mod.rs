@@ -1,1 +1,154 @@
-//! Not built yet.
+//! Provider prompt-cache accounting, independent of HTTP: given a request body, its
+//! endpoint and a time, what would the provider report as cache reads, cache writes and
+//! uncached input — and what does it store for later requests. Used by the emulator and by
+//! offline replay. The rules follow PROVIDERS.md; token counting is described in [`tokens`].
+
+mod anthropic;
+pub mod anthropic_prompt;
+mod clock;
+mod hash;
+mod openai;
+pub mod tokens;
+mod usage_json;
+
+#[cfg(test)]
+mod tests_anthropic;
+#[cfg(test)]
+mod tests_openai;
+
+use serde_json::Value;
+
+pub use anthropic::{AnthropicCache, MAX_MARKERS};
+pub use anthropic_prompt::Ttl;
+pub use clock::Clock;
+pub use openai::{OpenAiCache, MIN_CACHED_TOKENS, STEP_TOKENS};
+
+use crate::error::ApiError;
+use crate::provider::Endpoint;
+
+/// Tunables of the model; the defaults follow the providers' documentation.
+#[derive(Debug, Clone)]
+pub struct CacheModelConfig {
+    /// Block boundaries an Anthropic marker looks back over (the marked block counts).
+    pub lookback_blocks: usize,
+    /// OpenAI idle expiry.
+    pub openai_idle_secs: u64,
+}
+
+impl Default for CacheModelConfig {
+    fn default() -> Self {
+        CacheModelConfig {
+            lookback_blocks: 20,
+            openai_idle_secs: 600,
+        }
+    }
+}
+
+/// The provider-side cache state of one account (both families).
+#[derive(Debug, Clone, Default)]
+pub struct CacheModel {
+    pub config: CacheModelConfig,
+    anthropic: AnthropicCache,
+    openai: OpenAiCache,
+}
+
+/// One marker as the accounting saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    /// Index of the marked block in the flattened prompt.
+    pub block: usize,
+    pub ttl: &'static str,
+    /// Tokens of the prefix up to and including the marked block.
+    pub prefix_tokens: u64,
+}
+
+/// Diagnostics: how the prompt was cut and where the hit ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detail {
+    /// Blocks (Anthropic) or segments (OpenAI) in the prompt.
+    pub blocks: usize,
+    /// Anthropic markers in effect (explicit and automatic), in block order.
+    pub markers: Vec<Marker>,
+    /// Last block of the prefix read from cache.
+    pub hit_block: Option<usize>,
+    pub min_cacheable_tokens: u64,
+    /// OpenAI `prompt_cache_key` ("" when absent).
+    pub partition: Option<String>,
+}
+
+/// What the provider would bill for one request's input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accounting {
+    /// All input tokens (read + written + uncached).
+    pub input_tokens: u64,
+    pub cache_read: u64,
+    pub cache_write_5m: u64,
+    pub cache_write_1h: u64,
+    pub detail: Detail,
+}
+
+impl Accounting {
+    pub fn cache_write(&self) -> u64 {
+        self.cache_write_5m + self.cache_write_1h
+    }
+
+    /// Input tokens neither read from nor written to the cache.
+    pub fn uncached(&self) -> u64 {
+        self.input_tokens - self.cache_read - self.cache_write()
+    }
+
+    /// The normalised usage, with the reply's output tokens.
+    pub fn usage(&self, output_tokens: u64) -> crate::usage::Usage {
+        crate::usage::Usage {
+            cache_read: self.cache_read,
+            cache_write: self.cache_write(),
+            cache_write_5m: self.cache_write_5m,
+            cache_write_1h: self.cache_write_1h,
+            uncached: self.uncached(),
+            output: output_tokens,
+        }
+    }
+}
+
+impl CacheModel {
+    pub fn new(config: CacheModelConfig) -> Self {
+        CacheModel {
+            config,
+            ..Default::default()
+        }
+    }
+
+    /// Account a generation request (`Messages`, `Chat` or `Responses`) at `now_ms` and
+    /// store what it writes. Errors are the 400s the provider would answer.
+    pub fn account(
+        &mut self,
+        endpoint: Endpoint,
+        request: &Value,
+        now_ms: u64,
+    ) -> Result<Accounting, ApiError> {
+        match endpoint {
+            Endpoint::Messages => {
+                self.anthropic
+                    .account(request, now_ms, self.config.lookback_blocks)
+            }
+            Endpoint::Chat | Endpoint::Responses => self.openai.account(
+                endpoint,
+                request,
+                now_ms,
+                self.config.openai_idle_secs * 1000,
+            ),
+            other => Err(ApiError::invalid(format!(
+                "the cache model does not account `{}` requests",
+                other.label()
+            ))),
+        }
+    }
+
+    /// Input tokens of a request as the accounting counts them (`count_tokens`).
+    pub fn count_tokens(endpoint: Endpoint, request: &Value) -> Result<u64, ApiError> {
+        match endpoint {
+            Endpoint::Messages | Endpoint::CountTokens => AnthropicCache::count_tokens(request),
+            _ => OpenAiCache::count_tokens(endpoint, request),
+        }
+    }
+}

@@ -1,7 +1,120 @@
-//! The provider emulator (`cachet emulate`). Not built yet.
+//! The provider emulator (`cachet emulate`): Anthropic Messages (+ count_tokens), OpenAI
+//! Chat Completions and Responses, streaming and not, with the cache accounting of
+//! [`crate::cache_model`], deterministic replies, a movable clock and injected faults.
+//! It is cachet's default upstream for tests and the demo.
 
+mod anthropic;
+mod body;
+mod chat;
+pub mod fault;
+mod models;
+pub mod reply;
+mod responses;
+mod routes;
+mod turn;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use reply::{Reply, ReplyScript, ToolCalls};
+pub use routes::Accounted;
+
+use crate::cache_model::{CacheModelConfig, Clock};
 use crate::cli::EmulateArgs;
 
-pub async fn run_emulate(_args: EmulateArgs) -> anyhow::Result<()> {
-    anyhow::bail!("the emulator is not built yet")
+/// How the emulator behaves. `Default` gives text replies, the providers' cache rules and
+/// a clock starting at the current time.
+#[derive(Debug, Clone, Default)]
+pub struct EmulatorOptions {
+    pub reply: ReplyScript,
+    pub cache: CacheModelConfig,
+    /// Share a clock with the caller; a fresh one otherwise.
+    pub clock: Option<Clock>,
+}
+
+/// A running emulator.
+pub struct EmulatorHandle {
+    pub addr: SocketAddr,
+    pub clock: Clock,
+    shared: Arc<routes::Shared>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EmulatorHandle {
+    /// Base URL, e.g. `http://127.0.0.1:40123` (SDKs append `/v1/...`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Move the cache clock forward (same as `POST /emulator/clock/advance`).
+    pub fn advance_clock(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    /// The accounting of the most recent requests (oldest first, at most
+    /// [`routes::LOG_CAPACITY`]).
+    pub fn accounted(&self) -> Vec<Accounted> {
+        self.shared.log_snapshot()
+    }
+
+    /// Stop accepting and wait for connections in flight (up to a second).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Serve on `listener` (port 0 allowed) in the background.
+pub async fn spawn(
+    listener: TcpListener,
+    opts: EmulatorOptions,
+) -> std::io::Result<EmulatorHandle> {
+    let addr = listener.local_addr()?;
+    let clock = opts.clock.clone().unwrap_or_default();
+    let shared = Arc::new(routes::Shared::new(&opts, clock.clone()));
+    let (tx, rx) = watch::channel(false);
+    let handler_state = shared.clone();
+    let task = tokio::spawn(crate::server::serve_connections(
+        listener,
+        rx,
+        Duration::from_secs(1),
+        move |req| {
+            let shared = handler_state.clone();
+            async move { Ok::<_, std::convert::Infallible>(routes::handle(shared, req).await) }
+        },
+    ));
+    Ok(EmulatorHandle {
+        addr,
+        clock,
+        shared,
+        shutdown: tx,
+        task,
+    })
+}
+
+/// `cachet emulate`: serve until Ctrl-C. The tool-call script is read from
+/// `CACHET_EMULATE_TOOL_CALLS` (`first` or a tool name).
+pub async fn run_emulate(args: EmulateArgs) -> anyhow::Result<()> {
+    let mut opts = EmulatorOptions::default();
+    if let Some(text) = args.reply {
+        opts.reply.text = text;
+    }
+    opts.reply.tool_calls = match std::env::var("CACHET_EMULATE_TOOL_CALLS").ok().as_deref() {
+        None | Some("") | Some("never") => ToolCalls::Never,
+        Some("first") => ToolCalls::FirstOffered,
+        Some(name) => ToolCalls::Named(name.to_string()),
+    };
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let handle = spawn(listener, opts).await?;
+    println!("cachet emulate listening on {}", handle.url());
+    tokio::signal::ctrl_c().await?;
+    handle.shutdown().await;
+    Ok(())
 }

@@ -1,0 +1,219 @@
+//! Anthropic prompt-cache accounting: explicit and automatic markers, the 20-block
+//! lookback, stored prefixes readable at any block boundary, per-model minimums, 5m/1h
+//! lifetimes refreshed on read, and mixed-TTL billing.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::anthropic_prompt::{flatten, Prompt, Ttl};
+use super::hash::PrefixHash;
+use super::{Accounting, Detail, Marker};
+use crate::error::ApiError;
+
+/// Markers allowed per request (explicit plus automatic).
+pub const MAX_MARKERS: usize = 4;
+/// Minimum when the model table has no entry.
+const FALLBACK_MIN_TOKENS: u64 = 1024;
+
+/// A stored prefix: every block boundary inside it can be read.
+#[derive(Debug, Clone)]
+struct Entry {
+    boundaries: Vec<PrefixHash>,
+    ttl: Ttl,
+    expires_at_ms: u64,
+}
+
+/// The stored prefixes of one provider account.
+#[derive(Debug, Clone, Default)]
+pub struct AnthropicCache {
+    /// By the key of the entry's last block.
+    entries: HashMap<PrefixHash, Entry>,
+    /// Boundary key → keys of the entries containing it.
+    index: HashMap<PrefixHash, Vec<PrefixHash>>,
+}
+
+impl AnthropicCache {
+    /// Account one request at `now_ms` and store what it writes. The request's own writes
+    /// become readable for the next request, not for itself.
+    pub fn account(
+        &mut self,
+        req: &Value,
+        now_ms: u64,
+        lookback: usize,
+    ) -> Result<Accounting, ApiError> {
+        let prompt = flatten(req)?;
+        let markers = resolve_markers(&prompt)?;
+        self.purge(now_ms);
+        let min = crate::models::lookup(&prompt.model)
+            .map_or(FALLBACK_MIN_TOKENS, |m| m.min_cacheable_tokens);
+        let cum = |i: usize| prompt.blocks[i].cumulative_tokens;
+
+        // Longest stored prefix reachable from any marker within the lookback window.
+        let mut hit: Option<(usize, PrefixHash)> = None;
+        for &(m, _) in &markers {
+            let lowest = (m + 1).saturating_sub(lookback.max(1));
+            for j in (lowest..=m).rev() {
+                if cum(j) < min {
+                    break;
+                }
+                if let Some(entry_key) = self.live_entry_with(prompt.blocks[j].key, now_ms) {
+                    if hit.is_none_or(|(h, _)| j > h) {
+                        hit = Some((j, entry_key));
+                    }
+                    break;
+                }
+            }
+        }
+        if let Some((_, entry_key)) = hit {
+            if let Some(entry) = self.entries.get_mut(&entry_key) {
+                entry.expires_at_ms = now_ms + entry.ttl.millis();
+            }
+        }
+        let read = hit.map_or(0, |(j, _)| cum(j));
+
+        // Markers past the hit write their prefix, if it reaches the model's minimum.
+        let writers: Vec<(usize, Ttl)> = markers
+            .iter()
+            .copied()
+            .filter(|&(m, _)| hit.is_none_or(|(h, _)| m > h) && cum(m) >= min)
+            .collect();
+        let last_write = writers.last().map_or(read, |&(m, _)| cum(m));
+        let last_1h = writers
+            .iter()
+            .rev()
+            .find(|(_, ttl)| *ttl == Ttl::OneHour)
+            .map_or(read, |&(m, _)| cum(m));
+        for &(m, ttl) in &writers {
+            let boundaries = prompt.blocks[..=m].iter().map(|b| b.key).collect();
+            self.store(boundaries, ttl, now_ms);
+        }
+
+        Ok(Accounting {
+            input_tokens: prompt.total_tokens(),
+            cache_read: read,
+            cache_write_1h: last_1h - read,
+            cache_write_5m: last_write - last_1h,
+            detail: Detail {
+                blocks: prompt.blocks.len(),
+                markers: markers
+                    .iter()
+                    .map(|&(block, ttl)| Marker {
+                        block,
+                        ttl: ttl.label(),
+                        prefix_tokens: cum(block),
+                    })
+                    .collect(),
+                hit_block: hit.map(|(j, _)| j),
+                min_cacheable_tokens: min,
+                partition: None,
+            },
+        })
+    }
+
+    /// Input tokens of a request, as `count_tokens` reports them.
+    pub fn count_tokens(req: &Value) -> Result<u64, ApiError> {
+        Ok(flatten(req)?.total_tokens())
+    }
+
+    fn live_entry_with(&self, key: PrefixHash, now_ms: u64) -> Option<PrefixHash> {
+        self.index.get(&key)?.iter().copied().find(|k| {
+            self.entries
+                .get(k)
+                .is_some_and(|e| e.expires_at_ms > now_ms)
+        })
+    }
+
+    fn store(&mut self, boundaries: Vec<PrefixHash>, ttl: Ttl, now_ms: u64) {
+        let Some(&last) = boundaries.last() else {
+            return;
+        };
+        let expires_at_ms = now_ms + ttl.millis();
+        if let Some(e) = self.entries.get_mut(&last) {
+            e.expires_at_ms = e.expires_at_ms.max(expires_at_ms);
+            e.ttl = e.ttl.max(ttl);
+            return;
+        }
+        for &b in &boundaries {
+            self.index.entry(b).or_default().push(last);
+        }
+        self.entries.insert(
+            last,
+            Entry {
+                boundaries,
+                ttl,
+                expires_at_ms,
+            },
+        );
+    }
+
+    fn purge(&mut self, now_ms: u64) {
+        let expired: Vec<PrefixHash> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.expires_at_ms <= now_ms)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in expired {
+            if let Some(entry) = self.entries.remove(&key) {
+                for b in entry.boundaries {
+                    if let Some(list) = self.index.get_mut(&b) {
+                        list.retain(|k| *k != key);
+                        if list.is_empty() {
+                            self.index.remove(&b);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Explicit markers plus the automatic one, in block order, validated like the API does.
+fn resolve_markers(prompt: &Prompt) -> Result<Vec<(usize, Ttl)>, ApiError> {
+    let mut markers: Vec<(usize, Ttl)> = prompt
+        .blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| b.marker.map(|t| (i, t)))
+        .collect();
+    if markers.len() > MAX_MARKERS {
+        return Err(ApiError::invalid(format!(
+            "A maximum of {MAX_MARKERS} blocks with cache_control may be provided. Found {}.",
+            markers.len()
+        )));
+    }
+    if let Some(ttl) = prompt.automatic {
+        if let Some(last) = prompt.blocks.iter().rposition(|b| b.markable) {
+            match prompt.blocks[last].marker {
+                Some(own) if own != ttl => {
+                    return Err(ApiError::invalid(
+                        "cache_control: the last cacheable block already has cache_control with a different ttl",
+                    ))
+                }
+                Some(_) => {}
+                None if markers.len() == MAX_MARKERS => {
+                    return Err(ApiError::invalid(format!(
+                        "A maximum of {MAX_MARKERS} blocks with cache_control may be provided; \
+                         top-level cache_control needs a free slot but {MAX_MARKERS} blocks are marked."
+                    )))
+                }
+                None => markers.push((last, ttl)),
+            }
+        }
+    }
+    markers.sort_by_key(|&(i, _)| i);
+    let mut seen_5m = false;
+    for &(_, ttl) in &markers {
+        match ttl {
+            Ttl::FiveMinutes => seen_5m = true,
+            Ttl::OneHour if seen_5m => {
+                return Err(ApiError::invalid(
+                    "a cache_control block with ttl='1h' must not come after a block with ttl='5m'",
+                ))
+            }
+            Ttl::OneHour => {}
+        }
+    }
+    Ok(markers)
+}

@@ -1,0 +1,271 @@
+//! The documented Anthropic examples, reproduced on the cache model.
+
+use serde_json::{json, Value};
+
+use super::{Accounting, CacheModel};
+use crate::provider::Endpoint;
+
+const SONNET: &str = "claude-sonnet-4-5"; // minimum 1024 tokens
+
+/// About 300 tokens of distinct text.
+fn text(i: usize) -> String {
+    format!("block {i}: {}", "lorem ipsum dolor sit amet ".repeat(60))
+}
+
+/// One user message with `n` text blocks; `marked` lists 1-based block numbers to mark.
+fn blocks_request(n: usize, marked: &[usize], changed: Option<usize>) -> Value {
+    let content: Vec<Value> = (1..=n)
+        .map(|i| {
+            let body = if changed == Some(i) {
+                format!("CHANGED {}", text(i))
+            } else {
+                text(i)
+            };
+            let mut b = json!({"type": "text", "text": body});
+            if marked.contains(&i) {
+                b["cache_control"] = json!({"type": "ephemeral"});
+            }
+            b
+        })
+        .collect();
+    json!({"model": SONNET, "max_tokens": 10, "messages": [{"role": "user", "content": content}]})
+}
+
+fn run(model: &mut CacheModel, req: &Value, now_ms: u64) -> Accounting {
+    model.account(Endpoint::Messages, req, now_ms).unwrap()
+}
+
+/// Cumulative tokens of the first `k` blocks of `blocks_request`.
+fn prefix_tokens(k: usize) -> u64 {
+    (1..=k).map(|i| crate::tokens::count(&text(i))).sum()
+}
+
+#[test]
+fn first_call_writes_the_marked_prefix_and_a_repeat_reads_it() {
+    let mut m = CacheModel::default();
+    let req = blocks_request(10, &[10], None);
+    let first = run(&mut m, &req, 0);
+    assert_eq!(first.cache_read, 0);
+    assert_eq!(first.cache_write_5m, prefix_tokens(10));
+    assert_eq!(first.uncached(), 0);
+    let second = run(&mut m, &req, 1_000);
+    assert_eq!(second.cache_read, prefix_tokens(10));
+    assert_eq!(second.cache_write(), 0);
+    assert_eq!(second.detail.hit_block, Some(9));
+}
+
+#[test]
+fn thirty_blocks_change_at_25_reads_up_to_24() {
+    let mut m = CacheModel::default();
+    run(&mut m, &blocks_request(30, &[30], None), 0);
+    let a = run(&mut m, &blocks_request(30, &[30], Some(25)), 1_000);
+    assert_eq!(a.cache_read, prefix_tokens(24));
+    assert_eq!(a.cache_write_5m, a.input_tokens - prefix_tokens(24));
+    assert_eq!(a.detail.hit_block, Some(23));
+}
+
+#[test]
+fn thirty_blocks_change_at_5_reads_nothing_past_the_lookback() {
+    let mut m = CacheModel::default();
+    run(&mut m, &blocks_request(30, &[30], None), 0);
+    let a = run(&mut m, &blocks_request(30, &[30], Some(5)), 1_000);
+    assert_eq!(a.cache_read, 0);
+    assert_eq!(a.cache_write_5m, a.input_tokens);
+}
+
+#[test]
+fn thirty_blocks_change_at_5_reads_up_to_4_when_block_5_has_a_marker() {
+    let mut m = CacheModel::default();
+    assert!(prefix_tokens(4) >= 1024);
+    run(&mut m, &blocks_request(30, &[5, 30], None), 0);
+    let a = run(&mut m, &blocks_request(30, &[5, 30], Some(5)), 1_000);
+    assert_eq!(a.cache_read, prefix_tokens(4));
+    assert_eq!(a.cache_write_5m, a.input_tokens - prefix_tokens(4));
+}
+
+#[test]
+fn a_prompt_under_the_model_minimum_caches_nothing() {
+    let mut m = CacheModel::default();
+    let mut req = blocks_request(10, &[10], None); // ~3000 tokens
+    req["model"] = json!("claude-haiku-4-5"); // minimum 4096
+    let first = run(&mut m, &req, 0);
+    let second = run(&mut m, &req, 1_000);
+    assert_eq!(
+        (first.cache_write(), second.cache_read, second.cache_write()),
+        (0, 0, 0)
+    );
+    assert_eq!(second.uncached(), prefix_tokens(10));
+    req["model"] = json!(SONNET);
+    assert_eq!(run(&mut m, &req, 2_000).cache_write_5m, prefix_tokens(10));
+}
+
+#[test]
+fn an_entry_expires_after_its_ttl_and_a_read_refreshes_it() {
+    let mut m = CacheModel::default();
+    let req = blocks_request(10, &[10], None);
+    let min = 60_000;
+    run(&mut m, &req, 0);
+    assert!(run(&mut m, &req, 4 * min).cache_read > 0);
+    // 8 minutes after the write, but 4 after the refreshing read.
+    assert!(run(&mut m, &req, 8 * min).cache_read > 0);
+    // More than 5 minutes idle: gone, written again.
+    let late = run(&mut m, &req, 14 * min);
+    assert_eq!(late.cache_read, 0);
+    assert_eq!(late.cache_write_5m, prefix_tokens(10));
+}
+
+#[test]
+fn one_hour_markers_outlive_five_minutes() {
+    let mut m = CacheModel::default();
+    let mut req = blocks_request(10, &[10], None);
+    req["messages"][0]["content"][9]["cache_control"] = json!({"type": "ephemeral", "ttl": "1h"});
+    assert_eq!(run(&mut m, &req, 0).cache_write_1h, prefix_tokens(10));
+    assert_eq!(run(&mut m, &req, 50 * 60_000).cache_read, prefix_tokens(10));
+}
+
+#[test]
+fn a_fifth_marker_is_refused() {
+    let mut m = CacheModel::default();
+    let err = m
+        .account(
+            Endpoint::Messages,
+            &blocks_request(10, &[1, 2, 3, 4, 5], None),
+            0,
+        )
+        .unwrap_err();
+    assert_eq!(err.status().as_u16(), 400);
+    assert!(err.message.contains("maximum of 4"), "{}", err.message);
+    assert!(m
+        .account(
+            Endpoint::Messages,
+            &blocks_request(10, &[1, 2, 3, 4], None),
+            0
+        )
+        .is_ok());
+    let mut auto = blocks_request(10, &[1, 2, 3, 4], None);
+    auto["cache_control"] = json!({"type": "ephemeral"});
+    assert!(m.account(Endpoint::Messages, &auto, 0).is_err());
+}
+
+#[test]
+fn one_hour_after_five_minutes_is_refused() {
+    let mut m = CacheModel::default();
+    let mut req = blocks_request(10, &[3, 10], None);
+    req["messages"][0]["content"][9]["cache_control"]["ttl"] = json!("1h");
+    assert!(m.account(Endpoint::Messages, &req, 0).is_err());
+}
+
+#[test]
+fn top_level_cache_control_marks_the_last_block() {
+    let mut m = CacheModel::default();
+    let mut req = blocks_request(10, &[], None);
+    req["cache_control"] = json!({"type": "ephemeral"});
+    let first = run(&mut m, &req, 0);
+    assert_eq!(first.detail.markers.len(), 1);
+    assert_eq!(first.detail.markers[0].block, 9);
+    assert_eq!(run(&mut m, &req, 1).cache_read, prefix_tokens(10));
+}
+
+#[test]
+fn mixed_ttls_bill_read_then_1h_then_5m() {
+    let mut m = CacheModel::default();
+    let mut req = blocks_request(12, &[4, 8, 12], None);
+    req["messages"][0]["content"][3]["cache_control"]["ttl"] = json!("1h");
+    req["messages"][0]["content"][7]["cache_control"]["ttl"] = json!("1h");
+    let first = run(&mut m, &req, 0);
+    assert_eq!(first.cache_read, 0);
+    assert_eq!(first.cache_write_1h, prefix_tokens(8));
+    assert_eq!(first.cache_write_5m, prefix_tokens(12) - prefix_tokens(8));
+    // Blocks 9..12 change: A = block 8 (read), nothing new at 1h, 5m-write 9..12.
+    let mut changed = req.clone();
+    changed["messages"][0]["content"][10]["text"] = json!("other");
+    let second = run(&mut m, &changed, 1_000);
+    assert_eq!(second.cache_read, prefix_tokens(10));
+    assert_eq!(second.cache_write_1h, 0);
+    let json = second.anthropic_usage_json(7);
+    assert_eq!(json["cache_read_input_tokens"], second.cache_read);
+    assert_eq!(
+        json["cache_creation"]["ephemeral_5m_input_tokens"],
+        second.cache_write_5m
+    );
+    assert_eq!(json["input_tokens"], second.uncached());
+    assert_eq!(json["output_tokens"], 7);
+}
+
+fn conversation(first_user: Value, billing_nonce: &str) -> Value {
+    json!({
+        "model": SONNET, "max_tokens": 10,
+        "system": [
+            {"type": "text", "text": format!("x-anthropic-billing-header: cc_version=1; nonce={billing_nonce}")},
+            {"type": "text", "text": text(100), "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [
+            {"role": "user", "content": first_user},
+            {"role": "assistant", "content": [{"type": "text", "text": text(101)}]},
+            {"role": "user", "content": [{"type": "text", "text": text(102), "cache_control": {"type": "ephemeral"}}]}
+        ]
+    })
+}
+
+#[test]
+fn string_content_equals_a_text_block_and_billing_header_is_not_keyed() {
+    let mut m = CacheModel::default();
+    let as_block =
+        json!([{"type": "text", "text": text(7), "cache_control": {"type": "ephemeral"}}]);
+    let first = run(&mut m, &conversation(as_block, "aaaa"), 0);
+    assert!(first.cache_write_5m > 0);
+    let as_string = json!(text(7));
+    let second = run(&mut m, &conversation(as_string, "bbbb"), 1_000);
+    let billing = crate::tokens::count("x-anthropic-billing-header: cc_version=1; nonce=bbbb");
+    assert_eq!(second.cache_read + billing, second.input_tokens);
+    assert_eq!(second.uncached(), billing);
+}
+
+fn tooled(tool_desc: &str, tool_choice: Value, model: &str) -> Value {
+    let mut req = blocks_request(6, &[6], None);
+    req["model"] = json!(model);
+    req["tools"] =
+        json!([{"name": "read", "description": tool_desc, "input_schema": {"type": "object"}}]);
+    req["system"] = json!([{"type": "text", "text": text(50).repeat(4), "cache_control": {"type": "ephemeral"}}]);
+    if !tool_choice.is_null() {
+        req["tool_choice"] = tool_choice;
+    }
+    req
+}
+
+#[test]
+fn invalidation_levels_tools_all_tool_choice_messages_model_everything() {
+    let system_end = |a: &Accounting| a.detail.markers[0].prefix_tokens;
+    let mut m = CacheModel::default();
+    let base = tooled("reads a file", Value::Null, SONNET);
+    run(&mut m, &base, 0);
+    assert_eq!(run(&mut m, &base, 1).cache_write(), 0);
+    // tool_choice: system still read, messages rewritten.
+    let choice = tooled("reads a file", json!({"type": "any"}), SONNET);
+    let a = run(&mut m, &choice, 2);
+    assert_eq!(a.cache_read, system_end(&a));
+    assert!(a.cache_write_5m > 0);
+    // A tool change invalidates everything.
+    let b = run(
+        &mut m,
+        &tooled("reads a file, faster", Value::Null, SONNET),
+        3,
+    );
+    assert_eq!(b.cache_read, 0);
+    // So does another model.
+    let c = run(
+        &mut m,
+        &tooled("reads a file", Value::Null, "claude-sonnet-4-0"),
+        4,
+    );
+    assert_eq!(c.cache_read, 0);
+}
+
+#[test]
+fn count_tokens_matches_the_accounting_total() {
+    let req = blocks_request(5, &[5], None);
+    let total = CacheModel::count_tokens(Endpoint::CountTokens, &req).unwrap();
+    assert_eq!(total, prefix_tokens(5));
+    let bad = json!({"model": SONNET, "messages": "nope"});
+    assert!(CacheModel::count_tokens(Endpoint::CountTokens, &bad).is_err());
+}

@@ -1,0 +1,59 @@
+//! The usage objects exactly as each API reports them.
+
+use serde_json::{json, Value};
+
+use super::Accounting;
+use crate::provider::Endpoint;
+
+impl Accounting {
+    /// The provider's `usage` object for `endpoint`, with the reply's output tokens.
+    pub fn usage_json(&self, endpoint: Endpoint, output_tokens: u64) -> Value {
+        match endpoint {
+            Endpoint::Chat => self.chat_usage_json(output_tokens),
+            Endpoint::Responses => self.responses_usage_json(output_tokens),
+            _ => self.anthropic_usage_json(output_tokens),
+        }
+    }
+
+    /// Anthropic: `input_tokens` is only the uncached part; cache fields beside it.
+    pub fn anthropic_usage_json(&self, output_tokens: u64) -> Value {
+        json!({
+            "input_tokens": self.uncached(),
+            "cache_creation_input_tokens": self.cache_write(),
+            "cache_read_input_tokens": self.cache_read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": self.cache_write_5m,
+                "ephemeral_1h_input_tokens": self.cache_write_1h,
+            },
+            "output_tokens": output_tokens,
+            "service_tier": "standard",
+        })
+    }
+
+    /// Chat Completions: `cached_tokens` is inside `prompt_tokens`.
+    pub fn chat_usage_json(&self, output_tokens: u64) -> Value {
+        json!({
+            "prompt_tokens": self.input_tokens,
+            "completion_tokens": output_tokens,
+            "total_tokens": self.input_tokens + output_tokens,
+            "prompt_tokens_details": { "cached_tokens": self.cache_read, "audio_tokens": 0 },
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        })
+    }
+
+    /// Responses: `cached_tokens` is inside `input_tokens`.
+    pub fn responses_usage_json(&self, output_tokens: u64) -> Value {
+        json!({
+            "input_tokens": self.input_tokens,
+            "input_tokens_details": { "cached_tokens": self.cache_read },
+            "output_tokens": output_tokens,
+            "output_tokens_details": { "reasoning_tokens": 0 },
+            "total_tokens": self.input_tokens + output_tokens,
+        })
+    }
+}

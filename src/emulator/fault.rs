@@ -1,0 +1,91 @@
+//! Fault injection, chosen per request with the header `x-cachet-emulate-fault`: a
+//! comma-separated list of `429`, `500`, `529`, `cut:N`, `slow-first-byte:MS`,
+//! `slow-events:MS`.
+
+use std::time::Duration;
+
+use crate::error::{ApiError, ErrorKind};
+
+pub const HEADER: &str = "x-cachet-emulate-fault";
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Answer with this error instead of a reply.
+    pub error: Option<ErrorKind>,
+    /// Stop the stream after this many events (the body after this many bytes when not
+    /// streaming), without the terminating events: the connection is dropped.
+    pub cut_after: Option<usize>,
+    pub first_byte_delay: Option<Duration>,
+    pub event_delay: Option<Duration>,
+}
+
+impl Faults {
+    pub fn parse(header: Option<&str>) -> Result<Faults, ApiError> {
+        let mut faults = Faults::default();
+        for item in header
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let (name, arg) = match item.split_once(':') {
+                Some((n, a)) => (n.trim(), Some(a.trim())),
+                None => (item, None),
+            };
+            let number = || -> Result<u64, ApiError> {
+                arg.and_then(|a| a.parse().ok()).ok_or_else(|| {
+                    ApiError::invalid(format!(
+                        "{HEADER}: `{item}` needs a whole number, e.g. `{name}:3`"
+                    ))
+                })
+            };
+            match name {
+                "429" => faults.error = Some(ErrorKind::RateLimit),
+                "500" => faults.error = Some(ErrorKind::Internal),
+                "529" => faults.error = Some(ErrorKind::Overloaded),
+                "cut" => faults.cut_after = Some(number()? as usize),
+                "slow-first-byte" => {
+                    faults.first_byte_delay = Some(Duration::from_millis(number()?))
+                }
+                "slow-events" => faults.event_delay = Some(Duration::from_millis(number()?)),
+                _ => {
+                    return Err(ApiError::invalid(format!(
+                        "{HEADER}: unknown fault `{item}` (expected 429, 500, 529, cut:N, \
+                         slow-first-byte:MS or slow-events:MS)"
+                    )))
+                }
+            }
+        }
+        Ok(faults)
+    }
+
+    /// The message of an injected error, as the provider would word it.
+    pub fn error_message(kind: ErrorKind) -> &'static str {
+        match kind {
+            ErrorKind::RateLimit => "Rate limit exceeded (injected by the cachet emulator).",
+            ErrorKind::Overloaded => "Overloaded (injected by the cachet emulator).",
+            _ => "Internal server error (injected by the cachet emulator).",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lists_and_refuses_unknown() {
+        let f = Faults::parse(Some("cut:3, slow-events:5,slow-first-byte:7")).unwrap();
+        assert_eq!(f.cut_after, Some(3));
+        assert_eq!(f.event_delay, Some(Duration::from_millis(5)));
+        assert_eq!(f.first_byte_delay, Some(Duration::from_millis(7)));
+        assert_eq!(
+            Faults::parse(Some("529")).unwrap().error,
+            Some(ErrorKind::Overloaded)
+        );
+        assert_eq!(Faults::parse(None).unwrap(), Faults::default());
+        assert!(Faults::parse(Some("cut")).is_err());
+        assert!(Faults::parse(Some("cut:x")).is_err());
+        assert!(Faults::parse(Some("503")).is_err());
+    }
+}

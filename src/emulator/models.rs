@@ -1,0 +1,36 @@
+//! `GET /v1/models` in each family's shape.
+
+use serde_json::{json, Value};
+
+const ANTHROPIC: &[(&str, &str)] = &[
+    ("claude-opus-4-6", "Claude Opus 4.6"),
+    ("claude-sonnet-4-6", "Claude Sonnet 4.6"),
+    ("claude-opus-4-5", "Claude Opus 4.5"),
+    ("claude-sonnet-4-5", "Claude Sonnet 4.5"),
+    ("claude-haiku-4-5", "Claude Haiku 4.5"),
+];
+
+const OPENAI: &[&str] = &["gpt-5", "gpt-5-mini", "gpt-4.1", "gpt-4o", "gpt-4o-mini"];
+
+pub fn anthropic_list() -> Value {
+    let data: Vec<Value> = ANTHROPIC
+        .iter()
+        .map(|(id, name)| {
+            json!({"type": "model", "id": id, "display_name": name, "created_at": "2025-01-01T00:00:00Z"})
+        })
+        .collect();
+    json!({
+        "data": data,
+        "has_more": false,
+        "first_id": ANTHROPIC.first().map(|m| m.0),
+        "last_id": ANTHROPIC.last().map(|m| m.0),
+    })
+}
+
+pub fn openai_list(created: u64) -> Value {
+    let data: Vec<Value> = OPENAI
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": created, "owned_by": "cachet-emulator"}))
+        .collect();
+    json!({"object": "list", "data": data})
+}

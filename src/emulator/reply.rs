@@ -1,0 +1,244 @@
+//! What the emulator answers: deterministic text, or a scripted tool call so agent tool
+//! loops can be exercised.
+//!
+//! A tool call is made only when the request offers tools and its last message is not a
+//! tool result; after a tool result the reply is text, so a loop always ends.
+//! Per request, the header `x-cachet-emulate-reply` overrides the script:
+//! `text`, `text:SOME REPLY`, `tool` (the first offered tool) or `tool:NAME`.
+
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::provider::Endpoint;
+
+/// The reply text when none is configured.
+pub const DEFAULT_TEXT: &str = "Hello from the cachet emulator. This reply is deterministic.";
+
+/// When the emulator calls a tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ToolCalls {
+    /// Always answer with text.
+    #[default]
+    Never,
+    /// Call the first offered tool.
+    FirstOffered,
+    /// Call this tool when it is offered (text otherwise).
+    Named(String),
+}
+
+/// The configured reply behaviour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyScript {
+    pub text: String,
+    pub tool_calls: ToolCalls,
+}
+
+impl Default for ReplyScript {
+    fn default() -> Self {
+        ReplyScript {
+            text: DEFAULT_TEXT.to_string(),
+            tool_calls: ToolCalls::Never,
+        }
+    }
+}
+
+/// One reply, decided for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Text(String),
+    ToolCall { name: String, input: Value },
+}
+
+impl Reply {
+    /// Output tokens, counted with the same tokenizer as the input.
+    pub fn output_tokens(&self) -> u64 {
+        match self {
+            Reply::Text(t) => crate::tokens::count(t),
+            Reply::ToolCall { name, input } => {
+                crate::tokens::count(name) + crate::tokens::count(&input.to_string())
+            }
+        }
+    }
+}
+
+impl ReplyScript {
+    /// The reply to `req`, honouring the per-request header value.
+    pub fn decide(
+        &self,
+        header: Option<&str>,
+        endpoint: Endpoint,
+        req: &Value,
+    ) -> Result<Reply, ApiError> {
+        let (text, tool_calls) = match header.map(str::trim) {
+            None | Some("") => (self.text.clone(), self.tool_calls.clone()),
+            Some("text") => (self.text.clone(), ToolCalls::Never),
+            Some("tool") => (self.text.clone(), ToolCalls::FirstOffered),
+            Some(h) if h.starts_with("text:") => (h["text:".len()..].to_string(), ToolCalls::Never),
+            Some(h) if h.starts_with("tool:") => (self.text.clone(), ToolCalls::Named(h["tool:".len()..].to_string())),
+            Some(other) => {
+                return Err(ApiError::invalid(format!(
+                    "x-cachet-emulate-reply: unknown value `{other}` (expected text, text:REPLY, tool or tool:NAME)"
+                )))
+            }
+        };
+        if tool_calls == ToolCalls::Never || ends_with_tool_result(endpoint, req) {
+            return Ok(Reply::Text(text));
+        }
+        let tools = offered_tools(endpoint, req);
+        let chosen = match &tool_calls {
+            ToolCalls::Named(name) => tools.iter().find(|(n, _)| n == name),
+            _ => tools.first(),
+        };
+        Ok(match chosen {
+            Some((name, schema)) => Reply::ToolCall {
+                name: name.clone(),
+                input: example_input(schema),
+            },
+            None => Reply::Text(text),
+        })
+    }
+}
+
+/// (name, JSON schema) of each function tool the request offers.
+fn offered_tools(endpoint: Endpoint, req: &Value) -> Vec<(String, Value)> {
+    let Some(Value::Array(tools)) = req.get("tools") else {
+        return Vec::new();
+    };
+    tools
+        .iter()
+        .filter_map(|t| {
+            let (name, schema) = match endpoint {
+                Endpoint::Chat => (
+                    t.pointer("/function/name"),
+                    t.pointer("/function/parameters"),
+                ),
+                Endpoint::Responses => (t.get("name"), t.get("parameters")),
+                _ => (t.get("name"), t.get("input_schema")),
+            };
+            Some((
+                name?.as_str()?.to_string(),
+                schema.cloned().unwrap_or(Value::Null),
+            ))
+        })
+        .collect()
+}
+
+fn ends_with_tool_result(endpoint: Endpoint, req: &Value) -> bool {
+    match endpoint {
+        Endpoint::Chat => req
+            .get("messages")
+            .and_then(Value::as_array)
+            .and_then(|m| m.last())
+            .is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("tool")),
+        Endpoint::Responses => req
+            .get("input")
+            .and_then(Value::as_array)
+            .and_then(|m| m.last())
+            .is_some_and(|m| m.get("type").and_then(Value::as_str) == Some("function_call_output")),
+        _ => req
+            .get("messages")
+            .and_then(Value::as_array)
+            .and_then(|m| m.last())
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_array)
+            .is_some_and(|blocks| {
+                blocks
+                    .iter()
+                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            }),
+    }
+}
+
+/// A deterministic argument object satisfying the schema's required properties.
+fn example_input(schema: &Value) -> Value {
+    let mut out = Map::new();
+    let required = schema.get("required").and_then(Value::as_array);
+    let props = schema.get("properties").and_then(Value::as_object);
+    for name in required.into_iter().flatten().filter_map(Value::as_str) {
+        let ty = props
+            .and_then(|p| p.get(name))
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("string");
+        let value = match ty {
+            "integer" | "number" => Value::from(1),
+            "boolean" => Value::from(true),
+            "array" => Value::Array(Vec::new()),
+            "object" => Value::Object(Map::new()),
+            _ => Value::from(format!("example {name}")),
+        };
+        out.insert(name.to_string(), value);
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn anthropic(last: Value) -> Value {
+        json!({
+            "tools": [{"name": "read_file", "input_schema": {"type": "object",
+                "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}},
+                "required": ["path", "lines"]}}],
+            "messages": [{"role": "user", "content": "hi"}, last]
+        })
+    }
+
+    #[test]
+    fn tool_loop_calls_then_answers_text() {
+        let script = ReplyScript {
+            tool_calls: ToolCalls::FirstOffered,
+            ..Default::default()
+        };
+        let ask = anthropic(json!({"role": "user", "content": "read it"}));
+        let reply = script.decide(None, Endpoint::Messages, &ask).unwrap();
+        assert_eq!(
+            reply,
+            Reply::ToolCall {
+                name: "read_file".into(),
+                input: json!({"path": "example path", "lines": 1})
+            }
+        );
+        let result = anthropic(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}));
+        assert!(matches!(
+            script.decide(None, Endpoint::Messages, &result).unwrap(),
+            Reply::Text(_)
+        ));
+    }
+
+    #[test]
+    fn header_overrides_and_unknown_values_are_refused() {
+        let script = ReplyScript::default();
+        let req = anthropic(json!({"role": "user", "content": "x"}));
+        assert!(matches!(
+            script
+                .decide(Some("tool:read_file"), Endpoint::Messages, &req)
+                .unwrap(),
+            Reply::ToolCall { .. }
+        ));
+        assert!(matches!(
+            script
+                .decide(Some("tool:missing"), Endpoint::Messages, &req)
+                .unwrap(),
+            Reply::Text(_)
+        ));
+        assert_eq!(
+            script
+                .decide(Some("text:pong"), Endpoint::Messages, &req)
+                .unwrap(),
+            Reply::Text("pong".into())
+        );
+        assert!(script
+            .decide(Some("dance"), Endpoint::Messages, &req)
+            .is_err());
+        let chat = json!({"tools": [{"type": "function", "function": {"name": "f"}}],
+            "messages": [{"role": "tool", "content": "done"}]});
+        assert!(matches!(
+            script.decide(Some("tool"), Endpoint::Chat, &chat).unwrap(),
+            Reply::Text(_)
+        ));
+    }
+}

@@ -1,0 +1,127 @@
+//! OpenAI Responses replies: the response object and its event sequence, each event with
+//! `type` as its SSE name and a `sequence_number` (response.created → … →
+//! response.completed).
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::body::{sse, text_deltas};
+use super::reply::Reply;
+use super::turn::{json_pieces, Turn};
+
+/// The output item, complete (`done`) or as first announced.
+fn item(turn: &Turn, done: bool) -> Value {
+    let status = if done { "completed" } else { "in_progress" };
+    match turn.reply {
+        Reply::Text(text) => json!({
+            "id": turn.id("msg"),
+            "type": "message",
+            "status": status,
+            "content": if done { json!([output_text(text)]) } else { json!([]) },
+            "role": "assistant",
+        }),
+        Reply::ToolCall { name, input } => json!({
+            "id": turn.id("fc"),
+            "type": "function_call",
+            "status": status,
+            "arguments": if done { Turn::arguments(input) } else { String::new() },
+            "call_id": turn.id("call"),
+            "name": name,
+        }),
+    }
+}
+
+fn output_text(text: &str) -> Value {
+    json!({"type": "output_text", "annotations": [], "logprobs": [], "text": text})
+}
+
+/// The response object; `done` decides status, output and usage.
+pub fn response(turn: &Turn, done: bool) -> Value {
+    let req = turn.request;
+    let echo = |key: &str, default: Value| req.get(key).cloned().unwrap_or(default);
+    json!({
+        "id": turn.id("resp"),
+        "object": "response",
+        "created_at": turn.created,
+        "status": if done { "completed" } else { "in_progress" },
+        "background": false,
+        "error": null,
+        "incomplete_details": null,
+        "instructions": echo("instructions", Value::Null),
+        "max_output_tokens": echo("max_output_tokens", Value::Null),
+        "model": turn.model,
+        "output": if done { json!([item(turn, true)]) } else { json!([]) },
+        "parallel_tool_calls": echo("parallel_tool_calls", json!(true)),
+        "previous_response_id": echo("previous_response_id", Value::Null),
+        "prompt_cache_key": echo("prompt_cache_key", Value::Null),
+        "reasoning": echo("reasoning", json!({"effort": null, "summary": null})),
+        "service_tier": "default",
+        "store": echo("store", json!(true)),
+        "temperature": echo("temperature", json!(1.0)),
+        "text": echo("text", json!({"format": {"type": "text"}})),
+        "tool_choice": echo("tool_choice", json!("auto")),
+        "tools": echo("tools", json!([])),
+        "top_p": echo("top_p", json!(1.0)),
+        "truncation": echo("truncation", json!("disabled")),
+        "usage": if done { turn.accounting.responses_usage_json(turn.output_tokens) } else { Value::Null },
+        "user": null,
+        "metadata": echo("metadata", json!({})),
+    })
+}
+
+/// The streaming events.
+pub fn events(turn: &Turn) -> Vec<Bytes> {
+    let mut payloads: Vec<Value> = vec![
+        json!({"type": "response.created", "response": response(turn, false)}),
+        json!({"type": "response.in_progress", "response": response(turn, false)}),
+        json!({"type": "response.output_item.added", "output_index": 0, "item": item(turn, false)}),
+    ];
+    let done_item = item(turn, true);
+    let item_id = done_item["id"].clone();
+    match turn.reply {
+        Reply::Text(text) => {
+            let part = |t: &str| json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": output_text(t)});
+            let mut added = part("");
+            added["type"] = json!("response.content_part.added");
+            payloads.push(added);
+            for delta in text_deltas(text) {
+                payloads.push(json!({
+                    "type": "response.output_text.delta", "item_id": item_id, "output_index": 0,
+                    "content_index": 0, "delta": delta, "logprobs": [],
+                }));
+            }
+            payloads.push(json!({
+                "type": "response.output_text.done", "item_id": item_id, "output_index": 0,
+                "content_index": 0, "text": text, "logprobs": [],
+            }));
+            let mut done = part(text);
+            done["type"] = json!("response.content_part.done");
+            payloads.push(done);
+        }
+        Reply::ToolCall { name, input } => {
+            let arguments = Turn::arguments(input);
+            for piece in json_pieces(&arguments) {
+                payloads.push(json!({
+                    "type": "response.function_call_arguments.delta", "item_id": item_id,
+                    "output_index": 0, "delta": piece,
+                }));
+            }
+            payloads.push(json!({
+                "type": "response.function_call_arguments.done", "item_id": item_id,
+                "output_index": 0, "name": name, "arguments": arguments,
+            }));
+        }
+    }
+    payloads
+        .push(json!({"type": "response.output_item.done", "output_index": 0, "item": done_item}));
+    payloads.push(json!({"type": "response.completed", "response": response(turn, true)}));
+    payloads
+        .into_iter()
+        .enumerate()
+        .map(|(seq, mut p)| {
+            p["sequence_number"] = json!(seq);
+            let name = p["type"].as_str().unwrap_or("message").to_string();
+            sse(Some(&name), &p)
+        })
+        .collect()
+}

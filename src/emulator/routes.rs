@@ -1,0 +1,312 @@
+//! Request handling: route, inject faults, account the cache, render the reply.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use super::body::{event_body, whole_body};
+use super::fault::{self, Faults};
+use super::reply::ReplyScript;
+use super::turn::Turn;
+use super::{anthropic, chat, models, responses, EmulatorOptions};
+use crate::cache_model::{Accounting, CacheModel, Clock};
+use crate::error::{error_body, ApiError, ErrorKind};
+use crate::provider::{Endpoint, Provider};
+use crate::server::{full, ProxyBody};
+
+/// Requests remembered for [`super::EmulatorHandle::accounted`].
+pub const LOG_CAPACITY: usize = 10_000;
+/// The providers' request size limit.
+const BODY_LIMIT: usize = 32 * 1024 * 1024;
+const REPLY_HEADER: &str = "x-cachet-emulate-reply";
+
+/// One accounted request.
+#[derive(Debug, Clone)]
+pub struct Accounted {
+    pub endpoint: Endpoint,
+    pub model: String,
+    pub accounting: Accounting,
+    pub output_tokens: u64,
+}
+
+pub struct Shared {
+    cache: Mutex<CacheModel>,
+    clock: Clock,
+    script: ReplyScript,
+    seq: AtomicU64,
+    log: Mutex<VecDeque<Accounted>>,
+}
+
+impl Shared {
+    pub fn new(opts: &EmulatorOptions, clock: Clock) -> Self {
+        Shared {
+            cache: Mutex::new(CacheModel::new(opts.cache.clone())),
+            clock,
+            script: opts.reply.clone(),
+            seq: AtomicU64::new(0),
+            log: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    pub fn log_snapshot(&self) -> Vec<Accounted> {
+        self.log
+            .lock()
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn record(&self, entry: Accounted) {
+        if let Ok(mut log) = self.log.lock() {
+            if log.len() == LOG_CAPACITY {
+                log.pop_front();
+            }
+            log.push_back(entry);
+        }
+    }
+}
+
+/// Which family answers: by path for generation endpoints, by headers otherwise.
+fn family(path: &str, req: &Request<Incoming>) -> Provider {
+    let h = req.headers();
+    if path.starts_with("/v1/messages")
+        || h.contains_key("anthropic-version")
+        || h.contains_key("x-api-key")
+    {
+        Provider::Anthropic
+    } else {
+        Provider::OpenAi
+    }
+}
+
+pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let seq = shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let provider = family(&path, &req);
+    let request_id = format!("req_emu{seq:020}");
+    let endpoint = match (req.method(), path.as_str()) {
+        (&Method::POST, "/v1/messages") => Endpoint::Messages,
+        (&Method::POST, "/v1/messages/count_tokens") => Endpoint::CountTokens,
+        (&Method::POST, "/v1/chat/completions") => Endpoint::Chat,
+        (&Method::POST, "/v1/responses") => Endpoint::Responses,
+        (&Method::GET, "/v1/models") => {
+            let list = match provider {
+                Provider::Anthropic => models::anthropic_list(),
+                Provider::OpenAi => models::openai_list(shared.clock.now_secs()),
+            };
+            return json_response(
+                provider,
+                &request_id,
+                StatusCode::OK,
+                full(list.to_string()),
+            );
+        }
+        (&Method::POST, "/emulator/clock/advance") => return advance_clock(&shared, req).await,
+        (&Method::GET, "/emulator/clock") => {
+            let now = json!({"now_ms": shared.clock.now_ms()});
+            return json_response(provider, &request_id, StatusCode::OK, full(now.to_string()));
+        }
+        (&Method::HEAD | &Method::GET, "" | "/api/hello") => {
+            return Response::new(full(Bytes::new()));
+        }
+        _ => {
+            let err = ApiError::new(
+                ErrorKind::NotFound,
+                format!("{} {} is not served by the emulator", req.method(), path),
+            );
+            return error_response(provider, &request_id, &err);
+        }
+    };
+    match generate(&shared, endpoint, provider, seq, &request_id, req).await {
+        Ok(resp) => resp,
+        Err(err) => error_response(provider, &request_id, &err),
+    }
+}
+
+async fn generate(
+    shared: &Shared,
+    endpoint: Endpoint,
+    provider: Provider,
+    seq: u64,
+    request_id: &str,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, ApiError> {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let faults = Faults::parse(header(fault::HEADER).as_deref())?;
+    let reply_header = header(REPLY_HEADER);
+    let request = read_json(req).await?;
+    if let Some(delay) = faults.first_byte_delay {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(kind) = faults.error {
+        return Err(ApiError::new(kind, Faults::error_message(kind)));
+    }
+    let model = request
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("model: Field required"))?
+        .to_string();
+    if endpoint == Endpoint::CountTokens {
+        let n = CacheModel::count_tokens(endpoint, &request)?;
+        return Ok(json_response(
+            provider,
+            request_id,
+            StatusCode::OK,
+            full(json!({"input_tokens": n}).to_string()),
+        ));
+    }
+    if endpoint == Endpoint::Messages && request.get("max_tokens").and_then(Value::as_u64).is_none()
+    {
+        return Err(ApiError::invalid("max_tokens: Field required"));
+    }
+    let reply = shared
+        .script
+        .decide(reply_header.as_deref(), endpoint, &request)?;
+    let accounting = {
+        let mut cache = shared
+            .cache
+            .lock()
+            .map_err(|_| ApiError::new(ErrorKind::Internal, "the cache model is unavailable"))?;
+        cache.account(endpoint, &request, shared.clock.now_ms())?
+    };
+    let output_tokens = reply.output_tokens();
+    shared.record(Accounted {
+        endpoint,
+        model: model.clone(),
+        accounting: accounting.clone(),
+        output_tokens,
+    });
+    let turn = Turn {
+        seq,
+        model: &model,
+        request: &request,
+        reply: &reply,
+        accounting: &accounting,
+        output_tokens,
+        created: shared.clock.now_secs(),
+    };
+    let stream = request
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if stream {
+        let events = match endpoint {
+            Endpoint::Chat => {
+                let include_usage = request
+                    .pointer("/stream_options/include_usage")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                chat::chunks(&turn, include_usage)
+            }
+            Endpoint::Responses => responses::events(&turn),
+            _ => anthropic::events(&turn),
+        };
+        let body = event_body(events, faults.event_delay, faults.cut_after);
+        let mut resp = json_response(provider, request_id, StatusCode::OK, body);
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        );
+        resp.headers_mut().insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        );
+        return Ok(resp);
+    }
+    let value = match endpoint {
+        Endpoint::Chat => chat::completion(&turn),
+        Endpoint::Responses => responses::response(&turn, true),
+        _ => anthropic::message(&turn),
+    };
+    let body = whole_body(Bytes::from(value.to_string()), faults.cut_after);
+    Ok(json_response(provider, request_id, StatusCode::OK, body))
+}
+
+async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
+    let bytes = Limited::new(req.into_body(), BODY_LIMIT)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ApiError::new(
+                    ErrorKind::TooLarge,
+                    "request exceeds the maximum size of 32 MB",
+                )
+            } else {
+                ApiError::invalid(format!("could not read the request body: {e}"))
+            }
+        })?
+        .to_bytes();
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))
+}
+
+async fn advance_clock(shared: &Shared, req: Request<Incoming>) -> Response<ProxyBody> {
+    let body = match read_json(req).await {
+        Ok(v) => v,
+        Err(e) => return error_response(Provider::OpenAi, "", &e),
+    };
+    let Some(seconds) = body
+        .get("seconds")
+        .and_then(Value::as_f64)
+        .filter(|s| s.is_finite() && *s >= 0.0)
+    else {
+        let err = ApiError::invalid("expected {\"seconds\": N} with N a non-negative number");
+        return error_response(Provider::OpenAi, "", &err);
+    };
+    shared.clock.advance_secs(seconds);
+    let now = json!({"now_ms": shared.clock.now_ms()});
+    json_response(Provider::OpenAi, "", StatusCode::OK, full(now.to_string()))
+}
+
+fn json_response(
+    provider: Provider,
+    request_id: &str,
+    status: StatusCode,
+    body: ProxyBody,
+) -> Response<ProxyBody> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Ok(id) = HeaderValue::from_str(request_id) {
+        if !request_id.is_empty() {
+            let name = match provider {
+                Provider::Anthropic => "request-id",
+                Provider::OpenAi => "x-request-id",
+            };
+            headers.insert(name, id);
+        }
+    }
+    resp
+}
+
+/// An error in the provider's own shape (Anthropic bodies carry the request id too).
+fn error_response(provider: Provider, request_id: &str, err: &ApiError) -> Response<ProxyBody> {
+    let mut body = error_body(provider, err.kind, &err.message);
+    if provider == Provider::Anthropic && !request_id.is_empty() {
+        if let Ok(mut v) = serde_json::from_slice::<Value>(&body) {
+            v["request_id"] = json!(request_id);
+            body = Bytes::from(v.to_string());
+        }
+    }
+    let mut resp = json_response(provider, request_id, err.status(), full(body));
+    if err.kind == ErrorKind::RateLimit {
+        resp.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
