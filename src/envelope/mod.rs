@@ -220,3 +220,14 @@ pub(crate) fn owned_keys(endpoint: Endpoint) -> &'static [&'static str] {
         _ => &["model", "system", "messages", "tools"],
     }
 }
+
+/// Parse, then compile with `opts` and no patch: the one-call form for shaping cache
+/// markers or setting `prompt_cache_key` on a request (e.g. from a test or the emulator).
+pub fn reshape(
+    provider: Provider,
+    endpoint: Endpoint,
+    body: Bytes,
+    opts: &CompileOptions,
+) -> Result<Bytes, crate::error::ApiError> {
+    Ok(Envelope::parse(provider, endpoint, body)?.compile(opts))
+}
