@@ -162,6 +162,14 @@ impl Envelope {
         self.system.iter().map(|p| p.text.as_str()).collect()
     }
 
+    /// The client's raw bytes of each system part (its block, message or string), or
+    /// `None` for parts a patch created or changed.
+    pub fn system_raw(&self) -> impl Iterator<Item = Option<&[u8]>> {
+        self.system
+            .iter()
+            .map(|p| p.element.as_ref().map(|e| self.bytes_of(&e.raw)))
+    }
+
     /// The raw bytes of each tool definition.
     pub fn tools_raw(&self) -> impl Iterator<Item = &[u8]> {
         self.tools.iter().map(|t| self.bytes_of(&t.raw))
