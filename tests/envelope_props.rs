@@ -33,7 +33,7 @@ impl Style {
 
     fn string(&mut self, text: &str) -> String {
         let plain = serde_json::to_string(text).unwrap();
-        if self.next() % 2 == 0 {
+        if self.next().is_multiple_of(2) {
             return plain;
         }
         // The same string with non-ASCII characters and `/` escaped.
