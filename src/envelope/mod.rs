@@ -1,1 +1,241 @@
-//! Not built yet.
+//! The context envelope (DESIGN §2): a request split into named system parts, tools,
+//! cached history, an uncached tail, options and metadata — kept as byte ranges of the
+//! client's body so that compiling it back copies every untouched element verbatim.
+//!
+//! ```text
+//! Envelope::parse(provider, endpoint, body) ──► apply(ops, transformer)* ──► compile(opts)
+//! ```
+//! With no patch and default options, `compile` returns the very bytes that were parsed.
+
+mod blocks;
+mod breakpoints;
+mod client;
+mod compile;
+mod message;
+mod parse;
+pub(crate) mod scan;
+mod seq;
+mod view;
+
+use bytes::Bytes;
+
+use crate::provider::{Endpoint, Provider};
+
+pub use blocks::count_markers;
+pub use breakpoints::{BreakpointMode, Ttl, MAX_MARKERS};
+pub use client::{detect_client, Client, Meta};
+pub use compile::CompileOptions;
+pub use message::neutral_to_provider;
+pub(crate) use message::{check_boundary, MsgKind};
+pub(crate) use scan::Span;
+
+/// The bytes of one element: a range of the client's body, or bytes cachet produced.
+#[derive(Debug, Clone)]
+pub(crate) enum Raw {
+    Orig(Span),
+    New(Bytes),
+}
+
+/// One tool, system block or message.
+#[derive(Debug, Clone)]
+pub(crate) struct Element {
+    /// Index in the client's original array, so separators between untouched neighbours
+    /// can be copied as they were.
+    pub origin: Option<usize>,
+    pub raw: Raw,
+    /// Inserted by `messages_insert` at `before_last_user_prompt` (an injection point).
+    pub injected: bool,
+}
+
+impl Element {
+    pub fn orig(index: usize, span: Span) -> Self {
+        Element {
+            origin: Some(index),
+            raw: Raw::Orig(span),
+            injected: false,
+        }
+    }
+
+    pub fn new(bytes: Bytes) -> Self {
+        Element {
+            origin: None,
+            raw: Raw::New(bytes),
+            injected: false,
+        }
+    }
+}
+
+/// A named system part. `element` is the client's block/message it came from, while the
+/// part is untouched.
+#[derive(Debug, Clone)]
+pub struct SystemPart {
+    pub name: String,
+    pub text: String,
+    pub(crate) element: Option<Element>,
+}
+
+/// How the client sent its system prompt; decides how parts compile back.
+#[derive(Debug, Clone)]
+pub(crate) enum SystemForm {
+    /// No system prompt was sent.
+    Absent,
+    /// One JSON string (Anthropic `system`, Responses `instructions`).
+    Text,
+    /// Anthropic `system` text blocks (the array span).
+    Blocks(Span),
+    /// OpenAI Chat leading `system`/`developer` messages (their role for new parts).
+    ChatMessages { role: String },
+}
+
+/// A top-level array the envelope splits (tools, messages/input): where it sat and the
+/// spans of its original elements.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OrigArray {
+    pub span: Option<Span>,
+    pub elems: Vec<Span>,
+}
+
+/// The context envelope of one request.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    pub(crate) provider: Provider,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) body: Bytes,
+    /// Top-level entries of the client's body: (key, value).
+    pub(crate) top: Vec<scan::Entry>,
+    pub(crate) top_span: Span,
+    pub(crate) system_form: SystemForm,
+    pub(crate) system: Vec<SystemPart>,
+    pub(crate) system_dirty: bool,
+    pub(crate) tools_orig: OrigArray,
+    pub(crate) tools: Vec<Element>,
+    pub(crate) tools_dirty: bool,
+    /// The client's messages array (`messages`, or Responses `input`).
+    pub(crate) messages_orig: OrigArray,
+    /// Responses `input` sent as a plain string.
+    pub(crate) input_text: Option<Span>,
+    pub(crate) cached: Vec<Element>,
+    pub(crate) uncached: Vec<Element>,
+    pub(crate) messages_dirty: bool,
+    /// Option edits in order: key and new raw value (`None` removes the key).
+    pub(crate) option_edits: Vec<(String, Option<Bytes>)>,
+    pub meta: Meta,
+}
+
+impl Envelope {
+    /// Parse a request body. Errors are 400-style and say what is wrong.
+    pub fn parse(
+        provider: Provider,
+        endpoint: Endpoint,
+        body: Bytes,
+    ) -> Result<Envelope, crate::error::ApiError> {
+        parse::parse(provider, endpoint, body)
+    }
+
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
+    pub fn endpoint(&self) -> Endpoint {
+        self.endpoint
+    }
+
+    /// The body as the client sent it.
+    pub fn original_body(&self) -> &Bytes {
+        &self.body
+    }
+
+    pub(crate) fn bytes_of<'a>(&'a self, raw: &'a Raw) -> &'a [u8] {
+        match raw {
+            Raw::Orig(span) => &self.body[span.clone()],
+            Raw::New(bytes) => bytes,
+        }
+    }
+
+    /// The system parts in order.
+    pub fn system_parts(&self) -> &[SystemPart] {
+        &self.system
+    }
+
+    /// The system prompt the provider receives: the parts' texts, no separator added.
+    pub fn system_compiled(&self) -> String {
+        self.system.iter().map(|p| p.text.as_str()).collect()
+    }
+
+    /// The client's raw bytes of each system part (its block, message or string), or
+    /// `None` for parts a patch created or changed.
+    pub fn system_raw(&self) -> impl Iterator<Item = Option<&[u8]>> {
+        self.system
+            .iter()
+            .map(|p| p.element.as_ref().map(|e| self.bytes_of(&e.raw)))
+    }
+
+    /// The raw bytes of each tool definition.
+    pub fn tools_raw(&self) -> impl Iterator<Item = &[u8]> {
+        self.tools.iter().map(|t| self.bytes_of(&t.raw))
+    }
+
+    /// Number of history messages (`messages.cached`).
+    pub fn history_len(&self) -> usize {
+        self.cached.len()
+    }
+
+    /// The raw bytes of each history message, in order (what the client sent for untouched
+    /// messages). The session layer hashes these for anchors.
+    pub fn history_raw(&self) -> impl Iterator<Item = &[u8]> {
+        self.cached.iter().map(|m| self.bytes_of(&m.raw))
+    }
+
+    /// The raw bytes of each message of the uncached tail.
+    pub fn uncached_raw(&self) -> impl Iterator<Item = &[u8]> {
+        self.uncached.iter().map(|m| self.bytes_of(&m.raw))
+    }
+
+    /// Index in the history of the last user prompt: the last user message that is not
+    /// only tool results (the start of the current turn).
+    pub fn last_user_prompt_index(&self) -> Option<usize> {
+        self.cached
+            .iter()
+            .rposition(|m| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)).is_user_prompt())
+    }
+
+    /// The raw value of a top-level field as the client sent it (after option edits).
+    pub fn option_raw(&self, key: &str) -> Option<&[u8]> {
+        if let Some((_, v)) = self.option_edits.iter().rev().find(|(k, _)| k == key) {
+            return v.as_deref();
+        }
+        self.top
+            .iter()
+            .find(|e| scan::key_is(&self.body, &e.key, key))
+            .map(|e| &self.body[e.value.clone()])
+    }
+
+    /// Whether anything was changed by patches.
+    pub fn is_patched(&self) -> bool {
+        self.system_dirty
+            || self.tools_dirty
+            || self.messages_dirty
+            || !self.uncached.is_empty()
+            || !self.option_edits.is_empty()
+    }
+}
+
+/// Top-level keys the envelope owns (not options) for an endpoint.
+pub(crate) fn owned_keys(endpoint: Endpoint) -> &'static [&'static str] {
+    match endpoint {
+        Endpoint::Chat => &["model", "messages", "tools"],
+        Endpoint::Responses => &["model", "instructions", "input", "tools"],
+        _ => &["model", "system", "messages", "tools"],
+    }
+}
+
+/// Parse, then compile with `opts` and no patch: the one-call form for shaping cache
+/// markers or setting `prompt_cache_key` on a request (e.g. from a test or the emulator).
+pub fn reshape(
+    provider: Provider,
+    endpoint: Endpoint,
+    body: Bytes,
+    opts: &CompileOptions,
+) -> Result<Bytes, crate::error::ApiError> {
+    Ok(Envelope::parse(provider, endpoint, body)?.compile(opts))
+}

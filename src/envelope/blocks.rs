@@ -1,0 +1,210 @@
+//! Anthropic content blocks and their `cache_control` markers, edited by splicing: adding,
+//! changing or removing a marker rewrites only the bytes of that entry.
+
+use super::breakpoints::Ttl;
+use super::scan::{self, Span};
+
+/// One cacheable block: a tool definition, a system block or a message content block.
+#[derive(Debug, Clone)]
+pub(crate) struct Block {
+    /// The block's object (or, for string content, the string literal).
+    pub span: Span,
+    /// Whether a marker may sit here (not thinking, not empty text).
+    pub markable: bool,
+    pub marker: Option<Ttl>,
+}
+
+fn marker_json(ttl: Ttl) -> &'static str {
+    match ttl {
+        Ttl::FiveMinutes => r#"{"type":"ephemeral"}"#,
+        Ttl::OneHour => r#"{"type":"ephemeral","ttl":"1h"}"#,
+    }
+}
+
+fn marker_of(b: &[u8], value: &Span) -> Ttl {
+    match scan::str_field(b, value.start, "ttl").as_deref() {
+        Some("1h") => Ttl::OneHour,
+        _ => Ttl::FiveMinutes,
+    }
+}
+
+/// Describe the object at `span` as a block.
+pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
+    let mut block = Block {
+        span: span.clone(),
+        markable: b.get(span.start) == Some(&b'{'),
+        marker: None,
+    };
+    let Ok(entries) = scan::entries(b, span.start) else {
+        block.markable = false;
+        return block;
+    };
+    for e in &entries {
+        if scan::key_is(b, &e.key, "cache_control") && &b[e.value.clone()] != b"null" {
+            block.marker = Some(marker_of(b, &e.value));
+        } else if scan::key_is(b, &e.key, "type") {
+            let ty = scan::decode_str(b, &e.value).unwrap_or_default();
+            if ty == "thinking" || ty == "redacted_thinking" {
+                block.markable = false;
+            }
+        } else if scan::key_is(b, &e.key, "text") && &b[e.value.clone()] == b"\"\"" {
+            block.markable = false;
+        }
+    }
+    block
+}
+
+/// The content blocks of an Anthropic message (string content is one block).
+pub(crate) fn message_blocks(b: &[u8]) -> Vec<Block> {
+    let Some(content) = scan::field(b, scan::skip_ws(b, 0), "content") else {
+        return Vec::new();
+    };
+    match b.get(content.start) {
+        Some(b'"') => vec![Block {
+            markable: content.len() > 2,
+            span: content,
+            marker: None,
+        }],
+        Some(b'[') => scan::elements(b, content.start)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| object_block(b, s))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Splice the object at `span` so that it carries `want` as its marker; returns the edit
+/// (range of `b` to replace, and the new bytes), or `None` when nothing changes.
+fn object_edit(b: &[u8], span: &Span, want: Option<Ttl>) -> Option<(Span, Vec<u8>)> {
+    let entries = scan::entries(b, span.start).ok()?;
+    let pos = entries
+        .iter()
+        .position(|e| scan::key_is(b, &e.key, "cache_control"));
+    match (pos, want) {
+        (Some(i), Some(ttl)) => {
+            let value = entries[i].value.clone();
+            if marker_of(b, &value) == ttl && &b[value.clone()] != b"null" {
+                return None;
+            }
+            Some((value, marker_json(ttl).as_bytes().to_vec()))
+        }
+        (Some(i), None) => {
+            // Remove the entry with one neighbouring comma.
+            let range = if i > 0 {
+                entries[i - 1].value.end..entries[i].value.end
+            } else if entries.len() > 1 {
+                entries[0].key.start..entries[1].key.start
+            } else {
+                entries[0].key.start..entries[0].value.end
+            };
+            Some((range, Vec::new()))
+        }
+        (None, Some(ttl)) => {
+            let close = span.end - 1;
+            let sep = if entries.is_empty() { "" } else { "," };
+            let insert = format!(r#"{sep}"cache_control":{}"#, marker_json(ttl));
+            Some((close..close, insert.into_bytes()))
+        }
+        (None, None) => None,
+    }
+}
+
+/// Apply edits (sorted or not) to `b`, returning the new bytes.
+fn splice(b: &[u8], mut edits: Vec<(Span, Vec<u8>)>) -> Vec<u8> {
+    edits.sort_by_key(|(r, _)| r.start);
+    let mut out = Vec::with_capacity(b.len() + 64);
+    let mut at = 0;
+    for (range, bytes) in edits {
+        out.extend_from_slice(&b[at..range.start]);
+        out.extend_from_slice(&bytes);
+        at = range.end;
+    }
+    out.extend_from_slice(&b[at..]);
+    out
+}
+
+/// Set the marker of a whole object (tool definition or system block).
+pub(crate) fn set_object_marker(b: &[u8], want: Option<Ttl>) -> Option<Vec<u8>> {
+    let start = scan::skip_ws(b, 0);
+    let end = scan::value_end(b, start).ok()?;
+    let edit = object_edit(b, &(start..end), want)?;
+    Some(splice(b, vec![edit]))
+}
+
+/// Set the markers of a message's content blocks: `changes[k] = (block index, marker)`.
+/// String content that gets a marker becomes a one-block array holding the same string.
+pub(crate) fn set_message_markers(b: &[u8], changes: &[(usize, Option<Ttl>)]) -> Option<Vec<u8>> {
+    let blocks = message_blocks(b);
+    let mut edits = Vec::new();
+    for &(j, want) in changes {
+        let block = blocks.get(j)?;
+        if b[block.span.start] == b'"' {
+            if let Some(ttl) = want {
+                let mut text = br#"[{"type":"text","text":"#.to_vec();
+                text.extend_from_slice(&b[block.span.clone()]);
+                text.extend_from_slice(
+                    format!(r#","cache_control":{}}}]"#, marker_json(ttl)).as_bytes(),
+                );
+                edits.push((block.span.clone(), text));
+            }
+        } else if let Some(edit) = object_edit(b, &block.span, want) {
+            edits.push(edit);
+        }
+    }
+    if edits.is_empty() {
+        return None;
+    }
+    Some(splice(b, edits))
+}
+
+/// Remove every marker from a message (the uncached tail never carries one).
+pub(crate) fn strip_message_markers(b: &[u8]) -> Option<Vec<u8>> {
+    let changes: Vec<(usize, Option<Ttl>)> = message_blocks(b)
+        .iter()
+        .enumerate()
+        .filter(|(_, blk)| blk.marker.is_some())
+        .map(|(j, _)| (j, None))
+        .collect();
+    set_message_markers(b, &changes)
+}
+
+/// Count the markers in a compiled Anthropic payload (tools, system, messages).
+pub fn count_markers(payload: &[u8]) -> usize {
+    memchr::memmem::find_iter(payload, b"\"cache_control\"").count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_are_added_changed_and_removed_by_splicing() {
+        let m = br#"{"role":"user","content":[ {"type":"text", "text":"a"} ,{"type":"thinking","thinking":"x"}]}"#;
+        let blocks = message_blocks(m);
+        assert!(blocks[0].markable && !blocks[1].markable);
+        let out = set_message_markers(m, &[(0, Some(Ttl::FiveMinutes))]).unwrap();
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            r#"{"role":"user","content":[ {"type":"text", "text":"a","cache_control":{"type":"ephemeral"}} ,{"type":"thinking","thinking":"x"}]}"#
+        );
+        let back = strip_message_markers(&out).unwrap();
+        assert_eq!(back, m.to_vec());
+        let s = br#"{"role":"user","content":"hi"}"#;
+        let out = set_message_markers(s, &[(0, Some(Ttl::OneHour))]).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral","ttl":"1h"}}]}"#
+        );
+        let first = br#"{"cache_control":{"type":"ephemeral"}, "name":"t"}"#;
+        assert_eq!(
+            set_object_marker(first, None).unwrap(),
+            br#"{"name":"t"}"#.to_vec()
+        );
+        assert!(set_object_marker(
+            br#"{"name":"t","cache_control":{"type":"ephemeral"}}"#,
+            Some(Ttl::FiveMinutes)
+        )
+        .is_none());
+    }
+}

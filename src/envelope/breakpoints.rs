@@ -1,0 +1,240 @@
+//! Anthropic cache-marker placement (DESIGN §7): `preserve`, `auto` or `strip`.
+//!
+//! `auto` chooses at most 4 blocks, in this priority:
+//! 1. the last markable block of the last cached message (writes this request's prefix);
+//! 2. the last history message before an injection point (`before_last_user_prompt`), so
+//!    the history before an ephemeral injection stays readable next turn;
+//! 3. the end of the system prompt (or of the tools when there is no system prompt);
+//! 4. the client's own markers, latest first (they match what earlier requests wrote);
+//! 5. intermediate markers every 18 blocks back from the last one, so a turn that added
+//!    more than the provider's 20-block lookback still finds the previous turn's entry.
+//!
+//! A block is skipped when its prefix is below the model's minimum cacheable length.
+//! Markers with a 1h TTL must precede 5m ones: after the first 5m marker every later one
+//! is written as 5m. The uncached tail never carries a marker, in every mode.
+
+use std::collections::BTreeMap;
+
+use super::blocks::{self, Block};
+use super::Envelope;
+
+/// A marker lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ttl {
+    #[default]
+    FiveMinutes,
+    OneHour,
+}
+
+/// How cache markers are placed (Anthropic only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BreakpointMode {
+    /// Leave the client's markers as they are.
+    #[default]
+    Preserve,
+    /// cachet places the markers (see the module documentation).
+    Auto { ttl: Ttl },
+    /// Remove every marker.
+    Strip,
+}
+
+/// The provider's limit on markers per request.
+pub const MAX_MARKERS: usize = 4;
+/// Blocks between intermediate markers; below the provider's 20-block lookback.
+const STEP: usize = 18;
+/// Bytes per token above which a prefix is taken to be long enough without counting.
+const SAFE_BYTES_PER_TOKEN: u64 = 6;
+/// Minimum used when the model is not in the table.
+const DEFAULT_MIN_TOKENS: u64 = 1024;
+
+/// Where a block sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Loc {
+    Tool(usize),
+    System(usize),
+    Msg(usize, usize),
+}
+
+/// Marker changes per element, as computed by [`plan`].
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    pub tools: BTreeMap<usize, Option<Ttl>>,
+    pub system: BTreeMap<usize, Option<Ttl>>,
+    pub messages: BTreeMap<usize, Vec<(usize, Option<Ttl>)>>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty() && self.system.is_empty() && self.messages.is_empty()
+    }
+}
+
+struct Slot {
+    loc: Loc,
+    block: Block,
+    bytes: usize,
+}
+
+/// The blocks of the cacheable prefix in prompt order: tools, system, cached messages.
+fn slots(env: &Envelope) -> (Vec<Slot>, Vec<Vec<u8>>) {
+    let mut out = Vec::new();
+    let mut texts = Vec::new();
+    for (i, tool) in env.tools.iter().enumerate() {
+        let b = env.bytes_of(&tool.raw);
+        let block = blocks::object_block(b, 0..b.len());
+        out.push(Slot {
+            loc: Loc::Tool(i),
+            bytes: b.len(),
+            block,
+        });
+        texts.push(b.to_vec());
+    }
+    for (i, part) in env.system.iter().enumerate() {
+        let b = env.system_block_bytes(i);
+        let mut block = blocks::object_block(&b, 0..b.len());
+        block.markable &= !part.text.is_empty();
+        out.push(Slot {
+            loc: Loc::System(i),
+            bytes: b.len(),
+            block,
+        });
+        texts.push(part.text.as_bytes().to_vec());
+    }
+    for (i, m) in env.cached.iter().enumerate() {
+        let b = env.bytes_of(&m.raw);
+        for (j, block) in blocks::message_blocks(b).into_iter().enumerate() {
+            texts.push(b[block.span.clone()].to_vec());
+            out.push(Slot {
+                loc: Loc::Msg(i, j),
+                bytes: block.span.len(),
+                block,
+            });
+        }
+    }
+    (out, texts)
+}
+
+/// The index of the first slot whose prefix reaches `min_tokens`. Tokens never outnumber
+/// bytes, so nothing is counted until the bytes could reach the minimum; a prefix of
+/// `SAFE_BYTES_PER_TOKEN` bytes per required token is taken as long enough uncounted.
+fn first_cacheable(slots: &[Slot], texts: &[Vec<u8>], min_tokens: u64) -> usize {
+    let mut bytes = 0u64;
+    let mut tokens: Option<u64> = None;
+    for (i, slot) in slots.iter().enumerate() {
+        bytes += slot.bytes as u64;
+        if bytes >= min_tokens.saturating_mul(SAFE_BYTES_PER_TOKEN) {
+            return i;
+        }
+        if bytes < min_tokens {
+            continue;
+        }
+        let count = |t: &Vec<u8>| crate::tokens::count(&String::from_utf8_lossy(t));
+        let total = match tokens {
+            None => texts[..=i].iter().map(count).sum(),
+            Some(n) => n + count(&texts[i]),
+        };
+        tokens = Some(total);
+        if total >= min_tokens {
+            return i;
+        }
+    }
+    slots.len()
+}
+
+/// Decide the marker changes for `mode`.
+pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
+    let (slots, texts) = slots(env);
+    let wanted: Vec<Option<Ttl>> = match mode {
+        BreakpointMode::Preserve => return Plan::default(),
+        BreakpointMode::Strip => vec![None; slots.len()],
+        BreakpointMode::Auto { ttl } => auto(env, &slots, &texts, ttl),
+    };
+    let mut plan = Plan::default();
+    for (slot, want) in slots.iter().zip(wanted) {
+        if slot.block.marker == want {
+            continue;
+        }
+        match slot.loc {
+            Loc::Tool(i) => {
+                plan.tools.insert(i, want);
+            }
+            Loc::System(i) => {
+                plan.system.insert(i, want);
+            }
+            Loc::Msg(i, j) => plan.messages.entry(i).or_default().push((j, want)),
+        }
+    }
+    plan
+}
+
+fn auto(env: &Envelope, slots: &[Slot], texts: &[Vec<u8>], ttl: Ttl) -> Vec<Option<Ttl>> {
+    let min_tokens = crate::models::lookup(&env.meta.model)
+        .map(|m| m.min_cacheable_tokens)
+        .unwrap_or(DEFAULT_MIN_TOKENS);
+    let floor = first_cacheable(slots, texts, min_tokens);
+    // The last markable slot at or before `idx`, not below the minimum prefix.
+    let markable_at_or_before = |idx: usize| {
+        (floor..=idx.min(slots.len().saturating_sub(1)))
+            .rev()
+            .find(|&k| slots[k].block.markable)
+    };
+    let last_of = |pred: &dyn Fn(&Loc) -> bool| slots.iter().rposition(|s| pred(&s.loc));
+    let mut chosen: Vec<(usize, Ttl)> = Vec::new();
+    let take = |idx: Option<usize>, t: Ttl, chosen: &mut Vec<(usize, Ttl)>| {
+        if let Some(k) = idx {
+            if chosen.len() < MAX_MARKERS && !chosen.iter().any(|(c, _)| *c == k) {
+                chosen.push((k, t));
+            }
+        }
+    };
+    let last_msg = env.cached.len().checked_sub(1);
+    let last = last_msg
+        .and_then(|m| last_of(&|l| matches!(l, Loc::Msg(i, _) if *i == m)))
+        .and_then(&markable_at_or_before);
+    take(last, ttl, &mut chosen);
+    if let Some(first_injected) = env.cached.iter().position(|m| m.injected) {
+        let before = first_injected
+            .checked_sub(1)
+            .and_then(|m| last_of(&|l| matches!(l, Loc::Msg(i, _) if *i == m)))
+            .and_then(&markable_at_or_before);
+        take(before, ttl, &mut chosen);
+    }
+    let head = last_of(&|l| matches!(l, Loc::System(_) | Loc::Tool(_)));
+    let head = head.and_then(|h| markable_at_or_before(h).filter(|&k| k == h || k + STEP > h));
+    take(head, ttl, &mut chosen);
+    let client: Vec<usize> = (floor..slots.len())
+        .rev()
+        .filter(|&k| slots[k].block.marker.is_some() && slots[k].block.markable)
+        .collect();
+    for k in client {
+        take(Some(k), slots[k].block.marker.unwrap_or(ttl), &mut chosen);
+    }
+    if let Some(mut at) = last {
+        let earlier = |chosen: &[(usize, Ttl)], at: usize| {
+            chosen
+                .iter()
+                .map(|(c, _)| *c)
+                .filter(|&c| c < at)
+                .max()
+                .unwrap_or(0)
+        };
+        while chosen.len() < MAX_MARKERS && at >= STEP && at - STEP > earlier(&chosen, at) {
+            match markable_at_or_before(at - STEP) {
+                Some(k) if k > earlier(&chosen, at) => {
+                    take(Some(k), ttl, &mut chosen);
+                    at = k;
+                }
+                _ => break,
+            }
+        }
+    }
+    chosen.sort_by_key(|(k, _)| *k);
+    let mut wanted = vec![None; slots.len()];
+    let mut seen_short = false;
+    for (k, t) in chosen {
+        let t = if seen_short { Ttl::FiveMinutes } else { t };
+        seen_short |= t == Ttl::FiveMinutes;
+        wanted[k] = Some(t);
+    }
+    wanted
+}

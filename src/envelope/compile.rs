@@ -1,0 +1,395 @@
+//! Provider adapters, compile side: splice the envelope back into the provider payload.
+//! Untouched elements are copied from the client's body; only new or changed elements are
+//! serialised. With nothing changed, the client's bytes are returned as they are.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use super::blocks;
+use super::breakpoints::{self, BreakpointMode, Plan};
+use super::scan;
+use super::seq::{render, Container, Item};
+use super::{owned_keys, Envelope, SystemForm};
+use crate::provider::Endpoint;
+
+/// How to compile an envelope.
+#[derive(Debug, Clone, Default)]
+pub struct CompileOptions {
+    /// Anthropic cache markers.
+    pub breakpoints: BreakpointMode,
+    /// OpenAI `prompt_cache_key` to set (Chat and Responses).
+    pub prompt_cache_key: Option<String>,
+    /// Replace a `prompt_cache_key` the client sent itself.
+    pub override_prompt_cache_key: bool,
+}
+
+fn json_str(text: &str) -> Vec<u8> {
+    serde_json::to_vec(text).unwrap_or_else(|_| b"\"\"".to_vec())
+}
+
+impl Envelope {
+    fn is_anthropic(&self) -> bool {
+        matches!(self.endpoint, Endpoint::Messages | Endpoint::CountTokens)
+    }
+
+    /// The JSON string literal interior of part `i` (original bytes when untouched).
+    fn part_interior(&self, i: usize) -> Vec<u8> {
+        let part = &self.system[i];
+        if let (SystemForm::Text, Some(el)) = (&self.system_form, &part.element) {
+            let b = self.bytes_of(&el.raw);
+            return b[1..b.len() - 1].to_vec();
+        }
+        let lit = json_str(&part.text);
+        lit[1..lit.len() - 1].to_vec()
+    }
+
+    /// Part `i` as an Anthropic system text block.
+    pub(crate) fn system_block_bytes(&self, i: usize) -> Vec<u8> {
+        let part = &self.system[i];
+        if let (SystemForm::Blocks(_), Some(el)) = (&self.system_form, &part.element) {
+            return self.bytes_of(&el.raw).to_vec();
+        }
+        let mut out = br#"{"type":"text","text":""#.to_vec();
+        out.extend_from_slice(&self.part_interior(i));
+        out.extend_from_slice(b"\"}");
+        out
+    }
+
+    /// Compile the envelope into the provider payload.
+    pub fn compile(&self, opts: &CompileOptions) -> Bytes {
+        let plan = if self.is_anthropic() {
+            breakpoints::plan(self, opts.breakpoints)
+        } else {
+            Plan::default()
+        };
+        let mut option_edits = self.option_edits.clone();
+        if self.is_anthropic()
+            && opts.breakpoints != BreakpointMode::Preserve
+            && self.option_raw("cache_control").is_some()
+        {
+            // A top-level marker would count against the limit of 4 behind our back.
+            option_edits.push(("cache_control".into(), None));
+        }
+        if let (Some(key), false) = (&opts.prompt_cache_key, self.is_anthropic()) {
+            if opts.override_prompt_cache_key || self.option_raw("prompt_cache_key").is_none() {
+                option_edits.push(("prompt_cache_key".into(), Some(Bytes::from(json_str(key)))));
+            }
+        }
+        let tail_markers = self.is_anthropic()
+            && self.uncached.iter().any(|m| {
+                memchr::memmem::find(self.bytes_of(&m.raw), b"\"cache_control\"").is_some()
+            });
+        if !self.is_patched() && plan.is_empty() && option_edits.is_empty() && !tail_markers {
+            return self.body.clone();
+        }
+        let ctx = Ctx {
+            env: self,
+            plan: &plan,
+        };
+        let b: &[u8] = &self.body;
+        let mut items: Vec<Item<'_>> = Vec::with_capacity(self.top.len() + 4);
+        let mut done = Vec::new();
+        for (i, e) in self.top.iter().enumerate() {
+            let key = scan::decode_str(b, &e.key).unwrap_or_default();
+            let new_value: Option<Option<Vec<u8>>> =
+                if owned_keys(self.endpoint).contains(&key.as_str()) {
+                    done.push(key.clone());
+                    ctx.section(&key)
+                } else if let Some((_, v)) = option_edits.iter().rev().find(|(k, _)| *k == key) {
+                    done.push(key.clone());
+                    Some(v.as_ref().map(|v| v.to_vec()))
+                } else {
+                    None
+                };
+            let whole = e.key.start..e.value.end;
+            let bytes = match new_value {
+                None => Cow::Borrowed(&b[whole]),
+                Some(None) => continue,
+                Some(Some(v)) => {
+                    let mut out = b[e.key.start..e.value.start].to_vec();
+                    out.extend_from_slice(&v);
+                    Cow::Owned(out)
+                }
+            };
+            items.push(Item {
+                origin: Some(i),
+                bytes,
+            });
+        }
+        for key in owned_keys(self.endpoint) {
+            if !done.iter().any(|d| d == key) {
+                if let Some(Some(v)) = ctx.section(key) {
+                    items.push(Item {
+                        origin: None,
+                        bytes: Cow::Owned(entry(key, &v)),
+                    });
+                }
+            }
+        }
+        for (k, (key, value)) in option_edits.iter().enumerate() {
+            let last = !option_edits[k + 1..].iter().any(|(o, _)| o == key);
+            if let (true, false, Some(v)) = (last, done.contains(key), value) {
+                items.push(Item {
+                    origin: None,
+                    bytes: Cow::Owned(entry(key, v)),
+                });
+            }
+        }
+        let elems: Vec<scan::Span> = self.top.iter().map(|e| e.key.start..e.value.end).collect();
+        let container = Container {
+            src: b,
+            span: Some(self.top_span.clone()),
+            elems: &elems,
+        };
+        let mut out = Vec::with_capacity(b.len() + 256);
+        out.extend_from_slice(&b[..self.top_span.start]);
+        render(&container, b'{', b'}', &items, &mut out);
+        out.extend_from_slice(&b[self.top_span.end..]);
+        Bytes::from(out)
+    }
+}
+
+fn entry(key: &str, value: &[u8]) -> Vec<u8> {
+    let mut out = json_str(key);
+    out.push(b':');
+    out.extend_from_slice(value);
+    out
+}
+
+struct Ctx<'a> {
+    env: &'a Envelope,
+    plan: &'a Plan,
+}
+
+impl<'a> Ctx<'a> {
+    /// The new value of an envelope-owned top-level key: `None` = unchanged,
+    /// `Some(None)` = remove the key.
+    fn section(&self, key: &str) -> Option<Option<Vec<u8>>> {
+        let env = self.env;
+        match (env.endpoint, key) {
+            (_, "model") => None,
+            (_, "tools") => self.tools(),
+            (Endpoint::Chat, "messages") => self.messages(),
+            (Endpoint::Responses, "input") => self.messages(),
+            (Endpoint::Responses, "instructions") => self.text_system(),
+            (_, "messages") => self.messages(),
+            (_, "system") => match env.system_form {
+                SystemForm::Blocks(_) => self.block_system(),
+                _ if !self.plan.system.is_empty() => self.block_system(),
+                _ => self.text_system(),
+            },
+            _ => None,
+        }
+    }
+
+    fn tools(&self) -> Option<Option<Vec<u8>>> {
+        let env = self.env;
+        if !env.tools_dirty && self.plan.tools.is_empty() {
+            return None;
+        }
+        if env.tools.is_empty() && env.tools_orig.span.is_none() {
+            return Some(None);
+        }
+        let items: Vec<Item<'_>> =
+            env.tools
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let raw = env.bytes_of(&t.raw);
+                    let bytes = match self.plan.tools.get(&i) {
+                        Some(&want) => blocks::set_object_marker(raw, want)
+                            .map_or(Cow::Borrowed(raw), Cow::Owned),
+                        None => Cow::Borrowed(raw),
+                    };
+                    Item {
+                        origin: t.origin,
+                        bytes,
+                    }
+                })
+                .collect();
+        let c = Container {
+            src: &env.body,
+            span: env.tools_orig.span.clone(),
+            elems: &env.tools_orig.elems,
+        };
+        let mut out = Vec::new();
+        render(&c, b'[', b']', &items, &mut out);
+        Some(Some(out))
+    }
+
+    /// A string system prompt (Anthropic `system`, Responses `instructions`).
+    fn text_system(&self) -> Option<Option<Vec<u8>>> {
+        let env = self.env;
+        if !env.system_dirty {
+            return None;
+        }
+        if env.system.is_empty() {
+            return Some(None);
+        }
+        let mut out = vec![b'"'];
+        for i in 0..env.system.len() {
+            out.extend_from_slice(&env.part_interior(i));
+        }
+        out.push(b'"');
+        Some(Some(out))
+    }
+
+    /// Anthropic system text blocks, one per part.
+    fn block_system(&self) -> Option<Option<Vec<u8>>> {
+        let env = self.env;
+        if !env.system_dirty && self.plan.system.is_empty() {
+            return None;
+        }
+        if env.system.is_empty() {
+            return Some(None);
+        }
+        let blocks_form = matches!(env.system_form, SystemForm::Blocks(_));
+        let items: Vec<Item<'_>> = (0..env.system.len())
+            .map(|i| {
+                let raw = env.system_block_bytes(i);
+                let bytes = match self.plan.system.get(&i) {
+                    Some(&want) => blocks::set_object_marker(&raw, want).unwrap_or(raw),
+                    None => raw,
+                };
+                let origin = env.system[i]
+                    .element
+                    .as_ref()
+                    .and_then(|e| e.origin)
+                    .filter(|_| blocks_form);
+                Item {
+                    origin,
+                    bytes: Cow::Owned(bytes),
+                }
+            })
+            .collect();
+        let (span, elems) = match &env.system_form {
+            SystemForm::Blocks(span) => (
+                Some(span.clone()),
+                scan::elements(&env.body, span.start).unwrap_or_default(),
+            ),
+            _ => (None, Vec::new()),
+        };
+        let c = Container {
+            src: &env.body,
+            span,
+            elems: &elems,
+        };
+        let mut out = Vec::new();
+        render(&c, b'[', b']', &items, &mut out);
+        Some(Some(out))
+    }
+
+    fn messages(&self) -> Option<Option<Vec<u8>>> {
+        let env = self.env;
+        let chat_system = env.endpoint == Endpoint::Chat && env.system_dirty;
+        let tail_dirty = !env.uncached.is_empty();
+        if !env.messages_dirty && !tail_dirty && !chat_system && self.plan.messages.is_empty() {
+            return None;
+        }
+        let mut items: Vec<Item<'_>> = Vec::new();
+        if env.endpoint == Endpoint::Chat {
+            let role = match &env.system_form {
+                SystemForm::ChatMessages { role } => role.as_str(),
+                _ => "system",
+            };
+            for part in &env.system {
+                let item = match &part.element {
+                    Some(el) => Item {
+                        origin: el.origin,
+                        bytes: Cow::Borrowed(env.bytes_of(&el.raw)),
+                    },
+                    None => {
+                        let m = serde_json::json!({"role": role, "content": part.text});
+                        Item {
+                            origin: None,
+                            bytes: Cow::Owned(serde_json::to_vec(&m).unwrap_or_default()),
+                        }
+                    }
+                };
+                items.push(item);
+            }
+        }
+        for (i, m) in env.cached.iter().enumerate() {
+            let raw = env.bytes_of(&m.raw);
+            let bytes = match self.plan.messages.get(&i) {
+                Some(changes) => {
+                    blocks::set_message_markers(raw, changes).map_or(Cow::Borrowed(raw), Cow::Owned)
+                }
+                None => Cow::Borrowed(raw),
+            };
+            items.push(Item {
+                origin: m.origin,
+                bytes,
+            });
+        }
+        let anthropic = env.is_anthropic();
+        for m in &env.uncached {
+            let raw = env.bytes_of(&m.raw);
+            let bytes = match anthropic
+                .then(|| blocks::strip_message_markers(raw))
+                .flatten()
+            {
+                Some(stripped) => Cow::Owned(stripped),
+                None => Cow::Borrowed(raw),
+            };
+            items.push(Item {
+                origin: None,
+                bytes,
+            });
+        }
+        let c = Container {
+            src: &env.body,
+            span: env.messages_orig.span.clone(),
+            elems: &env.messages_orig.elems,
+        };
+        let mut out = Vec::new();
+        render(&c, b'[', b']', &items, &mut out);
+        Some(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Provider;
+
+    #[test]
+    fn identity_is_the_same_bytes() {
+        let body = Bytes::from_static(b" {\"model\" : \"claude-sonnet-4-5\", \"system\":\"s\",\n \"messages\":[{\"role\":\"user\",\"content\":\"hi\"} ] } ");
+        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
+        let out = env.compile(&CompileOptions::default());
+        assert_eq!(out, body);
+        assert_eq!(
+            out.as_ptr(),
+            body.as_ptr(),
+            "no copy for an unpatched envelope"
+        );
+    }
+
+    #[test]
+    fn prompt_cache_key_is_added_but_never_overrides_unless_asked() {
+        let body = Bytes::from_static(br#"{"model":"gpt-5","input":"hi"}"#);
+        let env = Envelope::parse(Provider::OpenAi, Endpoint::Responses, body).unwrap();
+        let opts = CompileOptions {
+            prompt_cache_key: Some("s1".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            &env.compile(&opts)[..],
+            br#"{"model":"gpt-5","input":"hi","prompt_cache_key":"s1"}"#
+        );
+        let body =
+            Bytes::from_static(br#"{"model":"gpt-5","prompt_cache_key":"own","messages":[]}"#);
+        let env = Envelope::parse(Provider::OpenAi, Endpoint::Chat, body.clone()).unwrap();
+        assert_eq!(env.compile(&opts), body);
+        let opts = CompileOptions {
+            override_prompt_cache_key: true,
+            ..opts
+        };
+        assert_eq!(
+            &env.compile(&opts)[..],
+            br#"{"model":"gpt-5","prompt_cache_key":"s1","messages":[]}"#
+        );
+    }
+}

@@ -1,0 +1,258 @@
+//! Provider adapters, parse side: split a request body into the envelope in one scan,
+//! recording byte ranges instead of building a document.
+
+use bytes::Bytes;
+
+use super::scan::{self, Span};
+use super::{Element, Envelope, Meta, OrigArray, SystemForm, SystemPart};
+use crate::error::ApiError;
+use crate::provider::{Endpoint, Provider};
+
+/// The name of the n-th part the client's own system prompt arrives as.
+pub(crate) fn base_part_name(n: usize) -> String {
+    if n == 0 {
+        "base".into()
+    } else {
+        format!("base.{n}")
+    }
+}
+
+/// Keys whose arrays are split into elements during the top-level scan.
+fn is_split_key(endpoint: Endpoint, key: &str) -> bool {
+    match endpoint {
+        Endpoint::Responses => key == "input" || key == "tools",
+        _ => key == "messages" || key == "tools",
+    }
+}
+
+pub(crate) fn parse(
+    provider: Provider,
+    endpoint: Endpoint,
+    body: Bytes,
+) -> Result<Envelope, ApiError> {
+    if !matches!(
+        endpoint,
+        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
+    ) {
+        return Err(ApiError::invalid(format!(
+            "the {} endpoint has no context envelope",
+            endpoint.label()
+        )));
+    }
+    let b: &[u8] = &body;
+    let start = scan::skip_ws(b, 0);
+    if b.get(start) != Some(&b'{') {
+        return Err(ApiError::invalid("the request body must be a JSON object"));
+    }
+    let mut arrays: Vec<(String, Vec<Span>)> = Vec::new();
+    let (top, end) = scan::entries_with(b, start, |key, vstart| {
+        if b.get(vstart) == Some(&b'[') {
+            if let Some(name) = scan::decode_str(b, key).filter(|k| is_split_key(endpoint, k)) {
+                let (elems, end) = scan::elements_end(b, vstart)?;
+                arrays.push((name, elems));
+                return Ok(end);
+            }
+        }
+        scan::value_end(b, vstart)
+    })
+    .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
+    if scan::skip_ws(b, end) != b.len() {
+        return Err(ApiError::invalid(
+            "the request body has trailing data after the JSON object",
+        ));
+    }
+    let find = |name: &str| {
+        top.iter()
+            .find(|e| scan::key_is(b, &e.key, name))
+            .map(|e| e.value.clone())
+    };
+    let take_array = |name: &str| -> Result<OrigArray, ApiError> {
+        let Some(span) = find(name) else {
+            return Ok(OrigArray::default());
+        };
+        if &b[span.clone()] == b"null" {
+            return Ok(OrigArray::default());
+        }
+        let elems = arrays
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, e)| e.clone())
+            .ok_or_else(|| ApiError::invalid(format!("{name} must be an array")))?;
+        Ok(OrigArray {
+            span: Some(span),
+            elems,
+        })
+    };
+    let model = match find("model") {
+        Some(span) => {
+            scan::decode_str(b, &span).ok_or_else(|| ApiError::invalid("model must be a string"))?
+        }
+        None => String::new(),
+    };
+    let tools_orig = take_array("tools")?;
+    let tools = elements_of(&tools_orig, 0);
+    let mut env = Envelope {
+        provider,
+        endpoint,
+        body: body.clone(),
+        top: top.clone(),
+        top_span: start..end,
+        system_form: SystemForm::Absent,
+        system: Vec::new(),
+        system_dirty: false,
+        tools_orig,
+        tools,
+        tools_dirty: false,
+        messages_orig: OrigArray::default(),
+        input_text: None,
+        cached: Vec::new(),
+        uncached: Vec::new(),
+        messages_dirty: false,
+        option_edits: Vec::new(),
+        meta: Meta::new(provider, endpoint, model),
+    };
+    match endpoint {
+        Endpoint::Chat => {
+            if find("messages").is_none() {
+                return Err(ApiError::invalid("messages is required"));
+            }
+            env.messages_orig = take_array("messages")?;
+            check_objects(b, &env.messages_orig, "messages")?;
+            split_chat_system(&mut env);
+        }
+        Endpoint::Responses => {
+            if let Some(span) = find("instructions") {
+                text_system(&mut env, span, "instructions")?;
+            }
+            match find("input") {
+                Some(span) if b[span.start] == b'"' => {
+                    let item = format!(
+                        r#"{{"type":"message","role":"user","content":{}}}"#,
+                        String::from_utf8_lossy(&b[span.clone()])
+                    );
+                    env.cached.push(Element::new(Bytes::from(item)));
+                    env.input_text = Some(span);
+                }
+                _ => {
+                    env.messages_orig = take_array("input")?;
+                    check_objects(b, &env.messages_orig, "input")?;
+                    env.cached = elements_of(&env.messages_orig, 0);
+                }
+            }
+        }
+        _ => {
+            if find("messages").is_none() {
+                return Err(ApiError::invalid("messages is required"));
+            }
+            env.messages_orig = take_array("messages")?;
+            check_objects(b, &env.messages_orig, "messages")?;
+            env.cached = elements_of(&env.messages_orig, 0);
+            if let Some(span) = find("system") {
+                match b[span.start] {
+                    b'"' => text_system(&mut env, span, "system")?,
+                    b'[' => block_system(&mut env, span)?,
+                    b'n' => {}
+                    _ => {
+                        return Err(ApiError::invalid(
+                            "system must be a string or an array of text blocks",
+                        ))
+                    }
+                }
+            }
+        }
+    }
+    Ok(env)
+}
+
+fn elements_of(arr: &OrigArray, skip: usize) -> Vec<Element> {
+    arr.elems
+        .iter()
+        .enumerate()
+        .skip(skip)
+        .map(|(i, s)| Element::orig(i, s.clone()))
+        .collect()
+}
+
+fn check_objects(b: &[u8], arr: &OrigArray, name: &str) -> Result<(), ApiError> {
+    match arr.elems.iter().position(|s| b[s.start] != b'{') {
+        Some(i) => Err(ApiError::invalid(format!("{name}[{i}] must be an object"))),
+        None => Ok(()),
+    }
+}
+
+fn text_system(env: &mut Envelope, span: Span, field: &str) -> Result<(), ApiError> {
+    if &env.body[span.clone()] == b"null" {
+        return Ok(());
+    }
+    let text = scan::decode_str(&env.body, &span)
+        .ok_or_else(|| ApiError::invalid(format!("{field} must be a string")))?;
+    env.system.push(SystemPart {
+        name: base_part_name(0),
+        text,
+        element: Some(Element::orig(0, span.clone())),
+    });
+    env.system_form = SystemForm::Text;
+    Ok(())
+}
+
+fn block_system(env: &mut Envelope, span: Span) -> Result<(), ApiError> {
+    let b = &env.body;
+    let blocks =
+        scan::elements(b, span.start).map_err(|e| ApiError::invalid(format!("system: {e}")))?;
+    for (i, block) in blocks.into_iter().enumerate() {
+        if b[block.start] != b'{' {
+            return Err(ApiError::invalid(format!(
+                "system[{i}] must be a text block"
+            )));
+        }
+        let text = scan::str_field(b, block.start, "text")
+            .ok_or_else(|| ApiError::invalid(format!("system[{i}] must be a text block")))?;
+        env.system.push(SystemPart {
+            name: base_part_name(i),
+            text,
+            element: Some(Element::orig(i, block)),
+        });
+    }
+    env.system_form = SystemForm::Blocks(span);
+    Ok(())
+}
+
+/// Chat: the leading `system`/`developer` messages are the system parts.
+fn split_chat_system(env: &mut Envelope) {
+    let b = &env.body;
+    let mut leading = 0;
+    let mut role_of_first = None;
+    for span in &env.messages_orig.elems {
+        let role = scan::str_field(b, span.start, "role").unwrap_or_default();
+        if role != "system" && role != "developer" {
+            break;
+        }
+        role_of_first.get_or_insert(role);
+        let text = chat_text(b, span.start);
+        env.system.push(SystemPart {
+            name: base_part_name(leading),
+            text,
+            element: Some(Element::orig(leading, span.clone())),
+        });
+        leading += 1;
+    }
+    env.system_form = SystemForm::ChatMessages {
+        role: role_of_first.unwrap_or_else(|| "system".into()),
+    };
+    env.cached = elements_of(&env.messages_orig, leading);
+}
+
+/// The text of a Chat message: its string content or its text parts joined.
+fn chat_text(b: &[u8], start: usize) -> String {
+    let Some(content) = scan::field(b, start, "content") else {
+        return String::new();
+    };
+    if let Some(text) = scan::decode_str(b, &content) {
+        return text;
+    }
+    scan::elements(b, content.start)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|part| scan::str_field(b, part.start, "text"))
+        .collect()
+}

@@ -1,0 +1,325 @@
+//! A small JSON span scanner: finds the byte ranges of values, object entries and array
+//! elements without building a document. The envelope keeps these ranges so that untouched
+//! elements are copied byte for byte when the payload is compiled back.
+
+use std::ops::Range;
+
+use memchr::memchr2;
+
+/// A byte range into the scanned buffer.
+pub type Span = Range<usize>;
+
+/// One `"key": value` entry of an object.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The key's string literal, quotes included.
+    pub key: Span,
+    pub value: Span,
+}
+
+/// What is wrong with a JSON text, with the byte offset where it was noticed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanError {
+    pub offset: usize,
+    pub what: &'static str,
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid JSON at byte {}: {}", self.offset, self.what)
+    }
+}
+
+fn err<T>(offset: usize, what: &'static str) -> Result<T, ScanError> {
+    Err(ScanError { offset, what })
+}
+
+/// The index of the first non-whitespace byte at or after `pos`.
+pub fn skip_ws(b: &[u8], mut pos: usize) -> usize {
+    while pos < b.len() && matches!(b[pos], b' ' | b'\t' | b'\n' | b'\r') {
+        pos += 1;
+    }
+    pos
+}
+
+/// Scan one value starting at `pos` (no leading whitespace); returns its end.
+pub fn value_end(b: &[u8], pos: usize) -> Result<usize, ScanError> {
+    match b.get(pos) {
+        None => err(pos, "unexpected end of input"),
+        Some(b'"') => string_end(b, pos),
+        Some(b'{') => {
+            let mut end = pos;
+            for_each_entry(b, pos, |_, _, e| {
+                end = e;
+                Ok(())
+            })?;
+            Ok(end)
+        }
+        Some(b'[') => {
+            let mut end = pos;
+            for_each_element(b, pos, |_, e| {
+                end = e;
+                Ok(())
+            })?;
+            Ok(end)
+        }
+        Some(c) if c.is_ascii_digit() || *c == b'-' => {
+            let mut end = pos + 1;
+            while end < b.len() && matches!(b[end], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+            {
+                end += 1;
+            }
+            Ok(end)
+        }
+        Some(_) => {
+            for lit in [&b"true"[..], b"false", b"null"] {
+                if b[pos..].starts_with(lit) {
+                    return Ok(pos + lit.len());
+                }
+            }
+            err(pos, "expected a value")
+        }
+    }
+}
+
+/// The end (one past the closing quote) of the string literal at `pos`.
+pub fn string_end(b: &[u8], pos: usize) -> Result<usize, ScanError> {
+    let mut i = pos + 1;
+    loop {
+        match memchr2(b'"', b'\\', &b[i.min(b.len())..]) {
+            None => return err(pos, "unterminated string"),
+            Some(off) => {
+                i += off;
+                if b[i] == b'"' {
+                    return Ok(i + 1);
+                }
+                i += 2; // skip the escaped byte
+            }
+        }
+    }
+}
+
+/// Visit each entry of the object at `pos` (`f(key, value, object_end_so_far)`); the last
+/// call's third argument is meaningless, the return value is the object's end.
+pub fn for_each_entry(
+    b: &[u8],
+    pos: usize,
+    mut f: impl FnMut(Span, Span, usize) -> Result<(), ScanError>,
+) -> Result<usize, ScanError> {
+    if b.get(pos) != Some(&b'{') {
+        return err(pos, "expected an object");
+    }
+    let mut i = skip_ws(b, pos + 1);
+    if b.get(i) == Some(&b'}') {
+        f(0..0, 0..0, i + 1).ok();
+        return Ok(i + 1);
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return err(i, "expected an object key");
+        }
+        let key_end = string_end(b, i)?;
+        let colon = skip_ws(b, key_end);
+        if b.get(colon) != Some(&b':') {
+            return err(colon, "expected ':' after an object key");
+        }
+        let vstart = skip_ws(b, colon + 1);
+        let vend = value_end(b, vstart)?;
+        let next = skip_ws(b, vend);
+        match b.get(next) {
+            Some(b',') => {
+                f(i..key_end, vstart..vend, next)?;
+                i = skip_ws(b, next + 1);
+            }
+            Some(b'}') => {
+                f(i..key_end, vstart..vend, next + 1)?;
+                return Ok(next + 1);
+            }
+            _ => return err(next, "expected ',' or '}' in an object"),
+        }
+    }
+}
+
+/// Visit each element of the array at `pos`; returns the array's end.
+pub fn for_each_element(
+    b: &[u8],
+    pos: usize,
+    mut f: impl FnMut(Span, usize) -> Result<(), ScanError>,
+) -> Result<usize, ScanError> {
+    if b.get(pos) != Some(&b'[') {
+        return err(pos, "expected an array");
+    }
+    let mut i = skip_ws(b, pos + 1);
+    if b.get(i) == Some(&b']') {
+        f(0..0, i + 1).ok();
+        return Ok(i + 1);
+    }
+    loop {
+        let end = value_end(b, i)?;
+        let next = skip_ws(b, end);
+        match b.get(next) {
+            Some(b',') => {
+                f(i..end, next)?;
+                i = skip_ws(b, next + 1);
+            }
+            Some(b']') => {
+                f(i..end, next + 1)?;
+                return Ok(next + 1);
+            }
+            _ => return err(next, "expected ',' or ']' in an array"),
+        }
+    }
+}
+
+/// Scan the object at `pos`, letting `value(key, start)` scan each value and return its
+/// end, so a caller can take apart the values it cares about in the same pass. Returns the
+/// entries and the object's end.
+pub fn entries_with(
+    b: &[u8],
+    pos: usize,
+    mut value: impl FnMut(&Span, usize) -> Result<usize, ScanError>,
+) -> Result<(Vec<Entry>, usize), ScanError> {
+    if b.get(pos) != Some(&b'{') {
+        return err(pos, "expected an object");
+    }
+    let mut out = Vec::new();
+    let mut i = skip_ws(b, pos + 1);
+    if b.get(i) == Some(&b'}') {
+        return Ok((out, i + 1));
+    }
+    loop {
+        if b.get(i) != Some(&b'"') {
+            return err(i, "expected an object key");
+        }
+        let key = i..string_end(b, i)?;
+        let colon = skip_ws(b, key.end);
+        if b.get(colon) != Some(&b':') {
+            return err(colon, "expected ':' after an object key");
+        }
+        let vstart = skip_ws(b, colon + 1);
+        let vend = value(&key, vstart)?;
+        out.push(Entry {
+            key,
+            value: vstart..vend,
+        });
+        let next = skip_ws(b, vend);
+        match b.get(next) {
+            Some(b',') => i = skip_ws(b, next + 1),
+            Some(b'}') => return Ok((out, next + 1)),
+            _ => return err(next, "expected ',' or '}' in an object"),
+        }
+    }
+}
+
+/// The element spans of the array at `start` and the array's end.
+pub fn elements_end(b: &[u8], start: usize) -> Result<(Vec<Span>, usize), ScanError> {
+    let mut out = Vec::new();
+    let end = for_each_element(b, start, |span, _| {
+        if !span.is_empty() {
+            out.push(span);
+        }
+        Ok(())
+    })?;
+    Ok((out, end))
+}
+
+/// The entries of the object at `span` (relative to `b`).
+pub fn entries(b: &[u8], start: usize) -> Result<Vec<Entry>, ScanError> {
+    let mut out = Vec::new();
+    for_each_entry(b, start, |key, value, _| {
+        if !key.is_empty() {
+            out.push(Entry { key, value });
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The element spans of the array at `start`.
+pub fn elements(b: &[u8], start: usize) -> Result<Vec<Span>, ScanError> {
+    let mut out = Vec::new();
+    for_each_element(b, start, |span, _| {
+        if !span.is_empty() {
+            out.push(span);
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Whether the key literal at `key` equals `name` (keys with escapes are decoded).
+pub fn key_is(b: &[u8], key: &Span, name: &str) -> bool {
+    let raw = &b[key.start + 1..key.end - 1];
+    if !raw.contains(&b'\\') {
+        return raw == name.as_bytes();
+    }
+    decode_str(b, key).as_deref() == Some(name)
+}
+
+/// Decode the string literal at `span`; `None` when it is not a string.
+pub fn decode_str(b: &[u8], span: &Span) -> Option<String> {
+    let raw = &b[span.clone()];
+    if raw.first() != Some(&b'"') {
+        return None;
+    }
+    let inner = &raw[1..raw.len() - 1];
+    if !inner.contains(&b'\\') {
+        return std::str::from_utf8(inner).ok().map(str::to_owned);
+    }
+    serde_json::from_slice(raw).ok()
+}
+
+/// The value span of `name` in the object at `start`.
+pub fn field(b: &[u8], start: usize, name: &str) -> Option<Span> {
+    let mut found = None;
+    for_each_entry(b, start, |key, value, _| {
+        if found.is_none() && !key.is_empty() && key_is(b, &key, name) {
+            found = Some(value);
+        }
+        Ok(())
+    })
+    .ok()?;
+    found
+}
+
+/// The decoded string value of `name` in the object at `start`.
+pub fn str_field(b: &[u8], start: usize, name: &str) -> Option<String> {
+    field(b, start, name).and_then(|s| decode_str(b, &s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_of_entries_and_elements() {
+        let text = br#" { "a" : [1, {"b":"x\"y"} ,true] , "c\u0064":null }"#;
+        let start = skip_ws(text, 0);
+        let es = entries(text, start).unwrap();
+        assert_eq!(es.len(), 2);
+        assert_eq!(&text[es[0].value.clone()], br#"[1, {"b":"x\"y"} ,true]"#);
+        assert!(key_is(text, &es[1].key, "cd"));
+        let els = elements(text, es[0].value.start).unwrap();
+        assert_eq!(&text[els[1].clone()], br#"{"b":"x\"y"}"#);
+        assert_eq!(str_field(text, els[1].start, "b").as_deref(), Some("x\"y"));
+    }
+
+    #[test]
+    fn malformed_input_is_an_error_not_a_panic() {
+        for bad in [
+            &b"{"[..],
+            b"{\"a\" 1}",
+            b"[1,",
+            b"\"abc",
+            b"{\"a\":tru}",
+            b"[1 2]",
+            b"\"\\",
+        ] {
+            assert!(
+                value_end(bad, 0).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
