@@ -55,7 +55,7 @@ impl MoveLines {
                 continue;
             }
             kept.push_str(&text[last..m.start()]);
-            taken.push(m.as_str().trim_end_matches('\n').to_string());
+            taken.push(m.as_str().trim_matches('\n').to_string());
             let at_line_start = m.start() == 0 || text[..m.start()].ends_with('\n');
             last = m.end();
             if at_line_start && text[last..].starts_with('\n') && !m.as_str().ends_with('\n') {
