@@ -145,3 +145,56 @@ fn iso_timestamps_move_and_stable_prompts_are_untouched() {
     assert_eq!(stabilize(&p, stable), (stable.to_string(), vec![]));
     assert!(Path::new(&p.source_file).exists());
 }
+
+/// Every TOML example in `policies/README.md` is valid: configuration blocks parse as
+/// `cachet.toml`, the others as (part of) a policy.
+#[test]
+fn readme_examples_pass_check() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("policies/README.md")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("notes")).unwrap();
+    std::fs::write(dir.path().join("memory.md"), "remember").unwrap();
+    let blocks: Vec<&str> = readme
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .collect();
+    assert!(blocks.len() >= 13, "{}", blocks.len());
+    // The op table's examples, each as a one-op patch.
+    let op_examples: Vec<String> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `") && l.contains("`{ op = "))
+        .filter_map(|l| l.rsplit("| `").next())
+        .map(|cell| {
+            let op = cell.trim_end_matches(" |").trim_end_matches('`');
+            format!("[[context]]\nreason = \"ephemeral\"\npatch = [ {op} ]\n")
+        })
+        .collect();
+    assert_eq!(op_examples.len(), 9);
+    let blocks = blocks.into_iter().map(str::to_string).chain(op_examples);
+    for block in blocks {
+        let block = block.as_str();
+        if block.contains("[policies]") {
+            cachet::config::Config::parse(Path::new("cachet.toml"), block)
+                .unwrap_or_else(|e| panic!("{e}\n{block}"));
+            continue;
+        }
+        let named = toml::from_str::<toml::Table>(block).is_ok_and(|t| t.contains_key("name"));
+        let text = if named {
+            block.to_string()
+        } else {
+            format!("name = \"example\"\n{block}")
+        };
+        let path = dir.path().join("example.toml");
+        parse_policy(&path, &text).unwrap_or_else(|e| {
+            panic!(
+                "{}\n{text}",
+                e.iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        });
+    }
+}

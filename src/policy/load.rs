@@ -132,7 +132,7 @@ pub fn parse_policy(path: &Path, text: &str) -> Result<Policy, Vec<PolicyError>>
             Some(span) => (
                 Some(line_col(text, span.start)),
                 locator
-                    .path_at(span.start, message.starts_with("missing field"))
+                    .path_at(span.clone(), message.starts_with("missing field"))
                     .to_string(),
             ),
             None => (None, String::new()),

@@ -52,12 +52,12 @@ impl Locator {
         best
     }
 
-    /// The path of the innermost key or value whose span holds `offset`; with
-    /// `tables_only`, of the innermost table (for "missing field" errors, whose span is
-    /// the table that lacks the field).
-    pub fn path_at(&self, offset: usize, tables_only: bool) -> FieldPath {
+    /// The path of the innermost key or value where `span` starts; with `tables_only`,
+    /// of the innermost table holding all of `span` (for "missing field" errors, whose
+    /// span is the table that lacks the field).
+    pub fn path_at(&self, span: Range<usize>, tables_only: bool) -> FieldPath {
         let mut search = Search {
-            offset,
+            span,
             tables_only,
             best: FieldPath::root(),
         };
@@ -99,17 +99,24 @@ fn contains(span: Option<Range<usize>>, offset: usize) -> bool {
 }
 
 struct Search {
-    offset: usize,
+    span: Range<usize>,
     tables_only: bool,
     best: FieldPath,
 }
 
 impl Search {
+    /// A key or value holding the error's start; with `tables_only`, a table holding the
+    /// whole error span.
     fn consider(&mut self, span: Option<Range<usize>>, path: &FieldPath, is_table: bool) {
-        if (is_table || !self.tables_only)
-            && contains(span, self.offset)
-            && path.0.len() > self.best.0.len()
-        {
+        let holds = if self.tables_only {
+            is_table
+                && span
+                    .as_ref()
+                    .is_some_and(|s| s.start <= self.span.start && self.span.end <= s.end)
+        } else {
+            contains(span, self.span.start)
+        };
+        if holds && path.0.len() > self.best.0.len() {
             self.best = path.clone();
         }
     }
