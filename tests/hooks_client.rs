@@ -325,3 +325,53 @@ async fn a_patch_without_invalidate_reason_is_parsed_then_refused_by_check_reaso
         vec!["op `system_part_set` changes cached content but has no invalidateCacheReason"]
     );
 }
+
+/// Collects formatted log output for assertions.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_failure_logs_one_clear_warning_without_secrets() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    // The test runtime is single-threaded: the guard covers the whole call.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (addr, _) = hook_server(Reply::Answer(200, "<html>oops</html>")).await;
+    let call = HookClient::new()
+        .unwrap()
+        .call_context(
+            &hook(addr, OnError::Continue, 5_000),
+            ContextReason::Ephemeral,
+            &envelope(),
+            None,
+            None,
+        )
+        .await;
+    assert!(call.is_failure());
+    let log = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    let line = warnings[0];
+    assert!(
+        line.contains("hook `test#0`: malformed answer: expected value at line 1 column 1"),
+        "{line}"
+    );
+    assert!(line.contains("on_error=\"continue\""), "{line}");
+    assert!(line.contains(&format!("url=http://{addr}/hook")), "{line}");
+    assert!(!line.contains("secret"), "{line}");
+}

@@ -70,6 +70,8 @@ pub fn load_policies(files: &[PathBuf], dirs: &[PathBuf]) -> Result<PolicySet, V
 
     let mut policies: Vec<Policy> = Vec::new();
     let mut first_file_of: HashMap<String, PathBuf> = HashMap::new();
+    // Hook names are metric labels: two hooks with one name would share a time series.
+    let mut hook_file_of: HashMap<String, PathBuf> = HashMap::new();
     for path in &paths {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
@@ -91,7 +93,24 @@ pub fn load_policies(files: &[PathBuf], dirs: &[PathBuf]) -> Result<PolicySet, V
                     continue;
                 }
                 first_file_of.insert(policy.name.clone(), path.clone());
-                policies.push(policy);
+                let mut clash = false;
+                for (i, hook) in policy.hooks.iter().enumerate() {
+                    if let Some(first) = hook_file_of.get(&hook.name) {
+                        let at = FieldPath::root().key("hook").index(i).key("name");
+                        let message = format!(
+                            "duplicate hook name `{}`; also used in {}",
+                            hook.name,
+                            first.display()
+                        );
+                        errors.push(place(path, &text, &Locator::new(&text), at.error(message)));
+                        clash = true;
+                    } else {
+                        hook_file_of.insert(hook.name.clone(), path.clone());
+                    }
+                }
+                if !clash {
+                    policies.push(policy);
+                }
             }
             Err(mut e) => errors.append(&mut e),
         }

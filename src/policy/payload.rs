@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::model::PayloadEdit;
+use super::model::{PayloadEdit, PromptCacheKey};
 use super::template::{render_value, TemplateVars};
 
 /// Apply the edits in order; each sees the previous one's result. A JSON Patch that fails
@@ -30,10 +30,55 @@ pub fn apply_payload_edits(
     Ok(())
 }
 
+/// Set OpenAI's `prompt_cache_key` from the session, unless the client already sent one
+/// (its own grouping wins). Returns whether the payload changed.
+pub fn apply_prompt_cache_key(
+    payload: &mut Value,
+    key: PromptCacheKey,
+    vars: &TemplateVars,
+) -> bool {
+    let PromptCacheKey::Session = key;
+    match payload.as_object_mut() {
+        Some(map) if !map.contains_key("prompt_cache_key") && !vars.session.is_empty() => {
+            map.insert(
+                "prompt_cache_key".into(),
+                Value::String(vars.session.clone()),
+            );
+            true
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn prompt_cache_key_from_session_keeps_the_clients_own() {
+        let vars = TemplateVars {
+            session: "s-4".into(),
+            ..TemplateVars::default()
+        };
+        let mut payload = json!({"model": "gpt-5"});
+        assert!(apply_prompt_cache_key(
+            &mut payload,
+            PromptCacheKey::Session,
+            &vars
+        ));
+        assert_eq!(
+            payload,
+            json!({"model": "gpt-5", "prompt_cache_key": "s-4"})
+        );
+        let mut payload = json!({"model": "gpt-5", "prompt_cache_key": "mine"});
+        assert!(!apply_prompt_cache_key(
+            &mut payload,
+            PromptCacheKey::Session,
+            &vars
+        ));
+        assert_eq!(payload["prompt_cache_key"], "mine");
+    }
 
     #[test]
     fn json_patch_then_merge_patch_with_templates() {

@@ -269,6 +269,26 @@ fn folder_loading_orders_by_order_then_file_name_and_refuses_duplicates() {
         "{msg}"
     );
 
+    let hook =
+        "[[hook]]\nname = \"h\"\nurl = \"http://127.0.0.1:1/\"\nevents = [\"context:ephemeral\"]\n";
+    let h1 = write(dir.path(), "h1.toml", &format!("name = \"h1\"\n{hook}"));
+    let h2 = write(
+        dir.path(),
+        "h2.toml",
+        &format!("name = \"h2\"\n{hook}{hook}"),
+    );
+    let errs = load_policies(&[h1, h2], &[]).unwrap_err();
+    let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert!(
+        msgs[0].contains("h2.toml:3:8: hook[0].name: duplicate hook name `h`; also used in "),
+        "{msgs:?}"
+    );
+    assert!(
+        msgs[1].contains("h2.toml:7:8: hook[1].name: duplicate hook name `h`"),
+        "{msgs:?}"
+    );
+
     let errs = load_policies(&[dir.path().join("missing.toml")], &[]).unwrap_err();
     assert!(
         errs[0].to_string().contains("missing.toml: cannot read: "),
