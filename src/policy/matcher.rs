@@ -1,0 +1,165 @@
+//! `[match]`: which requests a policy applies to.
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use http::header::HeaderName;
+use http::HeaderMap;
+
+use crate::provider::{Endpoint, Provider};
+
+/// The coding agent (or SDK) a request comes from, as far as cachet can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientKind {
+    Pi,
+    ClaudeCode,
+    Codex,
+    Sdk,
+    Unknown,
+}
+
+impl ClientKind {
+    pub const ALL: [ClientKind; 5] = [
+        ClientKind::Pi,
+        ClientKind::ClaudeCode,
+        ClientKind::Codex,
+        ClientKind::Sdk,
+        ClientKind::Unknown,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ClientKind::Pi => "pi",
+            ClientKind::ClaudeCode => "claude-code",
+            ClientKind::Codex => "codex",
+            ClientKind::Sdk => "sdk",
+            ClientKind::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.label() == s)
+    }
+}
+
+/// What is known about a request when policies are chosen.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFacts<'a> {
+    pub provider: Provider,
+    pub endpoint: Endpoint,
+    pub model: &'a str,
+    pub client: ClientKind,
+    pub headers: &'a HeaderMap,
+}
+
+/// A validated `[match]` table. Empty lists match everything.
+#[derive(Debug, Clone, Default)]
+pub struct Matcher {
+    pub providers: Vec<Provider>,
+    pub endpoints: Vec<Endpoint>,
+    /// The model globs as written, for display.
+    pub model_patterns: Vec<String>,
+    models: Option<GlobSet>,
+    pub clients: Vec<ClientKind>,
+    /// Header name (lower case) and the exact value it must have.
+    pub headers: Vec<(HeaderName, String)>,
+}
+
+impl Matcher {
+    pub fn new(
+        providers: Vec<Provider>,
+        endpoints: Vec<Endpoint>,
+        model_globs: Vec<(String, Glob)>,
+        clients: Vec<ClientKind>,
+        headers: Vec<(HeaderName, String)>,
+    ) -> Result<Self, globset::Error> {
+        let models = if model_globs.is_empty() {
+            None
+        } else {
+            let mut builder = GlobSetBuilder::new();
+            for (_, glob) in &model_globs {
+                builder.add(glob.clone());
+            }
+            Some(builder.build()?)
+        };
+        Ok(Matcher {
+            providers,
+            endpoints,
+            model_patterns: model_globs.into_iter().map(|(p, _)| p).collect(),
+            models,
+            clients,
+            headers,
+        })
+    }
+
+    /// Every condition given holds for the request.
+    pub fn matches(&self, facts: &RequestFacts<'_>) -> bool {
+        (self.providers.is_empty() || self.providers.contains(&facts.provider))
+            && (self.endpoints.is_empty() || self.endpoints.contains(&facts.endpoint))
+            && self.models.as_ref().is_none_or(|m| m.is_match(facts.model))
+            && (self.clients.is_empty() || self.clients.contains(&facts.client))
+            && self.headers.iter().all(|(name, value)| {
+                facts
+                    .headers
+                    .get_all(name)
+                    .iter()
+                    .any(|v| v.to_str().is_ok_and(|v| v == value))
+            })
+    }
+}
+
+/// Provider names as written in policies.
+pub fn parse_provider(s: &str) -> Option<Provider> {
+    [Provider::Anthropic, Provider::OpenAi]
+        .into_iter()
+        .find(|p| p.label() == s)
+}
+
+/// Endpoint names a policy can match (the generation endpoints).
+pub fn parse_endpoint(s: &str) -> Option<Endpoint> {
+    [Endpoint::Messages, Endpoint::Chat, Endpoint::Responses]
+        .into_iter()
+        .find(|e| e.label() == s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts<'a>(model: &'a str, headers: &'a HeaderMap) -> RequestFacts<'a> {
+        RequestFacts {
+            provider: Provider::Anthropic,
+            endpoint: Endpoint::Messages,
+            model,
+            client: ClientKind::ClaudeCode,
+            headers,
+        }
+    }
+
+    #[test]
+    fn every_given_condition_must_hold() {
+        let m = Matcher::new(
+            vec![Provider::Anthropic],
+            vec![],
+            vec![("claude-*".into(), Glob::new("claude-*").unwrap())],
+            vec![ClientKind::ClaudeCode, ClientKind::Pi],
+            vec![(HeaderName::from_static("x-team"), "infra".into())],
+        )
+        .unwrap();
+        let mut headers = HeaderMap::new();
+        assert!(!m.matches(&facts("claude-sonnet-4-5", &headers)));
+        headers.insert("x-team", "infra".parse().unwrap());
+        assert!(m.matches(&facts("claude-sonnet-4-5", &headers)));
+        assert!(!m.matches(&facts("gpt-5", &headers)));
+        let mut f = facts("claude-sonnet-4-5", &headers);
+        f.provider = Provider::OpenAi;
+        assert!(!m.matches(&f));
+        let mut f = facts("claude-sonnet-4-5", &headers);
+        f.client = ClientKind::Codex;
+        assert!(!m.matches(&f));
+    }
+
+    #[test]
+    fn empty_matcher_matches_everything() {
+        let headers = HeaderMap::new();
+        assert!(Matcher::default().matches(&facts("anything", &headers)));
+    }
+}
