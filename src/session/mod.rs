@@ -1,1 +1,32 @@
-//! Not built yet.
+//! Sessions: identity, the versioned session log, anchored replay of persisted patches,
+//! and the stores that keep them (embedded SQLite or shared Redis, a moka cache in front).
+//!
+//! Per request the pipeline: [`identify`]s the session, takes [`SessionStore::next_request_index`],
+//! loads the log ([`SessionStore::load`]), builds [`PrefixHashes`] over the client history
+//! and asks [`plan_replay`] which persisted patches apply; new persisted patches are
+//! appended as [`ContextTransform`] entries before the request is forwarded, and the
+//! request itself is recorded with [`record_request`] once its usage is known.
+
+pub mod admin;
+pub mod anchor;
+pub mod entry;
+pub mod identity;
+pub mod normalize;
+pub mod record;
+pub mod replay;
+pub mod store;
+
+pub use admin::{session_json, sessions_json};
+pub use anchor::{Anchor, PrefixHashes};
+pub use entry::{
+    is_persisted_reason, now_ms, ContextTransform, Entry, RequestRecord, SentMessages,
+    ENTRY_VERSION,
+};
+pub use identity::{identify, IdSource, SessionId};
+pub use normalize::{message_key, MessageKey};
+pub use record::{compact_request, record_request, sent_keys, RequestDraft};
+pub use replay::{plan_replay, ReplayPlan};
+pub use store::{
+    open_store, Blob, CachedStore, RedisStore, SessionStore, SessionSummary, SqliteStore,
+    StoreError, StoreResult, StoreStats,
+};

@@ -1,0 +1,200 @@
+//! The session log's entries: append-only, versioned JSON.
+//!
+//! Every entry carries `"version": 1` so a stored session survives upgrades; an entry a
+//! later cachet wrote and this one cannot read decodes as [`Entry::Unknown`] and is kept in
+//! place (positions in the log matter to the caches that read it).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::anchor::Anchor;
+use crate::patch::ops::Op;
+use crate::usage::Usage;
+
+/// The entry format this build writes.
+pub const ENTRY_VERSION: u32 = 1;
+
+fn current_version() -> u32 {
+    ENTRY_VERSION
+}
+
+// Both real variants are a few hundred bytes and live in one `Vec`; boxing buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Entry {
+    ContextTransform(ContextTransform),
+    Request(RequestRecord),
+    /// An entry this build cannot read; never written.
+    #[serde(other)]
+    Unknown,
+}
+
+impl Entry {
+    /// Decode one stored entry; unreadable ones become [`Entry::Unknown`].
+    pub fn decode(text: &str) -> Entry {
+        serde_json::from_str(text).unwrap_or(Entry::Unknown)
+    }
+
+    pub fn encode(&self) -> String {
+        // An `Entry` holds only JSON-representable data, so this cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The reasons whose patches are persisted; `ephemeral` patches never are.
+pub const PERSISTED_REASONS: &[&str] = &["before_request", "turn_end"];
+
+pub fn is_persisted_reason(reason: &str) -> bool {
+    PERSISTED_REASONS.contains(&reason)
+}
+
+/// A persisted patch, replayed on later requests whose history matches its anchor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextTransform {
+    #[serde(default = "current_version")]
+    pub version: u32,
+    /// Unix time in milliseconds.
+    pub time: u64,
+    pub transformer: String,
+    /// `before_request` or `turn_end`.
+    pub reason: String,
+    /// The client history the patch was made against.
+    pub anchor: Anchor,
+    pub patch: Vec<Op>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<Value>,
+    /// The request during which the patch was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_index: Option<u64>,
+}
+
+/// One forwarded request, in compact form: messages by content address.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    #[serde(default = "current_version")]
+    pub version: u32,
+    /// Unix time in milliseconds.
+    pub time: u64,
+    pub request_index: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_index: Option<u64>,
+    pub model: String,
+    pub provider: String,
+    pub endpoint: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The messages sent upstream.
+    pub sent: SentMessages,
+    /// Content address (hex) of the system prompt sent, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_key: Option<String>,
+    /// Content address (hex) of the tool definitions sent, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Upstream HTTP status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Cache-break diagnostics, when computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaks: Option<Value>,
+    /// Experiment variant, when the request took part in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+}
+
+/// The messages of a request as a delta on an earlier request of the same session, so the
+/// log grows with new messages only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SentMessages {
+    /// Number of messages sent.
+    pub count: usize,
+    /// Rolling hash of all of them (an [`Anchor`] over what was sent).
+    pub hash: String,
+    /// The earlier request whose sent messages are the first `base` of these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extends: Option<u64>,
+    #[serde(default)]
+    pub base: usize,
+    /// Content addresses (hex) of messages `base..count`.
+    pub keys: Vec<String>,
+}
+
+impl SentMessages {
+    pub fn anchor(&self) -> Anchor {
+        Anchor {
+            count: self.count,
+            hash: self.hash.clone(),
+        }
+    }
+}
+
+/// Unix time in milliseconds, now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn transform() -> ContextTransform {
+        ContextTransform {
+            version: ENTRY_VERSION,
+            time: 1_700_000_000_000,
+            transformer: "memory".into(),
+            reason: "before_request".into(),
+            anchor: Anchor {
+                count: 2,
+                hash: "ab".repeat(32),
+            },
+            patch: vec![Op::SystemPartSet {
+                part_name: "memory".into(),
+                text: "remember".into(),
+                before: None,
+                after: None,
+                invalidate_cache_reason: Some("memory".into()),
+            }],
+            display: None,
+            request_index: Some(0),
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_with_version_and_type() {
+        let entry = Entry::ContextTransform(transform());
+        let text = entry.encode();
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["type"], "context_transform");
+        assert_eq!(value["version"], 1);
+        assert_eq!(value["patch"][0]["op"], "system_part_set");
+        assert_eq!(value["patch"][0]["partName"], "memory");
+        assert_eq!(Entry::decode(&text), entry);
+    }
+
+    #[test]
+    fn unreadable_entries_decode_as_unknown() {
+        assert_eq!(
+            Entry::decode(r#"{"type":"future_kind","version":7}"#),
+            Entry::Unknown
+        );
+        assert_eq!(Entry::decode("not json"), Entry::Unknown);
+        let bad_patch = json!({"type": "context_transform", "version": 1, "time": 1,
+            "transformer": "t", "reason": "turn_end", "anchor": {"count": 0, "hash": ""},
+            "patch": [{"op": "no_such_op"}]});
+        assert_eq!(Entry::decode(&bad_patch.to_string()), Entry::Unknown);
+    }
+
+    #[test]
+    fn ephemeral_is_not_persisted() {
+        assert!(is_persisted_reason("before_request"));
+        assert!(is_persisted_reason("turn_end"));
+        assert!(!is_persisted_reason("ephemeral"));
+    }
+}

@@ -1,0 +1,206 @@
+//! Session identity: which session a request belongs to, first source that applies.
+//!
+//! 1. header `x-cachet-session`;
+//! 2. Claude Code: header `x-claude-code-session-id`, else the session inside
+//!    `metadata.user_id` (a JSON string with `session_id`, or `user_…_session_<uuid>`);
+//! 3. OpenAI `prompt_cache_key` (Chat and Responses bodies);
+//! 4. Codex's `session_id` header;
+//! 5. otherwise a fingerprint of the system prompt, the tools and the first user message.
+
+use http::HeaderMap;
+use serde::Serialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::normalize::canonical_bytes;
+use crate::provider::{Endpoint, Provider};
+
+/// Where a session id came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdSource {
+    /// `x-cachet-session`.
+    Header,
+    /// `x-claude-code-session-id`.
+    ClaudeCodeHeader,
+    /// The session inside Anthropic `metadata.user_id`.
+    ClaudeCodeMetadata,
+    /// OpenAI `prompt_cache_key`.
+    PromptCacheKey,
+    /// Codex's `session_id` header.
+    CodexHeader,
+    /// Hash of system prompt, tools and first user message.
+    Fingerprint,
+}
+
+impl IdSource {
+    pub fn label(self) -> &'static str {
+        match self {
+            IdSource::Header => "header",
+            IdSource::ClaudeCodeHeader => "claude_code_header",
+            IdSource::ClaudeCodeMetadata => "claude_code_metadata",
+            IdSource::PromptCacheKey => "prompt_cache_key",
+            IdSource::CodexHeader => "codex_header",
+            IdSource::Fingerprint => "fingerprint",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionId {
+    pub id: String,
+    pub source: IdSource,
+}
+
+/// Longest id used as given; longer ones, or ones with other characters, are hashed.
+const MAX_ID_LEN: usize = 128;
+/// The block Claude Code puts first in `system`; its nonce changes on every request.
+const BILLING_PREFIX: &str = "x-anthropic-billing-header:";
+
+/// Identify the session of a generation request.
+pub fn identify(
+    headers: &HeaderMap,
+    body: &Value,
+    provider: Provider,
+    endpoint: Endpoint,
+) -> SessionId {
+    let found = header(headers, "x-cachet-session")
+        .map(|id| (id, IdSource::Header))
+        .or_else(|| {
+            header(headers, "x-claude-code-session-id").map(|id| (id, IdSource::ClaudeCodeHeader))
+        })
+        .or_else(|| {
+            (provider == Provider::Anthropic)
+                .then(|| metadata_session(body))
+                .flatten()
+                .map(|id| (id, IdSource::ClaudeCodeMetadata))
+        })
+        .or_else(|| {
+            non_empty(body.get("prompt_cache_key").and_then(Value::as_str))
+                .map(|id| (id, IdSource::PromptCacheKey))
+        })
+        .or_else(|| header(headers, "session_id").map(|id| (id, IdSource::CodexHeader)));
+    match found {
+        Some((id, source)) => SessionId {
+            id: safe_id(&id),
+            source,
+        },
+        None => SessionId {
+            id: fingerprint(body, endpoint),
+            source: IdSource::Fingerprint,
+        },
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    non_empty(headers.get(name).and_then(|v| v.to_str().ok()))
+}
+
+fn non_empty(value: Option<&str>) -> Option<String> {
+    value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+/// The session inside Anthropic `metadata.user_id`: either a JSON object string carrying
+/// `session_id`, or the older `user_<hash>_account_<uuid>_session_<uuid>` form.
+fn metadata_session(body: &Value) -> Option<String> {
+    let user_id = body.pointer("/metadata/user_id")?.as_str()?;
+    if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(user_id) {
+        return non_empty(obj.get("session_id").and_then(Value::as_str));
+    }
+    let (_, session) = user_id.rsplit_once("_session_")?;
+    non_empty(Some(session))
+}
+
+/// Ids are used in store keys and admin URLs: keep short, plain ones as given, hash others.
+fn safe_id(id: &str) -> String {
+    let plain = id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:@".contains(&b));
+    if plain {
+        id.to_owned()
+    } else {
+        format!("h-{}", &hex::encode(Sha256::digest(id.as_bytes()))[..32])
+    }
+}
+
+/// `fp-` and 32 hex digits of sha256 over the canonical system prompt, tools and first user
+/// message.
+pub fn fingerprint(body: &Value, endpoint: Endpoint) -> String {
+    let (system, first_user) = match endpoint {
+        Endpoint::Chat => chat_parts(body),
+        Endpoint::Responses => responses_parts(body),
+        _ => anthropic_parts(body),
+    };
+    let tools = body.get("tools").cloned().unwrap_or(Value::Null);
+    // Under a `content` key so a string and its one-text-block form hash alike.
+    let material = json!({"system": system, "tools": tools, "first_user": {"content": first_user}});
+    let digest = Sha256::digest(canonical_bytes(&material));
+    format!("fp-{}", &hex::encode(digest)[..32])
+}
+
+/// System text blocks as a list of values, without Claude Code's billing block.
+fn system_blocks(system: Option<&Value>) -> Vec<Value> {
+    let blocks = match system {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+        Some(Value::Array(items)) => items.clone(),
+        Some(other) => vec![other.clone()],
+    };
+    blocks
+        .into_iter()
+        .filter(|block| {
+            let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+            !text.starts_with(BILLING_PREFIX)
+        })
+        .collect()
+}
+
+fn first_with_role<'a>(messages: Option<&'a Value>, role: &str) -> Option<&'a Value> {
+    messages?
+        .as_array()?
+        .iter()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some(role))
+        .and_then(|m| m.get("content"))
+}
+
+fn anthropic_parts(body: &Value) -> (Vec<Value>, Value) {
+    let system = system_blocks(body.get("system"));
+    let first = first_with_role(body.get("messages"), "user").cloned();
+    (system, first.unwrap_or(Value::Null))
+}
+
+fn chat_parts(body: &Value) -> (Vec<Value>, Value) {
+    let messages = body.get("messages").and_then(Value::as_array);
+    let system = messages
+        .map(|all| {
+            all.iter()
+                .take_while(|m| {
+                    matches!(
+                        m.get("role").and_then(Value::as_str),
+                        Some("system" | "developer")
+                    )
+                })
+                .flat_map(|m| system_blocks(m.get("content")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let first = first_with_role(body.get("messages"), "user").cloned();
+    (system, first.unwrap_or(Value::Null))
+}
+
+fn responses_parts(body: &Value) -> (Vec<Value>, Value) {
+    let system = system_blocks(body.get("instructions"));
+    let first = match body.get("input") {
+        Some(Value::String(text)) => Some(Value::String(text.clone())),
+        input => first_with_role(input, "user").cloned(),
+    };
+    (system, first.unwrap_or(Value::Null))
+}
+
+#[cfg(test)]
+#[path = "identity_tests.rs"]
+mod tests;

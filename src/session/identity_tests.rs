@@ -1,0 +1,223 @@
+use super::*;
+use http::HeaderValue;
+use serde_json::json;
+
+fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        map.insert(*name, HeaderValue::from_str(value).unwrap());
+    }
+    map
+}
+
+fn anthropic_body() -> Value {
+    json!({
+        "model": "claude-sonnet-4-5",
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=1; nonce=aaaa"},
+            {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "tools": [{"name": "read", "description": "Read a file", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "fix the bug"}]}
+        ],
+        "metadata": {"user_id": "{\"device_id\":\"d1\",\"session_id\":\"sess-json-1\"}"}
+    })
+}
+
+fn anth(h: &HeaderMap, body: &Value) -> SessionId {
+    identify(h, body, Provider::Anthropic, Endpoint::Messages)
+}
+
+#[test]
+fn cachet_header_wins_over_everything() {
+    let h = headers(&[
+        ("x-cachet-session", "mine"),
+        ("x-claude-code-session-id", "cc-1"),
+        ("session_id", "codex-1"),
+    ]);
+    let id = anth(&h, &anthropic_body());
+    assert_eq!(
+        id,
+        SessionId {
+            id: "mine".into(),
+            source: IdSource::Header
+        }
+    );
+}
+
+#[test]
+fn claude_code_header_comes_before_metadata() {
+    let h = headers(&[("x-claude-code-session-id", "cc-1")]);
+    let id = anth(&h, &anthropic_body());
+    assert_eq!(id.id, "cc-1");
+    assert_eq!(id.source, IdSource::ClaudeCodeHeader);
+}
+
+#[test]
+fn claude_code_metadata_json_form() {
+    let id = anth(&HeaderMap::new(), &anthropic_body());
+    assert_eq!(id.id, "sess-json-1");
+    assert_eq!(id.source, IdSource::ClaudeCodeMetadata);
+}
+
+#[test]
+fn claude_code_metadata_older_form() {
+    let mut body = anthropic_body();
+    body["metadata"]["user_id"] = json!(
+        "user_0a1b2c_account_5f2e8c1a-0000-4000-8000-000000000001_session_9d1c7e2a-1111-4222-8333-444455556666"
+    );
+    let id = anth(&HeaderMap::new(), &body);
+    assert_eq!(id.id, "9d1c7e2a-1111-4222-8333-444455556666");
+    assert_eq!(id.source, IdSource::ClaudeCodeMetadata);
+}
+
+#[test]
+fn metadata_without_a_session_falls_through_to_fingerprint() {
+    let mut body = anthropic_body();
+    body["metadata"]["user_id"] = json!("user_plain");
+    let id = anth(&HeaderMap::new(), &body);
+    assert_eq!(id.source, IdSource::Fingerprint);
+    assert!(id.id.starts_with("fp-") && id.id.len() == 35, "{}", id.id);
+}
+
+#[test]
+fn prompt_cache_key_for_chat_and_responses() {
+    let chat = json!({"model": "gpt-5", "prompt_cache_key": "pck-1", "messages": []});
+    let id = identify(&HeaderMap::new(), &chat, Provider::OpenAi, Endpoint::Chat);
+    assert_eq!(
+        id,
+        SessionId {
+            id: "pck-1".into(),
+            source: IdSource::PromptCacheKey
+        }
+    );
+    let responses = json!({"model": "gpt-5", "prompt_cache_key": "conv-9", "input": "hi"});
+    let h = headers(&[("session_id", "codex-1")]);
+    let id = identify(&h, &responses, Provider::OpenAi, Endpoint::Responses);
+    assert_eq!(
+        id,
+        SessionId {
+            id: "conv-9".into(),
+            source: IdSource::PromptCacheKey
+        }
+    );
+}
+
+#[test]
+fn codex_session_header_when_no_cache_key() {
+    let responses = json!({"model": "gpt-5", "input": "hi"});
+    let h = headers(&[("session_id", "codex-1")]);
+    let id = identify(&h, &responses, Provider::OpenAi, Endpoint::Responses);
+    assert_eq!(
+        id,
+        SessionId {
+            id: "codex-1".into(),
+            source: IdSource::CodexHeader
+        }
+    );
+}
+
+#[test]
+fn empty_header_values_are_ignored() {
+    let h = headers(&[("x-cachet-session", "  "), ("session_id", "codex-2")]);
+    let body = json!({"input": "hi"});
+    let id = identify(&h, &body, Provider::OpenAi, Endpoint::Responses);
+    assert_eq!(id.id, "codex-2");
+}
+
+#[test]
+fn unusual_ids_are_hashed_into_a_safe_form() {
+    let h = headers(&[("x-cachet-session", "has spaces/and slashes")]);
+    let id = anth(&h, &json!({}));
+    assert!(id.id.starts_with("h-") && id.id.len() == 34, "{}", id.id);
+    assert_eq!(id.source, IdSource::Header);
+    let again = anth(&h, &json!({}));
+    assert_eq!(id, again);
+}
+
+fn no_session(body: &Value) -> String {
+    let mut body = body.clone();
+    if let Some(obj) = body.as_object_mut() {
+        obj.remove("metadata");
+    }
+    let id = anth(&HeaderMap::new(), &body);
+    assert_eq!(id.source, IdSource::Fingerprint);
+    id.id
+}
+
+#[test]
+fn fingerprint_ignores_billing_nonce_cache_control_and_string_form() {
+    let base = no_session(&anthropic_body());
+
+    let mut nonce = anthropic_body();
+    nonce["system"][0]["text"] = json!("x-anthropic-billing-header: cc_version=1; nonce=bbbb");
+    assert_eq!(no_session(&nonce), base);
+
+    let mut markers = anthropic_body();
+    markers["system"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("cache_control");
+    markers["messages"][0]["content"][0]["cache_control"] = json!({"type": "ephemeral"});
+    assert_eq!(no_session(&markers), base);
+
+    let mut string_form = anthropic_body();
+    string_form["messages"][0]["content"] = json!("fix the bug");
+    assert_eq!(no_session(&string_form), base);
+
+    // Later turns do not change the session.
+    let mut later = anthropic_body();
+    later["messages"].as_array_mut().unwrap().extend([
+        json!({"role": "assistant", "content": "done"}),
+        json!({"role": "user", "content": "thanks"}),
+    ]);
+    assert_eq!(no_session(&later), base);
+}
+
+#[test]
+fn fingerprint_changes_with_system_tools_or_first_message() {
+    let base = no_session(&anthropic_body());
+    let mut system = anthropic_body();
+    system["system"][1]["text"] = json!("You are a different agent.");
+    assert_ne!(no_session(&system), base);
+    let mut tools = anthropic_body();
+    tools["tools"][0]["name"] = json!("write");
+    assert_ne!(no_session(&tools), base);
+    let mut first = anthropic_body();
+    first["messages"][0]["content"] = json!("another task");
+    assert_ne!(no_session(&first), base);
+}
+
+#[test]
+fn chat_fingerprint_uses_leading_system_and_developer_messages() {
+    let body = json!({"messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "developer", "content": [{"type": "text", "text": "Use tools."}]},
+        {"role": "user", "content": "hello"}
+    ]});
+    let fp = |b: &Value| identify(&HeaderMap::new(), b, Provider::OpenAi, Endpoint::Chat).id;
+    let base = fp(&body);
+    let mut changed = body.clone();
+    changed["messages"][1]["content"] = json!("Use no tools.");
+    assert_ne!(fp(&changed), base);
+    let mut string_form = body.clone();
+    string_form["messages"][2]["content"] = json!([{"type": "text", "text": "hello"}]);
+    assert_eq!(fp(&string_form), base);
+}
+
+#[test]
+fn responses_fingerprint_uses_instructions_and_first_input() {
+    let fp = |b: &Value| identify(&HeaderMap::new(), b, Provider::OpenAi, Endpoint::Responses).id;
+    let a = json!({"instructions": "Be brief.", "input": [{"role": "user", "content": "hi"}]});
+    let b = json!({"instructions": "Be brief.", "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "c1", "name": "x", "arguments": "{}"}
+    ]});
+    let c = json!({"instructions": "Be verbose.", "input": [{"role": "user", "content": "hi"}]});
+    assert_eq!(fp(&a), fp(&b));
+    assert_ne!(fp(&a), fp(&c));
+    // Malformed input never panics.
+    let odd = json!({"instructions": 5, "input": 7, "tools": "x"});
+    assert!(fp(&odd).starts_with("fp-"));
+}

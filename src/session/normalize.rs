@@ -1,0 +1,103 @@
+//! Canonical form of messages, system prompts and tools, for content addresses and anchors.
+//!
+//! Two renderings the provider caches identically must give the same key: `cache_control`
+//! is dropped everywhere, `"content": "X"` equals `[{"type":"text","text":"X"}]` (Claude Code
+//! rewrites an older user message from the block form to the string form), and object keys
+//! are sorted (Codex reorders `client_metadata` from one request to the next).
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// A content address: sha256 of a message's canonical bytes.
+pub type MessageKey = [u8; 32];
+
+/// The canonical form of any JSON value, following the rules in the module comment.
+pub fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().filter(|k| *k != "cache_control").collect();
+            keys.sort();
+            let mut out = Map::with_capacity(keys.len());
+            for key in keys {
+                let inner = &map[key.as_str()];
+                let normalised = match (key.as_str(), inner) {
+                    ("content", Value::String(text)) => text_blocks(text),
+                    _ => canonical(inner),
+                };
+                out.insert(key.clone(), normalised);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+/// `"X"` as the one-text-block array it is equivalent to.
+fn text_blocks(text: &str) -> Value {
+    let mut block = Map::new();
+    block.insert("text".into(), Value::String(text.to_owned()));
+    block.insert("type".into(), Value::String("text".into()));
+    Value::Array(vec![Value::Object(block)])
+}
+
+/// The canonical bytes of a value: what the content store keeps.
+pub fn canonical_bytes(value: &Value) -> Vec<u8> {
+    // Serialising a `Value` cannot fail: all keys are strings.
+    serde_json::to_vec(&canonical(value)).unwrap_or_default()
+}
+
+/// The content address of a message (or any value).
+pub fn message_key(msg: &Value) -> MessageKey {
+    key_of_bytes(&canonical_bytes(msg))
+}
+
+pub fn key_of_bytes(bytes: &[u8]) -> MessageKey {
+    Sha256::digest(bytes).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn string_content_equals_single_text_block() {
+        let a = json!({"role": "user", "content": "hello"});
+        let b = json!({"role": "user", "content": [{"type": "text", "text": "hello"}]});
+        assert_eq!(message_key(&a), message_key(&b));
+    }
+
+    #[test]
+    fn cache_control_is_ignored_at_any_depth() {
+        let a = json!({"role": "user", "content": [{"type": "text", "text": "hi"}]});
+        let b = json!({"role": "user", "content": [
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+        ]});
+        assert_eq!(message_key(&a), message_key(&b));
+    }
+
+    #[test]
+    fn key_order_is_ignored() {
+        let a: Value = serde_json::from_str(r#"{"role":"user","content":"x"}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"content":"x","role":"user"}"#).unwrap();
+        assert_eq!(message_key(&a), message_key(&b));
+    }
+
+    #[test]
+    fn different_text_gives_different_key() {
+        let a = json!({"role": "user", "content": "hello"});
+        let b = json!({"role": "user", "content": "hello!"});
+        assert_ne!(message_key(&a), message_key(&b));
+        let c = json!({"role": "assistant", "content": "hello"});
+        assert_ne!(message_key(&a), message_key(&c));
+    }
+
+    #[test]
+    fn tool_result_string_content_is_normalised_too() {
+        let a = json!({"type": "tool_result", "tool_use_id": "t1", "content": "ok"});
+        let b = json!({"type": "tool_result", "tool_use_id": "t1",
+            "content": [{"type": "text", "text": "ok"}]});
+        assert_eq!(message_key(&a), message_key(&b));
+    }
+}

@@ -1,0 +1,169 @@
+//! Two cachet instances on one Redis: each sees the other's appends, they share the
+//! request counter, and replay plans are identical on both.
+//!
+//! Needs `redis-server` on PATH (the test fails without it).
+
+mod session_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use cachet::session::{
+    message_key, open_store, plan_replay, Blob, PrefixHashes, RedisStore, SessionStore, StoreError,
+};
+use session_support::{history, insert_note, system_part};
+
+/// A `redis-server` on a free port, stopped on drop.
+struct RedisServer {
+    child: Child,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install -y redis-server)");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|line| line.contains("Ready to accept connections"));
+        assert!(ready, "redis-server did not start");
+        // Keep draining its output so it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        RedisServer { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn two_instances_serve_one_session_interchangeably() {
+    let server = RedisServer::start();
+    let a: Arc<dyn SessionStore> = open_store(&server.url()).await.unwrap();
+    let b: Arc<dyn SessionStore> = open_store(&server.url()).await.unwrap();
+    let full = history(20);
+
+    a.append("s", &[system_part(&full[..1], "memory")])
+        .await
+        .unwrap();
+    // Requests alternate between the instances; each appends a note after its turn.
+    let mut plans_a = Vec::new();
+    let mut plans_b = Vec::new();
+    for turn in 0..6usize {
+        let (this, other) = if turn % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let index = this.next_request_index("s").await.unwrap();
+        assert_eq!(index, turn as u64, "one counter for both instances");
+        let sent = &full[..2 * turn + 1];
+        let log = this.load("s").await.unwrap();
+        assert_eq!(log.len(), turn + 1, "sees every earlier append");
+        this.append("s", &[insert_note(sent, &format!("note {turn}"), index)])
+            .await
+            .unwrap();
+        // The other instance sees the append at once and plans the same replay.
+        let hashes = PrefixHashes::new(&full[..2 * turn + 3]);
+        let here = this.load("s").await.unwrap();
+        let there = other.load("s").await.unwrap();
+        assert_eq!(here, there);
+        plans_a.push(serde_json::to_string(&plan_replay(&here, &hashes).apply).unwrap());
+        plans_b.push(serde_json::to_string(&plan_replay(&there, &hashes).apply).unwrap());
+    }
+    assert_eq!(plans_a, plans_b);
+    let last = plan_replay(&a.load("s").await.unwrap(), &PrefixHashes::new(&full))
+        .apply
+        .len();
+    assert_eq!(last, 7);
+
+    // Content written by one instance is readable by the other.
+    let key = message_key(&full[0]);
+    a.put_blobs(&[Blob {
+        key,
+        bytes: b"m0".to_vec(),
+    }])
+    .await
+    .unwrap();
+    assert_eq!(
+        b.get_blobs(&[key]).await.unwrap(),
+        vec![Some(b"m0".to_vec())]
+    );
+    b.put_blobs(&[Blob {
+        key,
+        bytes: b"m0".to_vec(),
+    }])
+    .await
+    .unwrap();
+    let stats = b.stats().await.unwrap();
+    assert_eq!(stats.blobs, 1, "a blob is stored once");
+    assert_eq!(stats.entries, 7);
+
+    let sessions = b.list_sessions(10).await.unwrap();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0].id, "s");
+    assert_eq!(sessions[0].entries, 7);
+    assert_eq!(sessions[0].requests, 6);
+    assert!(sessions[0].created <= sessions[0].updated);
+}
+
+#[tokio::test]
+async fn a_store_that_goes_away_is_reported_unavailable() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    store
+        .append("s", &[insert_note(&history(2), "x", 0)])
+        .await
+        .unwrap();
+    drop(server);
+    let err = store.entry_count("s").await.expect_err("redis is gone");
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    let err = store.next_request_index("s").await.expect_err("still gone");
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    // Nothing secret (or the URL) leaks into the message.
+    assert!(!err.to_string().contains("127.0.0.1"), "{err}");
+}
+
+#[tokio::test]
+async fn connecting_to_nothing_fails_cleanly() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = RedisStore::connect(&format!("redis://127.0.0.1:{port}/0"))
+        .await
+        .err();
+    assert!(matches!(err, Some(StoreError::Unavailable(_))));
+    let err = RedisStore::connect("redis://:::bad").await.err();
+    assert!(matches!(
+        err,
+        Some(StoreError::InvalidSpec { .. }) | Some(StoreError::Unavailable(_))
+    ));
+}

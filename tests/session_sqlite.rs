@@ -1,0 +1,271 @@
+//! The embedded store: durability across reopen, shared counters, content addressing and
+//! the cache in front of it.
+
+mod session_support;
+
+use std::sync::Arc;
+
+use cachet::session::{
+    message_key, open_store, plan_replay, record_request, sent_keys, session_json, sessions_json,
+    Blob, CachedStore, Entry, PrefixHashes, RequestDraft, SessionStore, SqliteStore,
+};
+use serde_json::json;
+use session_support::{history, insert_note, system_part};
+
+#[tokio::test]
+async fn entries_survive_closing_and_reopening_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sessions.sqlite3");
+    let h = history(4);
+    let written = vec![
+        system_part(&h[..1], "remember the build"),
+        insert_note(&h, "n1", 1),
+    ];
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.append("s1", &written[..1]).await.unwrap();
+        store.append("s1", &written[1..]).await.unwrap();
+        assert_eq!(store.next_request_index("s1").await.unwrap(), 0);
+        assert_eq!(store.next_request_index("s1").await.unwrap(), 1);
+        store
+            .put_blobs(&[Blob {
+                key: message_key(&h[0]),
+                bytes: b"m0".to_vec(),
+            }])
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    let loaded = store.load("s1").await.unwrap();
+    assert_eq!(*loaded, written);
+    assert_eq!(store.entry_count("s1").await.unwrap(), 2);
+    assert_eq!(store.load_from("s1", 1).await.unwrap(), written[1..]);
+    // The counter goes on where it stopped.
+    assert_eq!(store.next_request_index("s1").await.unwrap(), 2);
+    let blobs = store
+        .get_blobs(&[message_key(&h[0]), message_key(&h[1])])
+        .await
+        .unwrap();
+    assert_eq!(blobs, vec![Some(b"m0".to_vec()), None]);
+    // Unknown sessions are empty, not errors.
+    assert_eq!(store.entry_count("nope").await.unwrap(), 0);
+    assert!(store.load("nope").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn open_store_uses_a_folder_and_creates_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("cachet-data");
+    let spec = format!("{}/", folder.display());
+    let store = open_store(&spec).await.unwrap();
+    store
+        .append("s", &[insert_note(&history(2), "x", 0)])
+        .await
+        .unwrap();
+    assert!(folder.join("sessions.sqlite3").exists());
+    let mode: String = rusqlite::Connection::open(folder.join("sessions.sqlite3"))
+        .unwrap()
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn an_unusable_path_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"not a folder").unwrap();
+    let spec = format!("{}/sub/", file.display());
+    let err = open_store(&spec).await.err().expect("must fail");
+    assert!(
+        err.to_string().contains("session store unavailable"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn the_cache_sees_appends_made_through_another_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let writer = SqliteStore::open(&path).await.unwrap();
+    let inner: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let cached = CachedStore::new(inner, 100, 100);
+    let h = history(6);
+    writer
+        .append("s", &[insert_note(&h[..2], "a", 0)])
+        .await
+        .unwrap();
+    assert_eq!(cached.load("s").await.unwrap().len(), 1);
+    writer
+        .append("s", &[insert_note(&h[..4], "b", 1)])
+        .await
+        .unwrap();
+    cached
+        .append("s", &[insert_note(&h, "c", 2)])
+        .await
+        .unwrap();
+    let log = cached.load("s").await.unwrap();
+    assert_eq!(log.len(), 3);
+    assert_eq!(*log, *writer.load("s").await.unwrap());
+    assert_eq!(cached.load_from("s", 2).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn replay_after_reopen_applies_only_to_the_same_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let h = history(8);
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .append("a", &[system_part(&h[..1], "project memory")])
+            .await
+            .unwrap();
+        store
+            .append("a", &[insert_note(&h[..4], "note", 1)])
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    let log = store.load("a").await.unwrap();
+    let plan = plan_replay(&log, &PrefixHashes::new(&h));
+    assert_eq!(plan.apply.len(), 2);
+    assert!(plan.stale.is_empty());
+    // Another session has nothing to replay.
+    assert!(store.load("b").await.unwrap().is_empty());
+    // A fork that drops the last two turns of the anchored prefix: the note is stale.
+    let mut forked = h[..2].to_vec();
+    forked.push(json!({"role": "user", "content": "go another way"}));
+    let plan = plan_replay(&log, &PrefixHashes::new(&forked));
+    assert_eq!(plan.apply.len(), 1);
+    assert_eq!(plan.apply[0].transformer, "memory");
+    assert_eq!(plan.stale.len(), 1);
+}
+
+#[tokio::test]
+async fn admin_json_lists_entries_and_recent_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+    let h = history(2);
+    store
+        .append("older", &[insert_note(&h, "x", 0)])
+        .await
+        .unwrap();
+    let index = store.next_request_index("newer").await.unwrap();
+    let usage = cachet::usage::Usage {
+        cache_read: 100,
+        uncached: 5,
+        output: 7,
+        ..Default::default()
+    };
+    let draft = RequestDraft {
+        request_index: index,
+        turn_index: Some(1),
+        model: "claude-sonnet-4-5",
+        provider: "anthropic",
+        endpoint: "messages",
+        client: Some("claude-code"),
+        sent: &h,
+        system: None,
+        tools: None,
+        usage: Some(usage),
+        status: Some(200),
+        breaks: None,
+        variant: None,
+    };
+    record_request(&store, "newer", &[], &draft).await.unwrap();
+
+    let one = session_json(&store, "newer")
+        .await
+        .unwrap()
+        .expect("known session");
+    assert_eq!(one["requests"], 1);
+    assert_eq!(one["usage"]["cache_read"], 100);
+    assert_eq!(one["entries"][0]["type"], "request");
+    assert_eq!(one["entries"][0]["usage"]["output"], 7);
+    assert_eq!(one["entries"][0]["sent"]["count"], 2);
+    assert!(session_json(&store, "missing").await.unwrap().is_none());
+
+    let list = sessions_json(&store, 10).await.unwrap();
+    let ids: Vec<&str> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&"older") && ids.contains(&"newer"));
+    let newer = &list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "newer")
+        .unwrap();
+    assert_eq!(newer["requests"], 1);
+    assert_eq!(newer["entries"], 1);
+    assert_eq!(
+        sessions_json(&store, 1).await.unwrap()["sessions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// 500 requests whose history grows by two messages each: every message is stored once and
+/// the log grows with the new messages only.
+#[tokio::test]
+async fn a_500_request_session_stores_each_message_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path().to_str().unwrap()).await.unwrap();
+    let system = json!([{"type": "text", "text": "You are a coding agent."}]);
+    let tools = json!([{"name": "read", "input_schema": {"type": "object"}}]);
+    let full = history(1000);
+    for i in 0..500u64 {
+        let sent = &full[..(2 * i as usize + 1)];
+        let prior = store.load("long").await.unwrap();
+        let draft = RequestDraft {
+            request_index: store.next_request_index("long").await.unwrap(),
+            turn_index: Some(i),
+            model: "claude-sonnet-4-5",
+            provider: "anthropic",
+            endpoint: "messages",
+            client: None,
+            sent,
+            system: Some(&system),
+            tools: Some(&tools),
+            usage: None,
+            status: Some(200),
+            breaks: None,
+            variant: None,
+        };
+        record_request(store.as_ref(), "long", &prior, &draft)
+            .await
+            .unwrap();
+    }
+    let stats = store.stats().await.unwrap();
+    // 999 distinct messages sent, plus the system prompt and the tools.
+    assert_eq!(stats.blobs, 999 + 2);
+    let message_bytes: u64 = full[..999]
+        .iter()
+        .map(|m| {
+            serde_json::to_vec(&cachet::session::normalize::canonical(m))
+                .unwrap()
+                .len() as u64
+        })
+        .sum();
+    assert!(stats.blob_bytes < message_bytes + 1000, "{stats:?}");
+    assert_eq!(stats.entries, 500);
+    // Each entry names at most its two new messages: linear, not quadratic, growth.
+    assert!(stats.entry_bytes < 500 * 900, "{stats:?}");
+
+    let log = store.load("long").await.unwrap();
+    let keys = sent_keys(&log, 499).expect("chain resolves");
+    let expected: Vec<_> = full[..999].iter().map(message_key).collect();
+    assert_eq!(keys, expected);
+    let Entry::Request(last) = &log[499] else {
+        panic!("expected a request")
+    };
+    assert_eq!(last.sent.extends, Some(498));
+    assert_eq!(last.sent.keys.len(), 2);
+}

@@ -1,0 +1,57 @@
+//! Helpers shared by the session tests.
+#![allow(dead_code)]
+
+use cachet::patch::ops::Op;
+use cachet::session::{Anchor, ContextTransform, Entry, ENTRY_VERSION};
+use serde_json::{json, Value};
+
+/// A conversation of `n` messages, alternating user and assistant.
+pub fn history(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                json!({"role": "user", "content": [{"type": "text", "text": format!("request number {i}: please look at file {i}.rs")}]})
+            } else {
+                json!({"role": "assistant", "content": [{"type": "text", "text": format!("answer {i}: the file looks fine")}]})
+            }
+        })
+        .collect()
+}
+
+/// A persisted `messages_insert` made against `history`.
+pub fn insert_note(history: &[Value], note: &str, request_index: u64) -> Entry {
+    Entry::ContextTransform(ContextTransform {
+        version: ENTRY_VERSION,
+        time: 1_700_000_000_000 + request_index,
+        transformer: "notes".into(),
+        reason: "turn_end".into(),
+        anchor: Anchor::of(history),
+        patch: vec![Op::MessagesInsert {
+            at: "end".into(),
+            messages: vec![json!({"role": "user", "content": note})],
+            invalidate_cache_reason: Some("a note for later turns".into()),
+        }],
+        display: None,
+        request_index: Some(request_index),
+    })
+}
+
+/// A persisted system part, anchored at the session's first message.
+pub fn system_part(history: &[Value], text: &str) -> Entry {
+    Entry::ContextTransform(ContextTransform {
+        version: ENTRY_VERSION,
+        time: 1_700_000_000_000,
+        transformer: "memory".into(),
+        reason: "before_request".into(),
+        anchor: Anchor::of(history),
+        patch: vec![Op::SystemPartSet {
+            part_name: "memory".into(),
+            text: text.into(),
+            before: None,
+            after: None,
+            invalidate_cache_reason: Some("memory loaded".into()),
+        }],
+        display: None,
+        request_index: Some(0),
+    })
+}
