@@ -74,7 +74,9 @@ impl Shared {
 /// Which family answers: by path for generation endpoints, by headers otherwise.
 fn family(path: &str, req: &Request<Incoming>) -> Provider {
     let h = req.headers();
-    if path.starts_with("/v1/messages")
+    if path.starts_with("/v1/chat/") || path.starts_with("/v1/responses") {
+        Provider::OpenAi
+    } else if path.starts_with("/v1/messages")
         || h.contains_key("anthropic-version")
         || h.contains_key("x-api-key")
     {
