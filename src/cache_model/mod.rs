@@ -94,7 +94,8 @@ impl Accounting {
 
     /// Input tokens neither read from nor written to the cache.
     pub fn uncached(&self) -> u64 {
-        self.input_tokens - self.cache_read - self.cache_write()
+        self.input_tokens
+            .saturating_sub(self.cache_read + self.cache_write())
     }
 
     /// The normalised usage, with the reply's output tokens.

@@ -269,3 +269,23 @@ fn count_tokens_matches_the_accounting_total() {
     let bad = json!({"model": SONNET, "messages": "nope"});
     assert!(CacheModel::count_tokens(Endpoint::CountTokens, &bad).is_err());
 }
+
+#[test]
+fn thinking_settings_and_images_invalidate_messages_only() {
+    let mut m = CacheModel::default();
+    let base = tooled("reads a file", Value::Null, SONNET);
+    let system_end = run(&mut m, &base, 0).detail.markers[0].prefix_tokens;
+    let mut thinking = base.clone();
+    thinking["thinking"] = json!({"type": "enabled", "budget_tokens": 2048});
+    let a = run(&mut m, &thinking, 1);
+    assert_eq!((a.cache_read, a.detail.hit_block), (system_end, Some(1)));
+    let mut image = base.clone();
+    let content = image["messages"][0]["content"].as_array_mut().unwrap();
+    content.push(json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}));
+    let b = run(&mut m, &image, 2);
+    assert_eq!(b.cache_read, system_end);
+    assert_eq!(
+        b.input_tokens,
+        run(&mut m, &base, 3).input_tokens + super::tokens::IMAGE_TOKENS
+    );
+}
