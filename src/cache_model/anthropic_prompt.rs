@@ -180,6 +180,9 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         has_images,
     ]);
 
+    // With extended thinking, a user turn that is not only tool results drops the thinking
+    // blocks of earlier turns from the prompt: the messages after them change.
+    let strip_thinking = thinking_enabled(obj.get("thinking")) && !ends_with_tool_results(messages);
     for (mi, message) in messages.iter().enumerate() {
         let role = message
             .get("role")
@@ -197,7 +200,11 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                 );
             }
             Some(Value::Array(content)) => {
+                let mut pushed = 0;
                 for (ci, block) in content.iter().enumerate() {
+                    if strip_thinking && is_thinking(block) {
+                        continue;
+                    }
                     let path = format!("messages.{mi}.content.{ci}");
                     let marker = marker_of(block, &path)?;
                     let markable = is_markable(block);
@@ -207,7 +214,8 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                         )));
                     }
                     let canon = without_cache_control(block).to_string();
-                    let first = if ci == 0 { "first" } else { "" };
+                    let first = if pushed == 0 { "first" } else { "" };
+                    pushed += 1;
                     b.push(
                         Level::Messages,
                         &["message", role, first, &canon],
@@ -325,9 +333,38 @@ fn parse_ttl(cc: &Value, path: &str) -> Result<Ttl, ApiError> {
     }
 }
 
+fn is_thinking(block: &Value) -> bool {
+    matches!(
+        block.get("type").and_then(Value::as_str),
+        Some("thinking") | Some("redacted_thinking")
+    )
+}
+
+fn thinking_enabled(thinking: Option<&Value>) -> bool {
+    matches!(
+        thinking.and_then(|t| t.get("type")).and_then(Value::as_str),
+        Some("enabled") | Some("adaptive")
+    )
+}
+
+/// Whether the last message is a user message made only of tool results.
+fn ends_with_tool_results(messages: &[Value]) -> bool {
+    let Some(last) = messages.last() else {
+        return false;
+    };
+    match last.get("content") {
+        Some(Value::Array(blocks)) if !blocks.is_empty() => blocks
+            .iter()
+            .all(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")),
+        _ => false,
+    }
+}
+
 fn is_markable(block: &Value) -> bool {
+    if is_thinking(block) {
+        return false;
+    }
     match block.get("type").and_then(Value::as_str) {
-        Some("thinking") | Some("redacted_thinking") => false,
         Some("text") => block
             .get("text")
             .and_then(Value::as_str)

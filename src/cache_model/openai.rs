@@ -1,7 +1,8 @@
 //! OpenAI automatic prompt caching: prompts of 1024 tokens or more are stored whole; a
 //! later prompt reads the longest stored prefix, rounded down to a multiple of 128
 //! tokens. Entries are partitioned by model and `prompt_cache_key` and expire after an
-//! idle period (each hit or write renews them).
+//! idle period (each hit or write renews them), or after 24 hours with
+//! `prompt_cache_retention: "24h"`.
 //!
 //! The prompt is a sequence of segments (tools, output schema, instructions, messages or
 //! input items), each with a cumulative key; a prefix matches up to the last identical
@@ -21,6 +22,8 @@ use crate::provider::Endpoint;
 pub const MIN_CACHED_TOKENS: u64 = 1024;
 /// Hits come in steps of this many tokens.
 pub const STEP_TOKENS: u64 = 128;
+/// Lifetime with `prompt_cache_retention: "24h"`.
+const EXTENDED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
 struct Segment {
     key: PrefixHash,
@@ -43,6 +46,11 @@ impl OpenAiCache {
     ) -> Result<Accounting, ApiError> {
         let (model, segments) = segments(endpoint, req)?;
         let total = segments.last().map_or(0, |s| s.cumulative_tokens);
+        // `prompt_cache_retention: "24h"` keeps this request's entries for a day.
+        let keep_ms = match req.get("prompt_cache_retention").and_then(Value::as_str) {
+            Some("24h") => idle_ms.max(EXTENDED_RETENTION_MS),
+            _ => idle_ms,
+        };
         let partition_name = req
             .get("prompt_cache_key")
             .and_then(Value::as_str)
@@ -65,12 +73,12 @@ impl OpenAiCache {
         };
         if let Some(i) = hit {
             for s in &segments[..=i] {
-                partition.insert(s.key, now_ms + idle_ms);
+                partition.insert(s.key, now_ms + keep_ms);
             }
         }
         if total >= MIN_CACHED_TOKENS {
             for s in &segments {
-                partition.insert(s.key, now_ms + idle_ms);
+                partition.insert(s.key, now_ms + keep_ms);
             }
         }
         Ok(Accounting {

@@ -289,3 +289,36 @@ fn thinking_settings_and_images_invalidate_messages_only() {
         run(&mut m, &base, 3).input_tokens + super::tokens::IMAGE_TOKENS
     );
 }
+
+#[test]
+fn a_new_user_turn_with_thinking_drops_earlier_thinking_and_what_follows_it() {
+    let mut m = CacheModel::default();
+    let system = json!([{"type": "text", "text": text(60).repeat(4), "cache_control": {"type": "ephemeral"}}]);
+    let marked =
+        |t: &str| json!({"type": "text", "text": t, "cache_control": {"type": "ephemeral"}});
+    let history = json!([
+        {"role": "user", "content": text(61)},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": text(62), "signature": "sig"},
+            {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}}]},
+    ]);
+    let mut messages = history.as_array().unwrap().clone();
+    messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": text(63), "cache_control": {"type": "ephemeral"}}]}));
+    let req = |messages: &Vec<Value>| {
+        json!({"model": SONNET, "max_tokens": 10,
+        "thinking": {"type": "enabled", "budget_tokens": 2048}, "system": system, "messages": messages})
+    };
+    let tool_turn = run(&mut m, &req(&messages), 0);
+    assert!(
+        tool_turn.input_tokens > prefix_tokens(1) * 5,
+        "thinking is kept inside a tool loop"
+    );
+    // A new user prompt: thinking is stripped, so only system + the first user message match.
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "done"}]}));
+    messages.push(json!({"role": "user", "content": [marked("next question")]}));
+    let next = run(&mut m, &req(&messages), 1);
+    assert_eq!(next.detail.hit_block, Some(1));
+    let system_and_first = next.detail.markers[0].prefix_tokens + crate::tokens::count(&text(61));
+    assert_eq!(next.cache_read, system_and_first);
+}
