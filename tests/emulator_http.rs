@@ -368,3 +368,29 @@ async fn a_fifth_marker_and_bad_bodies_are_400_invalid_request() {
     assert_eq!(models["object"], "list");
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn slow_faults_still_deliver_the_whole_answer() {
+    let emu = start().await;
+    let headers = [("x-cachet-emulate-fault", "slow-first-byte:5,slow-events:1")];
+    let text = post(&emu, "/v1/messages", &cached_messages(true), &headers)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let evs = events(&text);
+    assert_eq!(evs.first().unwrap().0, "message_start");
+    assert_eq!(evs.last().unwrap().0, "message_stop");
+    let chat = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(
+        &emu,
+        "/v1/chat/completions",
+        &chat,
+        &[("x-cachet-emulate-fault", "slow-first-byte:5")],
+    )
+    .await;
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    emu.shutdown().await;
+}
