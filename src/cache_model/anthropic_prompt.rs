@@ -61,6 +61,8 @@ pub struct Block {
     pub marker: Option<Ttl>,
     /// Whether a marker may sit here (not thinking blocks, not empty text).
     pub markable: bool,
+    /// Last block of its message (tool and system blocks count as their own message).
+    pub ends_message: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -198,6 +200,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                     None,
                     !s.is_empty(),
                 );
+                b.end_message();
             }
             Some(Value::Array(content)) => {
                 let mut pushed = 0;
@@ -223,6 +226,9 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                         marker,
                         markable,
                     );
+                }
+                if pushed > 0 {
+                    b.end_message();
                 }
             }
             _ => {
@@ -252,6 +258,12 @@ struct Builder {
 }
 
 impl Builder {
+    fn end_message(&mut self) {
+        if let Some(last) = self.blocks.last_mut() {
+            last.ends_message = true;
+        }
+    }
+
     fn push(
         &mut self,
         level: Level,
@@ -269,6 +281,7 @@ impl Builder {
             key,
             marker,
             markable,
+            ends_message: level != Level::Messages,
         });
     }
 }

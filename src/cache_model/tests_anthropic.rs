@@ -322,3 +322,21 @@ fn a_new_user_turn_with_thinking_drops_earlier_thinking_and_what_follows_it() {
     let system_and_first = next.detail.markers[0].prefix_tokens + crate::tokens::count(&text(61));
     assert_eq!(next.cache_read, system_and_first);
 }
+
+#[test]
+fn counting_whole_messages_as_blocks_reads_only_at_message_ends() {
+    let mut m = CacheModel::new(super::CacheModelConfig {
+        block_unit: super::BlockUnit::Message,
+        ..Default::default()
+    });
+    run(&mut m, &blocks_request(30, &[30], None), 0);
+    assert_eq!(
+        run(&mut m, &blocks_request(30, &[30], None), 1).cache_read,
+        prefix_tokens(30)
+    );
+    // Inside one message there is no boundary to fall back to.
+    assert_eq!(
+        run(&mut m, &blocks_request(30, &[30], Some(25)), 2).cache_read,
+        0
+    );
+}
