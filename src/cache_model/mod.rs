@@ -15,6 +15,8 @@ mod usage_json;
 mod tests_anthropic;
 #[cfg(test)]
 mod tests_openai;
+#[cfg(test)]
+mod tests_props;
 
 use serde_json::Value;
 
