@@ -394,3 +394,34 @@ async fn slow_faults_still_deliver_the_whole_answer() {
     assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     emu.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_error_event_can_follow_a_200() {
+    let emu = start().await;
+    let headers = [("x-cachet-emulate-fault", "error-event:2")];
+    let resp = post(&emu, "/v1/messages", &cached_messages(true), &headers).await;
+    assert_eq!(resp.status(), 200);
+    let evs = events(&resp.text().await.unwrap());
+    let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["message_start", "content_block_start", "error"]);
+    let err: Value = serde_json::from_str(&evs[2].1).unwrap();
+    assert_eq!(err["error"]["type"], "overloaded_error");
+    let req = json!({"model": "gpt-5", "stream": true, "input": "hello"});
+    let evs = events(
+        &post(&emu, "/v1/responses", &req, &headers)
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    let last: Value = serde_json::from_str(&evs.last().unwrap().1).unwrap();
+    assert_eq!(
+        (
+            evs.len(),
+            last["type"].as_str(),
+            last["sequence_number"].as_u64()
+        ),
+        (3, Some("error"), Some(2))
+    );
+    emu.shutdown().await;
+}

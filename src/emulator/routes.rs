@@ -213,6 +213,11 @@ async fn generate(
             Endpoint::Responses => responses::events(&turn),
             _ => anthropic::events(&turn),
         };
+        let mut events = events;
+        if let Some(n) = faults.error_event_after {
+            events.truncate(n);
+            events.push(fault::stream_error_event(endpoint, n));
+        }
         let body = event_body(events, faults.event_delay, faults.cut_after);
         let mut resp = json_response(provider, request_id, StatusCode::OK, body);
         resp.headers_mut().insert(
