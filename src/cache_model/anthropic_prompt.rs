@@ -3,7 +3,7 @@
 //! Order: tools → system → messages. One block per tool definition, per system text block
 //! and per message content block (string content is one block). Each block carries the
 //! cumulative key of the prefix ending with it, computed over a normalised form:
-//! `cache_control` removed, `"X"` ≡ `[{"type":"text","text":"X"}]`, and Claude Code's
+//! `cache_control` removed, object keys sorted (except inside `tool_use` input), `"X"` ≡ `[{"type":"text","text":"X"}]`, and Claude Code's
 //! `x-anthropic-billing-header:` system block left out (its nonce changes every request).
 //! Settings that invalidate a level are mixed into the chain where that level starts:
 //! the model before tools; `tool_choice`, `thinking` and the presence of images before
@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::hash::{Chain, PrefixHash};
+use super::hash::{canonical_json, Chain, PrefixHash};
 use super::tokens;
 use crate::error::ApiError;
 
@@ -112,12 +112,11 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
     };
     for (i, tool) in tools.iter().enumerate() {
         let canon = without_cache_control(tool);
-        let text = canon.to_string();
         let marker = marker_of(tool, &format!("tools.{i}"))?;
         b.push(
             Level::Tools,
-            &["tool", &text],
-            tokens::count(&text),
+            &["tool", &canonical_json(&canon)],
+            tokens::count(&canon.to_string()),
             marker,
             true,
         );
@@ -133,7 +132,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
             if s.starts_with(BILLING_HEADER_PREFIX) {
                 unkeyed_tokens += tokens::count(s);
             } else if !s.is_empty() {
-                let canon = text_block(s).to_string();
+                let canon = canonical_json(&text_block(s));
                 b.push(
                     Level::System,
                     &["system", &canon],
@@ -151,7 +150,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                     continue;
                 }
                 let marker = marker_of(part, &format!("system.{i}"))?;
-                let canon = without_cache_control(part).to_string();
+                let canon = canonical_json(&without_cache_control(part));
                 b.push(
                     Level::System,
                     &["system", &canon],
@@ -192,7 +191,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
             .ok_or_else(|| ApiError::invalid(format!("messages.{mi}.role: Field required")))?;
         match message.get("content") {
             Some(Value::String(s)) => {
-                let canon = text_block(s).to_string();
+                let canon = canonical_json(&text_block(s));
                 b.push(
                     Level::Messages,
                     &["message", role, "first", &canon],
@@ -216,7 +215,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                             "{path}: cache_control cannot be set on this block (thinking or empty text)"
                         )));
                     }
-                    let canon = without_cache_control(block).to_string();
+                    let canon = canonical_json(&without_cache_control(block));
                     let first = if pushed == 0 { "first" } else { "" };
                     pushed += 1;
                     b.push(

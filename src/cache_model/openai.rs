@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::hash::{Chain, PrefixHash};
+use super::hash::{canonical_json, Chain, PrefixHash};
 use super::tokens::{self, OPENAI_IMAGE_TOKENS, OPENAI_MESSAGE_OVERHEAD};
 use super::{Accounting, Detail};
 use crate::error::ApiError;
@@ -118,8 +118,10 @@ fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), A
     };
     if let Some(Value::Array(tools)) = obj.get("tools") {
         for tool in tools {
-            let json = tool.to_string();
-            out.push(&["tool", &json], tokens::count(&json));
+            out.push(
+                &["tool", &canonical_json(tool)],
+                tokens::count(&tool.to_string()),
+            );
         }
     }
     let schema = match endpoint {
@@ -127,8 +129,10 @@ fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), A
         _ => obj.get("response_format"),
     };
     if let Some(schema) = schema.filter(|s| !s.is_null()) {
-        let json = schema.to_string();
-        out.push(&["schema", &json], tokens::count(&json));
+        out.push(
+            &["schema", &canonical_json(schema)],
+            tokens::count(&schema.to_string()),
+        );
     }
     match endpoint {
         Endpoint::Responses => {
@@ -144,7 +148,7 @@ fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), A
                 }
                 Some(Value::Array(items)) => {
                     for item in items {
-                        out.push(&["item", &item.to_string()], item_tokens(item));
+                        out.push(&["item", &canonical_json(item)], item_tokens(item));
                     }
                 }
                 None | Some(Value::Null) => {}
@@ -164,7 +168,7 @@ fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), A
                     ApiError::invalid("Invalid type for 'messages': expected an array.")
                 })?;
             for message in messages {
-                out.push(&["message", &message.to_string()], item_tokens(message));
+                out.push(&["message", &canonical_json(message)], item_tokens(message));
             }
         }
     }

@@ -214,6 +214,10 @@ fn string_content_equals_a_text_block_and_billing_header_is_not_keyed() {
         json!([{"type": "text", "text": text(7), "cache_control": {"type": "ephemeral"}}]);
     let first = run(&mut m, &conversation(as_block, "aaaa"), 0);
     assert!(first.cache_write_5m > 0);
+    // Field order inside a block is not part of the key either.
+    let reordered = json!([{"text": text(7), "type": "text"}]);
+    let again = run(&mut m, &conversation(reordered, "cccc"), 500);
+    assert_eq!(again.cache_write(), 0);
     let as_string = json!(text(7));
     let second = run(&mut m, &conversation(as_string, "bbbb"), 1_000);
     let billing = crate::tokens::count("x-anthropic-billing-header: cc_version=1; nonce=bbbb");
