@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::anthropic_prompt::{flatten, Prompt, Ttl};
 use super::hash::PrefixHash;
-use super::{Accounting, Detail, Marker};
+use super::{Accounting, BlockUnit, CacheModelConfig, Detail, Marker};
 use crate::error::ApiError;
 
 /// Markers allowed per request (explicit plus automatic).
@@ -40,7 +40,7 @@ impl AnthropicCache {
         &mut self,
         req: &Value,
         now_ms: u64,
-        lookback: usize,
+        config: &CacheModelConfig,
     ) -> Result<Accounting, ApiError> {
         let prompt = flatten(req)?;
         let markers = resolve_markers(&prompt)?;
@@ -52,9 +52,16 @@ impl AnthropicCache {
         // Longest stored prefix reachable from any marker within the lookback window.
         let mut hit: Option<(usize, PrefixHash)> = None;
         for &(m, _) in &markers {
-            let lowest = (m + 1).saturating_sub(lookback.max(1));
-            for j in (lowest..=m).rev() {
-                if cum(j) < min {
+            let mut steps = 0;
+            for j in (0..=m).rev() {
+                let boundary = j == m
+                    || config.block_unit == BlockUnit::ContentBlock
+                    || prompt.blocks[j].ends_message;
+                if !boundary {
+                    continue;
+                }
+                steps += 1;
+                if steps > config.lookback_blocks.max(1) || cum(j) < min {
                     break;
                 }
                 if let Some(entry_key) = self.live_entry_with(prompt.blocks[j].key, now_ms) {

@@ -3,7 +3,7 @@
 //! Order: tools → system → messages. One block per tool definition, per system text block
 //! and per message content block (string content is one block). Each block carries the
 //! cumulative key of the prefix ending with it, computed over a normalised form:
-//! `cache_control` removed, `"X"` ≡ `[{"type":"text","text":"X"}]`, and Claude Code's
+//! `cache_control` removed, object keys sorted (except inside `tool_use` input), `"X"` ≡ `[{"type":"text","text":"X"}]`, and Claude Code's
 //! `x-anthropic-billing-header:` system block left out (its nonce changes every request).
 //! Settings that invalidate a level are mixed into the chain where that level starts:
 //! the model before tools; `tool_choice`, `thinking` and the presence of images before
@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::hash::{Chain, PrefixHash};
+use super::hash::{canonical_json, Chain, PrefixHash};
 use super::tokens;
 use crate::error::ApiError;
 
@@ -61,6 +61,8 @@ pub struct Block {
     pub marker: Option<Ttl>,
     /// Whether a marker may sit here (not thinking blocks, not empty text).
     pub markable: bool,
+    /// Last block of its message (tool and system blocks count as their own message).
+    pub ends_message: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -110,12 +112,11 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
     };
     for (i, tool) in tools.iter().enumerate() {
         let canon = without_cache_control(tool);
-        let text = canon.to_string();
         let marker = marker_of(tool, &format!("tools.{i}"))?;
         b.push(
             Level::Tools,
-            &["tool", &text],
-            tokens::count(&text),
+            &["tool", &canonical_json(&canon)],
+            tokens::count(&canon.to_string()),
             marker,
             true,
         );
@@ -131,7 +132,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
             if s.starts_with(BILLING_HEADER_PREFIX) {
                 unkeyed_tokens += tokens::count(s);
             } else if !s.is_empty() {
-                let canon = text_block(s).to_string();
+                let canon = canonical_json(&text_block(s));
                 b.push(
                     Level::System,
                     &["system", &canon],
@@ -149,7 +150,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                     continue;
                 }
                 let marker = marker_of(part, &format!("system.{i}"))?;
-                let canon = without_cache_control(part).to_string();
+                let canon = canonical_json(&without_cache_control(part));
                 b.push(
                     Level::System,
                     &["system", &canon],
@@ -180,6 +181,9 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         has_images,
     ]);
 
+    // With extended thinking, a user turn that is not only tool results drops the thinking
+    // blocks of earlier turns from the prompt: the messages after them change.
+    let strip_thinking = thinking_enabled(obj.get("thinking")) && !ends_with_tool_results(messages);
     for (mi, message) in messages.iter().enumerate() {
         let role = message
             .get("role")
@@ -187,7 +191,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
             .ok_or_else(|| ApiError::invalid(format!("messages.{mi}.role: Field required")))?;
         match message.get("content") {
             Some(Value::String(s)) => {
-                let canon = text_block(s).to_string();
+                let canon = canonical_json(&text_block(s));
                 b.push(
                     Level::Messages,
                     &["message", role, "first", &canon],
@@ -195,9 +199,14 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                     None,
                     !s.is_empty(),
                 );
+                b.end_message();
             }
             Some(Value::Array(content)) => {
+                let mut pushed = 0;
                 for (ci, block) in content.iter().enumerate() {
+                    if strip_thinking && is_thinking(block) {
+                        continue;
+                    }
                     let path = format!("messages.{mi}.content.{ci}");
                     let marker = marker_of(block, &path)?;
                     let markable = is_markable(block);
@@ -206,8 +215,9 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                             "{path}: cache_control cannot be set on this block (thinking or empty text)"
                         )));
                     }
-                    let canon = without_cache_control(block).to_string();
-                    let first = if ci == 0 { "first" } else { "" };
+                    let canon = canonical_json(&without_cache_control(block));
+                    let first = if pushed == 0 { "first" } else { "" };
+                    pushed += 1;
                     b.push(
                         Level::Messages,
                         &["message", role, first, &canon],
@@ -215,6 +225,9 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
                         marker,
                         markable,
                     );
+                }
+                if pushed > 0 {
+                    b.end_message();
                 }
             }
             _ => {
@@ -244,6 +257,12 @@ struct Builder {
 }
 
 impl Builder {
+    fn end_message(&mut self) {
+        if let Some(last) = self.blocks.last_mut() {
+            last.ends_message = true;
+        }
+    }
+
     fn push(
         &mut self,
         level: Level,
@@ -261,6 +280,7 @@ impl Builder {
             key,
             marker,
             markable,
+            ends_message: level != Level::Messages,
         });
     }
 }
@@ -325,9 +345,38 @@ fn parse_ttl(cc: &Value, path: &str) -> Result<Ttl, ApiError> {
     }
 }
 
+fn is_thinking(block: &Value) -> bool {
+    matches!(
+        block.get("type").and_then(Value::as_str),
+        Some("thinking") | Some("redacted_thinking")
+    )
+}
+
+fn thinking_enabled(thinking: Option<&Value>) -> bool {
+    matches!(
+        thinking.and_then(|t| t.get("type")).and_then(Value::as_str),
+        Some("enabled") | Some("adaptive")
+    )
+}
+
+/// Whether the last message is a user message made only of tool results.
+fn ends_with_tool_results(messages: &[Value]) -> bool {
+    let Some(last) = messages.last() else {
+        return false;
+    };
+    match last.get("content") {
+        Some(Value::Array(blocks)) if !blocks.is_empty() => blocks
+            .iter()
+            .all(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")),
+        _ => false,
+    }
+}
+
 fn is_markable(block: &Value) -> bool {
+    if is_thinking(block) {
+        return false;
+    }
     match block.get("type").and_then(Value::as_str) {
-        Some("thinking") | Some("redacted_thinking") => false,
         Some("text") => block
             .get("text")
             .and_then(Value::as_str)

@@ -49,3 +49,65 @@ mod tests {
         assert_ne!(c.push(&["x"]), Chain::new(&["m"]).push(&["x"]));
     }
 }
+
+/// Compact JSON with object keys sorted, so that field order (which the provider's prompt
+/// rendering ignores) does not change a key. The value of an `input` field (tool_use
+/// arguments) keeps its order: there the order is part of the prompt text.
+pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::from(key.as_str()).to_string());
+                out.push(':');
+                match (key.as_str(), &map[key]) {
+                    ("input", v) => out.push_str(&v.to_string()),
+                    (_, v) => write_canonical(v, out),
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod canonical_tests {
+    use serde_json::json;
+
+    #[test]
+    fn keys_sorted_except_tool_input() {
+        let a = json!({"type": "text", "text": "x"});
+        let b = json!({"text": "x", "type": "text"});
+        assert_eq!(super::canonical_json(&a), super::canonical_json(&b));
+        let u1 = json!({"type": "tool_use", "input": {"b": 1, "a": 2}});
+        let u2 = json!({"type": "tool_use", "input": {"a": 2, "b": 1}});
+        assert_ne!(super::canonical_json(&u1), super::canonical_json(&u2));
+        assert_eq!(
+            super::canonical_json(&u1),
+            r#"{"input":{"b":1,"a":2},"type":"tool_use"}"#
+        );
+    }
+}

@@ -15,6 +15,8 @@ mod usage_json;
 mod tests_anthropic;
 #[cfg(test)]
 mod tests_openai;
+#[cfg(test)]
+mod tests_props;
 
 use serde_json::Value;
 
@@ -26,11 +28,24 @@ pub use openai::{OpenAiCache, MIN_CACHED_TOKENS, STEP_TOKENS};
 use crate::error::ApiError;
 use crate::provider::Endpoint;
 
+/// What counts as one block for the Anthropic lookback (the provider does not document
+/// it precisely).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BlockUnit {
+    /// Each tool definition, system block and message content block (the default).
+    #[default]
+    ContentBlock,
+    /// Each tool definition, system block and whole message: reads and lookback steps
+    /// only at message ends.
+    Message,
+}
+
 /// Tunables of the model; the defaults follow the providers' documentation.
 #[derive(Debug, Clone)]
 pub struct CacheModelConfig {
     /// Block boundaries an Anthropic marker looks back over (the marked block counts).
     pub lookback_blocks: usize,
+    pub block_unit: BlockUnit,
     /// OpenAI idle expiry.
     pub openai_idle_secs: u64,
 }
@@ -39,6 +54,7 @@ impl Default for CacheModelConfig {
     fn default() -> Self {
         CacheModelConfig {
             lookback_blocks: 20,
+            block_unit: BlockUnit::ContentBlock,
             openai_idle_secs: 600,
         }
     }
@@ -94,7 +110,8 @@ impl Accounting {
 
     /// Input tokens neither read from nor written to the cache.
     pub fn uncached(&self) -> u64 {
-        self.input_tokens - self.cache_read - self.cache_write()
+        self.input_tokens
+            .saturating_sub(self.cache_read + self.cache_write())
     }
 
     /// The normalised usage, with the reply's output tokens.
@@ -127,10 +144,7 @@ impl CacheModel {
         now_ms: u64,
     ) -> Result<Accounting, ApiError> {
         match endpoint {
-            Endpoint::Messages => {
-                self.anthropic
-                    .account(request, now_ms, self.config.lookback_blocks)
-            }
+            Endpoint::Messages => self.anthropic.account(request, now_ms, &self.config),
             Endpoint::Chat | Endpoint::Responses => self.openai.account(
                 endpoint,
                 request,

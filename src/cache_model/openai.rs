@@ -1,7 +1,8 @@
 //! OpenAI automatic prompt caching: prompts of 1024 tokens or more are stored whole; a
 //! later prompt reads the longest stored prefix, rounded down to a multiple of 128
 //! tokens. Entries are partitioned by model and `prompt_cache_key` and expire after an
-//! idle period (each hit or write renews them).
+//! idle period (each hit or write renews them), or after 24 hours with
+//! `prompt_cache_retention: "24h"`.
 //!
 //! The prompt is a sequence of segments (tools, output schema, instructions, messages or
 //! input items), each with a cumulative key; a prefix matches up to the last identical
@@ -11,7 +12,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::hash::{Chain, PrefixHash};
+use super::hash::{canonical_json, Chain, PrefixHash};
 use super::tokens::{self, OPENAI_IMAGE_TOKENS, OPENAI_MESSAGE_OVERHEAD};
 use super::{Accounting, Detail};
 use crate::error::ApiError;
@@ -21,6 +22,8 @@ use crate::provider::Endpoint;
 pub const MIN_CACHED_TOKENS: u64 = 1024;
 /// Hits come in steps of this many tokens.
 pub const STEP_TOKENS: u64 = 128;
+/// Lifetime with `prompt_cache_retention: "24h"`.
+const EXTENDED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
 struct Segment {
     key: PrefixHash,
@@ -43,6 +46,11 @@ impl OpenAiCache {
     ) -> Result<Accounting, ApiError> {
         let (model, segments) = segments(endpoint, req)?;
         let total = segments.last().map_or(0, |s| s.cumulative_tokens);
+        // `prompt_cache_retention: "24h"` keeps this request's entries for a day.
+        let keep_ms = match req.get("prompt_cache_retention").and_then(Value::as_str) {
+            Some("24h") => idle_ms.max(EXTENDED_RETENTION_MS),
+            _ => idle_ms,
+        };
         let partition_name = req
             .get("prompt_cache_key")
             .and_then(Value::as_str)
@@ -65,12 +73,12 @@ impl OpenAiCache {
         };
         if let Some(i) = hit {
             for s in &segments[..=i] {
-                partition.insert(s.key, now_ms + idle_ms);
+                partition.insert(s.key, now_ms + keep_ms);
             }
         }
         if total >= MIN_CACHED_TOKENS {
             for s in &segments {
-                partition.insert(s.key, now_ms + idle_ms);
+                partition.insert(s.key, now_ms + keep_ms);
             }
         }
         Ok(Accounting {
@@ -110,8 +118,10 @@ fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), A
     };
     if let Some(Value::Array(tools)) = obj.get("tools") {
         for tool in tools {
-            let json = tool.to_string();
-            out.push(&["tool", &json], tokens::count(&json));
+            out.push(
+                &["tool", &canonical_json(tool)],
+                tokens::count(&tool.to_string()),
+            );
         }
     }
     let schema = match endpoint {
@@ -119,8 +129,10 @@ fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), A
         _ => obj.get("response_format"),
     };
     if let Some(schema) = schema.filter(|s| !s.is_null()) {
-        let json = schema.to_string();
-        out.push(&["schema", &json], tokens::count(&json));
+        out.push(
+            &["schema", &canonical_json(schema)],
+            tokens::count(&schema.to_string()),
+        );
     }
     match endpoint {
         Endpoint::Responses => {
@@ -136,7 +148,7 @@ fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), A
                 }
                 Some(Value::Array(items)) => {
                     for item in items {
-                        out.push(&["item", &item.to_string()], item_tokens(item));
+                        out.push(&["item", &canonical_json(item)], item_tokens(item));
                     }
                 }
                 None | Some(Value::Null) => {}
@@ -156,7 +168,7 @@ fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), A
                     ApiError::invalid("Invalid type for 'messages': expected an array.")
                 })?;
             for message in messages {
-                out.push(&["message", &message.to_string()], item_tokens(message));
+                out.push(&["message", &canonical_json(message)], item_tokens(message));
             }
         }
     }

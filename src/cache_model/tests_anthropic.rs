@@ -214,6 +214,10 @@ fn string_content_equals_a_text_block_and_billing_header_is_not_keyed() {
         json!([{"type": "text", "text": text(7), "cache_control": {"type": "ephemeral"}}]);
     let first = run(&mut m, &conversation(as_block, "aaaa"), 0);
     assert!(first.cache_write_5m > 0);
+    // Field order inside a block is not part of the key either.
+    let reordered = json!([{"text": text(7), "type": "text"}]);
+    let again = run(&mut m, &conversation(reordered, "cccc"), 500);
+    assert_eq!(again.cache_write(), 0);
     let as_string = json!(text(7));
     let second = run(&mut m, &conversation(as_string, "bbbb"), 1_000);
     let billing = crate::tokens::count("x-anthropic-billing-header: cc_version=1; nonce=bbbb");
@@ -268,4 +272,75 @@ fn count_tokens_matches_the_accounting_total() {
     assert_eq!(total, prefix_tokens(5));
     let bad = json!({"model": SONNET, "messages": "nope"});
     assert!(CacheModel::count_tokens(Endpoint::CountTokens, &bad).is_err());
+}
+
+#[test]
+fn thinking_settings_and_images_invalidate_messages_only() {
+    let mut m = CacheModel::default();
+    let base = tooled("reads a file", Value::Null, SONNET);
+    let system_end = run(&mut m, &base, 0).detail.markers[0].prefix_tokens;
+    let mut thinking = base.clone();
+    thinking["thinking"] = json!({"type": "enabled", "budget_tokens": 2048});
+    let a = run(&mut m, &thinking, 1);
+    assert_eq!((a.cache_read, a.detail.hit_block), (system_end, Some(1)));
+    let mut image = base.clone();
+    let content = image["messages"][0]["content"].as_array_mut().unwrap();
+    content.push(json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}));
+    let b = run(&mut m, &image, 2);
+    assert_eq!(b.cache_read, system_end);
+    assert_eq!(
+        b.input_tokens,
+        run(&mut m, &base, 3).input_tokens + super::tokens::IMAGE_TOKENS
+    );
+}
+
+#[test]
+fn a_new_user_turn_with_thinking_drops_earlier_thinking_and_what_follows_it() {
+    let mut m = CacheModel::default();
+    let system = json!([{"type": "text", "text": text(60).repeat(4), "cache_control": {"type": "ephemeral"}}]);
+    let marked =
+        |t: &str| json!({"type": "text", "text": t, "cache_control": {"type": "ephemeral"}});
+    let history = json!([
+        {"role": "user", "content": text(61)},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": text(62), "signature": "sig"},
+            {"type": "tool_use", "id": "t1", "name": "read", "input": {"path": "a"}}]},
+    ]);
+    let mut messages = history.as_array().unwrap().clone();
+    messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": text(63), "cache_control": {"type": "ephemeral"}}]}));
+    let req = |messages: &Vec<Value>| {
+        json!({"model": SONNET, "max_tokens": 10,
+        "thinking": {"type": "enabled", "budget_tokens": 2048}, "system": system, "messages": messages})
+    };
+    let tool_turn = run(&mut m, &req(&messages), 0);
+    assert!(
+        tool_turn.input_tokens > prefix_tokens(1) * 5,
+        "thinking is kept inside a tool loop"
+    );
+    // A new user prompt: thinking is stripped, so only system + the first user message match.
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "done"}]}));
+    messages.push(json!({"role": "user", "content": [marked("next question")]}));
+    let next = run(&mut m, &req(&messages), 1);
+    assert_eq!(next.detail.hit_block, Some(1));
+    let system_and_first = next.detail.markers[0].prefix_tokens + crate::tokens::count(&text(61));
+    assert_eq!(next.cache_read, system_and_first);
+}
+
+#[test]
+fn counting_whole_messages_as_blocks_reads_only_at_message_ends() {
+    let mut m = CacheModel::new(super::CacheModelConfig {
+        block_unit: super::BlockUnit::Message,
+        ..Default::default()
+    });
+    run(&mut m, &blocks_request(30, &[30], None), 0);
+    assert_eq!(
+        run(&mut m, &blocks_request(30, &[30], None), 1).cache_read,
+        prefix_tokens(30)
+    );
+    // Inside one message there is no boundary to fall back to.
+    assert_eq!(
+        run(&mut m, &blocks_request(30, &[30], Some(25)), 2).cache_read,
+        0
+    );
 }

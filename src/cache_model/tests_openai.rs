@@ -111,3 +111,24 @@ fn responses_input_and_instructions_are_cached_too() {
     assert_eq!(usage["input_tokens_details"]["cached_tokens"], a.cache_read);
     assert_eq!(usage["input_tokens"], a.input_tokens);
 }
+
+#[test]
+fn extended_retention_keeps_entries_for_a_day() {
+    let mut m = CacheModel::default();
+    let mut req = chat(2000, Some("r"));
+    req["prompt_cache_retention"] = json!("24h");
+    m.account(Endpoint::Chat, &req, 0).unwrap();
+    let hour = 3_600_000;
+    assert!(
+        m.account(Endpoint::Chat, &req, 20 * hour)
+            .unwrap()
+            .cache_read
+            > 0
+    );
+    assert_eq!(
+        m.account(Endpoint::Chat, &chat(2000, Some("r")), 45 * hour)
+            .unwrap()
+            .cache_read,
+        0
+    );
+}

@@ -12,7 +12,7 @@ fn content_and_stop(turn: &Turn) -> (Value, &'static str) {
     match turn.reply {
         Reply::Text(text) => (json!({"type": "text", "text": text}), "end_turn"),
         Reply::ToolCall { name, input } => (
-            json!({"type": "tool_use", "id": turn.id("toolu"), "name": name, "input": input}),
+            json!({"type": "tool_use", "id": turn.id("toolu_"), "name": name, "input": input}),
             "tool_use",
         ),
     }
@@ -22,7 +22,7 @@ fn content_and_stop(turn: &Turn) -> (Value, &'static str) {
 pub fn message(turn: &Turn) -> Value {
     let (block, stop) = content_and_stop(turn);
     json!({
-        "id": turn.id("msg"),
+        "id": turn.id("msg_"),
         "type": "message",
         "role": "assistant",
         "model": turn.model,

@@ -37,7 +37,9 @@ pub fn event_body(
             return None;
         }
         if cut_after.is_some_and(|n| sent >= n) {
-            // An error ends the body without the chunked terminator: the client sees a cut.
+            // Let the connection flush what was sent, then end the body with an error: hyper
+            // drops the connection without the chunked terminator, so the client sees a cut.
+            tokio::task::yield_now().await;
             return Some((Err(cut_error()), (events, sent, true)));
         }
         let next = events.next()?;

@@ -20,14 +20,14 @@ pub fn completion(turn: &Turn) -> Value {
         Reply::ToolCall { name, input } => (
             json!({
                 "role": "assistant", "content": null, "refusal": null, "annotations": [],
-                "tool_calls": [{"id": turn.id("call"), "type": "function",
+                "tool_calls": [{"id": turn.id("call_"), "type": "function",
                     "function": {"name": name, "arguments": Turn::arguments(input)}}],
             }),
             "tool_calls",
         ),
     };
     json!({
-        "id": turn.id("chatcmpl"),
+        "id": turn.id("chatcmpl-"),
         "object": "chat.completion",
         "created": turn.created,
         "model": turn.model,
@@ -43,7 +43,7 @@ pub fn completion(turn: &Turn) -> Value {
 pub fn chunks(turn: &Turn, include_usage: bool) -> Vec<Bytes> {
     let chunk = |choices: Value| {
         let mut c = json!({
-            "id": turn.id("chatcmpl"),
+            "id": turn.id("chatcmpl-"),
             "object": "chat.completion.chunk",
             "created": turn.created,
             "model": turn.model,
@@ -67,7 +67,7 @@ pub fn chunks(turn: &Turn, include_usage: bool) -> Vec<Bytes> {
         Reply::ToolCall { name, input } => {
             deltas.push(json!({
                 "role": "assistant", "content": null, "refusal": null,
-                "tool_calls": [{"index": 0, "id": turn.id("call"), "type": "function",
+                "tool_calls": [{"index": 0, "id": turn.id("call_"), "type": "function",
                     "function": {"name": name, "arguments": ""}}],
             }));
             for piece in json_pieces(&Turn::arguments(input)) {

@@ -1,10 +1,13 @@
 //! Fault injection, chosen per request with the header `x-cachet-emulate-fault`: a
-//! comma-separated list of `429`, `500`, `529`, `cut:N`, `slow-first-byte:MS`,
-//! `slow-events:MS`.
+//! comma-separated list of `429`, `500`, `529`, `cut:N`, `error-event:N`,
+//! `slow-first-byte:MS`, `slow-events:MS`.
 
 use std::time::Duration;
 
-use crate::error::{ApiError, ErrorKind};
+use bytes::Bytes;
+
+use crate::error::{anthropic_stream_error_event, error_body, ApiError, ErrorKind};
+use crate::provider::{Endpoint, Provider};
 
 pub const HEADER: &str = "x-cachet-emulate-fault";
 
@@ -15,6 +18,9 @@ pub struct Faults {
     /// Stop the stream after this many events (the body after this many bytes when not
     /// streaming), without the terminating events: the connection is dropped.
     pub cut_after: Option<usize>,
+    /// After this many events, send the provider's stream error event (overloaded) and
+    /// end the stream: an error after a 200.
+    pub error_event_after: Option<usize>,
     pub first_byte_delay: Option<Duration>,
     pub event_delay: Option<Duration>,
 }
@@ -44,6 +50,7 @@ impl Faults {
                 "500" => faults.error = Some(ErrorKind::Internal),
                 "529" => faults.error = Some(ErrorKind::Overloaded),
                 "cut" => faults.cut_after = Some(number()? as usize),
+                "error-event" => faults.error_event_after = Some(number()? as usize),
                 "slow-first-byte" => {
                     faults.first_byte_delay = Some(Duration::from_millis(number()?))
                 }
@@ -51,7 +58,7 @@ impl Faults {
                 _ => {
                     return Err(ApiError::invalid(format!(
                         "{HEADER}: unknown fault `{item}` (expected 429, 500, 529, cut:N, \
-                         slow-first-byte:MS or slow-events:MS)"
+                         error-event:N, slow-first-byte:MS or slow-events:MS)"
                     )))
                 }
             }
@@ -69,6 +76,26 @@ impl Faults {
     }
 }
 
+/// The stream error event each API sends when it fails after a 200.
+pub fn stream_error_event(endpoint: Endpoint, sequence_number: usize) -> Bytes {
+    let message = Faults::error_message(ErrorKind::Overloaded);
+    match endpoint {
+        Endpoint::Chat => {
+            let body = error_body(Provider::OpenAi, ErrorKind::Overloaded, message);
+            let mut out = b"data: ".to_vec();
+            out.extend_from_slice(&body);
+            out.extend_from_slice(b"\n\n");
+            Bytes::from(out)
+        }
+        Endpoint::Responses => super::body::sse(
+            Some("error"),
+            &serde_json::json!({"type": "error", "code": "server_error", "message": message,
+                "param": null, "sequence_number": sequence_number}),
+        ),
+        _ => anthropic_stream_error_event(ErrorKind::Overloaded, message),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +104,12 @@ mod tests {
     fn parses_lists_and_refuses_unknown() {
         let f = Faults::parse(Some("cut:3, slow-events:5,slow-first-byte:7")).unwrap();
         assert_eq!(f.cut_after, Some(3));
+        assert_eq!(
+            Faults::parse(Some("error-event:2"))
+                .unwrap()
+                .error_event_after,
+            Some(2)
+        );
         assert_eq!(f.event_delay, Some(Duration::from_millis(5)));
         assert_eq!(f.first_byte_delay, Some(Duration::from_millis(7)));
         assert_eq!(

@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use reply::{Reply, ReplyScript, ToolCalls};
-pub use routes::Accounted;
+pub use routes::{Accounted, LOG_CAPACITY};
 
 use crate::cache_model::{CacheModelConfig, Clock};
 use crate::cli::EmulateArgs;
@@ -57,7 +57,7 @@ impl EmulatorHandle {
     }
 
     /// The accounting of the most recent requests (oldest first, at most
-    /// [`routes::LOG_CAPACITY`]).
+    /// [`LOG_CAPACITY`]).
     pub fn accounted(&self) -> Vec<Accounted> {
         self.shared.log_snapshot()
     }

@@ -14,18 +14,18 @@ fn item(turn: &Turn, done: bool) -> Value {
     let status = if done { "completed" } else { "in_progress" };
     match turn.reply {
         Reply::Text(text) => json!({
-            "id": turn.id("msg"),
+            "id": turn.id("msg_"),
             "type": "message",
             "status": status,
             "content": if done { json!([output_text(text)]) } else { json!([]) },
             "role": "assistant",
         }),
         Reply::ToolCall { name, input } => json!({
-            "id": turn.id("fc"),
+            "id": turn.id("fc_"),
             "type": "function_call",
             "status": status,
             "arguments": if done { Turn::arguments(input) } else { String::new() },
-            "call_id": turn.id("call"),
+            "call_id": turn.id("call_"),
             "name": name,
         }),
     }
@@ -40,7 +40,7 @@ pub fn response(turn: &Turn, done: bool) -> Value {
     let req = turn.request;
     let echo = |key: &str, default: Value| req.get(key).cloned().unwrap_or(default);
     json!({
-        "id": turn.id("resp"),
+        "id": turn.id("resp_"),
         "object": "response",
         "created_at": turn.created,
         "status": if done { "completed" } else { "in_progress" },

@@ -74,7 +74,9 @@ impl Shared {
 /// Which family answers: by path for generation endpoints, by headers otherwise.
 fn family(path: &str, req: &Request<Incoming>) -> Provider {
     let h = req.headers();
-    if path.starts_with("/v1/messages")
+    if path.starts_with("/v1/chat/") || path.starts_with("/v1/responses") {
+        Provider::OpenAi
+    } else if path.starts_with("/v1/messages")
         || h.contains_key("anthropic-version")
         || h.contains_key("x-api-key")
     {
@@ -211,6 +213,11 @@ async fn generate(
             Endpoint::Responses => responses::events(&turn),
             _ => anthropic::events(&turn),
         };
+        let mut events = events;
+        if let Some(n) = faults.error_event_after {
+            events.truncate(n);
+            events.push(fault::stream_error_event(endpoint, n));
+        }
         let body = event_body(events, faults.event_delay, faults.cut_after);
         let mut resp = json_response(provider, request_id, StatusCode::OK, body);
         resp.headers_mut().insert(

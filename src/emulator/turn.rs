@@ -18,9 +18,9 @@ pub struct Turn<'a> {
 }
 
 impl Turn<'_> {
-    /// A deterministic id such as `msg_emu00000000000000000007`.
+    /// A deterministic id such as `msg_emu00000000000000000007` (prefix `msg_`).
     pub fn id(&self, prefix: &str) -> String {
-        format!("{prefix}_emu{:020}", self.seq)
+        format!("{prefix}emu{:020}", self.seq)
     }
 
     /// The tool call's arguments as the JSON text the providers send.

@@ -1,0 +1,29 @@
+//! The official Python SDKs (`anthropic`, `openai`) against the emulator. Needs `python3`
+//! with both packages installed (`pip install anthropic openai`); fails without them.
+
+use std::process::Command;
+
+use cachet::emulator::{spawn, EmulatorOptions};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdks_parse_every_response_and_see_the_accounted_usage() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let emu = spawn(listener, EmulatorOptions::default()).await.unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/emulator_sdk.py");
+    let url = emu.url();
+    let output =
+        tokio::task::spawn_blocking(move || Command::new("python3").arg(script).arg(url).output())
+            .await
+            .unwrap()
+            .expect("python3 must be installed to run the SDK tests");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "SDK script failed.\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("all SDK checks passed"), "{stdout}");
+    // Every generation the script made was accounted.
+    assert!(emu.accounted().len() >= 15, "{}", emu.accounted().len());
+    emu.shutdown().await;
+}
