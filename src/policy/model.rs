@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::matcher::Matcher;
-use super::template::{render_value, TemplateVars};
+use super::template::{render, render_value, TemplateVars};
 use super::transform::MoveLines;
 use crate::patch::{Display, HandlerResult, Op};
 
@@ -126,10 +126,15 @@ impl ContextHandler {
             ContextAction::Patch(ops) => ops.iter().map(|op| render_op(op, vars)).collect(),
             ContextAction::MoveLines(m) => m.ops(system_parts),
         };
+        let display = self.display.as_ref().map(|d| Display {
+            title: render(&d.title, vars),
+            summary: d.summary.as_ref().map(|s| render(s, vars)),
+            markdown: d.markdown.as_ref().map(|m| render(m, vars)),
+        });
         HandlerResult {
             patch,
             transformer_name: Some(self.transformer.clone()),
-            display: self.display.clone(),
+            display,
         }
     }
 }

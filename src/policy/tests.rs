@@ -185,6 +185,10 @@ fn context_handler_shape_errors() {
         vec!["p.toml:3:10: context[0].reason: unknown reason `later`; expected before_request | ephemeral | turn_end"]
     );
     assert_eq!(
+        errors("name = \"a\"\n[[context]]\nreason = \"ephemeral\"\npatch = []\ndisplay = { title = \"at {{now}}\" }\n"),
+        vec!["p.toml:5:11: context[0].display: unknown template variable `{{now}}`; known: {{session}}, {{request_index}}, {{turn_index}}, {{model}}, {{provider}}, {{date}}"]
+    );
+    assert_eq!(
         errors("name = \"a\"\n[[context]]\nreason = \"ephemeral\"\n"),
         vec!["p.toml:2:1: context[0]: give exactly one of `patch` or `transform`"]
     );

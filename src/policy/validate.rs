@@ -15,7 +15,7 @@ use super::model::{
     PayloadEdit, Policy, PromptCacheKey,
 };
 use super::raw::{RawContext, RawMatch, RawPayload, RawPolicy, RawTransform};
-use super::template::check_value;
+use super::template::{check_template, check_value};
 use super::transform::MoveLines;
 use super::validate_ext::{validate_hook, validate_inject};
 use crate::patch::{Display, Op};
@@ -266,6 +266,16 @@ fn validate_context(
         summary: d.summary.clone(),
         markdown: d.markdown.clone(),
     });
+    if let Some(d) = &display {
+        let texts = [Some(&d.title), d.summary.as_ref(), d.markdown.as_ref()];
+        if let Some(e) = texts
+            .into_iter()
+            .flatten()
+            .find_map(|t| check_template(t).err())
+        {
+            errors.push(at.key("display").error(e));
+        }
+    }
     match (reason, action) {
         (Some(reason), Some(action)) if errors.is_empty() => Ok(ContextHandler {
             reason,
