@@ -1,2 +1,126 @@
-//! Envelope benchmarks (filled in with the envelope engine).
-fn main() {}
+//! Envelope benchmarks: parse + one patch + compile for 2 KB, 100 KB and 500 KB Anthropic
+//! bodies; the identity round trip; and, in the same run, serde_json parsing the body to a
+//! `Value` and serialising it again (the cost cachet avoids by splicing).
+
+use bytes::Bytes;
+use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
+use cachet::patch::{parse_ops, Op};
+use cachet::provider::{Endpoint, Provider};
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use serde_json::{json, Value};
+
+/// An agent session body of about `target` bytes: system prompt, tools, a tool loop.
+fn session_body(target: usize) -> Bytes {
+    let system =
+        "You are a coding assistant working in a terminal. Be careful and brief. ".repeat(12);
+    let tools: Vec<Value> = ["read", "bash", "edit", "write"]
+        .iter()
+        .map(|n| json!({"name": n, "description": format!("The {n} tool."), "input_schema": {"type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path"]}}))
+        .collect();
+    let mut messages = vec![
+        json!({"role": "user", "content": [{"type": "text", "text": "Fix the failing test."}]}),
+    ];
+    let mut i = 0;
+    loop {
+        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 8192, "stream": true,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "tools": tools, "messages": messages});
+        let bytes = serde_json::to_vec(&body).expect("serialisable");
+        if bytes.len() >= target {
+            return Bytes::from(bytes);
+        }
+        let output = format!("line {i}: let value = compute(\"input\", {i});\n").repeat(8);
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": format!("Reading part {i}.")},
+            {"type": "tool_use", "id": format!("toolu_{i:04}"), "name": "read", "input": {"path": format!("src/part{i}.rs")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("toolu_{i:04}"), "content": output}]}));
+        if i % 5 == 4 {
+            messages.push(
+                json!({"role": "assistant", "content": [{"type": "text", "text": "Continuing."}]}),
+            );
+            messages.push(json!({"role": "user", "content": format!("Next step {i}.")}));
+        }
+        i += 1;
+    }
+}
+
+fn one_patch() -> Vec<Op> {
+    parse_ops(
+        &json!([{"op": "messages_insert", "at": "before_last_user_prompt",
+                 "messages": [{"role": "custom", "content": "Memory: the project uses tabs."}],
+                 "invalidateCacheReason": "memory injection"}]),
+        "bench",
+    )
+    .expect("valid patch")
+}
+
+fn benches(c: &mut Criterion) {
+    let sizes = [("2KB", 2_000), ("100KB", 100_000), ("500KB", 500_000)];
+    let patch = one_patch();
+    let default = CompileOptions::default();
+    let auto = CompileOptions {
+        breakpoints: BreakpointMode::Auto {
+            ttl: Ttl::FiveMinutes,
+        },
+        ..Default::default()
+    };
+    let mut group = c.benchmark_group("envelope");
+    for (name, size) in sizes {
+        let body = session_body(size);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(
+            BenchmarkId::new("identity_round_trip", name),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let env =
+                        Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())
+                            .expect("parses");
+                    black_box(env.compile(&default))
+                })
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("parse_patch_compile", name),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let mut env =
+                        Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())
+                            .expect("parses");
+                    env.apply(&patch, "bench").expect("applies");
+                    black_box(env.compile(&default))
+                })
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("parse_patch_compile_auto_markers", name),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let mut env =
+                        Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())
+                            .expect("parses");
+                    env.apply(&patch, "bench").expect("applies");
+                    black_box(env.compile(&auto))
+                })
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("serde_value_round_trip", name),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let v: Value = serde_json::from_slice(body).expect("parses");
+                    black_box(serde_json::to_vec(&v).expect("serialises"))
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(envelope, benches);
+criterion_main!(envelope);

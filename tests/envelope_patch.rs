@@ -280,3 +280,34 @@ fn parse_errors_say_what_is_wrong() {
     )
     .is_err());
 }
+
+/// The library example of docs/envelope.md.
+#[test]
+fn docs_example_works() -> Result<(), Box<dyn std::error::Error>> {
+    use cachet::envelope::{BreakpointMode, Ttl};
+    let body = Bytes::from_static(
+        br#"{"model":"claude-sonnet-4-5","max_tokens":64,
+  "messages":[{"role":"user","content":"hi"}]}"#,
+    );
+    let mut env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())?;
+    assert_eq!(env.compile(&CompileOptions::default()), body);
+    let ops = parse_ops(
+        &json!([{"op": "messages_uncached_append",
+                 "messages": [{"role": "custom", "content": "Time: 10:42"}]}]),
+        "clock",
+    )?;
+    let report = env.apply(&ops, "clock")?;
+    assert_eq!(report.ops[0].op, "messages_uncached_append");
+    let payload = env.compile(&CompileOptions {
+        breakpoints: BreakpointMode::Auto {
+            ttl: Ttl::FiveMinutes,
+        },
+        ..Default::default()
+    });
+    let v: Value = serde_json::from_slice(&payload)?;
+    assert_eq!(
+        v["messages"][1],
+        json!({"role": "user", "content": "Time: 10:42"})
+    );
+    Ok(())
+}

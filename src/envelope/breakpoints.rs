@@ -69,16 +69,17 @@ impl Plan {
     }
 }
 
-struct Slot {
+struct Slot<'a> {
     loc: Loc,
     block: Block,
     bytes: usize,
+    /// What the tokenizer counts for this block (when the minimum must be checked).
+    text: &'a [u8],
 }
 
 /// The blocks of the cacheable prefix in prompt order: tools, system, cached messages.
-fn slots(env: &Envelope) -> (Vec<Slot>, Vec<Vec<u8>>) {
+fn slots(env: &Envelope) -> Vec<Slot<'_>> {
     let mut out = Vec::new();
-    let mut texts = Vec::new();
     for (i, tool) in env.tools.iter().enumerate() {
         let b = env.bytes_of(&tool.raw);
         let block = blocks::object_block(b, 0..b.len());
@@ -86,8 +87,8 @@ fn slots(env: &Envelope) -> (Vec<Slot>, Vec<Vec<u8>>) {
             loc: Loc::Tool(i),
             bytes: b.len(),
             block,
+            text: b,
         });
-        texts.push(b.to_vec());
     }
     for (i, part) in env.system.iter().enumerate() {
         let b = env.system_block_bytes(i);
@@ -97,27 +98,28 @@ fn slots(env: &Envelope) -> (Vec<Slot>, Vec<Vec<u8>>) {
             loc: Loc::System(i),
             bytes: b.len(),
             block,
+            text: part.text.as_bytes(),
         });
-        texts.push(part.text.as_bytes().to_vec());
     }
     for (i, m) in env.cached.iter().enumerate() {
         let b = env.bytes_of(&m.raw);
         for (j, block) in blocks::message_blocks(b).into_iter().enumerate() {
-            texts.push(b[block.span.clone()].to_vec());
+            let text = &b[block.span.clone()];
             out.push(Slot {
                 loc: Loc::Msg(i, j),
-                bytes: block.span.len(),
+                bytes: text.len(),
                 block,
+                text,
             });
         }
     }
-    (out, texts)
+    out
 }
 
 /// The index of the first slot whose prefix reaches `min_tokens`. Tokens never outnumber
 /// bytes, so nothing is counted until the bytes could reach the minimum; a prefix of
 /// `SAFE_BYTES_PER_TOKEN` bytes per required token is taken as long enough uncounted.
-fn first_cacheable(slots: &[Slot], texts: &[Vec<u8>], min_tokens: u64) -> usize {
+fn first_cacheable(slots: &[Slot<'_>], min_tokens: u64) -> usize {
     let mut bytes = 0u64;
     let mut tokens: Option<u64> = None;
     for (i, slot) in slots.iter().enumerate() {
@@ -128,10 +130,10 @@ fn first_cacheable(slots: &[Slot], texts: &[Vec<u8>], min_tokens: u64) -> usize 
         if bytes < min_tokens {
             continue;
         }
-        let count = |t: &Vec<u8>| crate::tokens::count(&String::from_utf8_lossy(t));
+        let count = |s: &Slot<'_>| crate::tokens::count(&String::from_utf8_lossy(s.text));
         let total = match tokens {
-            None => texts[..=i].iter().map(count).sum(),
-            Some(n) => n + count(&texts[i]),
+            None => slots[..=i].iter().map(count).sum(),
+            Some(n) => n + count(slot),
         };
         tokens = Some(total);
         if total >= min_tokens {
@@ -143,11 +145,11 @@ fn first_cacheable(slots: &[Slot], texts: &[Vec<u8>], min_tokens: u64) -> usize 
 
 /// Decide the marker changes for `mode`.
 pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
-    let (slots, texts) = slots(env);
+    let slots = slots(env);
     let wanted: Vec<Option<Ttl>> = match mode {
         BreakpointMode::Preserve => return Plan::default(),
         BreakpointMode::Strip => vec![None; slots.len()],
-        BreakpointMode::Auto { ttl } => auto(env, &slots, &texts, ttl),
+        BreakpointMode::Auto { ttl } => auto(env, &slots, ttl),
     };
     let mut plan = Plan::default();
     for (slot, want) in slots.iter().zip(wanted) {
@@ -167,11 +169,11 @@ pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
     plan
 }
 
-fn auto(env: &Envelope, slots: &[Slot], texts: &[Vec<u8>], ttl: Ttl) -> Vec<Option<Ttl>> {
+fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
     let min_tokens = crate::models::lookup(&env.meta.model)
         .map(|m| m.min_cacheable_tokens)
         .unwrap_or(DEFAULT_MIN_TOKENS);
-    let floor = first_cacheable(slots, texts, min_tokens);
+    let floor = first_cacheable(slots, min_tokens);
     // The last markable slot at or before `idx`, not below the minimum prefix.
     let markable_at_or_before = |idx: usize| {
         (floor..=idx.min(slots.len().saturating_sub(1)))

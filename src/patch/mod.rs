@@ -6,4 +6,6 @@ pub mod ops;
 pub mod refusal;
 
 pub use ops::{Display, HandlerResult, Op, Scope};
-pub use refusal::{parse_ops, ApplyReport, OpOutcome, PatchRefusal, RefusalReason};
+pub use refusal::{
+    parse_handler_result, parse_ops, ApplyReport, OpOutcome, PatchRefusal, RefusalReason,
+};

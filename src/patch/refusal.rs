@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::ops::{Op, Scope};
+use super::ops::{HandlerResult, Op, Scope};
 use crate::error::{ApiError, ErrorKind};
 
 /// The specific reason a patch was refused.
@@ -133,6 +133,30 @@ pub fn parse_ops(patch: &Value, transformer: &str) -> Result<Vec<Op>, PatchRefus
         .collect()
 }
 
+/// Read a handler's whole answer (`{patch, transformerName?, display?}`), refusing it with
+/// a specific reason when an op is unknown or malformed.
+pub fn parse_handler_result(
+    answer: &Value,
+    default_transformer: &str,
+) -> Result<HandlerResult, PatchRefusal> {
+    let transformer = answer
+        .get("transformerName")
+        .and_then(Value::as_str)
+        .unwrap_or(default_transformer);
+    let patch = parse_ops(
+        answer.get("patch").unwrap_or(&Value::Array(Vec::new())),
+        transformer,
+    )?;
+    let display = answer
+        .get("display")
+        .and_then(|d| serde_json::from_value(d.clone()).ok());
+    Ok(HandlerResult {
+        patch,
+        transformer_name: Some(transformer.to_owned()),
+        display,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +171,16 @@ mod tests {
         assert!(r.to_string().contains("transformer `memory`"), "{r}");
         assert!(r.to_string().contains("system_nuke"), "{r}");
         assert_eq!(r.to_api_error().status().as_u16(), 500);
+        let answer = json!({"transformerName": "hook-a", "patch": [{"op": "tools_remove", "names": ["x"], "invalidateCacheReason": "r"}]});
+        let result = parse_handler_result(&answer, "default").unwrap();
+        assert_eq!(result.transformer_name.as_deref(), Some("hook-a"));
+        assert_eq!(result.patch.len(), 1);
+        let bad = json!({"patch": [{"op": "nope"}]});
+        assert_eq!(
+            parse_handler_result(&bad, "hook-b")
+                .unwrap_err()
+                .transformer,
+            "hook-b"
+        );
     }
 }
