@@ -35,3 +35,4 @@ pub mod sse;
 pub mod tap;
 pub mod tokens;
 pub mod usage;
+pub mod pipeline;

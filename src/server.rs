@@ -26,6 +26,7 @@ use crate::config::Config;
 use crate::error::{ApiError, ErrorKind};
 use crate::forward::{self, Upstreams};
 use crate::metrics::Metrics;
+use crate::pipeline::{AfterResponse, Pipeline};
 use crate::provider::{classify, Endpoint, Provider, Route};
 use crate::tap::{Outcome, Tap, TapResult, TapStream};
 
@@ -37,6 +38,8 @@ pub struct State {
     pub client: reqwest::Client,
     pub upstreams: Upstreams,
     pub metrics: Arc<Metrics>,
+    /// Policies, hooks and sessions; `None` when no policy is active (pure pass-through).
+    pub pipeline: Option<Arc<Pipeline>>,
 }
 
 /// A running proxy (and its admin listener).
@@ -71,10 +74,15 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
                 config.server.admin_listen
             )
         })?;
+    let policies = crate::policy::load_policies(&config.policies.files, &config.policies.dirs)
+        .map_err(|errors| anyhow::anyhow!("invalid policies:\n{}", crate::policy::render_errors(&errors)))?;
+    let metrics = Arc::new(Metrics::new());
+    let pipeline = Pipeline::new(&config, policies, metrics.clone()).await?.map(Arc::new);
     let state = Arc::new(State {
         client: forward::build_client(&config.upstream)?,
         upstreams: Upstreams::from_config(&config.upstream)?,
-        metrics: Arc::new(Metrics::new()),
+        metrics,
+        pipeline,
         config,
     });
     let addr = listener.local_addr()?;
@@ -309,6 +317,13 @@ async fn proxy(
     if parsed {
         *model = check_shape(route.endpoint, &body)?;
     }
+    let (body, variant, after) = match &state.pipeline {
+        Some(pipeline) if route.endpoint.is_generation() => {
+            let prepared = pipeline.prepare(route, &parts.headers, body, model).await?;
+            (prepared.body, prepared.variant, prepared.after)
+        }
+        _ => (body, "none".to_string(), None),
+    };
 
     let identity = route.endpoint.is_generation();
     let headers = state
@@ -360,10 +375,14 @@ async fn proxy(
         .and_then(|v| v.to_str().ok())
         .map(|v| v.starts_with("text/event-stream"))
         .unwrap_or(false);
-    let tap = Tap::new(route.endpoint, sse, false);
+    let tap = Tap::new(route.endpoint, sse, after.is_some());
     let model = model.clone();
+    let pipeline = state.pipeline.clone();
     let on_finish = Box::new(move |result: TapResult| {
-        finish_request(&metrics, route, &model, status, sent, result)
+        finish_request(&metrics, route, &model, &variant, status, sent, &result);
+        if let (Some(pipeline), Some(after)) = (pipeline, after) {
+            spawn_after_response(pipeline, after, result, status.as_u16());
+        }
     });
     let idle = Duration::from_millis(state.config.upstream.idle_timeout_ms);
     let stream = TapStream::new(upstream.bytes_stream(), tap, sse, idle, on_finish);
@@ -374,13 +393,24 @@ async fn proxy(
     Ok(resp)
 }
 
+/// Turn-end handlers and the session log run in their own task once the body has ended.
+fn spawn_after_response(pipeline: Arc<Pipeline>, after: AfterResponse, result: TapResult, status: u16) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            handle.spawn(pipeline.after_response(after, result, status));
+        }
+        Err(_) => tracing::warn!("response ended outside the runtime; session entry not recorded"),
+    }
+}
+
 fn finish_request(
     metrics: &Metrics,
     route: Route,
     model: &str,
+    variant: &str,
     status: reqwest::StatusCode,
     sent: Instant,
-    result: TapResult,
+    result: &TapResult,
 ) {
     let labels = [route.provider.label(), route.endpoint.label()];
     metrics
@@ -398,7 +428,7 @@ fn finish_request(
         route.endpoint,
         model,
         status.as_str(),
-        "none",
+        variant,
         result.usage.as_ref(),
     );
     tracing::info!(

@@ -1,0 +1,233 @@
+//! Running one hook point's handlers over the envelope: each policy's `[[context]]`
+//! handlers in policy order, then the external hooks in the same order; each handler sees
+//! the previous one's output. A refused patch is dropped whole (or fails the request in
+//! strict mode); outcomes go to metrics.
+
+use serde_json::Value;
+
+use super::history::{selector_position, HistoryMap};
+use super::Pipeline;
+use crate::envelope::Envelope;
+use crate::error::{ApiError, ErrorKind};
+use crate::hooks::HookOutcome;
+use crate::patch::{HandlerResult, Op, PatchRefusal};
+use crate::policy::{ContextReason, HookEvent, Policy, TemplateVars};
+
+/// A patch that was applied and is to be persisted: its ops with message positions
+/// rewritten to client positions (see `history`).
+#[derive(Debug, Clone)]
+pub struct Persisted {
+    pub transformer: String,
+    pub ops: Vec<Op>,
+    pub display: Option<Value>,
+}
+
+/// The envelope being shaped, with the map from envelope to client positions.
+pub struct Shaping<'a> {
+    pub env: &'a mut Envelope,
+    pub map: &'a mut HistoryMap,
+}
+
+impl Shaping<'_> {
+    /// Apply ops one at a time (so each insert position is known), all or nothing.
+    /// Returns the ops with message positions as client positions.
+    pub fn apply(&mut self, ops: &[Op], transformer: &str, turn_end: bool) -> Result<Vec<Op>, PatchRefusal> {
+        let mut env = self.env.clone();
+        let mut map = self.map.clone();
+        let mut client_ops = Vec::with_capacity(ops.len());
+        for op in ops {
+            let insert_at = match op {
+                Op::MessagesInsert { at, .. } => selector_position(at, env.history_len(), env.last_user_prompt_index()),
+                _ => None,
+            };
+            env.apply(std::slice::from_ref(op), transformer)?;
+            let mut stored = op.clone();
+            if let (Op::MessagesInsert { at, .. }, Some(pos)) = (&mut stored, insert_at) {
+                let client = map.client_index_at(pos);
+                // `end` after a response means after the assistant message the client will
+                // send back with its next request.
+                let client = if turn_end && pos == map.len() { client + 1 } else { client };
+                *at = format!("index:{client}");
+            }
+            map.applied(op, insert_at);
+            client_ops.push(stored);
+        }
+        *self.env = env;
+        *self.map = map;
+        Ok(client_ops)
+    }
+
+    /// Apply a stored patch whose message positions are client positions.
+    pub fn replay(&mut self, ops: &[Op], transformer: &str) -> Result<(), PatchRefusal> {
+        let mut env = self.env.clone();
+        let mut map = self.map.clone();
+        for op in ops {
+            let mut live = op.clone();
+            let mut insert_at = None;
+            if let Op::MessagesInsert { at, .. } = &mut live {
+                if let Some(client) = at.strip_prefix("index:").and_then(|n| n.parse::<usize>().ok()) {
+                    let pos = map.position_of_client(client);
+                    *at = format!("index:{pos}");
+                    insert_at = Some(pos);
+                }
+            }
+            env.apply(std::slice::from_ref(&live), transformer)?;
+            map.applied(&live, insert_at);
+        }
+        *self.env = env;
+        *self.map = map;
+        Ok(())
+    }
+}
+
+impl Pipeline {
+    /// Count an applied patch; cached-scope ops count as invalidations with their reason.
+    pub(super) fn count_applied(&self, transformer: &str, ops: &[Op]) {
+        for op in ops {
+            self.metrics.patches.with_label_values(&[transformer, op.name(), "applied"]).inc();
+            if let Some(reason) = op.invalidate_cache_reason().filter(|_| op.scope() == crate::patch::Scope::Cached) {
+                self.metrics.invalidations.with_label_values(&[transformer, &bounded(reason)]).inc();
+            }
+        }
+    }
+
+    pub(super) fn count_refused(&self, refusal: &PatchRefusal, ops: &[Op]) {
+        tracing::warn!(transformer = %refusal.transformer, reason = refusal.reason.label(), "{}", refusal.message);
+        for op in ops {
+            self.metrics.patches.with_label_values(&[&refusal.transformer, op.name(), "refused"]).inc();
+        }
+        if ops.is_empty() {
+            self.metrics.patches.with_label_values(&[&refusal.transformer, "none", "refused"]).inc();
+        }
+    }
+
+    /// Apply one handler's result; returns what to persist when it applied.
+    fn apply_result(
+        &self,
+        shaping: &mut Shaping<'_>,
+        result: &HandlerResult,
+        default_name: &str,
+        turn_end: bool,
+    ) -> Result<Option<Persisted>, ApiError> {
+        if result.patch.is_empty() {
+            return Ok(None);
+        }
+        let transformer = result.transformer_name.clone().unwrap_or_else(|| default_name.to_string());
+        match shaping.apply(&result.patch, &transformer, turn_end) {
+            Ok(ops) => {
+                self.count_applied(&transformer, &result.patch);
+                Ok(Some(Persisted {
+                    transformer,
+                    ops,
+                    display: result.display.as_ref().and_then(|d| serde_json::to_value(d).ok()),
+                }))
+            }
+            Err(refusal) => {
+                self.count_refused(&refusal, &result.patch);
+                if self.strict {
+                    return Err(refusal.to_api_error());
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Run every handler of `reason`: the policies' own, then their external hooks.
+    pub(super) async fn run_context(
+        &self,
+        policies: &[&Policy],
+        reason: ContextReason,
+        shaping: &mut Shaping<'_>,
+        vars: &TemplateVars,
+        response: Option<(&Value, &Value)>,
+    ) -> Result<Vec<Persisted>, ApiError> {
+        let turn_end = reason == ContextReason::TurnEnd;
+        let mut persisted = Vec::new();
+        for policy in policies {
+            for handler in policy.context_for(reason) {
+                let parts: Vec<(String, String)> = shaping
+                    .env
+                    .system_parts()
+                    .iter()
+                    .map(|p| (p.name.clone(), p.text.clone()))
+                    .collect();
+                let result = handler.result(&parts, vars);
+                persisted.extend(self.apply_result(shaping, &result, &handler.transformer, turn_end)?);
+            }
+        }
+        for policy in policies {
+            for hook in policy.hooks_for(HookEvent::Context(reason)) {
+                let envelope = shaping.env.to_json();
+                let call = self
+                    .hooks
+                    .call_context(hook, reason, &envelope, response.map(|r| r.0), response.map(|r| r.1))
+                    .await;
+                self.count_hook(&call);
+                if let Some(message) = call.fail_closed() {
+                    return Err(ApiError::new(ErrorKind::Internal, message.to_string()));
+                }
+                if let HookOutcome::Patch(result) = &call.outcome {
+                    persisted.extend(self.apply_result(shaping, result, &hook.name, turn_end)?);
+                }
+            }
+        }
+        Ok(persisted)
+    }
+
+    pub(super) fn count_hook(&self, call: &crate::hooks::HookCall) {
+        self.metrics.hook_duration.with_label_values(&[&call.hook]).observe(call.elapsed.as_secs_f64());
+        if call.is_failure() {
+            self.metrics.hook_failures.with_label_values(&[&call.hook]).inc();
+        }
+    }
+
+    /// `before_provider_request`: payload edits, the session's prompt_cache_key, then hooks.
+    pub(super) async fn run_payload(
+        &self,
+        policies: &[&Policy],
+        payload: bytes::Bytes,
+        vars: &TemplateVars,
+        route: crate::provider::Route,
+    ) -> Result<bytes::Bytes, ApiError> {
+        let edits: Vec<_> = policies.iter().flat_map(|p| p.payload.iter().cloned()).collect();
+        let hooks: Vec<_> = policies.iter().flat_map(|p| p.hooks_for(HookEvent::BeforeProviderRequest)).collect();
+        if edits.is_empty() && hooks.is_empty() {
+            return Ok(payload);
+        }
+        let mut value: Value = serde_json::from_slice(&payload)
+            .map_err(|e| ApiError::new(ErrorKind::Internal, format!("compiled payload is not JSON: {e}")))?;
+        if let Err(e) = crate::policy::apply_payload_edits(&mut value, &edits, vars) {
+            tracing::warn!("payload edit skipped: {e}");
+            if self.strict {
+                return Err(ApiError::new(ErrorKind::Internal, format!("payload edit failed: {e}")));
+            }
+        }
+        for hook in hooks {
+            let call = self.hooks.call_before_provider_request(hook, route.provider, route.endpoint, &value).await;
+            self.count_hook(&call);
+            if let Some(message) = call.fail_closed() {
+                return Err(ApiError::new(ErrorKind::Internal, message.to_string()));
+            }
+            match call.outcome {
+                HookOutcome::Payload(v) if v.is_object() => value = v,
+                HookOutcome::JsonPatch(patch) => {
+                    let mut edited = value.clone();
+                    match json_patch::patch(&mut edited, &patch) {
+                        Ok(()) => value = edited,
+                        Err(e) => {
+                            self.metrics.hook_failures.with_label_values(&[&call.hook]).inc();
+                            tracing::warn!(hook = %call.hook, "json_patch from hook does not apply: {e}");
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(bytes::Bytes::from(serde_json::to_vec(&value).unwrap_or_default()))
+    }
+}
+
+/// Invalidate reasons are free text from policies and hooks: keep the label bounded.
+fn bounded(reason: &str) -> String {
+    reason.chars().take(80).collect()
+}
