@@ -42,7 +42,9 @@ async fn sessions(state: &State, id: Option<String>, limit: usize) -> Response<P
     };
     let result = match &id {
         Some(id) => crate::session::session_json(store.as_ref(), id).await,
-        None => crate::session::sessions_json(store.as_ref(), limit).await.map(Some),
+        None => crate::session::sessions_json(store.as_ref(), limit)
+            .await
+            .map(Some),
     };
     match result {
         Ok(Some(v)) => with_type(
@@ -55,8 +57,10 @@ async fn sessions(state: &State, id: Option<String>, limit: usize) -> Response<P
 }
 
 fn with_type(mut resp: Response<ProxyBody>, content_type: &'static str) -> Response<ProxyBody> {
-    resp.headers_mut()
-        .insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
     resp
 }
 
@@ -73,7 +77,10 @@ fn percent_decode(s: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            if let Some(b) = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            if let Some(b) = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
                 out.push(b);
                 i += 3;
                 continue;

@@ -75,9 +75,16 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
             )
         })?;
     let policies = crate::policy::load_policies(&config.policies.files, &config.policies.dirs)
-        .map_err(|errors| anyhow::anyhow!("invalid policies:\n{}", crate::policy::render_errors(&errors)))?;
+        .map_err(|errors| {
+            anyhow::anyhow!(
+                "invalid policies:\n{}",
+                crate::policy::render_errors(&errors)
+            )
+        })?;
     let metrics = Arc::new(Metrics::new());
-    let pipeline = Pipeline::new(&config, policies, metrics.clone()).await?.map(Arc::new);
+    let pipeline = Pipeline::new(&config, policies, metrics.clone())
+        .await?
+        .map(Arc::new);
     let state = Arc::new(State {
         client: forward::build_client(&config.upstream)?,
         upstreams: Upstreams::from_config(&config.upstream)?,
@@ -394,7 +401,12 @@ async fn proxy(
 }
 
 /// Turn-end handlers and the session log run in their own task once the body has ended.
-fn spawn_after_response(pipeline: Arc<Pipeline>, after: AfterResponse, result: TapResult, status: u16) {
+fn spawn_after_response(
+    pipeline: Arc<Pipeline>,
+    after: AfterResponse,
+    result: TapResult,
+    status: u16,
+) {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) => {
             handle.spawn(pipeline.after_response(after, result, status));

@@ -37,14 +37,21 @@ pub struct AfterResponse {
 
 impl Pipeline {
     /// Run after the response body ended (in its own task: never delays the client).
-    pub async fn after_response(self: Arc<Self>, mut after: AfterResponse, result: TapResult, status: u16) {
+    pub async fn after_response(
+        self: Arc<Self>,
+        mut after: AfterResponse,
+        result: TapResult,
+        status: u16,
+    ) {
         let usage = result.usage;
         if (200..300).contains(&status) {
             if let Some(assistant) = assistant_message(after.route.endpoint, &result) {
                 self.turn_end(&mut after, &assistant, usage).await;
             }
         }
-        let Some(store) = self.store.clone() else { return };
+        let Some(store) = self.store.clone() else {
+            return;
+        };
         let sent: Value = serde_json::from_slice(&after.sent).unwrap_or(Value::Null);
         let messages = super::client_history(after.route.endpoint, &sent);
         let system = system_of(after.route.endpoint, &sent);
@@ -66,7 +73,10 @@ impl Pipeline {
         };
         let (mut record, blobs) = session::compact_request(&after.log, &draft);
         if let Some(diagnosis) = prefix_break(&after.log, &record, &after.model) {
-            let section = diagnosis["section"].as_str().unwrap_or("messages").to_string();
+            let section = diagnosis["section"]
+                .as_str()
+                .unwrap_or("messages")
+                .to_string();
             self.metrics
                 .prefix_breaks
                 .with_label_values(&[after.route.provider.label(), &section])
@@ -75,7 +85,9 @@ impl Pipeline {
         }
         let result = async {
             store.put_blobs(&blobs).await?;
-            store.append(&after.session, &[Entry::Request(record)]).await
+            store
+                .append(&after.session, &[Entry::Request(record)])
+                .await
         }
         .await;
         if let Err(e) = result {
@@ -84,7 +96,12 @@ impl Pipeline {
         }
     }
 
-    async fn turn_end(&self, after: &mut AfterResponse, assistant: &Value, usage: Option<crate::usage::Usage>) {
+    async fn turn_end(
+        &self,
+        after: &mut AfterResponse,
+        assistant: &Value,
+        usage: Option<crate::usage::Usage>,
+    ) {
         let facts_policies: Vec<_> = self
             .policies
             .iter()
@@ -92,15 +109,26 @@ impl Pipeline {
             .collect();
         let has_handlers = facts_policies.iter().any(|p| {
             p.context_for(ContextReason::TurnEnd).next().is_some()
-                || p.hooks_for(crate::policy::HookEvent::Context(ContextReason::TurnEnd)).next().is_some()
+                || p.hooks_for(crate::policy::HookEvent::Context(ContextReason::TurnEnd))
+                    .next()
+                    .is_some()
         });
         if !has_handlers {
             return;
         }
         let usage_json = serde_json::to_value(usage.unwrap_or_default()).unwrap_or(Value::Null);
-        let mut shaping = Shaping { env: &mut after.env, map: &mut after.map };
+        let mut shaping = Shaping {
+            env: &mut after.env,
+            map: &mut after.map,
+        };
         let persisted = match self
-            .run_context(&facts_policies, ContextReason::TurnEnd, &mut shaping, &after.vars, Some((assistant, &usage_json)))
+            .run_context(
+                &facts_policies,
+                ContextReason::TurnEnd,
+                &mut shaping,
+                &after.vars,
+                Some((assistant, &usage_json)),
+            )
             .await
         {
             Ok(p) => p,
@@ -110,7 +138,13 @@ impl Pipeline {
             }
         };
         if let Err(e) = self
-            .persist(&after.session, "turn_end", &persisted, after.hashes.full(), after.request_index)
+            .persist(
+                &after.session,
+                "turn_end",
+                &persisted,
+                after.hashes.full(),
+                after.request_index,
+            )
             .await
         {
             tracing::warn!("turn_end patches not persisted: {}", e.message);
@@ -154,26 +188,40 @@ fn prefix_break(log: &[Entry], record: &session::RequestRecord, model: &str) -> 
             "detail": format!("model changed from {} to {model}", prev.model)}));
     }
     if prev.tools_key != record.tools_key {
-        return Some(json!({"section": "tools", "reason": "tools_changed", "detail": "tool definitions changed"}));
+        return Some(
+            json!({"section": "tools", "reason": "tools_changed", "detail": "tool definitions changed"}),
+        );
     }
     if prev.system_key != record.system_key {
-        return Some(json!({"section": "system", "reason": "system_changed", "detail": "system prompt changed"}));
+        return Some(
+            json!({"section": "system", "reason": "system_changed", "detail": "system prompt changed"}),
+        );
     }
     if record.sent.extends == Some(prev.request_index) && record.sent.base == prev.sent.count {
         return None;
     }
     let before = session::sent_keys(log, prev.request_index).unwrap_or_default();
     let now = current_keys(log, record);
-    let index = before.iter().zip(now.iter()).take_while(|(a, b)| a == b).count();
+    let index = before
+        .iter()
+        .zip(now.iter())
+        .take_while(|(a, b)| a == b)
+        .count();
     if index == before.len() && now.len() >= before.len() {
         return None;
     }
     let detail = if index < now.len() {
         format!("message {index} edited")
     } else {
-        format!("history shortened from {} to {} messages", before.len(), now.len())
+        format!(
+            "history shortened from {} to {} messages",
+            before.len(),
+            now.len()
+        )
     };
-    Some(json!({"section": "messages", "reason": "messages_changed", "message_index": index, "detail": detail}))
+    Some(
+        json!({"section": "messages", "reason": "messages_changed", "message_index": index, "detail": detail}),
+    )
 }
 
 /// The full key list of a record not yet in the log.

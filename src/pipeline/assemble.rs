@@ -65,10 +65,12 @@ fn anthropic_stream(events: &[(String, bytes::Bytes)]) -> Option<Value> {
                     Some("text_delta") => append(block, "text", delta.get("text")),
                     Some("thinking_delta") => append(block, "thinking", delta.get("thinking")),
                     Some("signature_delta") => append(block, "signature", delta.get("signature")),
-                    Some("input_json_delta") => partial_json
-                        .entry(index)
-                        .or_default()
-                        .push_str(delta.get("partial_json").and_then(Value::as_str).unwrap_or("")),
+                    Some("input_json_delta") => partial_json.entry(index).or_default().push_str(
+                        delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                    ),
                     _ => {}
                 }
             }
@@ -92,12 +94,19 @@ fn chat_stream(events: &[(String, bytes::Bytes)]) -> Option<Value> {
     let mut calls: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
     for (_, data) in events {
         let Some(ev) = parse(data) else { continue };
-        let Some(delta) = ev.pointer("/choices/0/delta") else { continue };
+        let Some(delta) = ev.pointer("/choices/0/delta") else {
+            continue;
+        };
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             content.push_str(text);
             saw_content = true;
         }
-        for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
             let entry = calls.entry(index).or_default();
             if let Some(id) = call.get("id").and_then(Value::as_str) {
@@ -126,7 +135,9 @@ fn chat_stream(events: &[(String, bytes::Bytes)]) -> Option<Value> {
 
 fn responses_stream(events: &[(String, bytes::Bytes)]) -> Option<Value> {
     events.iter().rev().find_map(|(name, data)| {
-        if name.starts_with("response.") && matches!(name.as_str(), "response.completed" | "response.incomplete") {
+        if name.starts_with("response.")
+            && matches!(name.as_str(), "response.completed" | "response.incomplete")
+        {
             parse(data)?.pointer("/response/output").cloned()
         } else {
             None
@@ -147,19 +158,40 @@ mod tests {
             bytes: 0,
             events: events.len() as u64,
             json_body: None,
-            kept_events: events.iter().map(|(n, d)| (n.to_string(), Bytes::from(d.to_string()))).collect(),
+            kept_events: events
+                .iter()
+                .map(|(n, d)| (n.to_string(), Bytes::from(d.to_string())))
+                .collect(),
         }
     }
 
     #[test]
     fn anthropic_text_and_tool_use_from_the_stream() {
         let r = result(&[
-            ("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}"#),
-            ("content_block_start", r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t1","name":"bash","input":{}}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"cmd\":"}}"#),
-            ("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"ls\"}"}}"#),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t1","name":"bash","input":{}}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"cmd\":"}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"ls\"}"}}"#,
+            ),
         ]);
         let m = assistant_message(Endpoint::Messages, &r).unwrap();
         assert_eq!(m["content"][0]["text"], "Hello");
@@ -169,8 +201,14 @@ mod tests {
     #[test]
     fn chat_tool_call_arguments_are_joined() {
         let r = result(&[
-            ("", r#"{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"bash","arguments":""}}]}}]}"#),
-            ("", r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}]}}]}"#),
+            (
+                "",
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"bash","arguments":""}}]}}]}"#,
+            ),
+            (
+                "",
+                r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}]}}]}"#,
+            ),
             ("", "[DONE]"),
         ]);
         let m = assistant_message(Endpoint::Chat, &r).unwrap();

@@ -31,13 +31,20 @@ pub struct Shaping<'a> {
 impl Shaping<'_> {
     /// Apply ops one at a time (so each insert position is known), all or nothing.
     /// Returns the ops with message positions as client positions.
-    pub fn apply(&mut self, ops: &[Op], transformer: &str, turn_end: bool) -> Result<Vec<Op>, PatchRefusal> {
+    pub fn apply(
+        &mut self,
+        ops: &[Op],
+        transformer: &str,
+        turn_end: bool,
+    ) -> Result<Vec<Op>, PatchRefusal> {
         let mut env = self.env.clone();
         let mut map = self.map.clone();
         let mut client_ops = Vec::with_capacity(ops.len());
         for op in ops {
             let insert_at = match op {
-                Op::MessagesInsert { at, .. } => selector_position(at, env.history_len(), env.last_user_prompt_index()),
+                Op::MessagesInsert { at, .. } => {
+                    selector_position(at, env.history_len(), env.last_user_prompt_index())
+                }
                 _ => None,
             };
             env.apply(std::slice::from_ref(op), transformer)?;
@@ -46,7 +53,11 @@ impl Shaping<'_> {
                 let client = map.client_index_at(pos);
                 // `end` after a response means after the assistant message the client will
                 // send back with its next request.
-                let client = if turn_end && pos == map.len() { client + 1 } else { client };
+                let client = if turn_end && pos == map.len() {
+                    client + 1
+                } else {
+                    client
+                };
                 *at = format!("index:{client}");
             }
             map.applied(op, insert_at);
@@ -65,7 +76,10 @@ impl Shaping<'_> {
             let mut live = op.clone();
             let mut insert_at = None;
             if let Op::MessagesInsert { at, .. } = &mut live {
-                if let Some(client) = at.strip_prefix("index:").and_then(|n| n.parse::<usize>().ok()) {
+                if let Some(client) = at
+                    .strip_prefix("index:")
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
                     let pos = map.position_of_client(client);
                     *at = format!("index:{pos}");
                     insert_at = Some(pos);
@@ -84,9 +98,18 @@ impl Pipeline {
     /// Count an applied patch; cached-scope ops count as invalidations with their reason.
     pub(super) fn count_applied(&self, transformer: &str, ops: &[Op]) {
         for op in ops {
-            self.metrics.patches.with_label_values(&[transformer, op.name(), "applied"]).inc();
-            if let Some(reason) = op.invalidate_cache_reason().filter(|_| op.scope() == crate::patch::Scope::Cached) {
-                self.metrics.invalidations.with_label_values(&[transformer, &bounded(reason)]).inc();
+            self.metrics
+                .patches
+                .with_label_values(&[transformer, op.name(), "applied"])
+                .inc();
+            if let Some(reason) = op
+                .invalidate_cache_reason()
+                .filter(|_| op.scope() == crate::patch::Scope::Cached)
+            {
+                self.metrics
+                    .invalidations
+                    .with_label_values(&[transformer, &bounded(reason)])
+                    .inc();
             }
         }
     }
@@ -94,10 +117,16 @@ impl Pipeline {
     pub(super) fn count_refused(&self, refusal: &PatchRefusal, ops: &[Op]) {
         tracing::warn!(transformer = %refusal.transformer, reason = refusal.reason.label(), "{}", refusal.message);
         for op in ops {
-            self.metrics.patches.with_label_values(&[&refusal.transformer, op.name(), "refused"]).inc();
+            self.metrics
+                .patches
+                .with_label_values(&[&refusal.transformer, op.name(), "refused"])
+                .inc();
         }
         if ops.is_empty() {
-            self.metrics.patches.with_label_values(&[&refusal.transformer, "none", "refused"]).inc();
+            self.metrics
+                .patches
+                .with_label_values(&[&refusal.transformer, "none", "refused"])
+                .inc();
         }
     }
 
@@ -112,14 +141,20 @@ impl Pipeline {
         if result.patch.is_empty() {
             return Ok(None);
         }
-        let transformer = result.transformer_name.clone().unwrap_or_else(|| default_name.to_string());
+        let transformer = result
+            .transformer_name
+            .clone()
+            .unwrap_or_else(|| default_name.to_string());
         match shaping.apply(&result.patch, &transformer, turn_end) {
             Ok(ops) => {
                 self.count_applied(&transformer, &result.patch);
                 Ok(Some(Persisted {
                     transformer,
                     ops,
-                    display: result.display.as_ref().and_then(|d| serde_json::to_value(d).ok()),
+                    display: result
+                        .display
+                        .as_ref()
+                        .and_then(|d| serde_json::to_value(d).ok()),
                 }))
             }
             Err(refusal) => {
@@ -152,7 +187,12 @@ impl Pipeline {
                     .map(|p| (p.name.clone(), p.text.clone()))
                     .collect();
                 let result = handler.result(&parts, vars);
-                persisted.extend(self.apply_result(shaping, &result, &handler.transformer, turn_end)?);
+                persisted.extend(self.apply_result(
+                    shaping,
+                    &result,
+                    &handler.transformer,
+                    turn_end,
+                )?);
             }
         }
         for policy in policies {
@@ -160,7 +200,13 @@ impl Pipeline {
                 let envelope = shaping.env.to_json();
                 let call = self
                     .hooks
-                    .call_context(hook, reason, &envelope, response.map(|r| r.0), response.map(|r| r.1))
+                    .call_context(
+                        hook,
+                        reason,
+                        &envelope,
+                        response.map(|r| r.0),
+                        response.map(|r| r.1),
+                    )
                     .await;
                 self.count_hook(&call);
                 if let Some(message) = call.fail_closed() {
@@ -175,9 +221,15 @@ impl Pipeline {
     }
 
     pub(super) fn count_hook(&self, call: &crate::hooks::HookCall) {
-        self.metrics.hook_duration.with_label_values(&[&call.hook]).observe(call.elapsed.as_secs_f64());
+        self.metrics
+            .hook_duration
+            .with_label_values(&[&call.hook])
+            .observe(call.elapsed.as_secs_f64());
         if call.is_failure() {
-            self.metrics.hook_failures.with_label_values(&[&call.hook]).inc();
+            self.metrics
+                .hook_failures
+                .with_label_values(&[&call.hook])
+                .inc();
         }
     }
 
@@ -189,21 +241,37 @@ impl Pipeline {
         vars: &TemplateVars,
         route: crate::provider::Route,
     ) -> Result<bytes::Bytes, ApiError> {
-        let edits: Vec<_> = policies.iter().flat_map(|p| p.payload.iter().cloned()).collect();
-        let hooks: Vec<_> = policies.iter().flat_map(|p| p.hooks_for(HookEvent::BeforeProviderRequest)).collect();
+        let edits: Vec<_> = policies
+            .iter()
+            .flat_map(|p| p.payload.iter().cloned())
+            .collect();
+        let hooks: Vec<_> = policies
+            .iter()
+            .flat_map(|p| p.hooks_for(HookEvent::BeforeProviderRequest))
+            .collect();
         if edits.is_empty() && hooks.is_empty() {
             return Ok(payload);
         }
-        let mut value: Value = serde_json::from_slice(&payload)
-            .map_err(|e| ApiError::new(ErrorKind::Internal, format!("compiled payload is not JSON: {e}")))?;
+        let mut value: Value = serde_json::from_slice(&payload).map_err(|e| {
+            ApiError::new(
+                ErrorKind::Internal,
+                format!("compiled payload is not JSON: {e}"),
+            )
+        })?;
         if let Err(e) = crate::policy::apply_payload_edits(&mut value, &edits, vars) {
             tracing::warn!("payload edit skipped: {e}");
             if self.strict {
-                return Err(ApiError::new(ErrorKind::Internal, format!("payload edit failed: {e}")));
+                return Err(ApiError::new(
+                    ErrorKind::Internal,
+                    format!("payload edit failed: {e}"),
+                ));
             }
         }
         for hook in hooks {
-            let call = self.hooks.call_before_provider_request(hook, route.provider, route.endpoint, &value).await;
+            let call = self
+                .hooks
+                .call_before_provider_request(hook, route.provider, route.endpoint, &value)
+                .await;
             self.count_hook(&call);
             if let Some(message) = call.fail_closed() {
                 return Err(ApiError::new(ErrorKind::Internal, message.to_string()));
@@ -215,7 +283,10 @@ impl Pipeline {
                     match json_patch::patch(&mut edited, &patch) {
                         Ok(()) => value = edited,
                         Err(e) => {
-                            self.metrics.hook_failures.with_label_values(&[&call.hook]).inc();
+                            self.metrics
+                                .hook_failures
+                                .with_label_values(&[&call.hook])
+                                .inc();
                             tracing::warn!(hook = %call.hook, "json_patch from hook does not apply: {e}");
                         }
                     }
@@ -223,7 +294,9 @@ impl Pipeline {
                 _ => {}
             }
         }
-        Ok(bytes::Bytes::from(serde_json::to_vec(&value).unwrap_or_default()))
+        Ok(bytes::Bytes::from(
+            serde_json::to_vec(&value).unwrap_or_default(),
+        ))
     }
 }
 

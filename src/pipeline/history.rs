@@ -98,7 +98,11 @@ mod tests {
         assert_eq!(m.client_index_at(1), 1);
         assert_eq!(m.client_index_at(3), 1);
         assert_eq!(m.client_index_at(4), 2);
-        assert_eq!(m.position_of_client(1), 3, "after what is already inserted there");
+        assert_eq!(
+            m.position_of_client(1),
+            3,
+            "after what is already inserted there"
+        );
         assert_eq!(m.position_of_client(4), 6);
         assert_eq!(m.position_of_client(0), 0);
     }
@@ -106,7 +110,10 @@ mod tests {
     #[test]
     fn selectors() {
         assert_eq!(selector_position("end", 5, Some(4)), Some(5));
-        assert_eq!(selector_position("before_last_user_prompt", 5, Some(4)), Some(4));
+        assert_eq!(
+            selector_position("before_last_user_prompt", 5, Some(4)),
+            Some(4)
+        );
         assert_eq!(selector_position("index:2", 5, None), Some(2));
         assert_eq!(selector_position("index:9", 5, None), None);
     }

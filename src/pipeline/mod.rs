@@ -23,7 +23,9 @@ use crate::envelope::{detect_client, BreakpointMode, CompileOptions, Envelope, T
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookClient;
 use crate::metrics::Metrics;
-use crate::policy::{self, ClientKind, ContextReason, Policy, PolicySet, RequestFacts, TemplateVars};
+use crate::policy::{
+    self, ClientKind, ContextReason, Policy, PolicySet, RequestFacts, TemplateVars,
+};
 use crate::provider::{Endpoint, Route};
 use crate::session::{self, Entry, PrefixHashes, SessionStore};
 
@@ -94,7 +96,10 @@ impl Pipeline {
 
     /// A store failure: counted and logged; fails the request only in fail-closed mode.
     fn store_failed(&self, operation: &str, err: &dyn std::fmt::Display) -> Result<(), ApiError> {
-        self.metrics.store_errors.with_label_values(&[operation]).inc();
+        self.metrics
+            .store_errors
+            .with_label_values(&[operation])
+            .inc();
         tracing::warn!(operation, "session store failed: {err}");
         match self.on_store_error {
             StoreFailure::FailOpen => Ok(()),
@@ -126,7 +131,8 @@ impl Pipeline {
             return Ok(Prepared::passthrough(body));
         }
         let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
-        let value: Value = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
+        let value: Value =
+            serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
         let id = session::identify(headers, &value, route.provider, route.endpoint).id;
         let history = client_history(route.endpoint, &value);
         let hashes = PrefixHashes::new(&history);
@@ -146,14 +152,36 @@ impl Pipeline {
         };
 
         let mut map = HistoryMap::new(history.len());
-        let mut shaping = Shaping { env: &mut env, map: &mut map };
+        let mut shaping = Shaping {
+            env: &mut env,
+            map: &mut map,
+        };
         self.replay(&log, &hashes, &mut shaping);
         let persisted = self
-            .run_context(&policies, ContextReason::BeforeRequest, &mut shaping, &vars, None)
+            .run_context(
+                &policies,
+                ContextReason::BeforeRequest,
+                &mut shaping,
+                &vars,
+                None,
+            )
             .await?;
-        self.persist(&id, "before_request", &persisted, hashes.full(), request_index).await?;
-        self.run_context(&policies, ContextReason::Ephemeral, &mut shaping, &vars, None)
-            .await?;
+        self.persist(
+            &id,
+            "before_request",
+            &persisted,
+            hashes.full(),
+            request_index,
+        )
+        .await?;
+        self.run_context(
+            &policies,
+            ContextReason::Ephemeral,
+            &mut shaping,
+            &vars,
+            None,
+        )
+        .await?;
 
         let compiled = env.compile(&compile_options(&policies, &id));
         let body = self.run_payload(&policies, compiled, &vars, route).await?;
@@ -205,7 +233,10 @@ impl Pipeline {
         let plan = session::plan_replay(log, hashes);
         for stale in &plan.stale {
             for op in &stale.patch {
-                self.metrics.patches.with_label_values(&[&stale.transformer, op.name(), "stale"]).inc();
+                self.metrics
+                    .patches
+                    .with_label_values(&[&stale.transformer, op.name(), "stale"])
+                    .inc();
             }
         }
         for transform in plan.apply {
@@ -232,7 +263,9 @@ impl Pipeline {
         anchor: session::Anchor,
         request_index: u64,
     ) -> Result<(), ApiError> {
-        let Some(store) = &self.store else { return Ok(()) };
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
         if patches.is_empty() {
             return Ok(());
         }
@@ -261,7 +294,11 @@ impl Pipeline {
 /// The client's history messages as JSON values (Anthropic and Chat `messages`, Responses
 /// `input` items).
 fn client_history(endpoint: Endpoint, body: &Value) -> Vec<Value> {
-    let key = if endpoint == Endpoint::Responses { "input" } else { "messages" };
+    let key = if endpoint == Endpoint::Responses {
+        "input"
+    } else {
+        "messages"
+    };
     match body.get(key) {
         Some(Value::Array(items)) => items.clone(),
         Some(Value::String(text)) => vec![serde_json::json!({"role": "user", "content": text})],
@@ -279,12 +316,15 @@ fn turn_index(endpoint: Endpoint, history: &[Value]) -> u64 {
                 return false;
             }
             if endpoint == Endpoint::Responses {
-                return m.get("type").and_then(Value::as_str).is_none_or(|t| t == "message");
+                return m
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_none_or(|t| t == "message");
             }
             match m.get("content") {
-                Some(Value::Array(blocks)) => {
-                    blocks.iter().any(|b| b.get("type").and_then(Value::as_str) != Some("tool_result"))
-                }
+                Some(Value::Array(blocks)) => blocks
+                    .iter()
+                    .any(|b| b.get("type").and_then(Value::as_str) != Some("tool_result")),
                 _ => true,
             }
         })

@@ -142,8 +142,6 @@ pub fn parse_policy(path: &Path, text: &str) -> Result<Policy, Vec<PolicyError>>
         // Syntax errors leave no document to locate fields in; say so plainly.
         let message = if locator.is_parsed() {
             message
-        } else if message.contains("inline table") {
-            format!("bad TOML: {message} (an inline table must fit on one line; write a long entry as a [[table]] instead)")
         } else {
             format!("bad TOML: {message}")
         };

@@ -3,19 +3,19 @@
 
 use std::ops::Range;
 
-use toml_edit::{ArrayOfTables, ImDocument, Item, Table, Value};
+use toml_edit::{ArrayOfTables, Document, Item, Table, Value};
 
 use super::error::{FieldPath, Segment};
 
 /// The parsed document, kept only to answer "where is this field".
 pub struct Locator {
-    doc: Option<ImDocument<String>>,
+    doc: Option<Document<String>>,
 }
 
 impl Locator {
     pub fn new(text: &str) -> Self {
         Locator {
-            doc: ImDocument::parse(text.to_string()).ok(),
+            doc: Document::parse(text.to_string()).ok(),
         }
     }
 

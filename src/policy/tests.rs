@@ -159,8 +159,9 @@ fn serde_errors_name_line_and_field() {
         vec!["p.toml:4:1: context[0].patch[0]: op `system_part_set`: missing field `partName`"]
     );
     assert_eq!(
+        // TOML 1.1: inline tables may span lines, as in the design's example policy.
         errors("name = \"a\"\npatch = [{ a = 1,\n b = 2 }]\n"),
-        vec!["p.toml:2:17: bad TOML: invalid inline table; expected `}` (an inline table must fit on one line; write a long entry as a [[table]] instead)"]
+        vec!["p.toml:2:1: patch: unknown field `patch`, expected one of `name`, `description`, `order`, `match`, `breakpoints`, `prompt_cache_key`, `context`, `payload`, `inject`, `hook`"]
     );
 }
 
@@ -241,10 +242,7 @@ fn payload_inject_and_hook_errors() {
 #[test]
 fn bad_toml_is_reported_as_such() {
     let e = errors("name = \"a\"\nname2 = = 3\n");
-    assert_eq!(
-        e,
-        vec!["p.toml:2:9: bad TOML: invalid string; expected `\"`, `'`"]
-    );
+    assert_eq!(e, vec!["p.toml:2:9: bad TOML: extra `=`, expected nothing"]);
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -324,4 +322,30 @@ fn matching_filters_in_run_order() {
         .map(|p| p.name.clone())
         .collect();
     assert_eq!(names, vec!["b"]);
+}
+
+#[test]
+fn design_example_multi_line_inline_tables_parse() {
+    // The context handlers of DESIGN §5.1, written as there (TOML 1.1 inline tables).
+    let text = r#"name = "example"
+description = "what it does and why"
+order = 100
+
+[[context]]
+reason = "before_request"
+transformer = "policy-section"
+patch = [
+  { op = "system_part_set", partName = "policy", text = "Never output secrets.",
+    invalidateCacheReason = "add policy section" },
+]
+
+[[context]]
+reason = "ephemeral"
+transform = { move_lines = { from = "system", pattern = '(?m)^Current date and time:.*$', to = "uncached_tail" },
+              invalidateCacheReason = "move volatile line out of the cached prefix" }
+
+[[payload]]
+json_patch = [ { op = "add", path = "/metadata", value = { user_id = "{{session}}" } } ]
+"#;
+    assert_eq!(errors(text), Vec::<String>::new());
 }
