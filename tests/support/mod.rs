@@ -251,3 +251,121 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
         .sum()
 }
+
+/// Write a policy file into `dir`.
+pub fn policy_file(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A proxy config with policies and an embedded store in `store_dir`.
+pub fn policy_config(
+    upstream: &str,
+    policies: Vec<std::path::PathBuf>,
+    store_dir: &std::path::Path,
+) -> Config {
+    let mut config = test_config(upstream);
+    config.policies.files = policies;
+    config.sessions.store = store_dir.to_string_lossy().into_owned();
+    config
+}
+
+pub async fn start_emulator() -> cachet::emulator::EmulatorHandle {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    cachet::emulator::spawn(listener, Default::default())
+        .await
+        .unwrap()
+}
+
+/// POST JSON to the proxy with Anthropic headers and a session; returns status and body.
+pub async fn post_anthropic(
+    proxy: &ProxyHandle,
+    session: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-cachet-session", session)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// A hook server whose answer to each event is computed by `answer` (`None` → 204).
+pub struct HookServer {
+    pub url: String,
+    pub events: Arc<Mutex<Vec<serde_json::Value>>>,
+}
+
+pub async fn start_hook_server<F>(answer: F) -> HookServer
+where
+    F: Fn(&serde_json::Value) -> Option<serde_json::Value> + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let answer = Arc::new(answer);
+    let seen = events.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (answer, seen) = (answer.clone(), seen.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let (answer, seen) = (answer.clone(), seen.clone());
+                    async move {
+                        let body = req
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        let event: serde_json::Value =
+                            serde_json::from_slice(&body).unwrap_or_default();
+                        seen.lock().unwrap().push(event.clone());
+                        let resp = match answer(&event) {
+                            Some(v) => {
+                                Response::new(http_body_util::Full::new(Bytes::from(v.to_string())))
+                            }
+                            None => {
+                                let mut r = Response::new(http_body_util::Full::new(Bytes::new()));
+                                *r.status_mut() = StatusCode::NO_CONTENT;
+                                r
+                            }
+                        };
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    HookServer { url, events }
+}
+
+/// Wait until the proxy's session log has `n` request entries (written after responses).
+pub async fn wait_for_requests(proxy: &ProxyHandle, session: &str, n: u64) -> serde_json::Value {
+    for _ in 0..500 {
+        let r = reqwest::get(format!("http://{}/sessions/{session}", proxy.admin_addr))
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            let v: serde_json::Value = r.json().await.unwrap();
+            if v["requests"].as_u64().unwrap_or(0) >= n {
+                return v;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("session {session} never reached {n} requests");
+}

@@ -1,0 +1,320 @@
+//! Each hook point end to end: the upstream body shows the intended change and nothing else.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+const REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Done."}],"model":"claude-sonnet-4-5","stop_reason":"end_turn","usage":{"input_tokens":10,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2}}"#;
+
+/// A client body with formatting serde_json would not reproduce.
+const BODY: &str = "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":100,\"system\":\"You are terse.\",\n  \"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\",  \"cache_control\":{\"type\":\"ephemeral\"}}]}],\"temperature\":0.50}";
+
+async fn send(proxy: &cachet::server::ProxyHandle, session: &str, body: &str) -> u16 {
+    client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .header("x-cachet-session", session)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn context_patches_change_only_their_part_and_keep_bytes() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "shape",
+        r#"
+name = "shape"
+[[context]]
+reason = "before_request"
+patch = [{ op = "system_part_set", partName = "rules", text = " Never print secrets.", invalidateCacheReason = "add rules" }]
+[[context]]
+reason = "ephemeral"
+patch = [{ op = "messages_uncached_append", messages = [{ role = "user", content = "request {{request_index}}" }] }]
+"#,
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    assert_eq!(send(&proxy, "s1", BODY).await, 200);
+    let got = upstream.requests()[0].body.clone();
+    let text = String::from_utf8(got.to_vec()).unwrap();
+    // The untouched message keeps its exact bytes (spacing included).
+    assert!(text.contains("{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\",  \"cache_control\":{\"type\":\"ephemeral\"}}]}"), "{text}");
+    assert!(
+        text.contains("\"temperature\":0.50"),
+        "options keep their number format"
+    );
+    let v: Value = serde_json::from_slice(&got).unwrap();
+    assert_eq!(v["system"], "You are terse. Never print secrets.");
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "the ephemeral tail comes last: {v}");
+    assert_eq!(messages[1]["role"], "user");
+    assert!(messages[1].to_string().contains("request 0"));
+    let mut expected: Value = serde_json::from_str(BODY).unwrap();
+    expected["system"] = v["system"].clone();
+    expected["messages"] = json!([expected["messages"][0].clone(), messages[1].clone()]);
+    assert_eq!(v, expected, "nothing else changed");
+    let m = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(
+            &m,
+            "cachet_patches_total",
+            &[
+                ("transformer", "shape"),
+                ("op", "system_part_set"),
+                ("outcome", "applied")
+            ]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_value(
+            &m,
+            "cachet_cache_invalidations_total",
+            &[("transformer", "shape"), ("reason", "add rules")]
+        ),
+        Some(1.0)
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn payload_edits_apply_json_patch_and_merge_patch() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "payload",
+        r#"
+name = "payload"
+[[payload]]
+merge_patch = { temperature = 0 }
+[[payload]]
+json_patch = [ { op = "add", path = "/metadata", value = { user_id = "{{session}}" } } ]
+"#,
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    assert_eq!(send(&proxy, "team-7", BODY).await, 200);
+    let v: Value = serde_json::from_slice(&upstream.requests()[0].body).unwrap();
+    let mut expected: Value = serde_json::from_str(BODY).unwrap();
+    expected["temperature"] = json!(0);
+    expected["metadata"] = json!({"user_id": "team-7"});
+    assert_eq!(v, expected);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_patch_without_invalidate_reason_is_refused_and_strict_mode_fails() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_hook_server(|_| Some(json!({"patch": [{"op": "system_part_set", "partName": "x", "text": "y"}], "transformerName": "careless"}))).await;
+    let policy = policy_file(
+        dir.path(),
+        "hooked",
+        &format!(
+            r#"
+name = "hooked"
+[[hook]]
+url = "{}"
+events = ["context:before_request"]
+"#,
+            hook.url
+        ),
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy.clone()],
+        &dir.path().join("store"),
+    ))
+    .await;
+    assert_eq!(send(&proxy, "s", BODY).await, 200);
+    assert_eq!(
+        upstream.requests()[0].body,
+        BODY.as_bytes(),
+        "the request went on unpatched"
+    );
+    let m = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(
+            &m,
+            "cachet_patches_total",
+            &[("transformer", "careless"), ("outcome", "refused")]
+        ),
+        Some(1.0)
+    );
+    proxy.shutdown().await;
+
+    let mut config = policy_config(&upstream.url(), vec![policy], &dir.path().join("store2"));
+    config.policies.strict = true;
+    let proxy = start_proxy(config).await;
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .body(BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "api_error");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("careless") && msg.contains("invalidateCacheReason"),
+        "{msg}"
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "strict refusal is not forwarded"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn hook_failures_continue_or_fail_per_on_error() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let dead = "http://127.0.0.1:1/hook";
+    for (on_error, status) in [("continue", 200), ("fail", 500)] {
+        let policy = policy_file(
+            dir.path(),
+            on_error,
+            &format!(
+                r#"
+name = "p-{on_error}"
+[[hook]]
+name = "memory"
+url = "{dead}"
+events = ["context:ephemeral", "before_provider_request"]
+on_error = "{on_error}"
+"#
+            ),
+        );
+        let proxy = start_proxy(policy_config(
+            &upstream.url(),
+            vec![policy],
+            &dir.path().join(on_error),
+        ))
+        .await;
+        assert_eq!(
+            send(&proxy, "s", BODY).await,
+            status,
+            "on_error = {on_error}"
+        );
+        let m = metrics_text(&proxy).await;
+        assert!(
+            metric_value(&m, "cachet_hook_failures_total", &[("hook", "memory")]).unwrap() >= 1.0
+        );
+        proxy.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn before_provider_request_hook_replaces_the_payload_and_turn_end_sees_the_reply() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_hook_server(|event| match event["type"].as_str() {
+        Some("before_provider_request") => {
+            Some(json!({"json_patch": [{"op": "replace", "path": "/max_tokens", "value": 7}]}))
+        }
+        _ => None,
+    })
+    .await;
+    let policy = policy_file(
+        dir.path(),
+        "hooks",
+        &format!(
+            r#"
+name = "hooks"
+[[hook]]
+url = "{}"
+events = ["before_provider_request", "context:turn_end"]
+"#,
+            hook.url
+        ),
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    assert_eq!(send(&proxy, "s", BODY).await, 200);
+    let v: Value = serde_json::from_slice(&upstream.requests()[0].body).unwrap();
+    assert_eq!(v["max_tokens"], 7);
+    wait_for_requests(&proxy, "s", 1).await;
+    let events = hook.events.lock().unwrap().clone();
+    let turn_end = events
+        .iter()
+        .find(|e| e["reason"] == "turn_end")
+        .expect("turn_end event sent");
+    assert_eq!(turn_end["assistant"]["content"][0]["text"], "Done.");
+    assert_eq!(turn_end["usage"]["uncached"], 10);
+    assert_eq!(turn_end["state"]["envelope"]["meta"]["session"], "s");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn shipped_breakpoint_and_cache_key_policies_shape_the_payload() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let policies = vec![
+        format!("{root}/policies/anthropic-auto-breakpoints.toml").into(),
+        format!("{root}/policies/openai-cache-key.toml").into(),
+    ];
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        policies,
+        &dir.path().join("store"),
+    ))
+    .await;
+    // Anthropic: a long system prompt and history without any client marker get markers.
+    let long = "Follow the repository conventions carefully. ".repeat(300);
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "system": [{"type": "text", "text": long}],
+        "messages": [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}, {"role": "user", "content": "three"}]});
+    let (s, _) = post_anthropic(&proxy, "a", &body).await;
+    assert_eq!(s, 200);
+    let sent = String::from_utf8(upstream.requests()[0].body.to_vec()).unwrap();
+    let markers = sent.matches("\"cache_control\"").count();
+    assert!((1..=4).contains(&markers), "{sent}");
+    let v: Value = serde_json::from_str(&sent).unwrap();
+    assert!(
+        v["system"][0]["cache_control"].is_object(),
+        "marker at the end of the system prompt"
+    );
+    assert!(
+        v["messages"][2]["content"]
+            .to_string()
+            .contains("cache_control"),
+        "marker on the last message"
+    );
+    // OpenAI: prompt_cache_key from the session.
+    let r = client()
+        .post(format!("http://{}/v1/chat/completions", proxy.addr))
+        .header("x-cachet-session", "sess-42")
+        .body(r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = serde_json::from_slice(&upstream.requests()[1].body).unwrap();
+    assert_eq!(v["prompt_cache_key"], "sess-42");
+    proxy.shutdown().await;
+}

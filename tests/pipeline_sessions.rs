@@ -1,0 +1,226 @@
+//! Persisted patches replay on later requests of their session only, at the place they were
+//! made, and never on a history they were not made for.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+const REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Done."}],"model":"claude-sonnet-4-5","stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":2}}"#;
+
+fn body(history: &[Value]) -> Value {
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "system": "You are terse.", "messages": history})
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+fn assistant(text: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "text", "text": text}]})
+}
+
+fn hook_policy(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    policy_file(
+        dir,
+        "memo",
+        &format!(
+            r#"
+name = "memo"
+[[hook]]
+url = "{url}"
+events = ["context:before_request"]
+"#
+        ),
+    )
+}
+
+#[tokio::test]
+async fn a_persisted_system_part_reappears_in_its_session_only() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_hook_server(|e| {
+        let meta = &e["state"]["envelope"]["meta"];
+        (meta["session"] == "s1" && meta["request_index"] == 0).then(|| json!({
+            "patch": [{"op": "system_part_set", "partName": "memo", "text": " The user prefers tabs.",
+                       "invalidateCacheReason": "session memo"}],
+            "transformerName": "memo-hook"}))
+    })
+    .await;
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![hook_policy(dir.path(), &hook.url)],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let mut history = vec![user("one")];
+    for turn in 0..3 {
+        assert_eq!(post_anthropic(&proxy, "s1", &body(&history)).await.0, 200);
+        history.push(assistant(&format!("answer {turn}")));
+        history.push(user(&format!("next {turn}")));
+    }
+    assert_eq!(
+        post_anthropic(&proxy, "s2", &body(&[user("other")]))
+            .await
+            .0,
+        200
+    );
+    let got = upstream.requests();
+    for (i, r) in got.iter().enumerate().take(3) {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(
+            v["system"], "You are terse. The user prefers tabs.",
+            "request {i} of s1"
+        );
+    }
+    let v: Value = serde_json::from_slice(&got[3].body).unwrap();
+    assert_eq!(
+        v["system"], "You are terse.",
+        "another session never gets it"
+    );
+    let m = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(
+            &m,
+            "cachet_patches_total",
+            &[("transformer", "memo-hook"), ("outcome", "replayed")]
+        ),
+        Some(2.0)
+    );
+    let log = wait_for_requests(&proxy, "s1", 3).await;
+    assert_eq!(log["context_transforms"], 1, "stored once, replayed twice");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_persisted_insert_stays_in_place_and_keeps_the_cache_warm() {
+    let emulator = start_emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let memory = format!(
+        "<memory>\n{}\n</memory>",
+        "The project uses tabs; tests run with ./scripts/test.sh. ".repeat(100)
+    );
+    let hook = start_hook_server(move |e| {
+        (e["state"]["envelope"]["meta"]["request_index"] == 0).then(|| {
+            json!({
+            "patch": [{"op": "messages_insert", "at": "before_last_user_prompt",
+                       "messages": [{"role": "custom", "content": memory.clone()}],
+                       "invalidateCacheReason": "pin memory"}]})
+        })
+    })
+    .await;
+    let proxy = start_proxy(policy_config(
+        &emulator.url(),
+        vec![hook_policy(dir.path(), &hook.url)],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let mut history = vec![
+        json!({"role": "user", "content": [{"type": "text", "text": "Refactor the parser.", "cache_control": {"type": "ephemeral"}}]}),
+    ];
+    let mut reads = Vec::new();
+    for turn in 0..3 {
+        let (status, answer) = post_anthropic(&proxy, "pinned", &body(&history)).await;
+        assert_eq!(status, 200, "{answer}");
+        reads.push(answer["usage"]["cache_read_input_tokens"].as_u64().unwrap());
+        for m in history.iter_mut() {
+            if let Some(blocks) = m["content"].as_array_mut() {
+                for b in blocks {
+                    b.as_object_mut().unwrap().remove("cache_control");
+                }
+            }
+        }
+        history.push(json!({"role": "assistant", "content": answer["content"].clone()}));
+        history.push(json!({"role": "user", "content": [{"type": "text", "text": format!("Now step {turn}."), "cache_control": {"type": "ephemeral"}}]}));
+    }
+    assert_eq!(reads[0], 0);
+    // The pinned memory (about 1400 tokens) sits before the first user message on every
+    // request, byte-identical, so later turns read it from cache.
+    assert!(reads[1] > 1300 && reads[2] > reads[1], "{reads:?}");
+    let accounted = emulator.accounted();
+    assert_eq!(accounted.len(), 3);
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+}
+
+#[tokio::test]
+async fn forked_or_compacted_histories_get_no_stale_patch() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The hook pins a note during the third turn only.
+    let hook = start_hook_server(|e| {
+        (e["state"]["envelope"]["meta"]["request_index"] == 2).then(|| json!({
+            "patch": [{"op": "messages_insert", "at": "end", "messages": [{"role": "user", "content": "NOTE from turn 3"}],
+                       "invalidateCacheReason": "note"}]}))
+    })
+    .await;
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![hook_policy(dir.path(), &hook.url)],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let turns = [
+        user("u1"),
+        assistant("a1"),
+        user("u2"),
+        assistant("a2"),
+        user("u3"),
+        assistant("a3"),
+        user("u4"),
+    ];
+    for n in [1, 3, 5, 7] {
+        assert_eq!(post_anthropic(&proxy, "f", &body(&turns[..n])).await.0, 200);
+    }
+    let sent = |i: usize| -> Vec<Value> {
+        let v: Value = serde_json::from_slice(&upstream.requests()[i].body).unwrap();
+        v["messages"].as_array().unwrap().clone()
+    };
+    assert!(sent(2).iter().any(|m| m["content"] == "NOTE from turn 3"));
+    let later = sent(3);
+    assert_eq!(
+        later[5]["content"], "NOTE from turn 3",
+        "replayed after the anchored prefix: {later:?}"
+    );
+    assert_eq!(later.len(), 8);
+    // Fork: the client drops the last two turns and continues differently.
+    assert_eq!(
+        post_anthropic(
+            &proxy,
+            "f",
+            &body(&[user("u1"), assistant("a1"), user("u2 but different")])
+        )
+        .await
+        .0,
+        200
+    );
+    assert!(
+        !sent(4).iter().any(|m| m["content"] == "NOTE from turn 3"),
+        "no stale patch on a fork"
+    );
+    // Compaction: a shorter, summarised history.
+    assert_eq!(
+        post_anthropic(
+            &proxy,
+            "f",
+            &body(&[user("summary of u1..u3"), assistant("ok"), user("u5")])
+        )
+        .await
+        .0,
+        200
+    );
+    assert!(
+        !sent(5).iter().any(|m| m["content"] == "NOTE from turn 3"),
+        "no stale patch after compaction"
+    );
+    let m = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(
+            &m,
+            "cachet_patches_total",
+            &[("op", "messages_insert"), ("outcome", "stale")]
+        ),
+        Some(2.0)
+    );
+    proxy.shutdown().await;
+}
