@@ -131,6 +131,17 @@ async fn replay_after_reopen_applies_only_to_the_same_history() {
     let plan = plan_replay(&log, &PrefixHashes::new(&h));
     assert_eq!(plan.apply.len(), 2);
     assert!(plan.stale.is_empty());
+    // The replayed messages are byte-identical to the ones persisted, so the provider sees
+    // the same prefix on every later request.
+    let inserted = |e: &Entry| match e {
+        Entry::ContextTransform(t) => serde_json::to_string(&t.patch).unwrap(),
+        _ => String::new(),
+    };
+    let persisted = insert_note(&h[..4], "note", 1);
+    assert_eq!(
+        serde_json::to_string(&plan.apply[1].patch).unwrap(),
+        inserted(&persisted)
+    );
     // Another session has nothing to replay.
     assert!(store.load("b").await.unwrap().is_empty());
     // A fork that drops the last two turns of the anchored prefix: the note is stale.
