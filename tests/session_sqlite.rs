@@ -333,3 +333,29 @@ async fn prepare_plan_persist_across_requests() {
     assert!(ctx.plan().apply.is_empty());
     assert!(ctx.plan().stale.is_empty());
 }
+
+#[tokio::test]
+async fn admin_routes_answer_with_status_and_json() {
+    use cachet::session::admin_route;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+    store
+        .append("known", &[insert_note(&history(2), "x", 0)])
+        .await
+        .unwrap();
+
+    let (status, body) = admin_route(&store, "/sessions", Some("limit=5"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body["sessions"][0]["id"], "known");
+    let (status, body) = admin_route(&store, "/sessions/known", None).await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body["context_transforms"], 1);
+    let (status, _) = admin_route(&store, "/sessions/unknown", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
+    assert!(admin_route(&store, "/metrics", None).await.is_none());
+    assert!(admin_route(&store, "/sessions/a/b", None).await.is_none());
+}

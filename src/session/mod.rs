@@ -16,8 +16,9 @@ pub mod normalize;
 pub mod record;
 pub mod replay;
 pub mod store;
+pub mod turns;
 
-pub use admin::{session_json, sessions_json};
+pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
 pub use entry::{
     is_persisted_reason, now_ms, ContextTransform, Entry, RequestRecord, SentMessages,
@@ -32,3 +33,4 @@ pub use store::{
     open_store, Blob, CachedStore, RedisStore, SessionStore, SessionSummary, SqliteStore,
     StoreError, StoreResult, StoreStats,
 };
+pub use turns::turn_index;
