@@ -80,7 +80,11 @@ async fn two_instances_serve_one_session_interchangeably() {
     let mut plans_a = Vec::new();
     let mut plans_b = Vec::new();
     for turn in 0..6usize {
-        let (this, other) = if turn % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let (this, other) = if turn.is_multiple_of(2) {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
         let index = this.next_request_index("s").await.unwrap();
         assert_eq!(index, turn as u64, "one counter for both instances");
         let sent = &full[..2 * turn + 1];

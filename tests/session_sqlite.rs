@@ -131,6 +131,17 @@ async fn replay_after_reopen_applies_only_to_the_same_history() {
     let plan = plan_replay(&log, &PrefixHashes::new(&h));
     assert_eq!(plan.apply.len(), 2);
     assert!(plan.stale.is_empty());
+    // The replayed messages are byte-identical to the ones persisted, so the provider sees
+    // the same prefix on every later request.
+    let inserted = |e: &Entry| match e {
+        Entry::ContextTransform(t) => serde_json::to_string(&t.patch).unwrap(),
+        _ => String::new(),
+    };
+    let persisted = insert_note(&h[..4], "note", 1);
+    assert_eq!(
+        serde_json::to_string(&plan.apply[1].patch).unwrap(),
+        inserted(&persisted)
+    );
     // Another session has nothing to replay.
     assert!(store.load("b").await.unwrap().is_empty());
     // A fork that drops the last two turns of the anchored prefix: the note is stale.
@@ -268,4 +279,83 @@ async fn a_500_request_session_stores_each_message_once() {
     };
     assert_eq!(last.sent.extends, Some(498));
     assert_eq!(last.sent.keys.len(), 2);
+}
+
+/// The steps the pipeline takes, across three requests of one session and one of another.
+#[tokio::test]
+async fn prepare_plan_persist_across_requests() {
+    use cachet::patch::ops::Op;
+    use cachet::session::{identify, prepare, IdSource};
+    use http::HeaderMap;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store(dir.path().to_str().unwrap()).await.unwrap();
+    let h = history(6);
+    let mut headers = HeaderMap::new();
+    headers.insert("x-cachet-session", "flow".parse().unwrap());
+    let body = json!({"messages": h[..1]});
+    let provider = cachet::provider::Provider::Anthropic;
+    let endpoint = cachet::provider::Endpoint::Messages;
+
+    // Request 0: nothing to replay; a before_request patch is persisted, an ephemeral one not.
+    let id = identify(&headers, &body, provider, endpoint);
+    assert_eq!(id.source, IdSource::Header);
+    let ctx = prepare(store.as_ref(), id.clone(), &h[..1]).await.unwrap();
+    assert_eq!(ctx.request_index, 0);
+    assert!(ctx.plan().apply.is_empty());
+    let part = Op::SystemPartSet {
+        part_name: "memory".into(),
+        text: "remember".into(),
+        before: None,
+        after: None,
+        invalidate_cache_reason: Some("memory".into()),
+    };
+    let persisted = ctx.transform("memory", "before_request", vec![part.clone()], None);
+    assert!(ctx
+        .transform("memory", "ephemeral", vec![part], None)
+        .is_none());
+    ctx.persist(store.as_ref(), persisted.into_iter().collect())
+        .await
+        .unwrap();
+
+    // Request 1 of the same session replays it; the counter moved on.
+    let ctx = prepare(store.as_ref(), id.clone(), &h[..3]).await.unwrap();
+    assert_eq!(ctx.request_index, 1);
+    let plan = ctx.plan();
+    assert_eq!(plan.apply.len(), 1);
+    assert_eq!(plan.apply[0].transformer, "memory");
+
+    // Another session (fingerprinted) replays nothing.
+    let other = identify(&HeaderMap::new(), &body, provider, endpoint);
+    assert_eq!(other.source, IdSource::Fingerprint);
+    let ctx = prepare(store.as_ref(), other, &h[..3]).await.unwrap();
+    assert_eq!(ctx.request_index, 0);
+    assert!(ctx.plan().apply.is_empty());
+    assert!(ctx.plan().stale.is_empty());
+}
+
+#[tokio::test]
+async fn admin_routes_answer_with_status_and_json() {
+    use cachet::session::admin_route;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+    store
+        .append("known", &[insert_note(&history(2), "x", 0)])
+        .await
+        .unwrap();
+
+    let (status, body) = admin_route(&store, "/sessions", Some("limit=5"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body["sessions"][0]["id"], "known");
+    let (status, body) = admin_route(&store, "/sessions/known", None).await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body["context_transforms"], 1);
+    let (status, _) = admin_route(&store, "/sessions/unknown", None)
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
+    assert!(admin_route(&store, "/metrics", None).await.is_none());
+    assert!(admin_route(&store, "/sessions/a/b", None).await.is_none());
 }

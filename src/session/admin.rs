@@ -44,3 +44,54 @@ pub async fn sessions_json(store: &dyn SessionStore, limit: usize) -> StoreResul
     let sessions = store.list_sessions(limit).await?;
     Ok(json!({ "sessions": sessions }))
 }
+
+/// Default and largest `limit` for `GET /sessions`.
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 1000;
+
+/// Answer an admin request under `/sessions`: `None` when `path` is not a sessions path,
+/// else the status and JSON body (404 for an unknown session, 503 when the store is down).
+/// `query` is the raw query string; `limit=N` bounds `GET /sessions`.
+pub async fn admin_route(
+    store: &dyn SessionStore,
+    path: &str,
+    query: Option<&str>,
+) -> Option<(u16, Value)> {
+    let result = if path == "/sessions" || path == "/sessions/" {
+        sessions_json(store, limit_from(query)).await.map(Some)
+    } else {
+        let id = path.strip_prefix("/sessions/")?;
+        if id.is_empty() || id.contains('/') {
+            return None;
+        }
+        session_json(store, id).await
+    };
+    Some(match result {
+        Ok(Some(body)) => (200, body),
+        Ok(None) => (404, json!({"error": "no such session"})),
+        Err(err) => (503, json!({"error": err.to_string()})),
+    })
+}
+
+fn limit_from(query: Option<&str>) -> usize {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("limit="))
+        .and_then(|n| n.parse::<usize>().ok())
+        .map_or(DEFAULT_LIMIT, |n| n.min(MAX_LIMIT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_is_read_and_bounded() {
+        assert_eq!(limit_from(None), DEFAULT_LIMIT);
+        assert_eq!(limit_from(Some("limit=3")), 3);
+        assert_eq!(limit_from(Some("x=1&limit=7")), 7);
+        assert_eq!(limit_from(Some("limit=abc")), DEFAULT_LIMIT);
+        assert_eq!(limit_from(Some("limit=999999")), MAX_LIMIT);
+    }
+}

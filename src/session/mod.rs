@@ -1,27 +1,30 @@
 //! Sessions: identity, the versioned session log, anchored replay of persisted patches,
 //! and the stores that keep them (embedded SQLite or shared Redis, a moka cache in front).
 //!
-//! Per request the pipeline: [`identify`]s the session, takes [`SessionStore::next_request_index`],
-//! loads the log ([`SessionStore::load`]), builds [`PrefixHashes`] over the client history
-//! and asks [`plan_replay`] which persisted patches apply; new persisted patches are
-//! appended as [`ContextTransform`] entries before the request is forwarded, and the
-//! request itself is recorded with [`record_request`] once its usage is known.
+//! Per request the pipeline: [`identify`]s the session; [`prepare`]s it (takes the request
+//! index, loads the log, hashes the client history's prefixes); asks
+//! [`SessionContext::plan`] which persisted patches apply; appends new persisted patches
+//! with [`SessionContext::persist`] before the request is forwarded; and records the
+//! request with [`record_request`] once its usage is known.
 
 pub mod admin;
 pub mod anchor;
 pub mod entry;
+pub mod flow;
 pub mod identity;
 pub mod normalize;
 pub mod record;
 pub mod replay;
 pub mod store;
+pub mod turns;
 
-pub use admin::{session_json, sessions_json};
+pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
 pub use entry::{
     is_persisted_reason, now_ms, ContextTransform, Entry, RequestRecord, SentMessages,
     ENTRY_VERSION,
 };
+pub use flow::{prepare, SessionContext};
 pub use identity::{identify, IdSource, SessionId};
 pub use normalize::{message_key, MessageKey};
 pub use record::{compact_request, record_request, sent_keys, RequestDraft};
@@ -30,3 +33,4 @@ pub use store::{
     open_store, Blob, CachedStore, RedisStore, SessionStore, SessionSummary, SqliteStore,
     StoreError, StoreResult, StoreStats,
 };
+pub use turns::turn_index;

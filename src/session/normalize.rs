@@ -41,10 +41,59 @@ fn text_blocks(text: &str) -> Value {
     Value::Array(vec![Value::Object(block)])
 }
 
-/// The canonical bytes of a value: what the content store keeps.
+/// The canonical bytes of a value: what the content store keeps. Equal to serialising
+/// [`canonical`]'s result, written directly so a long history is not copied on the way.
 pub fn canonical_bytes(value: &Value) -> Vec<u8> {
-    // Serialising a `Value` cannot fail: all keys are strings.
-    serde_json::to_vec(&canonical(value)).unwrap_or_default()
+    let mut out = Vec::with_capacity(256);
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut fields: Vec<(&String, &Value)> =
+                map.iter().filter(|(k, _)| *k != "cache_control").collect();
+            fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, inner)) in fields.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_text(key, out);
+                out.push(b':');
+                match (key.as_str(), inner) {
+                    ("content", Value::String(text)) => {
+                        out.extend_from_slice(br#"[{"text":"#);
+                        write_text(text, out);
+                        out.extend_from_slice(br#","type":"text"}]"#);
+                    }
+                    _ => write_canonical(inner, out),
+                }
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(scalar, out),
+    }
+}
+
+fn write_text(text: &str, out: &mut Vec<u8>) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, text);
+}
+
+fn write_scalar(value: &Value, out: &mut Vec<u8>) {
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 /// The content address of a message (or any value).
@@ -82,6 +131,21 @@ mod tests {
         let a: Value = serde_json::from_str(r#"{"role":"user","content":"x"}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{"content":"x","role":"user"}"#).unwrap();
         assert_eq!(message_key(&a), message_key(&b));
+    }
+
+    #[test]
+    fn canonical_bytes_equal_the_serialised_canonical_value() {
+        let samples = [
+            json!({"role": "user", "content": "a \"quoted\" line\n", "z": 1.5, "a": [null, true]}),
+            json!({"type": "tool_result", "content": [{"text": "é", "type": "text",
+                "cache_control": {"type": "ephemeral"}}], "is_error": false}),
+            json!([{"b": {"d": 1, "c": "content"}, "a": -3}]),
+            json!("plain"),
+        ];
+        for sample in samples {
+            let expected = serde_json::to_vec(&canonical(&sample)).unwrap();
+            assert_eq!(canonical_bytes(&sample), expected, "{sample}");
+        }
     }
 
     #[test]

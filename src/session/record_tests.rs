@@ -5,7 +5,11 @@ use serde_json::json;
 fn history(n: usize) -> Vec<Value> {
     (0..n)
         .map(|i| {
-            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            let role = if i.is_multiple_of(2) {
+                "user"
+            } else {
+                "assistant"
+            };
             json!({"role": role, "content": format!("message {i}")})
         })
         .collect()

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 pub fn history(n: usize) -> Vec<Value> {
     (0..n)
         .map(|i| {
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 json!({"role": "user", "content": [{"type": "text", "text": format!("request number {i}: please look at file {i}.rs")}]})
             } else {
                 json!({"role": "assistant", "content": [{"type": "text", "text": format!("answer {i}: the file looks fine")}]})

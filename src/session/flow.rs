@@ -1,0 +1,94 @@
+//! The session steps of one request, in the order the pipeline takes them: prepare (take
+//! the request index, load the log, hash the client history), plan the replay, persist new
+//! patches before forwarding.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::anchor::{Anchor, PrefixHashes};
+use super::entry::{is_persisted_reason, now_ms, ContextTransform, Entry, ENTRY_VERSION};
+use super::identity::SessionId;
+use super::replay::{plan_replay, ReplayPlan};
+use super::store::{SessionStore, StoreResult};
+use crate::patch::ops::Op;
+
+/// A request's session, ready for replay.
+#[derive(Debug, Clone)]
+pub struct SessionContext {
+    pub id: SessionId,
+    /// `meta.request_index`: 0 for the session's first request.
+    pub request_index: u64,
+    /// The session's log as it was when the request arrived.
+    pub log: Arc<Vec<Entry>>,
+    /// Prefix hashes of the client's history (before any patch).
+    pub history: PrefixHashes,
+}
+
+/// Take the request's index and load its session's log. `history` is the client's history
+/// as sent (Anthropic/Chat `messages`, Responses `input` items), before any patch.
+pub async fn prepare(
+    store: &dyn SessionStore,
+    id: SessionId,
+    history: &[Value],
+) -> StoreResult<SessionContext> {
+    let hashes = PrefixHashes::new(history);
+    let (request_index, log) =
+        tokio::try_join!(store.next_request_index(&id.id), store.load(&id.id))?;
+    Ok(SessionContext {
+        id,
+        request_index,
+        log,
+        history: hashes,
+    })
+}
+
+impl SessionContext {
+    /// Which persisted patches apply to this request, and which are stale.
+    pub fn plan(&self) -> ReplayPlan<'_> {
+        plan_replay(&self.log, &self.history)
+    }
+
+    /// The anchor for a patch made during this request: the whole client history.
+    pub fn anchor(&self) -> Anchor {
+        self.history.full()
+    }
+
+    /// A patch to persist, anchored at this request's client history; `None` for reasons
+    /// whose patches are not persisted (`ephemeral`).
+    pub fn transform(
+        &self,
+        transformer: &str,
+        reason: &str,
+        patch: Vec<Op>,
+        display: Option<Value>,
+    ) -> Option<ContextTransform> {
+        is_persisted_reason(reason).then(|| ContextTransform {
+            version: ENTRY_VERSION,
+            time: now_ms(),
+            transformer: transformer.to_owned(),
+            reason: reason.to_owned(),
+            anchor: self.anchor(),
+            patch,
+            display,
+            request_index: Some(self.request_index),
+        })
+    }
+
+    /// Append patches to the log; durable when this returns, so call it before forwarding
+    /// the request they shaped.
+    pub async fn persist(
+        &self,
+        store: &dyn SessionStore,
+        transforms: Vec<ContextTransform>,
+    ) -> StoreResult<()> {
+        if transforms.is_empty() {
+            return Ok(());
+        }
+        let entries: Vec<Entry> = transforms
+            .into_iter()
+            .map(Entry::ContextTransform)
+            .collect();
+        store.append(&self.id.id, &entries).await
+    }
+}
