@@ -4,67 +4,15 @@
 //! Needs `redis-server` on PATH (the test fails without it).
 
 mod session_support;
+mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use cachet::session::{
     message_key, open_store, plan_replay, Blob, PrefixHashes, RedisStore, SessionStore, StoreError,
 };
 use session_support::{history, insert_note, system_part};
-
-/// A `redis-server` on a free port, stopped on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (apt-get install -y redis-server)");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let ready = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .any(|line| line.contains("Ready to accept connections"));
-        assert!(ready, "redis-server did not start");
-        // Keep draining its output so it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        RedisServer { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use support::redis::RedisServer;
 
 #[tokio::test]
 async fn two_instances_serve_one_session_interchangeably() {

@@ -1,6 +1,8 @@
 //! Test support: a scriptable fake upstream and a proxy started on port 0.
 #![allow(dead_code)]
 
+pub mod redis;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
