@@ -9,20 +9,34 @@ fn demo_shows_cache_hits_and_the_midnight_break() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Rows: req turn step... cache_read cache_write uncached output hit%
     let rows: Vec<Vec<&str>> = text
         .lines()
-        .filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .filter(|l| {
+            l.trim_start()
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        })
         .map(|l| l.split_whitespace().collect())
         .filter(|cols: &Vec<&str>| cols.len() >= 8)
         .collect();
     assert_eq!(rows.len(), 9, "{text}");
-    let num = |row: &Vec<&str>, from_end: usize| -> u64 { row[row.len() - from_end].parse().unwrap() };
+    let num =
+        |row: &Vec<&str>, from_end: usize| -> u64 { row[row.len() - from_end].parse().unwrap() };
     // The first request writes the prefix; the repeat within the turn reads it.
     assert_eq!(num(&rows[0], 5), 0);
     assert!(num(&rows[0], 4) > 1024);
-    assert_eq!(num(&rows[1], 5), num(&rows[0], 4), "second request reads exactly what the first wrote");
+    assert_eq!(
+        num(&rows[1], 5),
+        num(&rows[0], 4),
+        "second request reads exactly what the first wrote"
+    );
     // Requests after the first read from cache, except at the date change (row 8).
     for (i, row) in rows.iter().enumerate().skip(1) {
         if i == 7 {
