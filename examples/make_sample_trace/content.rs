@@ -30,6 +30,59 @@ Guidelines:
 - Keep the user's code style: naming, error handling, module layout and comment density
 ";
 
+const ARCHITECTURE: &str = "
+## /home/dev/tidewater/docs/ARCHITECTURE.md
+
+### Request flow
+A request enters `tidewater-api` through the axum router in `http/routes.rs`. The middleware
+stack, outermost first: request id, access log span, body limit (1 MiB), authentication
+(bearer token validated by `tidewater_core::auth::token::validate`), rate limit per user
+(token bucket in Postgres-free memory, 20 requests per second, burst 40). Handlers in
+`http/handlers/` extract typed input, call a service in `tidewater-core` and map its error
+with `ApiError::from`. Handlers never touch the database directly.
+
+### Sync protocol
+Devices sync with `POST /sync` carrying a cursor (an opaque base64 of the last change id
+they saw) and their local changes. The server merges changes in `sync/merge.rs` with
+last-writer-wins per field, using hybrid logical clocks so devices with skewed clocks still
+converge; conflicts that cannot be merged (a field deleted on one side and edited on the
+other) are returned to the device in `conflicts[]` for the user to resolve. The response
+carries every change after the cursor, at most 500 per page, and the next cursor.
+
+### Storage
+Postgres 16. Every table has a UUID v7 primary key (time-ordered, so indexes stay compact)
+and `created_at`. Soft deletes are not used: deleted rows go to `tombstones` with the
+change id, so sync can tell devices about deletions. Repositories in `storage/` take a
+`&mut PgConnection` so callers decide transactions. The outbox table (`storage/outbox.rs`)
+makes push notifications transactional: a handler writes the change and the outbox row in
+one transaction, and the worker delivers outbox rows at least once.
+
+### Worker
+`tidewater-worker` polls the outbox with `SELECT ... FOR UPDATE SKIP LOCKED` in batches of
+100, sends pushes through the gateway client (`client/push_gateway.rs`, which uses the
+retry loop in `client/retry.rs`), and deletes delivered rows. Failed deliveries are retried
+with backoff up to 24 hours, then moved to `outbox_dead` with the last error.
+
+### Configuration
+`config/default.toml` is loaded first, then `config/{TIDEWATER_ENV}.toml`, then environment
+variables prefixed `TIDEWATER_` (double underscore for nesting). Secrets (signing keys,
+database password, gateway credentials) come only from the environment, never from files in
+the repository. Feature flags in `config/flags.toml` are read once at startup; changing one
+needs a restart.
+
+### Observability
+Metrics are exported on a separate listener (`:9090/metrics`) with route templates as
+labels. Traces go to the OTLP endpoint in `OTEL_EXPORTER_OTLP_ENDPOINT` when set. The
+dashboards in `ops/grafana/` assume the metric names in `http/metrics.rs`; rename a metric
+only together with its dashboard panels.
+
+### Testing
+Unit tests beside the code; integration tests in each crate's `tests/` start the API on port
+0 against a fresh database schema per test (created from the migrations, dropped after).
+Property tests (proptest) cover the merge rules in `sync/merge.rs`. Load tests live in
+`ops/load/` and are not part of CI.
+";
+
 const PROJECT: &str = "# Project context
 
 The following project context files were loaded:
@@ -167,7 +220,7 @@ fn tree() -> String {
 
 pub fn system_prompt() -> String {
     format!(
-        "{GUIDELINES}\n{PROJECT}{}\nCurrent working directory: /home/dev/tidewater",
+        "{GUIDELINES}\n{PROJECT}{}{ARCHITECTURE}\nCurrent working directory: /home/dev/tidewater",
         tree()
     )
 }

@@ -93,6 +93,13 @@ impl Fingerprint {
         }
     }
 
+    /// The same prompt without its last `n` messages (the uncached tail).
+    pub fn without_tail(mut self, n: usize) -> Fingerprint {
+        self.messages
+            .truncate(self.messages.len().saturating_sub(n));
+        self
+    }
+
     /// The section where `self` stops extending `previous`, if it does. A model change
     /// breaks everything, reported as `tools` (the start of the prompt).
     pub fn break_from(&self, previous: &Fingerprint) -> Option<&'static str> {

@@ -151,18 +151,21 @@ impl Shaper for InjectShaper {
             return Ok(Shaped {
                 body,
                 variant: None,
+                uncached_tail: 0,
             });
         }
         let Some(client) = body.get("messages").and_then(Value::as_array).cloned() else {
             return Ok(Shaped {
                 body,
                 variant: None,
+                uncached_tail: 0,
             });
         };
         let Some((prompt_at, prompt)) = latest_user_prompt(&client) else {
             return Ok(Shaped {
                 body,
                 variant: None,
+                uncached_tail: 0,
             });
         };
         let session = record.session.clone();
@@ -243,6 +246,7 @@ impl Shaper for InjectShaper {
             messages.push(message);
         }
         messages.extend(pending.map(|(_, m)| m));
+        let uncached_tail = tail.len();
         messages.extend(tail);
 
         if let Some(obj) = body.as_object_mut() {
@@ -263,6 +267,10 @@ impl Shaper for InjectShaper {
                 obj.insert("system".into(), Value::Array(blocks));
             }
         }
-        Ok(Shaped { body, variant })
+        Ok(Shaped {
+            body,
+            variant,
+            uncached_tail,
+        })
     }
 }

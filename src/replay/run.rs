@@ -101,7 +101,7 @@ pub fn replay_arm(
             stats.cost_usd += info.cost_usd(&usage);
             stats.savings_usd += info.savings_usd(&usage);
         }
-        let fp = Fingerprint::of(endpoint, &shaped.body);
+        let fp = Fingerprint::of(endpoint, &shaped.body).without_tail(shaped.uncached_tail);
         if let Some(section) = previous
             .get(record.session.as_str())
             .and_then(|p| fp.break_from(p))

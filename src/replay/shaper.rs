@@ -11,6 +11,9 @@ pub struct Shaped {
     pub body: Value,
     /// The injection arm the request fell in (`None`: no injection).
     pub variant: Option<String>,
+    /// Trailing messages that are the request-only uncached tail: left out of the prefix
+    /// comparison (they never belong to the cached prefix).
+    pub uncached_tail: usize,
 }
 
 /// One arm's shaping. Records arrive in time order, across all sessions, so an
@@ -27,6 +30,7 @@ impl Shaper for AsRecorded {
         Ok(Shaped {
             body: record.body.clone(),
             variant: None,
+            uncached_tail: 0,
         })
     }
 }
