@@ -3,6 +3,7 @@
 //! 47 requests in 8 user turns with tool loops, topics that change the retrieved notes.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use cachet::replay::{read_traces, replay_all, ArmArg, ArmStats, Record};
 use cachet::usage::Usage;
@@ -46,6 +47,12 @@ fn kept_all(u: &[Usage], i: usize) -> bool {
     u[i].cache_read == u[i - 1].cache_read + u[i - 1].cache_write
 }
 
+/// The sample replayed through the shipped notes policies, once for all tests.
+fn notes_stats() -> &'static [ArmStats] {
+    static STATS: OnceLock<Vec<ArmStats>> = OnceLock::new();
+    STATS.get_or_init(|| replay(&sample(), &notes_arms()))
+}
+
 fn notes_arms() -> Vec<ArmArg> {
     let p = root().join("policies");
     vec![
@@ -72,13 +79,15 @@ fn sample_trace_shape() {
     let records = sample();
     assert_eq!(records.len(), 47);
     assert_eq!(turn_starts(&records), [6, 11, 17, 22, 29, 35, 42]);
-    assert!(records.iter().all(|r| r.usage.is_some() && r.session == records[0].session));
+    assert!(records
+        .iter()
+        .all(|r| r.usage.is_some() && r.session == records[0].session));
 }
 
 #[test]
 fn topic_memory_system_prompt_loses_the_cache_from_the_system_prompt_on() {
     let records = sample();
-    let stats = replay(&records, &notes_arms());
+    let stats = notes_stats();
     let sys = &stats[1];
     let base = base_prefix(&records);
     for &i in &turn_starts(&records) {
@@ -97,7 +106,7 @@ fn topic_memory_system_prompt_loses_the_cache_from_the_system_prompt_on() {
 #[test]
 fn topic_memory_context_hook_keeps_the_turn_but_loses_the_previous_tail() {
     let records = sample();
-    let stats = replay(&records, &notes_arms());
+    let stats = notes_stats();
     let (hook, pinned) = (&stats[2], &stats[3]);
     let base = base_prefix(&records);
     let starts = turn_starts(&records);
@@ -108,9 +117,15 @@ fn topic_memory_context_hook_keeps_the_turn_but_loses_the_previous_tail() {
     for &i in &starts {
         let u = &hook.per_request;
         // The previous turn's block vanished: less is read than was cached before…
-        assert!(u[i].cache_read < u[i - 1].cache_read + u[i - 1].cache_write, "request {i}");
+        assert!(
+            u[i].cache_read < u[i - 1].cache_read + u[i - 1].cache_write,
+            "request {i}"
+        );
         // …and more is written than with pinned memory.
-        assert!(u[i].cache_write > pinned.per_request[i].cache_write, "request {i}");
+        assert!(
+            u[i].cache_write > pinned.per_request[i].cache_write,
+            "request {i}"
+        );
         // The marker before the old injection point keeps the history up to it, unless
         // the previous turn's tool loop put it beyond the 20-block lookback (turns 5 and
         // 7 of the sample) or it stood at the start of the messages (turn 1).
@@ -126,7 +141,7 @@ fn topic_memory_context_hook_keeps_the_turn_but_loses_the_previous_tail() {
 #[test]
 fn topic_memory_pinned_keeps_nearly_everything() {
     let records = sample();
-    let stats = replay(&records, &notes_arms());
+    let stats = notes_stats();
     let pinned = &stats[3];
     for i in 1..records.len() {
         assert!(kept_all(&pinned.per_request, i), "request {i}");
@@ -137,10 +152,17 @@ fn topic_memory_pinned_keeps_nearly_everything() {
 
 #[test]
 fn topic_memory_figures_and_ordering() {
-    let stats = replay(&sample(), &notes_arms());
+    let stats = notes_stats();
     let figures: Vec<(&str, u64, u64, u64)> = stats
         .iter()
-        .map(|s| (s.arm.as_str(), s.cache_read_tokens, s.cache_write_tokens, s.uncached_tokens))
+        .map(|s| {
+            (
+                s.arm.as_str(),
+                s.cache_read_tokens,
+                s.cache_write_tokens,
+                s.uncached_tokens,
+            )
+        })
         .collect();
     assert_eq!(
         figures,
@@ -154,7 +176,11 @@ fn topic_memory_figures_and_ordering() {
     let cost = |name: &str| stats.iter().find(|s| s.arm == name).unwrap().cost_usd;
     assert!(cost("pinned") < cost("context-hook"));
     assert!(cost("context-hook") < cost("system-prompt"));
-    assert!((cost("system-prompt") - 0.2493).abs() < 5e-4, "{}", cost("system-prompt"));
+    assert!(
+        (cost("system-prompt") - 0.2493).abs() < 5e-4,
+        "{}",
+        cost("system-prompt")
+    );
     assert!((cost("pinned") - 0.1783).abs() < 5e-4, "{}", cost("pinned"));
 }
 
@@ -186,7 +212,8 @@ fn static_arms(dir: &Path) -> Vec<ArmArg> {
 fn static_memory_system_prompt_is_best() {
     let dir = tempfile::tempdir().unwrap();
     let stats = replay(&sample(), &static_arms(dir.path()));
-    let mut by_cost: Vec<(&str, f64)> = stats.iter().map(|s| (s.arm.as_str(), s.cost_usd)).collect();
+    let mut by_cost: Vec<(&str, f64)> =
+        stats.iter().map(|s| (s.arm.as_str(), s.cost_usd)).collect();
     by_cost.sort_by(|a, b| a.1.total_cmp(&b.1));
     let order: Vec<&str> = by_cost.iter().map(|(n, _)| *n).collect();
     assert_eq!(order, ["system-prompt", "pinned", "tail", "context-hook"]);
