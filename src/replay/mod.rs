@@ -4,6 +4,8 @@
 pub mod breaks;
 pub mod chart;
 pub mod inject_shaper;
+#[cfg(test)]
+mod inject_shaper_tests;
 pub mod output;
 pub mod policy_file;
 pub mod recorder;
