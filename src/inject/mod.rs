@@ -10,6 +10,7 @@ pub mod mode;
 pub mod notes;
 pub mod prompt;
 pub mod source;
+pub mod turn;
 pub mod turn_cache;
 
 pub use ab::{choose_arm, variant_label};
@@ -17,4 +18,5 @@ pub use mode::{memory_message, ops_for, wrap, Mode, Placement, MEMORY_CLOSE, MEM
 pub use notes::NotesIndex;
 pub use prompt::latest_user_prompt;
 pub use source::{Source, SourceError, SourceSpec};
+pub use turn::{inject_for_turn, Injection, ModeChoice, TurnInjection};
 pub use turn_cache::{Fetched, TurnCache, TurnKey};

@@ -17,10 +17,10 @@ fn memory_file(text: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
-fn shaper(path: &PathBuf, mode: ModeSpec) -> InjectShaper {
+fn shaper(path: &std::path::Path, mode: ModeSpec) -> InjectShaper {
     InjectShaper::new(vec![InjectSpec {
         id: "t#0".into(),
-        source: SourceSpec::File(path.clone()),
+        source: SourceSpec::File(path.to_path_buf()),
         mode,
         part: "memory".into(),
     }])
