@@ -61,8 +61,8 @@ pub struct Placement {
     /// `true`: persist the ops with their anchor once per turn (pinned); `false`: apply
     /// them to every call of the turn and never store them.
     pub persisted: bool,
-    /// For context-hook and pinned: put a cache breakpoint on the last history message
-    /// before the injection point.
+    /// Context-hook: put a cache breakpoint on the last history message before the
+    /// injection point (DESIGN §6), so the history before it stays readable next turn.
     pub marker_before_insertion: bool,
 }
 
@@ -109,7 +109,7 @@ pub fn ops_for(mode: Mode, part: &str, content: &str) -> Placement {
     Placement {
         ops,
         persisted: mode.persisted(),
-        marker_before_insertion: matches!(mode, Mode::ContextHook | Mode::Pinned),
+        marker_before_insertion: mode == Mode::ContextHook,
     }
 }
 
@@ -125,6 +125,7 @@ mod tests {
             assert_eq!(p.ops.len(), 1, "{mode:?}");
             assert!(p.ops[0].check_reason().is_ok(), "{mode:?}");
             assert_eq!(p.persisted, mode == Mode::Pinned);
+            assert_eq!(p.marker_before_insertion, mode == Mode::ContextHook);
             assert_eq!(Mode::parse(mode.label()), Some(mode));
         }
         let wire = serde_json::to_value(&ops_for(Mode::ContextHook, "m", "x").ops[0]).unwrap();

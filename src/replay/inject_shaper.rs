@@ -15,10 +15,11 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::policy_file::{InjectSpec, ModeSpec};
+use super::policy_file::InjectSpec;
 use super::shaper::{Shaped, Shaper};
 use super::trace::Record;
 use crate::cache_model::MAX_MARKERS;
+use crate::inject::ModeChoice;
 use crate::inject::{choose_arm, latest_user_prompt, wrap, Mode, Source};
 use crate::provider::Endpoint;
 
@@ -184,8 +185,8 @@ impl Shaper for InjectShaper {
         let mut variant = None;
         for spec in 0..self.specs.len() {
             let mode = match &self.specs[spec].0.mode {
-                ModeSpec::One(m) => Some(*m),
-                ModeSpec::Ab(arms) => choose_arm(&session, arms),
+                ModeChoice::One(m) => Some(*m),
+                ModeChoice::Ab(arms) => choose_arm(&session, arms),
             };
             let Some(mode) = mode else { continue };
             variant.get_or_insert_with(|| mode.label().to_string());

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use super::inject_shaper::InjectShaper;
-use super::policy_file::{InjectSpec, ModeSpec};
+use super::policy_file::InjectSpec;
 use super::shaper::Shaper;
 use super::trace::{Record, TRACE_VERSION};
+use crate::inject::ModeChoice;
 use crate::inject::{Mode, SourceSpec};
 
 fn memory_file(text: &str) -> (tempfile::TempDir, PathBuf) {
@@ -17,7 +18,7 @@ fn memory_file(text: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
-fn shaper(path: &std::path::Path, mode: ModeSpec) -> InjectShaper {
+fn shaper(path: &std::path::Path, mode: ModeChoice) -> InjectShaper {
     InjectShaper::new(vec![InjectSpec {
         id: "t#0".into(),
         source: SourceSpec::File(path.to_path_buf()),
@@ -64,7 +65,7 @@ const MEM: &str = "<memory>\nfact\n</memory>";
 #[test]
 fn context_hook_sits_before_the_prompt_and_vanishes_next_turn() {
     let (_d, path) = memory_file("fact");
-    let mut s = shaper(&path, ModeSpec::One(Mode::ContextHook));
+    let mut s = shaper(&path, ModeChoice::One(Mode::ContextHook));
     let turn2 = rec("s", json!([user("q1"), assistant("a1"), user("q2")]));
     let shaped = s.shape(&turn2).unwrap();
     assert_eq!(texts(&shaped.body), ["q1", "a1", MEM, "q2"]);
@@ -93,7 +94,7 @@ fn context_hook_sits_before_the_prompt_and_vanishes_next_turn() {
 #[test]
 fn pinned_stays_at_its_place_until_the_history_is_edited() {
     let (_d, path) = memory_file("fact");
-    let mut s = shaper(&path, ModeSpec::One(Mode::Pinned));
+    let mut s = shaper(&path, ModeChoice::One(Mode::Pinned));
     s.shape(&rec("s", json!([user("q1")]))).unwrap();
     let later = s
         .shape(&rec("s", json!([user("q1"), assistant("a1"), user("q2")])))
@@ -114,13 +115,13 @@ fn pinned_stays_at_its_place_until_the_history_is_edited() {
 #[test]
 fn system_prompt_and_tail_placements() {
     let (_d, path) = memory_file("fact\n");
-    let mut s = shaper(&path, ModeSpec::One(Mode::SystemPrompt));
+    let mut s = shaper(&path, ModeChoice::One(Mode::SystemPrompt));
     let shaped = s.shape(&rec("s", json!([user("q1")]))).unwrap();
     assert_eq!(
         shaped.body["system"],
         json!([{"type": "text", "text": "base"}, {"type": "text", "text": MEM}])
     );
-    let mut s = shaper(&path, ModeSpec::One(Mode::Tail));
+    let mut s = shaper(&path, ModeChoice::One(Mode::Tail));
     let shaped = s.shape(&rec("s", json!([user("q1")]))).unwrap();
     assert_eq!(texts(&shaped.body), ["q1", MEM]);
     assert_eq!(shaped.uncached_tail, 1);
@@ -129,7 +130,7 @@ fn system_prompt_and_tail_placements() {
 #[test]
 fn content_is_fetched_once_per_turn() {
     let (_d, path) = memory_file("fact");
-    let mut s = shaper(&path, ModeSpec::One(Mode::ContextHook));
+    let mut s = shaper(&path, ModeChoice::One(Mode::ContextHook));
     s.shape(&rec("s", json!([user("q1")]))).unwrap();
     std::fs::write(&path, "changed").unwrap();
     // A tool-loop call of the same turn keeps the turn's content…
@@ -155,7 +156,7 @@ fn content_is_fetched_once_per_turn() {
 fn ab_keeps_each_session_in_one_arm_and_failures_inject_nothing() {
     let (_d, path) = memory_file("fact");
     let arms = vec![(Mode::SystemPrompt, 1), (Mode::Pinned, 1)];
-    let mut s = shaper(&path, ModeSpec::Ab(arms.clone()));
+    let mut s = shaper(&path, ModeChoice::Ab(arms.clone()));
     for n in 0..20 {
         let session = format!("s{n}");
         let expected = crate::inject::choose_arm(&session, &arms).map(|m| m.label().to_string());
@@ -167,7 +168,7 @@ fn ab_keeps_each_session_in_one_arm_and_failures_inject_nothing() {
         }
     }
     std::fs::remove_file(&path).unwrap();
-    let mut s = shaper(&path, ModeSpec::One(Mode::ContextHook));
+    let mut s = shaper(&path, ModeChoice::One(Mode::ContextHook));
     let shaped = s.shape(&rec("s", json!([user("q1")]))).unwrap();
     assert_eq!(texts(&shaped.body), ["q1"]);
     assert_eq!(s.source_errors.len(), 1);

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 pub use inject_shaper::InjectShaper;
-pub use recorder::{recordable_headers, redact_body, Recorder, RecorderTask};
+pub use recorder::{capture, recordable_headers, redact_body, Recorder, RecorderTask};
 pub use run::{replay_arm, ArmStats};
 pub use shaper::{AsRecorded, Shaped, Shaper};
 pub use trace::{read_traces, Record, TRACE_VERSION};

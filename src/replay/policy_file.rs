@@ -7,14 +7,7 @@ use anyhow::{bail, Context};
 use toml::Value;
 
 use crate::inject::source::{DEFAULT_TOP_K, DEFAULT_URL_TIMEOUT_MS};
-use crate::inject::{Mode, SourceSpec};
-
-/// Where an injection goes: one mode, or a weighted split of sessions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModeSpec {
-    One(Mode),
-    Ab(Vec<(Mode, u32)>),
-}
+use crate::inject::{Injection, Mode, ModeChoice, Source, SourceSpec};
 
 /// One `[[inject]]` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,9 +15,21 @@ pub struct InjectSpec {
     /// `policy-name#index`, for the per-turn content cache and errors.
     pub id: String,
     pub source: SourceSpec,
-    pub mode: ModeSpec,
+    pub mode: ModeChoice,
     /// System part name for `system-prompt` (default `memory`).
     pub part: String,
+}
+
+impl InjectSpec {
+    /// The table ready to run in the request pipeline.
+    pub fn into_injection(self) -> Injection {
+        Injection {
+            id: self.id,
+            source: Source::new(self.source),
+            choice: self.mode,
+            part: self.part,
+        }
+    }
 }
 
 /// Read the `[[inject]]` tables of `path`. Relative `file` and `notes` paths are resolved
@@ -124,9 +129,9 @@ fn parse_one(table: &Value, base: &Path, id: &str) -> anyhow::Result<InjectSpec>
         }
         // Table order depends on the TOML library's map; fix one order for the split.
         arms.sort();
-        ModeSpec::Ab(arms)
+        ModeChoice::Ab(arms)
     } else {
-        ModeSpec::One(Mode::parse(mode_name).with_context(|| {
+        ModeChoice::One(Mode::parse(mode_name).with_context(|| {
             format!(
                 "unknown mode `{mode_name}` (system-prompt | context-hook | pinned | tail | ab)"
             )
@@ -175,14 +180,14 @@ part = "facts"
                 top_k: 2
             }
         );
-        assert_eq!(specs[0].mode, ModeSpec::One(Mode::ContextHook));
+        assert_eq!(specs[0].mode, ModeChoice::One(Mode::ContextHook));
         assert_eq!(
             specs[1].source,
             SourceSpec::File(PathBuf::from("/abs/memory.md"))
         );
         assert_eq!(
             specs[1].mode,
-            ModeSpec::Ab(vec![(Mode::SystemPrompt, 30), (Mode::Pinned, 70)])
+            ModeChoice::Ab(vec![(Mode::SystemPrompt, 30), (Mode::Pinned, 70)])
         );
         assert_eq!(specs[1].part, "facts");
     }

@@ -13,7 +13,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::time::date_of;
-use super::trace::Record;
+use super::trace::{Record, TRACE_VERSION};
+use crate::provider::Route;
 use crate::secret::is_secret_header;
 
 /// Records waiting for the writer before new ones are dropped.
@@ -105,6 +106,33 @@ async fn write_loop(dir: PathBuf, mut rx: mpsc::Receiver<Record>, failed: Arc<At
     }
 }
 
+/// A record of one request as the client sent it, credentials removed; the pipeline sets
+/// `usage` and `status` when the answer is in, then hands it to [`Recorder::record`].
+/// `path` is the request path without its query (which may carry a key).
+pub fn capture(
+    time_ms: u64,
+    session: &str,
+    route: Route,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Value,
+) -> Record {
+    let mut body = body.clone();
+    redact_body(&mut body);
+    Record {
+        v: TRACE_VERSION,
+        time_ms,
+        session: session.to_string(),
+        provider: route.provider.label().to_string(),
+        endpoint: route.endpoint.label().to_string(),
+        path: path.split('?').next().unwrap_or("").to_string(),
+        headers: recordable_headers(headers),
+        body,
+        usage: None,
+        status: None,
+    }
+}
+
 /// Header names that look like credentials even if not in the known list.
 fn looks_secret(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
@@ -163,8 +191,18 @@ mod tests {
         let kept = recordable_headers(&h);
         assert_eq!(kept.len(), 1, "{kept:?}");
         assert_eq!(kept["anthropic-version"], "2023-06-01");
-        let mut body = serde_json::json!({"model": "m", "api_key": "sk", "max_tokens": 5});
-        redact_body(&mut body);
-        assert_eq!(body, serde_json::json!({"model": "m", "max_tokens": 5}));
+        let body = serde_json::json!({"model": "m", "api_key": "sk", "max_tokens": 5});
+        let route = Route {
+            provider: crate::provider::Provider::Anthropic,
+            endpoint: crate::provider::Endpoint::Messages,
+        };
+        let r = capture(0, "s", route, "/v1/messages?key=sk-123", &h, &body);
+        assert_eq!(r.body, serde_json::json!({"model": "m", "max_tokens": 5}));
+        assert_eq!(
+            (r.provider.as_str(), r.endpoint.as_str()),
+            ("anthropic", "messages")
+        );
+        assert_eq!(r.path, "/v1/messages");
+        assert!(!r.to_line().contains("sk-"));
     }
 }
