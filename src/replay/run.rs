@@ -134,3 +134,69 @@ fn ratio(part: u64, whole: u64) -> f64 {
         part as f64 / whole as f64
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::shaper::AsRecorded;
+    use crate::replay::trace::{Record, TRACE_VERSION};
+    use serde_json::json;
+
+    fn chat(n: u64, session: &str, system: &str) -> Record {
+        let filler = "The retry loop waits with exponential backoff and jitter. ".repeat(150);
+        let mut messages = vec![json!({"role": "system", "content": format!("{system} {filler}")})];
+        for i in 0..=n {
+            messages.push(json!({"role": "user", "content": format!("question {i}")}));
+            messages.push(json!({"role": "assistant", "content": format!("answer {i}")}));
+        }
+        Record {
+            v: TRACE_VERSION,
+            time_ms: 1_000_000 + n * 1000,
+            session: session.into(),
+            provider: "openai".into(),
+            endpoint: "chat".into(),
+            path: "/v1/chat/completions".into(),
+            headers: Default::default(),
+            body: json!({"model": "gpt-4o", "messages": messages}),
+            usage: Some(Usage {
+                output: 7,
+                ..Default::default()
+            }),
+            status: Some(200),
+        }
+    }
+
+    #[test]
+    fn openai_records_are_accounted_and_breaks_are_per_session() {
+        let records = vec![
+            chat(0, "a", "You are terse."),
+            chat(1, "a", "You are terse."),
+            chat(2, "a", "You are verbose."),
+            chat(0, "b", "You are terse."),
+            Record {
+                endpoint: "models".into(),
+                ..chat(3, "a", "x")
+            },
+        ];
+        let stats = replay_arm("r", &records, &mut AsRecorded, None, &mut || {});
+        assert_eq!(stats.requests, 4, "non-generation endpoints are skipped");
+        assert_eq!(stats.output_tokens, 28);
+        // OpenAI caches automatically: the second request reads the first one's prefix.
+        assert!(stats.per_request[1].cache_read > 0);
+        assert_eq!(stats.breaks["system"], 1);
+        assert_eq!(stats.breaks["messages"], 0);
+        assert_eq!(stats.variants["none"], 4);
+        assert_eq!(stats.series.len(), 4);
+        assert!(stats.cost_usd > 0.0);
+    }
+
+    #[test]
+    fn unaccountable_requests_are_counted_not_fatal() {
+        let mut bad = chat(0, "a", "x");
+        bad.body = json!({"messages": "not a list"});
+        bad.endpoint = "messages".into();
+        let stats = replay_arm("r", &[bad], &mut AsRecorded, None, &mut || {});
+        assert_eq!((stats.requests, stats.errors), (0, 1));
+        assert!(!stats.error_messages[0].is_empty());
+    }
+}
