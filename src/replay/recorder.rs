@@ -39,12 +39,14 @@ impl RecorderTask {
 }
 
 impl Recorder {
-    /// Start recording into `dir` (created if missing). Must run inside a tokio runtime.
+    /// Start recording into `dir` (created if missing), from inside a tokio runtime.
     pub fn start(dir: &Path, queue: usize) -> std::io::Result<(Recorder, RecorderTask)> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| std::io::Error::other(format!("trace recorder: {e}")))?;
         std::fs::create_dir_all(dir)?;
         let (tx, rx) = mpsc::channel(queue.max(1));
         let failed = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(write_loop(dir.to_path_buf(), rx, failed.clone()));
+        let task = runtime.spawn(write_loop(dir.to_path_buf(), rx, failed.clone()));
         let recorder = Recorder {
             tx,
             dropped: Arc::new(AtomicU64::new(0)),
@@ -180,6 +182,13 @@ pub fn redact_body(body: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn starting_outside_a_runtime_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Recorder::start(dir.path(), 4).err().unwrap();
+        assert!(err.to_string().contains("trace recorder"), "{err}");
+    }
 
     #[test]
     fn credentials_are_never_kept() {
