@@ -1,7 +1,160 @@
-//! `cachet replay`. Not built yet.
+//! Trace recording and `cachet replay`: recorded requests, in time order, through each
+//! arm's shaping and the emulator's cache model, compared side by side.
+
+pub mod breaks;
+pub mod chart;
+pub mod inject_shaper;
+#[cfg(test)]
+mod inject_shaper_tests;
+pub mod output;
+pub mod policy_file;
+pub mod recorder;
+pub mod run;
+pub mod shaper;
+pub mod time;
+pub mod trace;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+
+pub use inject_shaper::InjectShaper;
+pub use recorder::{capture, recordable_headers, redact_body, Recorder, RecorderTask};
+pub use run::{replay_arm, ArmStats};
+pub use shaper::{AsRecorded, Shaped, Shaper};
+pub use trace::{read_traces, Record, TRACE_VERSION};
 
 use crate::cli::ReplayArgs;
 
-pub async fn run_replay(_args: ReplayArgs) -> anyhow::Result<()> {
-    anyhow::bail!("replay is not built yet")
+/// Show a progress bar from this many record × arm steps on.
+const PROGRESS_FROM: u64 = 500;
+
+/// One `--arm NAME=POLICY_FILE[,POLICY_FILE...]`; no files means "as recorded".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArmArg {
+    pub name: String,
+    pub policies: Vec<PathBuf>,
+}
+
+pub fn parse_arm(text: &str) -> anyhow::Result<ArmArg> {
+    let (name, files) = match text.split_once('=') {
+        Some((n, f)) => (n.trim(), f),
+        None => (text.trim(), ""),
+    };
+    if name.is_empty() {
+        bail!("arm `{text}` has no name (expected NAME=POLICY_FILE[,POLICY_FILE...])");
+    }
+    let policies = files
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    Ok(ArmArg {
+        name: name.to_string(),
+        policies,
+    })
+}
+
+/// The shaper of an arm: as recorded, or the injections of its policy files.
+pub fn shaper_for(arm: &ArmArg) -> anyhow::Result<Box<dyn Shaper>> {
+    if arm.policies.is_empty() {
+        return Ok(Box::new(AsRecorded));
+    }
+    let mut specs = Vec::new();
+    for file in &arm.policies {
+        specs.extend(policy_file::read_injects(file)?);
+    }
+    Ok(Box::new(InjectShaper::new(specs)))
+}
+
+/// Replay `records` through every arm.
+pub fn replay_all(
+    records: &[Record],
+    arms: &[ArmArg],
+    model: Option<&str>,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<Vec<ArmStats>> {
+    let mut out = Vec::new();
+    for arm in arms {
+        let mut shaper = shaper_for(arm).with_context(|| format!("arm `{}`", arm.name))?;
+        progress.set_message(arm.name.clone());
+        let stats = replay_arm(&arm.name, records, shaper.as_mut(), model, &mut || {
+            progress.inc(1)
+        });
+        out.push(stats);
+    }
+    Ok(out)
+}
+
+pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let mut arms = args
+        .arms
+        .iter()
+        .map(|a| parse_arm(a))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if arms.is_empty() {
+        arms.push(ArmArg {
+            name: "recorded".into(),
+            policies: Vec::new(),
+        });
+    }
+    let records = read_traces(&args.traces)?;
+    if records.is_empty() {
+        bail!("the traces hold no records");
+    }
+    let steps = records.len() as u64 * arms.len() as u64;
+    let progress = if steps >= PROGRESS_FROM {
+        let bar = indicatif::ProgressBar::new(steps);
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{msg:>16} [{bar:40}] {pos}/{len}")
+        {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let stats = replay_all(&records, &arms, args.model.as_deref(), &progress)?;
+    progress.finish_and_clear();
+
+    for s in &stats {
+        for msg in &s.error_messages {
+            eprintln!("warning: arm `{}`: {msg}", s.arm);
+        }
+    }
+    if let Some(path) = &args.chart {
+        std::fs::write(path, chart::svg(&stats))
+            .with_context(|| format!("writing chart {}", path.display()))?;
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&output::json_document(&stats))?
+        );
+    } else {
+        print!("{}", output::table(&stats));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arms_parse() {
+        assert_eq!(
+            parse_arm("base").unwrap(),
+            ArmArg {
+                name: "base".into(),
+                policies: vec![]
+            }
+        );
+        assert_eq!(
+            parse_arm("sys=a.toml, b.toml").unwrap().policies,
+            [PathBuf::from("a.toml"), PathBuf::from("b.toml")]
+        );
+        assert!(parse_arm("=a.toml").is_err());
+    }
 }

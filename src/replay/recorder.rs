@@ -1,0 +1,217 @@
+//! Trace recording (`cachet serve --record DIR`): records go through a bounded channel to
+//! one writer task, so the request path never waits on the disk. A full channel drops the
+//! record and counts it. Files are one per UTC day: `DIR/YYYY-MM-DD.jsonl`, appended to.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use http::HeaderMap;
+use serde_json::{Map, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::time::date_of;
+use super::trace::{Record, TRACE_VERSION};
+use crate::provider::Route;
+use crate::secret::is_secret_header;
+
+/// Records waiting for the writer before new ones are dropped.
+pub const DEFAULT_QUEUE: usize = 1024;
+
+/// A handle to the recording task; clones share it.
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::Sender<Record>,
+    dropped: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+}
+
+/// The writer task, to await at shutdown so every queued record is on disk.
+pub struct RecorderTask(JoinHandle<()>);
+
+impl RecorderTask {
+    /// Wait until every record sent before all `Recorder` clones were dropped is written.
+    pub async fn finish(self) {
+        let _ = self.0.await;
+    }
+}
+
+impl Recorder {
+    /// Start recording into `dir` (created if missing), from inside a tokio runtime.
+    pub fn start(dir: &Path, queue: usize) -> std::io::Result<(Recorder, RecorderTask)> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| std::io::Error::other(format!("trace recorder: {e}")))?;
+        std::fs::create_dir_all(dir)?;
+        let (tx, rx) = mpsc::channel(queue.max(1));
+        let failed = Arc::new(AtomicU64::new(0));
+        let task = runtime.spawn(write_loop(dir.to_path_buf(), rx, failed.clone()));
+        let recorder = Recorder {
+            tx,
+            dropped: Arc::new(AtomicU64::new(0)),
+            failed,
+        };
+        Ok((recorder, RecorderTask(task)))
+    }
+
+    /// Queue a record without waiting; dropped (and counted) when the queue is full.
+    pub fn record(&self, record: Record) {
+        if self.tx.try_send(record).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records dropped because the writer fell behind.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Records lost to write errors.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
+
+async fn write_loop(dir: PathBuf, mut rx: mpsc::Receiver<Record>, failed: Arc<AtomicU64>) {
+    let mut open: Option<(String, tokio::fs::File)> = None;
+    while let Some(record) = rx.recv().await {
+        let date = date_of(record.time_ms);
+        if open.as_ref().is_none_or(|(d, _)| *d != date) {
+            let path = dir.join(format!("{date}.jsonl"));
+            match tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .await
+            {
+                Ok(file) => open = Some((date, file)),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot open trace file");
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    open = None;
+                    continue;
+                }
+            }
+        }
+        let mut line = record.to_line();
+        line.push('\n');
+        if let Some((_, file)) = open.as_mut() {
+            if let Err(e) = file.write_all(line.as_bytes()).await {
+                tracing::warn!(error = %e, "cannot write trace record");
+                failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if let Some((_, mut file)) = open {
+        let _ = file.flush().await;
+    }
+}
+
+/// A record of one request as the client sent it, credentials removed; the pipeline sets
+/// `usage` and `status` when the answer is in, then hands it to [`Recorder::record`].
+/// `path` is the request path without its query (which may carry a key).
+pub fn capture(
+    time_ms: u64,
+    session: &str,
+    route: Route,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Value,
+) -> Record {
+    let mut body = body.clone();
+    redact_body(&mut body);
+    Record {
+        v: TRACE_VERSION,
+        time_ms,
+        session: session.to_string(),
+        provider: route.provider.label().to_string(),
+        endpoint: route.endpoint.label().to_string(),
+        path: path.split('?').next().unwrap_or("").to_string(),
+        headers: recordable_headers(headers),
+        body,
+        usage: None,
+        status: None,
+    }
+}
+
+/// Header names that look like credentials even if not in the known list.
+fn looks_secret(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    is_secret_header(&n)
+        || ["key", "token", "secret", "auth", "cookie", "password"]
+            .iter()
+            .any(|w| n.contains(w))
+}
+
+/// The headers a trace may keep: every header whose name is not a credential, values as
+/// text (repeated headers joined by `, `).
+pub fn recordable_headers(headers: &HeaderMap) -> Map<String, Value> {
+    let mut out = Map::new();
+    for name in headers.keys() {
+        if looks_secret(name.as_str()) {
+            continue;
+        }
+        let values: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        out.insert(name.as_str().to_string(), Value::String(values.join(", ")));
+    }
+    out
+}
+
+/// Top-level body fields that carry credentials in some SDKs' requests.
+const SECRET_BODY_FIELDS: &[&str] = &[
+    "api_key",
+    "apikey",
+    "access_token",
+    "authorization",
+    "password",
+    "secret",
+];
+
+/// Drop credential fields from a body before it is recorded, should a client send one.
+pub fn redact_body(body: &mut Value) {
+    if let Some(obj) = body.as_object_mut() {
+        obj.retain(|k, _| !SECRET_BODY_FIELDS.contains(&k.to_ascii_lowercase().as_str()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starting_outside_a_runtime_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Recorder::start(dir.path(), 4).err().unwrap();
+        assert!(err.to_string().contains("trace recorder"), "{err}");
+    }
+
+    #[test]
+    fn credentials_are_never_kept() {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Bearer sk-secret".parse().unwrap());
+        h.insert("x-api-key", "sk-ant-secret".parse().unwrap());
+        h.insert("x-custom-token", "t0k".parse().unwrap());
+        h.insert("anthropic-version", "2023-06-01".parse().unwrap());
+        let kept = recordable_headers(&h);
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(kept["anthropic-version"], "2023-06-01");
+        let body = serde_json::json!({"model": "m", "api_key": "sk", "max_tokens": 5});
+        let route = Route {
+            provider: crate::provider::Provider::Anthropic,
+            endpoint: crate::provider::Endpoint::Messages,
+        };
+        let r = capture(0, "s", route, "/v1/messages?key=sk-123", &h, &body);
+        assert_eq!(r.body, serde_json::json!({"model": "m", "max_tokens": 5}));
+        assert_eq!(
+            (r.provider.as_str(), r.endpoint.as_str()),
+            ("anthropic", "messages")
+        );
+        assert_eq!(r.path, "/v1/messages");
+        assert!(!r.to_line().contains("sk-"));
+    }
+}

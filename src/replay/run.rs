@@ -1,0 +1,202 @@
+//! Feeding records through one arm: shaping, cache accounting, cost and breaks.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::breaks::Fingerprint;
+use super::shaper::Shaper;
+use super::trace::Record;
+use crate::cache_model::{CacheModel, CacheModelConfig};
+use crate::usage::Usage;
+
+/// Figures of one arm, in the `--json` shape.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ArmStats {
+    pub arm: String,
+    pub requests: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub uncached_tokens: u64,
+    pub output_tokens: u64,
+    /// Cache reads over all input tokens.
+    pub hit_ratio: f64,
+    pub cost_usd: f64,
+    pub savings_usd: f64,
+    /// Prefix breaks against the session's previous request, by section.
+    pub breaks: BTreeMap<String, u64>,
+    /// Requests per injection variant (`none` without one).
+    pub variants: BTreeMap<String, u64>,
+    /// Records that could not be shaped or accounted (skipped).
+    pub errors: u64,
+    /// After each request: cumulative cost and hit ratio (for the chart).
+    #[serde(skip)]
+    pub series: Vec<(f64, f64)>,
+    /// Per request usage, in replay order (for tests and consistency checks).
+    #[serde(skip)]
+    pub per_request: Vec<Usage>,
+    /// The first error messages, for the report.
+    #[serde(skip)]
+    pub error_messages: Vec<String>,
+}
+
+/// Replay `records` (in time order) through `shaper` and a fresh cache model.
+/// `model` replaces every request's model; `on_record` is called once per record.
+pub fn replay_arm(
+    arm: &str,
+    records: &[Record],
+    shaper: &mut dyn Shaper,
+    model: Option<&str>,
+    on_record: &mut dyn FnMut(),
+) -> ArmStats {
+    let mut stats = ArmStats {
+        arm: arm.to_string(),
+        ..Default::default()
+    };
+    for name in ["tools", "system", "messages"] {
+        stats.breaks.insert(name.into(), 0);
+    }
+    let mut cache = CacheModel::new(CacheModelConfig::default());
+    let mut previous: HashMap<&str, Fingerprint> = HashMap::new();
+    let mut total = Usage::default();
+    for record in records {
+        on_record();
+        let endpoint = record.endpoint();
+        if !endpoint.is_generation() {
+            continue;
+        }
+        let fail = |stats: &mut ArmStats, msg: String| {
+            stats.errors += 1;
+            if stats.error_messages.len() < 5 {
+                stats.error_messages.push(msg);
+            }
+        };
+        let mut shaped = match shaper.shape(record) {
+            Ok(s) => s,
+            Err(e) => {
+                fail(&mut stats, format!("session {}: {e:#}", record.session));
+                continue;
+            }
+        };
+        if let (Some(m), Some(obj)) = (model, shaped.body.as_object_mut()) {
+            obj.insert("model".into(), m.into());
+        }
+        let accounting = match cache.account(endpoint, &shaped.body, record.time_ms) {
+            Ok(a) => a,
+            Err(e) => {
+                fail(
+                    &mut stats,
+                    format!("session {}: {}", record.session, e.message),
+                );
+                continue;
+            }
+        };
+        let usage = accounting.usage(record.usage.map_or(0, |u| u.output));
+        let model_name = shaped
+            .body
+            .get("model")
+            .and_then(|m| m.as_str())
+            .unwrap_or("");
+        if let Some(info) = crate::models::lookup(model_name) {
+            stats.cost_usd += info.cost_usd(&usage);
+            stats.savings_usd += info.savings_usd(&usage);
+        }
+        let fp = Fingerprint::of(endpoint, &shaped.body).without_tail(shaped.uncached_tail);
+        if let Some(section) = previous
+            .get(record.session.as_str())
+            .and_then(|p| fp.break_from(p))
+        {
+            *stats.breaks.entry(section.into()).or_default() += 1;
+        }
+        previous.insert(&record.session, fp);
+        *stats
+            .variants
+            .entry(shaped.variant.unwrap_or_else(|| "none".into()))
+            .or_default() += 1;
+        stats.requests += 1;
+        total.add(&usage);
+        stats.per_request.push(usage);
+        let hit = ratio(total.cache_read, total.total_input());
+        stats.series.push((stats.cost_usd, hit));
+    }
+    stats.cache_read_tokens = total.cache_read;
+    stats.cache_write_tokens = total.cache_write;
+    stats.uncached_tokens = total.uncached;
+    stats.output_tokens = total.output;
+    stats.hit_ratio = ratio(total.cache_read, total.total_input());
+    stats
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::shaper::AsRecorded;
+    use crate::replay::trace::{Record, TRACE_VERSION};
+    use serde_json::json;
+
+    fn chat(n: u64, session: &str, system: &str) -> Record {
+        let filler = "The retry loop waits with exponential backoff and jitter. ".repeat(150);
+        let mut messages = vec![json!({"role": "system", "content": format!("{system} {filler}")})];
+        for i in 0..=n {
+            messages.push(json!({"role": "user", "content": format!("question {i}")}));
+            messages.push(json!({"role": "assistant", "content": format!("answer {i}")}));
+        }
+        Record {
+            v: TRACE_VERSION,
+            time_ms: 1_000_000 + n * 1000,
+            session: session.into(),
+            provider: "openai".into(),
+            endpoint: "chat".into(),
+            path: "/v1/chat/completions".into(),
+            headers: Default::default(),
+            body: json!({"model": "gpt-4o", "messages": messages}),
+            usage: Some(Usage {
+                output: 7,
+                ..Default::default()
+            }),
+            status: Some(200),
+        }
+    }
+
+    #[test]
+    fn openai_records_are_accounted_and_breaks_are_per_session() {
+        let records = vec![
+            chat(0, "a", "You are terse."),
+            chat(1, "a", "You are terse."),
+            chat(2, "a", "You are verbose."),
+            chat(0, "b", "You are terse."),
+            Record {
+                endpoint: "models".into(),
+                ..chat(3, "a", "x")
+            },
+        ];
+        let stats = replay_arm("r", &records, &mut AsRecorded, None, &mut || {});
+        assert_eq!(stats.requests, 4, "non-generation endpoints are skipped");
+        assert_eq!(stats.output_tokens, 28);
+        // OpenAI caches automatically: the second request reads the first one's prefix.
+        assert!(stats.per_request[1].cache_read > 0);
+        assert_eq!(stats.breaks["system"], 1);
+        assert_eq!(stats.breaks["messages"], 0);
+        assert_eq!(stats.variants["none"], 4);
+        assert_eq!(stats.series.len(), 4);
+        assert!(stats.cost_usd > 0.0);
+    }
+
+    #[test]
+    fn unaccountable_requests_are_counted_not_fatal() {
+        let mut bad = chat(0, "a", "x");
+        bad.body = json!({"messages": "not a list"});
+        bad.endpoint = "messages".into();
+        let stats = replay_arm("r", &[bad], &mut AsRecorded, None, &mut || {});
+        assert_eq!((stats.requests, stats.errors), (0, 1));
+        assert!(!stats.error_messages[0].is_empty());
+    }
+}

@@ -1,0 +1,36 @@
+//! How an arm turns a recorded request into the request it would have sent.
+
+use serde_json::Value;
+
+use super::trace::Record;
+
+/// The request an arm sends for one record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shaped {
+    /// The request body to account.
+    pub body: Value,
+    /// The injection arm the request fell in (`None`: no injection).
+    pub variant: Option<String>,
+    /// Trailing messages that are the request-only uncached tail: left out of the prefix
+    /// comparison (they never belong to the cached prefix).
+    pub uncached_tail: usize,
+}
+
+/// One arm's shaping. Records arrive in time order, across all sessions, so an
+/// implementation may keep per-session state (persisted patches, turn content).
+pub trait Shaper {
+    fn shape(&mut self, record: &Record) -> anyhow::Result<Shaped>;
+}
+
+/// The request exactly as recorded.
+pub struct AsRecorded;
+
+impl Shaper for AsRecorded {
+    fn shape(&mut self, record: &Record) -> anyhow::Result<Shaped> {
+        Ok(Shaped {
+            body: record.body.clone(),
+            variant: None,
+            uncached_tail: 0,
+        })
+    }
+}

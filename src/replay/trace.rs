@@ -1,0 +1,177 @@
+//! The trace format: JSONL, one request per line, as the client sent it (see
+//! docs/injection.md for the field list).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use super::time::{format_rfc3339, parse_rfc3339};
+use crate::provider::Endpoint;
+use crate::usage::Usage;
+
+/// The version written in every record's `v`.
+pub const TRACE_VERSION: u32 = 1;
+
+/// One recorded request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub v: u32,
+    /// When cachet received the request, in milliseconds since the epoch. Written as
+    /// RFC 3339; read from RFC 3339 or a number of seconds (fractions allowed).
+    #[serde(
+        rename = "time",
+        serialize_with = "write_time",
+        deserialize_with = "read_time"
+    )]
+    pub time_ms: u64,
+    pub session: String,
+    /// `anthropic` | `openai`.
+    pub provider: String,
+    /// `messages` | `chat` | `responses`.
+    pub endpoint: String,
+    pub path: String,
+    /// Non-secret request headers (lower-case names).
+    #[serde(default)]
+    pub headers: Map<String, Value>,
+    /// The request body as the client sent it.
+    pub body: Value,
+    /// The usage the provider returned, normalised; `null` when none was seen.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// The upstream's HTTP status; `null` when the request never got one.
+    #[serde(default)]
+    pub status: Option<u16>,
+}
+
+impl Record {
+    pub fn endpoint(&self) -> Endpoint {
+        endpoint_from_label(&self.endpoint)
+    }
+
+    /// One JSONL line (without the newline).
+    pub fn to_line(&self) -> String {
+        // A record holds only JSON values and numbers; serialising it cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+pub fn endpoint_from_label(label: &str) -> Endpoint {
+    match label {
+        "messages" => Endpoint::Messages,
+        "count_tokens" => Endpoint::CountTokens,
+        "chat" => Endpoint::Chat,
+        "responses" => Endpoint::Responses,
+        "models" => Endpoint::Models,
+        _ => Endpoint::Other,
+    }
+}
+
+fn write_time<S: Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_rfc3339(*ms))
+}
+
+fn read_time<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error;
+    match Value::deserialize(d)? {
+        Value::String(s) => {
+            parse_rfc3339(&s).ok_or_else(|| D::Error::custom(format!("time `{s}` is not RFC 3339")))
+        }
+        Value::Number(n) => n
+            .as_f64()
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .map(|f| (f * 1000.0).round() as u64)
+            .ok_or_else(|| D::Error::custom("time must be a non-negative number of seconds")),
+        _ => Err(D::Error::custom(
+            "time must be RFC 3339 or seconds since the epoch",
+        )),
+    }
+}
+
+/// Parse one JSONL text; blank lines are skipped, a bad line is an error naming it.
+pub fn parse_jsonl(text: &str, origin: &str) -> anyhow::Result<Vec<Record>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: Record = serde_json::from_str(line)
+            .with_context(|| format!("{origin}:{}: not a trace record", n + 1))?;
+        if record.v != TRACE_VERSION {
+            anyhow::bail!(
+                "{origin}:{}: trace version {} is not supported (expected {TRACE_VERSION})",
+                n + 1,
+                record.v
+            );
+        }
+        out.push(record);
+    }
+    Ok(out)
+}
+
+/// Every record of `paths` (files, or folders whose `*.jsonl` files are read), sorted by
+/// time; records with the same time keep their file order.
+pub fn read_traces(paths: &[PathBuf]) -> anyhow::Result<Vec<Record>> {
+    let mut out = Vec::new();
+    for path in paths {
+        for file in expand(path)? {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading trace {}", file.display()))?;
+            out.extend(parse_jsonl(&text, &file.display().to_string())?);
+        }
+    }
+    out.sort_by_key(|r| r.time_ms);
+    Ok(out)
+}
+
+fn expand(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("reading trace folder {}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_both_time_forms_and_sorts() {
+        let text = concat!(
+            r#"{"v":1,"time":"2026-01-15T09:00:01Z","session":"s","provider":"anthropic","endpoint":"messages","path":"/v1/messages","body":{},"usage":null,"status":200}"#,
+            "\n\n",
+            r#"{"v":1,"time":1768467600.5,"session":"s","provider":"anthropic","endpoint":"messages","path":"/v1/messages","body":{}}"#,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(&path, text).unwrap();
+        let records = read_traces(&[dir.path().to_path_buf()]).unwrap();
+        assert_eq!(
+            records.iter().map(|r| r.time_ms).collect::<Vec<_>>(),
+            [1_768_467_600_500, 1_768_467_601_000]
+        );
+        assert_eq!(records[0].endpoint(), Endpoint::Messages);
+        let back = parse_jsonl(&records[1].to_line(), "x").unwrap();
+        assert_eq!(back[0], records[1]);
+    }
+
+    #[test]
+    fn bad_lines_are_named() {
+        let err = parse_jsonl("{}\n", "trace.jsonl").unwrap_err().to_string();
+        assert!(err.contains("trace.jsonl:1"), "{err}");
+        let err = parse_jsonl(
+            r#"{"v":2,"time":0,"session":"s","provider":"p","endpoint":"e","path":"/","body":{}}"#,
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("version 2"), "{err}");
+    }
+}
