@@ -192,4 +192,37 @@ mod tests {
         };
         assert!(hashes.matches(&empty));
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn messages() -> impl Strategy<Value = Vec<Value>> {
+            prop::collection::vec("[a-c]{0,3}", 0..12).prop_map(|texts| {
+                texts
+                    .into_iter()
+                    .map(|t| json!({"role": "user", "content": t}))
+                    .collect()
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn every_prefix_matches_and_an_edit_inside_it_does_not(
+                h in messages(), cut in 0usize..12, at in 0usize..12
+            ) {
+                let cut = cut.min(h.len());
+                let anchor = Anchor::of(&h[..cut]);
+                prop_assert!(anchor.matches(&h));
+                if at < cut {
+                    let mut edited = h.clone();
+                    edited[at] = json!({"role": "user", "content": "edited!"});
+                    prop_assert!(!anchor.matches(&edited));
+                }
+                if cut > 0 {
+                    prop_assert!(!anchor.matches(&h[..cut - 1]));
+                }
+            }
+        }
+    }
 }

@@ -1,9 +1,11 @@
 //! The embedded store: one SQLite database in WAL mode.
 //!
-//! `synchronous = FULL`: in WAL mode, `NORMAL` survives a crash of cachet but may lose the
-//! last commits on power loss; a persisted patch must be on disk before the request it
-//! shaped is forwarded, so every commit is synced. Blocking calls run on tokio's blocking
-//! pool.
+//! `synchronous = FULL` for log appends: in WAL mode, `NORMAL` survives a crash of cachet
+//! but may lose the last commits on power loss; a persisted patch must be on disk before the
+//! request it shaped is forwarded, so every append is synced. The request counter and
+//! content blobs are committed with `NORMAL` (no sync of their own, so the hot path pays no
+//! fsync for them): WAL commits reach the disk in order, so the next synced append makes
+//! them durable too. Blocking calls run on tokio's blocking pool.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -79,6 +81,17 @@ impl SqliteStore {
         .await
         .map_err(unavailable)?
     }
+}
+
+/// Run `f` in a commit that is not synced by itself (see the module comment).
+fn unsynced<T>(
+    conn: &mut Connection,
+    f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+    let result = f(conn);
+    conn.execute_batch("PRAGMA synchronous = FULL")?;
+    result
 }
 
 fn open_connection(path: &Path) -> StoreResult<Connection> {
@@ -172,15 +185,18 @@ impl SessionStore for SqliteStore {
     fn put_blobs<'a>(&'a self, blobs: &'a [Blob]) -> BoxFuture<'a, StoreResult<()>> {
         let blobs = blobs.to_vec();
         Box::pin(self.with(move |conn| {
-            let tx = conn.transaction()?;
-            {
-                let mut insert =
-                    tx.prepare_cached("INSERT OR IGNORE INTO blobs (key, bytes) VALUES (?1, ?2)")?;
-                for blob in &blobs {
-                    insert.execute(params![&blob.key[..], &blob.bytes])?;
+            unsynced(conn, |conn| {
+                let tx = conn.transaction()?;
+                {
+                    let mut insert = tx.prepare_cached(
+                        "INSERT OR IGNORE INTO blobs (key, bytes) VALUES (?1, ?2)",
+                    )?;
+                    for blob in &blobs {
+                        insert.execute(params![&blob.key[..], &blob.bytes])?;
+                    }
                 }
-            }
-            tx.commit()
+                tx.commit()
+            })
         }))
     }
 
@@ -205,15 +221,17 @@ impl SessionStore for SqliteStore {
         Box::pin(async move {
             let index = self
                 .with(move |conn| {
-                    conn.query_row(
-                        "INSERT INTO sessions (id, created_ms, updated_ms, next_request)
-                         VALUES (?1, ?2, ?2, 1)
-                         ON CONFLICT(id) DO UPDATE
-                           SET next_request = next_request + 1, updated_ms = ?2
-                         RETURNING next_request - 1",
-                        params![session, now_ms() as i64],
-                        |row| row.get::<_, i64>(0),
-                    )
+                    unsynced(conn, |conn| {
+                        conn.query_row(
+                            "INSERT INTO sessions (id, created_ms, updated_ms, next_request)
+                             VALUES (?1, ?2, ?2, 1)
+                             ON CONFLICT(id) DO UPDATE
+                               SET next_request = next_request + 1, updated_ms = ?2
+                             RETURNING next_request - 1",
+                            params![session, now_ms() as i64],
+                            |row| row.get::<_, i64>(0),
+                        )
+                    })
                 })
                 .await?;
             Ok(index.max(0) as u64)
@@ -262,5 +280,34 @@ impl SessionStore for SqliteStore {
                 blob_bytes: blob_bytes as u64,
             })
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn appends_stay_synced_after_unsynced_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+        let synchronous =
+            || store.with(|conn| conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)));
+        // 2 is FULL.
+        assert_eq!(synchronous().await.unwrap(), 2);
+        assert_eq!(store.next_request_index("s").await.unwrap(), 0);
+        store
+            .put_blobs(&[Blob {
+                key: [7; 32],
+                bytes: vec![1],
+            }])
+            .await
+            .unwrap();
+        assert_eq!(synchronous().await.unwrap(), 2);
+        let journal: String = store
+            .with(|conn| conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(journal, "wal");
     }
 }
