@@ -14,18 +14,15 @@ use super::Pipeline;
 use crate::envelope::Envelope;
 use crate::policy::{ContextReason, TemplateVars};
 use crate::provider::{Endpoint, Route};
-use crate::session::{self, Entry, PrefixHashes, RequestDraft};
+use crate::session::{self, Entry, RequestDraft, SessionContext};
 use crate::tap::TapResult;
 
 /// What `prepare` hands over to the end of the response.
 pub struct AfterResponse {
     pub route: Route,
     pub model: String,
-    pub session: String,
     pub client: &'static str,
-    pub request_index: u64,
-    pub log: Arc<Vec<Entry>>,
-    pub hashes: PrefixHashes,
+    pub ctx: SessionContext,
     pub env: Envelope,
     pub map: HistoryMap,
     pub vars: TemplateVars,
@@ -57,7 +54,7 @@ impl Pipeline {
         let system = system_of(after.route.endpoint, &sent);
         let tools = sent.get("tools").cloned();
         let draft = RequestDraft {
-            request_index: after.request_index,
+            request_index: after.ctx.request_index,
             turn_index: Some(after.vars.turn_index),
             model: &after.model,
             provider: after.route.provider.label(),
@@ -71,8 +68,8 @@ impl Pipeline {
             breaks: None,
             variant: after.variant.clone(),
         };
-        let (mut record, blobs) = session::compact_request(&after.log, &draft);
-        if let Some(diagnosis) = prefix_break(&after.log, &record, &after.model) {
+        let (mut record, blobs) = session::compact_request(&after.ctx.log, &draft);
+        if let Some(diagnosis) = prefix_break(&after.ctx.log, &record, &after.model) {
             let section = diagnosis["section"]
                 .as_str()
                 .unwrap_or("messages")
@@ -86,7 +83,7 @@ impl Pipeline {
         let result = async {
             store.put_blobs(&blobs).await?;
             store
-                .append(&after.session, &[Entry::Request(record)])
+                .append(&after.ctx.id.id, &[Entry::Request(record)])
                 .await
         }
         .await;
@@ -133,18 +130,12 @@ impl Pipeline {
         {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(session = %after.session, "turn_end handlers failed: {}", e.message);
+                tracing::warn!(session = %after.ctx.id.id, "turn_end handlers failed: {}", e.message);
                 return;
             }
         };
         if let Err(e) = self
-            .persist(
-                &after.session,
-                "turn_end",
-                &persisted,
-                after.hashes.full(),
-                after.request_index,
-            )
+            .persist(&after.ctx, ContextReason::TurnEnd, persisted)
             .await
         {
             tracing::warn!("turn_end patches not persisted: {}", e.message);

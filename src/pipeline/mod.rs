@@ -27,7 +27,7 @@ use crate::policy::{
     self, ClientKind, ContextReason, Policy, PolicySet, RequestFacts, TemplateVars,
 };
 use crate::provider::{Endpoint, Route};
-use crate::session::{self, Entry, PrefixHashes, SessionStore};
+use crate::session::{self, PrefixHashes, SessionContext, SessionStore};
 
 pub use after::AfterResponse;
 use handlers::{Persisted, Shaping};
@@ -133,15 +133,19 @@ impl Pipeline {
         let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
         let value: Value =
             serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
-        let id = session::identify(headers, &value, route.provider, route.endpoint).id;
         let history = client_history(route.endpoint, &value);
-        let hashes = PrefixHashes::new(&history);
-
-        let (log, request_index) = self.load_session(&id).await?;
+        let ctx = self
+            .session_context(
+                session::identify(headers, &value, route.provider, route.endpoint),
+                &history,
+            )
+            .await?;
+        let id = ctx.id.id.clone();
+        let request_index = ctx.request_index;
         env.meta.session = Some(id.clone());
         env.meta.client = client;
         env.meta.request_index = request_index;
-        env.meta.turn_index = turn_index(route.endpoint, &history);
+        env.meta.turn_index = session::turns::turn_index(&history, route.endpoint);
         let vars = TemplateVars {
             session: id.clone(),
             request_index,
@@ -156,32 +160,15 @@ impl Pipeline {
             env: &mut env,
             map: &mut map,
         };
-        self.replay(&log, &hashes, &mut shaping);
+        self.replay(&ctx, &mut shaping);
+        let reason = ContextReason::BeforeRequest;
         let persisted = self
-            .run_context(
-                &policies,
-                ContextReason::BeforeRequest,
-                &mut shaping,
-                &vars,
-                None,
-            )
+            .run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
-        self.persist(
-            &id,
-            "before_request",
-            &persisted,
-            hashes.full(),
-            request_index,
-        )
-        .await?;
-        self.run_context(
-            &policies,
-            ContextReason::Ephemeral,
-            &mut shaping,
-            &vars,
-            None,
-        )
-        .await?;
+        self.persist(&ctx, reason, persisted).await?;
+        let reason = ContextReason::Ephemeral;
+        self.run_context(&policies, reason, &mut shaping, &vars, None)
+            .await?;
 
         let compiled = env.compile(&compile_options(&policies, &id));
         let body = self.run_payload(&policies, compiled, &vars, route).await?;
@@ -192,11 +179,8 @@ impl Pipeline {
             after: Some(AfterResponse {
                 route,
                 model: model.to_string(),
-                session: id,
+                ctx,
                 client: client.label(),
-                request_index,
-                log,
-                hashes,
                 env,
                 map,
                 vars,
@@ -207,30 +191,30 @@ impl Pipeline {
         })
     }
 
-    async fn load_session(&self, id: &str) -> Result<(Arc<Vec<Entry>>, u64), ApiError> {
-        let Some(store) = &self.store else {
-            return Ok((Arc::new(Vec::new()), 0));
-        };
-        let log = match store.load(id).await {
-            Ok(log) => log,
-            Err(e) => {
-                self.store_failed("load", &e)?;
-                Arc::new(Vec::new())
+    /// The session's log and request index; without a store (or when it fails open), an
+    /// empty log: the request goes on without replay.
+    async fn session_context(
+        &self,
+        id: session::SessionId,
+        history: &[Value],
+    ) -> Result<SessionContext, ApiError> {
+        if let Some(store) = &self.store {
+            match session::prepare(store.as_ref(), id.clone(), history).await {
+                Ok(ctx) => return Ok(ctx),
+                Err(e) => self.store_failed("load", &e)?,
             }
-        };
-        let index = match store.next_request_index(id).await {
-            Ok(i) => i,
-            Err(e) => {
-                self.store_failed("request_index", &e)?;
-                0
-            }
-        };
-        Ok((log, index))
+        }
+        Ok(SessionContext {
+            id,
+            request_index: 0,
+            log: Arc::new(Vec::new()),
+            history: PrefixHashes::new(history),
+        })
     }
 
     /// Apply the session's persisted patches whose anchor matches this history.
-    fn replay(&self, log: &[Entry], hashes: &PrefixHashes, shaping: &mut Shaping<'_>) {
-        let plan = session::plan_replay(log, hashes);
+    fn replay(&self, ctx: &SessionContext, shaping: &mut Shaping<'_>) {
+        let plan = ctx.plan();
         for stale in &plan.stale {
             for op in &stale.patch {
                 self.metrics
@@ -257,34 +241,18 @@ impl Pipeline {
     /// Store patches durably before the request they shaped is forwarded.
     async fn persist(
         &self,
-        session: &str,
-        reason: &str,
-        patches: &[Persisted],
-        anchor: session::Anchor,
-        request_index: u64,
+        ctx: &SessionContext,
+        reason: ContextReason,
+        patches: Vec<Persisted>,
     ) -> Result<(), ApiError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        if patches.is_empty() {
-            return Ok(());
-        }
-        let entries: Vec<Entry> = patches
-            .iter()
-            .map(|p| {
-                Entry::ContextTransform(session::ContextTransform {
-                    version: session::entry::ENTRY_VERSION,
-                    time: session::entry::now_ms(),
-                    transformer: p.transformer.clone(),
-                    reason: reason.to_string(),
-                    anchor: anchor.clone(),
-                    patch: p.ops.clone(),
-                    display: p.display.clone(),
-                    request_index: Some(request_index),
-                })
-            })
+        let transforms = patches
+            .into_iter()
+            .filter_map(|p| ctx.transform(&p.transformer, reason.label(), p.ops, p.display))
             .collect();
-        if let Err(e) = store.append(session, &entries).await {
+        if let Err(e) = ctx.persist(store.as_ref(), transforms).await {
             self.store_failed("append", &e)?;
         }
         Ok(())
@@ -304,31 +272,6 @@ fn client_history(endpoint: Endpoint, body: &Value) -> Vec<Value> {
         Some(Value::String(text)) => vec![serde_json::json!({"role": "user", "content": text})],
         _ => Vec::new(),
     }
-}
-
-/// User prompts so far: user messages that are not only tool results.
-fn turn_index(endpoint: Endpoint, history: &[Value]) -> u64 {
-    history
-        .iter()
-        .filter(|m| {
-            let role = m.get("role").and_then(Value::as_str);
-            if role != Some("user") {
-                return false;
-            }
-            if endpoint == Endpoint::Responses {
-                return m
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .is_none_or(|t| t == "message");
-            }
-            match m.get("content") {
-                Some(Value::Array(blocks)) => blocks
-                    .iter()
-                    .any(|b| b.get("type").and_then(Value::as_str) != Some("tool_result")),
-                _ => true,
-            }
-        })
-        .count() as u64
 }
 
 /// Marker placement and prompt_cache_key from the matched policies (the last one that
