@@ -28,6 +28,7 @@ use crate::forward::{self, Upstreams};
 use crate::metrics::Metrics;
 use crate::pipeline::{AfterResponse, Pipeline};
 use crate::provider::{classify, Endpoint, Provider, Route};
+use crate::replay::recorder::{self, Recorder, RecorderTask};
 use crate::tap::{Outcome, Tap, TapResult, TapStream};
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -40,6 +41,8 @@ pub struct State {
     pub metrics: Arc<Metrics>,
     /// Policies, hooks and sessions; `None` when no policy is active (pure pass-through).
     pub pipeline: Option<Arc<Pipeline>>,
+    /// Trace recording (`--record DIR`); off by default.
+    pub recorder: Option<Recorder>,
 }
 
 /// A running proxy (and its admin listener).
@@ -49,6 +52,7 @@ pub struct ProxyHandle {
     pub metrics: Arc<Metrics>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    recorder: Option<RecorderTask>,
 }
 
 impl ProxyHandle {
@@ -57,6 +61,10 @@ impl ProxyHandle {
         let _ = self.shutdown.send(true);
         for task in self.tasks {
             let _ = task.await;
+        }
+        if let Some(recorder) = self.recorder {
+            // Every queued trace record reaches the disk before the process ends.
+            let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
         }
     }
 }
@@ -85,7 +93,16 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
     let pipeline = Pipeline::new(&config, policies, metrics.clone())
         .await?
         .map(Arc::new);
+    let (recorder, recorder_task) = match &config.record.dir {
+        Some(dir) => {
+            let (r, t) = Recorder::start(dir, recorder::DEFAULT_QUEUE)
+                .map_err(|e| anyhow::anyhow!("cannot record traces into {}: {e}", dir.display()))?;
+            (Some(r), Some(t))
+        }
+        None => (None, None),
+    };
     let state = Arc::new(State {
+        recorder,
         client: forward::build_client(&config.upstream)?,
         upstreams: Upstreams::from_config(&config.upstream)?,
         metrics,
@@ -112,6 +129,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         metrics: state.metrics.clone(),
         shutdown: tx,
         tasks: vec![proxy_task, admin_task],
+        recorder: recorder_task,
     })
 }
 
@@ -324,6 +342,11 @@ async fn proxy(
     if parsed {
         *model = check_shape(route.endpoint, &body)?;
     }
+    let trace = state
+        .recorder
+        .as_ref()
+        .filter(|_| route.endpoint.is_generation())
+        .and_then(|_| trace_record(route, &parts, &body));
     let (body, variant, after) = match &state.pipeline {
         Some(pipeline) if route.endpoint.is_generation() => {
             let prepared = pipeline.prepare(route, &parts.headers, body, model).await?;
@@ -385,8 +408,14 @@ async fn proxy(
     let tap = Tap::new(route.endpoint, sse, after.is_some());
     let model = model.clone();
     let pipeline = state.pipeline.clone();
+    let recorder = state.recorder.clone();
     let on_finish = Box::new(move |result: TapResult| {
         finish_request(&metrics, route, &model, &variant, status, sent, &result);
+        if let (Some(recorder), Some(mut record)) = (recorder, trace) {
+            record.usage = result.usage;
+            record.status = Some(status.as_u16());
+            recorder.record(record);
+        }
         if let (Some(pipeline), Some(after)) = (pipeline, after) {
             spawn_after_response(pipeline, after, result, status.as_u16());
         }
@@ -398,6 +427,25 @@ async fn proxy(
     *resp.status_mut() = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     *resp.headers_mut() = response_headers;
     Ok(resp)
+}
+
+/// The trace record of a request as the client sent it (secrets redacted by `capture`).
+fn trace_record(
+    route: Route,
+    parts: &http::request::Parts,
+    body: &Bytes,
+) -> Option<crate::replay::trace::Record> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let session =
+        crate::session::identify(&parts.headers, &value, route.provider, route.endpoint).id;
+    Some(recorder::capture(
+        crate::session::entry::now_ms(),
+        &session,
+        route,
+        parts.uri.path(),
+        &parts.headers,
+        &value,
+    ))
 }
 
 /// Turn-end handlers and the session log run in their own task once the body has ended.

@@ -11,6 +11,7 @@ mod after;
 pub mod assemble;
 mod handlers;
 pub mod history;
+mod inject;
 
 use std::sync::Arc;
 
@@ -41,6 +42,7 @@ pub struct Pipeline {
     on_store_error: StoreFailure,
     strict: bool,
     metrics: Arc<Metrics>,
+    injections: Option<inject::Injections>,
 }
 
 /// What to forward, and what to do once the response has ended.
@@ -80,7 +82,9 @@ impl Pipeline {
             }
             Err(e) => anyhow::bail!("{e}"),
         };
+        let injections = Some(inject::Injections::new(policies.iter())?).filter(|i| !i.is_empty());
         Ok(Some(Pipeline {
+            injections,
             policies,
             hooks: HookClient::new()?,
             store,
@@ -162,20 +166,31 @@ impl Pipeline {
         };
         self.replay(&ctx, &mut shaping);
         let reason = ContextReason::BeforeRequest;
-        let persisted = self
+        let mut persisted = self
             .run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
+        let injected = self.inject(&policies, &ctx, &history, &mut shaping).await?;
+        persisted.extend(injected.persist);
         self.persist(&ctx, reason, persisted).await?;
         let reason = ContextReason::Ephemeral;
         self.run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
 
-        let compiled = env.compile(&compile_options(&policies, &id));
+        let mut opts = compile_options(&policies, &id);
+        if injected.marker_before_insertion && opts.breakpoints == BreakpointMode::Preserve {
+            // Context-hook injection: the history before the insertion must stay readable
+            // next turn, which takes a marker there (DESIGN §6).
+            opts.breakpoints = BreakpointMode::Auto {
+                ttl: Ttl::FiveMinutes,
+            };
+        }
+        let compiled = env.compile(&opts);
+        let variant = injected.variant.unwrap_or("none").to_string();
         let body = self.run_payload(&policies, compiled, &vars, route).await?;
         let policy_names = policies.iter().map(|p| p.name.clone()).collect();
         Ok(Prepared {
             body: body.clone(),
-            variant: "none".into(),
+            variant: variant.clone(),
             after: Some(AfterResponse {
                 route,
                 model: model.to_string(),
@@ -186,7 +201,7 @@ impl Pipeline {
                 vars,
                 policy_names,
                 sent: body,
-                variant: None,
+                variant: (variant != "none").then_some(variant),
             }),
         })
     }

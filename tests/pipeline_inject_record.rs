@@ -1,0 +1,163 @@
+//! Memory injection in the live proxy, trace recording, and replay of a recorded live
+//! session giving exactly the token counts the live run reported.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+use cachet::replay::{read_traces, replay_arm, AsRecorded};
+use cachet::usage::{merge_anthropic, Usage};
+
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn body(history: &[Value]) -> Value {
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "system": "You are terse.", "messages": history})
+}
+
+#[tokio::test]
+async fn context_hook_and_pinned_memory_in_the_live_proxy() {
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":1,"output_tokens":1}}"#,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let policies = vec![root().join("policies/memory-context-hook.toml")];
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        policies,
+        &dir.path().join("a"),
+    ))
+    .await;
+    let turn1 = vec![json!({"role": "user", "content": "How do we roll out database migrations?"})];
+    assert_eq!(post_anthropic(&proxy, "ch", &body(&turn1)).await.0, 200);
+    let mut turn2 = turn1.clone();
+    turn2.push(json!({"role": "assistant", "content": [{"type": "text", "text": "ok"}]}));
+    turn2.push(json!({"role": "user", "content": "And how are release versions tagged?"}));
+    assert_eq!(post_anthropic(&proxy, "ch", &body(&turn2)).await.0, 200);
+    let sent = |i: usize| -> Vec<Value> {
+        let v: Value = serde_json::from_slice(&upstream.requests()[i].body).unwrap();
+        v["messages"].as_array().unwrap().clone()
+    };
+    let first = sent(0);
+    assert_eq!(
+        first.len(),
+        2,
+        "memory inserted before the prompt: {first:?}"
+    );
+    assert!(first[0].to_string().contains("<memory>"));
+    assert!(
+        first[0].to_string().to_lowercase().contains("migration"),
+        "retrieved for the prompt: {}",
+        first[0]
+    );
+    let second = sent(1);
+    assert_eq!(second.len(), 4, "{second:?}");
+    assert!(
+        !second[0].to_string().contains("<memory>"),
+        "context-hook memory does not stay in the history"
+    );
+    assert!(
+        second[2].to_string().contains("<memory>")
+            && second[3]["content"] == "And how are release versions tagged?"
+    );
+    let m = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(&m, "cachet_requests_total", &[("variant", "context-hook")]),
+        2.0
+    );
+    proxy.shutdown().await;
+
+    // Pinned: the first turn's memory stays at its place in the next turn, byte-identical.
+    let policies = vec![root().join("policies/memory-pinned.toml")];
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        policies,
+        &dir.path().join("b"),
+    ))
+    .await;
+    assert_eq!(post_anthropic(&proxy, "pin", &body(&turn1)).await.0, 200);
+    assert_eq!(post_anthropic(&proxy, "pin", &body(&turn2)).await.0, 200);
+    let raw = |i: usize| String::from_utf8(upstream.requests()[i].body.to_vec()).unwrap();
+    let (a, b) = (sent(2), sent(3));
+    assert_eq!(b.len(), 5, "{b:?}");
+    assert_eq!(a[0], b[0], "pinned memory kept at its original place");
+    let first_raw = raw(2);
+    let start = first_raw.find("<memory>").unwrap();
+    let end = first_raw[start..].find("</memory>").unwrap() + start;
+    assert!(
+        raw(3).contains(&first_raw[start..end]),
+        "byte-identical in the next turn"
+    );
+    assert!(
+        b[3].to_string().contains("<memory>"),
+        "the new turn gets its own pinned memory"
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics_text(&proxy).await,
+            "cachet_requests_total",
+            &[("variant", "pinned")]
+        ),
+        2.0
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_live_session_replays_to_the_same_token_counts() {
+    let sample = read_traces(&[root().join("tests/data/sample-trace.jsonl")]).unwrap();
+    let emulator = start_emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let trace_dir = dir.path().join("traces");
+    let mut config = test_config(&emulator.url());
+    config.record.dir = Some(trace_dir.clone());
+    let proxy = start_proxy(config).await;
+    let mut live = Vec::new();
+    for record in &sample {
+        let mut request = record.body.clone();
+        request["stream"] = json!(false);
+        let (status, answer) = post_anthropic(&proxy, &record.session, &request).await;
+        assert_eq!(status, 200, "{answer}");
+        let mut u = Usage::default();
+        merge_anthropic(&mut u, &answer["usage"]);
+        live.push(u);
+    }
+    proxy.shutdown().await; // flushes the recorder
+    emulator.shutdown().await;
+
+    let files: Vec<_> = std::fs::read_dir(&trace_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let recorded = read_traces(&files).unwrap();
+    assert_eq!(recorded.len(), sample.len());
+    for (r, u) in recorded.iter().zip(&live) {
+        assert_eq!(
+            r.usage.as_ref(),
+            Some(u),
+            "the trace holds the usage the client saw"
+        );
+        assert!(
+            r.headers.get("x-api-key").is_none(),
+            "no credentials in traces"
+        );
+    }
+    let stats = replay_arm("as-recorded", &recorded, &mut AsRecorded, None, &mut || {});
+    assert_eq!(stats.per_request.len(), live.len());
+    for (i, (replayed, live)) in stats.per_request.iter().zip(&live).enumerate() {
+        assert_eq!(
+            (replayed.cache_read, replayed.cache_write, replayed.uncached),
+            (live.cache_read, live.cache_write, live.uncached),
+            "request {i}"
+        );
+    }
+    assert!(
+        stats.cache_read_tokens > 100_000,
+        "{}",
+        stats.cache_read_tokens
+    );
+}
