@@ -49,6 +49,8 @@ pub struct Pipeline {
 pub struct Prepared {
     pub body: Bytes,
     pub variant: String,
+    /// Messages of the request-only tail at the end of `body`.
+    pub uncached_tail: usize,
     pub after: Option<AfterResponse>,
 }
 
@@ -57,6 +59,7 @@ impl Prepared {
         Prepared {
             body,
             variant: "none".into(),
+            uncached_tail: 0,
             after: None,
         }
     }
@@ -191,6 +194,7 @@ impl Pipeline {
         Ok(Prepared {
             body: body.clone(),
             variant: variant.clone(),
+            uncached_tail: env.uncached_raw().count(),
             after: Some(AfterResponse {
                 route,
                 model: model.to_string(),

@@ -7,6 +7,7 @@ pub mod inject_shaper;
 #[cfg(test)]
 mod inject_shaper_tests;
 pub mod output;
+pub mod pipeline_shaper;
 pub mod policy_file;
 pub mod recorder;
 pub mod run;
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 pub use inject_shaper::InjectShaper;
+pub use pipeline_shaper::PipelineShaper;
 pub use recorder::{capture, recordable_headers, redact_body, Recorder, RecorderTask};
 pub use run::{replay_arm, ArmStats};
 pub use shaper::{AsRecorded, Shaped, Shaper};
@@ -56,16 +58,12 @@ pub fn parse_arm(text: &str) -> anyhow::Result<ArmArg> {
     })
 }
 
-/// The shaper of an arm: as recorded, or the injections of its policy files.
+/// The shaper of an arm: as recorded, or the live pipeline with its policy files.
 pub fn shaper_for(arm: &ArmArg) -> anyhow::Result<Box<dyn Shaper>> {
     if arm.policies.is_empty() {
         return Ok(Box::new(AsRecorded));
     }
-    let mut specs = Vec::new();
-    for file in &arm.policies {
-        specs.extend(policy_file::read_injects(file)?);
-    }
-    Ok(Box::new(InjectShaper::new(specs)))
+    Ok(Box::new(PipelineShaper::start(&arm.policies)?))
 }
 
 /// Replay `records` through every arm.

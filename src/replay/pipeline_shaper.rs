@@ -1,0 +1,94 @@
+//! Replay arms with policy files run the live request pipeline itself — the same policies,
+//! injections, replay of persisted patches and marker placement as `cachet serve` — with a
+//! session store of their own in a temporary folder. External hooks are called as they
+//! would be live.
+//!
+//! The pipeline is async and `Shaper` is not: it runs on a thread of its own with its own
+//! runtime, so replay works from any context.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+
+use super::shaper::{Shaped, Shaper};
+use super::trace::Record;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::pipeline::Pipeline;
+use crate::provider::{Provider, Route};
+
+type Job = (Record, mpsc::Sender<anyhow::Result<Shaped>>);
+
+/// An arm shaped by the live pipeline with the arm's policy files.
+pub struct PipelineShaper {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl PipelineShaper {
+    /// Load the policies (refusing invalid ones, as `cachet serve` does) and start.
+    pub fn start(policies: &[PathBuf]) -> anyhow::Result<PipelineShaper> {
+        let set = crate::policy::load_policies(policies, &[])
+            .map_err(|errors| anyhow!("{}", crate::policy::render_errors(&errors)))?;
+        let store = tempfile::tempdir().context("temporary session store")?;
+        let mut config = Config::default();
+        config.sessions.store = store.path().to_string_lossy().into_owned();
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let (ready_tx, ready) = mpsc::channel::<anyhow::Result<()>>();
+        std::thread::spawn(move || {
+            let _store = store; // removed when the arm is done
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return drop(ready_tx.send(Err(e.into()))),
+            };
+            let pipeline = match runtime.block_on(Pipeline::new(&config, set, Arc::new(Metrics::new()))) {
+                Ok(Some(p)) => p,
+                Ok(None) => return drop(ready_tx.send(Err(anyhow!("the arm's policy files hold no policy")))),
+                Err(e) => return drop(ready_tx.send(Err(e))),
+            };
+            let _ = ready_tx.send(Ok(()));
+            for (record, reply) in inbox {
+                let _ = reply.send(runtime.block_on(shape(&pipeline, &record)));
+            }
+        });
+        ready.recv().map_err(|_| anyhow!("replay pipeline did not start"))??;
+        Ok(PipelineShaper { jobs })
+    }
+}
+
+async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<Shaped> {
+    let provider = if record.provider == "anthropic" { Provider::Anthropic } else { Provider::OpenAi };
+    let route = Route { provider, endpoint: record.endpoint() };
+    let mut headers = HeaderMap::new();
+    for (name, value) in &record.headers {
+        if let (Ok(n), Some(Ok(v))) = (HeaderName::from_bytes(name.as_bytes()), value.as_str().map(HeaderValue::from_str)) {
+            headers.insert(n, v);
+        }
+    }
+    headers.insert("x-cachet-session", HeaderValue::from_str(&record.session)?);
+    let model = record.body.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string();
+    let body = Bytes::from(serde_json::to_vec(&record.body)?);
+    let prepared = pipeline
+        .prepare(route, &headers, body, &model)
+        .await
+        .map_err(|e| anyhow!("{}", e.message))?;
+    Ok(Shaped {
+        body: serde_json::from_slice(&prepared.body)?,
+        variant: (prepared.variant != "none").then_some(prepared.variant),
+        uncached_tail: prepared.uncached_tail,
+    })
+}
+
+impl Shaper for PipelineShaper {
+    fn shape(&mut self, record: &Record) -> anyhow::Result<Shaped> {
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .send((record.clone(), tx))
+            .map_err(|_| anyhow!("replay pipeline stopped"))?;
+        rx.recv().map_err(|_| anyhow!("replay pipeline stopped"))?
+    }
+}
