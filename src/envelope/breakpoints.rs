@@ -145,6 +145,9 @@ fn first_cacheable(slots: &[Slot<'_>], min_tokens: u64) -> usize {
 
 /// Decide the marker changes for `mode`.
 pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
+    if mode == BreakpointMode::Preserve {
+        return Plan::default();
+    }
     let slots = slots(env);
     let wanted: Vec<Option<Ttl>> = match mode {
         BreakpointMode::Preserve => return Plan::default(),
