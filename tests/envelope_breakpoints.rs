@@ -276,3 +276,38 @@ fn openai_payloads_are_never_given_markers() {
     let out = reshape(Provider::OpenAi, Endpoint::Chat, body.clone(), &opts(AUTO)).unwrap();
     assert_eq!(out, body);
 }
+
+#[test]
+fn prefixes_between_the_byte_bounds_are_counted_with_the_tokenizer() {
+    // claude-opus-4-6 needs 4096 tokens; both systems are 4096..24576 bytes long, so the
+    // tokenizer decides: 1 500 six-byte words are too few tokens, 5 000 three-byte ones pass.
+    let body = |word: &str, n: usize| {
+        let system = word.repeat(n);
+        Bytes::from(
+            serde_json::to_vec(
+                &json!({"model": "claude-opus-4-6", "max_tokens": 10, "system": system,
+                "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .unwrap(),
+        )
+    };
+    let short = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        body("cache ", 1_500),
+        &opts(AUTO),
+    )
+    .unwrap();
+    assert_eq!(count_markers(&short), 0);
+    let long = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        body("ab ", 5_000),
+        &opts(AUTO),
+    )
+    .unwrap();
+    assert_eq!(
+        markers(&long).first().map(|(p, _)| p.as_str()),
+        Some("system 0")
+    );
+}

@@ -251,3 +251,24 @@ fn sdk_string_system_gets_a_part_and_stays_a_string() {
     );
     assert_eq!(v["top_k"], 5);
 }
+
+#[test]
+fn a_tool_result_with_an_appended_reminder_is_not_a_new_turn() {
+    let body = Bytes::from_static(
+        br#"{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[
+        {"role":"user","content":"Start."},
+        {"role":"assistant","content":[{"type":"tool_use","id":"a","name":"Read","input":{}}]},
+        {"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"ok"},
+                                  {"type":"text","text":"<reminder>keep going</reminder>"}]}]}"#,
+    );
+    let mut env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+    assert_eq!(env.last_user_prompt_index(), Some(0));
+    assert_eq!(env.user_prompt_count(), 1);
+    let report = env.apply(
+        &ops(json!([{"op": "messages_insert", "at": "before_last_user_prompt",
+                     "messages": [{"role": "custom", "content": "memo"}], "invalidateCacheReason": "inject"}])),
+        "memory",
+    );
+    assert!(report.is_ok());
+    assert_eq!(env.history_len(), 4);
+}

@@ -311,3 +311,45 @@ fn docs_example_works() -> Result<(), Box<dyn std::error::Error>> {
     );
     Ok(())
 }
+
+#[test]
+fn responses_string_input_and_chat_without_system_take_patches() {
+    let body = Bytes::from_static(br#"{"model":"gpt-5","input":"What is 2+2?","store":false}"#);
+    let mut env = Envelope::parse(Provider::OpenAi, Endpoint::Responses, body).unwrap();
+    env.apply(
+        &ops(json!([
+            {"op": "messages_insert", "at": "before_last_user_prompt",
+             "messages": [{"role": "custom", "content": "Answer tersely."}], "invalidateCacheReason": "style"},
+            {"op": "system_part_set", "partName": "base", "text": "Be exact.", "invalidateCacheReason": "style"}
+        ])),
+        "style",
+    )
+    .unwrap();
+    let v = compiled(&env);
+    assert_eq!(v["instructions"], "Be exact.");
+    assert_eq!(
+        v["input"][0]["content"][0],
+        json!({"type": "input_text", "text": "Answer tersely."})
+    );
+    assert_eq!(
+        v["input"][1],
+        json!({"type": "message", "role": "user", "content": "What is 2+2?"})
+    );
+
+    let body =
+        Bytes::from_static(br#"{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}]}"#);
+    let mut chat = Envelope::parse(Provider::OpenAi, Endpoint::Chat, body).unwrap();
+    chat.apply(
+        &ops(
+            json!([{"op": "system_part_set", "partName": "policy", "text": "No secrets.",
+                     "invalidateCacheReason": "policy"}]),
+        ),
+        "policy",
+    )
+    .unwrap();
+    let out = chat.compile(&CompileOptions::default());
+    assert_eq!(
+        &out[..],
+        br#"{"model":"gpt-4.1","messages":[{"role":"system","content":"No secrets."},{"role":"user","content":"hi"}]}"#
+    );
+}

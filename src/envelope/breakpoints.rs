@@ -116,35 +116,84 @@ fn slots(env: &Envelope) -> Vec<Slot<'_>> {
     out
 }
 
-/// The index of the first slot whose prefix reaches `min_tokens`. Tokens never outnumber
-/// bytes, so nothing is counted until the bytes could reach the minimum; a prefix of
-/// `SAFE_BYTES_PER_TOKEN` bytes per required token is taken as long enough uncounted.
-fn first_cacheable(slots: &[Slot<'_>], min_tokens: u64) -> usize {
-    let mut bytes = 0u64;
-    let mut tokens: Option<u64> = None;
-    for (i, slot) in slots.iter().enumerate() {
-        bytes += slot.bytes as u64;
-        if bytes >= min_tokens.saturating_mul(SAFE_BYTES_PER_TOKEN) {
-            return i;
-        }
-        if bytes < min_tokens {
-            continue;
-        }
-        let count = |s: &Slot<'_>| crate::tokens::count(&String::from_utf8_lossy(s.text));
-        let total = match tokens {
-            None => slots[..=i].iter().map(count).sum(),
-            Some(n) => n + count(slot),
-        };
-        tokens = Some(total);
-        if total >= min_tokens {
-            return i;
+/// Answers "is the prompt up to slot k at least the model's minimum?". Tokens never
+/// outnumber bytes, so a prefix shorter in bytes than the minimum is too short; a prefix of
+/// `SAFE_BYTES_PER_TOKEN` bytes per required token is taken as long enough; only between
+/// the two are tokens counted, once per slot and only as far as asked.
+struct MinPrefix<'s, 'a> {
+    slots: &'s [Slot<'a>],
+    min_tokens: u64,
+    cum_bytes: Vec<u64>,
+    cum_tokens: std::cell::RefCell<Vec<u64>>,
+}
+
+impl<'s, 'a> MinPrefix<'s, 'a> {
+    fn new(slots: &'s [Slot<'a>], min_tokens: u64) -> Self {
+        let cum_bytes = slots
+            .iter()
+            .scan(0u64, |acc, s| {
+                *acc += s.bytes as u64;
+                Some(*acc)
+            })
+            .collect();
+        MinPrefix {
+            slots,
+            min_tokens,
+            cum_bytes,
+            cum_tokens: Default::default(),
         }
     }
-    slots.len()
+
+    fn reached(&self, k: usize) -> bool {
+        let bytes = self.cum_bytes[k];
+        if bytes >= self.min_tokens.saturating_mul(SAFE_BYTES_PER_TOKEN) {
+            return true;
+        }
+        if bytes < self.min_tokens {
+            return false;
+        }
+        let mut cum = self.cum_tokens.borrow_mut();
+        while cum.len() <= k {
+            let slot = &self.slots[cum.len()];
+            let n = count_cached(slot.text);
+            let total = cum.last().copied().unwrap_or(0) + n;
+            cum.push(total);
+        }
+        cum[k] >= self.min_tokens
+    }
+}
+
+/// Token count of a block, remembered across requests: the blocks counted are the head of
+/// the prompt (tools, system, first messages), which agents resend unchanged, and BPE
+/// counting is far slower than hashing.
+fn count_cached(text: &[u8]) -> u64 {
+    use std::collections::HashMap;
+    use std::hash::{Hash, Hasher};
+    use std::sync::{Mutex, OnceLock};
+    const CAPACITY: usize = 8192;
+    static SEEN: OnceLock<Mutex<HashMap<u64, u64>>> = OnceLock::new();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    let key = hasher.finish();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(n) = seen.lock().ok().and_then(|m| m.get(&key).copied()) {
+        return n;
+    }
+    let n = crate::tokens::count(&String::from_utf8_lossy(text));
+    if let Ok(mut m) = seen.lock() {
+        if m.len() >= CAPACITY {
+            m.clear();
+        }
+        m.insert(key, n);
+    }
+    n
 }
 
 /// Decide the marker changes for `mode`.
 pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
+    if mode == BreakpointMode::Preserve {
+        return Plan::default();
+    }
     let slots = slots(env);
     let wanted: Vec<Option<Ttl>> = match mode {
         BreakpointMode::Preserve => return Plan::default(),
@@ -173,11 +222,12 @@ fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
     let min_tokens = crate::models::lookup(&env.meta.model)
         .map(|m| m.min_cacheable_tokens)
         .unwrap_or(DEFAULT_MIN_TOKENS);
-    let floor = first_cacheable(slots, min_tokens);
+    let min = MinPrefix::new(slots, min_tokens);
     // The last markable slot at or before `idx`, not below the minimum prefix.
     let markable_at_or_before = |idx: usize| {
-        (floor..=idx.min(slots.len().saturating_sub(1)))
+        (0..=idx.min(slots.len().saturating_sub(1)))
             .rev()
+            .take_while(|&k| min.reached(k))
             .find(|&k| slots[k].block.markable)
     };
     let last_of = |pred: &dyn Fn(&Loc) -> bool| slots.iter().rposition(|s| pred(&s.loc));
@@ -204,9 +254,10 @@ fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
     let head = last_of(&|l| matches!(l, Loc::System(_) | Loc::Tool(_)));
     let head = head.and_then(|h| markable_at_or_before(h).filter(|&k| k == h || k + STEP > h));
     take(head, ttl, &mut chosen);
-    let client: Vec<usize> = (floor..slots.len())
+    let client: Vec<usize> = (0..slots.len())
         .rev()
         .filter(|&k| slots[k].block.marker.is_some() && slots[k].block.markable)
+        .filter(|&k| min.reached(k))
         .collect();
     for k in client {
         take(Some(k), slots[k].block.marker.unwrap_or(ttl), &mut chosen);

@@ -61,9 +61,11 @@ impl MsgKind {
         kind
     }
 
-    /// A user message that starts a turn: not only tool results.
+    /// A user message that starts a turn: text or images, and no tool results (a tool
+    /// result with a reminder text appended, as Claude Code sends, is still the tool loop;
+    /// a message could not be inserted before it anyway).
     pub fn is_user_prompt(&self) -> bool {
-        self.role == "user" && self.other_content && self.item_type != "reasoning"
+        self.role == "user" && self.other_content && !self.tool_result
     }
 }
 

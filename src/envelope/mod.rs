@@ -191,12 +191,20 @@ impl Envelope {
         self.uncached.iter().map(|m| self.bytes_of(&m.raw))
     }
 
-    /// Index in the history of the last user prompt: the last user message that is not
-    /// only tool results (the start of the current turn).
+    /// Index in the history of the last user prompt: the last user message with text or
+    /// images and no tool results (the start of the current turn).
     pub fn last_user_prompt_index(&self) -> Option<usize> {
         self.cached
             .iter()
             .rposition(|m| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)).is_user_prompt())
+    }
+
+    /// Number of user prompts in the history (turns started so far, this one included).
+    pub fn user_prompt_count(&self) -> usize {
+        self.cached
+            .iter()
+            .filter(|m| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)).is_user_prompt())
+            .count()
     }
 
     /// The raw value of a top-level field as the client sent it (after option edits).

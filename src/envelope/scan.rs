@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use memchr::memchr2;
+use memchr::memchr;
 
 /// A byte range into the scanned buffer.
 pub type Span = Range<usize>;
@@ -43,26 +43,16 @@ pub fn skip_ws(b: &[u8], mut pos: usize) -> usize {
 }
 
 /// Scan one value starting at `pos` (no leading whitespace); returns its end.
+///
+/// Scalars are checked; a nested object or array is skipped by matching brackets outside
+/// strings, without checking its inner separators. Each level the envelope takes apart is
+/// checked by [`for_each_entry`] / [`for_each_element`]; what lies inside an element is
+/// the provider's to validate. This keeps the scan close to memory speed.
 pub fn value_end(b: &[u8], pos: usize) -> Result<usize, ScanError> {
     match b.get(pos) {
         None => err(pos, "unexpected end of input"),
         Some(b'"') => string_end(b, pos),
-        Some(b'{') => {
-            let mut end = pos;
-            for_each_entry(b, pos, |_, _, e| {
-                end = e;
-                Ok(())
-            })?;
-            Ok(end)
-        }
-        Some(b'[') => {
-            let mut end = pos;
-            for_each_element(b, pos, |_, e| {
-                end = e;
-                Ok(())
-            })?;
-            Ok(end)
-        }
+        Some(b'{') | Some(b'[') => container_end(b, pos),
         Some(c) if c.is_ascii_digit() || *c == b'-' => {
             let mut end = pos + 1;
             while end < b.len() && matches!(b[end], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
@@ -82,18 +72,72 @@ pub fn value_end(b: &[u8], pos: usize) -> Result<usize, ScanError> {
     }
 }
 
-/// The end (one past the closing quote) of the string literal at `pos`.
-pub fn string_end(b: &[u8], pos: usize) -> Result<usize, ScanError> {
-    let mut i = pos + 1;
-    loop {
-        match memchr2(b'"', b'\\', &b[i.min(b.len())..]) {
-            None => return err(pos, "unterminated string"),
-            Some(off) => {
-                i += off;
-                if b[i] == b'"' {
+/// The end of the object or array at `pos`: brackets are matched by kind (kept as bits, so
+/// nothing is allocated), strings skipped. Nesting deeper than 128 is refused, as serde_json
+/// does.
+fn container_end(b: &[u8], pos: usize) -> Result<usize, ScanError> {
+    let mut kinds: u128 = 0; // bit set = object
+    let mut depth = 0u32;
+    let mut i = pos;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i = string_end(b, i)?;
+                continue;
+            }
+            open @ (b'{' | b'[') => {
+                if depth == 128 {
+                    return err(i, "nesting too deep");
+                }
+                kinds = (kinds << 1) | u128::from(open == b'{');
+                depth += 1;
+            }
+            close @ (b'}' | b']') => {
+                let is_object = kinds & 1 == 1;
+                if depth == 0 || is_object != (close == b'}') {
+                    return err(i, "mismatched bracket");
+                }
+                kinds >>= 1;
+                depth -= 1;
+                if depth == 0 {
                     return Ok(i + 1);
                 }
-                i += 2; // skip the escaped byte
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    err(pos, "unterminated object or array")
+}
+
+/// The end (one past the closing quote) of the string literal at `pos`. Short strings
+/// (keys, types, ids) are walked byte by byte; past the first bytes the search jumps to
+/// the next quote and checks it is not escaped, so ordinary escapes (`\n`) cost nothing.
+pub fn string_end(b: &[u8], pos: usize) -> Result<usize, ScanError> {
+    const SHORT: usize = 24;
+    let mut i = pos + 1;
+    let short_end = (pos + 1 + SHORT).min(b.len());
+    while i < short_end {
+        match b[i] {
+            b'"' => return Ok(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
+    }
+    loop {
+        match memchr(b'"', b.get(i..).unwrap_or(&[])) {
+            None => return err(pos, "unterminated string"),
+            Some(off) => {
+                let q = i + off;
+                let backslashes = b[pos + 1..q]
+                    .iter()
+                    .rev()
+                    .take_while(|&&c| c == b'\\')
+                    .count();
+                if backslashes % 2 == 0 {
+                    return Ok(q + 1);
+                }
+                i = q + 1;
             }
         }
     }
@@ -306,20 +350,22 @@ mod tests {
 
     #[test]
     fn malformed_input_is_an_error_not_a_panic() {
-        for bad in [
-            &b"{"[..],
-            b"{\"a\" 1}",
-            b"[1,",
-            b"\"abc",
-            b"{\"a\":tru}",
-            b"[1 2]",
-            b"\"\\",
-        ] {
+        for bad in [&b"{"[..], b"[1,", b"\"abc", b"\"\\", b"[{]", b"{\"a\":[}}"] {
             assert!(
                 value_end(bad, 0).is_err(),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
         }
+        for bad in [&b"{\"a\" 1}"[..], b"{\"a\":tru}", b"{\"a\":1,}", b"{1:2}"] {
+            assert!(
+                entries(bad, 0).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert!(elements(b"[1 2]", 0).is_err());
+        // An escaped quote does not end a string; an escaped backslash before a quote does.
+        assert_eq!(string_end(br#""a\"b\\" x"#, 0), Ok(8));
     }
 }
