@@ -49,7 +49,7 @@ fn assert_refused(text: &str, expected: &[&str]) {
 fn bad_toml() {
     assert_refused(
         "name = \"a\"\norder = \n",
-        &["p.toml:2:9: bad TOML: invalid string; expected `\"`, `'`"],
+        &["p.toml:2:9: bad TOML: string values must be quoted, expected literal string"],
     );
 }
 
@@ -237,9 +237,12 @@ fn shipped_policies_pass_check() {
     assert!(run.ok, "{}", run.stderr);
     assert_eq!(
         run.stdout,
-        "configuration ok; 3 policies active, in run order:\n  \
+        "configuration ok; 6 policies active, in run order:\n  \
          1. anthropic-auto-breakpoints (order 10, policies/anthropic-auto-breakpoints.toml)\n  \
          2. openai-cache-key (order 20, policies/openai-cache-key.toml)\n  \
-         3. stabilize-volatile (order 30, policies/stabilize-volatile.toml)\n"
+         3. stabilize-volatile (order 30, policies/stabilize-volatile.toml)\n  \
+         4. memory-context-hook (order 500, policies/memory-context-hook.toml)\n  \
+         5. memory-pinned (order 500, policies/memory-pinned.toml)\n  \
+         6. memory-system-prompt (order 500, policies/memory-system-prompt.toml)\n"
     );
 }

@@ -58,7 +58,10 @@ fn every_shipped_policy_loads() {
         vec![
             "anthropic-auto-breakpoints",
             "openai-cache-key",
-            "stabilize-volatile"
+            "stabilize-volatile",
+            "memory-context-hook",
+            "memory-pinned",
+            "memory-system-prompt",
         ]
     );
     for p in set.iter() {

@@ -18,6 +18,19 @@ pub enum Client {
 }
 
 impl Client {
+    pub const ALL: [Client; 5] = [
+        Client::Pi,
+        Client::ClaudeCode,
+        Client::Codex,
+        Client::Sdk,
+        Client::Unknown,
+    ];
+
+    /// The name as written in policies (`client = [...]`).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.label() == s)
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Client::Pi => "pi",

@@ -24,9 +24,7 @@ use crate::envelope::{detect_client, BreakpointMode, CompileOptions, Envelope, T
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookClient;
 use crate::metrics::Metrics;
-use crate::policy::{
-    self, ClientKind, ContextReason, Policy, PolicySet, RequestFacts, TemplateVars,
-};
+use crate::policy::{self, ContextReason, Policy, PolicySet, RequestFacts, TemplateVars};
 use crate::provider::{Endpoint, Route};
 use crate::session::{self, PrefixHashes, SessionContext, SessionStore};
 
@@ -130,7 +128,7 @@ impl Pipeline {
             provider: route.provider,
             endpoint: route.endpoint,
             model,
-            client: ClientKind::parse(client.label()).unwrap_or(ClientKind::Unknown),
+            client,
             headers,
         };
         let policies = self.policies.matching(&facts);

@@ -6,39 +6,8 @@ use http::HeaderMap;
 
 use crate::provider::{Endpoint, Provider};
 
-/// The coding agent (or SDK) a request comes from, as far as cachet can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ClientKind {
-    Pi,
-    ClaudeCode,
-    Codex,
-    Sdk,
-    Unknown,
-}
-
-impl ClientKind {
-    pub const ALL: [ClientKind; 5] = [
-        ClientKind::Pi,
-        ClientKind::ClaudeCode,
-        ClientKind::Codex,
-        ClientKind::Sdk,
-        ClientKind::Unknown,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            ClientKind::Pi => "pi",
-            ClientKind::ClaudeCode => "claude-code",
-            ClientKind::Codex => "codex",
-            ClientKind::Sdk => "sdk",
-            ClientKind::Unknown => "unknown",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.label() == s)
-    }
-}
+/// The coding agent (or SDK) a request comes from: the envelope's client detection.
+pub use crate::envelope::Client as ClientKind;
 
 /// What is known about a request when policies are chosen.
 #[derive(Debug, Clone, Copy)]

@@ -2,11 +2,8 @@
 //! same session, by section (`tools`, `system`, `messages`). Markers are ignored and a
 //! string content equals its single text block, as the provider's cache key does.
 
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-
-use super::inject_shaper::strip_markers;
 use crate::provider::Endpoint;
+use serde_json::{json, Value};
 
 /// The cache-relevant shape of one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,27 +14,10 @@ pub struct Fingerprint {
     messages: Vec<[u8; 32]>,
 }
 
+/// The provider's cache key ignores markers, and a string content equals its single text
+/// block: the session layer's canonical form says exactly that.
 fn hash(v: &Value) -> [u8; 32] {
-    Sha256::digest(strip_markers(v).to_string().as_bytes()).into()
-}
-
-/// `"X"` ≡ `[{"type":"text","text":"X"}]`.
-fn as_blocks(content: &Value) -> Value {
-    match content {
-        Value::String(s) => json!([{"type": "text", "text": s}]),
-        other => other.clone(),
-    }
-}
-
-fn normalised_message(m: &Value) -> Value {
-    let mut m = m.clone();
-    if let Some(obj) = m.as_object_mut() {
-        if let Some(c) = obj.get("content") {
-            let blocks = as_blocks(c);
-            obj.insert("content".into(), blocks);
-        }
-    }
-    m
+    crate::session::normalize::key_of_bytes(&crate::session::normalize::canonical_bytes(v))
 }
 
 impl Fingerprint {
@@ -75,7 +55,10 @@ impl Fingerprint {
                 (get("instructions"), input)
             }
             _ => (
-                as_blocks(&get("system")),
+                match get("system") {
+                    Value::String(text) => json!([{"type": "text", "text": text}]),
+                    other => other,
+                },
                 body.get("messages")
                     .and_then(Value::as_array)
                     .cloned()
@@ -86,10 +69,7 @@ impl Fingerprint {
             model,
             tools: hash(&get("tools")),
             system: hash(&system),
-            messages: messages
-                .iter()
-                .map(|m| hash(&normalised_message(m)))
-                .collect(),
+            messages: messages.iter().map(hash).collect(),
         }
     }
 

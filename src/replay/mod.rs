@@ -3,12 +3,8 @@
 
 pub mod breaks;
 pub mod chart;
-pub mod inject_shaper;
-#[cfg(test)]
-mod inject_shaper_tests;
 pub mod output;
 pub mod pipeline_shaper;
-pub mod policy_file;
 pub mod recorder;
 pub mod run;
 pub mod shaper;
@@ -19,7 +15,6 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 
-pub use inject_shaper::InjectShaper;
 pub use pipeline_shaper::PipelineShaper;
 pub use recorder::{capture, recordable_headers, redact_body, Recorder, RecorderTask};
 pub use run::{replay_arm, ArmStats};

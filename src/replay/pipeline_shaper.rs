@@ -41,36 +41,61 @@ impl PipelineShaper {
         let (ready_tx, ready) = mpsc::channel::<anyhow::Result<()>>();
         std::thread::spawn(move || {
             let _store = store; // removed when the arm is done
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => return drop(ready_tx.send(Err(e.into()))),
             };
-            let pipeline = match runtime.block_on(Pipeline::new(&config, set, Arc::new(Metrics::new()))) {
-                Ok(Some(p)) => p,
-                Ok(None) => return drop(ready_tx.send(Err(anyhow!("the arm's policy files hold no policy")))),
-                Err(e) => return drop(ready_tx.send(Err(e))),
-            };
+            let pipeline =
+                match runtime.block_on(Pipeline::new(&config, set, Arc::new(Metrics::new()))) {
+                    Ok(Some(p)) => p,
+                    Ok(None) => {
+                        return drop(
+                            ready_tx.send(Err(anyhow!("the arm's policy files hold no policy"))),
+                        )
+                    }
+                    Err(e) => return drop(ready_tx.send(Err(e))),
+                };
             let _ = ready_tx.send(Ok(()));
             for (record, reply) in inbox {
                 let _ = reply.send(runtime.block_on(shape(&pipeline, &record)));
             }
         });
-        ready.recv().map_err(|_| anyhow!("replay pipeline did not start"))??;
+        ready
+            .recv()
+            .map_err(|_| anyhow!("replay pipeline did not start"))??;
         Ok(PipelineShaper { jobs })
     }
 }
 
 async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<Shaped> {
-    let provider = if record.provider == "anthropic" { Provider::Anthropic } else { Provider::OpenAi };
-    let route = Route { provider, endpoint: record.endpoint() };
+    let provider = if record.provider == "anthropic" {
+        Provider::Anthropic
+    } else {
+        Provider::OpenAi
+    };
+    let route = Route {
+        provider,
+        endpoint: record.endpoint(),
+    };
     let mut headers = HeaderMap::new();
     for (name, value) in &record.headers {
-        if let (Ok(n), Some(Ok(v))) = (HeaderName::from_bytes(name.as_bytes()), value.as_str().map(HeaderValue::from_str)) {
+        if let (Ok(n), Some(Ok(v))) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            value.as_str().map(HeaderValue::from_str),
+        ) {
             headers.insert(n, v);
         }
     }
     headers.insert("x-cachet-session", HeaderValue::from_str(&record.session)?);
-    let model = record.body.get("model").and_then(Value::as_str).unwrap_or("unknown").to_string();
+    let model = record
+        .body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_string();
     let body = Bytes::from(serde_json::to_vec(&record.body)?);
     let prepared = pipeline
         .prepare(route, &headers, body, &model)
