@@ -167,10 +167,10 @@ fn topic_memory_figures_and_ordering() {
     assert_eq!(
         figures,
         [
-            ("recorded", 269_935, 8_777, 0),
-            ("system-prompt", 252_905, 32_701, 0),
-            ("context-hook", 262_647, 22_959, 0),
-            ("pinned", 300_721, 9_946, 0),
+            ("recorded", 270_533, 8_790, 0),
+            ("system-prompt", 253_503, 32_714, 0),
+            ("context-hook", 263_245, 22_972, 0),
+            ("pinned", 301_319, 9_959, 0),
         ]
     );
     let cost = |name: &str| stats.iter().find(|s| s.arm == name).unwrap().cost_usd;
