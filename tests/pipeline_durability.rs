@@ -181,3 +181,52 @@ async fn two_instances_on_one_redis_serve_a_session_interchangeably() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn store_down_fails_open_or_closed_and_recovers() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(dir.path(), "marks", POLICY);
+    let config = |mode| {
+        let mut c = policy_config(&upstream.url(), vec![policy.clone()], dir.path());
+        c.sessions.store = format!("redis://127.0.0.1:{port}/0");
+        c.sessions.on_store_error = mode;
+        c
+    };
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "system": "base.", "messages": [{"role": "user", "content": "q"}]});
+
+    let open = start_proxy(config(cachet::config::StoreFailure::FailOpen)).await;
+    assert_eq!(
+        post_anthropic(&open, "s", &body).await.0,
+        200,
+        "fail-open forwards without replay"
+    );
+    assert!(metric_sum(&metrics_text(&open).await, "cachet_store_errors_total", &[]) >= 1.0);
+
+    let closed = start_proxy(config(cachet::config::StoreFailure::FailClosed)).await;
+    let (status, answer) = post_anthropic(&closed, "s", &body).await;
+    assert_eq!(status, 503);
+    assert_eq!(answer["type"], "error");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("session store unavailable"),
+        "{answer}"
+    );
+    assert!(
+        !answer.to_string().contains(&port.to_string()),
+        "no store address in client errors"
+    );
+
+    // The store comes up: the same instance recovers.
+    let _redis = RedisServer::start_on(port);
+    assert_eq!(post_anthropic(&closed, "s", &body).await.0, 200);
+    open.shutdown().await;
+    closed.shutdown().await;
+}

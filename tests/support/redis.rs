@@ -16,6 +16,11 @@ impl RedisServer {
             .local_addr()
             .unwrap()
             .port();
+        Self::start_on(port)
+    }
+
+    /// A server on a given (free) port.
+    pub fn start_on(port: u16) -> RedisServer {
         let mut child = Command::new("redis-server")
             .args([
                 "--port",

@@ -118,7 +118,16 @@ const CACHED_BLOBS: u64 = 100_000;
 /// file ending in `.sqlite3`, `.sqlite` or `.db`). A moka cache sits in front of either.
 pub async fn open_store(spec: &str) -> StoreResult<Arc<dyn SessionStore>> {
     let inner: Arc<dyn SessionStore> = if is_redis(spec) {
-        Arc::new(RedisStore::connect(spec).await?)
+        match RedisStore::connect(spec).await {
+            Ok(store) => Arc::new(store),
+            // A Redis that is down at start-up may come back: connect on use, and let
+            // `on_store_error` decide what requests do meanwhile.
+            Err(StoreError::Unavailable(reason)) => {
+                tracing::warn!("session store not reachable yet ({reason}); retrying on use");
+                Arc::new(RedisStore::lazy(spec)?)
+            }
+            Err(e) => return Err(e),
+        }
     } else {
         Arc::new(SqliteStore::open(&sqlite_path(spec)?).await?)
     };

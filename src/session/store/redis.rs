@@ -53,16 +53,22 @@ fn created_key(session: &str) -> String {
 impl RedisStore {
     /// Connect to `redis://host:port/db`; fails when the server cannot be reached.
     pub async fn connect(url: &str) -> StoreResult<RedisStore> {
+        let store = Self::lazy(url)?;
+        store.connection().await?;
+        Ok(store)
+    }
+
+    /// A store that connects on first use (and again after every error), for a server
+    /// that is down when cachet starts: requests meet `Unavailable` until it is up.
+    pub fn lazy(url: &str) -> StoreResult<RedisStore> {
         let client = Client::open(url).map_err(|e| StoreError::InvalidSpec {
             spec: "redis://…".into(),
             reason: e.to_string(),
         })?;
-        let store = RedisStore {
+        Ok(RedisStore {
             client,
             conn: Mutex::new(None),
-        };
-        store.connection().await?;
-        Ok(store)
+        })
     }
 
     async fn connection(&self) -> StoreResult<MultiplexedConnection> {
