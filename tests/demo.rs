@@ -47,4 +47,19 @@ fn demo_shows_cache_hits_and_the_midnight_break() {
     }
     assert!(text.contains("caching saved $"), "{text}");
     assert!(text.contains("Request 8 shows a prefix break"));
+    // With stabilize-volatile, the request after midnight reads from cache.
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("The same session with policies/stabilize-volatile.toml"))
+        .expect("comparison printed");
+    let reads: u64 = line
+        .split("reads ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(reads > 4000, "{line}");
 }
