@@ -56,6 +56,9 @@ fn copy_end_to_end(from: &HeaderMap) -> HeaderMap {
 pub struct Upstreams {
     anthropic: String,
     openai: String,
+    /// Hosts, for error messages (never the full URL).
+    anthropic_host: String,
+    openai_host: String,
     anthropic_key: Option<Secret>,
     openai_key: Option<Secret>,
 }
@@ -71,9 +74,17 @@ impl Upstreams {
                 },
             }
         };
+        let host = |url: &str, fallback: &str| {
+            reqwest::Url::parse(url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_string))
+                .unwrap_or_else(|| fallback.to_string())
+        };
         Ok(Upstreams {
             anthropic: cfg.anthropic.trim_end_matches('/').to_string(),
             openai: cfg.openai.trim_end_matches('/').to_string(),
+            anthropic_host: host(&cfg.anthropic, "anthropic"),
+            openai_host: host(&cfg.openai, "openai"),
             anthropic_key: key(&cfg.anthropic_api_key_env)?,
             openai_key: key(&cfg.openai_api_key_env)?,
         })
@@ -97,11 +108,11 @@ impl Upstreams {
     }
 
     /// Host of the upstream, for error messages (never the full URL).
-    pub fn host(&self, provider: Provider) -> String {
-        reqwest::Url::parse(self.base(provider))
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_string))
-            .unwrap_or_else(|| provider.label().to_string())
+    pub fn host(&self, provider: Provider) -> &str {
+        match provider {
+            Provider::Anthropic => &self.anthropic_host,
+            Provider::OpenAi => &self.openai_host,
+        }
     }
 
     /// Headers for the upstream request: the client's end-to-end headers, with cachet's own

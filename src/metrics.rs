@@ -2,7 +2,7 @@
 //! Labels stay bounded: never a session id or prompt text; model names are sanitised and capped.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 use prometheus::{
     CounterVec, Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
@@ -30,7 +30,7 @@ pub struct Metrics {
     pub hook_failures: IntCounterVec,
     pub stream_errors: IntCounterVec,
     pub store_errors: IntCounterVec,
-    models: Mutex<HashSet<String>>,
+    models: RwLock<HashSet<String>>,
     names: Vec<String>,
 }
 
@@ -132,7 +132,7 @@ impl Metrics {
                 &["provider", "endpoint", "cause"]),
             store_errors: counter(r, "cachet_store_errors_total",
                 "Session store operations that failed.", &["operation"]),
-            models: Mutex::new(HashSet::new()),
+            models: RwLock::new(HashSet::new()),
             registry: reg.registry,
             names: reg.names,
         }
@@ -140,6 +140,19 @@ impl Metrics {
 
     /// A bounded, sanitised model label.
     pub fn model_label(&self, model: &str) -> String {
+        // Fast path: a clean model name already seen.
+        if model.len() <= 64
+            && !model.is_empty()
+            && model
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._:/@".contains(c))
+        {
+            if let Ok(seen) = self.models.read() {
+                if seen.contains(model) {
+                    return model.to_string();
+                }
+            }
+        }
         let clean: String = model
             .chars()
             .take(64)
@@ -154,7 +167,7 @@ impl Metrics {
         if clean.is_empty() {
             return "unknown".into();
         }
-        let Ok(mut seen) = self.models.lock() else {
+        let Ok(mut seen) = self.models.write() else {
             return "other".into();
         };
         if seen.contains(&clean) {

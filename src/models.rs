@@ -1,6 +1,7 @@
 //! Per-model facts (cache minimums, context windows, prices) from `data/models.toml`.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
 
 use globset::{Glob, GlobMatcher};
 use serde::Deserialize;
@@ -57,7 +58,12 @@ struct Table {
 /// The model table with compiled globs.
 pub struct ModelTable {
     entries: Vec<(GlobMatcher, ModelInfo)>,
+    /// Which entry each model name seen so far resolved to: the lookup runs per request.
+    memo: RwLock<HashMap<String, Option<usize>>>,
 }
+
+/// Model names remembered by the lookup memo before it stops growing.
+const MEMO_LIMIT: usize = 1024;
 
 impl ModelTable {
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -69,7 +75,10 @@ impl ModelTable {
                 .compile_matcher();
             entries.push((glob, info));
         }
-        Ok(ModelTable { entries })
+        Ok(ModelTable {
+            entries,
+            memo: RwLock::new(HashMap::new()),
+        })
     }
 
     /// The built-in table.
@@ -82,10 +91,20 @@ impl ModelTable {
 
     /// The first entry matching `model`; the table ends with a catch-all.
     pub fn lookup(&self, model: &str) -> Option<&ModelInfo> {
-        self.entries
-            .iter()
-            .find(|(g, _)| g.is_match(model))
-            .map(|(_, info)| info)
+        let remembered = self.memo.read().ok().and_then(|m| m.get(model).copied());
+        let index = match remembered {
+            Some(index) => index,
+            None => {
+                let index = self.entries.iter().position(|(g, _)| g.is_match(model));
+                if let Ok(mut memo) = self.memo.write() {
+                    if memo.len() < MEMO_LIMIT {
+                        memo.insert(model.to_string(), index);
+                    }
+                }
+                index
+            }
+        };
+        index.map(|i| &self.entries[i].1)
     }
 }
 

@@ -207,7 +207,10 @@ pub struct TapStream<S> {
     tap: Option<Tap>,
     on_finish: Option<OnFinish>,
     idle_timeout: Duration,
+    /// Fires at the idle deadline, re-armed lazily: a chunk only records when it arrived,
+    /// so the timer is touched once per time-out period rather than once per chunk.
     idle: Pin<Box<Sleep>>,
+    last_chunk: tokio::time::Instant,
     sse: bool,
     endpoint: Endpoint,
     ended: bool,
@@ -222,6 +225,7 @@ impl<S> TapStream<S> {
             on_finish: Some(on_finish),
             idle_timeout,
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
+            last_chunk: tokio::time::Instant::now(),
             sse,
             endpoint,
             ended: false,
@@ -263,8 +267,7 @@ where
         }
         match Pin::new(&mut this.inner).poll_next(cx) {
             Poll::Ready(Some(Ok(chunk))) => {
-                let deadline = tokio::time::Instant::now() + this.idle_timeout;
-                this.idle.as_mut().reset(deadline);
+                this.last_chunk = tokio::time::Instant::now();
                 if let Some(tap) = this.tap.as_mut() {
                     tap.feed(&chunk);
                 }
@@ -288,6 +291,13 @@ where
                 }
             }
             Poll::Pending => match this.idle.as_mut().poll(cx) {
+                Poll::Ready(()) if this.last_chunk.elapsed() < this.idle_timeout => {
+                    // Chunks arrived since the timer was set: move the deadline on.
+                    let deadline = this.last_chunk + this.idle_timeout;
+                    this.idle.as_mut().reset(deadline);
+                    let _ = this.idle.as_mut().poll(cx);
+                    Poll::Pending
+                }
                 Poll::Ready(()) => {
                     let msg = format!(
                         "upstream sent nothing for {} ms",
