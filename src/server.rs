@@ -389,7 +389,7 @@ async fn proxy(
                 ),
             ))
         }
-        Ok(Err(e)) => return Err(forward::send_error(&e, &host)),
+        Ok(Err(e)) => return Err(forward::send_error(&e, host)),
         Ok(Ok(resp)) => resp,
     };
     let labels = [route.provider.label(), route.endpoint.label()];
