@@ -281,7 +281,7 @@ fn parse_errors_say_what_is_wrong() {
     .is_err());
 }
 
-/// The library example of docs/envelope.md.
+/// The library example of the README.
 #[test]
 fn docs_example_works() -> Result<(), Box<dyn std::error::Error>> {
     use cachet::envelope::{BreakpointMode, Ttl};

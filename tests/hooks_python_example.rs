@@ -1,4 +1,4 @@
-//! The Python hook server printed in docs/policies.md, run as written, answers the way
+//! The Python hook server printed in the README, run as written, answers the way
 //! the hook client expects. Needs `python3` on PATH.
 
 use std::io::{BufRead, BufReader};
@@ -23,7 +23,7 @@ impl Drop for Server {
 }
 
 fn python_example() -> String {
-    let doc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/policies.md");
+    let doc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md");
     let text = std::fs::read_to_string(doc).unwrap();
     let start = text.find("```python\n").expect("a python block") + "```python\n".len();
     let end = start + text[start..].find("```").unwrap();

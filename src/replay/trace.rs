@@ -1,5 +1,5 @@
 //! The trace format: JSONL, one request per line, as the client sent it (see
-//! docs/injection.md for the field list).
+//! the README for the field list).
 
 use std::path::{Path, PathBuf};
 
