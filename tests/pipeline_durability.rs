@@ -3,8 +3,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use serde_json::{json, Value};
 use support::redis::RedisServer;
@@ -21,13 +20,8 @@ patch = [{ op = "system_part_set", partName = "mark{{request_index}}", text = " 
 "#;
 
 fn serve(upstream: &str, policy: &std::path::Path, store: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cachet"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
+    let p = serve_process(|cmd| {
+        cmd.args([
             "--anthropic-upstream",
             upstream,
             "--store",
@@ -35,24 +29,9 @@ fn serve(upstream: &str, policy: &std::path::Path, store: &str) -> (Child, Strin
             "--policy",
         ])
         .arg(policy)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .to_string();
-    (child, addr)
+        .env("RUST_LOG", "warn");
+    });
+    (p.child, p.addr)
 }
 
 fn body(text: &str) -> String {

@@ -3,8 +3,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::io::Read;
+use std::process::Stdio;
 
 use support::*;
 
@@ -29,42 +29,17 @@ async fn secrets_never_appear_in_logs_metrics_or_errors() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cachet"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--config",
-        ])
-        .arg(&config)
-        .env("RUST_LOG", "trace")
-        .env("CACHET_TEST_HELD_KEY", HELD_KEY)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    // "cachet listening on http://ADDR (admin: http://ADMIN/metrics)"
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .to_string();
-    let admin = line
-        .split("http://")
-        .nth(2)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let ServeProcess {
+        mut child,
+        addr,
+        admin,
+    } = serve_process(|cmd| {
+        cmd.arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "trace")
+            .env("CACHET_TEST_HELD_KEY", HELD_KEY)
+            .stderr(Stdio::piped());
+    });
 
     let c = client();
     let mut bodies = Vec::new();

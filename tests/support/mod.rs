@@ -371,3 +371,48 @@ pub async fn wait_for_requests(proxy: &ProxyHandle, session: &str, n: u64) -> se
     }
     panic!("session {session} never reached {n} requests");
 }
+
+/// A `cachet serve` child process on port 0: its proxy and admin addresses, read from the
+/// line it prints. `cmd` gets `serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0` first.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub addr: String,
+    pub admin: String,
+}
+
+pub fn serve_process(configure: impl FnOnce(&mut std::process::Command)) -> ServeProcess {
+    use std::io::BufRead;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cachet"));
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null());
+    configure(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "cachet listening on http://ADDR (admin: http://ADMIN/metrics)"
+    let mut urls = line.split("http://").skip(1);
+    let addr = urls
+        .next()
+        .unwrap_or_default()
+        .split(' ')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let admin = urls
+        .next()
+        .unwrap_or_default()
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    ServeProcess { child, addr, admin }
+}
