@@ -227,10 +227,11 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
     }
 }
 
-/// Answers for paths outside `/v1/`: Claude Code probes `HEAD /` before its first request.
+/// Answers for paths outside `/v1/`: Claude Code probes `HEAD /` (or `/api/hello`) before
+/// its first request.
 fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
     let path = req.uri().path();
-    if path == "/" && matches!(*req.method(), Method::HEAD | Method::GET) {
+    if matches!(path, "/" | "/api/hello") && matches!(*req.method(), Method::HEAD | Method::GET) {
         return Response::new(full("cachet\n"));
     }
     let provider = if req.headers().contains_key("anthropic-version") {

@@ -21,8 +21,9 @@ fn split_is_deterministic_and_sticky() {
         }
     }
     // Stable across builds and machines. Expected values computed independently:
-    // bucket = (first 8 bytes of SHA-256(session), big-endian) * 100 >> 64; "g" lands on
-    // bucket 80 (first of pinned), "k" on 50 (first of context-hook).
+    // bucket = (first 8 bytes of SHA-256(session), big-endian) * 100 >> 64, over the arms in
+    // the order of their names: context-hook [0, 30), pinned [30, 50), system-prompt
+    // [50, 100). "g" lands on bucket 80 and "k" on 50 (the first of system-prompt).
     let pinned: Vec<&str> = ["a", "b", "g", "h", "k"]
         .iter()
         .map(|s| variant_label(choose_arm(s, &ARMS)))
@@ -31,12 +32,21 @@ fn split_is_deterministic_and_sticky() {
 }
 
 const PINNED: [&str; 5] = [
+    "system-prompt",
     "context-hook",
     "system-prompt",
-    "pinned",
-    "context-hook",
-    "context-hook",
+    "system-prompt",
+    "system-prompt",
 ];
+
+#[test]
+fn the_order_an_ab_table_is_written_in_does_not_matter() {
+    let reversed: Vec<(Mode, u32)> = ARMS.iter().rev().copied().collect();
+    for n in 0..200 {
+        let session = format!("s{n}");
+        assert_eq!(choose_arm(&session, &ARMS), choose_arm(&session, &reversed));
+    }
+}
 
 #[test]
 fn weights_hold_over_ten_thousand_sessions() {

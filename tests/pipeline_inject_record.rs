@@ -161,3 +161,70 @@ async fn a_recorded_live_session_replays_to_the_same_token_counts() {
         stats.cache_read_tokens
     );
 }
+
+#[tokio::test]
+async fn ab_split_is_per_session_and_labels_metrics() {
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":1,"output_tokens":1}}"#,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let notes = root().join("tests/data/notes");
+    let policy = policy_file(
+        dir.path(),
+        "ab",
+        &format!(
+            r#"
+name = "memory-ab"
+[[inject]]
+source = {{ notes = "{}", top_k = 1 }}
+mode = "ab"
+ab = {{ "system-prompt" = 50, "context-hook" = 50 }}
+"#,
+            notes.display()
+        ),
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("s"),
+    ))
+    .await;
+    let arms = [
+        (cachet::inject::Mode::SystemPrompt, 50),
+        (cachet::inject::Mode::ContextHook, 50),
+    ];
+    let mut expected = std::collections::BTreeMap::new();
+    for i in 0..20 {
+        let session = format!("user-{i}");
+        let history =
+            vec![json!({"role": "user", "content": "How are database migrations rolled out?"})];
+        for _ in 0..2 {
+            assert_eq!(
+                post_anthropic(&proxy, &session, &body(&history)).await.0,
+                200
+            );
+        }
+        let arm = cachet::inject::choose_arm(&session, &arms).unwrap();
+        *expected.entry(arm.label()).or_insert(0.0) += 2.0;
+        let sent: Value =
+            serde_json::from_slice(&upstream.requests().last().unwrap().body).unwrap();
+        let in_system = sent["system"].to_string().contains("<memory>");
+        assert_eq!(
+            in_system,
+            arm == cachet::inject::Mode::SystemPrompt,
+            "{session} placed as its arm says: {sent}"
+        );
+    }
+    assert_eq!(expected.len(), 2, "20 sessions fall in both arms");
+    let m = metrics_text(&proxy).await;
+    for (variant, n) in expected {
+        assert_eq!(
+            metric_sum(&m, "cachet_requests_total", &[("variant", variant)]),
+            n,
+            "{variant}"
+        );
+    }
+    proxy.shutdown().await;
+}

@@ -273,5 +273,11 @@ async fn other_v1_paths_are_forwarded_to_their_family() {
         200,
         "Claude Code's connectivity probe is answered"
     );
+    let r = client()
+        .get(format!("http://{}/api/hello", proxy.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
     proxy.shutdown().await;
 }
