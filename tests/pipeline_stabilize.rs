@@ -69,6 +69,7 @@ async fn stabilize_volatile_turns_misses_into_reads() {
         );
         assert!(write < 100, "and writes only the new turn ({with:?})");
     }
+    eprintln!("(cache read, cache write, uncached) per request without the policy: {without:?}; with it: {with:?}");
     let read_without: u64 = without.iter().map(|u| u.0).sum();
     let read_with: u64 = with.iter().map(|u| u.0).sum();
     assert!(
