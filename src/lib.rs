@@ -4,6 +4,7 @@
 //! - `cli`, `config`: command line and `cachet.toml`.
 //! - `server`, `forward`, `tap`, `sse`, `usage`: the proxy hot path — accept, forward,
 //!   stream back untouched, read usage on the side.
+//! - `pipeline`: the request pipeline of DESIGN §1 for requests a policy matches.
 //! - `envelope`, `patch`: the context envelope and its patch operations.
 //! - `policy`, `hooks`: declarative policies and external hook servers.
 //! - `session`: session identity, persisted patches and their stores.
