@@ -70,44 +70,47 @@ pub fn merge_anthropic(into: &mut Usage, usage: &Value) {
     }
 }
 
+/// OpenAI counts cached (and, where reported, written) tokens inside the input total.
+fn openai(input: u64, cached: u64, written: u64, output: u64) -> Usage {
+    Usage {
+        cache_read: cached,
+        cache_write: written,
+        cache_write_5m: 0,
+        cache_write_1h: 0,
+        uncached: input.saturating_sub(cached).saturating_sub(written),
+        output,
+    }
+}
+
 /// OpenAI Chat Completions `usage` (also DeepSeek and OpenRouter variants).
 pub fn from_openai_chat(usage: &Value) -> Usage {
-    let prompt = num(usage, "prompt_tokens").unwrap_or(0);
     let details = usage.get("prompt_tokens_details");
-    let mut cached = details.and_then(|d| num(d, "cached_tokens")).unwrap_or(0);
-    if let Some(hit) = num(usage, "prompt_cache_hit_tokens") {
-        cached = hit; // DeepSeek
-    }
-    let write = details
+    let cached = num(usage, "prompt_cache_hit_tokens") // DeepSeek
+        .or_else(|| details.and_then(|d| num(d, "cached_tokens")))
+        .unwrap_or(0);
+    let written = details
         .and_then(|d| num(d, "cache_write_tokens"))
         .or_else(|| num(usage, "cache_write_tokens"))
         .unwrap_or(0);
-    Usage {
-        cache_read: cached,
-        cache_write: write,
-        cache_write_5m: 0,
-        cache_write_1h: 0,
-        uncached: prompt.saturating_sub(cached).saturating_sub(write),
-        output: num(usage, "completion_tokens").unwrap_or(0),
-    }
+    openai(
+        num(usage, "prompt_tokens").unwrap_or(0),
+        cached,
+        written,
+        num(usage, "completion_tokens").unwrap_or(0),
+    )
 }
 
 /// OpenAI Responses `usage`.
 pub fn from_openai_responses(usage: &Value) -> Usage {
-    let input = num(usage, "input_tokens").unwrap_or(0);
     let details = usage.get("input_tokens_details");
-    let cached = details.and_then(|d| num(d, "cached_tokens")).unwrap_or(0);
-    let write = details
-        .and_then(|d| num(d, "cache_write_tokens"))
-        .unwrap_or(0);
-    Usage {
-        cache_read: cached,
-        cache_write: write,
-        cache_write_5m: 0,
-        cache_write_1h: 0,
-        uncached: input.saturating_sub(cached).saturating_sub(write),
-        output: num(usage, "output_tokens").unwrap_or(0),
-    }
+    openai(
+        num(usage, "input_tokens").unwrap_or(0),
+        details.and_then(|d| num(d, "cached_tokens")).unwrap_or(0),
+        details
+            .and_then(|d| num(d, "cache_write_tokens"))
+            .unwrap_or(0),
+        num(usage, "output_tokens").unwrap_or(0),
+    )
 }
 
 /// Usage from a complete, non-streaming response body.
