@@ -56,7 +56,7 @@ fn json_output_has_every_arm_and_field() {
         }
         assert_eq!(a["requests"], 47);
     }
-    assert_eq!(arms[0]["cache_read_tokens"], 269_935);
+    assert_eq!(arms[0]["cache_read_tokens"], 270_533);
     assert_eq!(arms[1]["breaks"]["system"], 7);
     assert_eq!(arms[2]["breaks"]["messages"], 0);
     let svg = std::fs::read_to_string(&chart).unwrap();
