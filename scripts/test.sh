@@ -20,4 +20,4 @@ if ! command -v redis-server >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
 
-cargo test --locked "$@"
+cargo test --locked --no-fail-fast "$@"
