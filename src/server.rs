@@ -406,7 +406,9 @@ async fn proxy(
         .and_then(|v| v.to_str().ok())
         .map(|v| v.starts_with("text/event-stream"))
         .unwrap_or(false);
-    let tap = Tap::new(route.endpoint, sse, after.is_some());
+    // The stream's events are kept only when a turn_end handler needs the assistant message.
+    let keep_events = after.as_ref().is_some_and(|a| a.wants_assistant);
+    let tap = Tap::new(route.endpoint, sse, keep_events);
     let model = model.clone();
     let pipeline = state.pipeline.clone();
     let recorder = state.recorder.clone();

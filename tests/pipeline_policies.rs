@@ -318,3 +318,69 @@ async fn shipped_breakpoint_and_cache_key_policies_shape_the_payload() {
     assert_eq!(v["prompt_cache_key"], "sess-42");
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn turn_end_gets_the_assistant_message_assembled_from_a_stream() {
+    let events = [
+        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"usage":{"input_tokens":4,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Streamed "}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"answer."}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let steps = events
+        .iter()
+        .map(|e| {
+            let name = serde_json::from_str::<Value>(e).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            chunk(&format!("event: {name}\ndata: {e}\n\n"))
+        })
+        .collect();
+    let upstream = FakeUpstream::start(Script::sse(steps)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_hook_server(|_| None).await;
+    let policy = policy_file(
+        dir.path(),
+        "te",
+        &format!(
+            "name = \"te\"\n[[hook]]\nurl = \"{}\"\nevents = [\"context:turn_end\"]\n",
+            hook.url
+        ),
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .header("x-cachet-session", "st")
+        .body(BODY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .ends_with("data: {\"type\":\"message_stop\"}\n\n"));
+    wait_for_requests(&proxy, "st", 1).await;
+    let events = hook.events.lock().unwrap().clone();
+    let turn_end = events
+        .iter()
+        .find(|e| e["reason"] == "turn_end")
+        .expect("turn_end sent");
+    assert_eq!(
+        turn_end["assistant"]["content"][0]["text"],
+        "Streamed answer."
+    );
+    assert_eq!(turn_end["usage"]["output"], 3);
+    proxy.shutdown().await;
+}

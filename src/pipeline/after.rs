@@ -30,6 +30,8 @@ pub struct AfterResponse {
     /// The payload forwarded upstream.
     pub sent: Bytes,
     pub variant: Option<String>,
+    /// A `context(turn_end)` handler or hook will want the assistant message.
+    pub wants_assistant: bool,
 }
 
 impl Pipeline {
@@ -41,7 +43,7 @@ impl Pipeline {
         status: u16,
     ) {
         let usage = result.usage;
-        if (200..300).contains(&status) {
+        if after.wants_assistant && (200..300).contains(&status) {
             if let Some(assistant) = assistant_message(after.route.endpoint, &result) {
                 self.turn_end(&mut after, &assistant, usage).await;
             }
@@ -104,15 +106,6 @@ impl Pipeline {
             .iter()
             .filter(|p| after.policy_names.contains(&p.name))
             .collect();
-        let has_handlers = facts_policies.iter().any(|p| {
-            p.context_for(ContextReason::TurnEnd).next().is_some()
-                || p.hooks_for(crate::policy::HookEvent::Context(ContextReason::TurnEnd))
-                    .next()
-                    .is_some()
-        });
-        if !has_handlers {
-            return;
-        }
         let usage_json = serde_json::to_value(usage.unwrap_or_default()).unwrap_or(Value::Null);
         let mut shaping = Shaping {
             env: &mut after.env,

@@ -189,6 +189,12 @@ impl Pipeline {
         let variant = injected.variant.unwrap_or("none").to_string();
         let body = self.run_payload(&policies, compiled, &vars, route).await?;
         let policy_names = policies.iter().map(|p| p.name.clone()).collect();
+        let wants_assistant = policies.iter().any(|p| {
+            p.context_for(ContextReason::TurnEnd).next().is_some()
+                || p.hooks_for(policy::HookEvent::Context(ContextReason::TurnEnd))
+                    .next()
+                    .is_some()
+        });
         Ok(Prepared {
             body: body.clone(),
             variant: variant.clone(),
@@ -204,6 +210,7 @@ impl Pipeline {
                 policy_names,
                 sent: body,
                 variant: (variant != "none").then_some(variant),
+                wants_assistant,
             }),
         })
     }
