@@ -29,6 +29,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// On SIGTERM/Ctrl-C, how long streams in flight may take to finish.
     pub shutdown_grace_secs: u64,
+    /// Time a client has to send its request line and headers before the connection closes.
+    pub header_read_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -38,6 +40,7 @@ impl Default for ServerConfig {
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9787)),
             max_body_bytes: 32 * 1024 * 1024,
             shutdown_grace_secs: 30,
+            header_read_timeout_ms: 30_000,
         }
     }
 }

@@ -113,16 +113,29 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
     let admin_addr = admin_listener.local_addr()?;
     let (tx, rx) = watch::channel(false);
     let grace = Duration::from_secs(state.config.server.shutdown_grace_secs);
+    let header_timeout = Duration::from_millis(state.config.server.header_read_timeout_ms);
     let proxy_state = state.clone();
-    let proxy_task = tokio::spawn(serve_connections(listener, rx.clone(), grace, move |req| {
-        let state = proxy_state.clone();
-        async move { Ok::<_, Infallible>(handle(state, req).await) }
-    }));
+    let proxy_task = tokio::spawn(serve_connections(
+        listener,
+        rx.clone(),
+        grace,
+        header_timeout,
+        move |req| {
+            let state = proxy_state.clone();
+            async move { Ok::<_, Infallible>(handle(state, req).await) }
+        },
+    ));
     let admin_state = state.clone();
-    let admin_task = tokio::spawn(serve_connections(admin_listener, rx, grace, move |req| {
-        let state = admin_state.clone();
-        async move { Ok::<_, Infallible>(admin::handle(&state, req).await) }
-    }));
+    let admin_task = tokio::spawn(serve_connections(
+        admin_listener,
+        rx,
+        grace,
+        header_timeout,
+        move |req| {
+            let state = admin_state.clone();
+            async move { Ok::<_, Infallible>(admin::handle(&state, req).await) }
+        },
+    ));
     Ok(ProxyHandle {
         addr,
         admin_addr,
@@ -139,6 +152,7 @@ pub async fn serve_connections<F, Fut>(
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
+    header_timeout: Duration,
     handler: F,
 ) where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
@@ -159,7 +173,12 @@ pub async fn serve_connections<F, Fut>(
                 let _ = stream.set_nodelay(true);
                 let io = hyper_util::rt::TokioIo::new(stream);
                 let svc = hyper::service::service_fn(handler.clone());
-                let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, svc);
+                // A client that never finishes its request head must not hold a
+                // connection forever.
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(io, svc);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {

@@ -331,3 +331,27 @@ async fn graceful_shutdown_drains_streams_in_flight() {
     );
     shutdown.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let mut config = test_config(&upstream.url());
+    config.server.header_read_timeout_ms = 200;
+    let proxy = start_proxy(config).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    // The proxy closes the connection (with or without a 408) instead of waiting forever.
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stream.read_to_end(&mut buf),
+    )
+    .await;
+    assert!(closed.is_ok(), "connection still open");
+    assert!(upstream.requests().is_empty());
+    proxy.shutdown().await;
+}

@@ -83,6 +83,7 @@ pub async fn spawn(
         listener,
         rx,
         Duration::from_secs(1),
+        Duration::from_secs(30),
         move |req| {
             let shared = handler_state.clone();
             async move { Ok::<_, std::convert::Infallible>(routes::handle(shared, req).await) }
