@@ -7,7 +7,8 @@
 //! through cachet, and reports p50/p99 added latency, throughput, CPU time per request of the
 //! hop process (from /proc) and its peak RSS.
 //!
-//! Run: `cargo bench --bench proxy_load` (env: `LOAD_REQUESTS`, `LOAD_CONCURRENCY`).
+//! Run: `cargo bench --bench proxy_load` (env: `LOAD_REQUESTS`, `LOAD_ROUNDS`,
+//! `LOAD_CONCURRENCY`).
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
@@ -274,6 +275,11 @@ async fn drive() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
+    let rounds_per_case: usize = std::env::var("LOAD_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     let concurrency: usize = std::env::var("LOAD_CONCURRENCY")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -297,9 +303,12 @@ async fn drive() {
                 "--anthropic-upstream",
                 &up_url,
             ])
-            .env("RUST_LOG", "warn"),
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_CACHET_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            ),
     );
-    println!("requests per case: {requests}, concurrency: {concurrency}");
+    println!("requests per round: {requests}, rounds per case: {rounds_per_case} (medians), concurrency: {concurrency}");
     println!("| body | stream | direct p50 ms | bare +p50 ms | cachet +p50 ms | bare +p99 ms | cachet +p99 ms | bare req/s | cachet req/s | throughput ratio | bare CPU ms/req | cachet CPU ms/req | CPU ratio |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (label, size) in [
@@ -314,17 +323,52 @@ async fn drive() {
             requests
         };
         for stream in [false, true] {
-            let direct = run(&up_addr, &body, stream, n, concurrency, None).await;
-            let b = run(&bare_addr, &body, stream, n, concurrency, Some(bare.id())).await;
-            let c = run(
-                &cachet_addr,
-                &body,
-                stream,
-                n,
-                concurrency,
-                Some(cachet.id()),
-            )
-            .await;
+            // `LOAD_ONLY=2KB:false` runs one case (for profiling).
+            if let Ok(only) = std::env::var("LOAD_ONLY") {
+                if only != format!("{}:{stream}", label.replace(' ', "")) {
+                    continue;
+                }
+            }
+            // Rounds alternate direct, bare hop and cachet so that load from the rest of
+            // the machine falls on all three alike; each figure is the median over rounds.
+            let mut rounds = Vec::new();
+            for _ in 0..rounds_per_case {
+                let direct = run(&up_addr, &body, stream, n, concurrency, None).await;
+                let b = run(&bare_addr, &body, stream, n, concurrency, Some(bare.id())).await;
+                let c = run(
+                    &cachet_addr,
+                    &body,
+                    stream,
+                    n,
+                    concurrency,
+                    Some(cachet.id()),
+                )
+                .await;
+                rounds.push((direct, b, c));
+            }
+            let median = |f: &dyn Fn(&(RunResult, RunResult, RunResult)) -> f64| {
+                let mut v: Vec<f64> = rounds.iter().map(f).collect();
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2]
+            };
+            let direct = RunResult {
+                p50_ms: median(&|r| r.0.p50_ms),
+                p99_ms: median(&|r| r.0.p99_ms),
+                rps: median(&|r| r.0.rps),
+                cpu_ms_per_req: 0.0,
+            };
+            let b = RunResult {
+                p50_ms: median(&|r| r.1.p50_ms),
+                p99_ms: median(&|r| r.1.p99_ms),
+                rps: median(&|r| r.1.rps),
+                cpu_ms_per_req: median(&|r| r.1.cpu_ms_per_req),
+            };
+            let c = RunResult {
+                p50_ms: median(&|r| r.2.p50_ms),
+                p99_ms: median(&|r| r.2.p99_ms),
+                rps: median(&|r| r.2.rps),
+                cpu_ms_per_req: median(&|r| r.2.cpu_ms_per_req),
+            };
             println!(
                 "| {label} | {stream} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} |",
                 direct.p50_ms,

@@ -561,15 +561,24 @@ pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
 
 /// Set up structured logs once (text or JSON), `RUST_LOG` overriding the configured level.
 pub fn init_logging(config: &Config) {
+    use tracing_subscriber::filter::LevelFilter;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(config.log.level.clone()));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match config.log.format {
-        crate::config::LogFormat::Json => builder.json().try_init(),
-        crate::config::LogFormat::Text => builder.try_init(),
+    let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.level.clone());
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    // A plain level is checked once per call site; a full filter (`cachet=debug,...`) is
+    // evaluated per event, which costs measurably on the request path.
+    let _ = match (spec.trim().parse::<LevelFilter>(), config.log.format) {
+        (Ok(level), crate::config::LogFormat::Json) => {
+            builder.with_max_level(level).json().try_init()
+        }
+        (Ok(level), crate::config::LogFormat::Text) => builder.with_max_level(level).try_init(),
+        (Err(_), format) => {
+            let builder = builder.with_env_filter(EnvFilter::new(spec));
+            match format {
+                crate::config::LogFormat::Json => builder.json().try_init(),
+                crate::config::LogFormat::Text => builder.try_init(),
+            }
+        }
     };
 }
 
