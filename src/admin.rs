@@ -13,6 +13,20 @@ pub async fn handle(state: &State, req: Request<Incoming>) -> Response<ProxyBody
             "text/plain; version=0.0.4",
         ),
         ("GET", "/healthz") => Response::new(full("ok\n")),
+        ("GET", p) if p.starts_with("/sessions/") && p.ends_with("/timeline") => {
+            let Some(store) = state.pipeline.as_ref().and_then(|p| p.store().cloned()) else {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "sessions are recorded only when a policy is active\n",
+                );
+            };
+            let id = &p["/sessions/".len()..p.len() - "/timeline".len()];
+            match crate::session::timeline::timeline_html(store.as_ref(), id).await {
+                Ok(Some(page)) => with_type(Response::new(full(page)), "text/html; charset=utf-8"),
+                Ok(None) => status(StatusCode::NOT_FOUND, "no such session\n"),
+                Err(e) => status(StatusCode::SERVICE_UNAVAILABLE, &format!("{e}\n")),
+            }
+        }
         ("GET", p) if p == "/sessions" || p.starts_with("/sessions/") => {
             let Some(store) = state.pipeline.as_ref().and_then(|p| p.store().cloned()) else {
                 return status(

@@ -222,5 +222,33 @@ async fn forked_or_compacted_histories_get_no_stale_patch() {
         ),
         Some(2.0)
     );
+    // The session log and its timeline page show the requests, the patch and the breaks.
+    let log = wait_for_requests(&proxy, "f", 6).await;
+    let breaks: Vec<Value> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.get("breaks").cloned())
+        .collect();
+    assert_eq!(
+        breaks.len(),
+        2,
+        "the fork and the compaction break the prefix: {breaks:?}"
+    );
+    assert_eq!(breaks[0]["reason"], "messages_changed");
+    assert_eq!(breaks[0]["message_index"], 2, "{breaks:?}");
+    let page = client()
+        .get(format!("http://{}/sessions/f/timeline", proxy.admin_addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("<svg") && html.contains("6 requests"),
+        "{html}"
+    );
+    assert!(html.contains("(before_request): messages_insert"), "{html}");
+    assert!(html.contains("message 2 edited"), "{html}");
     proxy.shutdown().await;
 }

@@ -16,6 +16,7 @@ pub mod normalize;
 pub mod record;
 pub mod replay;
 pub mod store;
+pub mod timeline;
 pub mod turns;
 
 pub use admin::{admin_route, session_json, sessions_json};
