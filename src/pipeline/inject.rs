@@ -11,7 +11,7 @@ use super::Pipeline;
 use crate::error::ApiError;
 use crate::inject::{self, Injection, Mode, ModeChoice, SourceSpec};
 use crate::policy::{InjectMode, InjectSource, Policy};
-use crate::session::SessionContext;
+use crate::session::{ContextTransform, SessionContext};
 
 /// Every policy's injections, ready to run, by policy name.
 pub struct Injections {
@@ -108,6 +108,7 @@ impl Pipeline {
         let Some((prompt_index, prompt)) = inject::latest_user_prompt(history) else {
             return Ok(out);
         };
+        let plan = ctx.plan();
         for policy in policies {
             for injection in injections.by_policy.get(&policy.name).into_iter().flatten() {
                 let turn = inject::inject_for_turn(
@@ -131,7 +132,8 @@ impl Pipeline {
                     continue;
                 }
                 out.marker_before_insertion |= placement.marker_before_insertion;
-                if placement.persisted && pinned_this_turn(ctx, &injection.id, prompt_index) {
+                if placement.persisted && pinned_this_turn(&plan.apply, &injection.id, prompt_index)
+                {
                     continue; // replayed from the session already
                 }
                 match shaping.apply(&placement.ops, &injection.id, false) {
@@ -161,9 +163,8 @@ impl Pipeline {
 /// Whether this turn's pinned memory is already in the session: a stored placement of the
 /// same injection made against a history that already held this turn's prompt. Checked in
 /// the log rather than a local cache, so restarts and other instances agree.
-fn pinned_this_turn(ctx: &SessionContext, injection: &str, prompt_index: usize) -> bool {
-    ctx.plan()
-        .apply
+fn pinned_this_turn(replayed: &[&ContextTransform], injection: &str, prompt_index: usize) -> bool {
+    replayed
         .iter()
         .any(|t| t.transformer == injection && t.anchor.count > prompt_index)
 }
