@@ -1,12 +1,10 @@
 //! The proxy passes bodies through byte for byte, streams without buffering and counts usage.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use support::*;
 use tokio::sync::Notify;
 
 const ANTHROPIC_REQ: &str = "{\"model\":  \"claude-sonnet-4-5\", \"max_tokens\":1024,\n \"system\":[{\"type\":\"text\",\"text\":\"You are terse.\",\"cache_control\":{\"type\":\"ephemeral\"}}],\n  \"messages\":[{\"role\":\"user\",\"content\":\"hi \\u00e9 1.0e3\"}],\"stream\":false , \"unknown_field\": {\"b\":1,\"a\":2.50}}";

@@ -1,16 +1,14 @@
 //! The embedded store: durability across reopen, shared counters, content addressing and
 //! the cache in front of it.
 
-mod session_support;
-
 use std::sync::Arc;
 
+use crate::session_support::{history, insert_note, system_part};
 use cachet::session::{
     message_key, open_store, plan_replay, record_request, sent_keys, session_json, sessions_json,
     Blob, CachedStore, Entry, PrefixHashes, RequestDraft, SessionStore, SqliteStore,
 };
 use serde_json::json;
-use session_support::{history, insert_note, system_part};
 
 #[tokio::test]
 async fn entries_survive_closing_and_reopening_the_store() {

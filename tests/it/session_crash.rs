@@ -4,14 +4,12 @@
 //!
 //! The child is this test binary run again with `CACHET_CRASH_CHILD_DB` set.
 
-mod session_support;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use crate::session_support::{history, insert_note};
 use cachet::session::{plan_replay, Entry, PrefixHashes, SessionStore, SqliteStore};
-use session_support::{history, insert_note};
 
 const CHILD_ENV: &str = "CACHET_CRASH_CHILD_DB";
 const SESSION: &str = "crash";
@@ -52,7 +50,7 @@ async fn appends_that_returned_survive_sigkill() {
     let mut child = Command::new(exe)
         .args([
             "--exact",
-            "crash_child_writer",
+            "session_crash::crash_child_writer",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -1,10 +1,8 @@
 //! Memory injection in the live proxy, trace recording, and replay of a recorded live
 //! session giving exactly the token counts the live run reported.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{json, Value};
-use support::*;
 
 use cachet::replay::{read_traces, replay_arm, AsRecorded};
 use cachet::usage::{merge_anthropic, Usage};

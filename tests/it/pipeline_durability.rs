@@ -1,13 +1,11 @@
 //! Persisted patches survive a SIGKILL of cachet, and several instances on one Redis serve
 //! one session interchangeably.
 
-mod support;
-
 use std::process::Child;
 
+use crate::support::redis::RedisServer;
+use crate::support::*;
 use serde_json::{json, Value};
-use support::redis::RedisServer;
-use support::*;
 
 const REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],"model":"claude-sonnet-4-5","stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1}}"#;
 

@@ -1,10 +1,8 @@
 //! Persisted patches replay on later requests of their session only, at the place they were
 //! made, and never on a history they were not made for.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{json, Value};
-use support::*;
 
 const REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Done."}],"model":"claude-sonnet-4-5","stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":2}}"#;
 

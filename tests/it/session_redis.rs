@@ -3,16 +3,13 @@
 //!
 //! Needs `redis-server` on PATH (the test fails without it).
 
-mod session_support;
-mod support;
-
 use std::sync::Arc;
 
+use crate::session_support::{history, insert_note, system_part};
+use crate::support::redis::RedisServer;
 use cachet::session::{
     message_key, open_store, plan_replay, Blob, PrefixHashes, RedisStore, SessionStore, StoreError,
 };
-use session_support::{history, insert_note, system_part};
-use support::redis::RedisServer;
 
 #[tokio::test]
 async fn two_instances_serve_one_session_interchangeably() {

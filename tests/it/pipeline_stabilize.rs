@@ -1,10 +1,8 @@
 //! `stabilize-volatile` turns a session whose system prompt carries a changing timestamp
 //! from a cache miss on every request into cache reads (figures from the emulator).
 
-mod support;
-
+use crate::support::*;
 use serde_json::{json, Value};
-use support::*;
 
 fn system(second: usize) -> String {
     let rules = "Work in small steps, run the tests, never print secrets. ".repeat(120);

@@ -1,12 +1,10 @@
 //! Bad input and upstream faults: each answered clearly, in the client's provider format.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use futures_util::StreamExt;
 use serde_json::Value;
-use support::*;
 use tokio::sync::Notify;
 
 async fn post(

@@ -1,12 +1,10 @@
 //! Secrets never reach logs, metrics or error messages — checked on the real binary's output
 //! at the most verbose log level.
 
-mod support;
-
 use std::io::Read;
 use std::process::Stdio;
 
-use support::*;
+use crate::support::*;
 
 const CLIENT_KEY: &str = "sk-ant-client-SECRET-1111";
 const OPENAI_KEY: &str = "sk-openai-SECRET-2222";

@@ -2,10 +2,8 @@
 //! system prompt and the prompt that starts the turn, so a long tool loop after it is never
 //! cached. Figures from the emulator.
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
-use support::*;
 
 fn tool_result(i: usize) -> String {
     (0..40)
