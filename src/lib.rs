@@ -2,8 +2,8 @@
 //!
 //! Module map (one concern each):
 //! - `cli`, `config`: command line and `cachet.toml`.
-//! - `server`, `forward`, `tap`, `sse`, `usage`: the proxy hot path — accept, forward,
-//!   stream back untouched, read usage on the side.
+//! - `server`, `shape`, `json_check`, `forward`, `tap`, `sse`, `usage`: the proxy hot path —
+//!   accept, check the body, forward, stream back untouched, read usage on the side.
 //! - `pipeline`: the request pipeline of DESIGN §1 for requests a policy matches.
 //! - `envelope`, `patch`: the context envelope and its patch operations.
 //! - `policy`, `hooks`: declarative policies and external hook servers.
@@ -23,6 +23,7 @@ pub mod error;
 pub mod forward;
 pub mod hooks;
 pub mod inject;
+pub mod json_check;
 pub mod metrics;
 pub mod models;
 pub mod patch;
@@ -33,6 +34,7 @@ pub mod replay;
 pub mod secret;
 pub mod server;
 pub mod session;
+pub mod shape;
 pub mod sse;
 pub mod tap;
 pub mod tokens;

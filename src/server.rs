@@ -4,7 +4,6 @@
 //! limit → check its shape → (policy pipeline, when one applies) → forward → stream the answer
 //! back through the usage tap → record metrics when the body ends.
 
-use std::borrow::Cow;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,8 +14,6 @@ use futures_util::TryStreamExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -29,6 +26,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{AfterResponse, Pipeline};
 use crate::provider::{classify, Endpoint, Provider, Route};
 use crate::replay::recorder::{self, Recorder, RecorderTask};
+use crate::shape;
 use crate::tap::{Outcome, Tap, TapResult, TapStream};
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -265,61 +263,6 @@ fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
     error_response(provider, &err)
 }
 
-/// The fields cachet needs from a generation request; the rest is skipped unparsed.
-#[derive(Deserialize)]
-struct RequestHead<'a> {
-    #[serde(borrow, default)]
-    model: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    messages: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
-}
-
-/// Check that a body is JSON of the API's shape; returns the model.
-fn check_shape(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
-        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-            return Err(ApiError::invalid(format!(
-                "request body is not valid JSON: {e}"
-            )));
-        }
-        return Err(ApiError::invalid("request body must be a JSON object"));
-    }
-    let head: RequestHead = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
-    let model = match head.model {
-        Some(m) if !m.is_empty() => m.into_owned(),
-        _ => {
-            return Err(ApiError::invalid(
-                "model: field required (a non-empty string)",
-            ))
-        }
-    };
-    let starts =
-        |raw: Option<&RawValue>, c: u8| raw.map(|r| r.get().as_bytes().first() == Some(&c));
-    match endpoint {
-        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat => {
-            match starts(head.messages, b'[') {
-                Some(true) => {}
-                Some(false) => return Err(ApiError::invalid("messages: must be an array")),
-                None => return Err(ApiError::invalid("messages: field required")),
-            }
-        }
-        Endpoint::Responses => {
-            if let Some(raw) = head.input {
-                let c = raw.get().as_bytes().first().copied();
-                if !matches!(c, Some(b'[') | Some(b'"')) {
-                    return Err(ApiError::invalid("input: must be a string or an array"));
-                }
-            }
-        }
-        _ => {}
-    }
-    Ok(model)
-}
-
 async fn read_body(body: Incoming, declared: Option<u64>, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = |n: String| {
         ApiError::new(
@@ -360,7 +303,7 @@ async fn proxy(
         Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
     );
     if parsed {
-        *model = check_shape(route.endpoint, &body)?;
+        *model = shape::check(route.endpoint, &body)?;
     }
     let trace = state
         .recorder
@@ -387,10 +330,8 @@ async fn proxy(
     let url = state.upstreams.url(route.provider, path_and_query);
     let host = state.upstreams.host(route.provider);
     let metrics = state.metrics.clone();
-    metrics
-        .overhead_duration
-        .with_label_values(&[route.endpoint.label()])
-        .observe(start.elapsed().as_secs_f64());
+    let timers = metrics.route(route.provider, route.endpoint);
+    timers.overhead.observe(start.elapsed().as_secs_f64());
 
     let sent = Instant::now();
     let request = state
@@ -412,11 +353,7 @@ async fn proxy(
         Ok(Err(e)) => return Err(forward::send_error(&e, host)),
         Ok(Ok(resp)) => resp,
     };
-    let labels = [route.provider.label(), route.endpoint.label()];
-    metrics
-        .upstream_duration
-        .with_label_values(&[labels[0], labels[1], "first_byte"])
-        .observe(sent.elapsed().as_secs_f64());
+    timers.first_byte.observe(sent.elapsed().as_secs_f64());
 
     let status = upstream.status();
     let response_headers = forward::response_headers(upstream.headers());
@@ -496,8 +433,8 @@ fn finish_request(
 ) {
     let labels = [route.provider.label(), route.endpoint.label()];
     metrics
-        .upstream_duration
-        .with_label_values(&[labels[0], labels[1], "total"])
+        .route(route.provider, route.endpoint)
+        .total
         .observe(sent.elapsed().as_secs_f64());
     if result.outcome != Outcome::Complete {
         metrics
@@ -617,37 +554,4 @@ pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down; draining requests in flight");
     handle.shutdown().await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shape_errors_say_what_is_wrong() {
-        let e = check_shape(Endpoint::Messages, b"{\"model\": \"m\", \"messages\": ").unwrap_err();
-        assert!(
-            e.message.starts_with("request body is not valid JSON"),
-            "{}",
-            e.message
-        );
-        let e = check_shape(Endpoint::Messages, b"[1]").unwrap_err();
-        assert_eq!(e.message, "request body must be a JSON object");
-        let e = check_shape(Endpoint::Chat, b"{\"model\":\"m\",\"messages\":{}}").unwrap_err();
-        assert_eq!(e.message, "messages: must be an array");
-        let e = check_shape(Endpoint::Messages, b"{\"messages\":[]}").unwrap_err();
-        assert!(e.message.starts_with("model: field required"));
-        assert_eq!(
-            check_shape(
-                Endpoint::Responses,
-                b"{\"model\":\"gpt-5\",\"input\":\"hi\"}"
-            )
-            .unwrap(),
-            "gpt-5"
-        );
-        assert_eq!(
-            check_shape(Endpoint::Chat, b"{\"model\":\"a\\u0062\",\"messages\":[]}").unwrap(),
-            "ab"
-        );
-    }
 }

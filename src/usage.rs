@@ -115,13 +115,16 @@ pub fn from_openai_responses(usage: &Value) -> Usage {
 
 /// Usage from a complete, non-streaming response body.
 pub fn from_response_body(endpoint: Endpoint, body: &[u8]) -> Option<Usage> {
-    // Only `usage` is built; the rest of the body (the reply itself) is skipped.
-    #[derive(Deserialize)]
-    struct WithUsage {
-        usage: Option<Value>,
-    }
-    let v: WithUsage = serde_json::from_slice(body).ok()?;
-    let usage = v.usage.as_ref().filter(|u| u.is_object())?;
+    // Only `usage` is built; the rest of the body (the reply itself) is only validated.
+    let mut found = None;
+    crate::json_check::check(body, |field| {
+        if &body[field.key] == b"usage" {
+            found = Some(field.value);
+        }
+    })
+    .ok()?;
+    let usage: Value = serde_json::from_slice(&body[found?]).ok()?;
+    let usage = Some(&usage).filter(|u| u.is_object())?;
     Some(match endpoint {
         Endpoint::Messages => {
             let mut u = Usage::default();

@@ -17,6 +17,7 @@ mod hooks_client;
 mod hooks_python_example;
 mod inject_ab;
 mod inject_sources;
+mod json_check_props;
 mod pipeline_auto_markers;
 mod pipeline_durability;
 mod pipeline_inject_record;

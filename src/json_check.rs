@@ -1,0 +1,473 @@
+//! A fast JSON validity check for request bodies, with the top-level fields it passed.
+//!
+//! Every generation request is checked before it is forwarded, so that malformed JSON is
+//! answered with a 400 instead of reaching the provider. A serde_json pass over the body
+//! costs as much as the whole forwarding hop on large agent histories, which are almost all
+//! string content. This check validates UTF-8 once (std's ASCII fast path), then walks the
+//! grammar with string contents skipped 16 bytes at a time. It accepts exactly what
+//! serde_json accepts when it skips a value (escapes are checked for form, `\u` code points
+//! are not), plus valid UTF-8 throughout. Callers fall back to serde_json for the wording of
+//! an error.
+
+use std::ops::Range;
+
+/// Where a body stops being JSON: the byte offset of the first offending byte (or the length
+/// when the body ends early).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invalid {
+    pub offset: usize,
+}
+
+/// One top-level field of an object body: the key's raw bytes between the quotes (escapes
+/// not decoded) and the byte range of its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    pub key: Range<usize>,
+    pub value: Range<usize>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Container {
+    Object,
+    Array,
+}
+
+/// Check that `body` is one JSON value surrounded by optional whitespace, and call
+/// `on_field` for each field of it when it is an object.
+pub fn check(body: &[u8], mut on_field: impl FnMut(Field)) -> Result<(), Invalid> {
+    let b = body;
+    let err = |offset: usize| Err(Invalid { offset });
+    let mut stack: Vec<Container> = Vec::with_capacity(16);
+    // The key of the top-level field whose value is being read.
+    let mut top_key: Option<(Range<usize>, usize)> = None;
+    let mut pos = skip_ws(b, 0);
+
+    'value: loop {
+        // A value starts at `pos`.
+        match b.get(pos) {
+            Some(b'{') => {
+                pos = skip_ws(b, pos + 1);
+                if b.get(pos) == Some(&b'}') {
+                    pos += 1;
+                } else {
+                    stack.push(Container::Object);
+                    pos = key(b, pos, stack.len() == 1, &mut top_key)?;
+                    continue 'value;
+                }
+            }
+            Some(b'[') => {
+                pos = skip_ws(b, pos + 1);
+                if b.get(pos) == Some(&b']') {
+                    pos += 1;
+                } else {
+                    stack.push(Container::Array);
+                    continue 'value;
+                }
+            }
+            Some(b'"') => pos = skip_string(b, pos + 1)?,
+            Some(b't') => pos = literal(b, pos, b"true")?,
+            Some(b'f') => pos = literal(b, pos, b"false")?,
+            Some(b'n') => pos = literal(b, pos, b"null")?,
+            Some(b'-' | b'0'..=b'9') => pos = number(b, pos)?,
+            _ => return err(pos),
+        }
+
+        // A value ended at `pos`: what may follow depends on the enclosing container.
+        loop {
+            if stack.len() == 1 {
+                if let Some((key, value_start)) = top_key.take() {
+                    on_field(Field {
+                        key,
+                        value: value_start..pos,
+                    });
+                }
+            }
+            pos = skip_ws(b, pos);
+            match (stack.last(), b.get(pos)) {
+                (None, None) => return Ok(()),
+                (None, Some(_)) => return err(pos),
+                (Some(Container::Object), Some(b',')) => {
+                    pos = key(b, skip_ws(b, pos + 1), stack.len() == 1, &mut top_key)?;
+                    continue 'value;
+                }
+                (Some(Container::Array), Some(b',')) => {
+                    pos = skip_ws(b, pos + 1);
+                    continue 'value;
+                }
+                (Some(Container::Object), Some(b'}')) | (Some(Container::Array), Some(b']')) => {
+                    stack.pop();
+                    pos += 1;
+                }
+                _ => return err(pos),
+            }
+        }
+    }
+}
+
+/// An object key, the colon and the whitespace after it; returns where the value starts.
+fn key(
+    b: &[u8],
+    pos: usize,
+    top_level: bool,
+    top_key: &mut Option<(Range<usize>, usize)>,
+) -> Result<usize, Invalid> {
+    if b.get(pos) != Some(&b'"') {
+        return Err(Invalid { offset: pos });
+    }
+    let end = skip_string(b, pos + 1)?;
+    let colon = skip_ws(b, end);
+    if b.get(colon) != Some(&b':') {
+        return Err(Invalid { offset: colon });
+    }
+    let value = skip_ws(b, colon + 1);
+    if top_level {
+        *top_key = Some((pos + 1..end - 1, value));
+    }
+    Ok(value)
+}
+
+fn skip_ws(b: &[u8], mut pos: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\t' | b'\r') = b.get(pos) {
+        pos += 1;
+    }
+    pos
+}
+
+fn literal(b: &[u8], pos: usize, word: &[u8]) -> Result<usize, Invalid> {
+    let end = pos + word.len();
+    if b.get(pos..end) == Some(word) {
+        return Ok(end);
+    }
+    // The first byte that differs (or the end of the body).
+    let same = word
+        .iter()
+        .zip(&b[pos..])
+        .take_while(|(w, c)| w == c)
+        .count();
+    Err(Invalid { offset: pos + same })
+}
+
+/// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`; the byte after it is checked by
+/// the caller as whatever may follow a value.
+fn number(b: &[u8], mut pos: usize) -> Result<usize, Invalid> {
+    let digits = |mut p: usize| {
+        while b.get(p).is_some_and(u8::is_ascii_digit) {
+            p += 1;
+        }
+        p
+    };
+    if b.get(pos) == Some(&b'-') {
+        pos += 1;
+    }
+    match b.get(pos) {
+        Some(b'0') => pos += 1,
+        Some(b'1'..=b'9') => pos = digits(pos + 1),
+        _ => return Err(Invalid { offset: pos }),
+    }
+    if b.get(pos) == Some(&b'.') {
+        let end = digits(pos + 1);
+        if end == pos + 1 {
+            return Err(Invalid { offset: end });
+        }
+        pos = end;
+    }
+    if let Some(b'e' | b'E') = b.get(pos) {
+        pos += 1;
+        if let Some(b'+' | b'-') = b.get(pos) {
+            pos += 1;
+        }
+        let end = digits(pos);
+        if end == pos {
+            return Err(Invalid { offset: end });
+        }
+        pos = end;
+    }
+    Ok(pos)
+}
+
+/// The rest of a string whose opening quote is just before `pos`; returns the position after
+/// the closing quote.
+fn skip_string(b: &[u8], mut pos: usize) -> Result<usize, Invalid> {
+    loop {
+        pos = find_special(b, pos);
+        match b.get(pos) {
+            Some(b'"') => return Ok(pos + 1),
+            Some(b'\\') => match b.get(pos + 1) {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => pos += 2,
+                Some(b'u') => {
+                    for i in pos + 2..pos + 6 {
+                        if !b.get(i).is_some_and(u8::is_ascii_hexdigit) {
+                            return Err(Invalid {
+                                offset: i.min(b.len()),
+                            });
+                        }
+                    }
+                    pos += 6;
+                }
+                _ => return Err(Invalid { offset: pos + 1 }),
+            },
+            // Multi-byte characters are made of bytes >= 0x80 only, so a run of them ending
+            // at an ASCII byte must be valid UTF-8 on its own.
+            Some(c) if *c >= 0x80 => {
+                let run = b[pos..].iter().take_while(|&&c| c >= 0x80).count();
+                if let Err(e) = std::str::from_utf8(&b[pos..pos + run]) {
+                    return Err(Invalid {
+                        offset: pos + e.valid_up_to(),
+                    });
+                }
+                pos += run;
+            }
+            // A control character, or the end of the body, inside a string.
+            _ => return Err(Invalid { offset: pos }),
+        }
+    }
+}
+
+/// The first position at or after `pos` holding `"`, `\`, a control character (below 0x20)
+/// or a non-ASCII byte, or `b.len()`.
+#[inline]
+fn find_special(b: &[u8], pos: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    let pos = x86::skip_plain(b, pos);
+    #[cfg(not(target_arch = "x86_64"))]
+    let pos = swar::skip_plain(b, pos);
+    b.get(pos..)
+        .unwrap_or_default()
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || !(0x20..0x80).contains(&c))
+        .map_or(b.len(), |i| pos + i)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// Skips whole blocks of plain string bytes (no `"`, `\\`, control character or non-ASCII
+    /// byte); stops at the first other byte or before the last partial block.
+    #[inline]
+    pub fn skip_plain(b: &[u8], pos: usize) -> usize {
+        // Most strings (keys, roles, ids) end within a few blocks: those stay inline on SSE2,
+        // and only long text pays for the call into the AVX2 loop.
+        let (pos, done) = skip_plain_sse2(b, pos, 4);
+        if done || pos + 32 > b.len() {
+            return pos;
+        }
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is available, checked just above.
+            unsafe { skip_plain_avx2(b, pos) }
+        } else {
+            skip_plain_sse2(b, pos, usize::MAX).0
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn skip_plain_avx2(b: &[u8], mut pos: usize) -> usize {
+        let quote = _mm256_set1_epi8(b'"' as i8);
+        let backslash = _mm256_set1_epi8(b'\\' as i8);
+        // Plain bytes are 0x20..=0x7f: as signed bytes, exactly those greater than 0x1f.
+        let control_max = _mm256_set1_epi8(0x1f);
+        while pos + 32 <= b.len() {
+            // SAFETY: the loop condition keeps the 32 bytes read inside `b`.
+            let v = unsafe { _mm256_loadu_si256(b.as_ptr().add(pos) as *const __m256i) };
+            let plain = _mm256_andnot_si256(
+                _mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, backslash)),
+                _mm256_cmpgt_epi8(v, control_max),
+            );
+            let mask = !(_mm256_movemask_epi8(plain) as u32);
+            if mask != 0 {
+                return pos + mask.trailing_zeros() as usize;
+            }
+            pos += 32;
+        }
+        pos
+    }
+
+    /// At most `blocks` 16-byte blocks; also says whether it stopped at a non-plain byte.
+    /// SSE2 is part of every x86_64 CPU.
+    #[inline(always)]
+    pub(super) fn skip_plain_sse2(b: &[u8], mut pos: usize, blocks: usize) -> (usize, bool) {
+        // SAFETY: SSE2 is always available on x86_64.
+        unsafe {
+            let quote = _mm_set1_epi8(b'"' as i8);
+            let backslash = _mm_set1_epi8(b'\\' as i8);
+            let control_max = _mm_set1_epi8(0x1f);
+            let mut left = blocks;
+            while left > 0 && pos + 16 <= b.len() {
+                // The loop condition keeps the 16 bytes read inside `b`.
+                let v = _mm_loadu_si128(b.as_ptr().add(pos) as *const __m128i);
+                let plain = _mm_andnot_si128(
+                    _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                    _mm_cmpgt_epi8(v, control_max),
+                );
+                let mask = !(_mm_movemask_epi8(plain) as u32) & 0xffff;
+                if mask != 0 {
+                    return (pos + mask.trailing_zeros() as usize, true);
+                }
+                pos += 16;
+                left -= 1;
+            }
+        }
+        (pos, false)
+    }
+}
+
+#[cfg(any(test, not(target_arch = "x86_64")))]
+mod swar {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+    /// Eight bytes at a time: a byte is flagged (its high bit set in `hits`) when it is zero
+    /// after xor with the quote or the backslash, below 0x20, or non-ASCII. Borrows only ever
+    /// flag bytes above a real hit, so the lowest flag is exact.
+    #[inline]
+    pub fn skip_plain(b: &[u8], mut pos: usize) -> usize {
+        while let Some(chunk) = b.get(pos..pos + 8) {
+            let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+            let quote = w ^ (ONES * b'"' as u64);
+            let backslash = w ^ (ONES * b'\\' as u64);
+            let hits = (quote.wrapping_sub(ONES) & !quote)
+                | (backslash.wrapping_sub(ONES) & !backslash)
+                | w.wrapping_sub(ONES * 0x20)
+                | w;
+            let hits = hits & HIGHS;
+            if hits != 0 {
+                return pos + (hits.trailing_zeros() / 8) as usize;
+            }
+            pos += 8;
+        }
+        pos
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid(s: &str) -> bool {
+        check(s.as_bytes(), |_| {}).is_ok()
+    }
+
+    #[test]
+    fn accepts_and_refuses_what_serde_json_does() {
+        let cases = [
+            "{}",
+            " [] ",
+            "0",
+            "-0.5e+10",
+            "1E5",
+            "\"a\\u00e9\\n\"",
+            "{\"a\":[1,true,false,null,{\"b\":\"\\\"\"}]}",
+            "{\"a\" : 1 , \"b\" :\t[ ] }\n",
+            "\"é漢\"",
+            "",
+            "{",
+            "{\"a\"}",
+            "{\"a\":}",
+            "{\"a\":1,}",
+            "[1,]",
+            "[1 2]",
+            "01",
+            "1.",
+            "1e",
+            "-",
+            "tru",
+            "truex",
+            "nul",
+            "\"a",
+            "\"\\x\"",
+            "\"\\u12G4\"",
+            "\"\\u12\"",
+            "\"tab\there\"",
+            "{} {}",
+            "{\"a\":1}x",
+            "[\"\\ud800\"]",
+        ];
+        for case in cases {
+            let serde = serde_json::from_str::<serde::de::IgnoredAny>(case).is_ok();
+            assert_eq!(valid(case), serde, "{case:?}");
+        }
+    }
+
+    #[test]
+    fn reports_top_level_fields_with_their_value_spans() {
+        let body = br#"{"model": "m", "messages":[{"x":{"model":1}}], "n" :-1.5 }"#;
+        let mut fields = Vec::new();
+        check(body, |f| fields.push(f)).unwrap();
+        let text: Vec<(&str, &str)> = fields
+            .iter()
+            .map(|f| {
+                (
+                    std::str::from_utf8(&body[f.key.clone()]).unwrap(),
+                    std::str::from_utf8(&body[f.value.clone()]).unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            text,
+            [
+                ("model", "\"m\""),
+                ("messages", "[{\"x\":{\"model\":1}}]"),
+                ("n", "-1.5")
+            ]
+        );
+    }
+
+    /// Every block scanner stops exactly where a byte-by-byte scan does.
+    #[test]
+    fn block_scanners_agree_with_a_byte_scan() {
+        let reference = |b: &[u8], pos: usize| {
+            (pos..b.len())
+                .find(|&i| matches!(b[i], b'"' | b'\\') || !(0x20..0x80).contains(&b[i]))
+                .unwrap_or(b.len())
+        };
+        // Finish a block scan byte by byte, as `find_special` does.
+        let finish = |b: &[u8], pos: usize| reference(b, pos);
+        let specials = [b'"', b'\\', 0x00, 0x1f, 0x80, 0xff, b'\n'];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for len in 0..100 {
+            for _ in 0..20 {
+                let mut b = vec![b'a'; len];
+                // A few specials at pseudo-random places.
+                for _ in 0..(seed % 3) {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    if len > 0 {
+                        b[seed as usize % len] = specials[(seed >> 32) as usize % specials.len()];
+                    }
+                }
+                for pos in 0..=len {
+                    let want = reference(&b, pos);
+                    assert_eq!(
+                        finish(&b, swar::skip_plain(&b, pos)),
+                        want,
+                        "swar {b:?} {pos}"
+                    );
+                    assert_eq!(find_special(&b, pos), want, "{b:?} {pos}");
+                    #[cfg(target_arch = "x86_64")]
+                    {
+                        let sse2 = x86::skip_plain_sse2(&b, pos, usize::MAX).0;
+                        assert_eq!(finish(&b, sse2), want, "sse2 {b:?} {pos}");
+                        if is_x86_feature_detected!("avx2") {
+                            // SAFETY: AVX2 is available, checked just above.
+                            let avx2 = unsafe { x86::skip_plain_avx2(&b, pos) };
+                            assert_eq!(finish(&b, avx2), want, "avx2 {b:?} {pos}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_and_control_characters_are_refused_where_they_are() {
+        let mut body = b"{\"a\":\"xxxxxxxxxxxx".to_vec();
+        body.push(0xff);
+        body.extend_from_slice(b"\"}");
+        assert_eq!(check(&body, |_| {}), Err(Invalid { offset: 18 }));
+        assert_eq!(
+            check(b"[\"0123456789\x01\"]", |_| {}),
+            Err(Invalid { offset: 12 })
+        );
+    }
+}
