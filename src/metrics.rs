@@ -1,11 +1,12 @@
 //! Every Prometheus metric cachet exports (names and labels are a contract: DESIGN §8).
 //! Labels stay bounded: never a session id or prompt text; model names are sanitised and capped.
 
-use std::collections::HashSet;
-use std::sync::RwLock;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use prometheus::{
-    CounterVec, Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    Counter, CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, Opts, Registry, TextEncoder,
 };
 
 use crate::provider::{Endpoint, Provider};
@@ -13,6 +14,59 @@ use crate::usage::Usage;
 
 /// Distinct model label values kept before new ones are reported as `other`.
 const MAX_MODELS: usize = 256;
+/// Token-counter handles kept per (provider, model as sent, variant); past this, requests
+/// still count, through the label lookups.
+const MAX_CACHED_COUNTERS: usize = 1024;
+
+const PROVIDERS: [Provider; 2] = [Provider::Anthropic, Provider::OpenAi];
+const ENDPOINTS: [Endpoint; 6] = [
+    Endpoint::Messages,
+    Endpoint::CountTokens,
+    Endpoint::Chat,
+    Endpoint::Responses,
+    Endpoint::Models,
+    Endpoint::Other,
+];
+
+/// The latency histograms of one provider and endpoint, resolved once: every request
+/// observes them, and a label lookup hashes every label value each time.
+pub struct RouteTimers {
+    pub overhead: Histogram,
+    pub first_byte: Histogram,
+    pub total: Histogram,
+}
+
+/// The usage counters of one (provider, model, variant), resolved once.
+struct TokenCounters {
+    input: [IntCounter; 3],
+    output: IntCounter,
+    /// Cost and savings, for models with known prices.
+    priced: Option<(&'static crate::models::ModelInfo, Counter, Counter)>,
+    /// The model and variant labels these counters carry.
+    label: String,
+    variant: String,
+}
+
+impl TokenCounters {
+    /// `cachet_requests_total` also has endpoint and status labels, so it stays a lookup.
+    fn requests(
+        &self,
+        metrics: &Metrics,
+        provider: Provider,
+        endpoint: Endpoint,
+        status: &str,
+    ) -> IntCounter {
+        metrics.requests.with_label_values(&[
+            provider.label(),
+            &self.label,
+            endpoint.label(),
+            status,
+            &self.variant,
+        ])
+    }
+}
+
+type CounterKey = (Provider, String, String);
 
 pub struct Metrics {
     registry: Registry,
@@ -31,6 +85,8 @@ pub struct Metrics {
     pub stream_errors: IntCounterVec,
     pub store_errors: IntCounterVec,
     models: RwLock<HashSet<String>>,
+    route_timers: [[OnceLock<RouteTimers>; ENDPOINTS.len()]; PROVIDERS.len()],
+    token_counters: RwLock<HashMap<CounterKey, Arc<TokenCounters>>>,
     names: Vec<String>,
 }
 
@@ -133,6 +189,8 @@ impl Metrics {
             store_errors: counter(r, "cachet_store_errors_total",
                 "Session store operations that failed.", &["operation"]),
             models: RwLock::new(HashSet::new()),
+            route_timers: Default::default(),
+            token_counters: RwLock::new(HashMap::new()),
             registry: reg.registry,
             names: reg.names,
         }
@@ -180,6 +238,22 @@ impl Metrics {
         clean
     }
 
+    /// The latency histograms of a route.
+    pub fn route(&self, provider: Provider, endpoint: Endpoint) -> &RouteTimers {
+        let p = PROVIDERS.iter().position(|&x| x == provider).unwrap_or(0);
+        let e = ENDPOINTS.iter().position(|&x| x == endpoint).unwrap_or(0);
+        self.route_timers[p][e].get_or_init(|| {
+            let (p, e) = (provider.label(), endpoint.label());
+            RouteTimers {
+                overhead: self.overhead_duration.with_label_values(&[e]),
+                first_byte: self
+                    .upstream_duration
+                    .with_label_values(&[p, e, "first_byte"]),
+                total: self.upstream_duration.with_label_values(&[p, e, "total"]),
+            }
+        })
+    }
+
     /// Count a finished request and its usage.
     pub fn record_request(
         &self,
@@ -190,35 +264,60 @@ impl Metrics {
         variant: &str,
         usage: Option<&Usage>,
     ) {
-        let model = self.model_label(model);
-        let p = provider.label();
-        self.requests
-            .with_label_values(&[p, &model, endpoint.label(), status, variant])
-            .inc();
+        let counters = self.token_counters(provider, model, variant);
+        counters.requests(self, provider, endpoint, status).inc();
         let Some(u) = usage else { return };
-        for (kind, n) in [
-            ("cache_read", u.cache_read),
-            ("cache_write", u.cache_write),
-            ("uncached", u.uncached),
-        ] {
-            self.input_tokens
-                .with_label_values(&[p, &model, variant, kind])
-                .inc_by(n);
+        for (counter, n) in counters
+            .input
+            .iter()
+            .zip([u.cache_read, u.cache_write, u.uncached])
+        {
+            counter.inc_by(n);
         }
-        self.output_tokens
-            .with_label_values(&[p, &model, variant])
-            .inc_by(u.output);
-        if let Some(info) = crate::models::lookup(&model) {
-            self.cost_usd
-                .with_label_values(&[p, &model, variant])
-                .inc_by(info.cost_usd(u).max(0.0));
-            let saved = info.savings_usd(u);
+        counters.output.inc_by(u.output);
+        if let Some((info, cost, savings)) = &counters.priced {
+            cost.inc_by(info.cost_usd(u).max(0.0));
             // A Prometheus counter cannot go down; cache writes that cost more than they saved
             // show up in cost, not as negative savings.
-            self.savings_usd
-                .with_label_values(&[p, &model, variant])
-                .inc_by(saved.max(0.0));
+            savings.inc_by(info.savings_usd(u).max(0.0));
         }
+    }
+
+    fn token_counters(&self, provider: Provider, model: &str, variant: &str) -> Arc<TokenCounters> {
+        let key = (provider, model.to_string(), variant.to_string());
+        if let Some(found) = self
+            .token_counters
+            .read()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return found;
+        }
+        let label = self.model_label(model);
+        let p = provider.label();
+        let kinds = ["cache_read", "cache_write", "uncached"];
+        let counters = Arc::new(TokenCounters {
+            input: kinds.map(|kind| {
+                self.input_tokens
+                    .with_label_values(&[p, &label, variant, kind])
+            }),
+            output: self.output_tokens.with_label_values(&[p, &label, variant]),
+            priced: crate::models::lookup(&label).map(|info| {
+                (
+                    info,
+                    self.cost_usd.with_label_values(&[p, &label, variant]),
+                    self.savings_usd.with_label_values(&[p, &label, variant]),
+                )
+            }),
+            label,
+            variant: variant.to_string(),
+        });
+        if let Ok(mut map) = self.token_counters.write() {
+            if map.len() < MAX_CACHED_COUNTERS {
+                map.insert(key, counters.clone());
+            }
+        }
+        counters
     }
 
     /// Names of every metric cachet exports.
