@@ -154,15 +154,28 @@ fn spawn_role(cmd: &mut Command) -> (Child, String) {
     (child, addr)
 }
 
-/// CPU seconds (user + system) used so far by a process.
-fn cpu_seconds(pid: u32) -> f64 {
+/// Fields of `/proc/{pid}/stat` after the command name (field 3 of proc(5) is index 0).
+fn proc_stat(pid: u32) -> Vec<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
+    stat.rsplit(')')
         .next()
         .unwrap_or("")
         .split_whitespace()
-        .collect();
+        .map(str::to_string)
+        .collect()
+}
+
+/// Minor page faults so far (each one a page the kernel had to map, usually zeroed).
+fn minor_faults(pid: u32) -> f64 {
+    proc_stat(pid)
+        .get(7)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// CPU seconds (user + system) used so far by a process.
+fn cpu_seconds(pid: u32) -> f64 {
+    let fields = proc_stat(pid);
     let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
         + fields
             .get(12)
@@ -211,6 +224,7 @@ struct RunResult {
     p99_ms: f64,
     rps: f64,
     cpu_ms_per_req: f64,
+    faults_per_req: f64,
 }
 
 async fn run(
@@ -251,6 +265,7 @@ async fn run(
         .collect::<Vec<_>>()
         .await;
     let cpu0 = pid.map(cpu_seconds).unwrap_or(0.0);
+    let faults0 = pid.map(minor_faults).unwrap_or(0.0);
     let t0 = Instant::now();
     let mut lat: Vec<Duration> = futures_util::stream::iter(0..requests)
         .map(|_| send(client.clone(), url.clone(), body.clone()))
@@ -259,6 +274,7 @@ async fn run(
         .await;
     let wall = t0.elapsed().as_secs_f64();
     let cpu = pid.map(cpu_seconds).unwrap_or(0.0) - cpu0;
+    let faults = pid.map(minor_faults).unwrap_or(0.0) - faults0;
     lat.sort();
     let pct =
         |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)].as_secs_f64() * 1000.0;
@@ -267,6 +283,7 @@ async fn run(
         p99_ms: pct(0.99),
         rps: requests as f64 / wall,
         cpu_ms_per_req: cpu * 1000.0 / requests as f64,
+        faults_per_req: faults / requests as f64,
     }
 }
 
@@ -285,15 +302,36 @@ async fn drive() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
     let me = std::env::current_exe().unwrap();
-    let (mut up, up_addr) = spawn_role(Command::new(&me).env("BENCH_ROLE", "upstream"));
+    // `LOAD_PIN=1`: the driver and the fake upstream share CPU 0 and each hop runs alone on
+    // CPU 1, so a hop's CPU time is not inflated by contention with the load it is measured
+    // under (and each hop's runtime sizes itself to that one CPU).
+    let pin = std::env::var("LOAD_PIN").is_ok_and(|v| v == "1");
+    let on_cpu = |cpu: &str, program: &std::path::Path| {
+        if pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpu]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    };
+    if pin {
+        let status = Command::new("taskset")
+            .args(["-a", "-cp", "0", &std::process::id().to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .expect("LOAD_PIN=1 needs taskset");
+        assert!(status.success(), "taskset could not pin the driver");
+    }
+    let (mut up, up_addr) = spawn_role(on_cpu("0", &me).env("BENCH_ROLE", "upstream"));
     let up_url = format!("http://{up_addr}");
     let (mut bare, bare_addr) = spawn_role(
-        Command::new(&me)
+        on_cpu("1", &me)
             .env("BENCH_ROLE", "bare-hop")
             .env("BENCH_UPSTREAM", &up_url),
     );
     let (mut cachet, cachet_addr) = spawn_role(
-        Command::new(env!("CARGO_BIN_EXE_cachet"))
+        on_cpu("1", std::path::Path::new(env!("CARGO_BIN_EXE_cachet")))
             .args([
                 "serve",
                 "--listen",
@@ -308,8 +346,8 @@ async fn drive() {
                 std::env::var("BENCH_CACHET_RUST_LOG").unwrap_or_else(|_| "warn".into()),
             ),
     );
-    println!("requests per round: {requests}, rounds per case: {rounds_per_case} (medians), concurrency: {concurrency}");
-    println!("| body | stream | direct p50 ms | bare +p50 ms | cachet +p50 ms | bare +p99 ms | cachet +p99 ms | bare req/s | cachet req/s | throughput ratio | bare CPU ms/req | cachet CPU ms/req | CPU ratio |");
+    println!("requests per round: {requests}, rounds per case: {rounds_per_case} (medians; ratios within each round), concurrency: {concurrency}, pinned: {pin}");
+    println!("| body | stream | direct p50 ms | bare +p50 ms | cachet +p50 ms | bare +p99 ms | cachet +p99 ms | bare req/s | cachet req/s | throughput ratio (range) | bare CPU ms/req | cachet CPU ms/req | CPU ratio (range) |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (label, size) in [
         ("2 KB", 2 * 1024),
@@ -329,59 +367,67 @@ async fn drive() {
                     continue;
                 }
             }
-            // Rounds alternate direct, bare hop and cachet so that load from the rest of
-            // the machine falls on all three alike; each figure is the median over rounds.
+            // Each round runs direct, then the two hops back to back, in alternating order
+            // (bare first in even rounds, cachet first in odd ones), so that drifting load
+            // from the rest of the machine falls on both alike. Ratios are taken within a
+            // round and the table gives their median; latencies are medians over rounds.
             let mut rounds = Vec::new();
-            for _ in 0..rounds_per_case {
+            for round in 0..rounds_per_case {
                 let direct = run(&up_addr, &body, stream, n, concurrency, None).await;
-                let b = run(&bare_addr, &body, stream, n, concurrency, Some(bare.id())).await;
-                let c = run(
-                    &cachet_addr,
-                    &body,
-                    stream,
-                    n,
-                    concurrency,
-                    Some(cachet.id()),
-                )
-                .await;
+                let bare_run = || run(&bare_addr, &body, stream, n, concurrency, Some(bare.id()));
+                let cachet_run = || {
+                    run(
+                        &cachet_addr,
+                        &body,
+                        stream,
+                        n,
+                        concurrency,
+                        Some(cachet.id()),
+                    )
+                };
+                let (b, c) = if round % 2 == 0 {
+                    let b = bare_run().await;
+                    (b, cachet_run().await)
+                } else {
+                    let c = cachet_run().await;
+                    (bare_run().await, c)
+                };
+                if std::env::var("LOAD_VERBOSE").is_ok() {
+                    eprintln!(
+                        "round {round}: bare {:.0} req/s {:.3} ms CPU/req {:.1} faults/req, cachet {:.0} req/s {:.3} ms CPU/req {:.1} faults/req",
+                        b.rps, b.cpu_ms_per_req, b.faults_per_req, c.rps, c.cpu_ms_per_req, c.faults_per_req
+                    );
+                }
                 rounds.push((direct, b, c));
             }
-            let median = |f: &dyn Fn(&(RunResult, RunResult, RunResult)) -> f64| {
+            let values = |f: &dyn Fn(&(RunResult, RunResult, RunResult)) -> f64| {
                 let mut v: Vec<f64> = rounds.iter().map(f).collect();
                 v.sort_by(|a, b| a.total_cmp(b));
+                v
+            };
+            let median = |f: &dyn Fn(&(RunResult, RunResult, RunResult)) -> f64| {
+                let v = values(f);
                 v[v.len() / 2]
             };
-            let direct = RunResult {
-                p50_ms: median(&|r| r.0.p50_ms),
-                p99_ms: median(&|r| r.0.p99_ms),
-                rps: median(&|r| r.0.rps),
-                cpu_ms_per_req: 0.0,
-            };
-            let b = RunResult {
-                p50_ms: median(&|r| r.1.p50_ms),
-                p99_ms: median(&|r| r.1.p99_ms),
-                rps: median(&|r| r.1.rps),
-                cpu_ms_per_req: median(&|r| r.1.cpu_ms_per_req),
-            };
-            let c = RunResult {
-                p50_ms: median(&|r| r.2.p50_ms),
-                p99_ms: median(&|r| r.2.p99_ms),
-                rps: median(&|r| r.2.rps),
-                cpu_ms_per_req: median(&|r| r.2.cpu_ms_per_req),
-            };
+            let cpu_ratios = values(&|r| r.2.cpu_ms_per_req / r.1.cpu_ms_per_req);
+            let rps_ratios = values(&|r| r.2.rps / r.1.rps);
             println!(
-                "| {label} | {stream} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} |",
-                direct.p50_ms,
-                b.p50_ms - direct.p50_ms,
-                c.p50_ms - direct.p50_ms,
-                b.p99_ms - direct.p99_ms,
-                c.p99_ms - direct.p99_ms,
-                b.rps,
-                c.rps,
-                c.rps / b.rps,
-                b.cpu_ms_per_req,
-                c.cpu_ms_per_req,
-                c.cpu_ms_per_req / b.cpu_ms_per_req,
+                "| {label} | {stream} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) | {:.3} | {:.3} | {:.2} ({:.2}–{:.2}) |",
+                median(&|r| r.0.p50_ms),
+                median(&|r| r.1.p50_ms - r.0.p50_ms),
+                median(&|r| r.2.p50_ms - r.0.p50_ms),
+                median(&|r| r.1.p99_ms - r.0.p99_ms),
+                median(&|r| r.2.p99_ms - r.0.p99_ms),
+                median(&|r| r.1.rps),
+                median(&|r| r.2.rps),
+                rps_ratios[rps_ratios.len() / 2],
+                rps_ratios[0],
+                rps_ratios[rps_ratios.len() - 1],
+                median(&|r| r.1.cpu_ms_per_req),
+                median(&|r| r.2.cpu_ms_per_req),
+                cpu_ratios[cpu_ratios.len() / 2],
+                cpu_ratios[0],
+                cpu_ratios[cpu_ratios.len() - 1],
             );
         }
     }
