@@ -120,6 +120,35 @@ fn benches(c: &mut Criterion) {
         );
     }
     group.finish();
+
+    // The check every proxied generation request pays for, against the serde_json pass it
+    // replaced (a struct with `model`, and the rest skipped).
+    let mut group = c.benchmark_group("body_check");
+    for (name, size) in sizes {
+        let body = session_body(size);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::new("shape_check", name), &body, |b, body| {
+            b.iter(|| black_box(cachet::shape::check(Endpoint::Messages, body).expect("valid")))
+        });
+        group.bench_with_input(
+            BenchmarkId::new("serde_json_head", name),
+            &body,
+            |b, body| {
+                #[derive(serde::Deserialize)]
+                struct Head<'a> {
+                    #[serde(borrow)]
+                    model: std::borrow::Cow<'a, str>,
+                    #[serde(borrow)]
+                    messages: &'a serde_json::value::RawValue,
+                }
+                b.iter(|| {
+                    let head: Head = serde_json::from_slice(body).expect("valid");
+                    black_box((head.model.len(), head.messages.get().len()))
+                })
+            },
+        );
+    }
+    group.finish();
 }
 
 criterion_group!(envelope, benches);
