@@ -1,14 +1,16 @@
 //! Load benchmark: the latency and CPU cachet adds on the plain pass-through path, against a
 //! bare pass-through hop written for this benchmark, measured in the same run.
 //!
-//! Three processes besides this driver: a fast fake upstream, the bare hop, and `cachet serve`.
-//! For each Anthropic request size (2 KB, 100 KB, 500 KB), streaming and not, the driver sends
-//! the same requests at fixed concurrency directly to the upstream, through the bare hop and
-//! through cachet, and reports p50/p99 added latency, throughput, CPU time per request of the
-//! hop process (from /proc) and its peak RSS.
+//! Four processes besides this driver: a fast fake upstream, the bare hop, `cachet serve` as
+//! shipped (every generation body checked before forwarding) and `cachet serve` with
+//! `server.check_body = false` (plain pass-through with the usage tap). For each Anthropic
+//! request size (2 KB, 100 KB, 500 KB), streaming and not, the driver sends the same requests
+//! at fixed concurrency directly to the upstream and through each hop, and reports p50/p99
+//! added latency, throughput, CPU time per request of the hop process (from /proc) and its
+//! peak RSS.
 //!
 //! Run: `cargo bench --bench proxy_load` (env: `LOAD_REQUESTS`, `LOAD_ROUNDS`,
-//! `LOAD_CONCURRENCY`).
+//! `LOAD_CONCURRENCY`, `LOAD_PIN=1`, `LOAD_ONLY=2KB:false`, `LOAD_VERBOSE=1`).
 
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
@@ -219,6 +221,7 @@ fn request_body(size: usize) -> String {
     .to_string()
 }
 
+#[derive(Clone)]
 struct RunResult {
     p50_ms: f64,
     p99_ms: f64,
@@ -330,25 +333,45 @@ async fn drive() {
             .env("BENCH_ROLE", "bare-hop")
             .env("BENCH_UPSTREAM", &up_url),
     );
-    let (mut cachet, cachet_addr) = spawn_role(
-        on_cpu("1", std::path::Path::new(env!("CARGO_BIN_EXE_cachet")))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--anthropic-upstream",
-                &up_url,
-            ])
-            .env(
-                "RUST_LOG",
-                std::env::var("BENCH_CACHET_RUST_LOG").unwrap_or_else(|_| "warn".into()),
-            ),
-    );
+    let cachet_role = |config: Option<&std::path::Path>| {
+        let mut cmd = on_cpu("1", std::path::Path::new(env!("CARGO_BIN_EXE_cachet")));
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--anthropic-upstream",
+            &up_url,
+        ])
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_CACHET_RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
+        spawn_role(&mut cmd)
+    };
+    // The default (every generation body checked before it is forwarded), and the plain
+    // pass-through with the usage tap (`server.check_body = false`).
+    let (mut cachet, cachet_addr) = cachet_role(None);
+    let unchecked_dir = tempfile::tempdir().unwrap();
+    let unchecked_config = unchecked_dir.path().join("cachet.toml");
+    std::fs::write(&unchecked_config, "[server]\ncheck_body = false\n").unwrap();
+    let (mut unchecked, unchecked_addr) = cachet_role(Some(&unchecked_config));
+    let hops: [(&str, &str, u32); 3] = [
+        ("bare", &bare_addr, bare.id()),
+        ("cachet", &cachet_addr, cachet.id()),
+        (
+            "cachet, check_body = false",
+            &unchecked_addr,
+            unchecked.id(),
+        ),
+    ];
     println!("requests per round: {requests}, rounds per case: {rounds_per_case} (medians; ratios within each round), concurrency: {concurrency}, pinned: {pin}");
-    println!("| body | stream | direct p50 ms | bare +p50 ms | cachet +p50 ms | bare +p99 ms | cachet +p99 ms | bare req/s | cachet req/s | throughput ratio (range) | bare CPU ms/req | cachet CPU ms/req | CPU ratio (range) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| body | stream | cachet | direct p50 ms | bare +p50 ms | cachet +p50 ms | bare +p99 ms | cachet +p99 ms | bare req/s | cachet req/s | throughput ratio (range) | bare CPU ms/req | cachet CPU ms/req | CPU ratio (range) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (label, size) in [
         ("2 KB", 2 * 1024),
         ("100 KB", 100 * 1024),
@@ -367,76 +390,77 @@ async fn drive() {
                     continue;
                 }
             }
-            // Each round runs direct, then the two hops back to back, in alternating order
-            // (bare first in even rounds, cachet first in odd ones), so that drifting load
-            // from the rest of the machine falls on both alike. Ratios are taken within a
-            // round and the table gives their median; latencies are medians over rounds.
-            let mut rounds = Vec::new();
+            // Each round runs direct, then the three hops back to back in an order that
+            // rotates from round to round, so that drifting load from the rest of the machine
+            // falls on all alike. Ratios are taken within a round and the table gives their
+            // median; latencies are medians over rounds.
+            let mut rounds: Vec<(RunResult, [Option<RunResult>; 3])> = Vec::new();
             for round in 0..rounds_per_case {
                 let direct = run(&up_addr, &body, stream, n, concurrency, None).await;
-                let bare_run = || run(&bare_addr, &body, stream, n, concurrency, Some(bare.id()));
-                let cachet_run = || {
-                    run(
-                        &cachet_addr,
-                        &body,
-                        stream,
-                        n,
-                        concurrency,
-                        Some(cachet.id()),
-                    )
-                };
-                let (b, c) = if round % 2 == 0 {
-                    let b = bare_run().await;
-                    (b, cachet_run().await)
-                } else {
-                    let c = cachet_run().await;
-                    (bare_run().await, c)
-                };
-                if std::env::var("LOAD_VERBOSE").is_ok() {
-                    eprintln!(
-                        "round {round}: bare {:.0} req/s {:.3} ms CPU/req {:.1} faults/req, cachet {:.0} req/s {:.3} ms CPU/req {:.1} faults/req",
-                        b.rps, b.cpu_ms_per_req, b.faults_per_req, c.rps, c.cpu_ms_per_req, c.faults_per_req
-                    );
+                let mut results: [Option<RunResult>; 3] = [None, None, None];
+                for k in 0..hops.len() {
+                    let i = (round + k) % hops.len();
+                    let (_, addr, pid) = hops[i];
+                    results[i] = Some(run(addr, &body, stream, n, concurrency, Some(pid)).await);
                 }
-                rounds.push((direct, b, c));
+                if std::env::var("LOAD_VERBOSE").is_ok() {
+                    for ((name, _, _), r) in hops.iter().zip(&results) {
+                        let r = r.as_ref().expect("every hop ran");
+                        eprintln!(
+                            "round {round}: {name}: {:.0} req/s, {:.3} ms CPU/req, {:.1} faults/req",
+                            r.rps, r.cpu_ms_per_req, r.faults_per_req
+                        );
+                    }
+                }
+                rounds.push((direct, results));
             }
-            let values = |f: &dyn Fn(&(RunResult, RunResult, RunResult)) -> f64| {
-                let mut v: Vec<f64> = rounds.iter().map(f).collect();
-                v.sort_by(|a, b| a.total_cmp(b));
-                v
-            };
-            let median = |f: &dyn Fn(&(RunResult, RunResult, RunResult)) -> f64| {
-                let v = values(f);
-                v[v.len() / 2]
-            };
-            let cpu_ratios = values(&|r| r.2.cpu_ms_per_req / r.1.cpu_ms_per_req);
-            let rps_ratios = values(&|r| r.2.rps / r.1.rps);
-            println!(
-                "| {label} | {stream} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) | {:.3} | {:.3} | {:.2} ({:.2}–{:.2}) |",
-                median(&|r| r.0.p50_ms),
-                median(&|r| r.1.p50_ms - r.0.p50_ms),
-                median(&|r| r.2.p50_ms - r.0.p50_ms),
-                median(&|r| r.1.p99_ms - r.0.p99_ms),
-                median(&|r| r.2.p99_ms - r.0.p99_ms),
-                median(&|r| r.1.rps),
-                median(&|r| r.2.rps),
-                rps_ratios[rps_ratios.len() / 2],
-                rps_ratios[0],
-                rps_ratios[rps_ratios.len() - 1],
-                median(&|r| r.1.cpu_ms_per_req),
-                median(&|r| r.2.cpu_ms_per_req),
-                cpu_ratios[cpu_ratios.len() / 2],
-                cpu_ratios[0],
-                cpu_ratios[cpu_ratios.len() - 1],
-            );
+            for (hop, (name, _, _)) in hops.iter().enumerate().skip(1) {
+                let pick = |r: &(RunResult, [Option<RunResult>; 3]), i: usize| {
+                    r.1[i].clone().expect("every hop ran")
+                };
+                let values = |f: &dyn Fn(&RunResult, &RunResult, &RunResult) -> f64| {
+                    let mut v: Vec<f64> = rounds
+                        .iter()
+                        .map(|r| f(&r.0, &pick(r, 0), &pick(r, hop)))
+                        .collect();
+                    v.sort_by(|a, b| a.total_cmp(b));
+                    v
+                };
+                let median = |f: &dyn Fn(&RunResult, &RunResult, &RunResult) -> f64| {
+                    let v = values(f);
+                    v[v.len() / 2]
+                };
+                let cpu_ratios = values(&|_, b, c| c.cpu_ms_per_req / b.cpu_ms_per_req);
+                let rps_ratios = values(&|_, b, c| c.rps / b.rps);
+                let variant = name.strip_prefix("cachet, ").unwrap_or("default");
+                println!(
+                    "| {label} | {stream} | {variant} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) | {:.3} | {:.3} | {:.2} ({:.2}–{:.2}) |",
+                    median(&|d, _, _| d.p50_ms),
+                    median(&|d, b, _| b.p50_ms - d.p50_ms),
+                    median(&|d, _, c| c.p50_ms - d.p50_ms),
+                    median(&|d, b, _| b.p99_ms - d.p99_ms),
+                    median(&|d, _, c| c.p99_ms - d.p99_ms),
+                    median(&|_, b, _| b.rps),
+                    median(&|_, _, c| c.rps),
+                    rps_ratios[rps_ratios.len() / 2],
+                    rps_ratios[0],
+                    rps_ratios[rps_ratios.len() - 1],
+                    median(&|_, b, _| b.cpu_ms_per_req),
+                    median(&|_, _, c| c.cpu_ms_per_req),
+                    cpu_ratios[cpu_ratios.len() / 2],
+                    cpu_ratios[0],
+                    cpu_ratios[cpu_ratios.len() - 1],
+                );
+            }
         }
     }
     println!(
-        "peak RSS: bare hop {:.1} MiB, cachet {:.1} MiB",
+        "peak RSS: bare hop {:.1} MiB, cachet {:.1} MiB, cachet with check_body = false {:.1} MiB",
         peak_rss_mib(bare.id()),
-        peak_rss_mib(cachet.id())
+        peak_rss_mib(cachet.id()),
+        peak_rss_mib(unchecked.id())
     );
-    for child in [&mut up, &mut bare, &mut cachet] {
+    for child in [&mut up, &mut bare, &mut cachet, &mut unchecked] {
         let _ = child.kill();
         let _ = child.wait();
     }

@@ -31,6 +31,10 @@ pub struct ServerConfig {
     pub shutdown_grace_secs: u64,
     /// Time a client has to send its request line and headers before the connection closes.
     pub header_read_timeout_ms: u64,
+    /// Check that each generation request body is JSON of its API's shape before forwarding
+    /// it (a 400 otherwise). Off, requests no policy matches go through unread, and the model
+    /// label comes from the response.
+    pub check_body: bool,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +45,7 @@ impl Default for ServerConfig {
             max_body_bytes: 32 * 1024 * 1024,
             shutdown_grace_secs: 30,
             header_read_timeout_ms: 30_000,
+            check_body: true,
         }
     }
 }

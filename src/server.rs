@@ -298,11 +298,12 @@ async fn proxy(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
     let body = read_body(body, declared, state.config.server.max_body_bytes).await?;
-    let parsed = matches!(
+    let generation_like = matches!(
         route.endpoint,
         Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
     );
-    if parsed {
+    // Policies read the body whatever `check_body` says, so it is always checked for them.
+    if generation_like && (state.config.server.check_body || state.pipeline.is_some()) {
         *model = shape::check(route.endpoint, &body)?;
     }
     let trace = state
@@ -369,7 +370,12 @@ async fn proxy(
     let pipeline = state.pipeline.clone();
     let recorder = state.recorder.clone();
     let on_finish = Box::new(move |result: TapResult| {
-        finish_request(&metrics, route, &model, &variant, status, sent, &result);
+        // An unchecked body leaves the model to the response.
+        let model = match (&result.model, model.as_str()) {
+            (Some(answered), "unknown") => answered.as_str(),
+            _ => model.as_str(),
+        };
+        finish_request(&metrics, route, model, &variant, status, sent, &result);
         if let (Some(recorder), Some(mut record)) = (recorder, trace) {
             record.usage = result.usage;
             record.status = Some(status.as_u16());

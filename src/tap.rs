@@ -48,6 +48,8 @@ impl Outcome {
 #[derive(Debug, Clone)]
 pub struct TapResult {
     pub usage: Option<Usage>,
+    /// The model the response names (the one that answered).
+    pub model: Option<String>,
     pub outcome: Outcome,
     pub bytes: u64,
     pub events: u64,
@@ -160,21 +162,28 @@ impl Tap {
 
     pub fn finish(self, outcome: Outcome) -> TapResult {
         let endpoint = self.endpoint;
-        let (usage, events, json_body, kept_events) = match self.reader {
+        let (usage, model, events, json_body, kept_events) = match self.reader {
             Reader::Sse {
                 decoder,
                 usage,
                 kept,
                 ..
-            } => (usage.usage(), decoder.events, None, kept),
+            } => (
+                usage.usage(),
+                usage.model().map(str::to_string),
+                decoder.events,
+                None,
+                kept,
+            ),
             Reader::Json { copy, overflow } if !overflow => {
-                let usage = usage::from_response_body(endpoint, &copy);
-                (usage, 0, Some(Bytes::from(copy)), Vec::new())
+                let (usage, model) = usage::read_response_body(endpoint, &copy);
+                (usage, model, 0, Some(Bytes::from(copy)), Vec::new())
             }
-            _ => (None, 0, None, Vec::new()),
+            _ => (None, None, 0, None, Vec::new()),
         };
         TapResult {
             usage,
+            model,
             outcome,
             bytes: self.bytes,
             events,

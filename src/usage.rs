@@ -115,32 +115,47 @@ pub fn from_openai_responses(usage: &Value) -> Usage {
 
 /// Usage from a complete, non-streaming response body.
 pub fn from_response_body(endpoint: Endpoint, body: &[u8]) -> Option<Usage> {
-    // Only `usage` is built; the rest of the body (the reply itself) is only validated.
-    let mut found = None;
-    crate::json_check::check(body, |field| {
-        if &body[field.key] == b"usage" {
-            found = Some(field.value);
-        }
-    })
-    .ok()?;
-    let usage: Value = serde_json::from_slice(&body[found?]).ok()?;
-    let usage = Some(&usage).filter(|u| u.is_object())?;
-    Some(match endpoint {
-        Endpoint::Messages => {
-            let mut u = Usage::default();
-            merge_anthropic(&mut u, usage);
-            u
-        }
-        Endpoint::Chat => from_openai_chat(usage),
-        Endpoint::Responses => from_openai_responses(usage),
-        _ => return None,
-    })
+    read_response_body(endpoint, body).0
+}
+
+/// Usage and the answering model from a complete, non-streaming response body, in one pass.
+pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> (Option<Usage>, Option<String>) {
+    // Only `usage` and `model` are built; the rest of the body (the reply itself) is only
+    // validated.
+    let (mut usage_at, mut model_at) = (None, None);
+    let valid = crate::json_check::check(body, |field| match &body[field.key] {
+        b"usage" => usage_at = Some(field.value),
+        b"model" => model_at = Some(field.value),
+        _ => {}
+    });
+    if valid.is_err() {
+        return (None, None);
+    }
+    let model = model_at.and_then(|r| serde_json::from_slice::<String>(&body[r]).ok());
+    let usage = usage_at
+        .and_then(|r| serde_json::from_slice::<Value>(&body[r]).ok())
+        .filter(Value::is_object)
+        .and_then(|usage| {
+            Some(match endpoint {
+                Endpoint::Messages => {
+                    let mut u = Usage::default();
+                    merge_anthropic(&mut u, &usage);
+                    u
+                }
+                Endpoint::Chat => from_openai_chat(&usage),
+                Endpoint::Responses => from_openai_responses(&usage),
+                _ => return None,
+            })
+        });
+    (usage, model)
 }
 
 /// Reads usage from a stream's SSE events, one event at a time.
 #[derive(Debug, Default)]
 pub struct StreamUsage {
     usage: Option<Usage>,
+    /// The model that answered, as the stream names it.
+    model: Option<String>,
 }
 
 impl StreamUsage {
@@ -162,6 +177,14 @@ impl StreamUsage {
         let Ok(v) = serde_json::from_slice::<Value>(data) else {
             return;
         };
+        let model = match endpoint {
+            Endpoint::Messages => v.get("message").and_then(|m| m.get("model")),
+            Endpoint::Responses => v.get("response").and_then(|r| r.get("model")),
+            _ => v.get("model"),
+        };
+        if let Some(model) = model.and_then(Value::as_str) {
+            self.model = Some(model.to_string());
+        }
         match endpoint {
             Endpoint::Messages => {
                 let usage = if event == "message_start" {
@@ -193,6 +216,10 @@ impl StreamUsage {
 
     pub fn usage(&self) -> Option<Usage> {
         self.usage
+    }
+
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
 }
 
@@ -244,5 +271,34 @@ mod tests {
         );
         let u = s.usage().unwrap();
         assert_eq!((u.uncached, u.cache_read, u.output), (5, 100, 77));
+    }
+
+    #[test]
+    fn the_answering_model_is_read_from_each_api() {
+        let chat = json!({"id": "c", "model": "gpt-4o-2024-08-06", "choices": [],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2}});
+        let mut s = StreamUsage::default();
+        s.on_event(Endpoint::Chat, "", chat.to_string().as_bytes());
+        assert_eq!(s.model(), Some("gpt-4o-2024-08-06"));
+
+        let done = json!({"type": "response.completed", "response": {"model": "gpt-5-2025-08-07",
+            "usage": {"input_tokens": 10, "output_tokens": 2}}});
+        let mut s = StreamUsage::default();
+        s.on_event(
+            Endpoint::Responses,
+            "response.completed",
+            done.to_string().as_bytes(),
+        );
+        assert_eq!(s.model(), Some("gpt-5-2025-08-07"));
+
+        let body = json!({"model": "claude-x", "content": [{"type": "text", "text": "\"model\""}],
+            "usage": {"input_tokens": 3, "output_tokens": 1}});
+        let (usage, model) = read_response_body(Endpoint::Messages, body.to_string().as_bytes());
+        assert_eq!(model.as_deref(), Some("claude-x"));
+        assert_eq!(usage.map(|u| u.uncached), Some(3));
+        assert_eq!(
+            read_response_body(Endpoint::Messages, b"{\"model\":"),
+            (None, None)
+        );
     }
 }

@@ -153,6 +153,7 @@ mod tests {
 
     fn result(events: &[(&str, &str)]) -> TapResult {
         TapResult {
+            model: None,
             usage: None,
             outcome: Outcome::Complete,
             bytes: 0,

@@ -353,3 +353,71 @@ async fn a_client_that_never_finishes_its_headers_is_disconnected() {
     assert!(upstream.requests().is_empty());
     proxy.shutdown().await;
 }
+
+/// `server.check_body = false`: bodies go through unread (the provider answers malformed
+/// ones itself), and the model label comes from the response, streamed or not.
+#[tokio::test]
+async fn unchecked_bodies_are_forwarded_and_labelled_by_the_answering_model() {
+    let answer =
+        r#"{"type":"error","error":{"type":"invalid_request_error","message":"upstream says no"}}"#;
+    let upstream = FakeUpstream::start(Script::json(400, answer)).await;
+    let mut config = test_config(&upstream.url());
+    config.server.check_body = false;
+    let proxy = start_proxy(config).await;
+
+    let malformed = "{\"model\": \"claude\", \"messages\": [";
+    let (s, v) = post(&proxy, "/v1/messages", malformed, true).await;
+    assert_eq!(s, 400);
+    assert_eq!(
+        v["error"]["message"], "upstream says no",
+        "the provider's own answer"
+    );
+    assert_eq!(upstream.requests()[0].body, malformed.as_bytes());
+
+    upstream.set_script(Script::json(
+        200,
+        r#"{"id":"msg_1","type":"message","model":"claude-sonnet-4-5-20250929","content":[],"usage":{"input_tokens":5,"cache_read_input_tokens":100,"output_tokens":2}}"#,
+    ));
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+    let (s, _) = post(&proxy, "/v1/messages", body, true).await;
+    assert_eq!(s, 200);
+
+    upstream.set_script(Script::sse(vec![
+        chunk("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"model\":\"claude-haiku-4-5-20251001\",\"usage\":{\"input_tokens\":7,\"cache_read_input_tokens\":0,\"output_tokens\":1}}}\n\n"),
+        chunk("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{},\"usage\":{\"output_tokens\":3}}\n\n"),
+        chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+    ]));
+    let (s, _) = post(&proxy, "/v1/messages", body, true).await;
+    assert_eq!(s, 200);
+
+    let text = metrics_text(&proxy).await;
+    let requests = |model: &str, status: &str| {
+        metric_value(
+            &text,
+            "cachet_requests_total",
+            &[("model", model), ("status", status)],
+        )
+    };
+    assert_eq!(requests("unknown", "400"), Some(1.0), "{text}");
+    assert_eq!(
+        requests("claude-sonnet-4-5-20250929", "200"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        requests("claude-haiku-4-5-20251001", "200"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric_value(
+            &text,
+            "cachet_input_tokens_total",
+            &[
+                ("model", "claude-sonnet-4-5-20250929"),
+                ("kind", "cache_read")
+            ]
+        ),
+        Some(100.0)
+    );
+}
