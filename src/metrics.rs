@@ -313,7 +313,9 @@ impl Metrics {
             variant: variant.to_string(),
         });
         if let Ok(mut map) = self.token_counters.write() {
-            if map.len() < MAX_CACHED_COUNTERS {
+            // Keys hold the model as sent: long ones are not kept, or a client could make
+            // the cache hold megabytes per entry.
+            if map.len() < MAX_CACHED_COUNTERS && model.len() <= 128 && variant.len() <= 128 {
                 map.insert(key, counters.clone());
             }
         }
@@ -346,6 +348,57 @@ mod tests {
             m.model_label(&format!("m{i}"));
         }
         assert_eq!(m.model_label("brand-new"), "other");
+    }
+
+    #[test]
+    fn counter_handles_stay_bounded_and_keep_counting() {
+        let m = Metrics::new();
+        let u = Usage {
+            uncached: 1,
+            ..Usage::default()
+        };
+        let long = "m".repeat(1000);
+        for i in 0..MAX_CACHED_COUNTERS + 50 {
+            let model = format!("model-{i}");
+            m.record_request(
+                Provider::Anthropic,
+                Endpoint::Messages,
+                &model,
+                "200",
+                "none",
+                Some(&u),
+            );
+        }
+        m.record_request(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            &long,
+            "200",
+            "none",
+            Some(&u),
+        );
+        let cached = m.token_counters.read().unwrap();
+        assert_eq!(cached.len(), MAX_CACHED_COUNTERS);
+        assert!(!cached.keys().any(|(_, model, _)| model == &long));
+        drop(cached);
+        // Every request counted, cached handle or not: 256 named models, the rest as `other`.
+        let total: u64 = m
+            .input_tokens
+            .with_label_values(&["anthropic", "other", "none", "uncached"])
+            .get()
+            + (0..MAX_MODELS)
+                .map(|i| {
+                    m.input_tokens
+                        .with_label_values(&[
+                            "anthropic",
+                            &format!("model-{i}"),
+                            "none",
+                            "uncached",
+                        ])
+                        .get()
+                })
+                .sum::<u64>();
+        assert_eq!(total, (MAX_CACHED_COUNTERS + 51) as u64);
     }
 
     #[test]
