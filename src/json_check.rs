@@ -193,7 +193,19 @@ fn skip_string(b: &[u8], mut pos: usize) -> Result<usize, Invalid> {
         match b.get(pos) {
             Some(b'"') => return Ok(pos + 1),
             Some(b'\\') => match b.get(pos + 1) {
-                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => pos += 2,
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                    pos += 2;
+                    // A string with one escape usually has many (code, tool output): the
+                    // rest of it is scanned with escapes as bit masks, not one stop each.
+                    #[cfg(target_arch = "x86_64")]
+                    if is_x86_feature_detected!("avx2") {
+                        // SAFETY: AVX2 is available, checked just above.
+                        match unsafe { x86::skip_escaped_string_avx2(b, pos) } {
+                            Ok(end) => return Ok(end),
+                            Err(at) => pos = at,
+                        }
+                    }
+                }
                 Some(b'u') => {
                     for i in pos + 2..pos + 6 {
                         if !b.get(i).is_some_and(u8::is_ascii_hexdigit) {
@@ -238,6 +250,20 @@ fn find_special(b: &[u8], pos: usize) -> usize {
         .map_or(b.len(), |i| pos + i)
 }
 
+/// Of a block's backslash bits, the bits of the bytes they escape (simdjson's branch-free
+/// method): odd-length runs of backslashes escape the byte after them. `carry` says whether
+/// the block's first byte is escaped, and is updated for the next block.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn escaped_bits(backslashes: u32, carry: &mut u32) -> u32 {
+    const EVEN: u32 = 0x5555_5555;
+    let backslashes = backslashes & !*carry;
+    let follows_escape = (backslashes << 1) | *carry;
+    let odd_starts = backslashes & !EVEN & !follows_escape;
+    let (starting_on_even, overflow) = odd_starts.overflowing_add(backslashes);
+    *carry = overflow as u32;
+    (EVEN ^ (starting_on_even << 1)) & follows_escape
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -258,6 +284,56 @@ mod x86 {
         } else {
             skip_plain_sse2(b, pos, usize::MAX).0
         }
+    }
+
+    /// The rest of a string from `pos` (never inside an escape), 32 bytes at a time, with
+    /// escapes resolved as bit masks: `Ok` is the position after the closing quote; `Err` is
+    /// where the byte-by-byte loop must take over (a `\u` or invalid escape, a control or
+    /// non-ASCII byte, or the last partial block), never inside an escape.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn skip_escaped_string_avx2(
+        b: &[u8],
+        mut pos: usize,
+    ) -> Result<usize, usize> {
+        let quote = _mm256_set1_epi8(b'"' as i8);
+        let backslash = _mm256_set1_epi8(b'\\' as i8);
+        let control_max = _mm256_set1_epi8(0x1f);
+        let simple: [__m256i; 8] =
+            [b'"', b'\\', b'/', b'b', b'f', b'n', b'r', b't'].map(|c| _mm256_set1_epi8(c as i8));
+        // Whether the first byte of the next block is escaped.
+        let mut carry = 0u32;
+        while pos + 32 <= b.len() {
+            // SAFETY: the loop condition keeps the 32 bytes read inside `b`.
+            let v = unsafe { _mm256_loadu_si256(b.as_ptr().add(pos) as *const __m256i) };
+            let quotes = _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, quote)) as u32;
+            let backslashes = _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, backslash)) as u32;
+            // Control and non-ASCII bytes: as signed bytes, those not greater than 0x1f.
+            let other = !(_mm256_movemask_epi8(_mm256_cmpgt_epi8(v, control_max)) as u32);
+            let escaped = super::escaped_bits(backslashes, &mut carry);
+            let real_quotes = quotes & !escaped;
+            // Bits before the closing quote (all of them when it is not in this block).
+            let before_end = real_quotes.wrapping_sub(1) & !real_quotes;
+            let mut trouble = other & before_end;
+            if escaped & before_end != 0 {
+                let mut allowed = _mm256_setzero_si256();
+                for c in simple {
+                    allowed = _mm256_or_si256(allowed, _mm256_cmpeq_epi8(v, c));
+                }
+                trouble |= escaped & before_end & !(_mm256_movemask_epi8(allowed) as u32);
+            }
+            if trouble != 0 {
+                let i = trouble.trailing_zeros();
+                // An escaped byte goes back to its backslash, which the caller re-reads.
+                let back = (escaped >> i) & 1;
+                return Err(pos + i as usize - back as usize);
+            }
+            if real_quotes != 0 {
+                return Ok(pos + real_quotes.trailing_zeros() as usize + 1);
+            }
+            pos += 32;
+        }
+        // Leave on a byte that is not escaped: back to the backslash when it is.
+        Err(pos - carry as usize)
     }
 
     #[target_feature(enable = "avx2")]
@@ -456,6 +532,112 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn escaped_bits_match_a_byte_scan() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            // Three blocks of backslash bits, dense enough for long runs.
+            let blocks = [
+                seed as u32 | (seed >> 32) as u32,
+                (seed >> 16) as u32,
+                seed as u32,
+            ];
+            let mut carry = 0;
+            let fast: Vec<u32> = blocks
+                .iter()
+                .map(|&b| escaped_bits(b, &mut carry))
+                .collect();
+            let mut want = [0u32; 3];
+            let mut escaped_next = false;
+            for i in 0..96 {
+                let is_backslash = blocks[i / 32] >> (i % 32) & 1 == 1;
+                if escaped_next {
+                    want[i / 32] |= 1 << (i % 32);
+                    escaped_next = false;
+                } else if is_backslash {
+                    escaped_next = true;
+                }
+            }
+            assert_eq!(fast, want, "{blocks:x?}");
+        }
+    }
+
+    /// Strings of every kind of byte a string scanner stops at, against a byte-by-byte scan.
+    #[test]
+    fn strings_are_skipped_as_a_byte_scan_skips_them() {
+        let reference = |b: &[u8], mut pos: usize| -> Result<usize, Invalid> {
+            loop {
+                match b.get(pos) {
+                    Some(b'"') => return Ok(pos + 1),
+                    Some(b'\\') => match b.get(pos + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => pos += 2,
+                        Some(b'u') => {
+                            for i in pos + 2..pos + 6 {
+                                if !b.get(i).is_some_and(u8::is_ascii_hexdigit) {
+                                    return Err(Invalid {
+                                        offset: i.min(b.len()),
+                                    });
+                                }
+                            }
+                            pos += 6;
+                        }
+                        _ => return Err(Invalid { offset: pos + 1 }),
+                    },
+                    Some(c) if *c >= 0x80 => {
+                        let run = b[pos..].iter().take_while(|&&c| c >= 0x80).count();
+                        if let Err(e) = std::str::from_utf8(&b[pos..pos + run]) {
+                            return Err(Invalid {
+                                offset: pos + e.valid_up_to(),
+                            });
+                        }
+                        pos += run;
+                    }
+                    Some(c) if *c >= 0x20 => pos += 1,
+                    _ => return Err(Invalid { offset: pos }),
+                }
+            }
+        };
+        let alphabet: &[&[u8]] = &[
+            b"a",
+            b"a",
+            b"a",
+            b"a",
+            b"\"",
+            b"\\",
+            b"\\\\",
+            b"\\\"",
+            b"\\n",
+            b"\\u00e9",
+            b"\\u12",
+            b"\\x",
+            b"\x01",
+            "é".as_bytes(),
+            b"\xff",
+            b"n",
+            b"  ",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let mut body = Vec::new();
+            let len = (seed % 200) as usize;
+            while body.len() < len {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                body.extend_from_slice(alphabet[(seed >> 40) as usize % alphabet.len()]);
+            }
+            assert_eq!(
+                skip_string(&body, 0),
+                reference(&body, 0),
+                "{:?}",
+                String::from_utf8_lossy(&body)
+            );
         }
     }
 
