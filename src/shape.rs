@@ -18,10 +18,20 @@ use crate::provider::Endpoint;
 
 /// Check that a body is JSON of the API's shape; returns the model.
 pub fn check(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
-    match fast_head(body) {
+    let head = if is_object(body) {
+        fast_head(body)
+    } else {
+        None
+    };
+    match head {
         Some(head) => check_head(endpoint, head),
         None => check_with_serde(endpoint, body),
     }
+}
+
+/// Whether the body's first non-blank byte opens an object.
+fn is_object(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 /// The fields cachet needs from a generation request; the rest is skipped unparsed.
@@ -35,14 +45,10 @@ struct RequestHead<'a> {
     input: Option<&'a RawValue>,
 }
 
-/// The head of a valid object body, from one `json_check` pass; `None` when the body is
-/// invalid or serde_json would read the head differently (escaped keys, repeated fields, a
-/// model that is not a plain string).
+/// The head of an object body, from one `json_check` pass; `None` when the body is invalid
+/// or serde_json would read the head differently (escaped keys, repeated fields, a model
+/// that is not a plain string).
 fn fast_head(body: &[u8]) -> Option<Head<'_>> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
-        return None;
-    }
     let mut fields: [Option<Range<usize>>; 3] = [None, None, None];
     let mut unusual = false;
     json_check::check(body, |field| {
@@ -86,8 +92,7 @@ struct Head<'a> {
 }
 
 fn check_with_serde(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
+    if !is_object(body) {
         if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
             return Err(ApiError::invalid(format!(
                 "request body is not valid JSON: {e}"

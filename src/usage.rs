@@ -113,11 +113,6 @@ pub fn from_openai_responses(usage: &Value) -> Usage {
     )
 }
 
-/// Usage from a complete, non-streaming response body.
-pub fn from_response_body(endpoint: Endpoint, body: &[u8]) -> Option<Usage> {
-    read_response_body(endpoint, body).0
-}
-
 /// Usage and the answering model from a complete, non-streaming response body, in one pass.
 pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> (Option<Usage>, Option<String>) {
     // Only `usage` and `model` are built; the rest of the body (the reply itself) is only
@@ -234,7 +229,9 @@ mod tests {
             "cache_creation_input_tokens": 500,
             "cache_creation": {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 300},
             "output_tokens": 40}});
-        let u = from_response_body(Endpoint::Messages, body.to_string().as_bytes()).unwrap();
+        let u = read_response_body(Endpoint::Messages, body.to_string().as_bytes())
+            .0
+            .unwrap();
         assert_eq!(u.cache_read, 3000);
         assert_eq!(u.cache_write, 500);
         assert_eq!((u.cache_write_5m, u.cache_write_1h), (200, 300));
