@@ -102,6 +102,9 @@ pub struct SessionsConfig {
     pub store: String,
     /// `fail-open` (forward without replay) or `fail-closed` (503) when the store is down.
     pub on_store_error: StoreFailure,
+    /// Keep sessions, the request log and prefix-break diagnoses for every generation
+    /// request, policy or not (computed after the response, never changing bytes).
+    pub monitor: bool,
 }
 
 impl Default for SessionsConfig {
@@ -109,6 +112,7 @@ impl Default for SessionsConfig {
         SessionsConfig {
             store: "./cachet-data/".into(),
             on_store_error: StoreFailure::FailOpen,
+            monitor: true,
         }
     }
 }

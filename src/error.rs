@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use http::StatusCode;
 
-use crate::provider::Provider;
+use crate::providers::Provider;
 
 /// What went wrong, which decides the status and the provider error type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,15 +12,13 @@
 //! - `cache_model`, `emulator`: provider prompt-cache accounting and the emulator.
 //! - `metrics`, `admin`: Prometheus metrics and the admin listener.
 
-pub mod admin;
 pub mod cache_model;
 pub mod cli;
+pub mod commands;
 pub mod config;
-pub mod demo;
 pub mod emulator;
 pub mod envelope;
 pub mod error;
-pub mod forward;
 pub mod hooks;
 pub mod inject;
 pub mod json_check;
@@ -29,13 +27,13 @@ pub mod models;
 pub mod patch;
 pub mod pipeline;
 pub mod policy;
-pub mod provider;
+pub mod providers;
 pub mod replay;
 pub mod secret;
-pub mod server;
 pub mod session;
 pub mod shape;
 pub mod sse;
 pub mod tap;
 pub mod tokens;
+pub mod transport;
 pub mod usage;

@@ -9,7 +9,7 @@ use prometheus::{
     IntCounterVec, Opts, Registry, TextEncoder,
 };
 
-use crate::provider::{Endpoint, Provider};
+use crate::providers::{Endpoint, Provider};
 use crate::usage::Usage;
 
 /// Distinct model label values kept before new ones are reported as `other`.

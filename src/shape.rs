@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use crate::error::ApiError;
 use crate::json_check;
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 /// Check that a body is JSON of the API's shape; returns the model.
 pub fn check(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {

@@ -13,7 +13,7 @@ use futures_util::Stream;
 use tokio::time::Sleep;
 
 use crate::error::{anthropic_stream_error_event, ErrorKind};
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 use crate::sse;
 use crate::usage::{self, StreamUsage, Usage};
 

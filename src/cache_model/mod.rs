@@ -26,7 +26,7 @@ pub use clock::Clock;
 pub use openai::{OpenAiCache, MIN_CACHED_TOKENS, STEP_TOKENS};
 
 use crate::error::ApiError;
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 /// What counts as one block for the Anthropic lookback (the provider does not document
 /// it precisely).

@@ -16,7 +16,7 @@ use super::hash::{canonical_json, Chain, PrefixHash};
 use super::tokens::{self, OPENAI_IMAGE_TOKENS, OPENAI_MESSAGE_OVERHEAD};
 use super::{Accounting, Detail};
 use crate::error::ApiError;
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 /// Shortest prompt that is cached.
 pub const MIN_CACHED_TOKENS: u64 = 1024;

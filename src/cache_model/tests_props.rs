@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::CacheModel;
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![

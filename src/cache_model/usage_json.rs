@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::Accounting;
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 impl Accounting {
     /// The provider's `usage` object for `endpoint`, with the reply's output tokens.

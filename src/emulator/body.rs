@@ -7,7 +7,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::Value;
 
-use crate::server::{full, ProxyBody};
+use crate::transport::{full, ProxyBody};
 
 /// One SSE frame. Anthropic and Responses name their events; Chat does not.
 pub fn sse(event: Option<&str>, data: &Value) -> Bytes {

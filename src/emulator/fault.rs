@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::{anthropic_stream_error_event, error_body, ApiError, ErrorKind};
-use crate::provider::{Endpoint, Provider};
+use crate::providers::{Endpoint, Provider};
 
 pub const HEADER: &str = "x-cachet-emulate-fault";
 

@@ -79,7 +79,7 @@ pub async fn spawn(
     let shared = Arc::new(routes::Shared::new(&opts, clock.clone()));
     let (tx, rx) = watch::channel(false);
     let handler_state = shared.clone();
-    let task = tokio::spawn(crate::server::serve_connections(
+    let task = tokio::spawn(crate::transport::http::serve_connections(
         listener,
         rx,
         Duration::from_secs(1),

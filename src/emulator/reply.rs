@@ -9,7 +9,7 @@
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 /// The reply text when none is configured.
 pub const DEFAULT_TEXT: &str = "Hello from the cachet emulator. This reply is deterministic.";

@@ -17,8 +17,8 @@ use super::turn::Turn;
 use super::{anthropic, chat, models, responses, EmulatorOptions};
 use crate::cache_model::{Accounting, CacheModel, Clock};
 use crate::error::{error_body, ApiError, ErrorKind};
-use crate::provider::{Endpoint, Provider};
-use crate::server::{full, ProxyBody};
+use crate::providers::{Endpoint, Provider};
+use crate::transport::{full, ProxyBody};
 
 /// Requests remembered for [`super::EmulatorHandle::accounted`].
 pub const LOG_CAPACITY: usize = 10_000;

@@ -3,7 +3,7 @@
 use http::HeaderMap;
 use serde::Serialize;
 
-use crate::provider::{Endpoint, Provider};
+use crate::providers::{Endpoint, Provider};
 
 /// The client program, as named in policies (`client = [...]`) and the envelope's meta.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]

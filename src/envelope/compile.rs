@@ -11,7 +11,7 @@ use super::breakpoints::{self, BreakpointMode, Plan};
 use super::scan;
 use super::seq::{render, Container, Item};
 use super::{owned_keys, Envelope, SystemForm};
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 /// How to compile an envelope.
 #[derive(Debug, Clone, Default)]
@@ -352,7 +352,7 @@ impl<'a> Ctx<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::Provider;
+    use crate::providers::Provider;
 
     #[test]
     fn identity_is_the_same_bytes() {

@@ -4,7 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use super::scan;
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 /// The facts about one message that ordering rules and turn detection need.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

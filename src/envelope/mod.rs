@@ -19,7 +19,7 @@ mod view;
 
 use bytes::Bytes;
 
-use crate::provider::{Endpoint, Provider};
+use crate::providers::{Endpoint, Provider};
 
 pub use blocks::count_markers;
 pub use breakpoints::{BreakpointMode, Ttl, MAX_MARKERS};

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use super::scan::{self, Span};
 use super::{Element, Envelope, Meta, OrigArray, SystemForm, SystemPart};
 use crate::error::ApiError;
-use crate::provider::{Endpoint, Provider};
+use crate::providers::{Endpoint, Provider};
 
 /// The name of the n-th part the client's own system prompt arrives as.
 pub(crate) fn base_part_name(n: usize) -> String {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::outcome::HookOutcome;
 use crate::patch::HandlerResult;
 use crate::policy::ContextReason;
-use crate::provider::{Endpoint, Provider};
+use crate::providers::{Endpoint, Provider};
 
 /// `{"type":"context","reason":…,"state":{"envelope":E}}`, plus `assistant` and `usage`
 /// for `turn_end`.

@@ -9,7 +9,7 @@ use super::refusal::{ApplyReport, OpOutcome, PatchRefusal, RefusalReason};
 use crate::envelope::{
     check_boundary, neutral_to_provider, Element, Envelope, MsgKind, SystemPart,
 };
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 type OpResult = Result<(), RefusalReason>;
 

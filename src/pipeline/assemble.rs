@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 use crate::tap::TapResult;
 
 /// The assistant message, or `None` when the response carried none (errors, cut streams

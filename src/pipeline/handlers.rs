@@ -159,7 +159,7 @@ impl Pipeline {
             }
             Err(refusal) => {
                 self.count_refused(&refusal, &result.patch);
-                if self.strict {
+                if self.config.policies.strict {
                     return Err(refusal.to_api_error());
                 }
                 Ok(None)
@@ -239,7 +239,7 @@ impl Pipeline {
         policies: &[&Policy],
         payload: bytes::Bytes,
         vars: &TemplateVars,
-        route: crate::provider::Route,
+        route: crate::providers::Route,
     ) -> Result<bytes::Bytes, ApiError> {
         let edits: Vec<_> = policies
             .iter()
@@ -260,7 +260,7 @@ impl Pipeline {
         })?;
         if let Err(e) = crate::policy::apply_payload_edits(&mut value, &edits, vars) {
             tracing::warn!("payload edit skipped: {e}");
-            if self.strict {
+            if self.config.policies.strict {
                 return Err(ApiError::new(
                     ErrorKind::Internal,
                     format!("payload edit failed: {e}"),

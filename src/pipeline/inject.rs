@@ -149,7 +149,7 @@ impl Pipeline {
                     }
                     Err(refusal) => {
                         self.count_refused(&refusal, &placement.ops);
-                        if self.strict {
+                        if self.config.policies.strict {
                             return Err(refusal.to_api_error());
                         }
                     }

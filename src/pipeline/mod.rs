@@ -1,102 +1,205 @@
-//! The request pipeline of DESIGN §1, for requests that a policy matches:
+//! The request pipeline of DESIGN §1. [`Pipeline::handle`] is the phase list, top to
+//! bottom, over one per-request context ([`RequestCtx`]):
 //!
-//! parse into the envelope → identify the session → replay its persisted patches (anchored)
-//! → `context(before_request)` (persisted) → `context(ephemeral)` → compile with cache
-//! markers → `before_provider_request` → [forward] → `context(turn_end)` (persisted) →
-//! session log.
+//! read the body → check its shape → shape it (parse into the envelope → identify the
+//! session → replay its persisted patches → `context(before_request)` → inject →
+//! `context(ephemeral)` → compile with cache markers → `before_provider_request`) →
+//! forward → stream the answer back through the usage tap → finish (metrics, trace record;
+//! then, off the request path, `context(turn_end)`, the session log and the prefix-break
+//! diagnosis).
 //!
-//! Requests no policy matches never reach it: they pass through unparsed.
+//! Requests no policy matches are not shaped: their bytes go out as they came, and the
+//! session log and diagnosis are computed after the response from those same bytes
+//! (monitoring, on unless `sessions.monitor = false`).
 
-mod after;
 pub mod assemble;
+mod finish;
 mod handlers;
 pub mod history;
 mod inject;
+mod shape;
+mod upstream;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
-use http::HeaderMap;
-use serde_json::Value;
+use http::request::Parts;
+use http::Response;
+use hyper::body::Incoming;
 
 use crate::config::{Config, StoreFailure};
-use crate::envelope::{detect_client, BreakpointMode, CompileOptions, Envelope, Ttl};
+use crate::envelope::Client;
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookClient;
 use crate::metrics::Metrics;
-use crate::policy::{self, ContextReason, Policy, PolicySet, RequestFacts, TemplateVars};
-use crate::provider::{Endpoint, Route};
-use crate::session::{self, PrefixHashes, SessionContext, SessionStore};
+use crate::policy::PolicySet;
+use crate::providers::{Endpoint, Route};
+use crate::replay::recorder::Recorder;
+use crate::session::{self, SessionStore};
+use crate::transport::forward::Upstreams;
+use crate::transport::ProxyBody;
 
-pub use after::AfterResponse;
-use handlers::{Persisted, Shaping};
-use history::HistoryMap;
+pub use finish::After;
+pub use shape::Shaped;
 
-/// Policies, hooks and the session store, shared by every request.
+/// Everything shared by every request: configuration, the upstream client, policies,
+/// hooks, the session store and metrics.
 pub struct Pipeline {
+    config: Config,
+    client: reqwest::Client,
+    upstreams: Upstreams,
+    metrics: Arc<Metrics>,
+    /// Trace recording (`--record DIR`); off by default.
+    recorder: Option<Recorder>,
     policies: PolicySet,
     hooks: HookClient,
     store: Option<Arc<dyn SessionStore>>,
-    on_store_error: StoreFailure,
-    strict: bool,
-    metrics: Arc<Metrics>,
     injections: Option<inject::Injections>,
 }
 
-/// What to forward, and what to do once the response has ended.
-pub struct Prepared {
+/// One request on its way through the phases.
+pub struct RequestCtx {
+    pub route: Route,
+    pub parts: Parts,
+    /// The body as the client sent it.
     pub body: Bytes,
-    pub variant: String,
-    /// Messages of the request-only tail at the end of `body`.
-    pub uncached_tail: usize,
-    pub after: Option<AfterResponse>,
-}
-
-impl Prepared {
-    fn passthrough(body: Bytes) -> Self {
-        Prepared {
-            body,
-            variant: "none".into(),
-            uncached_tail: 0,
-            after: None,
-        }
-    }
+    /// The model the body names (`unknown` until checked).
+    pub model: String,
+    pub client: Client,
+    pub start: Instant,
 }
 
 impl Pipeline {
-    /// The pipeline for a configuration, or `None` when no policy is active (pure
-    /// pass-through). Opens the session store.
+    /// The pipeline for a configuration and its loaded policies. Opens the session store
+    /// when a policy is active or monitoring is on.
     pub async fn new(
-        config: &Config,
+        config: Config,
         policies: PolicySet,
         metrics: Arc<Metrics>,
-    ) -> anyhow::Result<Option<Pipeline>> {
-        if policies.is_empty() {
-            return Ok(None);
-        }
-        let store = match session::open_store(&config.sessions.store).await {
-            Ok(store) => Some(store),
-            Err(e) if config.sessions.on_store_error == StoreFailure::FailOpen => {
-                tracing::warn!("session store unavailable, running without sessions: {e}");
-                metrics.store_errors.with_label_values(&["open"]).inc();
-                None
+        recorder: Option<Recorder>,
+    ) -> anyhow::Result<Pipeline> {
+        let wants_store = !policies.is_empty() || config.sessions.monitor;
+        let store = if wants_store {
+            match session::open_store(&config.sessions.store).await {
+                Ok(store) => Some(store),
+                Err(e) if config.sessions.on_store_error == StoreFailure::FailOpen => {
+                    tracing::warn!("session store unavailable, running without sessions: {e}");
+                    metrics.store_errors.with_label_values(&["open"]).inc();
+                    None
+                }
+                Err(e) => anyhow::bail!("{e}"),
             }
-            Err(e) => anyhow::bail!("{e}"),
+        } else {
+            None
         };
         let injections = Some(inject::Injections::new(policies.iter())?).filter(|i| !i.is_empty());
-        Ok(Some(Pipeline {
+        Ok(Pipeline {
+            client: crate::transport::forward::build_client(&config.upstream)?,
+            upstreams: Upstreams::from_config(&config.upstream)?,
             injections,
             policies,
             hooks: HookClient::new()?,
             store,
-            on_store_error: config.sessions.on_store_error,
-            strict: config.policies.strict,
             metrics,
-        }))
+            recorder,
+            config,
+        })
     }
 
     pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
         self.store.as_ref()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// One proxied request, phase by phase.
+    pub async fn handle(
+        self: &Arc<Self>,
+        route: Route,
+        req: http::Request<Incoming>,
+    ) -> Result<Response<ProxyBody>, (ApiError, String)> {
+        let start = Instant::now();
+        let (parts, body) = req.into_parts();
+        let mut ctx = RequestCtx {
+            route,
+            body: Bytes::new(),
+            model: "unknown".into(),
+            client: Client::Unknown,
+            start,
+            parts,
+        };
+        let fail = |ctx: &RequestCtx, e: ApiError| (e, ctx.model.clone());
+        ctx.body = self
+            .read_body(&ctx, body)
+            .await
+            .map_err(|e| fail(&ctx, e))?;
+        self.check_body(&mut ctx).map_err(|e| fail(&ctx, e))?;
+        let trace = self.trace_record(&ctx);
+        let shaped = self.shape(&ctx).await.map_err(|e| fail(&ctx, e))?;
+        let upstream = self
+            .forward(&ctx, &shaped)
+            .await
+            .map_err(|e| fail(&ctx, e))?;
+        Ok(self.stream_back(ctx, shaped, upstream, trace))
+    }
+
+    async fn read_body(&self, ctx: &RequestCtx, body: Incoming) -> Result<Bytes, ApiError> {
+        let declared = ctx
+            .parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        crate::transport::http::read_body(body, declared, self.config.server.max_body_bytes).await
+    }
+
+    /// A generation body must be JSON of its API's shape: a clear 400 otherwise, before
+    /// anything is forwarded. Policies read the body, so it is always checked for them;
+    /// monitoring reads it after the response and never refuses what it cannot read.
+    fn check_body(&self, ctx: &mut RequestCtx) -> Result<(), ApiError> {
+        let generation_like = matches!(
+            ctx.route.endpoint,
+            Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
+        );
+        let reads_body = !self.policies.is_empty();
+        if generation_like && (self.config.server.check_body || reads_body) {
+            ctx.model = crate::shape::check(ctx.route.endpoint, &ctx.body)?;
+        }
+        if ctx.route.endpoint.is_generation() {
+            ctx.client = crate::envelope::detect_client(&ctx.parts.headers, &ctx.body);
+        }
+        Ok(())
+    }
+
+    /// The trace record of a request as the client sent it, when recording.
+    fn trace_record(&self, ctx: &RequestCtx) -> Option<crate::replay::trace::Record> {
+        self.recorder.as_ref()?;
+        if !ctx.route.endpoint.is_generation() {
+            return None;
+        }
+        let value: serde_json::Value = serde_json::from_slice(&ctx.body).ok()?;
+        let session = session::identify(
+            &ctx.parts.headers,
+            &value,
+            ctx.route.provider,
+            ctx.route.endpoint,
+        )
+        .id;
+        Some(crate::replay::recorder::capture(
+            session::now_ms(),
+            &session,
+            ctx.route,
+            ctx.parts.uri.path(),
+            &ctx.parts.headers,
+            &value,
+        ))
     }
 
     /// A store failure: counted and logged; fails the request only in fail-closed mode.
@@ -106,7 +209,7 @@ impl Pipeline {
             .with_label_values(&[operation])
             .inc();
         tracing::warn!(operation, "session store failed: {err}");
-        match self.on_store_error {
+        match self.config.sessions.on_store_error {
             StoreFailure::FailOpen => Ok(()),
             StoreFailure::FailClosed => Err(ApiError::new(
                 ErrorKind::Unavailable,
@@ -114,209 +217,4 @@ impl Pipeline {
             )),
         }
     }
-
-    /// Shape a request for the upstream.
-    pub async fn prepare(
-        &self,
-        route: Route,
-        headers: &HeaderMap,
-        body: Bytes,
-        model: &str,
-    ) -> Result<Prepared, ApiError> {
-        let client = detect_client(headers, &body);
-        let facts = RequestFacts {
-            provider: route.provider,
-            endpoint: route.endpoint,
-            model,
-            client,
-            headers,
-        };
-        let policies = self.policies.matching(&facts);
-        if policies.is_empty() || !route.endpoint.is_generation() {
-            return Ok(Prepared::passthrough(body));
-        }
-        let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
-        let value: Value =
-            serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
-        let history = client_history(route.endpoint, &value);
-        let ctx = self
-            .session_context(
-                session::identify(headers, &value, route.provider, route.endpoint),
-                &history,
-            )
-            .await?;
-        let id = ctx.id.id.clone();
-        let request_index = ctx.request_index;
-        env.meta.session = Some(id.clone());
-        env.meta.client = client;
-        env.meta.request_index = request_index;
-        env.meta.turn_index = session::turns::turn_index(&history, route.endpoint);
-        let vars = TemplateVars {
-            session: id.clone(),
-            request_index,
-            turn_index: env.meta.turn_index,
-            model: model.to_string(),
-            provider: route.provider.label().to_string(),
-            date: policy::utc_date(std::time::SystemTime::now()),
-        };
-
-        let mut map = HistoryMap::new(history.len());
-        let mut shaping = Shaping {
-            env: &mut env,
-            map: &mut map,
-        };
-        self.replay(&ctx, &mut shaping);
-        let reason = ContextReason::BeforeRequest;
-        let mut persisted = self
-            .run_context(&policies, reason, &mut shaping, &vars, None)
-            .await?;
-        let injected = self.inject(&policies, &ctx, &history, &mut shaping).await?;
-        persisted.extend(injected.persist);
-        self.persist(&ctx, reason, persisted).await?;
-        let reason = ContextReason::Ephemeral;
-        self.run_context(&policies, reason, &mut shaping, &vars, None)
-            .await?;
-
-        let mut opts = compile_options(&policies, &id);
-        if injected.marker_before_insertion && opts.breakpoints == BreakpointMode::Preserve {
-            // Context-hook injection: the history before the insertion must stay readable
-            // next turn, which takes a marker there (DESIGN §6).
-            opts.breakpoints = BreakpointMode::Auto {
-                ttl: Ttl::FiveMinutes,
-            };
-        }
-        let compiled = env.compile(&opts);
-        let variant = injected.variant.unwrap_or("none").to_string();
-        let body = self.run_payload(&policies, compiled, &vars, route).await?;
-        let policy_names = policies.iter().map(|p| p.name.clone()).collect();
-        let wants_assistant = policies.iter().any(|p| {
-            p.context_for(ContextReason::TurnEnd).next().is_some()
-                || p.hooks_for(policy::HookEvent::Context(ContextReason::TurnEnd))
-                    .next()
-                    .is_some()
-        });
-        Ok(Prepared {
-            body: body.clone(),
-            variant: variant.clone(),
-            uncached_tail: env.uncached_raw().count(),
-            after: Some(AfterResponse {
-                route,
-                model: model.to_string(),
-                ctx,
-                client: client.label(),
-                env,
-                map,
-                vars,
-                policy_names,
-                sent: body,
-                variant: (variant != "none").then_some(variant),
-                wants_assistant,
-            }),
-        })
-    }
-
-    /// The session's log and request index; without a store (or when it fails open), an
-    /// empty log: the request goes on without replay.
-    async fn session_context(
-        &self,
-        id: session::SessionId,
-        history: &[Value],
-    ) -> Result<SessionContext, ApiError> {
-        if let Some(store) = &self.store {
-            match session::prepare(store.as_ref(), id.clone(), history).await {
-                Ok(ctx) => return Ok(ctx),
-                Err(e) => self.store_failed("load", &e)?,
-            }
-        }
-        Ok(SessionContext {
-            id,
-            request_index: 0,
-            log: Arc::new(Vec::new()),
-            history: PrefixHashes::new(history),
-        })
-    }
-
-    /// Apply the session's persisted patches whose anchor matches this history.
-    fn replay(&self, ctx: &SessionContext, shaping: &mut Shaping<'_>) {
-        let plan = ctx.plan();
-        for stale in &plan.stale {
-            for op in &stale.patch {
-                self.metrics
-                    .patches
-                    .with_label_values(&[&stale.transformer, op.name(), "stale"])
-                    .inc();
-            }
-        }
-        for transform in plan.apply {
-            match shaping.replay(&transform.patch, &transform.transformer) {
-                Ok(()) => {
-                    for op in &transform.patch {
-                        self.metrics
-                            .patches
-                            .with_label_values(&[&transform.transformer, op.name(), "replayed"])
-                            .inc();
-                    }
-                }
-                Err(refusal) => self.count_refused(&refusal, &transform.patch),
-            }
-        }
-    }
-
-    /// Store patches durably before the request they shaped is forwarded.
-    async fn persist(
-        &self,
-        ctx: &SessionContext,
-        reason: ContextReason,
-        patches: Vec<Persisted>,
-    ) -> Result<(), ApiError> {
-        let Some(store) = &self.store else {
-            return Ok(());
-        };
-        let transforms = patches
-            .into_iter()
-            .filter_map(|p| ctx.transform(&p.transformer, reason.label(), p.ops, p.display))
-            .collect();
-        if let Err(e) = ctx.persist(store.as_ref(), transforms).await {
-            self.store_failed("append", &e)?;
-        }
-        Ok(())
-    }
-}
-
-/// The client's history messages as JSON values (Anthropic and Chat `messages`, Responses
-/// `input` items).
-fn client_history(endpoint: Endpoint, body: &Value) -> Vec<Value> {
-    let key = if endpoint == Endpoint::Responses {
-        "input"
-    } else {
-        "messages"
-    };
-    match body.get(key) {
-        Some(Value::Array(items)) => items.clone(),
-        Some(Value::String(text)) => vec![serde_json::json!({"role": "user", "content": text})],
-        _ => Vec::new(),
-    }
-}
-
-/// Marker placement and prompt_cache_key from the matched policies (the last one that
-/// sets each wins).
-fn compile_options(policies: &[&Policy], session: &str) -> CompileOptions {
-    let mut opts = CompileOptions::default();
-    for policy in policies {
-        if let Some(b) = policy.breakpoints {
-            let ttl = match b.ttl {
-                policy::CacheTtl::FiveMinutes => Ttl::FiveMinutes,
-                policy::CacheTtl::OneHour => Ttl::OneHour,
-            };
-            opts.breakpoints = match b.mode {
-                policy::BreakpointMode::Preserve => BreakpointMode::Preserve,
-                policy::BreakpointMode::Auto => BreakpointMode::Auto { ttl },
-                policy::BreakpointMode::Strip => BreakpointMode::Strip,
-            };
-        }
-        if policy.prompt_cache_key.is_some() {
-            opts.prompt_cache_key = Some(session.to_string());
-        }
-    }
-    opts
 }

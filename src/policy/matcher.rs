@@ -4,7 +4,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use http::header::HeaderName;
 use http::HeaderMap;
 
-use crate::provider::{Endpoint, Provider};
+use crate::providers::{Endpoint, Provider};
 
 /// The coding agent (or SDK) a request comes from: the envelope's client detection.
 pub use crate::envelope::Client as ClientKind;

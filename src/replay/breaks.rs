@@ -2,7 +2,7 @@
 //! same session, by section (`tools`, `system`, `messages`). Markers are ignored and a
 //! string content equals its single text block, as the provider's cache key does.
 
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 use serde_json::{json, Value};
 
 /// The cache-relevant shape of one request.

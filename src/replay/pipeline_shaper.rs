@@ -20,7 +20,7 @@ use super::trace::Record;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
-use crate::provider::{Provider, Route};
+use crate::providers::{Provider, Route};
 
 type Job = (Record, mpsc::Sender<anyhow::Result<Shaped>>);
 
@@ -48,16 +48,18 @@ impl PipelineShaper {
                 Ok(rt) => rt,
                 Err(e) => return drop(ready_tx.send(Err(e.into()))),
             };
-            let pipeline =
-                match runtime.block_on(Pipeline::new(&config, set, Arc::new(Metrics::new()))) {
-                    Ok(Some(p)) => p,
-                    Ok(None) => {
-                        return drop(
-                            ready_tx.send(Err(anyhow!("the arm's policy files hold no policy"))),
-                        )
-                    }
-                    Err(e) => return drop(ready_tx.send(Err(e))),
-                };
+            if set.is_empty() {
+                return drop(ready_tx.send(Err(anyhow!("the arm's policy files hold no policy"))));
+            }
+            let pipeline = match runtime.block_on(Pipeline::new(
+                config,
+                set,
+                Arc::new(Metrics::new()),
+                None,
+            )) {
+                Ok(p) => p,
+                Err(e) => return drop(ready_tx.send(Err(e))),
+            };
             let _ = ready_tx.send(Ok(()));
             for (record, reply) in inbox {
                 let _ = reply.send(runtime.block_on(shape(&pipeline, &record)));
@@ -98,13 +100,13 @@ async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<Shaped> {
         .to_string();
     let body = Bytes::from(serde_json::to_vec(&record.body)?);
     let prepared = pipeline
-        .prepare(route, &headers, body, &model)
+        .shape_request(route, headers, body, &model)
         .await
         .map_err(|e| anyhow!("{}", e.message))?;
     Ok(Shaped {
         body: serde_json::from_slice(&prepared.body)?,
+        uncached_tail: prepared.uncached_tail(),
         variant: (prepared.variant != "none").then_some(prepared.variant),
-        uncached_tail: prepared.uncached_tail,
     })
 }
 

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::time::date_of;
 use super::trace::{Record, TRACE_VERSION};
-use crate::provider::Route;
+use crate::providers::Route;
 use crate::secret::is_secret_header;
 
 /// Records waiting for the writer before new ones are dropped.
@@ -202,8 +202,8 @@ mod tests {
         assert_eq!(kept["anthropic-version"], "2023-06-01");
         let body = serde_json::json!({"model": "m", "api_key": "sk", "max_tokens": 5});
         let route = Route {
-            provider: crate::provider::Provider::Anthropic,
-            endpoint: crate::provider::Endpoint::Messages,
+            provider: crate::providers::Provider::Anthropic,
+            endpoint: crate::providers::Endpoint::Messages,
         };
         let r = capture(0, "s", route, "/v1/messages?key=sk-123", &h, &body);
         assert_eq!(r.body, serde_json::json!({"model": "m", "max_tokens": 5}));

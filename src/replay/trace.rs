@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::time::{format_rfc3339, parse_rfc3339};
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 use crate::usage::Usage;
 
 /// The version written in every record's `v`.

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::normalize::canonical_bytes;
-use crate::provider::{Endpoint, Provider};
+use crate::providers::{Endpoint, Provider};
 
 /// Where a session id came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

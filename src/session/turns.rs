@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::provider::Endpoint;
+use crate::providers::Endpoint;
 
 /// The 0-based turn of a request whose client history is `history`.
 pub fn turn_index(history: &[Value], endpoint: Endpoint) -> u64 {

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use cachet::envelope::{CompileOptions, Envelope};
 use cachet::patch::{parse_ops, HandlerResult, Op, RefusalReason};
-use cachet::provider::{Endpoint, Provider};
+use cachet::providers::{Endpoint, Provider};
 use serde_json::{json, Value};
 
 const ANTHROPIC: &str = r#"{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"Base prompt."}],"tools":[{"name":"read","input_schema":{"type":"object"}},{"name":"bash","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"first"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"read","input":{"b":1,"a":2}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"data"}]},{"role":"assistant","content":"done"},{"role":"user","content":"second"}],"max_tokens":100}"#;

@@ -8,7 +8,7 @@ const REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","conten
 /// A client body with formatting serde_json would not reproduce.
 const BODY: &str = "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":100,\"system\":\"You are terse.\",\n  \"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\",  \"cache_control\":{\"type\":\"ephemeral\"}}]}],\"temperature\":0.50}";
 
-async fn send(proxy: &cachet::server::ProxyHandle, session: &str, body: &str) -> u16 {
+async fn send(proxy: &cachet::transport::server::ProxyHandle, session: &str, body: &str) -> u16 {
     client()
         .post(format!("http://{}/v1/messages", proxy.addr))
         .header("x-api-key", "k")

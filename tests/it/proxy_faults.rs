@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 async fn post(
-    proxy: &cachet::server::ProxyHandle,
+    proxy: &cachet::transport::server::ProxyHandle,
     path: &str,
     body: impl Into<reqwest::Body>,
     anthropic: bool,

@@ -67,7 +67,7 @@ fn notes_arms() -> Vec<ArmArg> {
 /// injection (what the first request writes as recorded).
 fn base_prefix(records: &[Record]) -> u64 {
     cachet::cache_model::CacheModel::count_tokens(
-        cachet::provider::Endpoint::Messages,
+        cachet::providers::Endpoint::Messages,
         &serde_json::json!({"model": records[0].body["model"], "tools": records[0].body["tools"],
             "system": records[0].body["system"], "messages": []}),
     )

@@ -292,8 +292,8 @@ async fn prepare_plan_persist_across_requests() {
     let mut headers = HeaderMap::new();
     headers.insert("x-cachet-session", "flow".parse().unwrap());
     let body = json!({"messages": h[..1]});
-    let provider = cachet::provider::Provider::Anthropic;
-    let endpoint = cachet::provider::Endpoint::Messages;
+    let provider = cachet::providers::Provider::Anthropic;
+    let endpoint = cachet::providers::Endpoint::Messages;
 
     // Request 0: nothing to replay; a before_request patch is persisted, an ephemeral one not.
     let id = identify(&headers, &body, provider, endpoint);

@@ -15,7 +15,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
 use cachet::config::Config;
-use cachet::server::{self, ProxyBody, ProxyHandle};
+use cachet::transport::server::{self, ProxyHandle};
+use cachet::transport::ProxyBody;
 
 /// One request the fake upstream received.
 #[derive(Debug, Clone)]
@@ -206,6 +207,10 @@ pub fn test_config(upstream: &str) -> Config {
     config.upstream.anthropic = upstream.to_string();
     config.upstream.openai = upstream.to_string();
     config.server.shutdown_grace_secs = 10;
+    // Monitoring keeps sessions by default: each proxy gets a store of its own, kept
+    // until the test process ends.
+    let store = tempfile::tempdir().unwrap().keep();
+    config.sessions.store = store.to_string_lossy().into_owned();
     config
 }
 
@@ -391,7 +396,9 @@ pub fn serve_process(configure: impl FnOnce(&mut std::process::Command)) -> Serv
         "127.0.0.1:0",
     ])
     .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::null());
+    .stderr(std::process::Stdio::null())
+    // The default session store is relative (`./cachet-data/`): keep it out of the tree.
+    .current_dir(tempfile::tempdir().unwrap().keep());
     configure(&mut cmd);
     let mut child = cmd.spawn().unwrap();
     let mut line = String::new();

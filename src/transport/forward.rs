@@ -7,7 +7,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind};
-use crate::provider::Provider;
+use crate::providers::Provider;
 use crate::secret::Secret;
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus those the HTTP

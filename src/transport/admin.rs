@@ -3,9 +3,20 @@
 use http::{HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use crate::server::{full, ProxyBody, State};
+use std::sync::Arc;
 
-pub async fn handle(state: &State, req: Request<Incoming>) -> Response<ProxyBody> {
+use super::http::{full, ProxyBody};
+use crate::metrics::Metrics;
+use crate::session::SessionStore;
+
+/// What the admin listener reads: metrics and the session store.
+pub struct AdminState {
+    pub metrics: Arc<Metrics>,
+    /// `None` when neither a policy nor monitoring keeps sessions.
+    pub store: Option<Arc<dyn SessionStore>>,
+}
+
+pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<ProxyBody> {
     let path = req.uri().path();
     match (req.method().as_str(), path) {
         ("GET", "/metrics") => with_type(
@@ -14,10 +25,10 @@ pub async fn handle(state: &State, req: Request<Incoming>) -> Response<ProxyBody
         ),
         ("GET", "/healthz") => Response::new(full("ok\n")),
         ("GET", p) if p.starts_with("/sessions/") && p.ends_with("/timeline") => {
-            let Some(store) = state.pipeline.as_ref().and_then(|p| p.store().cloned()) else {
+            let Some(store) = state.store.clone() else {
                 return status(
                     StatusCode::NOT_FOUND,
-                    "sessions are recorded only when a policy is active\n",
+                    "sessions are not kept (sessions.monitor = false and no policy is active)\n",
                 );
             };
             let id = &p["/sessions/".len()..p.len() - "/timeline".len()];
@@ -28,10 +39,10 @@ pub async fn handle(state: &State, req: Request<Incoming>) -> Response<ProxyBody
             }
         }
         ("GET", p) if p == "/sessions" || p.starts_with("/sessions/") => {
-            let Some(store) = state.pipeline.as_ref().and_then(|p| p.store().cloned()) else {
+            let Some(store) = state.store.clone() else {
                 return status(
                     StatusCode::NOT_FOUND,
-                    "sessions are recorded only when a policy is active\n",
+                    "sessions are not kept (sessions.monitor = false and no policy is active)\n",
                 );
             };
             match crate::session::admin_route(store.as_ref(), p, req.uri().query()).await {

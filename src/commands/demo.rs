@@ -272,7 +272,7 @@ fn print_rows(rows: &[Row]) {
 
 /// The shipped policy that moves date lines out of the cached prefix, embedded so the demo
 /// runs from any folder.
-const STABILIZE_VOLATILE: &str = include_str!("../policies/stabilize-volatile.toml");
+const STABILIZE_VOLATILE: &str = include_str!("../../policies/stabilize-volatile.toml");
 
 /// The same session through a second proxy with `stabilize-volatile` active.
 async fn stabilized_run(base: &Config) -> anyhow::Result<Vec<Row>> {
@@ -283,7 +283,7 @@ async fn stabilized_run(base: &Config) -> anyhow::Result<Vec<Row>> {
     config.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.policies.files = vec![policy];
     config.sessions.store = dir.path().join("store").to_string_lossy().into_owned();
-    let proxy = crate::server::spawn(config).await?;
+    let proxy = crate::transport::server::spawn(config).await?;
     let rows = drive(&format!("http://{}", proxy.addr)).await;
     proxy.shutdown().await;
     rows
@@ -330,16 +330,19 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     )
     .await?;
     let mut config = Config::default();
+    // The demo's sessions live as long as the demo does.
+    let store = tempfile::tempdir()?;
+    config.sessions.store = store.path().to_string_lossy().into_owned();
     config.upstream.anthropic = emulator.url();
     config.upstream.openai = emulator.url();
     config.server.listen = bind_proxy(args.listen).await;
     config.server.admin_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.server.shutdown_grace_secs = 5;
     if !args.once {
-        crate::server::init_logging(&config);
+        crate::commands::serve::init_logging(&config);
     }
     let stable = stabilized_run(&config).await?;
-    let proxy = crate::server::spawn(config).await?;
+    let proxy = crate::transport::server::spawn(config).await?;
     let url = format!("http://{}", proxy.addr);
     let rows = drive(&url).await?;
     print_rows(&rows);
@@ -356,7 +359,7 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     println!("  ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=demo claude");
     println!("  OPENAI_BASE_URL={url}/v1 OPENAI_API_KEY=demo python your_agent.py");
     println!("Ctrl-C to stop.");
-    crate::server::shutdown_signal().await;
+    crate::commands::serve::shutdown_signal().await;
     tokio::time::timeout(Duration::from_secs(6), proxy.shutdown())
         .await
         .ok();

@@ -1,0 +1,98 @@
+//! `cachet serve`: configuration from the file and flags, logging, signals.
+
+use crate::cli::ServeArgs;
+use crate::config::Config;
+use crate::transport::server;
+
+/// Apply command-line flags over the configuration file.
+pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
+    let mut config = Config::load(args.policy.config.as_deref())?;
+    if let Some(a) = args.listen {
+        config.server.listen = a;
+    }
+    if let Some(a) = args.admin_listen {
+        config.server.admin_listen = a;
+    }
+    if let Some(u) = &args.anthropic_upstream {
+        config.upstream.anthropic = u.clone();
+    }
+    if let Some(u) = &args.openai_upstream {
+        config.upstream.openai = u.clone();
+    }
+    config
+        .policies
+        .files
+        .extend(args.policy.policy.iter().cloned());
+    config
+        .policies
+        .dirs
+        .extend(args.policy.policies.iter().cloned());
+    if let Some(s) = &args.store {
+        config.sessions.store = s.clone();
+    }
+    if let Some(d) = &args.record {
+        config.record.dir = Some(d.clone());
+    }
+    config.policies.strict |= args.strict;
+    Ok(config)
+}
+
+/// Set up structured logs once (text or JSON), `RUST_LOG` overriding the configured level.
+pub fn init_logging(config: &Config) {
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::EnvFilter;
+    let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.level.clone());
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    // A plain level is checked once per call site; a full filter (`cachet=debug,...`) is
+    // evaluated per event, which costs measurably on the request path.
+    let _ = match (spec.trim().parse::<LevelFilter>(), config.log.format) {
+        (Ok(level), crate::config::LogFormat::Json) => {
+            builder.with_max_level(level).json().try_init()
+        }
+        (Ok(level), crate::config::LogFormat::Text) => builder.with_max_level(level).try_init(),
+        (Err(_), format) => {
+            let builder = builder.with_env_filter(EnvFilter::new(spec));
+            match format {
+                crate::config::LogFormat::Json => builder.json().try_init(),
+                crate::config::LogFormat::Text => builder.try_init(),
+            }
+        }
+    };
+}
+
+/// Wait for Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = config_from_args(&args)?;
+    init_logging(&config);
+    let handle = server::spawn(config).await?;
+    println!(
+        "cachet listening on http://{} (admin: http://{}/metrics)",
+        handle.addr, handle.admin_addr
+    );
+    shutdown_signal().await;
+    tracing::info!("shutting down; draining requests in flight");
+    handle.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! The shaping phases of one request, for requests a policy matches: parse into the
+//! envelope → identify the session → replay its persisted patches (anchored) →
+//! `context(before_request)` (persisted) → inject → `context(ephemeral)` → compile with
+//! cache markers → `before_provider_request`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::finish::{After, ShapedAfter};
+use super::handlers::{Persisted, Shaping};
+use super::history::HistoryMap;
+use super::{Pipeline, RequestCtx};
+use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
+use crate::error::ApiError;
+use crate::policy::{self, ContextReason, Policy, RequestFacts, TemplateVars};
+use crate::providers::Endpoint;
+use crate::session::{self, PrefixHashes, SessionContext};
+
+/// What to forward, and what to do once the response has ended.
+pub struct Shaped {
+    pub body: Bytes,
+    pub variant: String,
+    pub after: After,
+}
+
+impl Shaped {
+    fn passthrough(body: Bytes, after: After) -> Self {
+        Shaped {
+            body,
+            variant: "none".into(),
+            after,
+        }
+    }
+
+    /// Messages of the request-only tail at the end of the body.
+    pub fn uncached_tail(&self) -> usize {
+        match &self.after {
+            After::Shaped(s) => s.uncached_tail,
+            _ => 0,
+        }
+    }
+
+    /// Whether a `context(turn_end)` handler will want the assistant message (the stream's
+    /// events are kept only then).
+    pub fn wants_assistant(&self) -> bool {
+        matches!(&self.after, After::Shaped(s) if s.wants_assistant)
+    }
+}
+
+impl Pipeline {
+    /// Shape a request outside the proxy (offline replay runs the live phases this way).
+    pub async fn shape_request(
+        &self,
+        route: crate::providers::Route,
+        headers: http::HeaderMap,
+        body: Bytes,
+        model: &str,
+    ) -> Result<Shaped, ApiError> {
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.method = http::Method::POST;
+        let client = crate::envelope::detect_client(&headers, &body);
+        parts.headers = headers;
+        let ctx = RequestCtx {
+            route,
+            parts,
+            body,
+            model: model.to_string(),
+            client,
+            start: std::time::Instant::now(),
+        };
+        self.shape(&ctx).await
+    }
+
+    /// Shape a request for the upstream; requests no policy matches pass as they came.
+    pub(super) async fn shape(&self, ctx: &RequestCtx) -> Result<Shaped, ApiError> {
+        let route = ctx.route;
+        if !route.endpoint.is_generation() {
+            return Ok(Shaped::passthrough(ctx.body.clone(), After::Nothing));
+        }
+        let facts = RequestFacts {
+            provider: route.provider,
+            endpoint: route.endpoint,
+            model: &ctx.model,
+            client: ctx.client,
+            headers: &ctx.parts.headers,
+        };
+        let policies = self.policies.matching(&facts);
+        if policies.is_empty() {
+            let after = match self.store.is_some() && self.config.sessions.monitor {
+                true => After::Observe,
+                false => After::Nothing,
+            };
+            return Ok(Shaped::passthrough(ctx.body.clone(), after));
+        }
+        let body = ctx.body.clone();
+        let model = ctx.model.as_str();
+        let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
+        let value: Value =
+            serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
+        let history = client_history(route.endpoint, &value);
+        let session_ctx = self
+            .session_context(
+                session::identify(&ctx.parts.headers, &value, route.provider, route.endpoint),
+                &history,
+            )
+            .await?;
+        let id = session_ctx.id.id.clone();
+        let request_index = session_ctx.request_index;
+        env.meta.session = Some(id.clone());
+        env.meta.client = ctx.client;
+        env.meta.request_index = request_index;
+        env.meta.turn_index = session::turns::turn_index(&history, route.endpoint);
+        let vars = TemplateVars {
+            session: id.clone(),
+            request_index,
+            turn_index: env.meta.turn_index,
+            model: model.to_string(),
+            provider: route.provider.label().to_string(),
+            date: policy::utc_date(std::time::SystemTime::now()),
+        };
+
+        let mut map = HistoryMap::new(history.len());
+        let mut shaping = Shaping {
+            env: &mut env,
+            map: &mut map,
+        };
+        self.replay(&session_ctx, &mut shaping);
+        let reason = ContextReason::BeforeRequest;
+        let mut persisted = self
+            .run_context(&policies, reason, &mut shaping, &vars, None)
+            .await?;
+        let injected = self
+            .inject(&policies, &session_ctx, &history, &mut shaping)
+            .await?;
+        persisted.extend(injected.persist);
+        self.persist(&session_ctx, reason, persisted).await?;
+        let reason = ContextReason::Ephemeral;
+        self.run_context(&policies, reason, &mut shaping, &vars, None)
+            .await?;
+
+        let mut opts = compile_options(&policies, &id);
+        if injected.marker_before_insertion && opts.breakpoints == BreakpointMode::Preserve {
+            // Context-hook injection: the history before the insertion must stay readable
+            // next turn, which takes a marker there (DESIGN §6).
+            opts.breakpoints = BreakpointMode::Auto {
+                ttl: Ttl::FiveMinutes,
+            };
+        }
+        let compiled = env.compile(&opts);
+        let variant = injected.variant.unwrap_or("none").to_string();
+        let body = self.run_payload(&policies, compiled, &vars, route).await?;
+        let policy_names = policies.iter().map(|p| p.name.clone()).collect();
+        let wants_assistant = policies.iter().any(|p| {
+            p.context_for(ContextReason::TurnEnd).next().is_some()
+                || p.hooks_for(policy::HookEvent::Context(ContextReason::TurnEnd))
+                    .next()
+                    .is_some()
+        });
+        Ok(Shaped {
+            body: body.clone(),
+            variant: variant.clone(),
+            after: After::Shaped(Box::new(ShapedAfter {
+                ctx: session_ctx,
+                uncached_tail: env.uncached_raw().count(),
+                env,
+                map,
+                vars,
+                policy_names,
+                variant: (variant != "none").then_some(variant),
+                wants_assistant,
+            })),
+        })
+    }
+
+    /// The session's log and request index; without a store (or when it fails open), an
+    /// empty log: the request goes on without replay.
+    async fn session_context(
+        &self,
+        id: session::SessionId,
+        history: &[Value],
+    ) -> Result<SessionContext, ApiError> {
+        if let Some(store) = &self.store {
+            match session::prepare(store.as_ref(), id.clone(), history).await {
+                Ok(ctx) => return Ok(ctx),
+                Err(e) => self.store_failed("load", &e)?,
+            }
+        }
+        Ok(SessionContext {
+            id,
+            request_index: 0,
+            log: Arc::new(Vec::new()),
+            history: PrefixHashes::new(history),
+        })
+    }
+
+    /// Apply the session's persisted patches whose anchor matches this history.
+    fn replay(&self, ctx: &SessionContext, shaping: &mut Shaping<'_>) {
+        let plan = ctx.plan();
+        for stale in &plan.stale {
+            for op in &stale.patch {
+                self.metrics
+                    .patches
+                    .with_label_values(&[&stale.transformer, op.name(), "stale"])
+                    .inc();
+            }
+        }
+        for transform in plan.apply {
+            match shaping.replay(&transform.patch, &transform.transformer) {
+                Ok(()) => {
+                    for op in &transform.patch {
+                        self.metrics
+                            .patches
+                            .with_label_values(&[&transform.transformer, op.name(), "replayed"])
+                            .inc();
+                    }
+                }
+                Err(refusal) => self.count_refused(&refusal, &transform.patch),
+            }
+        }
+    }
+
+    /// Store patches durably before the request they shaped is forwarded.
+    pub(super) async fn persist(
+        &self,
+        ctx: &SessionContext,
+        reason: ContextReason,
+        patches: Vec<Persisted>,
+    ) -> Result<(), ApiError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let transforms = patches
+            .into_iter()
+            .filter_map(|p| ctx.transform(&p.transformer, reason.label(), p.ops, p.display))
+            .collect();
+        if let Err(e) = ctx.persist(store.as_ref(), transforms).await {
+            self.store_failed("append", &e)?;
+        }
+        Ok(())
+    }
+}
+
+/// The client's history messages as JSON values (Anthropic and Chat `messages`, Responses
+/// `input` items).
+pub(super) fn client_history(endpoint: Endpoint, body: &Value) -> Vec<Value> {
+    let key = if endpoint == Endpoint::Responses {
+        "input"
+    } else {
+        "messages"
+    };
+    match body.get(key) {
+        Some(Value::Array(items)) => items.clone(),
+        Some(Value::String(text)) => vec![serde_json::json!({"role": "user", "content": text})],
+        _ => Vec::new(),
+    }
+}
+
+/// Marker placement and prompt_cache_key from the matched policies (the last one that
+/// sets each wins).
+fn compile_options(policies: &[&Policy], session: &str) -> CompileOptions {
+    let mut opts = CompileOptions::default();
+    for policy in policies {
+        if let Some(b) = policy.breakpoints {
+            let ttl = match b.ttl {
+                policy::CacheTtl::FiveMinutes => Ttl::FiveMinutes,
+                policy::CacheTtl::OneHour => Ttl::OneHour,
+            };
+            opts.breakpoints = match b.mode {
+                policy::BreakpointMode::Preserve => BreakpointMode::Preserve,
+                policy::BreakpointMode::Auto => BreakpointMode::Auto { ttl },
+                policy::BreakpointMode::Strip => BreakpointMode::Strip,
+            };
+        }
+        if policy.prompt_cache_key.is_some() {
+            opts.prompt_cache_key = Some(session.to_string());
+        }
+    }
+    opts
+}

@@ -1,0 +1,107 @@
+//! Forward and stream back: send the shaped body upstream, then hand the answer to the
+//! client chunk by chunk through the usage tap, which fires [`Pipeline::finish`] once the
+//! body has ended (or broke off, or the client went away).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::TryStreamExt;
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+
+use super::shape::Shaped;
+use super::{Pipeline, RequestCtx};
+use crate::error::{ApiError, ErrorKind};
+use crate::replay::trace::Record;
+use crate::tap::{Tap, TapResult, TapStream};
+use crate::transport::{forward, ProxyBody};
+
+/// An upstream response whose headers have arrived.
+pub(super) struct Upstream {
+    response: reqwest::Response,
+    sent: Instant,
+}
+
+impl Pipeline {
+    /// Send the request upstream and wait for the response headers.
+    pub(super) async fn forward(
+        &self,
+        ctx: &RequestCtx,
+        shaped: &Shaped,
+    ) -> Result<Upstream, ApiError> {
+        let route = ctx.route;
+        let identity = route.endpoint.is_generation();
+        let headers = self
+            .upstreams
+            .request_headers(route.provider, &ctx.parts.headers, identity);
+        let path_and_query = ctx
+            .parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
+        let url = self.upstreams.url(route.provider, path_and_query);
+        let host = self.upstreams.host(route.provider);
+        self.metrics
+            .route(route.provider, route.endpoint)
+            .overhead
+            .observe(ctx.start.elapsed().as_secs_f64());
+
+        let sent = Instant::now();
+        let request = self
+            .client
+            .request(ctx.parts.method.clone(), url)
+            .headers(headers)
+            .body(shaped.body.clone());
+        let timeout = Duration::from_millis(self.config.upstream.response_timeout_ms);
+        let response = match tokio::time::timeout(timeout, request.send()).await {
+            Err(_) => {
+                return Err(ApiError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "upstream {host} did not answer within {} ms",
+                        timeout.as_millis()
+                    ),
+                ))
+            }
+            Ok(Err(e)) => return Err(forward::send_error(&e, host)),
+            Ok(Ok(resp)) => resp,
+        };
+        self.metrics
+            .route(route.provider, route.endpoint)
+            .first_byte
+            .observe(sent.elapsed().as_secs_f64());
+        Ok(Upstream { response, sent })
+    }
+
+    /// The client's response: the upstream's status and headers, and its body streamed
+    /// through the usage tap.
+    pub(super) fn stream_back(
+        self: &Arc<Self>,
+        ctx: RequestCtx,
+        shaped: Shaped,
+        upstream: Upstream,
+        trace: Option<Record>,
+    ) -> Response<ProxyBody> {
+        let Upstream { response, sent } = upstream;
+        let status = response.status().as_u16();
+        let response_headers = forward::response_headers(response.headers());
+        let sse = response_headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let tap = Tap::new(ctx.route.endpoint, sse, shaped.wants_assistant());
+        let pipeline = Arc::clone(self);
+        let on_finish = Box::new(move |result: TapResult| {
+            pipeline.finish(ctx, shaped, trace, status, sent, result);
+        });
+        let idle = Duration::from_millis(self.config.upstream.idle_timeout_ms);
+        let stream = TapStream::new(response.bytes_stream(), tap, sse, idle, on_finish);
+        let body = StreamBody::new(stream.map_ok(Frame::data)).boxed_unsync();
+        let mut resp = Response::new(body);
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        *resp.headers_mut() = response_headers;
+        resp
+    }
+}

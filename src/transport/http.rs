@@ -1,0 +1,116 @@
+//! HTTP plumbing shared by every listener (proxy, admin, emulator): the response body type,
+//! the accept loop with graceful shutdown, reading a request body within its limit, and
+//! provider-format error responses.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::error::{ApiError, ErrorKind};
+use crate::providers::Provider;
+
+pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// Accept loop with graceful shutdown: on the signal, stop accepting and wait (up to
+/// `grace`) for connections in flight, streams included, to finish.
+pub async fn serve_connections<F, Fut>(
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+    header_timeout: Duration,
+    handler: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static,
+{
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let svc = hyper::service::service_fn(handler.clone());
+                // A client that never finishes its request head must not hold a
+                // connection forever.
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(header_timeout)
+                    .serve_connection(io, svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!("connection ended with an error: {e}");
+                    }
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(grace) => {
+            tracing::warn!("shutdown grace period ended with connections still open");
+        }
+    }
+}
+
+pub fn full(body: impl Into<Bytes>) -> ProxyBody {
+    Full::new(body.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// A provider-format error response.
+pub fn error_response(provider: Provider, err: &ApiError) -> Response<ProxyBody> {
+    let mut resp = Response::new(full(err.body(provider)));
+    *resp.status_mut() = err.status();
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut()
+        .insert("x-cachet-error", HeaderValue::from_static("1"));
+    resp
+}
+
+/// Read a request body whole, refusing one larger than `limit` (before reading it when the
+/// client declared its length).
+pub async fn read_body(
+    body: Incoming,
+    declared: Option<u64>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let too_large = |n: String| {
+        ApiError::new(
+            ErrorKind::TooLarge,
+            format!("request body is {n}, larger than the limit of {limit} bytes"),
+        )
+    };
+    if let Some(len) = declared.filter(|&l| l > limit as u64) {
+        return Err(too_large(format!("{len} bytes")));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(too_large("over the limit".into()))
+        }
+        Err(e) => Err(ApiError::invalid(format!(
+            "could not read the request body: {e}"
+        ))),
+    }
+}

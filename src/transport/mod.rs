@@ -1,0 +1,9 @@
+//! The network edge: listeners and HTTP plumbing, the proxy's request handler, the upstream
+//! side (URLs, headers, errors) and the admin listener.
+
+pub mod admin;
+pub mod forward;
+pub mod http;
+pub mod server;
+
+pub use self::http::{error_response, full, ProxyBody};

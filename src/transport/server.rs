@@ -1,0 +1,160 @@
+//! The proxy listener and its request handler: route the request, hand it to the
+//! [`Pipeline`], and render any failure once, in the client's provider format.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::admin::{self, AdminState};
+use super::http::{error_response, full, serve_connections, ProxyBody};
+use crate::config::Config;
+use crate::error::{ApiError, ErrorKind};
+use crate::metrics::Metrics;
+use crate::pipeline::Pipeline;
+use crate::providers::{classify, Provider};
+use crate::replay::recorder::{self, Recorder, RecorderTask};
+
+/// A running proxy (and its admin listener).
+pub struct ProxyHandle {
+    pub addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    recorder: Option<RecorderTask>,
+}
+
+impl ProxyHandle {
+    /// Stop accepting, let requests in flight finish (within the grace period), then return.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        if let Some(recorder) = self.recorder {
+            // Every queued trace record reaches the disk before the process ends.
+            let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
+        }
+    }
+}
+
+/// Bind both listeners (port 0 allowed) and serve in the background.
+pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen))?;
+    let admin_listener = TcpListener::bind(config.server.admin_listen)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {} (admin): {e}",
+                config.server.admin_listen
+            )
+        })?;
+    let policies = crate::policy::load_policies(&config.policies.files, &config.policies.dirs)
+        .map_err(|errors| {
+            anyhow::anyhow!(
+                "invalid policies:\n{}",
+                crate::policy::render_errors(&errors)
+            )
+        })?;
+    let metrics = Arc::new(Metrics::new());
+    let (recorder, recorder_task) = match &config.record.dir {
+        Some(dir) => {
+            let (r, t) = Recorder::start(dir, recorder::DEFAULT_QUEUE)
+                .map_err(|e| anyhow::anyhow!("cannot record traces into {}: {e}", dir.display()))?;
+            (Some(r), Some(t))
+        }
+        None => (None, None),
+    };
+    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    let header_timeout = Duration::from_millis(config.server.header_read_timeout_ms);
+    let pipeline = Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder).await?);
+    let admin_state = Arc::new(AdminState {
+        metrics: metrics.clone(),
+        store: pipeline.store().cloned(),
+    });
+    let addr = listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+    let (tx, rx) = watch::channel(false);
+    let proxy_task = tokio::spawn(serve_connections(
+        listener,
+        rx.clone(),
+        grace,
+        header_timeout,
+        move |req| {
+            let pipeline = pipeline.clone();
+            async move { Ok::<_, Infallible>(handle(pipeline, req).await) }
+        },
+    ));
+    let admin_task = tokio::spawn(serve_connections(
+        admin_listener,
+        rx,
+        grace,
+        header_timeout,
+        move |req| {
+            let state = admin_state.clone();
+            async move { Ok::<_, Infallible>(admin::handle(&state, req).await) }
+        },
+    ));
+    Ok(ProxyHandle {
+        addr,
+        admin_addr,
+        metrics,
+        shutdown: tx,
+        tasks: vec![proxy_task, admin_task],
+        recorder: recorder_task,
+    })
+}
+
+async fn handle(pipeline: Arc<Pipeline>, req: Request<Incoming>) -> Response<ProxyBody> {
+    let Some(route) = classify(req.method(), req.uri().path(), req.headers()) else {
+        return local_response(&req);
+    };
+    match pipeline.handle(route, req).await {
+        Ok(resp) => resp,
+        Err((err, model)) => {
+            tracing::info!(
+                provider = route.provider.label(),
+                endpoint = route.endpoint.label(),
+                status = err.status().as_u16(),
+                "request refused: {}",
+                err.message
+            );
+            pipeline.metrics().record_request(
+                route.provider,
+                route.endpoint,
+                &model,
+                err.status().as_str(),
+                "none",
+                None,
+            );
+            error_response(route.provider, &err)
+        }
+    }
+}
+
+/// Answers for paths outside `/v1/`: Claude Code probes `HEAD /` (or `/api/hello`) before
+/// its first request.
+fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
+    let path = req.uri().path();
+    if matches!(path, "/" | "/api/hello") && matches!(*req.method(), Method::HEAD | Method::GET) {
+        return Response::new(full("cachet\n"));
+    }
+    let provider = if req.headers().contains_key("anthropic-version") {
+        Provider::Anthropic
+    } else {
+        Provider::OpenAi
+    };
+    let err = ApiError::new(
+        ErrorKind::NotFound,
+        format!("no route for {} {path}", req.method()),
+    );
+    error_response(provider, &err)
+}
