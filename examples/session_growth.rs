@@ -42,7 +42,7 @@ fn note(history: &[Value], index: u64) -> Entry {
         reason: "turn_end".into(),
         anchor: Anchor::of(history),
         patch: vec![Op::MessagesInsert {
-            at: "end".into(),
+            at: cachet::patch::Selector::End,
             messages: vec![
                 json!({"role": "user", "content": format!("note from request {index}")}),
             ],

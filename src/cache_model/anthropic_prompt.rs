@@ -14,9 +14,7 @@ use serde_json::{Map, Value};
 use super::hash::{canonical_json, Chain, PrefixHash};
 use super::tokens;
 use crate::error::ApiError;
-
-/// Claude Code's per-request system block; not part of the cache key.
-pub const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
+use crate::providers::anthropic;
 
 /// Cache lifetime asked for by a marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -129,7 +127,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
     match obj.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => {
-            if s.starts_with(BILLING_HEADER_PREFIX) {
+            if anthropic::is_cache_neutral_system_text(s) {
                 unkeyed_tokens += tokens::count(s);
             } else if !s.is_empty() {
                 let canon = canonical_json(&text_block(s));
@@ -145,7 +143,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         Some(Value::Array(parts)) => {
             for (i, part) in parts.iter().enumerate() {
                 let text = part.get("text").and_then(Value::as_str).unwrap_or("");
-                if text.starts_with(BILLING_HEADER_PREFIX) {
+                if anthropic::is_cache_neutral_system_text(text) {
                     unkeyed_tokens += tokens::count(text);
                     continue;
                 }

@@ -10,7 +10,6 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::assemble::assistant_message;
 use super::handlers::Shaping;
 use super::history::HistoryMap;
 use super::shape::{client_history, Shaped};
@@ -162,14 +161,21 @@ impl Pipeline {
                         return;
                     }
                 };
-                let turn = session::turns::turn_index(&history, ctx.route.endpoint);
+                let turn =
+                    Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone())
+                        .map(|env| env.turn_index())
+                        .unwrap_or(0);
                 (session_ctx, 0, None, turn)
             }
             After::Shaped(mut after) => {
                 // A turn_end handler sees only a complete answer: a cut or abandoned stream
                 // would hand it a partial message, and its patches would be persisted.
                 if after.wants_assistant && complete {
-                    if let Some(assistant) = assistant_message(ctx.route.endpoint, &result) {
+                    if let Some(assistant) = ctx
+                        .route
+                        .endpoint
+                        .assistant_message(result.json_body.as_deref(), &result.kept_events)
+                    {
                         self.turn_end(&mut after, &assistant, usage).await;
                     }
                 }

@@ -5,12 +5,12 @@
 
 use serde_json::Value;
 
-use super::history::{selector_position, HistoryMap};
+use super::history::HistoryMap;
 use super::Pipeline;
 use crate::envelope::Envelope;
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookOutcome;
-use crate::patch::{HandlerResult, Op, PatchRefusal};
+use crate::patch::{HandlerResult, Op, PatchRefusal, Selector};
 use crate::policy::{ContextReason, HookEvent, Policy, TemplateVars};
 
 /// A patch that was applied and is to be persisted: its ops with message positions
@@ -43,7 +43,7 @@ impl Shaping<'_> {
         for op in ops {
             let insert_at = match op {
                 Op::MessagesInsert { at, .. } => {
-                    selector_position(at, env.history_len(), env.last_user_prompt_index())
+                    at.position(env.history_len(), env.last_user_prompt_index())
                 }
                 _ => None,
             };
@@ -58,7 +58,7 @@ impl Shaping<'_> {
                 } else {
                     client
                 };
-                *at = format!("index:{client}");
+                *at = Selector::Index(client);
             }
             map.applied(op, insert_at);
             client_ops.push(stored);
@@ -76,12 +76,9 @@ impl Shaping<'_> {
             let mut live = op.clone();
             let mut insert_at = None;
             if let Op::MessagesInsert { at, .. } = &mut live {
-                if let Some(client) = at
-                    .strip_prefix("index:")
-                    .and_then(|n| n.parse::<usize>().ok())
-                {
+                if let Selector::Index(client) = *at {
                     let pos = map.position_of_client(client);
-                    *at = format!("index:{pos}");
+                    *at = Selector::Index(pos);
                     insert_at = Some(pos);
                 }
             }

@@ -4,8 +4,6 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
-
 use super::handlers::{Persisted, Shaping};
 use super::Pipeline;
 use crate::error::ApiError;
@@ -98,14 +96,14 @@ impl Pipeline {
         &self,
         policies: &[&Policy],
         ctx: &SessionContext,
-        history: &[Value],
+        prompt: Option<(usize, String)>,
         shaping: &mut Shaping<'_>,
     ) -> Result<Injected, ApiError> {
         let mut out = Injected::default();
         let Some(injections) = &self.injections else {
             return Ok(out);
         };
-        let Some((prompt_index, prompt)) = inject::latest_user_prompt(history) else {
+        let Some((prompt_index, prompt)) = prompt else {
             return Ok(out);
         };
         let plan = ctx.plan();

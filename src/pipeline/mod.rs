@@ -12,7 +12,6 @@
 //! session log and diagnosis are computed after the response from those same bytes
 //! (monitoring, on unless `sessions.monitor = false`).
 
-pub mod assemble;
 mod finish;
 mod handlers;
 pub mod history;

@@ -111,7 +111,9 @@ impl Pipeline {
         env.meta.session = Some(id.clone());
         env.meta.client = ctx.client;
         env.meta.request_index = request_index;
-        env.meta.turn_index = session::turns::turn_index(&history, route.endpoint);
+        env.meta.turn_index = env.turn_index();
+        // The current turn's prompt in the client's own history, before any patch.
+        let prompt = env.latest_user_prompt();
         let vars = TemplateVars {
             session: id.clone(),
             request_index,
@@ -132,7 +134,7 @@ impl Pipeline {
             .run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
         let injected = self
-            .inject(&policies, &session_ctx, &history, &mut shaping)
+            .inject(&policies, &session_ctx, prompt, &mut shaping)
             .await?;
         persisted.extend(injected.persist);
         self.persist(&session_ctx, reason, persisted).await?;

@@ -54,8 +54,6 @@ pub struct SessionId {
 
 /// Longest id used as given; longer ones, or ones with other characters, are hashed.
 const MAX_ID_LEN: usize = 128;
-/// The block Claude Code puts first in `system`; its nonce changes on every request.
-const BILLING_PREFIX: &str = "x-anthropic-billing-header:";
 
 /// Identify the session of a generation request.
 pub fn identify(
@@ -154,7 +152,7 @@ fn system_blocks(system: Option<&Value>) -> Vec<Value> {
         .into_iter()
         .filter(|block| {
             let text = block.get("text").and_then(Value::as_str).unwrap_or("");
-            !text.starts_with(BILLING_PREFIX)
+            !crate::providers::anthropic::is_cache_neutral_system_text(text)
         })
         .collect()
 }

@@ -17,7 +17,6 @@ pub mod record;
 pub mod replay;
 pub mod store;
 pub mod timeline;
-pub mod turns;
 
 pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
@@ -34,4 +33,3 @@ pub use store::{
     open_store, Blob, CachedStore, RedisStore, SessionStore, SessionSummary, SqliteStore,
     StoreError, StoreResult, StoreStats,
 };
-pub use turns::turn_index;

@@ -56,7 +56,7 @@ mod tests {
             reason: "turn_end".into(),
             anchor,
             patch: vec![Op::MessagesInsert {
-                at: "end".into(),
+                at: crate::patch::Selector::End,
                 messages: vec![json!({"role": "user", "content": "note"})],
                 invalidate_cache_reason: Some("memory".into()),
             }],

@@ -27,7 +27,7 @@ pub fn insert_note(history: &[Value], note: &str, request_index: u64) -> Entry {
         reason: "turn_end".into(),
         anchor: Anchor::of(history),
         patch: vec![Op::MessagesInsert {
-            at: "end".into(),
+            at: cachet::patch::Selector::End,
             messages: vec![json!({"role": "user", "content": note})],
             invalidate_cache_reason: Some("a note for later turns".into()),
         }],
