@@ -15,16 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use super::blocks::{self, Block};
+use super::blocks::{self, Block, Ttl};
 use super::Envelope;
-
-/// A marker lifetime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Ttl {
-    #[default]
-    FiveMinutes,
-    OneHour,
-}
 
 /// How cache markers are placed (Anthropic only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

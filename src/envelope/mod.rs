@@ -21,8 +21,8 @@ use bytes::Bytes;
 
 use crate::providers::{turns, Endpoint, MsgKind, Provider};
 
-pub use blocks::count_markers;
-pub use breakpoints::{BreakpointMode, Ttl, MAX_MARKERS};
+pub use blocks::{count_markers, Ttl};
+pub use breakpoints::{BreakpointMode, MAX_MARKERS};
 pub use client::{detect_client, Client, Meta};
 pub use compile::CompileOptions;
 pub use message::neutral_to_provider;
