@@ -22,6 +22,7 @@ pub mod error;
 pub mod hooks;
 pub mod inject;
 pub mod json_check;
+pub mod measure;
 pub mod metrics;
 pub mod models;
 pub mod patch;

@@ -53,6 +53,10 @@ pub struct TapResult {
     pub usage: Option<Usage>,
     /// The model the response names (the one that answered).
     pub model: Option<String>,
+    /// The response's id.
+    pub response_id: Option<String>,
+    /// The provider's cache diagnostics, when the request asked for them.
+    pub provider_diagnostics: Option<serde_json::Value>,
     pub outcome: Outcome,
     pub bytes: u64,
     pub events: u64,
@@ -67,7 +71,7 @@ pub type OnFinish = Box<dyn FnOnce(TapResult) + Send>;
 enum Reader {
     Sse {
         decoder: sse::Decoder,
-        usage: StreamUsage,
+        usage: Box<StreamUsage>,
         terminal: Option<Terminal>,
         keep_events: bool,
         kept: Vec<(String, Bytes)>,
@@ -94,7 +98,7 @@ impl Tap {
         } else if sse {
             Reader::Sse {
                 decoder: sse::Decoder::default(),
-                usage: StreamUsage::default(),
+                usage: Box::default(),
                 terminal: None,
                 keep_events,
                 kept: Vec::new(),
@@ -153,28 +157,24 @@ impl Tap {
 
     pub fn finish(self, outcome: Outcome) -> TapResult {
         let endpoint = self.endpoint;
-        let (usage, model, events, json_body, kept_events) = match self.reader {
+        let (facts, events, json_body, kept_events) = match self.reader {
             Reader::Sse {
                 decoder,
                 usage,
                 kept,
                 ..
-            } => (
-                usage.usage(),
-                usage.model().map(str::to_string),
-                decoder.events,
-                None,
-                kept,
-            ),
+            } => (usage.facts(), decoder.events, None, kept),
             Reader::Json { copy, overflow } if !overflow => {
-                let (usage, model) = usage::read_response_body(endpoint, &copy);
-                (usage, model, 0, Some(Bytes::from(copy)), Vec::new())
+                let facts = usage::read_response_body(endpoint, &copy);
+                (facts, 0, Some(Bytes::from(copy)), Vec::new())
             }
-            _ => (None, None, 0, None, Vec::new()),
+            _ => (usage::ResponseFacts::default(), 0, None, Vec::new()),
         };
         TapResult {
-            usage,
-            model,
+            usage: facts.usage,
+            model: facts.model,
+            response_id: facts.id,
+            provider_diagnostics: facts.diagnostics,
             outcome,
             bytes: self.bytes,
             events,

@@ -97,6 +97,14 @@ pub(crate) fn message_blocks(b: &[u8]) -> Vec<Block> {
     }
 }
 
+/// The byte ranges of an Anthropic message's content blocks.
+pub fn content_block_spans(b: &[u8]) -> Vec<Span> {
+    message_blocks(b)
+        .into_iter()
+        .map(|block| block.span)
+        .collect()
+}
+
 /// Splice the object at `span` so that it carries `want` as its marker; returns the edit
 /// (range of `b` to replace, and the new bytes), or `None` when nothing changes.
 fn object_edit(b: &[u8], span: &Span, want: Option<Ttl>) -> Option<(Span, Vec<u8>)> {

@@ -7,16 +7,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::handlers::Shaping;
 use super::history::HistoryMap;
-use super::shape::{client_history, Shaped};
+use super::shape::Shaped;
 use super::{Pipeline, RequestCtx};
 use crate::envelope::Envelope;
+use crate::measure::PromptShape;
 use crate::policy::{ContextReason, TemplateVars};
-use crate::providers::{Endpoint, Route};
+use crate::providers::Route;
 use crate::replay::trace::Record;
 use crate::session::{self, Entry, RequestDraft, SessionContext};
 use crate::tap::{Outcome, TapResult};
@@ -41,6 +41,8 @@ pub struct ShapedAfter {
     pub policy_names: Vec<String>,
     /// Messages of the request-only tail at the end of what was sent.
     pub uncached_tail: usize,
+    /// Every patch of the request so far, for the session log.
+    pub patches: Vec<session::PatchEvent>,
     pub variant: Option<String>,
     /// A `context(turn_end)` handler or hook will want the assistant message.
     pub wants_assistant: bool,
@@ -140,32 +142,30 @@ impl Pipeline {
     ) {
         let usage = result.usage;
         let complete = result.outcome == Outcome::Complete && (200..300).contains(&status);
+        let mut patches = Vec::new();
         let (session_ctx, uncached_tail, variant, turn_index) = match shaped.after {
             After::Nothing => return,
             After::Observe => {
-                let Ok(value) = serde_json::from_slice::<Value>(&ctx.body) else {
+                // A body that does not parse went out unchecked; the provider answered it.
+                let (Ok(value), Ok(env)) = (
+                    serde_json::from_slice::<Value>(&ctx.body),
+                    Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone()),
+                ) else {
                     return;
                 };
-                let history = client_history(ctx.route.endpoint, &value);
-                let id = session::identify(
-                    &ctx.parts.headers,
-                    &value,
-                    ctx.route.provider,
-                    ctx.route.endpoint,
-                );
+                let history = session::PrefixHashes::of_raw(env.history_raw());
+                let id = self
+                    .identify(&ctx.parts.headers, &value, ctx.route, &history)
+                    .await;
                 let Some(store) = &self.store else { return };
-                let session_ctx = match session::prepare(store.as_ref(), id, &history).await {
+                let session_ctx = match session::prepare(store.as_ref(), id, history).await {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = self.store_failed("load", &e);
                         return;
                     }
                 };
-                let turn =
-                    Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone())
-                        .map(|env| env.turn_index())
-                        .unwrap_or(0);
-                (session_ctx, 0, None, turn)
+                (session_ctx, 0, None, env.turn_index())
             }
             After::Shaped(mut after) => {
                 // A turn_end handler sees only a complete answer: a cut or abandoned stream
@@ -179,6 +179,7 @@ impl Pipeline {
                         self.turn_end(&mut after, &assistant, usage).await;
                     }
                 }
+                patches = std::mem::take(&mut after.patches);
                 let turn = after.vars.turn_index;
                 (after.ctx, after.uncached_tail, after.variant, turn)
             }
@@ -186,50 +187,115 @@ impl Pipeline {
         let Some(store) = self.store.clone() else {
             return;
         };
-        let _ = uncached_tail;
-        let sent_bytes: &Bytes = &shaped.body;
-        let sent: Value = serde_json::from_slice(sent_bytes).unwrap_or(Value::Null);
-        let messages = client_history(ctx.route.endpoint, &sent);
-        let system = system_of(ctx.route.endpoint, &sent);
-        let tools = sent.get("tools").cloned();
+        let sent = match Envelope::parse(ctx.route.provider, ctx.route.endpoint, shaped.body) {
+            Ok(env) => env,
+            Err(e) => {
+                // Only a body sent unchecked gets here; the provider has answered it.
+                tracing::debug!("request not recorded: {}", e.message);
+                return;
+            }
+        };
+        let shape = PromptShape::of(&sent, uncached_tail);
+        let log = &session_ctx.log;
+        let lane =
+            session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history);
+        let answered = usage.filter(|_| (200..300).contains(&status));
+        let previous = session::lanes::previous_answered(log, lane);
+        let diagnosis = match (previous, answered) {
+            (Some(prev), Some(usage)) => {
+                self.diagnose(store.as_ref(), log, prev, &shape, &sent, usage)
+                    .await
+            }
+            _ => None,
+        };
+        if let Some(d) = &diagnosis {
+            self.metrics
+                .prefix_breaks
+                .with_label_values(&[
+                    ctx.route.provider.label(),
+                    d.section.label(),
+                    d.reason.label(),
+                ])
+                .inc();
+        }
+        let history: Vec<&[u8]> = sent.history_raw().take(shape.messages.len()).collect();
         let draft = RequestDraft {
             request_index: session_ctx.request_index,
             turn_index: Some(turn_index),
-            model: &model,
             provider: ctx.route.provider.label(),
             endpoint: ctx.route.endpoint.label(),
             client: Some(ctx.client.label()),
-            sent: &messages,
-            system: system.as_ref(),
-            tools: tools.as_ref(),
+            shape: &shape,
+            history: &history,
             usage,
             status: Some(status),
-            breaks: None,
+            lane,
+            conversation: session::lanes::Conversation::of(&session_ctx.history),
+            diagnosis,
+            patches,
             variant,
+            response_id: result.response_id.clone(),
         };
-        let (mut record, blobs) = session::compact_request(&session_ctx.log, &draft);
-        if let Some(diagnosis) = prefix_break(&session_ctx.log, &record, &model) {
-            let section = diagnosis["section"]
-                .as_str()
-                .unwrap_or("messages")
-                .to_string();
-            self.metrics
-                .prefix_breaks
-                .with_label_values(&[ctx.route.provider.label(), &section])
-                .inc();
-            record.breaks = Some(diagnosis);
-        }
-        let result = async {
+        let _ = model;
+        let (record, blobs) = session::compact_request(log, &draft);
+        let written = async {
             store.put_blobs(&blobs).await?;
             store
                 .append(&session_ctx.id.id, &[Entry::Request(record)])
                 .await
         }
         .await;
-        if let Err(e) = result {
+        match written {
+            Ok(()) => self.remember_history(&session_ctx).await,
             // The response is already with the client; only the timeline loses an entry.
-            let _ = self.store_failed("record", &e);
+            Err(e) => {
+                let _ = self.store_failed("record", &e);
+            }
         }
+    }
+
+    /// The diagnosis of a request against the previous request of its lane.
+    async fn diagnose(
+        &self,
+        store: &dyn session::SessionStore,
+        log: &[Entry],
+        prev: &session::RequestRecord,
+        shape: &PromptShape,
+        sent: &Envelope,
+        usage: crate::usage::Usage,
+    ) -> Option<crate::measure::Diagnosis> {
+        let prev_shape = previous_shape(store, log, prev, shape).await;
+        let min_tokens = crate::measure::breaks::min_tokens(&shape.model);
+        let previous = crate::measure::Previous {
+            shape: &prev_shape,
+            usage: prev.usage.unwrap_or_default(),
+            time_ms: prev.time,
+        };
+        let current = crate::measure::breaks::Current {
+            shape,
+            usage,
+            time_ms: session::now_ms(),
+            min_tokens,
+            thinking_stripped_from: None,
+        };
+        let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
+            crate::measure::shape::tokens_through(sent, block)
+        })?;
+        // A message that differs only by the thinking blocks it lost is a dropped thought,
+        // not an edit.
+        if diagnosis.reason == crate::measure::BreakReason::MessageEdited {
+            let at = diagnosis.message_index.unwrap_or(0);
+            if let (Some(key), Some(now)) =
+                (prev_shape.messages.get(at), sent.history_raw().nth(at))
+            {
+                if let Ok(found) = store.get_blobs(std::slice::from_ref(key)).await {
+                    if let Some(Some(before)) = found.first() {
+                        diagnosis.refine_thinking(before, now);
+                    }
+                }
+            }
+        }
+        Some(diagnosis)
     }
 
     async fn turn_end(
@@ -247,6 +313,7 @@ impl Pipeline {
         let mut shaping = Shaping {
             env: &mut after.env,
             map: &mut after.map,
+            events: Vec::new(),
         };
         let persisted = match self
             .run_context(
@@ -261,9 +328,11 @@ impl Pipeline {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(session = %after.ctx.id.id, "turn_end handlers failed: {}", e.message);
+                after.patches.append(&mut shaping.events);
                 return;
             }
         };
+        after.patches.append(&mut shaping.events);
         if let Err(e) = self
             .persist(&after.ctx, ContextReason::TurnEnd, persisted)
             .await
@@ -273,90 +342,55 @@ impl Pipeline {
     }
 }
 
-/// The system prompt as sent, for the request record (Claude Code's per-request billing
-/// block left out: it changes every time and is not part of the cache key).
-fn system_of(endpoint: Endpoint, sent: &Value) -> Option<Value> {
-    match endpoint {
-        Endpoint::Responses => sent.get("instructions").cloned(),
-        Endpoint::Chat => None,
-        _ => match sent.get("system")? {
-            Value::Array(blocks) => Some(Value::Array(
-                blocks
-                    .iter()
-                    .filter(|b| {
-                        !b.get("text")
-                            .and_then(Value::as_str)
-                            .is_some_and(|t| t.starts_with("x-anthropic-billing-header:"))
-                    })
-                    .cloned()
-                    .collect(),
-            )),
-            other => Some(other.clone()),
-        },
-    }
-}
-
-/// Where this request's prefix first differs from the session's previous request, in the
-/// vocabulary of the provider's cache diagnostics (`model_changed`, `tools_changed`,
-/// `system_changed`, `messages_changed`), or `None` when it extends it.
-fn prefix_break(log: &[Entry], record: &session::RequestRecord, model: &str) -> Option<Value> {
-    let prev = log.iter().rev().find_map(|e| match e {
-        Entry::Request(r) => Some(r),
-        _ => None,
-    })?;
-    if prev.model != model {
-        return Some(json!({"section": "model", "reason": "model_changed",
-            "detail": format!("model changed from {} to {model}", prev.model)}));
-    }
-    if prev.tools_key != record.tools_key {
-        return Some(
-            json!({"section": "tools", "reason": "tools_changed", "detail": "tool definitions changed"}),
-        );
-    }
-    if prev.system_key != record.system_key {
-        return Some(
-            json!({"section": "system", "reason": "system_changed", "detail": "system prompt changed"}),
-        );
-    }
-    if record.sent.extends == Some(prev.request_index) && record.sent.base == prev.sent.count {
-        return None;
-    }
-    let before = session::sent_keys(log, prev.request_index).unwrap_or_default();
-    let now = current_keys(log, record);
-    let index = before
-        .iter()
-        .zip(now.iter())
-        .take_while(|(a, b)| a == b)
-        .count();
-    if index == before.len() && now.len() >= before.len() {
-        return None;
-    }
-    let detail = if index < now.len() {
-        format!("message {index} edited")
-    } else {
-        format!(
-            "history shortened from {} to {} messages",
-            before.len(),
-            now.len()
-        )
-    };
-    Some(
-        json!({"section": "messages", "reason": "messages_changed", "message_index": index, "detail": detail}),
-    )
-}
-
-/// The full key list of a record not yet in the log.
-fn current_keys(log: &[Entry], record: &session::RequestRecord) -> Vec<session::MessageKey> {
-    let mut keys = match record.sent.extends {
-        Some(base) => session::sent_keys(log, base).unwrap_or_default(),
-        None => Vec::new(),
-    };
-    keys.truncate(record.sent.base);
-    for hex_key in &record.sent.keys {
-        let mut key = [0u8; 32];
-        if hex::decode_to_slice(hex_key, &mut key).is_ok() {
-            keys.push(key);
+/// The previous request's shape, rebuilt from its log entry (the tool and system lists are
+/// read from the store only when they differ from this request's).
+async fn previous_shape(
+    store: &dyn session::SessionStore,
+    log: &[Entry],
+    prev: &session::RequestRecord,
+    current: &PromptShape,
+) -> PromptShape {
+    let decode = |k: &Option<String>| k.as_deref().and_then(session::record::decode_key);
+    let tools_key = decode(&prev.tools_key);
+    let system_key = decode(&prev.system_key);
+    let list = |key: Option<session::MessageKey>, same: bool, mine: &Vec<crate::measure::Named>| {
+        let mine = mine.clone();
+        async move {
+            if same {
+                return mine;
+            }
+            let Some(key) = key else { return Vec::new() };
+            match store.get_blobs(&[key]).await {
+                Ok(found) => found
+                    .into_iter()
+                    .flatten()
+                    .next()
+                    .and_then(|b| session::record::named_list(&b))
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            }
         }
+    };
+    let tools = list(tools_key, tools_key == current.tools_key, &current.tools).await;
+    let system = list(
+        system_key,
+        system_key == current.system_key,
+        &current.system,
+    )
+    .await;
+    PromptShape {
+        endpoint: current.endpoint,
+        model: prev.model.clone(),
+        tools,
+        tools_key,
+        system,
+        system_key,
+        messages: session::sent_keys(log, prev.request_index).unwrap_or_default(),
+        tail: prev
+            .tail
+            .iter()
+            .filter_map(|k| session::record::decode_key(k))
+            .collect(),
+        marks: prev.marks.clone(),
     }
-    keys
 }

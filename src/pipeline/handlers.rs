@@ -12,6 +12,7 @@ use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookOutcome;
 use crate::patch::{HandlerResult, Op, PatchRefusal, Selector};
 use crate::policy::{ContextReason, HookEvent, Policy, TemplateVars};
+use crate::session::{PatchEvent, PatchOutcome};
 
 /// A patch that was applied and is to be persisted: its ops with message positions
 /// rewritten to client positions (see `history`).
@@ -22,10 +23,12 @@ pub struct Persisted {
     pub display: Option<Value>,
 }
 
-/// The envelope being shaped, with the map from envelope to client positions.
+/// The envelope being shaped, with the map from envelope to client positions and the
+/// patch events for the session log.
 pub struct Shaping<'a> {
     pub env: &'a mut Envelope,
     pub map: &'a mut HistoryMap,
+    pub events: Vec<PatchEvent>,
 }
 
 impl Shaping<'_> {
@@ -92,8 +95,37 @@ impl Shaping<'_> {
 }
 
 impl Pipeline {
-    /// Count an applied patch; cached-scope ops count as invalidations with their reason.
-    pub(super) fn count_applied(&self, transformer: &str, ops: &[Op]) {
+    /// An applied patch: counted (cached-scope ops as invalidations with their reason) and
+    /// logged for the session.
+    pub(super) fn note_applied(
+        &self,
+        shaping: &mut Shaping<'_>,
+        transformer: &str,
+        reason: &str,
+        outcome: PatchOutcome,
+        ops: &[Op],
+    ) {
+        shaping
+            .events
+            .push(PatchEvent::new(transformer, reason, outcome, ops));
+        self.count_applied(transformer, ops);
+    }
+
+    /// A refused patch: counted, logged, and noted for the session.
+    pub(super) fn note_refused(
+        &self,
+        shaping: &mut Shaping<'_>,
+        refusal: &PatchRefusal,
+        reason: &str,
+        ops: &[Op],
+    ) {
+        let mut event = PatchEvent::new(&refusal.transformer, reason, PatchOutcome::Refused, ops);
+        event.error = Some(refusal.message.clone());
+        shaping.events.push(event);
+        self.count_refused(refusal, ops);
+    }
+
+    fn count_applied(&self, transformer: &str, ops: &[Op]) {
         for op in ops {
             self.metrics
                 .patches
@@ -111,7 +143,7 @@ impl Pipeline {
         }
     }
 
-    pub(super) fn count_refused(&self, refusal: &PatchRefusal, ops: &[Op]) {
+    fn count_refused(&self, refusal: &PatchRefusal, ops: &[Op]) {
         tracing::warn!(transformer = %refusal.transformer, reason = refusal.reason.label(), "{}", refusal.message);
         for op in ops {
             self.metrics
@@ -133,8 +165,9 @@ impl Pipeline {
         shaping: &mut Shaping<'_>,
         result: &HandlerResult,
         default_name: &str,
-        turn_end: bool,
+        reason: ContextReason,
     ) -> Result<Option<Persisted>, ApiError> {
+        let turn_end = reason == ContextReason::TurnEnd;
         if result.patch.is_empty() {
             return Ok(None);
         }
@@ -144,7 +177,18 @@ impl Pipeline {
             .unwrap_or_else(|| default_name.to_string());
         match shaping.apply(&result.patch, &transformer, turn_end) {
             Ok(ops) => {
-                self.count_applied(&transformer, &result.patch);
+                let outcome = if crate::session::is_persisted_reason(reason.label()) {
+                    PatchOutcome::Persisted
+                } else {
+                    PatchOutcome::Ephemeral
+                };
+                self.note_applied(
+                    shaping,
+                    &transformer,
+                    reason.label(),
+                    outcome,
+                    &result.patch,
+                );
                 Ok(Some(Persisted {
                     transformer,
                     ops,
@@ -155,7 +199,7 @@ impl Pipeline {
                 }))
             }
             Err(refusal) => {
-                self.count_refused(&refusal, &result.patch);
+                self.note_refused(shaping, &refusal, reason.label(), &result.patch);
                 if self.config.policies.strict {
                     return Err(refusal.to_api_error());
                 }
@@ -173,7 +217,6 @@ impl Pipeline {
         vars: &TemplateVars,
         response: Option<(&Value, &Value)>,
     ) -> Result<Vec<Persisted>, ApiError> {
-        let turn_end = reason == ContextReason::TurnEnd;
         let mut persisted = Vec::new();
         for policy in policies {
             for handler in policy.context_for(reason) {
@@ -188,7 +231,7 @@ impl Pipeline {
                     shaping,
                     &result,
                     &handler.transformer,
-                    turn_end,
+                    reason,
                 )?);
             }
         }
@@ -210,7 +253,7 @@ impl Pipeline {
                     return Err(ApiError::new(ErrorKind::Internal, message.to_string()));
                 }
                 if let HookOutcome::Patch(result) = &call.outcome {
-                    persisted.extend(self.apply_result(shaping, result, &hook.name, turn_end)?);
+                    persisted.extend(self.apply_result(shaping, result, &hook.name, reason)?);
                 }
             }
         }

@@ -9,7 +9,7 @@ use super::Pipeline;
 use crate::error::ApiError;
 use crate::inject::{self, Injection, Mode, ModeChoice, SourceSpec};
 use crate::policy::{InjectMode, InjectSource, Policy};
-use crate::session::{ContextTransform, SessionContext};
+use crate::session::{ContextTransform, PatchOutcome, SessionContext};
 
 /// Every policy's injections, ready to run, by policy name.
 pub struct Injections {
@@ -136,7 +136,18 @@ impl Pipeline {
                 }
                 match shaping.apply(&placement.ops, &injection.id, false) {
                     Ok(ops) => {
-                        self.count_applied(&injection.id, &placement.ops);
+                        let outcome = if placement.persisted {
+                            PatchOutcome::Persisted
+                        } else {
+                            PatchOutcome::Ephemeral
+                        };
+                        self.note_applied(
+                            shaping,
+                            &injection.id,
+                            "inject",
+                            outcome,
+                            &placement.ops,
+                        );
                         if placement.persisted {
                             out.persist.push(Persisted {
                                 transformer: injection.id.clone(),
@@ -146,7 +157,7 @@ impl Pipeline {
                         }
                     }
                     Err(refusal) => {
-                        self.count_refused(&refusal, &placement.ops);
+                        self.note_refused(shaping, &refusal, "inject", &placement.ops);
                         if self.config.policies.strict {
                             return Err(refusal.to_api_error());
                         }

@@ -15,6 +15,7 @@
 mod finish;
 mod handlers;
 pub mod history;
+mod identify;
 mod inject;
 mod shape;
 mod upstream;
@@ -55,6 +56,9 @@ pub struct Pipeline {
     hooks: HookClient,
     store: Option<Arc<dyn SessionStore>>,
     injections: Option<inject::Injections>,
+    /// Recent client histories (rolling hash) and their sessions, for requests that carry
+    /// no session id.
+    histories: moka::future::Cache<String, String>,
 }
 
 /// One request on its way through the phases.
@@ -103,6 +107,7 @@ impl Pipeline {
             metrics,
             recorder,
             config,
+            histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
         })
     }
 

@@ -21,6 +21,10 @@ use crate::envelope::scan;
 /// The block Claude Code puts first in `system`; its nonce changes on every request.
 pub const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
 
+/// Block boundaries a cache marker looks back over for an earlier entry, the marked block
+/// included: "up to 20 blocks before your explicit breakpoint" (prompt-caching docs).
+pub const LOOKBACK_BLOCKS: usize = 20;
+
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 

@@ -1,7 +1,6 @@
 //! Trace recording and `cachet replay`: recorded requests, in time order, through each
 //! arm's shaping and the emulator's cache model, compared side by side.
 
-pub mod breaks;
 pub mod chart;
 pub mod output;
 pub mod pipeline_shaper;

@@ -4,10 +4,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use super::breaks::Fingerprint;
 use super::shaper::Shaper;
 use super::trace::Record;
 use crate::cache_model::{CacheModel, CacheModelConfig};
+use crate::measure::breaks::{min_tokens, Current, Previous};
+use crate::measure::{diagnose, Diagnosis, SentRequest};
+use crate::session::lanes::{self, LaneHead};
 use crate::usage::Usage;
 
 /// Figures of one arm, in the `--json` shape.
@@ -23,8 +25,10 @@ pub struct ArmStats {
     pub hit_ratio: f64,
     pub cost_usd: f64,
     pub savings_usd: f64,
-    /// Prefix breaks against the session's previous request, by section.
+    /// Prefix breaks against the previous request of the lane, by section.
     pub breaks: BTreeMap<String, u64>,
+    /// The same breaks by reason.
+    pub break_reasons: BTreeMap<String, u64>,
     /// Requests per injection variant (`none` without one).
     pub variants: BTreeMap<String, u64>,
     /// Records that could not be shaped or accounted (skipped).
@@ -35,6 +39,9 @@ pub struct ArmStats {
     /// Per request usage, in replay order (for tests and consistency checks).
     #[serde(skip)]
     pub per_request: Vec<Usage>,
+    /// Per request diagnosis, in replay order.
+    #[serde(skip)]
+    pub diagnoses: Vec<Option<Diagnosis>>,
     /// The first error messages, for the report.
     #[serde(skip)]
     pub error_messages: Vec<String>,
@@ -57,7 +64,7 @@ pub fn replay_arm(
         stats.breaks.insert(name.into(), 0);
     }
     let mut cache = CacheModel::new(CacheModelConfig::default());
-    let mut previous: HashMap<&str, Fingerprint> = HashMap::new();
+    let mut sessions: HashMap<&str, SessionLanes> = HashMap::new();
     let mut total = Usage::default();
     for record in records {
         on_record();
@@ -101,14 +108,35 @@ pub fn replay_arm(
             stats.cost_usd += info.cost_usd(&usage);
             stats.savings_usd += info.savings_usd(&usage);
         }
-        let fp = Fingerprint::of(endpoint, &shaped.body).without_tail(shaped.uncached_tail);
-        if let Some(section) = previous
-            .get(record.session.as_str())
-            .and_then(|p| fp.break_from(p))
-        {
-            *stats.breaks.entry(section.into()).or_default() += 1;
+        let diagnosis = match SentRequest::from_json(
+            record.provider(),
+            endpoint,
+            &shaped.body,
+            shaped.uncached_tail,
+        ) {
+            Ok(sent) => {
+                let client =
+                    match SentRequest::from_json(record.provider(), endpoint, &record.body, 0) {
+                        Ok(c) => crate::session::PrefixHashes::of_raw(c.env.history_raw()),
+                        Err(_) => crate::session::PrefixHashes::from_keys(Vec::new()),
+                    };
+                sessions.entry(&record.session).or_default().diagnose(
+                    sent,
+                    &client,
+                    usage,
+                    record.time_ms,
+                )
+            }
+            Err(_) => None,
+        };
+        if let Some(d) = &diagnosis {
+            *stats.breaks.entry(d.section.label().into()).or_default() += 1;
+            *stats
+                .break_reasons
+                .entry(d.reason.label().into())
+                .or_default() += 1;
         }
-        previous.insert(&record.session, fp);
+        stats.diagnoses.push(diagnosis);
         *stats
             .variants
             .entry(shaped.variant.unwrap_or_else(|| "none".into()))
@@ -125,6 +153,57 @@ pub fn replay_arm(
     stats.output_tokens = total.output;
     stats.hit_ratio = ratio(total.cache_read, total.total_input());
     stats
+}
+
+/// A session's lanes during replay: the latest request of each, and the latest answered
+/// one (what a diagnosis compares with), as the live session log keeps them.
+#[derive(Default)]
+struct SessionLanes {
+    heads: Vec<LaneHead>,
+    answered: HashMap<u32, (SentRequest, Usage, u64)>,
+}
+
+impl SessionLanes {
+    fn diagnose(
+        &mut self,
+        sent: SentRequest,
+        client: &crate::session::PrefixHashes,
+        usage: Usage,
+        time_ms: u64,
+    ) -> Option<Diagnosis> {
+        let lane = lanes::assign(&self.heads, &sent.shape, client);
+        self.heads.retain(|h| h.lane != lane);
+        let conversation = lanes::Conversation::of(client);
+        self.heads
+            .insert(0, LaneHead::of(lane, &sent.shape, conversation));
+        let diagnosis = self.answered.get(&lane).and_then(|(prev, prev_usage, at)| {
+            let previous = Previous {
+                shape: &prev.shape,
+                usage: *prev_usage,
+                time_ms: *at,
+            };
+            let current = Current {
+                shape: &sent.shape,
+                usage,
+                time_ms,
+                min_tokens: min_tokens(&sent.shape.model),
+                thinking_stripped_from: None,
+            };
+            let mut d = diagnose(&previous, &current, &|block| {
+                crate::measure::shape::tokens_through(&sent.env, block)
+            })?;
+            let at = d.message_index.unwrap_or(0);
+            if let (Some(before), Some(now)) = (
+                prev.env.history_raw().nth(at),
+                sent.env.history_raw().nth(at),
+            ) {
+                d.refine_thinking(before, now);
+            }
+            Some(d)
+        });
+        self.answered.insert(lane, (sent, usage, time_ms));
+        diagnosis
+    }
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {

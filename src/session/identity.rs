@@ -31,6 +31,8 @@ pub enum IdSource {
     CodexHeader,
     /// Hash of system prompt, tools and first user message.
     Fingerprint,
+    /// No identifier: the session whose latest request this request's history extends.
+    History,
 }
 
 impl IdSource {
@@ -42,6 +44,7 @@ impl IdSource {
             IdSource::PromptCacheKey => "prompt_cache_key",
             IdSource::CodexHeader => "codex_header",
             IdSource::Fingerprint => "fingerprint",
+            IdSource::History => "history",
         }
     }
 }

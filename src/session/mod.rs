@@ -12,6 +12,7 @@ pub mod anchor;
 pub mod entry;
 pub mod flow;
 pub mod identity;
+pub mod lanes;
 pub mod normalize;
 pub mod record;
 pub mod replay;
@@ -21,8 +22,8 @@ pub mod timeline;
 pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
 pub use entry::{
-    is_persisted_reason, now_ms, ContextTransform, Entry, RequestRecord, SentMessages,
-    ENTRY_VERSION,
+    is_persisted_reason, now_ms, ContextTransform, Entry, PatchEvent, PatchOutcome, RequestRecord,
+    SentMessages, ENTRY_VERSION,
 };
 pub use flow::{prepare, SessionContext};
 pub use identity::{identify, IdSource, SessionId};

@@ -82,12 +82,7 @@ mod tests {
                 base: 0,
                 keys: vec![],
             },
-            system_key: None,
-            tools_key: None,
-            usage: None,
-            status: None,
-            breaks: None,
-            variant: None,
+            ..Default::default()
         })
     }
 

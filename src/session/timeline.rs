@@ -59,7 +59,7 @@ pub fn render(id: &str, log: &[Entry]) -> String {
                 r#"<rect x="{x}" y="{y:.1}" width="{BAR_WIDTH}" height="{h:.1}" fill="{color}"/>"#
             );
         }
-        if r.breaks.is_some() {
+        if r.diagnosis.is_some() {
             let _ = write!(
                 svg,
                 r##"<rect x="{x}" y="{}" width="{BAR_WIDTH}" height="3" fill="#c0392b"/>"##,
@@ -75,9 +75,9 @@ pub fn render(id: &str, log: &[Entry]) -> String {
             Entry::Request(r) => {
                 let u = r.usage.unwrap_or_default();
                 let breaks = r
-                    .breaks
+                    .diagnosis
                     .as_ref()
-                    .and_then(|b| b.get("detail").and_then(|d| d.as_str()).map(str::to_string))
+                    .map(|d| format!("{} {}: {}", d.section.label(), d.reason.label(), d.detail))
                     .unwrap_or_default();
                 let _ = write!(
                     rows,
