@@ -1,8 +1,9 @@
 //! Request handling: route, inject faults, account the cache, render the reply.
 
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -55,20 +56,40 @@ impl Shared {
     }
 
     pub fn log_snapshot(&self) -> Vec<Accounted> {
-        self.log
-            .lock()
-            .map(|l| l.iter().cloned().collect())
-            .unwrap_or_default()
+        recover(&self.log).iter().cloned().collect()
     }
 
     fn record(&self, entry: Accounted) {
-        if let Ok(mut log) = self.log.lock() {
-            if log.len() == LOG_CAPACITY {
-                log.pop_front();
-            }
-            log.push_back(entry);
+        let mut log = recover(&self.log);
+        if log.len() == LOG_CAPACITY {
+            log.pop_front();
         }
+        log.push_back(entry);
     }
+
+    /// Account one request on the shared cache model. A panic inside the model (a bug) is
+    /// answered as a 500 for this request only: the lock it poisoned is taken back, so the
+    /// next request is served as usual.
+    fn account(&self, endpoint: Endpoint, request: &Value) -> Result<Accounting, ApiError> {
+        let now_ms = self.clock.now_ms();
+        let mut cache = recover(&self.cache);
+        catch_unwind(AssertUnwindSafe(|| {
+            cache.account(endpoint, request, now_ms)
+        }))
+        .unwrap_or_else(|_| {
+            tracing::error!("the emulator's cache model panicked on a request");
+            Err(ApiError::new(
+                ErrorKind::Internal,
+                "the emulator could not account this request",
+            ))
+        })
+    }
+}
+
+/// The guarded value, also after a panic elsewhere poisoned the lock: the emulator's
+/// state stays usable (at worst one request's accounting is incomplete).
+fn recover<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Which family answers: by path for generation endpoints, by headers otherwise.
@@ -174,13 +195,7 @@ async fn generate(
     let reply = shared
         .script
         .decide(reply_header.as_deref(), endpoint, &request)?;
-    let accounting = {
-        let mut cache = shared
-            .cache
-            .lock()
-            .map_err(|_| ApiError::new(ErrorKind::Internal, "the cache model is unavailable"))?;
-        cache.account(endpoint, &request, shared.clock.now_ms())?
-    };
+    let accounting = shared.account(endpoint, &request)?;
     let output_tokens = reply.output_tokens();
     shared.record(Accounted {
         endpoint,
@@ -316,4 +331,32 @@ fn error_response(provider: Provider, request_id: &str, err: &ApiError) -> Respo
             .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poisoned_cache_lock_does_not_take_the_emulator_down() {
+        let shared = Arc::new(Shared::new(&EmulatorOptions::default(), Clock::at_ms(0)));
+        let poisoner = shared.clone();
+        let _ = std::thread::spawn(move || {
+            let _cache = poisoner.cache.lock();
+            let _log = poisoner.log.lock();
+            panic!("poison both locks");
+        })
+        .join();
+        assert!(shared.cache.is_poisoned() && shared.log.is_poisoned());
+        let req = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+        let a = shared.account(Endpoint::Chat, &req).unwrap();
+        assert!(a.input_tokens > 0);
+        shared.record(Accounted {
+            endpoint: Endpoint::Chat,
+            model: "gpt-4o".into(),
+            accounting: a,
+            output_tokens: 1,
+        });
+        assert_eq!(shared.log_snapshot().len(), 1);
+    }
 }

@@ -81,12 +81,27 @@ pub fn replay_arm(
         if let (Some(m), Some(obj)) = (model, shaped.body.as_object_mut()) {
             obj.insert("model".into(), m.into());
         }
-        let accounting = match cache.account(endpoint, &shaped.body, record.time_ms) {
-            Ok(a) => a,
-            Err(e) => {
+        // A panic in the cache model (a bug) skips the record like any other error
+        // instead of ending the replay.
+        let accounted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cache.account(endpoint, &shaped.body, record.time_ms)
+        }));
+        let accounting = match accounted {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
                 fail(
                     &mut stats,
                     format!("session {}: {}", record.session, e.message),
+                );
+                continue;
+            }
+            Err(_) => {
+                fail(
+                    &mut stats,
+                    format!(
+                        "session {}: the cache model failed on this request",
+                        record.session
+                    ),
                 );
                 continue;
             }

@@ -5,6 +5,7 @@ mod session_support;
 mod support;
 
 mod demo;
+mod emulator_cache_rules;
 mod emulator_cli;
 mod emulator_http;
 mod emulator_sdk;
