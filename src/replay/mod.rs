@@ -81,6 +81,7 @@ pub fn replay_all(
 }
 
 pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
+    crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
     let mut arms = args
         .arms
         .iter()
@@ -115,6 +116,13 @@ pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         for msg in &s.error_messages {
             eprintln!("warning: arm `{}`: {msg}", s.arm);
         }
+    }
+    let unknown: std::collections::BTreeSet<&String> =
+        stats.iter().flat_map(|s| &s.unknown_models).collect();
+    for model in unknown {
+        eprintln!(
+            "warning: model `{model}` is not in the model table: its requests are not priced (add a row with --models)"
+        );
     }
     if let Some(path) = &args.chart {
         std::fs::write(path, chart::svg(&stats))

@@ -39,10 +39,7 @@ pub fn table(arms: &[ArmStats]) -> String {
                 .map(|a| format!("{:.1}%", a.hit_ratio * 100.0))
                 .collect(),
         ),
-        (
-            "cost".into(),
-            arms.iter().map(|a| format!("${:.4}", a.cost_usd)).collect(),
-        ),
+        ("cost".into(), arms.iter().map(cost_cell).collect()),
         (
             "savings".into(),
             arms.iter()
@@ -90,6 +87,16 @@ pub fn table(arms: &[ArmStats]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The arm's cost; requests of models the table does not know are not priced, and the
+/// cell says so rather than showing a total that leaves them out silently.
+fn cost_cell(a: &ArmStats) -> String {
+    match a.unpriced_requests {
+        0 => format!("${:.4}", a.cost_usd),
+        n if n == a.requests => "unknown".into(),
+        n => format!("${:.4} (+{n} unpriced)", a.cost_usd),
+    }
 }
 
 /// `{"arms":[{"arm", "requests", "cache_read_tokens", ..., "breaks": {section: n}}]}`.

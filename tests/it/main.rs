@@ -19,6 +19,7 @@ mod hooks_python_example;
 mod inject_ab;
 mod inject_sources;
 mod json_check_props;
+mod models_table;
 mod pipeline_auto_markers;
 mod pipeline_durability;
 mod pipeline_inject_record;
