@@ -8,6 +8,7 @@ pub mod anthropic_prompt;
 mod clock;
 mod hash;
 mod openai;
+pub mod thinking;
 pub mod tokens;
 mod usage_json;
 
@@ -17,6 +18,8 @@ mod tests_anthropic;
 mod tests_openai;
 #[cfg(test)]
 mod tests_props;
+#[cfg(test)]
+mod tests_thinking;
 
 use serde_json::Value;
 
