@@ -25,6 +25,15 @@ pub fn count(text: &str) -> u64 {
         .sum()
 }
 
+/// The token ids of `text` (as many as [`count`] says), for token-level prefix matching.
+pub fn encode(text: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for piece in chunks(text) {
+        out.extend(bpe().encode_ordinary(piece));
+    }
+    out
+}
+
 /// `text` cut into pieces of at most [`CHUNK_BYTES`], each cut placed before a whitespace
 /// character where the second half of the window has one (a word keeps its leading space,
 /// as the tokenizer's own pre-split does), else at a character boundary. Text up to
@@ -83,6 +92,7 @@ mod tests {
         // Cutting before a space changes nothing for ordinary prose.
         let whole = super::bpe().encode_ordinary(&text).len() as u64;
         assert_eq!(super::count(&text), whole);
+        assert_eq!(super::encode(&text).len() as u64, whole);
         let accents = "é".repeat(3000);
         assert_eq!(super::chunks(&accents).collect::<String>(), accents);
     }

@@ -84,6 +84,12 @@ fn explicit_breakpoints_by_model() {
     assert_eq!(bp("claude-sonnet-4-5"), Some(4));
     let sol = builtin("gpt-5.6").unwrap();
     assert!((sol.cache_write_5m / sol.input - 1.25).abs() < 1e-12);
+    // An OpenAI write arrives unsplit (no 5m/1h) and is billed at the write price.
+    let write = Usage {
+        cache_write: 1_000_000,
+        ..Usage::default()
+    };
+    assert!((sol.cost_usd(&write) - 5.0).abs() < 1e-9);
     let gpt5 = builtin("gpt-5").unwrap();
     assert_eq!(
         gpt5.cache_write_5m, gpt5.input,
