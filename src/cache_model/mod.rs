@@ -6,6 +6,7 @@
 mod anthropic;
 pub mod anthropic_prompt;
 mod clock;
+pub mod diagnosis;
 mod hash;
 mod openai;
 pub mod openai_prompt;

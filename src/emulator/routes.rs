@@ -1,6 +1,6 @@
 //! Request handling: route, inject faults, account the cache, render the reply.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -16,6 +16,7 @@ use super::fault::{self, Faults};
 use super::reply::ReplyScript;
 use super::turn::Turn;
 use super::{anthropic, chat, models, responses, EmulatorOptions};
+use crate::cache_model::diagnosis::{diagnostics_json, CacheMissReason, Fingerprint};
 use crate::cache_model::{Accounting, CacheModel, Clock};
 use crate::error::{error_body, ApiError, ErrorKind};
 use crate::provider::{Endpoint, Provider};
@@ -26,6 +27,10 @@ pub const LOG_CAPACITY: usize = 10_000;
 /// The providers' request size limit.
 const BODY_LIMIT: usize = 32 * 1024 * 1024;
 const REPLY_HEADER: &str = "x-cachet-emulate-reply";
+/// The beta that turns on Anthropic's cache diagnostics.
+pub const DIAGNOSIS_BETA: &str = "cache-diagnosis-2026-04-07";
+/// Request fingerprints kept for cache diagnostics (the oldest are forgotten).
+pub const DIAGNOSIS_CAPACITY: usize = 1024;
 
 /// One accounted request.
 #[derive(Debug, Clone)]
@@ -42,6 +47,8 @@ pub struct Shared {
     script: ReplyScript,
     seq: AtomicU64,
     log: Mutex<VecDeque<Accounted>>,
+    /// Fingerprints by response id, oldest first, for cache diagnostics.
+    fingerprints: Mutex<(HashMap<String, Fingerprint>, VecDeque<String>)>,
 }
 
 impl Shared {
@@ -52,7 +59,47 @@ impl Shared {
             script: opts.reply.clone(),
             seq: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
+            fingerprints: Mutex::new((HashMap::new(), VecDeque::new())),
         }
+    }
+
+    /// Cache diagnostics for a Messages request sent with the beta: remember its
+    /// fingerprint under `message_id`, and compare it with the request that
+    /// `diagnostics.previous_message_id` names. `None` when the request has no
+    /// `diagnostics` object (nothing is added to the response).
+    fn diagnose(
+        &self,
+        request: &Value,
+        message_id: &str,
+        unavailable: bool,
+    ) -> Result<Option<Value>, ApiError> {
+        let current = Fingerprint::of(request)?;
+        let mut store = recover(&self.fingerprints);
+        let reason = match request.get("diagnostics") {
+            None | Some(Value::Null) => None,
+            Some(d) => Some(match d.get("previous_message_id") {
+                None | Some(Value::Null) => None,
+                Some(_) if unavailable => Some(CacheMissReason::Unavailable),
+                Some(Value::String(id)) => match store.0.get(id) {
+                    Some(previous) => current.diverges_from(previous),
+                    None => Some(CacheMissReason::PreviousMessageNotFound),
+                },
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "diagnostics.previous_message_id: Input should be a valid string",
+                    ))
+                }
+            }),
+        };
+        let (by_id, order) = &mut *store;
+        if order.len() >= DIAGNOSIS_CAPACITY {
+            if let Some(oldest) = order.pop_front() {
+                by_id.remove(&oldest);
+            }
+        }
+        by_id.insert(message_id.to_string(), current);
+        order.push_back(message_id.to_string());
+        Ok(reason.map(|r| diagnostics_json(r.as_ref())))
     }
 
     pub fn log_snapshot(&self) -> Vec<Accounted> {
@@ -167,6 +214,8 @@ async fn generate(
     };
     let faults = Faults::parse(header(fault::HEADER).as_deref())?;
     let reply_header = header(REPLY_HEADER);
+    let diagnosis_beta = header("anthropic-beta")
+        .is_some_and(|betas| betas.split(',').any(|b| b.trim() == DIAGNOSIS_BETA));
     let request = read_json(req).await?;
     if let Some(delay) = faults.first_byte_delay {
         tokio::time::sleep(delay).await;
@@ -212,6 +261,11 @@ async fn generate(
         output_tokens,
         created: shared.clock.now_secs(),
     };
+    let diagnostics = if endpoint == Endpoint::Messages && diagnosis_beta {
+        shared.diagnose(&request, &turn.id("msg_"), faults.diagnostics_unavailable)?
+    } else {
+        None
+    };
     let stream = request
         .get("stream")
         .and_then(Value::as_bool)
@@ -226,7 +280,7 @@ async fn generate(
                 chat::chunks(&turn, include_usage)
             }
             Endpoint::Responses => responses::events(&turn),
-            _ => anthropic::events(&turn),
+            _ => anthropic::events(&turn, diagnostics.as_ref()),
         };
         let mut events = events;
         if let Some(n) = faults.error_event_after {
@@ -248,7 +302,7 @@ async fn generate(
     let value = match endpoint {
         Endpoint::Chat => chat::completion(&turn),
         Endpoint::Responses => responses::response(&turn, true),
-        _ => anthropic::message(&turn),
+        _ => anthropic::message(&turn, diagnostics.as_ref()),
     };
     let body = whole_body(Bytes::from(value.to_string()), faults.cut_after);
     Ok(json_response(provider, request_id, StatusCode::OK, body))

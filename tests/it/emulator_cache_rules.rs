@@ -288,3 +288,156 @@ async fn explicit_caching_reports_cache_write_tokens() {
     assert_eq!(status, 400, "{bad}");
     emu.shutdown().await;
 }
+
+const DIAGNOSIS_BETA: (&str, &str) = ("anthropic-beta", "cache-diagnosis-2026-04-07");
+
+fn diagnosed(
+    model: &str,
+    tools: &str,
+    system: &str,
+    turns: usize,
+    previous: Option<&str>,
+) -> Value {
+    let mut messages = Vec::new();
+    for i in 0..turns {
+        messages.push(json!({"role": "user", "content": words(&format!("question {i}"), 30)}));
+        messages.push(json!({"role": "assistant", "content": words(&format!("answer {i}"), 30)}));
+    }
+    // The newest question, marked; the next request keeps it and appends (append-only).
+    messages.push(json!({"role": "user", "content": [{"type": "text",
+        "text": words(&format!("question {turns}"), 30), "cache_control": {"type": "ephemeral"}}]}));
+    json!({"model": model, "max_tokens": 8,
+        "tools": [{"name": "Read", "description": tools, "input_schema": {"type": "object"}}],
+        "system": [{"type": "text", "text": words(system, 300), "cache_control": {"type": "ephemeral"}}],
+        "messages": messages,
+        "diagnostics": {"previous_message_id": previous}})
+}
+
+fn reason(response: &Value) -> &Value {
+    &response["diagnostics"]["cache_miss_reason"]
+}
+
+/// Anthropic's cache diagnostics beta (platform.claude.com/docs/en/build-with-claude/
+/// cache-diagnostics; anthropic-sdk-python `BetaDiagnostics`, `BetaCacheMiss*`): with the
+/// beta header, a request naming the previous response id in
+/// `diagnostics.previous_message_id` gets `diagnostics.cache_miss_reason`, null when the
+/// prefix still matches. Without the header the response is unchanged.
+#[tokio::test]
+async fn cache_diagnostics_name_the_first_divergence() {
+    let emu = start().await;
+    let beta = [DIAGNOSIS_BETA];
+    let (_, first) = post_with(
+        &emu,
+        "/v1/messages",
+        &diagnosed("claude-opus-5-5", "t", "s", 1, None),
+        &beta,
+    )
+    .await;
+    assert!(
+        first["diagnostics"].is_object() && reason(&first).is_null(),
+        "{first}"
+    );
+    let id1 = first["id"].as_str().unwrap().to_string();
+    let (_, grown) = post_with(
+        &emu,
+        "/v1/messages",
+        &diagnosed("claude-opus-5-5", "t", "s", 2, Some(&id1)),
+        &beta,
+    )
+    .await;
+    assert!(reason(&grown).is_null(), "{grown}");
+    let id2 = grown["id"].as_str().unwrap().to_string();
+
+    let cases = [
+        (
+            diagnosed("claude-sonnet-4-6", "t", "s", 2, Some(&id2)),
+            "model_changed",
+        ),
+        (
+            diagnosed("claude-opus-5-5", "T", "s", 2, Some(&id2)),
+            "tools_changed",
+        ),
+        (
+            diagnosed("claude-opus-5-5", "t", "S", 2, Some(&id2)),
+            "system_changed",
+        ),
+    ];
+    for (body, kind) in cases {
+        let (status, resp) = post_with(&emu, "/v1/messages", &body, &beta).await;
+        assert_eq!(status, 200, "{resp}");
+        assert_eq!(reason(&resp)["type"], kind, "{resp}");
+        assert!(reason(&resp)["cache_missed_input_tokens"].as_u64().unwrap() > 0);
+    }
+    let mut edited = diagnosed("claude-opus-5-5", "t", "s", 2, Some(&id2));
+    edited["messages"][2]["content"] = json!("an edited question");
+    let (_, resp) = post_with(&emu, "/v1/messages", &edited, &beta).await;
+    assert_eq!(reason(&resp)["type"], "messages_changed", "{resp}");
+    let missed = reason(&resp)["cache_missed_input_tokens"].as_u64().unwrap();
+    let (_, model_changed) = post_with(
+        &emu,
+        "/v1/messages",
+        &diagnosed("claude-sonnet-4-6", "t", "s", 2, Some(&id2)),
+        &beta,
+    )
+    .await;
+    assert!(
+        missed
+            < reason(&model_changed)["cache_missed_input_tokens"]
+                .as_u64()
+                .unwrap()
+    );
+
+    let (_, lost) = post_with(
+        &emu,
+        "/v1/messages",
+        &diagnosed("claude-opus-5-5", "t", "s", 2, Some("msg_gone")),
+        &beta,
+    )
+    .await;
+    assert_eq!(
+        reason(&lost),
+        &json!({"type": "previous_message_not_found"})
+    );
+    let (_, down) = post_with(
+        &emu,
+        "/v1/messages",
+        &diagnosed("claude-opus-5-5", "t", "s", 2, Some(&id2)),
+        &[
+            DIAGNOSIS_BETA,
+            ("x-cachet-emulate-fault", "diagnostics-unavailable"),
+        ],
+    )
+    .await;
+    assert_eq!(reason(&down), &json!({"type": "unavailable"}));
+
+    // Without the beta header: no diagnostics field at all.
+    let (_, plain) = post(
+        &emu,
+        "/v1/messages",
+        &diagnosed("claude-opus-5-5", "T", "s", 2, Some(&id2)),
+    )
+    .await;
+    assert!(plain.get("diagnostics").is_none(), "{plain}");
+
+    // Streaming: the object rides on message_start's message.
+    let mut streamed = diagnosed("claude-opus-5-5", "t", "S", 2, Some(&id2));
+    streamed["stream"] = json!(true);
+    let text = reqwest::Client::new()
+        .post(format!("{}/v1/messages", emu.url()))
+        .header(DIAGNOSIS_BETA.0, DIAGNOSIS_BETA.1)
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let start = text
+        .split("\n\n")
+        .find(|f| f.starts_with("event: message_start"))
+        .and_then(|f| f.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .unwrap();
+    assert_eq!(reason(&start["message"])["type"], "system_changed");
+    emu.shutdown().await;
+}
