@@ -5,6 +5,7 @@
 
 mod anthropic;
 pub mod anthropic_prompt;
+pub mod boundaries;
 mod clock;
 pub mod diagnosis;
 mod hash;

@@ -74,15 +74,7 @@ impl OpenAiCache {
     ) -> Result<Accounting, ApiError> {
         let prompt = render(endpoint, req)?;
         let explicit = takes_breakpoints(&prompt.model);
-        let idle_ms = config.openai_idle_secs * 1000;
-        let mut keep_ms = if prompt.retention_24h {
-            idle_ms.max(EXTENDED_RETENTION_MS)
-        } else {
-            idle_ms
-        };
-        if explicit {
-            keep_ms = keep_ms.max(BREAKPOINT_TTL_MS);
-        }
+        let keep_ms = lifetime_ms(&prompt, config);
         let machine_id = self.route(&prompt, now_ms, config);
         let machine = self
             .machines
@@ -147,7 +139,7 @@ impl OpenAiCache {
 }
 
 /// Whether `model` takes explicit breakpoints (GPT-5.6 and later, per the model table).
-fn takes_breakpoints(model: &str) -> bool {
+pub(super) fn takes_breakpoints(model: &str) -> bool {
     crate::models::lookup(model)
         .is_some_and(|m| m.provider == "openai" && m.explicit_breakpoints().is_some())
 }
@@ -200,21 +192,7 @@ fn breakpoint_accounting(
     if prompt.mode == CacheMode::Explicit && prompt.breakpoints.is_empty() {
         return (0, 0, None, Vec::new());
     }
-    // The key of the prefix ending at each part end.
-    let mut chain = Chain::new(&["breakpoints", &prompt.model]);
-    let mut start = 0;
-    let keys: Vec<PrefixHash> = prompt
-        .part_ends
-        .iter()
-        .map(|&end| {
-            let bytes: Vec<u8> = prompt.tokens[start..end]
-                .iter()
-                .flat_map(|t| t.to_le_bytes())
-                .collect();
-            start = end;
-            chain.push_bytes(&bytes)
-        })
-        .collect();
+    let keys = part_keys(prompt);
     let at = |pos: usize| prompt.part_ends.binary_search(&pos).ok();
     let hit = (0..keys.len()).rev().find(|&i| {
         prompt.part_ends[i] as u64 >= MIN_CACHED_TOKENS && machine.entries.contains_key(&keys[i])
@@ -223,20 +201,7 @@ fn breakpoint_accounting(
     if let Some(i) = hit {
         machine.entries.insert(keys[i], expires);
     }
-    let mut positions: Vec<usize> = match prompt.mode {
-        CacheMode::Implicit => {
-            let skip = prompt.breakpoints.len().saturating_sub(MAX_WRITES - 1);
-            let mut p = prompt.breakpoints[skip..].to_vec();
-            p.push(prompt.tokens.len());
-            p
-        }
-        CacheMode::Explicit => {
-            let skip = prompt.breakpoints.len().saturating_sub(MAX_WRITES);
-            prompt.breakpoints[skip..].to_vec()
-        }
-    };
-    positions.sort_unstable();
-    positions.dedup();
+    let positions = write_positions(prompt);
     let mut markers = Vec::new();
     let mut furthest = read;
     for pos in positions {
@@ -253,4 +218,56 @@ fn breakpoint_accounting(
         furthest = furthest.max(pos as u64);
     }
     (read, furthest - read, hit, markers)
+}
+
+/// The key of the prefix ending at each part end.
+pub(super) fn part_keys(prompt: &OpenAiPrompt) -> Vec<PrefixHash> {
+    let mut chain = Chain::new(&["breakpoints", &prompt.model]);
+    let mut start = 0;
+    prompt
+        .part_ends
+        .iter()
+        .map(|&end| {
+            let bytes: Vec<u8> = prompt.tokens[start..end]
+                .iter()
+                .flat_map(|t| t.to_le_bytes())
+                .collect();
+            start = end;
+            chain.push_bytes(&bytes)
+        })
+        .collect()
+}
+
+/// Where a GPT-5.6+ request writes: the latest three explicit breakpoints and the end of
+/// the prompt (`implicit`), or the latest four explicit ones (`explicit`).
+pub(super) fn write_positions(prompt: &OpenAiPrompt) -> Vec<usize> {
+    let mut positions: Vec<usize> = match prompt.mode {
+        CacheMode::Implicit => {
+            let skip = prompt.breakpoints.len().saturating_sub(MAX_WRITES - 1);
+            let mut p = prompt.breakpoints[skip..].to_vec();
+            p.push(prompt.tokens.len());
+            p
+        }
+        CacheMode::Explicit => {
+            let skip = prompt.breakpoints.len().saturating_sub(MAX_WRITES);
+            prompt.breakpoints[skip..].to_vec()
+        }
+    };
+    positions.sort_unstable();
+    positions.dedup();
+    positions
+}
+
+/// How long a request's entries live.
+pub(super) fn lifetime_ms(prompt: &OpenAiPrompt, config: &CacheModelConfig) -> u64 {
+    let idle_ms = config.openai_idle_secs * 1000;
+    let mut keep_ms = if prompt.retention_24h {
+        idle_ms.max(EXTENDED_RETENTION_MS)
+    } else {
+        idle_ms
+    };
+    if takes_breakpoints(&prompt.model) {
+        keep_ms = keep_ms.max(BREAKPOINT_TTL_MS);
+    }
+    keep_ms
 }

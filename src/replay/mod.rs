@@ -3,6 +3,7 @@
 
 pub mod breaks;
 pub mod chart;
+pub mod ideal;
 pub mod output;
 pub mod pipeline_shaper;
 pub mod recorder;
@@ -128,13 +129,19 @@ pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
         std::fs::write(path, chart::svg(&stats))
             .with_context(|| format!("writing chart {}", path.display()))?;
     }
+    let ideal = args
+        .ideal
+        .then(|| ideal::ideal(&records, args.model.as_deref()));
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&output::json_document(&stats))?
+            serde_json::to_string_pretty(&output::json_document(&stats, ideal.as_ref()))?
         );
     } else {
-        print!("{}", output::table(&stats));
+        if let Some(ideal) = &ideal {
+            print!("{}", output::ideal_lines(ideal));
+        }
+        print!("{}", output::table(&stats, ideal.as_ref()));
     }
     Ok(())
 }

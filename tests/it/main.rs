@@ -33,6 +33,7 @@ mod proxy_fidelity;
 mod proxy_secrets;
 mod replay_cli;
 mod replay_consistency;
+mod replay_ideal;
 mod replay_recorder;
 mod replay_tradeoffs;
 mod session_crash;
