@@ -172,8 +172,7 @@ static ACTIVE: RwLock<Option<&'static ModelTable>> = RwLock::new(None);
 fn active() -> &'static ModelTable {
     ACTIVE
         .read()
-        .ok()
-        .and_then(|t| *t)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .unwrap_or_else(ModelTable::builtin)
 }
 
@@ -194,9 +193,9 @@ pub fn install_user_table(path: Option<&Path>) -> Result<(), String> {
         )),
         None => ModelTable::builtin(),
     };
-    if let Ok(mut slot) = ACTIVE.write() {
-        *slot = Some(table);
-    }
+    *ACTIVE
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(table);
     Ok(())
 }
 
