@@ -408,6 +408,34 @@ mod tests {
         );
     }
 
+    /// GPT-5.6 writes (`cache_write_tokens`) land in `kind="cache_write"` and are priced at
+    /// the write price, 1.25x input.
+    #[test]
+    fn openai_writes_are_counted_and_priced() {
+        let m = Metrics::new();
+        let u = crate::usage::from_openai_responses(&serde_json::json!({
+            "input_tokens": 1_000_000, "output_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 1_000_000}}));
+        m.record_request(
+            Provider::OpenAi,
+            Endpoint::Responses,
+            "gpt-5.6",
+            "200",
+            "none",
+            Some(&u),
+        );
+        let written = m
+            .input_tokens
+            .with_label_values(&["openai", "gpt-5.6", "none", "cache_write"])
+            .get();
+        assert_eq!(written, 1_000_000);
+        let cost = m
+            .cost_usd
+            .with_label_values(&["openai", "gpt-5.6", "none"])
+            .get();
+        assert!((cost - 5.0).abs() < 1e-9, "{cost}");
+    }
+
     #[test]
     fn counter_handles_stay_bounded_and_keep_counting() {
         let m = Metrics::new();
