@@ -84,6 +84,8 @@ pub struct Metrics {
     pub hook_failures: IntCounterVec,
     pub stream_errors: IntCounterVec,
     pub store_errors: IntCounterVec,
+    /// Answered requests for a model the model table does not know (cost not computed).
+    pub unknown_models: IntCounter,
     models: RwLock<HashSet<String>>,
     route_timers: [[OnceLock<RouteTimers>; ENDPOINTS.len()]; PROVIDERS.len()],
     token_counters: RwLock<HashMap<CounterKey, Arc<TokenCounters>>>,
@@ -188,6 +190,12 @@ impl Metrics {
                 &["provider", "endpoint", "cause"]),
             store_errors: counter(r, "cachet_store_errors_total",
                 "Session store operations that failed.", &["operation"]),
+            unknown_models: {
+                let c = IntCounter::new("cachet_unknown_models_total",
+                    "Answered requests whose model is not in the model table: their cost is not computed (the log names each model once).")
+                    .expect("valid metric definition");
+                r.register("cachet_unknown_models_total", c)
+            },
             models: RwLock::new(HashSet::new()),
             route_timers: Default::default(),
             token_counters: RwLock::new(HashMap::new()),
@@ -275,6 +283,9 @@ impl Metrics {
             counter.inc_by(n);
         }
         counters.output.inc_by(u.output);
+        if counters.priced.is_none() {
+            self.unknown_models.inc();
+        }
         if let Some((info, cost, savings)) = &counters.priced {
             cost.inc_by(info.cost_usd(u).max(0.0));
             // A Prometheus counter cannot go down; cache writes that cost more than they saved
@@ -302,7 +313,9 @@ impl Metrics {
                     .with_label_values(&[p, &label, variant, kind])
             }),
             output: self.output_tokens.with_label_values(&[p, &label, variant]),
-            priced: crate::models::lookup(&label).map(|info| {
+            // Priced by the model as sent (the label may be `other`); an unknown model is
+            // logged once and not priced as another model.
+            priced: crate::models::price(model).map(|info| {
                 (
                     info,
                     self.cost_usd.with_label_values(&[p, &label, variant]),
@@ -348,6 +361,79 @@ mod tests {
             m.model_label(&format!("m{i}"));
         }
         assert_eq!(m.model_label("brand-new"), "other");
+    }
+
+    /// An unknown model is counted (no model label: the names are unbounded) and not
+    /// priced; a known one is priced by the model as sent.
+    #[test]
+    fn unknown_models_are_counted_and_not_priced() {
+        let m = Metrics::new();
+        let u = Usage {
+            uncached: 1_000_000,
+            ..Usage::default()
+        };
+        for model in [
+            "claude-opus-9-test",
+            "claude-opus-9-test",
+            "claude-opus-5-5",
+        ] {
+            m.record_request(
+                Provider::Anthropic,
+                Endpoint::Messages,
+                model,
+                "200",
+                "none",
+                Some(&u),
+            );
+        }
+        m.record_request(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            "claude-opus-9-test",
+            "400",
+            "none",
+            None,
+        );
+        assert_eq!(m.unknown_models.get(), 2);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(text.contains("cachet_unknown_models_total 2"), "{text}");
+        assert!(!text.contains("cachet_cost_usd_total{model=\"claude-opus-9-test\""));
+        let opus = m
+            .cost_usd
+            .with_label_values(&["anthropic", "claude-opus-5-5", "none"])
+            .get();
+        assert!(
+            (opus - 4.0).abs() < 1e-9,
+            "Opus 5.5 input is $4 / MTok, got {opus}"
+        );
+    }
+
+    /// GPT-5.6 writes (`cache_write_tokens`) land in `kind="cache_write"` and are priced at
+    /// the write price, 1.25x input.
+    #[test]
+    fn openai_writes_are_counted_and_priced() {
+        let m = Metrics::new();
+        let u = crate::usage::from_openai_responses(&serde_json::json!({
+            "input_tokens": 1_000_000, "output_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 1_000_000}}));
+        m.record_request(
+            Provider::OpenAi,
+            Endpoint::Responses,
+            "gpt-5.6",
+            "200",
+            "none",
+            Some(&u),
+        );
+        let written = m
+            .input_tokens
+            .with_label_values(&["openai", "gpt-5.6", "none", "cache_write"])
+            .get();
+        assert_eq!(written, 1_000_000);
+        let cost = m
+            .cost_usd
+            .with_label_values(&["openai", "gpt-5.6", "none"])
+            .get();
+        assert!((cost - 5.0).abs() < 1e-9, "{cost}");
     }
 
     #[test]

@@ -299,6 +299,39 @@ mod tests {
         assert_eq!((u.cache_read, u.uncached), (1152, 348));
     }
 
+    /// GPT-5.6 and later report writes beside reads, inside the input total:
+    /// openai-python `ResponseUsage.InputTokensDetails.cache_write_tokens` ("The number of
+    /// input tokens that were written to the cache") and Chat
+    /// `PromptTokensDetails.cache_write_tokens`.
+    #[test]
+    fn openai_cache_write_tokens_are_writes_inside_the_input_total() {
+        let done = json!({"type": "response.completed", "response": {"model": "gpt-5.6",
+            "usage": {"input_tokens": 5000, "output_tokens": 7, "total_tokens": 5007,
+                "input_tokens_details": {"cached_tokens": 3000, "cache_write_tokens": 1800},
+                "output_tokens_details": {"reasoning_tokens": 0}}}});
+        let mut s = StreamUsage::default();
+        s.on_event(
+            Endpoint::Responses,
+            "response.completed",
+            done.to_string().as_bytes(),
+        );
+        let u = s.usage().unwrap();
+        assert_eq!((u.cache_read, u.cache_write, u.uncached), (3000, 1800, 200));
+        assert_eq!((u.cache_write_5m, u.cache_write_1h), (0, 0));
+        assert_eq!(u.total_input(), 5000);
+
+        let chunk = json!({"id": "c", "model": "gpt-5.6", "choices": [],
+            "usage": {"prompt_tokens": 4096, "completion_tokens": 3, "total_tokens": 4099,
+                "prompt_tokens_details": {"cached_tokens": 2048, "cache_write_tokens": 1024}}});
+        let mut s = StreamUsage::default();
+        s.on_event(Endpoint::Chat, "", chunk.to_string().as_bytes());
+        let u = s.usage().unwrap();
+        assert_eq!(
+            (u.cache_read, u.cache_write, u.uncached),
+            (2048, 1024, 1024)
+        );
+    }
+
     #[test]
     fn anthropic_stream_delta_updates_output_and_keeps_nulls() {
         let mut s = StreamUsage::default();

@@ -324,6 +324,7 @@ async fn bind_proxy(preferred: Option<SocketAddr>) -> SocketAddr {
 }
 
 pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
+    crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
     let emulator = emulator::spawn(
         TcpListener::bind("127.0.0.1:0").await?,
         EmulatorOptions::default(),

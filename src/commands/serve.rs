@@ -34,6 +34,9 @@ pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
         config.record.dir = Some(d.clone());
     }
     config.policies.strict |= args.strict;
+    if let Some(m) = &args.models.models {
+        config.models = Some(m.clone());
+    }
     Ok(config)
 }
 
@@ -86,6 +89,7 @@ pub async fn shutdown_signal() {
 pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = config_from_args(&args)?;
     init_logging(&config);
+    crate::models::install_user_table(config.models.as_deref()).map_err(anyhow::Error::msg)?;
     let handle = server::spawn(config).await?;
     println!(
         "cachet listening on http://{} (admin: http://{}/metrics)",

@@ -101,6 +101,7 @@ pub async fn spawn(
 /// `cachet emulate`: serve until Ctrl-C. The tool-call script is read from
 /// `CACHET_EMULATE_TOOL_CALLS` (`first` or a tool name).
 pub async fn run_emulate(args: EmulateArgs) -> anyhow::Result<()> {
+    crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
     let mut opts = EmulatorOptions::default();
     if let Some(text) = args.reply {
         opts.reply.text = text;

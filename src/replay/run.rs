@@ -1,6 +1,6 @@
 //! Feeding records through one arm: shaping, cache accounting, cost and breaks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
@@ -23,8 +23,11 @@ pub struct ArmStats {
     pub output_tokens: u64,
     /// Cache reads over all input tokens.
     pub hit_ratio: f64,
+    /// Cost of the requests whose model the model table knows.
     pub cost_usd: f64,
     pub savings_usd: f64,
+    /// Requests whose model the model table does not know: not in `cost_usd`.
+    pub unpriced_requests: u64,
     /// Prefix breaks against the previous request of the lane, by section.
     pub breaks: BTreeMap<String, u64>,
     /// The same breaks by reason.
@@ -45,7 +48,13 @@ pub struct ArmStats {
     /// The first error messages, for the report.
     #[serde(skip)]
     pub error_messages: Vec<String>,
+    /// Names of the first unknown models, for the report.
+    #[serde(skip)]
+    pub unknown_models: BTreeSet<String>,
 }
+
+/// Unknown model names kept per arm for the report.
+const UNKNOWN_MODELS_SHOWN: usize = 16;
 
 /// Replay `records` (in time order) through `shaper` and a fresh cache model.
 /// `model` replaces every request's model; `on_record` is called once per record.
@@ -88,12 +97,27 @@ pub fn replay_arm(
         if let (Some(m), Some(obj)) = (model, shaped.body.as_object_mut()) {
             obj.insert("model".into(), m.into());
         }
-        let accounting = match cache.account(endpoint, &shaped.body, record.time_ms) {
-            Ok(a) => a,
-            Err(e) => {
+        // A panic in the cache model (a bug) skips the record like any other error
+        // instead of ending the replay.
+        let accounted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cache.account(endpoint, &shaped.body, record.time_ms)
+        }));
+        let accounting = match accounted {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
                 fail(
                     &mut stats,
                     format!("session {}: {}", record.session, e.message),
+                );
+                continue;
+            }
+            Err(_) => {
+                fail(
+                    &mut stats,
+                    format!(
+                        "session {}: the cache model failed on this request",
+                        record.session
+                    ),
                 );
                 continue;
             }
@@ -104,9 +128,19 @@ pub fn replay_arm(
             .get("model")
             .and_then(|m| m.as_str())
             .unwrap_or("");
-        if let Some(info) = crate::models::lookup(model_name) {
-            stats.cost_usd += info.cost_usd(&usage);
-            stats.savings_usd += info.savings_usd(&usage);
+        match crate::models::lookup(model_name) {
+            Some(info) => {
+                stats.cost_usd += info.cost_usd(&usage);
+                stats.savings_usd += info.savings_usd(&usage);
+            }
+            None => {
+                stats.unpriced_requests += 1;
+                if stats.unknown_models.len() < UNKNOWN_MODELS_SHOWN {
+                    stats
+                        .unknown_models
+                        .insert(model_name.chars().take(128).collect());
+                }
+            }
         }
         let diagnosis = match SentRequest::from_json(
             record.provider(),
@@ -267,6 +301,26 @@ mod tests {
         assert_eq!(stats.variants["none"], 4);
         assert_eq!(stats.series.len(), 4);
         assert!(stats.cost_usd > 0.0);
+        assert_eq!(stats.unpriced_requests, 0);
+    }
+
+    #[test]
+    fn unknown_models_are_counted_not_priced_as_another_model() {
+        let mut unknown = chat(0, "a", "x");
+        unknown.body["model"] = json!("gpt-9-test");
+        let known = chat(1, "a", "x");
+        let stats = replay_arm(
+            "r",
+            &[unknown, known.clone()],
+            &mut AsRecorded,
+            None,
+            &mut || {},
+        );
+        let alone = replay_arm("r", &[known], &mut AsRecorded, None, &mut || {});
+        assert_eq!(stats.unpriced_requests, 1);
+        assert!(stats.unknown_models.contains("gpt-9-test"));
+        // Only the known request is priced (the unknown one adds nothing).
+        assert!(stats.cost_usd > 0.0 && stats.cost_usd <= alone.cost_usd + 1e-12);
     }
 
     #[test]

@@ -156,7 +156,11 @@ mod tests {
         assert_eq!(assign(std::slice::from_ref(&main), &shape(1, 1), &next), 0);
         // A title request: other tools, other system prompt, its own message.
         assert_eq!(
-            assign(std::slice::from_ref(&main), &shape(2, 2), &history(&["title?"])),
+            assign(
+                std::slice::from_ref(&main),
+                &shape(2, 2),
+                &history(&["title?"])
+            ),
             1
         );
         let title = head(1, 2, 2, &["title?"]);
