@@ -16,6 +16,7 @@ pub struct Config {
     pub sessions: SessionsConfig,
     pub record: RecordConfig,
     pub log: LogConfig,
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -212,6 +213,9 @@ impl Config {
                     path.display()
                 )));
             }
+        }
+        if let Err(e) = self.telemetry.validate() {
+            return Err(ConfigError(format!("{}: {e}", path.display())));
         }
         if self.server.max_body_bytes == 0 {
             return Err(ConfigError(format!(

@@ -336,7 +336,7 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     config.server.admin_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.server.shutdown_grace_secs = 5;
     if !args.once {
-        crate::server::init_logging(&config);
+        crate::telemetry::init_logging(&config);
     }
     let stable = stabilized_run(&config).await?;
     let proxy = crate::server::spawn(config).await?;

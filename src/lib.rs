@@ -11,6 +11,7 @@
 //! - `inject`, `replay`: memory injection modes and offline replay.
 //! - `cache_model`, `emulator`: provider prompt-cache accounting and the emulator.
 //! - `metrics`, `admin`: Prometheus metrics and the admin listener.
+//! - `telemetry`: logs (a span per request) and OpenTelemetry export.
 
 pub mod admin;
 pub mod cache_model;
@@ -37,5 +38,6 @@ pub mod session;
 pub mod shape;
 pub mod sse;
 pub mod tap;
+pub mod telemetry;
 pub mod tokens;
 pub mod usage;

@@ -28,6 +28,8 @@ use crate::provider::{classify, Endpoint, Provider, Route};
 use crate::replay::recorder::{self, Recorder, RecorderTask};
 use crate::shape;
 use crate::tap::{Outcome, Tap, TapResult, TapStream};
+use crate::telemetry::{self, RequestTelemetry, Telemetry};
+use tracing::Instrument;
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
@@ -41,6 +43,8 @@ pub struct State {
     pub pipeline: Option<Arc<Pipeline>>,
     /// Trace recording (`--record DIR`); off by default.
     pub recorder: Option<Recorder>,
+    /// Request spans, the in-flight gauge and OTLP export.
+    pub telemetry: Arc<Telemetry>,
 }
 
 /// A running proxy (and its admin listener).
@@ -51,6 +55,7 @@ pub struct ProxyHandle {
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     recorder: Option<RecorderTask>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl ProxyHandle {
@@ -64,6 +69,7 @@ impl ProxyHandle {
             // Every queued trace record reaches the disk before the process ends.
             let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
         }
+        self.telemetry.shutdown().await;
     }
 }
 
@@ -99,7 +105,9 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         }
         None => (None, None),
     };
+    let telemetry = Arc::new(Telemetry::new(&config.telemetry, metrics.clone())?);
     let state = Arc::new(State {
+        telemetry: telemetry.clone(),
         recorder,
         client: forward::build_client(&config.upstream)?,
         upstreams: Upstreams::from_config(&config.upstream)?,
@@ -141,6 +149,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         shutdown: tx,
         tasks: vec![proxy_task, admin_task],
         recorder: recorder_task,
+        telemetry,
     })
 }
 
@@ -221,16 +230,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<ProxyBody
         return local_response(&req);
     };
     let mut model = String::from("unknown");
-    match proxy(&state, route, req, start, &mut model).await {
+    let mut telemetry = state.telemetry.request(route, req.headers());
+    let span = telemetry.span();
+    match proxy(&state, route, req, start, &mut model, &mut telemetry)
+        .instrument(span)
+        .await
+    {
         Ok(resp) => resp,
         Err(err) => {
-            tracing::info!(
-                provider = route.provider.label(),
-                endpoint = route.endpoint.label(),
-                status = err.status().as_u16(),
-                "request refused: {}",
-                err.message
-            );
+            telemetry.refused(err.status().as_u16(), &err.message);
             state.metrics.record_request(
                 route.provider,
                 route.endpoint,
@@ -290,6 +298,7 @@ async fn proxy(
     req: Request<Incoming>,
     start: Instant,
     model: &mut String,
+    telemetry: &mut RequestTelemetry,
 ) -> Result<Response<ProxyBody>, ApiError> {
     let (parts, body) = req.into_parts();
     let declared = parts
@@ -305,6 +314,7 @@ async fn proxy(
     // Policies read the body whatever `check_body` says, so it is always checked for them.
     if generation_like && (state.config.server.check_body || state.pipeline.is_some()) {
         *model = shape::check(route.endpoint, &body)?;
+        telemetry.record_model(model);
     }
     let trace = state
         .recorder
@@ -318,6 +328,7 @@ async fn proxy(
         }
         _ => (body, "none".to_string(), None),
     };
+    telemetry.record_shaping(&parts.headers, after.as_ref(), &variant);
 
     let identity = route.endpoint.is_generation();
     let headers = state
@@ -355,6 +366,7 @@ async fn proxy(
         Ok(Ok(resp)) => resp,
     };
     timers.first_byte.observe(sent.elapsed().as_secs_f64());
+    telemetry.record_upstream(upstream.headers());
 
     let status = upstream.status();
     let response_headers = forward::response_headers(upstream.headers());
@@ -369,6 +381,7 @@ async fn proxy(
     let model = model.clone();
     let pipeline = state.pipeline.clone();
     let recorder = state.recorder.clone();
+    let telemetry = telemetry.take();
     let on_finish = Box::new(move |result: TapResult| {
         // An unchecked body leaves the model to the response.
         let model = match (&result.model, model.as_str()) {
@@ -376,6 +389,12 @@ async fn proxy(
             _ => model.as_str(),
         };
         finish_request(&metrics, route, model, &variant, status, sent, &result);
+        telemetry.finish(telemetry::Finished {
+            status: status.as_u16(),
+            outcome: result.outcome.label(),
+            usage: result.usage.as_ref(),
+            response_model: result.model.as_deref(),
+        });
         if let (Some(recorder), Some(mut record)) = (recorder, trace) {
             record.usage = result.usage;
             record.status = Some(status.as_u16());
@@ -456,17 +475,6 @@ fn finish_request(
         variant,
         result.usage.as_ref(),
     );
-    tracing::info!(
-        provider = labels[0],
-        endpoint = labels[1],
-        status = status.as_u16(),
-        outcome = result.outcome.label(),
-        cache_read = result.usage.map(|u| u.cache_read),
-        cache_write = result.usage.map(|u| u.cache_write),
-        uncached = result.usage.map(|u| u.uncached),
-        ms = sent.elapsed().as_millis() as u64,
-        "request done"
-    );
 }
 
 /// Apply command-line flags over the configuration file.
@@ -502,29 +510,6 @@ pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-/// Set up structured logs once (text or JSON), `RUST_LOG` overriding the configured level.
-pub fn init_logging(config: &Config) {
-    use tracing_subscriber::filter::LevelFilter;
-    use tracing_subscriber::EnvFilter;
-    let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.level.clone());
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
-    // A plain level is checked once per call site; a full filter (`cachet=debug,...`) is
-    // evaluated per event, which costs measurably on the request path.
-    let _ = match (spec.trim().parse::<LevelFilter>(), config.log.format) {
-        (Ok(level), crate::config::LogFormat::Json) => {
-            builder.with_max_level(level).json().try_init()
-        }
-        (Ok(level), crate::config::LogFormat::Text) => builder.with_max_level(level).try_init(),
-        (Err(_), format) => {
-            let builder = builder.with_env_filter(EnvFilter::new(spec));
-            match format {
-                crate::config::LogFormat::Json => builder.json().try_init(),
-                crate::config::LogFormat::Text => builder.try_init(),
-            }
-        }
-    };
-}
-
 /// Wait for Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
     #[cfg(unix)]
@@ -550,7 +535,7 @@ pub async fn shutdown_signal() {
 
 pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = config_from_args(&args)?;
-    init_logging(&config);
+    crate::telemetry::init_logging(&config);
     let handle = spawn(config).await?;
     println!(
         "cachet listening on http://{} (admin: http://{}/metrics)",

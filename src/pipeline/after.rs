@@ -12,6 +12,7 @@ use super::handlers::Shaping;
 use super::history::HistoryMap;
 use super::Pipeline;
 use crate::envelope::Envelope;
+use crate::metrics::{BreakReason, BreakSection};
 use crate::policy::{ContextReason, TemplateVars};
 use crate::provider::{Endpoint, Route};
 use crate::session::{self, Entry, RequestDraft, SessionContext};
@@ -72,14 +73,14 @@ impl Pipeline {
         };
         let (mut record, blobs) = session::compact_request(&after.ctx.log, &draft);
         if let Some(diagnosis) = prefix_break(&after.ctx.log, &record, &after.model) {
-            let section = diagnosis["section"]
-                .as_str()
-                .unwrap_or("messages")
-                .to_string();
+            let section = BreakSection::from_label(diagnosis["section"].as_str().unwrap_or(""));
+            let reason = match diagnosis["reason"].as_str().unwrap_or("") {
+                // This diagnosis names every message change alike; the edit is the usual one.
+                "messages_changed" => BreakReason::MessageEdited,
+                other => BreakReason::from_label(other),
+            };
             self.metrics
-                .prefix_breaks
-                .with_label_values(&[after.route.provider.label(), &section])
-                .inc();
+                .count_prefix_break(after.route.provider, section, reason);
             record.breaks = Some(diagnosis);
         }
         let result = async {

@@ -1,7 +1,9 @@
 //! Test support: a scriptable fake upstream and a proxy started on port 0.
 #![allow(dead_code)]
 
+pub mod otlp;
 pub mod redis;
+pub mod traffic;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
