@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod otlp;
+pub mod prometheus;
 pub mod redis;
 pub mod traffic;
 
