@@ -37,6 +37,8 @@ struct Inner {
     route: Route,
     arrived: Instant,
     started: SystemTime,
+    /// Whether the span has its model yet (else the response's model fills it in).
+    model_known: bool,
     model: Option<String>,
     session: Option<String>,
     variant: Option<String>,
@@ -65,8 +67,27 @@ fn route_label(route: Route) -> &'static str {
     }
 }
 
-fn bounded(value: &str) -> String {
-    value.chars().take(MAX_FIELD).collect()
+/// At most `MAX_FIELD` characters of a value (a client chooses its model name).
+fn cut(value: &str) -> &str {
+    match value.char_indices().nth(MAX_FIELD) {
+        Some((end, _)) => &value[..end],
+        None => value,
+    }
+}
+
+impl Inner {
+    /// Whether anyone reads the request's fields: a log subscriber or the exporter. When
+    /// no one does, recording costs nothing.
+    fn observed(&self) -> bool {
+        !self.span.is_disabled() || self.otlp.is_some()
+    }
+
+    /// Record a field in the log span; keep a copy only for an exported span.
+    fn note(&mut self, field: &'static str, value: &str) -> Option<String> {
+        let value = cut(value);
+        self.span.record(field, display(value));
+        self.otlp.as_ref().map(|_| value.to_string())
+    }
 }
 
 impl RequestTelemetry {
@@ -89,7 +110,7 @@ impl RequestTelemetry {
                 .iter()
                 .filter_map(|name| {
                     let value = headers.get(*name)?.to_str().ok()?;
-                    Some((name.to_string(), bounded(value)))
+                    Some((name.to_string(), cut(value).to_string()))
                 })
                 .collect(),
             None => Vec::new(),
@@ -100,6 +121,7 @@ impl RequestTelemetry {
                 route,
                 arrived: Instant::now(),
                 started: SystemTime::now(),
+                model_known: false,
                 model: None,
                 session: None,
                 variant: None,
@@ -128,18 +150,15 @@ impl RequestTelemetry {
     /// The model the request asked for.
     pub fn record_model(&mut self, model: &str) {
         if let Some(i) = &mut self.inner {
-            let model = bounded(model);
-            i.span.record("model", display(&model));
-            i.model = Some(model);
+            i.model_known = true;
+            i.model = i.note("model", model);
         }
     }
 
     /// The session the request belongs to, when known.
     pub fn record_session(&mut self, session: Option<&str>) {
         if let (Some(i), Some(session)) = (&mut self.inner, session) {
-            let session = bounded(session);
-            i.span.record("session", display(&session));
-            i.session = Some(session);
+            i.session = i.note("session", session);
         }
     }
 
@@ -151,6 +170,9 @@ impl RequestTelemetry {
         after: Option<&crate::pipeline::AfterResponse>,
         variant: &str,
     ) {
+        if !self.inner.as_ref().is_some_and(Inner::observed) {
+            return;
+        }
         match after {
             Some(after) => self.record_session(Some(&after.ctx.id.id)),
             None => {
@@ -163,8 +185,7 @@ impl RequestTelemetry {
     /// The injection arm (`none` outside A/B tests).
     pub fn record_variant(&mut self, variant: &str) {
         if let Some(i) = &mut self.inner {
-            i.span.record("variant", display(variant));
-            i.variant = Some(variant.to_string());
+            i.variant = i.note("variant", variant);
         }
     }
 
@@ -176,9 +197,7 @@ impl RequestTelemetry {
             .iter()
             .find_map(|name| headers.get(*name)?.to_str().ok());
         if let Some(id) = id {
-            let id = bounded(id);
-            i.span.record("request_id", display(&id));
-            i.request_id = Some(id);
+            i.request_id = i.note("request_id", id);
         }
     }
 
@@ -188,11 +207,9 @@ impl RequestTelemetry {
         let Some(mut i) = self.inner.take() else {
             return;
         };
-        if i.model.is_none() {
+        if !i.model_known {
             if let Some(answered) = done.response_model {
-                let model = bounded(answered);
-                i.span.record("model", display(&model));
-                i.model = Some(model);
+                i.model = i.note("model", answered);
             }
         }
         let usage = done.usage;
