@@ -155,3 +155,65 @@ async fn in_flight_follows_the_body_and_the_client_that_leaves() {
     assert_eq!(now, 0.0);
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn labels_a_hook_chooses_stay_bounded() {
+    // A hook that names a new transformer and reason on every call, as a buggy memory
+    // service might (its answer shape is the context-hook protocol's).
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = calls.clone();
+    let hook = crate::support::start_hook_server(move |_| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(
+            serde_json::json!({"patch": [{"op": "system_part_set", "partName": "notes",
+            "text": format!("note {n}"), "invalidateCacheReason": format!("refresh {n}")}],
+            "transformerName": format!("memory-{n}")}),
+        )
+    })
+    .await;
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":1,"output_tokens":1}}"#,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = crate::support::policy_file(
+        dir.path(),
+        "hooked",
+        &format!(
+            "name = \"hooked\"\n[[hook]]\nurl = \"{}\"\nevents = [\"context:ephemeral\"]\n",
+            hook.url
+        ),
+    );
+    let proxy = start_proxy(crate::support::policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let requests = 80;
+    for i in 0..requests {
+        let body = serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 8,
+            "system": "You are terse.", "messages": [{"role": "user", "content": format!("q{i}")}]});
+        let (status, _) = crate::support::post_anthropic(&proxy, &format!("s{i}"), &body).await;
+        assert_eq!(status, 200);
+    }
+    let text = metrics_text(&proxy).await;
+    let values = |name: &str, label: &str| -> std::collections::BTreeSet<String> {
+        let re = regex::Regex::new(&format!(r#"^{name}\{{.*\b{label}="([^"]*)""#)).unwrap();
+        text.lines()
+            .filter_map(|l| re.captures(l).map(|c| c[1].to_string()))
+            .collect()
+    };
+    let transformers = values("cachet_patches_total", "transformer");
+    let reasons = values("cachet_cache_invalidations_total", "reason");
+    // 64 names of their own, then `other`; every operation still counted.
+    assert_eq!(transformers.len(), 65, "{transformers:?}");
+    assert!(transformers.contains("other"));
+    assert_eq!(reasons.len(), 65, "{reasons:?}");
+    assert_eq!(
+        metric_sum(&text, "cachet_patches_total", &[("outcome", "applied")]),
+        f64::from(requests)
+    );
+    proxy.shutdown().await;
+}
