@@ -19,6 +19,7 @@ pub struct Config {
     /// A model table (format of `data/models.toml`) whose rows are tried before the shipped
     /// ones: prices, cache minimums and context windows for models cachet does not ship.
     pub models: Option<PathBuf>,
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -223,6 +224,9 @@ impl Config {
         if let Some(models) = &self.models {
             crate::models::read_user_table(models)
                 .map_err(|e| ConfigError(format!("{}: models: {e}", path.display())))?;
+        }
+        if let Err(e) = self.telemetry.validate() {
+            return Err(ConfigError(format!("{}: {e}", path.display())));
         }
         if self.server.max_body_bytes == 0 {
             return Err(ConfigError(format!(

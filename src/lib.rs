@@ -11,6 +11,7 @@
 //! - `inject`, `replay`: memory injection modes and offline replay.
 //! - `cache_model`, `emulator`: provider prompt-cache accounting and the emulator.
 //! - `metrics`, `admin`: Prometheus metrics and the admin listener.
+//! - `telemetry`: logs (a span per request) and OpenTelemetry export.
 
 pub mod cache_model;
 pub mod cli;
@@ -35,6 +36,7 @@ pub mod session;
 pub mod shape;
 pub mod sse;
 pub mod tap;
+pub mod telemetry;
 pub mod tokens;
 pub mod transport;
 pub mod usage;

@@ -340,7 +340,7 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     config.server.admin_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.server.shutdown_grace_secs = 5;
     if !args.once {
-        crate::commands::serve::init_logging(&config);
+        crate::telemetry::init_logging(&config);
     }
     let stable = stabilized_run(&config).await?;
     let proxy = crate::transport::server::spawn(config).await?;

@@ -52,7 +52,7 @@ impl Pipeline {
     /// The response body ended: metrics and the trace record now, the rest in a task.
     pub(super) fn finish(
         self: Arc<Self>,
-        ctx: RequestCtx,
+        mut ctx: RequestCtx,
         shaped: Shaped,
         trace: Option<Record>,
         status: u16,
@@ -65,6 +65,12 @@ impl Pipeline {
             _ => ctx.model.clone(),
         };
         self.count_finished(ctx.route, &model, &shaped.variant, status, sent, &result);
+        ctx.telemetry.take().finish(crate::telemetry::Finished {
+            status,
+            outcome: result.outcome.label(),
+            usage: result.usage.as_ref(),
+            response_model: result.model.as_deref(),
+        });
         if let (Some(recorder), Some(mut record)) = (&self.recorder, trace) {
             record.usage = result.usage;
             record.status = Some(status);
@@ -117,17 +123,6 @@ impl Pipeline {
             &status_label,
             variant,
             result.usage.as_ref(),
-        );
-        tracing::info!(
-            provider = labels[0],
-            endpoint = labels[1],
-            status,
-            outcome = result.outcome.label(),
-            cache_read = result.usage.map(|u| u.cache_read),
-            cache_write = result.usage.map(|u| u.cache_write),
-            uncached = result.usage.map(|u| u.uncached),
-            ms = sent.elapsed().as_millis() as u64,
-            "request done"
         );
     }
 
@@ -196,7 +191,22 @@ impl Pipeline {
             }
         };
         let shape = PromptShape::of(&sent, uncached_tail);
-        let log = &session_ctx.log;
+        // One session's entries are written one at a time, each against the log as it is
+        // then: an agent sends its next request as soon as the previous answer ends, before
+        // that answer's entry may be written, and must still be compared with it.
+        let lock = self
+            .session_locks
+            .get_with(session_ctx.id.id.clone(), async { Default::default() })
+            .await;
+        let _writing = lock.lock().await;
+        let log = match store.load(&session_ctx.id.id).await {
+            Ok(log) => log,
+            Err(e) => {
+                let _ = self.store_failed("load", &e);
+                session_ctx.log.clone()
+            }
+        };
+        let log = &log;
         let lane =
             session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history);
         let answered = usage.filter(|_| (200..300).contains(&status));
@@ -210,13 +220,7 @@ impl Pipeline {
         };
         if let Some(d) = &diagnosis {
             self.metrics
-                .prefix_breaks
-                .with_label_values(&[
-                    ctx.route.provider.label(),
-                    d.section.label(),
-                    d.reason.label(),
-                ])
-                .inc();
+                .count_prefix_break(ctx.route.provider, d.section, d.reason);
         }
         let history: Vec<&[u8]> = sent.history_raw().take(shape.messages.len()).collect();
         let draft = RequestDraft {

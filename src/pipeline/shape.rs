@@ -33,6 +33,14 @@ impl Shaped {
         }
     }
 
+    /// The session, when shaping identified it.
+    pub fn session(&self) -> Option<&str> {
+        match &self.after {
+            After::Shaped(s) => Some(&s.ctx.id.id),
+            _ => None,
+        }
+    }
+
     /// Messages of the request-only tail at the end of the body.
     pub fn uncached_tail(&self) -> usize {
         match &self.after {
@@ -68,6 +76,7 @@ impl Pipeline {
             model: model.to_string(),
             client,
             start: std::time::Instant::now(),
+            telemetry: crate::telemetry::RequestTelemetry::none(),
         };
         self.shape(&ctx).await
     }

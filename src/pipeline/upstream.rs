@@ -23,6 +23,12 @@ pub(super) struct Upstream {
     sent: Instant,
 }
 
+impl Upstream {
+    pub(super) fn headers(&self) -> &http::HeaderMap {
+        self.response.headers()
+    }
+}
+
 impl Pipeline {
     /// Send the request upstream and wait for the response headers.
     pub(super) async fn forward(

@@ -55,6 +55,10 @@ pub struct SessionId {
     pub source: IdSource,
 }
 
+const CACHET_HEADER: &str = "x-cachet-session";
+const CLAUDE_CODE_HEADER: &str = "x-claude-code-session-id";
+const CODEX_HEADER: &str = "session_id";
+
 /// Longest id used as given; longer ones, or ones with other characters, are hashed.
 const MAX_ID_LEN: usize = 128;
 
@@ -65,11 +69,9 @@ pub fn identify(
     provider: Provider,
     endpoint: Endpoint,
 ) -> SessionId {
-    let found = header(headers, "x-cachet-session")
+    let found = header(headers, CACHET_HEADER)
         .map(|id| (id, IdSource::Header))
-        .or_else(|| {
-            header(headers, "x-claude-code-session-id").map(|id| (id, IdSource::ClaudeCodeHeader))
-        })
+        .or_else(|| header(headers, CLAUDE_CODE_HEADER).map(|id| (id, IdSource::ClaudeCodeHeader)))
         .or_else(|| {
             (provider == Provider::Anthropic)
                 .then(|| metadata_session(body))
@@ -80,7 +82,7 @@ pub fn identify(
             non_empty(body.get("prompt_cache_key").and_then(Value::as_str))
                 .map(|id| (id, IdSource::PromptCacheKey))
         })
-        .or_else(|| header(headers, "session_id").map(|id| (id, IdSource::CodexHeader)));
+        .or_else(|| header(headers, CODEX_HEADER).map(|id| (id, IdSource::CodexHeader)));
     match found {
         Some((id, source)) => SessionId {
             id: safe_id(&id),
@@ -91,6 +93,16 @@ pub fn identify(
             source: IdSource::Fingerprint,
         },
     }
+}
+
+/// The session a request names in its headers alone, in `identify`'s order of header
+/// sources: what the pass-through path can log without reading the body. When the body
+/// names one (`metadata.user_id`, `prompt_cache_key`), `identify` may answer otherwise.
+pub fn named_in_headers(headers: &HeaderMap) -> Option<String> {
+    [CACHET_HEADER, CLAUDE_CODE_HEADER, CODEX_HEADER]
+        .iter()
+        .find_map(|name| header(headers, name))
+        .map(|id| safe_id(&id))
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {

@@ -28,6 +28,7 @@ pub struct ProxyHandle {
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     recorder: Option<RecorderTask>,
+    telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 impl ProxyHandle {
@@ -41,6 +42,7 @@ impl ProxyHandle {
             // Every queued trace record reaches the disk before the process ends.
             let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
         }
+        self.telemetry.shutdown().await;
     }
 }
 
@@ -76,6 +78,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let header_timeout = Duration::from_millis(config.server.header_read_timeout_ms);
     let pipeline = Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder).await?);
+    let telemetry = pipeline.telemetry().clone();
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: pipeline.store().cloned(),
@@ -110,6 +113,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         shutdown: tx,
         tasks: vec![proxy_task, admin_task],
         recorder: recorder_task,
+        telemetry,
     })
 }
 
@@ -117,27 +121,7 @@ async fn handle(pipeline: Arc<Pipeline>, req: Request<Incoming>) -> Response<Pro
     let Some(route) = classify(req.method(), req.uri().path(), req.headers()) else {
         return local_response(&req);
     };
-    match pipeline.handle(route, req).await {
-        Ok(resp) => resp,
-        Err((err, model)) => {
-            tracing::info!(
-                provider = route.provider.label(),
-                endpoint = route.endpoint.label(),
-                status = err.status().as_u16(),
-                "request refused: {}",
-                err.message
-            );
-            pipeline.metrics().record_request(
-                route.provider,
-                route.endpoint,
-                &model,
-                err.status().as_str(),
-                "none",
-                None,
-            );
-            error_response(route.provider, &err)
-        }
-    }
+    pipeline.handle(route, req).await
 }
 
 /// Answers for paths outside `/v1/`: Claude Code probes `HEAD /` (or `/api/hello`) before
