@@ -8,6 +8,7 @@ mod demo;
 mod emulator_cli;
 mod emulator_http;
 mod emulator_sdk;
+mod emulator_tool_loop;
 mod envelope_breakpoints;
 mod envelope_clients;
 mod envelope_patch;
