@@ -16,6 +16,7 @@ pub mod admin;
 pub mod cache_model;
 pub mod cli;
 pub mod config;
+pub mod content_encoding;
 pub mod demo;
 pub mod emulator;
 pub mod envelope;

@@ -264,9 +264,16 @@ impl Metrics {
         variant: &str,
         usage: Option<&Usage>,
     ) {
+        let Some(u) = usage else {
+            // No usage (model lists, errors): count the request, and create no all-zero
+            // token series for it.
+            let label = self.model_label(model);
+            let labels = [provider.label(), &label, endpoint.label(), status, variant];
+            self.requests.with_label_values(&labels).inc();
+            return;
+        };
         let counters = self.token_counters(provider, model, variant);
         counters.requests(self, provider, endpoint, status).inc();
-        let Some(u) = usage else { return };
         for (counter, n) in counters
             .input
             .iter()

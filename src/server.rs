@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use crate::admin;
 use crate::cli::ServeArgs;
 use crate::config::Config;
+use crate::content_encoding;
 use crate::error::{ApiError, ErrorKind};
 use crate::forward::{self, Upstreams};
 use crate::metrics::Metrics;
@@ -260,6 +261,8 @@ fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
         ErrorKind::NotFound,
         format!("no route for {} {path}", req.method()),
     );
+    // A client pointed at the wrong base URL shows up here (path only: never a query).
+    tracing::info!(status = 404, "{}", err.message);
     error_response(provider, &err)
 }
 
@@ -297,32 +300,48 @@ async fn proxy(
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    let body = read_body(body, declared, state.config.server.max_body_bytes).await?;
+    let limit = state.config.server.max_body_bytes;
+    let body = read_body(body, declared, limit).await?;
     let generation_like = matches!(
         route.endpoint,
         Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
     );
+    let body = if generation_like {
+        content_encoding::decode(&parts.headers, body, limit)?
+    } else {
+        content_encoding::Decoded {
+            sent: body,
+            plain: None,
+        }
+    };
     // Policies read the body whatever `check_body` says, so it is always checked for them.
     if generation_like && (state.config.server.check_body || state.pipeline.is_some()) {
-        *model = shape::check(route.endpoint, &body)?;
+        *model = shape::check(route.endpoint, body.readable())?;
     }
     let trace = state
         .recorder
         .as_ref()
         .filter(|_| route.endpoint.is_generation())
-        .and_then(|_| trace_record(route, &parts, &body));
-    let (body, variant, after) = match &state.pipeline {
+        .and_then(|_| trace_record(route, &parts, body.readable()));
+    let (body, decoded, variant, after) = match &state.pipeline {
         Some(pipeline) if route.endpoint.is_generation() => {
-            let prepared = pipeline.prepare(route, &parts.headers, body, model).await?;
-            (prepared.body, prepared.variant, prepared.after)
+            let readable = body.readable().clone();
+            let prepared = pipeline
+                .prepare(route, &parts.headers, readable, model)
+                .await?;
+            let (body, decoded) = body.forward(prepared.body);
+            (body, decoded, prepared.variant, prepared.after)
         }
-        _ => (body, "none".to_string(), None),
+        _ => (body.sent, false, "none".to_string(), None),
     };
 
     let identity = route.endpoint.is_generation();
-    let headers = state
+    let mut headers = state
         .upstreams
         .request_headers(route.provider, &parts.headers, identity);
+    if decoded {
+        headers.remove(http::header::CONTENT_ENCODING);
+    }
     let path_and_query = parts
         .uri
         .path_and_query()

@@ -29,6 +29,7 @@ mod policy_check;
 mod policy_shipped;
 mod proxy_faults;
 mod proxy_fidelity;
+mod proxy_gaps;
 mod proxy_secrets;
 mod replay_cli;
 mod replay_consistency;
