@@ -4,7 +4,7 @@
 //! 2. Claude Code: header `x-claude-code-session-id`, else the session inside
 //!    `metadata.user_id` (a JSON string with `session_id`, or `user_…_session_<uuid>`);
 //! 3. OpenAI `prompt_cache_key` (Chat and Responses bodies);
-//! 4. Codex's `session_id` header;
+//! 4. Codex's `session-id` header (`session_id` in versions before 0.169);
 //! 5. otherwise a fingerprint of the system prompt, the tools and the first user message.
 
 use http::HeaderMap;
@@ -27,7 +27,7 @@ pub enum IdSource {
     ClaudeCodeMetadata,
     /// OpenAI `prompt_cache_key`.
     PromptCacheKey,
-    /// Codex's `session_id` header.
+    /// Codex's `session-id` (or older `session_id`) header.
     CodexHeader,
     /// Hash of system prompt, tools and first user message.
     Fingerprint,
@@ -79,7 +79,12 @@ pub fn identify(
             non_empty(body.get("prompt_cache_key").and_then(Value::as_str))
                 .map(|id| (id, IdSource::PromptCacheKey))
         })
-        .or_else(|| header(headers, "session_id").map(|id| (id, IdSource::CodexHeader)));
+        .or_else(|| {
+            // Codex 0.169 sends `session-id`; older versions `session_id`.
+            header(headers, "session-id")
+                .or_else(|| header(headers, "session_id"))
+                .map(|id| (id, IdSource::CodexHeader))
+        });
     match found {
         Some((id, source)) => SessionId {
             id: safe_id(&id),
