@@ -35,7 +35,11 @@ EMULATOR_TEXT = "Hello from the cachet emulator. This reply is deterministic."
 README_URL = "http://127.0.0.1:8787"
 TOOL_STEPS = 2
 PROMPTS = ["List the files in this folder.", "Now look at them again."]
-GENERATION = {"/v1/messages", "/v1/chat/completions", "/v1/responses"}
+# Generation paths, with the (provider, endpoint) labels policies match on.
+ROUTES = {"/v1/messages": ({"anthropic"}, {"messages"}),
+          "/v1/chat/completions": ({"openai"}, {"chat"}),
+          "/v1/responses": ({"openai"}, {"responses"})}
+GENERATION = set(ROUTES)
 # Dummy credentials: nothing here reaches a provider.
 ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
 OAUTH_TOKEN = "sk-ant-oat01-e2e-dummy-token"
@@ -418,11 +422,18 @@ def run_client(client, policies, args, blocks, out_dir):
             out.seek(0)
             err.seek(0)
             run.turns.append((start, len(stack.front.snapshot()), rc, out.read(), err.read() + note))
-        time.sleep(0.3)  # let cachet's after-response work (session log, records) land
         run.front = stack.front.snapshot()
         run.back = stack.back.snapshot()
         if policies:  # sessions are kept only for requests a policy matches
-            run.session_list = stack.admin("/sessions?limit=1000")["sessions"]
+            # The session log is written once each answer has ended: wait for every entry.
+            expected = sum(1 for e in run.generation()
+                           if any(policy_matches(p, *ROUTES[e.path.split("?")[0]]) for p in run.policy_docs))
+            deadline = time.monotonic() + 30
+            while True:
+                run.session_list = stack.admin("/sessions?limit=1000")["sessions"]
+                if sum(s["requests"] for s in run.session_list) >= expected or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             for s in run.session_list:
                 run.sessions[s["id"]] = stack.admin(f"/sessions/{s['id']}")
         run.metrics = stack.metrics()
@@ -569,10 +580,18 @@ def check_policy_run(r, run, base):
     content = sum(len(u) for u in unique)
     n = len(run.generation())
     bound = 2 * content + 2048 * n
-    r.check(0 < run.stored_bytes <= bound,
+    # Each request entry names the messages it adds to the one it extends: over the session
+    # that is about the number of distinct messages, not the sum of every history's length.
+    named = sum(len((e.get("sent") or {}).get("keys") or []) for s in run.sessions.values()
+                for e in s.get("entries", []) if e.get("type") == "request")
+    histories = sum(len(json.loads(e.req_body).get("messages") or json.loads(e.req_body).get("input") or [])
+                    for e in run.generation())
+    r.check(0 < run.stored_bytes <= bound and named <= len(unique) + 2 * n,
             f"{run.label}: session storage grows with new content ({run.stored_bytes} bytes stored "
-            f"for {content} bytes of distinct content in {n} requests)",
-            f"stored {run.stored_bytes} bytes; linear bound 2 x {content} + 2048 x {n} = {bound}")
+            f"for {content} bytes of distinct content in {n} requests; entries name {named} messages, "
+            f"the requests carried {histories})",
+            f"stored {run.stored_bytes} bytes, linear bound 2 x {content} + 2048 x {n} = {bound}; "
+            f"entries name {named} messages, bound {len(unique)} distinct + 2 x {n}")
 
 
 def check_common(r, run):
