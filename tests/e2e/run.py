@@ -622,7 +622,9 @@ def main():
         if only and client.name not in only:
             continue
         t0 = time.monotonic()
-        base = run_client(client, [], args, blocks, args.out)
+        base = attempt(r, f"{client.name} [no policy]", run_client, client, [], args, blocks, args.out)
+        if base is None:
+            continue
         check_turns(r, base)
         check_identity(r, base)
         check_bytes(r, base)
@@ -633,7 +635,10 @@ def main():
         for path, policy in policies.items():
             if not client.matches(policy):
                 continue
-            run = run_client(client, [path], args, blocks, args.out)
+            run = attempt(r, f"{client.name} [{os.path.basename(path)[:-5]}]", run_client,
+                          client, [path], args, blocks, args.out)
+            if run is None:
+                continue
             check_turns(r, run)
             check_identity(r, run)
             check_cache(r, run)
@@ -647,6 +652,15 @@ def main():
             print(f"  - {f}")
     print(f"{r.passed} passed, {len(r.failed)} failed")
     return 1 if r.failed else 0
+
+
+def attempt(r, label, fn, *args):
+    """Run one client; a run that cannot even start is one failed assertion, not the end."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - reported, and the other clients still run
+        r.check(False, f"{label}: runs", f"{type(e).__name__}: {e}")
+        return None
 
 
 def check_no_route_logged(r, args):
