@@ -92,6 +92,17 @@ pub struct EmulateArgs {
     pub reply: Option<String>,
     #[command(flatten)]
     pub models: ModelsArg,
+    /// Answer requests that offer tools with a tool call: `never`, `first` (the first
+    /// offered tool on the allow-list of read, list, search and shell tools) or a tool name.
+    #[arg(
+        long,
+        env = "CACHET_EMULATE_TOOL_CALLS",
+        value_name = "never|first|NAME"
+    )]
+    pub tool_calls: Option<String>,
+    /// Tool calls in a row after each user prompt before the reply is text.
+    #[arg(long, env = "CACHET_EMULATE_TOOL_STEPS", default_value_t = crate::emulator::reply::DEFAULT_TOOL_STEPS)]
+    pub tool_steps: u32,
 }
 
 #[derive(Debug, Clone, Args)]

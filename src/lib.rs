@@ -17,6 +17,7 @@ pub mod cache_model;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod content_encoding;
 pub mod emulator;
 pub mod envelope;
 pub mod error;

@@ -73,8 +73,10 @@ const SESSION_LOCKS: u64 = 10_000;
 pub struct RequestCtx {
     pub route: Route,
     pub parts: Parts,
-    /// The body as the client sent it.
+    /// The body as the client sent it (decoded, when it came compressed).
     pub body: Bytes,
+    /// The compressed bytes the client sent, when it sent a `content-encoding`.
+    pub encoded: Option<Bytes>,
     /// The model the body names (`unknown` until checked).
     pub model: String,
     pub client: Client,
@@ -152,6 +154,7 @@ impl Pipeline {
         let mut ctx = RequestCtx {
             route,
             body: Bytes::new(),
+            encoded: None,
             model: "unknown".into(),
             client: Client::Unknown,
             start: Instant::now(),
@@ -159,7 +162,7 @@ impl Pipeline {
             telemetry,
         };
         let phases = async {
-            ctx.body = self.read_body(&ctx, body).await?;
+            self.read_body(&mut ctx, body).await?;
             self.check_body(&mut ctx)?;
             let trace = self.trace_record(&ctx);
             let shaped = self.shape(&ctx).await?;
@@ -190,26 +193,33 @@ impl Pipeline {
         error_response(ctx.route.provider, err)
     }
 
-    async fn read_body(&self, ctx: &RequestCtx, body: Incoming) -> Result<Bytes, ApiError> {
+    /// Read the body within its limit; a compressed generation body is decoded for reading
+    /// (its own bytes still go upstream when nothing changes them).
+    async fn read_body(&self, ctx: &mut RequestCtx, body: Incoming) -> Result<(), ApiError> {
         let declared = ctx
             .parts
             .headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        crate::transport::http::read_body(body, declared, self.config.server.max_body_bytes).await
+        let limit = self.config.server.max_body_bytes;
+        let body = crate::transport::http::read_body(body, declared, limit).await?;
+        if !is_generation_like(ctx.route.endpoint) {
+            ctx.body = body;
+            return Ok(());
+        }
+        let decoded = crate::content_encoding::decode(&ctx.parts.headers, body, limit)?;
+        ctx.body = decoded.readable().clone();
+        ctx.encoded = decoded.plain.is_some().then_some(decoded.sent);
+        Ok(())
     }
 
     /// A generation body must be JSON of its API's shape: a clear 400 otherwise, before
     /// anything is forwarded. Policies read the body, so it is always checked for them;
     /// monitoring reads it after the response and never refuses what it cannot read.
     fn check_body(&self, ctx: &mut RequestCtx) -> Result<(), ApiError> {
-        let generation_like = matches!(
-            ctx.route.endpoint,
-            Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
-        );
         let reads_body = !self.policies.is_empty();
-        if generation_like && (self.config.server.check_body || reads_body) {
+        if is_generation_like(ctx.route.endpoint) && (self.config.server.check_body || reads_body) {
             ctx.model = crate::shape::check(ctx.route.endpoint, &ctx.body)?;
             ctx.telemetry.record_model(&ctx.model);
         }
@@ -258,4 +268,12 @@ impl Pipeline {
             )),
         }
     }
+}
+
+/// Endpoints whose body is a model request cachet reads (checked, decoded, counted).
+fn is_generation_like(endpoint: Endpoint) -> bool {
+    matches!(
+        endpoint,
+        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
+    )
 }

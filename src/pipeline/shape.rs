@@ -73,6 +73,7 @@ impl Pipeline {
             route,
             parts,
             body,
+            encoded: None,
             model: model.to_string(),
             client,
             start: std::time::Instant::now(),

@@ -4,7 +4,7 @@
 //! 2. Claude Code: header `x-claude-code-session-id`, else the session inside
 //!    `metadata.user_id` (a JSON string with `session_id`, or `user_…_session_<uuid>`);
 //! 3. OpenAI `prompt_cache_key` (Chat and Responses bodies);
-//! 4. Codex's `session_id` header;
+//! 4. Codex's `session-id` header (`session_id` in versions before 0.169);
 //! 5. otherwise a fingerprint of the system prompt, the tools and the first user message.
 
 use http::HeaderMap;
@@ -27,7 +27,7 @@ pub enum IdSource {
     ClaudeCodeMetadata,
     /// OpenAI `prompt_cache_key`.
     PromptCacheKey,
-    /// Codex's `session_id` header.
+    /// Codex's `session-id` (or older `session_id`) header.
     CodexHeader,
     /// Hash of system prompt, tools and first user message.
     Fingerprint,
@@ -57,7 +57,8 @@ pub struct SessionId {
 
 const CACHET_HEADER: &str = "x-cachet-session";
 const CLAUDE_CODE_HEADER: &str = "x-claude-code-session-id";
-const CODEX_HEADER: &str = "session_id";
+/// Codex 0.169 sends `session-id`; older versions `session_id`.
+const CODEX_HEADERS: [&str; 2] = ["session-id", "session_id"];
 
 /// Longest id used as given; longer ones, or ones with other characters, are hashed.
 const MAX_ID_LEN: usize = 128;
@@ -82,7 +83,12 @@ pub fn identify(
             non_empty(body.get("prompt_cache_key").and_then(Value::as_str))
                 .map(|id| (id, IdSource::PromptCacheKey))
         })
-        .or_else(|| header(headers, CODEX_HEADER).map(|id| (id, IdSource::CodexHeader)));
+        .or_else(|| {
+            CODEX_HEADERS
+                .iter()
+                .find_map(|name| header(headers, name))
+                .map(|id| (id, IdSource::CodexHeader))
+        });
     match found {
         Some((id, source)) => SessionId {
             id: safe_id(&id),
@@ -99,8 +105,9 @@ pub fn identify(
 /// sources: what the pass-through path can log without reading the body. When the body
 /// names one (`metadata.user_id`, `prompt_cache_key`), `identify` may answer otherwise.
 pub fn named_in_headers(headers: &HeaderMap) -> Option<String> {
-    [CACHET_HEADER, CLAUDE_CODE_HEADER, CODEX_HEADER]
+    [CACHET_HEADER, CLAUDE_CODE_HEADER]
         .iter()
+        .chain(CODEX_HEADERS.iter())
         .find_map(|name| header(headers, name))
         .map(|id| safe_id(&id))
 }

@@ -140,5 +140,7 @@ fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
         ErrorKind::NotFound,
         format!("no route for {} {path}", req.method()),
     );
+    // A client pointed at the wrong base URL shows up here (path only: never a query).
+    tracing::info!(status = 404, "{}", err.message);
     error_response(provider, &err)
 }
