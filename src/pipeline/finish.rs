@@ -64,7 +64,16 @@ impl Pipeline {
             (Some(answered), "unknown") => answered.clone(),
             _ => ctx.model.clone(),
         };
-        self.count_finished(ctx.route, &model, &shaped.variant, status, sent, &result);
+        let key = ctx.key_label().to_string();
+        self.count_finished(
+            ctx.route,
+            &model,
+            &shaped.variant,
+            &key,
+            status,
+            sent,
+            &result,
+        );
         ctx.telemetry.take().finish(crate::telemetry::Finished {
             status,
             outcome: result.outcome.label(),
@@ -92,11 +101,13 @@ impl Pipeline {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn count_finished(
         &self,
         route: Route,
         model: &str,
         variant: &str,
+        key: &str,
         status: u16,
         sent: Instant,
         result: &TapResult,
@@ -122,6 +133,7 @@ impl Pipeline {
             model,
             &status_label,
             variant,
+            key,
             result.usage.as_ref(),
         );
     }
@@ -150,7 +162,13 @@ impl Pipeline {
                 };
                 let history = session::PrefixHashes::of_raw(env.history_raw());
                 let id = self
-                    .identify(&ctx.parts.headers, &value, ctx.route, &history)
+                    .identify(
+                        &ctx.parts.headers,
+                        &value,
+                        ctx.route,
+                        &history,
+                        ctx.namespace(),
+                    )
                     .await;
                 let Some(store) = &self.store else { return };
                 let session_ctx = match session::prepare(store.as_ref(), id, history).await {
@@ -250,7 +268,7 @@ impl Pipeline {
         }
         .await;
         match written {
-            Ok(()) => self.remember_history(&session_ctx).await,
+            Ok(()) => self.remember_history(&session_ctx, ctx.namespace()).await,
             // The response is already with the client; only the timeline loses an entry.
             Err(e) => {
                 let _ = self.store_failed("record", &e);

@@ -3,6 +3,11 @@
 //! provider's prefix cache would see it; only when none does, the fingerprint of a new
 //! session. A tool or system change mid-session (an MCP server connecting) is then a
 //! diagnosed break inside the session, not a new session.
+//!
+//! With client keys configured, every session lives in its key's namespace: the id a
+//! request names (or its fingerprint) becomes `NAME:id`, and history continuation looks
+//! only at the same key's sessions. One client cannot write into, or continue, another's
+//! session by sending its id. Key names cannot hold `:`, so namespaces never overlap.
 
 use http::HeaderMap;
 use serde_json::Value;
@@ -24,8 +29,10 @@ impl Pipeline {
         body: &Value,
         route: Route,
         hashes: &PrefixHashes,
+        namespace: Option<&str>,
     ) -> SessionId {
-        let id = session::identify(headers, body, route.provider, route.endpoint);
+        let mut id = session::identify(headers, body, route.provider, route.endpoint);
+        id.id = in_namespace(&id.id, namespace);
         if id.source != IdSource::Fingerprint {
             return id;
         }
@@ -33,7 +40,8 @@ impl Pipeline {
             let Some(anchor) = hashes.anchor_at(n) else {
                 continue;
             };
-            if let Some(found) = self.histories.get(&anchor.hash).await {
+            let remembered = in_namespace(&anchor.hash, namespace);
+            if let Some(found) = self.histories.get(&remembered).await {
                 return SessionId {
                     id: found,
                     source: IdSource::History,
@@ -45,11 +53,38 @@ impl Pipeline {
 
     /// Remember a recorded request's client history, so that a later request extending it
     /// continues its session.
-    pub(super) async fn remember_history(&self, ctx: &SessionContext) {
+    pub(super) async fn remember_history(&self, ctx: &SessionContext, namespace: Option<&str>) {
         if ctx.history.len() >= MIN_CONTINUED {
             self.histories
-                .insert(ctx.history.full().hash, ctx.id.id.clone())
+                .insert(
+                    in_namespace(&ctx.history.full().hash, namespace),
+                    ctx.id.id.clone(),
+                )
                 .await;
         }
+    }
+}
+
+/// A session id (or remembered history) inside a client key's namespace.
+pub(super) fn in_namespace(id: &str, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(name) => format!("{name}:{id}"),
+        None => id.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_namespace;
+
+    #[test]
+    fn namespaces_keep_keys_apart() {
+        assert_eq!(in_namespace("s", None), "s");
+        assert_eq!(in_namespace("s", Some("team-a")), "team-a:s");
+        // Team b naming team a's namespaced id still lands in its own namespace.
+        assert_ne!(
+            in_namespace("team-a:s", Some("team-b")),
+            in_namespace("s", Some("team-a"))
+        );
     }
 }

@@ -76,6 +76,7 @@ impl Pipeline {
             encoded: None,
             model: model.to_string(),
             client,
+            key: None,
             start: std::time::Instant::now(),
             telemetry: crate::telemetry::RequestTelemetry::none(),
         };
@@ -110,7 +111,7 @@ impl Pipeline {
             serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
         let history = PrefixHashes::of_raw(env.history_raw());
         let id = self
-            .identify(&ctx.parts.headers, &value, route, &history)
+            .identify(&ctx.parts.headers, &value, route, &history, ctx.namespace())
             .await;
         let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
