@@ -108,11 +108,8 @@ pub fn error_response(provider: Provider, err: &ApiError) -> Response<ProxyBody>
     );
     resp.headers_mut()
         .insert("x-cachet-error", HeaderValue::from_static("1"));
-    if matches!(
-        err.kind,
-        ErrorKind::RequestTimeout | ErrorKind::Authentication
-    ) {
-        // The body was not read (whole): the connection cannot carry another request.
+    if err.kind == ErrorKind::RequestTimeout {
+        // The body was not read whole: the connection cannot carry another request.
         resp.headers_mut()
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }

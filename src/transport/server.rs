@@ -176,7 +176,8 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
     edge.pipeline.handle(route, req).await
 }
 
-/// A request refused at the edge: counted, logged, answered in the provider's format.
+/// A request refused at the edge: counted, logged, answered in the provider's format, and
+/// its connection closed.
 fn edge_refusal(
     pipeline: &Pipeline,
     provider: Provider,
@@ -194,7 +195,13 @@ fn edge_refusal(
         NO_KEY,
         None,
     );
-    error_response(provider, err)
+    let mut resp = error_response(provider, err);
+    // Refused before its body was read: the connection carries no further request.
+    resp.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    resp
 }
 
 /// The provider family a request that cannot be routed speaks, for its error's format.
