@@ -12,7 +12,8 @@
 //! Targets: ≤ 64 MiB without policies, ≤ 128 MiB with them (BENCHMARKS.md).
 //!
 //! Run: `cargo bench --bench soak` (env: `SOAK_SECS`, `SOAK_STREAMS`, `SOAK_MIXED`,
-//! `SOAK_ONLY=streams|mixed`, `SOAK_POLICIES=off|on`).
+//! `SOAK_ONLY=streams|mixed`, `SOAK_POLICIES=off|on`, `SOAK_CONFIG=FILE` for a
+//! `cachet.toml` of the proxy, e.g. `[sessions] monitor = false`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -145,6 +146,10 @@ async fn drive() {
             .iter()
             .map(|s| s.to_string())
             .collect();
+            if let Ok(config) = std::env::var("SOAK_CONFIG") {
+                args.push("--config".into());
+                args.push(config);
+            }
             if with_policies {
                 for p in POLICIES {
                     args.push("--policy".into());
