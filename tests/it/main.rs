@@ -14,6 +14,7 @@ mod envelope_breakpoints;
 mod envelope_clients;
 mod envelope_patch;
 mod envelope_props;
+mod fuzz_regressions;
 mod grafana_dashboard;
 mod hooks_client;
 mod hooks_python_example;
