@@ -31,6 +31,12 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
 }
 
+/// Largest read buffer of one connection. hyper grows a connection's buffer while reads fill
+/// it (to 400 KiB by default) and keeps it for the connection's life: with a thousand
+/// connections held open by streams, that alone was most of cachet's memory. Bodies are
+/// still read whole, in more reads.
+const READ_BUFFER: usize = 16 * 1024;
+
 /// Accept loop with graceful shutdown: on the signal, stop accepting and wait (up to
 /// `grace`) for connections in flight, streams included, to finish.
 pub async fn serve_connections<F, Fut>(
@@ -71,6 +77,7 @@ pub async fn serve_connections<F, Fut>(
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(limits.header_timeout)
+                    .max_buf_size(READ_BUFFER)
                     .serve_connection(io, svc);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
