@@ -64,13 +64,32 @@ impl Element {
     }
 }
 
-/// A named system part. `element` is the client's block/message it came from, while the
-/// part is untouched.
+/// A named system part. `element` is the client's block/message it came from; a part
+/// whose text a patch changed keeps it, so that the rewritten block keeps the client's
+/// other fields (its cache marker above all) and only its text changes.
 #[derive(Debug, Clone)]
 pub struct SystemPart {
     pub name: String,
     pub text: String,
     pub(crate) element: Option<Element>,
+    /// The text differs from the element's.
+    pub(crate) rewritten: bool,
+}
+
+impl SystemPart {
+    pub(crate) fn new(name: String, text: String, element: Option<Element>) -> Self {
+        SystemPart {
+            name,
+            text,
+            element,
+            rewritten: false,
+        }
+    }
+
+    /// The client's element, while the part is untouched.
+    pub(crate) fn untouched(&self) -> Option<&Element> {
+        self.element.as_ref().filter(|_| !self.rewritten)
+    }
 }
 
 /// How the client sent its system prompt; decides how parts compile back.
@@ -166,7 +185,7 @@ impl Envelope {
     pub fn system_raw(&self) -> impl Iterator<Item = Option<&[u8]>> {
         self.system
             .iter()
-            .map(|p| p.element.as_ref().map(|e| self.bytes_of(&e.raw)))
+            .map(|p| p.untouched().map(|e| self.bytes_of(&e.raw)))
     }
 
     /// The raw bytes of each tool definition.

@@ -186,11 +186,11 @@ fn text_system(env: &mut Envelope, span: Span, field: &str) -> Result<(), ApiErr
     }
     let text = scan::decode_str(&env.body, &span)
         .ok_or_else(|| ApiError::invalid(format!("{field} must be a string")))?;
-    env.system.push(SystemPart {
-        name: base_part_name(0),
+    env.system.push(SystemPart::new(
+        base_part_name(0),
         text,
-        element: Some(Element::orig(0, span.clone())),
-    });
+        Some(Element::orig(0, span.clone())),
+    ));
     env.system_form = SystemForm::Text;
     Ok(())
 }
@@ -207,11 +207,11 @@ fn block_system(env: &mut Envelope, span: Span) -> Result<(), ApiError> {
         }
         let text = scan::str_field(b, block.start, "text")
             .ok_or_else(|| ApiError::invalid(format!("system[{i}] must be a text block")))?;
-        env.system.push(SystemPart {
-            name: base_part_name(i),
+        env.system.push(SystemPart::new(
+            base_part_name(i),
             text,
-            element: Some(Element::orig(i, block)),
-        });
+            Some(Element::orig(i, block)),
+        ));
     }
     env.system_form = SystemForm::Blocks(span);
     Ok(())
@@ -229,11 +229,11 @@ fn split_chat_system(env: &mut Envelope) {
         }
         role_of_first.get_or_insert(role);
         let text = chat_text(b, span.start);
-        env.system.push(SystemPart {
-            name: base_part_name(leading),
+        env.system.push(SystemPart::new(
+            base_part_name(leading),
             text,
-            element: Some(Element::orig(leading, span.clone())),
-        });
+            Some(Element::orig(leading, span.clone())),
+        ));
         leading += 1;
     }
     env.system_form = SystemForm::ChatMessages {
