@@ -15,6 +15,7 @@ mod message;
 mod parse;
 pub(crate) mod scan;
 mod seq;
+pub mod splice;
 mod view;
 
 use bytes::Bytes;

@@ -382,3 +382,38 @@ async fn turn_end_gets_the_assistant_message_assembled_from_a_stream() {
     assert_eq!(turn_end["usage"]["output"], 3);
     proxy.shutdown().await;
 }
+
+/// A payload edit re-serialises only what it changed: the history the cache keys on keeps
+/// the client's bytes (Claude Code's tool inputs in its own key order, its numbers as
+/// written). Before, the whole body was re-serialised.
+#[tokio::test]
+async fn payload_edits_keep_the_bytes_they_do_not_touch() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "payload",
+        r#"
+name = "payload"
+[[payload]]
+json_patch = [ { op = "add", path = "/metadata", value = { user_id = "{{session}}" } } ]
+"#,
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let messages = r#"[{"role":"user","content":"run it"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"timeout":120000,"command":"ls -la",  "description":"List files"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"total 0","is_error":false}]}]"#;
+    let body = format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":32000,"temperature":1.0,"messages":{messages},"stream":false}}"#
+    );
+    assert_eq!(send(&proxy, "cc-1", &body).await, 200);
+    let sent = String::from_utf8(upstream.requests()[0].body.to_vec()).unwrap();
+    assert!(sent.contains(messages), "{sent}");
+    assert!(sent.contains(r#""temperature":1.0"#), "{sent}");
+    let v: Value = serde_json::from_str(&sent).unwrap();
+    assert_eq!(v["metadata"]["user_id"], "cc-1");
+    proxy.shutdown().await;
+}
