@@ -209,7 +209,10 @@ impl<'a> Ctx<'a> {
             (_, "tools") => self.tools(),
             (Endpoint::Chat, "messages") => self.messages(),
             (Endpoint::Responses, "input") => self.messages(),
-            (Endpoint::Responses, "instructions") => self.text_system(),
+            (Endpoint::Responses, "instructions") => match env.system_form {
+                SystemForm::LeadingMessages { .. } => None,
+                _ => self.text_system(),
+            },
             (_, "messages") => self.messages(),
             (_, "system") => match env.system_form {
                 SystemForm::Blocks(_) => self.block_system(),
@@ -319,17 +322,19 @@ impl<'a> Ctx<'a> {
 
     fn messages(&self) -> Option<Option<Vec<u8>>> {
         let env = self.env;
-        let chat_system = env.endpoint == Endpoint::Chat && env.system_dirty;
+        let leading = match &env.system_form {
+            SystemForm::LeadingMessages { role } => Some(role.as_str()),
+            // Chat has no other place for a system prompt than leading messages.
+            _ if env.endpoint == Endpoint::Chat => Some("system"),
+            _ => None,
+        };
+        let system_here = leading.is_some() && env.system_dirty;
         let tail_dirty = !env.uncached.is_empty();
-        if !env.messages_dirty && !tail_dirty && !chat_system && self.plan.messages.is_empty() {
+        if !env.messages_dirty && !tail_dirty && !system_here && self.plan.messages.is_empty() {
             return None;
         }
         let mut items: Vec<Item<'_>> = Vec::new();
-        if env.endpoint == Endpoint::Chat {
-            let role = match &env.system_form {
-                SystemForm::ChatMessages { role } => role.as_str(),
-                _ => "system",
-            };
+        if let Some(role) = leading {
             for part in &env.system {
                 let item = match &part.element {
                     Some(el) if !part.rewritten => Item {

@@ -102,8 +102,10 @@ pub(crate) enum SystemForm {
     Text,
     /// Anthropic `system` text blocks (the array span).
     Blocks(Span),
-    /// OpenAI Chat leading `system`/`developer` messages (their role for new parts).
-    ChatMessages { role: String },
+    /// Leading `system`/`developer` messages: OpenAI Chat, and Responses input items when
+    /// there are no `instructions` (pi sends its prompt so). Their role is used for new
+    /// parts.
+    LeadingMessages { role: String },
 }
 
 /// A top-level array the envelope splits (tools, messages/input): where it sat and the
