@@ -65,14 +65,15 @@ impl Envelope {
 
     /// Compile the envelope into the provider payload.
     pub fn compile(&self, opts: &CompileOptions) -> Bytes {
-        let plan = if self.is_anthropic() {
-            breakpoints::plan(self, opts.breakpoints)
+        let mode = if self.is_anthropic() {
+            breakpoints::effective_mode(self, opts.breakpoints)
         } else {
-            Plan::default()
+            BreakpointMode::Preserve
         };
+        let plan = breakpoints::plan(self, mode);
         let mut option_edits = self.option_edits.clone();
         if self.is_anthropic()
-            && opts.breakpoints != BreakpointMode::Preserve
+            && mode != BreakpointMode::Preserve
             && self.option_raw("cache_control").is_some()
         {
             // A top-level marker would count against the limit of 4 behind our back.
