@@ -255,6 +255,12 @@ impl Envelope {
             .map(|e| &self.body[e.value.clone()])
     }
 
+    /// Set a top-level option (JSON bytes) outside any patch: what cachet itself adds, such
+    /// as the provider's cache-diagnostics field.
+    pub fn set_option(&mut self, key: &str, value: Bytes) {
+        self.option_edits.push((key.to_owned(), Some(value)));
+    }
+
     /// Whether anything was changed by patches.
     pub fn is_patched(&self) -> bool {
         self.system_dirty

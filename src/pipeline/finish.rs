@@ -43,6 +43,8 @@ pub struct ShapedAfter {
     pub uncached_tail: usize,
     /// Every patch of the request so far, for the session log.
     pub patches: Vec<session::PatchEvent>,
+    /// The lane whose previous answer the provider's cache diagnostics were asked against.
+    pub diagnosis_lane: Option<u32>,
     pub variant: Option<String>,
     /// A `context(turn_end)` handler or hook will want the assistant message.
     pub wants_assistant: bool,
@@ -75,6 +77,18 @@ impl Pipeline {
             record.usage = result.usage;
             record.status = Some(status);
             recorder.record(record);
+        }
+        if let (After::Shaped(after), Some(id)) = (&shaped.after, &result.response_id) {
+            // Known before the client can send its next request: that request names this
+            // answer in its own diagnostics.
+            if let Some(lane) = after.diagnosis_lane {
+                let key = (after.ctx.id.id.clone(), lane);
+                let ids = self.response_ids.clone();
+                let id = id.clone();
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move { ids.insert(key, id).await });
+                }
+            }
         }
         if matches!(shaped.after, After::Nothing) {
             return;
@@ -226,6 +240,7 @@ impl Pipeline {
         let draft = RequestDraft {
             request_index: session_ctx.request_index,
             turn_index: Some(turn_index),
+            time_ms: self.clock.now_ms(),
             provider: ctx.route.provider.label(),
             endpoint: ctx.route.endpoint.label(),
             client: Some(ctx.client.label()),
@@ -241,7 +256,18 @@ impl Pipeline {
             response_id: result.response_id.clone(),
         };
         let _ = model;
-        let (record, blobs) = session::compact_request(log, &draft);
+        let (mut record, blobs) = session::compact_request(log, &draft);
+        if let Some(theirs) = result.provider_diagnostics.clone() {
+            let agree =
+                crate::measure::breaks::agrees_with_provider(record.diagnosis.as_ref(), &theirs);
+            if agree == Some(false) {
+                self.metrics
+                    .diagnosis_disagreements
+                    .with_label_values(&[ctx.route.provider.label()])
+                    .inc();
+            }
+            record.provider_diagnosis = Some(theirs);
+        }
         let written = async {
             store.put_blobs(&blobs).await?;
             store
@@ -278,9 +304,12 @@ impl Pipeline {
         let current = crate::measure::breaks::Current {
             shape,
             usage,
-            time_ms: session::now_ms(),
+            time_ms: self.clock.now_ms(),
             min_tokens,
-            thinking_stripped_from: None,
+            thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(
+                shape.endpoint,
+                sent.original_body(),
+            ),
         };
         let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
             crate::measure::shape::tokens_through(sent, block)

@@ -62,6 +62,10 @@ pub struct Pipeline {
     histories: moka::future::Cache<String, String>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
+    /// The time the session log is written in.
+    clock: session::SessionClock,
+    /// The latest answer's id per session and lane, for the provider's cache diagnostics.
+    response_ids: moka::future::Cache<(String, u32), String>,
     /// One writer at a time per session for the session log's request entries.
     session_locks: moka::future::Cache<String, Arc<tokio::sync::Mutex<()>>>,
 }
@@ -93,6 +97,7 @@ impl Pipeline {
         policies: PolicySet,
         metrics: Arc<Metrics>,
         recorder: Option<Recorder>,
+        clock: session::SessionClock,
     ) -> anyhow::Result<Pipeline> {
         let wants_store = !policies.is_empty() || config.sessions.monitor;
         let store = if wants_store {
@@ -122,6 +127,8 @@ impl Pipeline {
             config,
             histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
             session_locks: moka::future::Cache::new(SESSION_LOCKS),
+            response_ids: moka::future::Cache::new(SESSION_LOCKS),
+            clock,
         })
     }
 
@@ -244,7 +251,7 @@ impl Pipeline {
         )
         .id;
         Some(crate::replay::recorder::capture(
-            session::now_ms(),
+            self.clock.now_ms(),
             &session,
             ctx.route,
             ctx.parts.uri.path(),

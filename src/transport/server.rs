@@ -46,8 +46,20 @@ impl ProxyHandle {
     }
 }
 
+/// What a proxy runs with besides its configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// The time the session log is written in (the wall clock unless a test moves it).
+    pub clock: crate::session::SessionClock,
+}
+
 /// Bind both listeners (port 0 allowed) and serve in the background.
 pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
+    spawn_with(config, ServeOptions::default()).await
+}
+
+/// [`spawn`], with options.
+pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result<ProxyHandle> {
     let listener = TcpListener::bind(config.server.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen))?;
@@ -77,7 +89,8 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
     };
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let header_timeout = Duration::from_millis(config.server.header_read_timeout_ms);
-    let pipeline = Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder).await?);
+    let pipeline =
+        Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder, options.clock).await?);
     let telemetry = pipeline.telemetry().clone();
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),

@@ -5,6 +5,8 @@ mod session_support;
 mod support;
 
 mod demo;
+mod diagnosis_breaks;
+mod diagnosis_clients;
 mod emulator_cache_rules;
 mod emulator_cli;
 mod emulator_http;
