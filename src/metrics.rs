@@ -126,6 +126,8 @@ pub struct Metrics {
     pub store_errors: IntCounterVec,
     /// Answered requests for a model the model table does not know (cost not computed).
     pub unknown_models: IntCounter,
+    /// Finished requests the after-response queue could not take (no session entry).
+    pub session_records_dropped: IntCounter,
     /// Requests where the provider's own cache diagnosis and cachet's disagree.
     pub diagnosis_disagreements: IntCounterVec,
     /// OTLP spans by outcome; series appear only when export is configured.
@@ -286,6 +288,12 @@ impl Metrics {
                     "Answered requests whose model is not in the model table: their cost is not computed (the log names each model once).")
                     .expect("valid metric definition");
                 r.register("cachet_unknown_models_total", c)
+            },
+            session_records_dropped: {
+                let c = IntCounter::new("cachet_session_records_dropped_total",
+                    "Finished requests whose session entry was not written: the after-response queue was full.")
+                    .expect("valid metric definition");
+                r.register("cachet_session_records_dropped_total", c)
             },
             diagnosis_disagreements: counter(r, "cachet_diagnosis_disagreements_total",
                 "Requests whose cache-miss reason from the provider (Anthropic cache diagnostics) differs from cachet's diagnosis.",

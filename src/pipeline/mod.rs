@@ -17,6 +17,7 @@ mod handlers;
 pub mod history;
 mod identify;
 mod inject;
+mod queue;
 mod shape;
 mod upstream;
 
@@ -66,12 +67,12 @@ pub struct Pipeline {
     clock: session::SessionClock,
     /// The latest answer's id per session and lane, for the provider's cache diagnostics.
     response_ids: moka::future::Cache<(String, u32), String>,
-    /// One writer at a time per session for the session log's request entries.
-    session_locks: moka::future::Cache<String, Arc<tokio::sync::Mutex<()>>>,
+    /// Session entries to write once responses end, in order (started on first use).
+    after_queue: std::sync::OnceLock<queue::AfterQueue>,
 }
 
-/// Sessions whose log writers are serialised at once (least recently used go first).
-const SESSION_LOCKS: u64 = 10_000;
+/// Sessions whose latest answer ids are remembered for the provider's cache diagnostics.
+const REMEMBERED_ANSWERS: u64 = 10_000;
 
 /// One request on its way through the phases.
 pub struct RequestCtx {
@@ -126,8 +127,8 @@ impl Pipeline {
             recorder,
             config,
             histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
-            session_locks: moka::future::Cache::new(SESSION_LOCKS),
-            response_ids: moka::future::Cache::new(SESSION_LOCKS),
+            after_queue: std::sync::OnceLock::new(),
+            response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
             clock,
         })
     }
@@ -142,6 +143,13 @@ impl Pipeline {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Stop taking session entries and write the queued ones (up to `grace`).
+    pub async fn drain(&self, grace: std::time::Duration) {
+        if let Some(queue) = self.after_queue.get() {
+            queue.drain(grace).await;
+        }
     }
 
     pub fn telemetry(&self) -> &Arc<Telemetry> {

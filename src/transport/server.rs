@@ -29,6 +29,7 @@ pub struct ProxyHandle {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     recorder: Option<RecorderTask>,
     telemetry: Arc<crate::telemetry::Telemetry>,
+    pipeline: Arc<Pipeline>,
 }
 
 impl ProxyHandle {
@@ -38,6 +39,8 @@ impl ProxyHandle {
         for task in self.tasks {
             let _ = task.await;
         }
+        // Session entries of answers already sent reach the store before the end.
+        self.pipeline.drain(Duration::from_secs(10)).await;
         if let Some(recorder) = self.recorder {
             // Every queued trace record reaches the disk before the process ends.
             let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
@@ -92,6 +95,7 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
     let pipeline =
         Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder, options.clock).await?);
     let telemetry = pipeline.telemetry().clone();
+    let handle_pipeline = pipeline.clone();
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: pipeline.store().cloned(),
@@ -127,6 +131,7 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
         tasks: vec![proxy_task, admin_task],
         recorder: recorder_task,
         telemetry,
+        pipeline: handle_pipeline,
     })
 }
 

@@ -27,6 +27,7 @@ mod models_table;
 mod pipeline_auto_markers;
 mod pipeline_durability;
 mod pipeline_inject_record;
+mod pipeline_monitoring;
 mod pipeline_policies;
 mod pipeline_sessions;
 mod pipeline_stabilize;
