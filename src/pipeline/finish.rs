@@ -174,13 +174,10 @@ impl Pipeline {
             }),
             After::Observe => {
                 // A body that does not parse went out unchecked; the provider answered it.
-                let value = serde_json::from_slice::<Value>(&ctx.body).ok()?;
                 let env = Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone())
                     .ok()?;
                 let history = session::PrefixHashes::of_raw(env.history_raw());
-                let session = self
-                    .identify(&ctx.parts.headers, &value, ctx.route, &history)
-                    .await;
+                let session = self.identify(&ctx.parts.headers, &env, &history).await;
                 Some(Identified {
                     session,
                     history,

@@ -5,10 +5,9 @@
 //! diagnosed break inside the session, not a new session.
 
 use http::HeaderMap;
-use serde_json::Value;
 
 use super::Pipeline;
-use crate::providers::Route;
+use crate::envelope::Envelope;
 use crate::session::{self, IdSource, PrefixHashes, SessionId};
 
 /// How many recent histories are remembered for continuation.
@@ -21,11 +20,10 @@ impl Pipeline {
     pub(super) async fn identify(
         &self,
         headers: &HeaderMap,
-        body: &Value,
-        route: Route,
+        env: &Envelope,
         hashes: &PrefixHashes,
     ) -> SessionId {
-        let mut id = session::identify(headers, body, route.provider, route.endpoint);
+        let mut id = session::identify(headers, env);
         if id.source == IdSource::Fingerprint {
             for n in (MIN_CONTINUED..=hashes.len()).rev() {
                 let Some(anchor) = hashes.anchor_at(n) else {

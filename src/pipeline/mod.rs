@@ -251,13 +251,13 @@ impl Pipeline {
             return None;
         }
         let value: serde_json::Value = serde_json::from_slice(&ctx.body).ok()?;
-        let session = session::identify(
-            &ctx.parts.headers,
-            &value,
+        let env = crate::envelope::Envelope::parse(
             ctx.route.provider,
             ctx.route.endpoint,
+            ctx.body.clone(),
         )
-        .id;
+        .ok()?;
+        let session = session::identify(&ctx.parts.headers, &env).id;
         Some(crate::replay::recorder::capture(
             self.clock.now_ms(),
             &session,

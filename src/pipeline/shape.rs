@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::Value;
 
 use super::finish::{After, ShapedAfter};
 use super::handlers::{Persisted, Shaping};
@@ -109,13 +108,10 @@ impl Pipeline {
         }
         let body = ctx.body.clone();
         let model = ctx.model.as_str();
+        // One parse serves the envelope, the session identity and the anchors.
         let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
-        let value: Value =
-            serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
         let history = PrefixHashes::of_raw(env.history_raw());
-        let id = self
-            .identify(&ctx.parts.headers, &value, route, &history)
-            .await;
+        let id = self.identify(&ctx.parts.headers, &env, &history).await;
         let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
         let request_index = session_ctx.request_index;

@@ -320,7 +320,10 @@ async fn prepare_plan_persist_across_requests() {
     let endpoint = cachet::providers::Endpoint::Messages;
 
     // Request 0: nothing to replay; a before_request patch is persisted, an ephemeral one not.
-    let id = identify(&headers, &body, provider, endpoint);
+    let env =
+        cachet::envelope::Envelope::parse(provider, endpoint, bytes::Bytes::from(body.to_string()))
+            .unwrap();
+    let id = identify(&headers, &env);
     assert_eq!(id.source, IdSource::Header);
     let ctx = prepare(store.as_ref(), id.clone(), PrefixHashes::new(&h[..1]))
         .await
@@ -352,7 +355,7 @@ async fn prepare_plan_persist_across_requests() {
     assert_eq!(plan.apply[0].transformer, "memory");
 
     // Another session (fingerprinted) replays nothing.
-    let other = identify(&HeaderMap::new(), &body, provider, endpoint);
+    let other = identify(&HeaderMap::new(), &env);
     assert_eq!(other.source, IdSource::Fingerprint);
     let ctx = prepare(store.as_ref(), other, PrefixHashes::new(&h[..3]))
         .await
