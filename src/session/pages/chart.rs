@@ -197,7 +197,8 @@ pub fn chart(requests: &[&RequestView<'_>], zoom: u32, lanes: usize) -> Markup {
                     line.base x1="0" x2="100%" y1=(px(BASE)) y2=(px(BASE)) {}
                     @for (i, r) in requests.iter().enumerate() {
                         @let center = (i as f64 + 0.5) * col;
-                        @if i == 0 || r.number().is_multiple_of(every) {
+                        // Request 1 is labelled too, unless the next label would crowd it.
+                        @if r.number().is_multiple_of(every) || (i == 0 && every != 2) {
                             text.x x=(pct(center)) y=(px(LABEL_Y)) text-anchor="middle" { (r.number()) }
                         }
                         @if let Some(gap) = r.gap.filter(|g| g.expired()) {
@@ -294,6 +295,45 @@ mod tests {
         assert_eq!(nice_step(10_228, 6), 2000);
         assert_eq!(nice_step(150_000, 6), 25_000);
         assert_eq!(nice_step(0, 6), 1);
+    }
+
+    fn views(n: u64) -> Vec<crate::session::entry::Entry> {
+        (0..n)
+            .map(|i| {
+                crate::session::entry::Entry::Request(crate::session::entry::RequestRecord {
+                    request_index: i,
+                    time: i * 1000,
+                    usage: Some(crate::usage::Usage {
+                        cache_read: 1000 + i,
+                        uncached: 5,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_thousand_requests_scroll_with_sparse_labels() {
+        let log = views(1000);
+        let view = super::super::view::SessionView::of(&log);
+        let requests: Vec<_> = view.requests().collect();
+        let html = chart(&requests, 1, 1).into_string();
+        assert_eq!(html.matches(r#"<g class="req">"#).count(), 1000);
+        // 4 px a request: 4000 px wide, scrolling inside the page.
+        assert!(html.contains("max(100%, 4000px)"), "{html:.300}");
+        let labels = html.matches(r#"<text class="x""#).count();
+        assert!((10..=101).contains(&labels), "{labels} labels");
+        // One request: one bar no wider than a column.
+        let log = views(1);
+        let view = super::super::view::SessionView::of(&log);
+        let requests: Vec<_> = view.requests().collect();
+        let html = chart(&requests, 1, 1).into_string();
+        assert!(
+            html.contains(&format!("max-width:{MAX_PITCH}px")),
+            "{html:.300}"
+        );
     }
 
     #[test]

@@ -28,10 +28,10 @@ h1{font-size:20px;margin:0 0 2px;font-weight:600;word-break:break-all}
 .legend{display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px;color:var(--muted);margin:0 0 6px;align-items:center}
 .sw{display:inline-block;width:11px;height:11px;border-radius:2px;margin-right:5px;vertical-align:-1px}
 .zoom{margin-left:auto}.zoom a,.zoom b{margin-left:6px}
-.chart{display:flex;border:1px solid var(--line);border-radius:8px;padding:4px 10px 2px 0;margin:0 0 16px}
+.chart{display:flex;border:1px solid var(--line);border-radius:8px;padding:4px 0 2px 0;margin:0 0 16px}
 .chart .axis{flex:none;display:block}
-.chart .scroll{flex:1;min-width:0;overflow-x:auto}
-.chart .plot{display:block}
+.chart .scroll{flex:1;min-width:0;overflow-x:auto;padding-right:14px}
+.chart .plot{display:block;overflow:visible}
 svg text{font:11px system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;fill:#5f6368}
 svg text.row{font-weight:600}
 .grid{stroke:#eceff1}.base{stroke:#9aa0a6}
@@ -55,6 +55,8 @@ tr.transform td{text-align:left;color:var(--muted);font-style:italic}
 .brk{color:#c5221f}.brk b{font-weight:600}
 .expired{color:#8e44ad;font-weight:600}.expired .ttl{display:block;font-size:11px}
 .ev+.ev{margin-top:3px}
+.inv{display:block;width:0;min-width:100%;font-size:11px;color:var(--muted);white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.err{display:block;font-size:12px;color:#c5221f}
 details summary{cursor:pointer}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:1px 10px;margin:4px 0 2px 14px;font-size:12px}
 dt{color:var(--muted)}dd{margin:0;white-space:pre-wrap;word-break:break-word}

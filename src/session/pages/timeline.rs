@@ -114,7 +114,12 @@ fn subtitle(t: &Totals) -> String {
     if let Some(client) = t.main_client() {
         parts.push(format!("client {client}"));
     }
-    let models: Vec<&str> = t.models.iter().map(|(m, _)| m.as_str()).collect();
+    let models: Vec<&str> = t
+        .models
+        .iter()
+        .map(|(m, _)| m.as_str())
+        .filter(|m| !m.is_empty())
+        .collect();
     if !models.is_empty() {
         parts.push(models.join(", "));
     }
@@ -263,9 +268,13 @@ fn events(r: &RequestView<'_>) -> Markup {
             div.ev.dim { "provider: " (describe::provider_reason(p)) }
         }
         @for p in &r.patches {
-            div.ev {
+            div.ev title=(describe::patch(p)) {
                 span class={ "tag " (p.outcome.label()) } { (p.outcome.label()) }
-                (describe::patch(p))
+                (p.transformer) " (" (p.reason) "): " (p.ops.join(", "))
+                @if !p.invalidate.is_empty() {
+                    span.inv { "invalidates the cache: " (p.invalidate.join("; ")) }
+                }
+                @if let Some(error) = &p.error { span.err { (error) } }
             }
         }
     }
