@@ -15,10 +15,10 @@ pub mod flow;
 pub mod identity;
 pub mod lanes;
 pub mod normalize;
+pub mod pages;
 pub mod record;
 pub mod replay;
 pub mod store;
-pub mod timeline;
 
 pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};

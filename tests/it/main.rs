@@ -4,6 +4,7 @@
 mod session_support;
 mod support;
 
+mod admin_pages;
 mod demo;
 mod diagnosis_breaks;
 mod diagnosis_clients;
