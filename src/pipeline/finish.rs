@@ -46,6 +46,15 @@ pub struct ShapedAfter {
     pub variant: Option<String>,
     /// A `context(turn_end)` handler or hook will want the assistant message.
     pub wants_assistant: bool,
+    /// With `ttl = "auto"`: the lifetime chosen, for the session log (and keep-warm).
+    pub ttl_decision: Option<crate::ttl::TtlDecision>,
+}
+
+impl ShapedAfter {
+    /// A keep-warm may follow this request's answer, this many seconds after it.
+    pub fn keep_warm(&self) -> Option<u64> {
+        self.ttl_decision.as_ref()?.keep_warm_after_secs
+    }
 }
 
 impl Pipeline {
@@ -90,6 +99,39 @@ impl Pipeline {
                 tracing::warn!("response ended outside the runtime; session entry not recorded")
             }
         }
+    }
+
+    /// Offline replay: the session-log entry of a request shaped with
+    /// [`Pipeline::shape_request`], answered with `usage` at its recorded time, so that
+    /// later requests of the replay see the session's log as they would live. No
+    /// `context(turn_end)` handler runs and no keep-warm is armed: the answer itself is not
+    /// known.
+    pub async fn record_replayed(
+        self: Arc<Self>,
+        route: Route,
+        headers: http::HeaderMap,
+        body: bytes::Bytes,
+        at_ms: u64,
+        shaped: Shaped,
+        usage: Option<crate::usage::Usage>,
+    ) {
+        let model = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| "unknown".into());
+        let ctx = super::shape::replayed_ctx(route, headers, body, &model, at_ms);
+        let result = TapResult {
+            usage,
+            model: None,
+            response_id: None,
+            provider_diagnostics: None,
+            outcome: Outcome::Complete,
+            bytes: 0,
+            events: 0,
+            json_body: None,
+            kept_events: Vec::new(),
+        };
+        self.after_response(ctx, model, shaped, result, 200).await;
     }
 
     fn count_finished(
@@ -138,6 +180,7 @@ impl Pipeline {
         let usage = result.usage;
         let complete = result.outcome == Outcome::Complete && (200..300).contains(&status);
         let mut patches = Vec::new();
+        let mut ttl_decision = None;
         let (session_ctx, uncached_tail, variant, turn_index) = match shaped.after {
             After::Nothing => return,
             After::Observe => {
@@ -165,15 +208,25 @@ impl Pipeline {
             After::Shaped(mut after) => {
                 // A turn_end handler sees only a complete answer: a cut or abandoned stream
                 // would hand it a partial message, and its patches would be persisted.
-                if after.wants_assistant && complete {
-                    if let Some(assistant) = ctx
-                        .route
+                let assistant = (complete
+                    && (after.wants_assistant || after.keep_warm().is_some()))
+                .then(|| {
+                    ctx.route
                         .endpoint
                         .assistant_message(result.json_body.as_deref(), &result.kept_events)
-                    {
-                        self.turn_end(&mut after, &assistant, usage).await;
-                    }
+                })
+                .flatten();
+                if let (Some(assistant), true) = (&assistant, after.wants_assistant) {
+                    self.turn_end(&mut after, assistant, usage).await;
                 }
+                if let (Some(assistant), Some(secs), None) =
+                    (&assistant, after.keep_warm(), ctx.replayed_at_ms)
+                {
+                    let id = after.ctx.id.id.clone();
+                    let tail = after.uncached_tail;
+                    self.arm_keep_warm(&ctx, &id, &shaped.body, tail, assistant, secs);
+                }
+                ttl_decision = after.ttl_decision.take();
                 patches = std::mem::take(&mut after.patches);
                 let turn = after.vars.turn_index;
                 (after.ctx, after.uncached_tail, after.variant, turn)
@@ -213,8 +266,15 @@ impl Pipeline {
         let previous = session::lanes::previous_answered(log, lane);
         let diagnosis = match (previous, answered) {
             (Some(prev), Some(usage)) => {
-                self.diagnose(store.as_ref(), log, prev, &shape, &sent, usage)
-                    .await
+                self.diagnose(
+                    store.as_ref(),
+                    log,
+                    prev,
+                    &shape,
+                    &sent,
+                    (usage, ctx.now_ms()),
+                )
+                .await
             }
             _ => None,
         };
@@ -241,7 +301,11 @@ impl Pipeline {
             response_id: result.response_id.clone(),
         };
         let _ = model;
-        let (record, blobs) = session::compact_request(log, &draft);
+        let (mut record, blobs) = session::compact_request(log, &draft);
+        record.ttl_decision = ttl_decision;
+        if let Some(at) = ctx.replayed_at_ms {
+            record.time = at;
+        }
         let written = async {
             store.put_blobs(&blobs).await?;
             store
@@ -258,7 +322,8 @@ impl Pipeline {
         }
     }
 
-    /// The diagnosis of a request against the previous request of its lane.
+    /// The diagnosis of a request, answered with `usage` at `now_ms`, against the previous
+    /// request of its lane.
     async fn diagnose(
         &self,
         store: &dyn session::SessionStore,
@@ -266,7 +331,7 @@ impl Pipeline {
         prev: &session::RequestRecord,
         shape: &PromptShape,
         sent: &Envelope,
-        usage: crate::usage::Usage,
+        (usage, now_ms): (crate::usage::Usage, u64),
     ) -> Option<crate::measure::Diagnosis> {
         let prev_shape = previous_shape(store, log, prev, shape).await;
         let min_tokens = crate::measure::breaks::min_tokens(&shape.model);
@@ -278,7 +343,7 @@ impl Pipeline {
         let current = crate::measure::breaks::Current {
             shape,
             usage,
-            time_ms: session::now_ms(),
+            time_ms: now_ms,
             min_tokens,
             thinking_stripped_from: None,
         };

@@ -17,6 +17,7 @@ mod handlers;
 pub mod history;
 mod identify;
 mod inject;
+mod keep_warm;
 mod shape;
 mod upstream;
 
@@ -64,6 +65,8 @@ pub struct Pipeline {
     telemetry: Arc<Telemetry>,
     /// One writer at a time per session for the session log's request entries.
     session_locks: moka::future::Cache<String, Arc<tokio::sync::Mutex<()>>>,
+    /// When each session last sent a request, for keep-warm timers.
+    arrivals: keep_warm::Arrivals,
 }
 
 /// Sessions whose log writers are serialised at once (least recently used go first).
@@ -83,6 +86,15 @@ pub struct RequestCtx {
     pub start: Instant,
     /// The request's log span, in-flight count and exported span.
     pub telemetry: RequestTelemetry,
+    /// Offline replay: the recorded arrival time, which stands for the clock.
+    pub replayed_at_ms: Option<u64>,
+}
+
+impl RequestCtx {
+    /// Now, for this request: the clock, or the recorded time in replay.
+    pub fn now_ms(&self) -> u64 {
+        self.replayed_at_ms.unwrap_or_else(session::now_ms)
+    }
 }
 
 impl Pipeline {
@@ -122,6 +134,7 @@ impl Pipeline {
             config,
             histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
             session_locks: moka::future::Cache::new(SESSION_LOCKS),
+            arrivals: Default::default(),
         })
     }
 
@@ -160,6 +173,7 @@ impl Pipeline {
             start: Instant::now(),
             parts,
             telemetry,
+            replayed_at_ms: None,
         };
         let phases = async {
             self.read_body(&mut ctx, body).await?;

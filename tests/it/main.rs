@@ -22,6 +22,7 @@ mod inject_sources;
 mod json_check_props;
 mod metrics_exposition;
 mod models_table;
+mod pipeline_adaptive_ttl;
 mod pipeline_auto_markers;
 mod pipeline_durability;
 mod pipeline_inject_record;

@@ -57,7 +57,7 @@ fn bad_toml() {
 fn unknown_field() {
     assert_refused(
         "name = \"a\"\n[breakpoints]\nmode = \"auto\"\nttl_secs = 300\n",
-        &["p.toml:4:1: breakpoints.ttl_secs: unknown field `ttl_secs`, expected `mode` or `ttl`"],
+        &["p.toml:4:1: breakpoints.ttl_secs: unknown field `ttl_secs`, expected one of `mode`, `ttl`, `keep_warm`, `keep_warm_after_secs`"],
     );
 }
 
@@ -183,7 +183,7 @@ fn errors_in_several_files_are_all_reported() {
         run.stderr.trim_end().lines().collect::<Vec<_>>(),
         vec![
             "a.toml:2:9: order: invalid type: string \"first\", expected i64",
-            "b.toml:4:7: breakpoints.ttl: unknown ttl `10m`; expected 5m | 1h",
+            "b.toml:4:7: breakpoints.ttl: unknown ttl `10m`; expected 5m | 1h | auto",
             "cachet: check failed: 2 errors in policies",
         ]
     );

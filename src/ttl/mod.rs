@@ -1,0 +1,18 @@
+//! Adaptive cache lifetime (`[breakpoints] ttl = "auto"`).
+//!
+//! Per session, cachet learns the gaps between requests from the session log: tool-loop
+//! gaps (seconds, while the agent runs tools) and turn gaps (the person's think time).
+//! Per request it writes its markers with a 1-hour lifetime only where the expected reuse
+//! comes after more than 5 minutes and the expected saving beats the 1h write's extra
+//! cost (prices from `data/models.toml`); otherwise with 5 minutes. The decision and its
+//! expected saving go into the request's session-log entry (`ttl_decision`).
+//!
+//! Which request ends a turn is known only from its answer, so the first long pause of a
+//! session cannot be foreseen; [`keep_warm`] (opt-in) covers it after the fact.
+
+mod decide;
+mod gaps;
+pub mod keep_warm;
+
+pub use decide::{decide, Inputs, TtlDecision};
+pub use gaps::{Gaps, FIVE_MINUTES_MS, ONE_HOUR_MS};
