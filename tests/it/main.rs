@@ -39,6 +39,7 @@ mod replay_cli;
 mod replay_consistency;
 mod replay_ideal;
 mod replay_recorder;
+mod replay_traces;
 mod replay_tradeoffs;
 mod session_crash;
 mod session_redis;
