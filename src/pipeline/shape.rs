@@ -150,7 +150,9 @@ impl Pipeline {
 
         let patches = std::mem::take(&mut shaping.events);
         let (mut opts, adaptive) = compile_options(&policies, &id);
-        let ttl_decision = adaptive.and_then(|keep_warm| {
+        // Lifetimes are an Anthropic marker setting; OpenAI entries live as the API says.
+        let anthropic = env.endpoint() == crate::providers::Endpoint::Messages;
+        let ttl_decision = adaptive.filter(|_| anthropic).and_then(|keep_warm| {
             let allowed = crate::ttl::keep_warm::allowed(&env, &ctx.parts.headers);
             let inputs = crate::ttl::Inputs {
                 log: &session_ctx.log,
@@ -171,7 +173,7 @@ impl Pipeline {
                 ttl: Ttl::FiveMinutes,
             };
         }
-        let compiled = env.compile(&opts);
+        let compiled = env.compile_with_markers(&opts);
         let variant = injected.variant.unwrap_or("none").to_string();
         let body = self.run_payload(&policies, compiled, &vars, route).await?;
         let policy_names = policies.iter().map(|p| p.name.clone()).collect();

@@ -340,7 +340,7 @@ fn thinking_blocks_are_never_marked() {
 }
 
 #[test]
-fn openai_payloads_are_never_given_markers() {
+fn openai_payloads_before_gpt_5_6_are_never_given_markers() {
     let body =
         Bytes::from_static(br#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#);
     let out = reshape(Provider::OpenAi, Endpoint::Chat, body.clone(), &opts(AUTO)).unwrap();
@@ -432,4 +432,89 @@ fn a_one_hour_request_lifts_claude_codes_own_markers() {
             .replace(r#","cache_control":{"type":"ephemeral"}}]}]"#, "}]}]"),
         original.replace(r#","cache_control":{"type":"ephemeral"}}]}]"#, "}]}]")
     );
+}
+
+/// GPT-5.6 and later write at the end of the prompt and at explicit breakpoints
+/// (openai-python `PromptCacheOptions`: "implicit: one implicit breakpoint ... and up to
+/// three explicit ones"; "explicit: OpenAI does not create an implicit breakpoint and
+/// writes up to the latest four explicit breakpoints. If there are no explicit
+/// breakpoints, the request does not use prompt caching"). `auto` adds breakpoints where
+/// the end of the prompt is not what the next request reuses: before a request-only tail,
+/// in explicit mode, and at the end of the system prompt that other conversations share.
+#[test]
+fn gpt_5_6_auto_breakpoints_read_what_the_end_of_the_prompt_alone_does_not() {
+    use cachet::cache_model::{CacheModel, CacheModelConfig};
+    let system = "You are a coding agent. Follow the project's rules. ".repeat(200);
+    let chat = |history: &[Value], extra: Value| -> Value {
+        let mut messages = vec![json!({"role": "system", "content": system})];
+        messages.extend(history.iter().cloned());
+        let mut body = json!({"model": "gpt-5.6", "messages": messages});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    // A policy's request-only tail: the time, different on every request.
+    let shape = |body: &Value, tail: Option<&str>, mode: BreakpointMode| -> Value {
+        let mut env = Envelope::parse(
+            Provider::OpenAi,
+            Endpoint::Chat,
+            Bytes::from(serde_json::to_vec(body).unwrap()),
+        )
+        .unwrap();
+        if let Some(t) = tail {
+            let ops = parse_ops(
+                &json!([{"op": "messages_uncached_append", "messages": [{"role": "user", "content": t}]}]),
+                "clock",
+            )
+            .unwrap();
+            env.apply(&ops, "clock").unwrap();
+        }
+        serde_json::from_slice(&env.compile_with_markers(&opts(mode))).unwrap()
+    };
+    let reads = |bodies: &[Value]| -> Vec<u64> {
+        let mut cache = CacheModel::new(CacheModelConfig::default());
+        bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                cache
+                    .account(Endpoint::Chat, b, 1_000 * i as u64)
+                    .unwrap()
+                    .cache_read
+            })
+            .collect()
+    };
+    let first = vec![json!({"role": "user", "content": "Read the parser. ".repeat(100)})];
+    let mut second = first.clone();
+    second.push(json!({"role": "assistant", "content": "It reads tokens."}));
+    second.push(json!({"role": "user", "content": "And the lexer?"}));
+
+    // A tail after the history: the implicit end includes it, so nothing is read again.
+    for (mode, expect_read) in [(BreakpointMode::Preserve, false), (AUTO, true)] {
+        let a = shape(&chat(&first, json!({})), Some("Time: 10:00"), mode);
+        let b = shape(&chat(&second, json!({})), Some("Time: 10:01"), mode);
+        let r = reads(&[a, b]);
+        assert_eq!(r[1] > 0, expect_read, "{mode:?}: {r:?}");
+    }
+    // Explicit mode without breakpoints caches nothing; `auto` gives it breakpoints.
+    let explicit = json!({"prompt_cache_options": {"mode": "explicit"}});
+    let plain = reads(&[
+        chat(&first, explicit.clone()),
+        chat(&second, explicit.clone()),
+    ]);
+    assert_eq!(plain, [0, 0]);
+    let auto = reads(&[
+        shape(&chat(&first, explicit.clone()), None, AUTO),
+        shape(&chat(&second, explicit), None, AUTO),
+    ]);
+    assert!(auto[1] > 0, "{auto:?}");
+    // Another conversation with the same system prompt reads it.
+    let other = vec![json!({"role": "user", "content": "Something else entirely."})];
+    let r = reads(&[
+        shape(&chat(&first, json!({})), None, AUTO),
+        shape(&chat(&other, json!({})), None, AUTO),
+    ]);
+    let r_plain = reads(&[chat(&first, json!({})), chat(&other, json!({}))]);
+    assert!(r[1] > 0 && r_plain[1] == 0, "auto {r:?}, plain {r_plain:?}");
 }
