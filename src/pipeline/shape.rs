@@ -150,22 +150,13 @@ impl Pipeline {
 
         let patches = std::mem::take(&mut shaping.events);
         let (mut opts, adaptive) = compile_options(&policies, &id);
-        // Lifetimes are an Anthropic marker setting; OpenAI entries live as the API says.
-        let anthropic = env.endpoint() == crate::providers::Endpoint::Messages;
-        let ttl_decision = adaptive.filter(|_| anthropic).and_then(|keep_warm| {
-            let allowed = crate::ttl::keep_warm::allowed(&env, &ctx.parts.headers);
-            let inputs = crate::ttl::Inputs {
-                log: &session_ctx.log,
-                history: &session_ctx.history,
-                now_ms: ctx.now_ms(),
-                keep_warm_after_secs: keep_warm.filter(|_| allowed),
-            };
-            let decision = crate::ttl::decide(&env, &inputs)?;
-            opts.breakpoints = BreakpointMode::Auto {
-                ttl: decision.ttl(),
-            };
-            Some(decision)
+        let ttl_decision = adaptive.and_then(|keep_warm| {
+            let now = ctx.now_ms();
+            crate::ttl::for_request(&env, &session_ctx, &ctx.parts.headers, now, keep_warm)
         });
+        if let Some(d) = &ttl_decision {
+            opts.breakpoints = BreakpointMode::Auto { ttl: d.ttl() };
+        }
         if injected.marker_before_insertion && opts.breakpoints == BreakpointMode::Preserve {
             // Context-hook injection: the history before the insertion must stay readable
             // next turn, which takes a marker there (DESIGN §6).

@@ -16,3 +16,28 @@ pub mod keep_warm;
 
 pub use decide::{decide, Inputs, TtlDecision};
 pub use gaps::{Gaps, FIVE_MINUTES_MS, ONE_HOUR_MS};
+
+/// The decision for one shaped request of a policy with `ttl = "auto"` (and keep-warm
+/// after `keep_warm_after_secs`, when on): `None` for APIs whose markers have no lifetime
+/// to choose (OpenAI entries live as the API says) and for models the table does not know.
+pub fn for_request(
+    env: &crate::envelope::Envelope,
+    session: &crate::session::SessionContext,
+    headers: &http::HeaderMap,
+    now_ms: u64,
+    keep_warm_after_secs: Option<u64>,
+) -> Option<TtlDecision> {
+    if env.endpoint() != crate::providers::Endpoint::Messages {
+        return None;
+    }
+    let allowed = keep_warm::allowed(env, headers);
+    decide(
+        env,
+        &Inputs {
+            log: &session.log,
+            history: &session.history,
+            now_ms,
+            keep_warm_after_secs: keep_warm_after_secs.filter(|_| allowed),
+        },
+    )
+}
