@@ -77,6 +77,13 @@ pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
     block
 }
 
+/// Whether the Anthropic content block `block` (its JSON) may carry a marker: not a
+/// thinking block, not an empty text block.
+pub fn is_markable(block: &[u8]) -> bool {
+    let start = scan::skip_ws(block, 0);
+    scan::value_end(block, start).is_ok_and(|end| object_block(block, start..end).markable)
+}
+
 /// The content blocks of an Anthropic message (string content is one block).
 pub(crate) fn message_blocks(b: &[u8]) -> Vec<Block> {
     let Some(content) = scan::field(b, scan::skip_ws(b, 0), "content") else {

@@ -22,7 +22,7 @@ use bytes::Bytes;
 
 use crate::providers::{turns, Endpoint, MsgKind, Provider};
 
-pub use blocks::{content_block_spans, count_markers, Ttl};
+pub use blocks::{content_block_spans, count_markers, is_markable, Ttl};
 pub use breakpoints::{BreakpointMode, MAX_MARKERS};
 pub use client::{detect_client, Client, Meta};
 pub use compile::CompileOptions;

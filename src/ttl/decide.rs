@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::gaps::{Gaps, Previous, FIVE_MINUTES_MS, ONE_HOUR_MS};
+use super::gaps::{lifetime_ms, Gaps, Previous};
 use crate::envelope::{Envelope, Ttl};
 use crate::measure::MarkTtl;
 use crate::models::ModelInfo;
@@ -163,10 +163,10 @@ impl Size {
             .count
             .min(messages.len());
         let before = head + messages[..count].iter().sum::<usize>();
-        let lifetime = match previous.record.marks.last().map(|m| m.ttl) {
-            Some(MarkTtl::OneHour) => ONE_HOUR_MS,
-            _ => FIVE_MINUTES_MS,
-        };
+        let lifetime = lifetime_ms(match previous.record.marks.last().map(|m| m.ttl) {
+            Some(MarkTtl::OneHour) => Ttl::OneHour,
+            _ => Ttl::FiveMinutes,
+        });
         let alive = previous.gap_ms < lifetime;
         let tokens_per_byte = previous
             .record

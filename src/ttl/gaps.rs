@@ -2,12 +2,13 @@
 //! (the agent runs a tool and asks again, usually within seconds) and turn gaps (the
 //! person reads the answer and writes the next prompt).
 
+use crate::envelope::Ttl;
 use crate::session::{Entry, PrefixHashes, RequestRecord};
 
-/// The 5-minute lifetime of a default cache entry, in milliseconds.
-pub const FIVE_MINUTES_MS: u64 = 5 * 60 * 1000;
-/// The 1-hour lifetime, in milliseconds.
-pub const ONE_HOUR_MS: u64 = 60 * 60 * 1000;
+/// A marker lifetime in milliseconds.
+pub fn lifetime_ms(ttl: Ttl) -> u64 {
+    ttl.seconds() * 1000
+}
 
 /// Observed gaps of one session, in milliseconds.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -109,10 +110,8 @@ impl Gaps {
             .copied()
             .filter(|&g| g > after_ms)
             .collect();
-        let within = over
-            .iter()
-            .filter(|&&g| g <= after_ms + ONE_HOUR_MS)
-            .count();
+        let hour = lifetime_ms(Ttl::OneHour);
+        let within = over.iter().filter(|&&g| g <= after_ms + hour).count();
         (within as f64 + 1.0) / (over.len() as f64 + 2.0)
     }
 }
@@ -121,10 +120,8 @@ fn late_share(gaps: &[u64]) -> f64 {
     if gaps.is_empty() {
         return 0.0;
     }
-    let late = gaps
-        .iter()
-        .filter(|&&g| g > FIVE_MINUTES_MS && g <= ONE_HOUR_MS)
-        .count();
+    let (short, long) = (lifetime_ms(Ttl::FiveMinutes), lifetime_ms(Ttl::OneHour));
+    let late = gaps.iter().filter(|&&g| g > short && g <= long).count();
     late as f64 / gaps.len() as f64
 }
 
@@ -182,8 +179,9 @@ mod tests {
             tool: vec![],
         };
         assert_eq!(back_soon.within_hour_after(270_000), 0.75);
+        let hour = lifetime_ms(Ttl::OneHour);
         let gone = Gaps {
-            turn: vec![5 * ONE_HOUR_MS, 8 * ONE_HOUR_MS, 3 * ONE_HOUR_MS],
+            turn: vec![5 * hour, 8 * hour, 3 * hour],
             tool: vec![],
         };
         assert!(gone.within_hour_after(270_000) < 0.25);

@@ -77,7 +77,9 @@ pub fn request_body(sent: &Value, tail: usize, assistant: &Value) -> Option<Valu
         Value::Array(blocks) => blocks,
         _ => return None,
     };
-    let last = content.iter().rposition(markable)?;
+    let last = content.iter().rposition(|block| {
+        serde_json::to_vec(block).is_ok_and(|b| crate::envelope::is_markable(&b))
+    })?;
     content[last]
         .as_object_mut()?
         .insert("cache_control".into(), one_hour());
@@ -111,18 +113,6 @@ fn one_hour() -> Value {
     m.insert("type".into(), "ephemeral".into());
     m.insert("ttl".into(), "1h".into());
     Value::Object(m)
-}
-
-/// A block that may carry a marker: not thinking, not empty text.
-fn markable(block: &Value) -> bool {
-    match block.get("type").and_then(Value::as_str) {
-        Some("thinking") | Some("redacted_thinking") | None => false,
-        Some("text") => block
-            .get("text")
-            .and_then(Value::as_str)
-            .is_some_and(|t| !t.is_empty()),
-        Some(_) => true,
-    }
 }
 
 fn strip_markers(message: &mut Value) {

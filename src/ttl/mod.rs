@@ -15,7 +15,7 @@ mod gaps;
 pub mod keep_warm;
 
 pub use decide::{decide, Inputs, TtlDecision};
-pub use gaps::{Gaps, FIVE_MINUTES_MS, ONE_HOUR_MS};
+pub use gaps::{lifetime_ms, Gaps};
 
 /// The decision for one shaped request of a policy with `ttl = "auto"` (and keep-warm
 /// after `keep_warm_after_secs`, when on): `None` for APIs whose markers have no lifetime
