@@ -132,6 +132,8 @@ pub struct Metrics {
     pub diagnosis_disagreements: IntCounterVec,
     /// OTLP spans by outcome; series appear only when export is configured.
     pub otlp_spans: IntCounterVec,
+    /// Keep-warm requests by outcome (`sent`, `skipped`, `failed`, `unbuilt`).
+    pub keep_warm: IntCounterVec,
     in_flight: IntGauge,
     models: LabelSet,
     route_timers: [[OnceLock<RouteTimers>; ENDPOINTS.len()]; PROVIDERS.len()],
@@ -300,6 +302,9 @@ impl Metrics {
                 &["provider"]),
             otlp_spans: counter(r, "cachet_otlp_spans_total",
                 "OpenTelemetry spans by outcome: exported, dropped (queue full), failed (export error).",
+                &["outcome"]),
+            keep_warm: counter(r, "cachet_keep_warm_total",
+                "Keep-warm requests after a turn's final answer: sent, skipped (the session went on), failed, unbuilt.",
                 &["outcome"]),
             in_flight: gauge(r, "cachet_requests_in_flight",
                 "Proxy requests received and not yet finished (response body included)."),

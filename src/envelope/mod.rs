@@ -11,6 +11,7 @@ mod blocks;
 mod breakpoints;
 mod client;
 mod compile;
+mod explicit;
 mod message;
 mod parse;
 pub(crate) mod scan;
@@ -22,7 +23,7 @@ use bytes::Bytes;
 
 use crate::providers::{turns, Endpoint, MsgKind, Provider};
 
-pub use blocks::{content_block_spans, count_markers, Ttl};
+pub use blocks::{content_block_spans, count_markers, is_markable, Ttl};
 pub use breakpoints::{BreakpointMode, MAX_MARKERS};
 pub use client::{detect_client, Client, Meta};
 pub use compile::CompileOptions;
@@ -281,12 +282,13 @@ pub(crate) fn owned_keys(endpoint: Endpoint) -> &'static [&'static str] {
 }
 
 /// Parse, then compile with `opts` and no patch: the one-call form for shaping cache
-/// markers or setting `prompt_cache_key` on a request (e.g. from a test or the emulator).
+/// markers (Anthropic `cache_control`, OpenAI explicit breakpoints) or setting
+/// `prompt_cache_key` on a request (e.g. from a test or the emulator).
 pub fn reshape(
     provider: Provider,
     endpoint: Endpoint,
     body: Bytes,
     opts: &CompileOptions,
 ) -> Result<Bytes, crate::error::ApiError> {
-    Ok(Envelope::parse(provider, endpoint, body)?.compile(opts))
+    Ok(Envelope::parse(provider, endpoint, body)?.compile_with_markers(opts))
 }

@@ -66,6 +66,15 @@ pub struct ShapedAfter {
     pub variant: Option<String>,
     /// A `context(turn_end)` handler or hook will want the assistant message.
     pub wants_assistant: bool,
+    /// With `ttl = "auto"`: the lifetime chosen, for the session log (and keep-warm).
+    pub ttl_decision: Option<crate::ttl::TtlDecision>,
+}
+
+impl ShapedAfter {
+    /// A keep-warm may follow this request's answer, this many seconds after it.
+    pub fn keep_warm(&self) -> Option<u64> {
+        self.ttl_decision.as_ref()?.keep_warm_after_secs
+    }
 }
 
 impl Pipeline {
@@ -124,6 +133,48 @@ impl Pipeline {
         if !queue.submit(job) {
             self.metrics.session_records_dropped.inc();
             tracing::warn!("after-response queue full; the session log misses one request");
+        }
+    }
+
+    /// Offline replay: the session-log entry of a request shaped with
+    /// [`Pipeline::shape_request`], answered with `usage` at its recorded time, so that
+    /// later requests of the replay see the session's log as they would live. No
+    /// `context(turn_end)` handler runs and no keep-warm is armed: the answer itself is not
+    /// known.
+    pub async fn record_replayed(
+        self: Arc<Self>,
+        route: Route,
+        headers: http::HeaderMap,
+        body: bytes::Bytes,
+        at_ms: u64,
+        shaped: Shaped,
+        usage: Option<crate::usage::Usage>,
+    ) {
+        let model = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| "unknown".into());
+        let ctx = super::shape::replayed_ctx(route, headers, body, &model, at_ms);
+        let result = TapResult {
+            usage,
+            model: None,
+            response_id: None,
+            provider_diagnostics: None,
+            outcome: Outcome::Complete,
+            bytes: 0,
+            events: 0,
+            json_body: None,
+            kept_events: Vec::new(),
+        };
+        let job = Finished {
+            ctx,
+            model,
+            shaped,
+            result,
+            status: 200,
+        };
+        if let Some(identified) = self.identify_finished(&job).await {
+            self.after_response(job, identified).await;
         }
     }
 
@@ -189,7 +240,7 @@ impl Pipeline {
 
     /// Off the request path, in order per session: `context(turn_end)`, then the session
     /// log entry with its lane and diagnosis.
-    pub(super) async fn after_response(&self, job: Finished, identified: Identified) {
+    pub(super) async fn after_response(self: &Arc<Self>, job: Finished, identified: Identified) {
         let Finished {
             ctx,
             model,
@@ -200,6 +251,7 @@ impl Pipeline {
         let usage = result.usage;
         let complete = result.outcome == Outcome::Complete && (200..300).contains(&status);
         let mut patches = Vec::new();
+        let mut ttl_decision = None;
         let (session_ctx, uncached_tail, variant, turn_index) = match shaped.after {
             After::Nothing => return,
             After::Observe => {
@@ -221,15 +273,25 @@ impl Pipeline {
             After::Shaped(mut after) => {
                 // A turn_end handler sees only a complete answer: a cut or abandoned stream
                 // would hand it a partial message, and its patches would be persisted.
-                if after.wants_assistant && complete {
-                    if let Some(assistant) = ctx
-                        .route
+                let assistant = (complete
+                    && (after.wants_assistant || after.keep_warm().is_some()))
+                .then(|| {
+                    ctx.route
                         .endpoint
                         .assistant_message(result.json_body.as_deref(), &result.kept_events)
-                    {
-                        self.turn_end(&mut after, &assistant, usage).await;
-                    }
+                })
+                .flatten();
+                if let (Some(assistant), true) = (&assistant, after.wants_assistant) {
+                    self.turn_end(&mut after, assistant, usage).await;
                 }
+                if let (Some(assistant), Some(secs), None) =
+                    (&assistant, after.keep_warm(), ctx.replayed_at_ms)
+                {
+                    let id = after.ctx.id.id.clone();
+                    let tail = after.uncached_tail;
+                    self.arm_keep_warm(&ctx, &id, &shaped.body, tail, assistant, secs);
+                }
+                ttl_decision = after.ttl_decision.take();
                 patches = std::mem::take(&mut after.patches);
                 let turn = after.vars.turn_index;
                 (after.ctx, after.uncached_tail, after.variant, turn)
@@ -263,8 +325,15 @@ impl Pipeline {
         let previous = session::lanes::previous_answered(log, lane);
         let diagnosis = match (previous, answered) {
             (Some(prev), Some(usage)) => {
-                self.diagnose(store.as_ref(), log, prev, &shape, &sent, usage)
-                    .await
+                self.diagnose(
+                    store.as_ref(),
+                    log,
+                    prev,
+                    &shape,
+                    &sent,
+                    (usage, self.now_of(&ctx)),
+                )
+                .await
             }
             _ => None,
         };
@@ -304,6 +373,10 @@ impl Pipeline {
             }
             record.provider_diagnosis = Some(theirs);
         }
+        record.ttl_decision = ttl_decision;
+        if let Some(at) = ctx.replayed_at_ms {
+            record.time = at;
+        }
         let written = async {
             store.put_blobs(&blobs).await?;
             store
@@ -317,7 +390,8 @@ impl Pipeline {
         }
     }
 
-    /// The diagnosis of a request against the previous request of its lane.
+    /// The diagnosis of a request, answered with `usage` at `now_ms`, against the previous
+    /// request of its lane.
     async fn diagnose(
         &self,
         store: &dyn session::SessionStore,
@@ -325,7 +399,7 @@ impl Pipeline {
         prev: &session::RequestRecord,
         shape: &PromptShape,
         sent: &Envelope,
-        usage: crate::usage::Usage,
+        (usage, now_ms): (crate::usage::Usage, u64),
     ) -> Option<crate::measure::Diagnosis> {
         let prev_shape = previous_shape(store, log, prev, shape).await;
         let min_tokens = crate::measure::breaks::min_tokens(&shape.model);
@@ -337,7 +411,7 @@ impl Pipeline {
         let current = crate::measure::breaks::Current {
             shape,
             usage,
-            time_ms: self.clock.now_ms(),
+            time_ms: now_ms,
             min_tokens,
             thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(
                 shape.endpoint,

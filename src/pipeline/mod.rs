@@ -17,6 +17,7 @@ mod handlers;
 pub mod history;
 mod identify;
 mod inject;
+mod keep_warm;
 mod queue;
 mod shape;
 mod upstream;
@@ -69,6 +70,8 @@ pub struct Pipeline {
     response_ids: moka::future::Cache<(String, u32), String>,
     /// Session entries to write once responses end, in order (started on first use).
     after_queue: std::sync::OnceLock<queue::AfterQueue>,
+    /// When each session last sent a request, for keep-warm timers.
+    arrivals: keep_warm::Arrivals,
 }
 
 /// Sessions whose latest answer ids are remembered for the provider's cache diagnostics.
@@ -88,6 +91,16 @@ pub struct RequestCtx {
     pub start: Instant,
     /// The request's log span, in-flight count and exported span.
     pub telemetry: RequestTelemetry,
+    /// Offline replay: the recorded arrival time, which stands for the clock.
+    pub replayed_at_ms: Option<u64>,
+}
+
+impl RequestCtx {
+    /// Now, for this request: the clock, or the recorded time in replay.
+    /// When the request is taking place: its recorded time in a replay, else now.
+    pub fn now_ms(&self, clock: &session::SessionClock) -> u64 {
+        self.replayed_at_ms.unwrap_or_else(|| clock.now_ms())
+    }
 }
 
 impl Pipeline {
@@ -130,11 +143,17 @@ impl Pipeline {
             after_queue: std::sync::OnceLock::new(),
             response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
             clock,
+            arrivals: Default::default(),
         })
     }
 
     pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
         self.store.as_ref()
+    }
+
+    /// When `ctx` is taking place, on the session log's clock.
+    pub(super) fn now_of(&self, ctx: &RequestCtx) -> u64 {
+        ctx.now_ms(&self.clock)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -175,6 +194,7 @@ impl Pipeline {
             start: Instant::now(),
             parts,
             telemetry,
+            replayed_at_ms: None,
         };
         let phases = async {
             self.read_body(&mut ctx, body).await?;

@@ -55,34 +55,31 @@ impl Shaped {
     /// Whether a `context(turn_end)` handler will want the assistant message (the stream's
     /// events are kept only then).
     pub fn wants_assistant(&self) -> bool {
-        matches!(&self.after, After::Shaped(s) if s.wants_assistant)
+        matches!(&self.after, After::Shaped(s) if s.wants_assistant || s.keep_warm().is_some())
+    }
+
+    /// The adaptive-TTL decision made for the request (`ttl = "auto"`).
+    pub fn ttl_decision(&self) -> Option<&crate::ttl::TtlDecision> {
+        match &self.after {
+            After::Shaped(s) => s.ttl_decision.as_ref(),
+            _ => None,
+        }
     }
 }
 
 impl Pipeline {
-    /// Shape a request outside the proxy (offline replay runs the live phases this way).
+    /// Shape a request outside the proxy, as if it arrived at `at_ms` (offline replay runs
+    /// the live phases this way, on the recorded times).
     pub async fn shape_request(
         &self,
         route: crate::providers::Route,
         headers: http::HeaderMap,
         body: Bytes,
         model: &str,
+        at_ms: u64,
     ) -> Result<Shaped, ApiError> {
-        let (mut parts, ()) = http::Request::new(()).into_parts();
-        parts.method = http::Method::POST;
-        let client = crate::envelope::detect_client(&headers, &body);
-        parts.headers = headers;
-        let ctx = RequestCtx {
-            route,
-            parts,
-            body,
-            encoded: None,
-            model: model.to_string(),
-            client,
-            start: std::time::Instant::now(),
-            telemetry: crate::telemetry::RequestTelemetry::none(),
-        };
-        self.shape(&ctx).await
+        self.shape(&replayed_ctx(route, headers, body, model, at_ms))
+            .await
     }
 
     /// Shape a request for the upstream; requests no policy matches pass as they came.
@@ -114,6 +111,7 @@ impl Pipeline {
         let id = self.identify(&ctx.parts.headers, &env, &history).await;
         let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
+        self.arrivals.note(&id, self.now_of(ctx)).await;
         let request_index = session_ctx.request_index;
         env.meta.session = Some(id.clone());
         env.meta.client = ctx.client;
@@ -157,7 +155,14 @@ impl Pipeline {
             true => Some(self.ask_provider_diagnosis(&mut env, &session_ctx).await),
             false => None,
         };
-        let mut opts = compile_options(&policies, &id);
+        let (mut opts, adaptive) = compile_options(&policies, &id);
+        let ttl_decision = adaptive.and_then(|keep_warm| {
+            let now = self.now_of(ctx);
+            crate::ttl::for_request(&env, &session_ctx, &ctx.parts.headers, now, keep_warm)
+        });
+        if let Some(d) = &ttl_decision {
+            opts.breakpoints = BreakpointMode::Auto { ttl: d.ttl() };
+        }
         if injected.marker_before_insertion && opts.breakpoints == BreakpointMode::Preserve {
             // Context-hook injection: the history before the insertion must stay readable
             // next turn, which takes a marker there (DESIGN §6).
@@ -165,7 +170,7 @@ impl Pipeline {
                 ttl: Ttl::FiveMinutes,
             };
         }
-        let compiled = env.compile(&opts);
+        let compiled = env.compile_with_markers(&opts);
         let variant = injected.variant.unwrap_or("none").to_string();
         let body = self.run_payload(&policies, compiled, &vars, route).await?;
         let policy_names = policies.iter().map(|p| p.name.clone()).collect();
@@ -192,6 +197,7 @@ impl Pipeline {
                 policy_names,
                 variant: (variant != "none").then_some(variant),
                 wants_assistant,
+                ttl_decision,
             })),
         })
     }
@@ -299,24 +305,54 @@ impl Pipeline {
 }
 
 /// Marker placement and prompt_cache_key from the matched policies (the last one that
-/// sets each wins).
-fn compile_options(policies: &[&Policy], session: &str) -> CompileOptions {
+/// sets each wins). With `ttl = "auto"` the lifetime is decided per request
+/// ([`crate::ttl`]): the second value is then `Some`, holding the keep-warm delay when
+/// keep-warm is on.
+fn compile_options(policies: &[&Policy], session: &str) -> (CompileOptions, Option<Option<u64>>) {
     let mut opts = CompileOptions::default();
+    let mut adaptive = None;
     for policy in policies {
         if let Some(b) = policy.breakpoints {
             let ttl = match b.ttl {
-                policy::CacheTtl::FiveMinutes => Ttl::FiveMinutes,
                 policy::CacheTtl::OneHour => Ttl::OneHour,
+                policy::CacheTtl::FiveMinutes | policy::CacheTtl::Auto => Ttl::FiveMinutes,
             };
             opts.breakpoints = match b.mode {
                 policy::BreakpointMode::Preserve => BreakpointMode::Preserve,
                 policy::BreakpointMode::Auto => BreakpointMode::Auto { ttl },
                 policy::BreakpointMode::Strip => BreakpointMode::Strip,
             };
+            adaptive = (b.mode == policy::BreakpointMode::Auto && b.ttl == policy::CacheTtl::Auto)
+                .then_some(b.keep_warm.then_some(b.keep_warm_after_secs));
         }
         if policy.prompt_cache_key.is_some() {
             opts.prompt_cache_key = Some(session.to_string());
         }
     }
-    opts
+    (opts, adaptive)
+}
+
+/// The context of a request replayed offline: recorded headers and body, recorded time.
+pub(super) fn replayed_ctx(
+    route: crate::providers::Route,
+    headers: http::HeaderMap,
+    body: Bytes,
+    model: &str,
+    at_ms: u64,
+) -> RequestCtx {
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.method = http::Method::POST;
+    let client = crate::envelope::detect_client(&headers, &body);
+    parts.headers = headers;
+    RequestCtx {
+        route,
+        parts,
+        body,
+        encoded: None,
+        model: model.to_string(),
+        client,
+        start: std::time::Instant::now(),
+        telemetry: crate::telemetry::RequestTelemetry::none(),
+        replayed_at_ms: Some(at_ms),
+    }
 }

@@ -56,6 +56,8 @@ pub struct RawMatch {
 pub struct RawBreakpoints {
     pub mode: String,
     pub ttl: Option<String>,
+    pub keep_warm: Option<bool>,
+    pub keep_warm_after_secs: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]

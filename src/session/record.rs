@@ -123,6 +123,7 @@ pub fn compact_request(prior: &[Entry], draft: &RequestDraft<'_>) -> (RequestRec
         patches: draft.patches.clone(),
         variant: draft.variant.clone(),
         response_id: draft.response_id.clone(),
+        ttl_decision: None,
     };
     (record, blobs)
 }
