@@ -213,13 +213,9 @@ impl Pipeline {
                 .inc();
             record.breaks = Some(diagnosis);
         }
-        let result = async {
-            store.put_blobs(&blobs).await?;
-            store
-                .append(&session_ctx.id.id, &[Entry::Request(record)])
-                .await
-        }
-        .await;
+        let result = store
+            .record(&session_ctx.id.id, &Entry::Request(record), &blobs)
+            .await;
         if let Err(e) = result {
             // The response is already with the client; only the timeline loses an entry.
             let _ = self.store_failed("record", &e);
@@ -293,7 +289,11 @@ fn system_of(endpoint: Endpoint, sent: &Value) -> Option<Value> {
 /// Where this request's prefix first differs from the session's previous request, in the
 /// vocabulary of the provider's cache diagnostics (`model_changed`, `tools_changed`,
 /// `system_changed`, `messages_changed`), or `None` when it extends it.
-fn prefix_break(log: &[Entry], record: &session::RequestRecord, model: &str) -> Option<Value> {
+fn prefix_break(
+    log: &session::SessionLog,
+    record: &session::RequestRecord,
+    model: &str,
+) -> Option<Value> {
     let prev = log.iter().rev().find_map(|e| match e {
         Entry::Request(r) => Some(r),
         _ => None,
@@ -340,7 +340,10 @@ fn prefix_break(log: &[Entry], record: &session::RequestRecord, model: &str) -> 
 }
 
 /// The full key list of a record not yet in the log.
-fn current_keys(log: &[Entry], record: &session::RequestRecord) -> Vec<session::MessageKey> {
+fn current_keys(
+    log: &session::SessionLog,
+    record: &session::RequestRecord,
+) -> Vec<session::MessageKey> {
     let mut keys = match record.sent.extends {
         Some(base) => session::sent_keys(log, base).unwrap_or_default(),
         None => Vec::new(),

@@ -3,8 +3,6 @@
 //! `context(before_request)` (persisted) → inject → `context(ephemeral)` → compile with
 //! cache markers → `before_provider_request`.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -128,14 +126,14 @@ impl Pipeline {
         };
         self.replay(&session_ctx, &mut shaping);
         let reason = ContextReason::BeforeRequest;
-        let mut persisted = self
+        let persisted = self
             .run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
+        self.persist(&session_ctx, reason, persisted).await?;
+        // Pinned injections persist their own placements, once per turn.
         let injected = self
             .inject(&policies, &session_ctx, &history, &mut shaping)
             .await?;
-        persisted.extend(injected.persist);
-        self.persist(&session_ctx, reason, persisted).await?;
         let reason = ContextReason::Ephemeral;
         self.run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
@@ -190,7 +188,7 @@ impl Pipeline {
         Ok(SessionContext {
             id,
             request_index: 0,
-            log: Arc::new(Vec::new()),
+            log: session::SessionLog::new(),
             history: PrefixHashes::new(history),
         })
     }

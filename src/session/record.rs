@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::anchor::PrefixHashes;
 use super::entry::{now_ms, Entry, RequestRecord, SentMessages, ENTRY_VERSION};
+use super::log::SessionLog;
 use super::normalize::{canonical_bytes, key_of_bytes, MessageKey};
 use super::store::{Blob, SessionStore, StoreResult};
 use crate::usage::Usage;
@@ -42,7 +43,7 @@ fn blob_of(value: &Value) -> Blob {
 
 /// The compact record of a request and the blobs it needs stored (only those for messages
 /// not covered by an earlier request of `prior`, plus system and tools).
-pub fn compact_request(prior: &[Entry], draft: &RequestDraft<'_>) -> (RequestRecord, Vec<Blob>) {
+pub fn compact_request(prior: &SessionLog, draft: &RequestDraft<'_>) -> (RequestRecord, Vec<Blob>) {
     let message_blobs: Vec<Blob> = draft.sent.iter().map(blob_of).collect();
     let hashes = PrefixHashes::from_keys(message_blobs.iter().map(|b| b.key).collect());
     let (extends, base) = find_base(prior, &hashes);
@@ -89,7 +90,7 @@ pub fn compact_request(prior: &[Entry], draft: &RequestDraft<'_>) -> (RequestRec
 }
 
 /// The newest earlier request whose sent messages are a prefix of these.
-fn find_base(prior: &[Entry], hashes: &PrefixHashes) -> (Option<u64>, usize) {
+fn find_base(prior: &SessionLog, hashes: &PrefixHashes) -> (Option<u64>, usize) {
     prior
         .iter()
         .rev()
@@ -108,25 +109,24 @@ fn dedup(blobs: &mut Vec<Blob>) {
     blobs.retain(|b| seen.insert(b.key));
 }
 
-/// Store a request's new content, then its log entry. `prior` is the session's log as
-/// loaded for this request.
+/// Store a request's new content and its log entry (one write). `prior` is the session's
+/// log as loaded for this request.
 pub async fn record_request(
     store: &dyn SessionStore,
     session: &str,
-    prior: &[Entry],
+    prior: &SessionLog,
     draft: &RequestDraft<'_>,
 ) -> StoreResult<RequestRecord> {
     let (record, blobs) = compact_request(prior, draft);
-    store.put_blobs(&blobs).await?;
     store
-        .append(session, &[Entry::Request(record.clone())])
+        .record(session, &Entry::Request(record.clone()), &blobs)
         .await?;
     Ok(record)
 }
 
 /// The full list of message keys a recorded request sent, following its chain of bases.
 /// `None` when a base is missing from the log.
-pub fn sent_keys(log: &[Entry], request_index: u64) -> Option<Vec<MessageKey>> {
+pub fn sent_keys(log: &SessionLog, request_index: u64) -> Option<Vec<MessageKey>> {
     let find = |index: u64| {
         log.iter().rev().find_map(|e| match e {
             Entry::Request(r) if r.request_index == index => Some(r),

@@ -37,12 +37,12 @@ fn draft<'a>(index: u64, sent: &'a [Value], system: Option<&'a Value>) -> Reques
 fn later_requests_store_only_new_messages() {
     let system = json!("You are a coding agent.");
     let first = history(1);
-    let (r0, blobs0) = compact_request(&[], &draft(0, &first, Some(&system)));
+    let (r0, blobs0) = compact_request(&SessionLog::new(), &draft(0, &first, Some(&system)));
     assert_eq!(r0.sent.extends, None);
     assert_eq!(r0.sent.keys.len(), 1);
     assert_eq!(blobs0.len(), 2, "one message and the system prompt");
 
-    let log = vec![Entry::Request(r0.clone())];
+    let log = SessionLog::from(vec![Entry::Request(r0.clone())]);
     let second = history(3);
     let (r1, blobs1) = compact_request(&log, &draft(1, &second, Some(&system)));
     assert_eq!(r1.sent.extends, Some(0));
@@ -55,17 +55,17 @@ fn later_requests_store_only_new_messages() {
     got.retain(|k| expected.contains(k));
     assert_eq!(got, expected);
 
-    let log = vec![Entry::Request(r0), Entry::Request(r1)];
+    let log = SessionLog::from(vec![Entry::Request(r0), Entry::Request(r1)]);
     let all: Vec<MessageKey> = second.iter().map(message_key).collect();
     assert_eq!(sent_keys(&log, 1), Some(all));
 }
 
 #[test]
 fn a_fork_starts_from_the_newest_request_it_still_extends() {
-    let (r0, _) = compact_request(&[], &draft(0, &history(2), None));
-    let log = vec![Entry::Request(r0.clone())];
+    let (r0, _) = compact_request(&SessionLog::new(), &draft(0, &history(2), None));
+    let log = SessionLog::from(vec![Entry::Request(r0.clone())]);
     let (r1, _) = compact_request(&log, &draft(1, &history(6), None));
-    let log = vec![Entry::Request(r0), Entry::Request(r1)];
+    let log = SessionLog::from(vec![Entry::Request(r0), Entry::Request(r1)]);
 
     let mut forked = history(2);
     forked.push(json!({"role": "user", "content": "something else"}));
@@ -74,17 +74,19 @@ fn a_fork_starts_from_the_newest_request_it_still_extends() {
     assert_eq!(r2.sent.base, 2);
     assert_eq!(blobs.len(), 1);
 
-    let mut log = log;
-    log.push(Entry::Request(r2));
+    let log = log.extended(vec![Entry::Request(r2)]);
     let keys: Vec<MessageKey> = forked.iter().map(message_key).collect();
     assert_eq!(sent_keys(&log, 2), Some(keys));
 }
 
 #[test]
 fn an_unrelated_history_is_recorded_whole() {
-    let (r0, _) = compact_request(&[], &draft(0, &history(4), None));
+    let (r0, _) = compact_request(&SessionLog::new(), &draft(0, &history(4), None));
     let other = vec![json!({"role": "user", "content": "compacted summary"})];
-    let (r1, blobs) = compact_request(&[Entry::Request(r0)], &draft(1, &other, None));
+    let (r1, blobs) = compact_request(
+        &SessionLog::from(vec![Entry::Request(r0)]),
+        &draft(1, &other, None),
+    );
     assert_eq!(r1.sent.extends, None);
     assert_eq!(r1.sent.base, 0);
     assert_eq!(blobs.len(), 1);
@@ -92,8 +94,14 @@ fn an_unrelated_history_is_recorded_whole() {
 
 #[test]
 fn missing_base_gives_none() {
-    let (r0, _) = compact_request(&[], &draft(0, &history(2), None));
-    let (r1, _) = compact_request(&[Entry::Request(r0)], &draft(1, &history(4), None));
-    assert_eq!(sent_keys(&[Entry::Request(r1)], 1), None);
-    assert_eq!(sent_keys(&[], 1), None);
+    let (r0, _) = compact_request(&SessionLog::new(), &draft(0, &history(2), None));
+    let (r1, _) = compact_request(
+        &SessionLog::from(vec![Entry::Request(r0)]),
+        &draft(1, &history(4), None),
+    );
+    assert_eq!(
+        sent_keys(&SessionLog::from(vec![Entry::Request(r1)]), 1),
+        None
+    );
+    assert_eq!(sent_keys(&SessionLog::new(), 1), None);
 }

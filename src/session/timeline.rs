@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use super::entry::Entry;
+use super::log::SessionLog;
 use super::store::{SessionStore, StoreResult};
 
 fn escape(text: &str) -> String {
@@ -26,7 +27,7 @@ pub async fn timeline_html(store: &dyn SessionStore, id: &str) -> StoreResult<Op
 const BAR_WIDTH: usize = 14;
 const CHART_HEIGHT: f64 = 160.0;
 
-pub fn render(id: &str, log: &[Entry]) -> String {
+pub fn render(id: &str, log: &SessionLog) -> String {
     let requests: Vec<_> = log
         .iter()
         .filter_map(|e| match e {
@@ -70,7 +71,7 @@ pub fn render(id: &str, log: &[Entry]) -> String {
     svg.push_str("</svg>");
 
     let mut rows = String::new();
-    for entry in log {
+    for entry in log.iter() {
         match entry {
             Entry::Request(r) => {
                 let u = r.usage.unwrap_or_default();
@@ -141,7 +142,7 @@ mod tests {
             display: None,
             request_index: Some(0),
         })];
-        let html = render("s&1", &log);
+        let html = render("s&1", &SessionLog::from(log));
         assert!(html.contains("&lt;script&gt;x&lt;/script&gt;"));
         assert!(!html.contains("<script>"));
         assert!(html.contains("Session s&amp;1"));

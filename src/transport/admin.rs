@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics`, `/healthz`, `/sessions` and `/sessions/{id}`.
+//! The admin listener: `/metrics`, `/healthz` (liveness), `/readyz` (the session store's
+//! health), `/sessions` and `/sessions/{id}`.
 
 use http::{HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -24,6 +25,7 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
             "text/plain; version=0.0.4",
         ),
         ("GET", "/healthz") => Response::new(full("ok\n")),
+        ("GET", "/readyz") => readiness(state).await,
         ("GET", p) if p.starts_with("/sessions/") && p.ends_with("/timeline") => {
             let Some(store) = state.store.clone() else {
                 return status(
@@ -60,6 +62,35 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
         }
         _ => status(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// 200 when the session store is healthy or none is kept; 503 with the reason otherwise.
+async fn readiness(state: &AdminState) -> Response<ProxyBody> {
+    let (code, body) = match &state.store {
+        None => (
+            StatusCode::OK,
+            serde_json::json!({"status": "ready", "store": "none"}),
+        ),
+        Some(store) => {
+            let health = store.health().await;
+            let code = match health.ok {
+                true => StatusCode::OK,
+                false => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            let status = if health.ok { "ready" } else { "unavailable" };
+            let mut body = serde_json::json!({"status": status, "store": health.store});
+            if let Some(reason) = health.reason {
+                body["reason"] = reason.into();
+            }
+            (code, body)
+        }
+    };
+    let mut resp = with_type(
+        Response::new(full(serde_json::to_vec(&body).unwrap_or_default())),
+        "application/json",
+    );
+    *resp.status_mut() = code;
+    resp
 }
 
 fn with_type(mut resp: Response<ProxyBody>, content_type: &'static str) -> Response<ProxyBody> {

@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::providers::{classify, Provider};
 use crate::replay::recorder::{self, Recorder, RecorderTask};
+use crate::session::store::Maintenance;
 
 /// A running proxy (and its admin listener).
 pub struct ProxyHandle {
@@ -28,6 +29,8 @@ pub struct ProxyHandle {
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     recorder: Option<RecorderTask>,
+    /// The session store's retention sweeper; closes the store at shutdown.
+    maintenance: Maintenance,
 }
 
 impl ProxyHandle {
@@ -37,6 +40,7 @@ impl ProxyHandle {
         for task in self.tasks {
             let _ = task.await;
         }
+        self.maintenance.stop().await;
         if let Some(recorder) = self.recorder {
             // Every queued trace record reaches the disk before the process ends.
             let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
@@ -76,6 +80,11 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let header_timeout = Duration::from_millis(config.server.header_read_timeout_ms);
     let pipeline = Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder).await?);
+    let maintenance = Maintenance::start(
+        pipeline.store().cloned(),
+        &pipeline.config().sessions,
+        metrics.store_errors.clone(),
+    );
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: pipeline.store().cloned(),
@@ -110,6 +119,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         shutdown: tx,
         tasks: vec![proxy_task, admin_task],
         recorder: recorder_task,
+        maintenance,
     })
 }
 
