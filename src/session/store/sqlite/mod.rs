@@ -27,6 +27,7 @@ pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
     shared: Arc<Shared>,
     path: PathBuf,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 fn closed<E>(_: E) -> StoreError {
@@ -44,7 +45,7 @@ impl SqliteStore {
         let (opened_tx, opened_rx) = oneshot::channel();
         let db = path.to_path_buf();
         let errors = options.errors.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("cachet-sqlite".into())
             .spawn(move || {
                 let opened = schema::open(&db).and_then(|conn| {
@@ -74,6 +75,7 @@ impl SqliteStore {
             jobs: tx,
             shared,
             path: path.to_path_buf(),
+            thread: Some(thread),
         })
     }
 
@@ -230,6 +232,23 @@ impl SessionStore for SqliteStore {
                 let _ = closed.await;
             }
         })
+    }
+}
+
+impl Drop for SqliteStore {
+    /// The database is closed (and checkpointed) before the store is gone, so whoever
+    /// removes its folder next, or opens it again, finds it closed.
+    fn drop(&mut self) {
+        let (done, _) = oneshot::channel();
+        // With a full queue the thread ends once this sender is gone; waiting here for it
+        // would wait forever.
+        let ends = !matches!(
+            self.jobs.try_send(Job::Close(done)),
+            Err(mpsc::error::TrySendError::Full(_))
+        );
+        if let (true, Some(thread)) = (ends, self.thread.take()) {
+            let _ = thread.join();
+        }
     }
 }
 
