@@ -42,7 +42,7 @@ fn note(history: &[Value], index: u64) -> Entry {
         reason: "turn_end".into(),
         anchor: Anchor::of(history),
         patch: vec![Op::MessagesInsert {
-            at: "end".into(),
+            at: cachet::patch::Selector::End,
             messages: vec![
                 json!({"role": "user", "content": format!("note from request {index}")}),
             ],
@@ -100,20 +100,29 @@ async fn main() -> anyhow::Result<()> {
             store.append("bench", &[note(sent, index)]).await?;
         }
         let start = Instant::now();
+        let req = cachet::measure::SentRequest::from_json(
+            cachet::providers::Provider::Anthropic,
+            cachet::providers::Endpoint::Messages,
+            &serde_json::json!({"model": "claude-sonnet-4-5", "system": system, "tools": tools, "messages": sent}),
+            0,
+        )?;
+        let history = req.history();
         let draft = RequestDraft {
             request_index: index,
             turn_index: Some(i as u64),
-            model: "claude-sonnet-4-5",
             provider: "anthropic",
             endpoint: "messages",
             client: Some("pi"),
-            sent,
-            system: Some(&system),
-            tools: Some(&tools),
+            shape: &req.shape,
+            history: &history,
             usage: None,
             status: Some(200),
-            breaks: None,
+            lane: 0,
+            conversation: Default::default(),
+            diagnosis: None,
+            patches: Vec::new(),
             variant: None,
+            response_id: None,
         };
         let log = store.load("bench").await?;
         record_request(store.as_ref(), "bench", &log, &draft).await?;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need when it is missing, then runs every test.
 # Needs: a Rust toolchain, python3 with pip (for the official SDK tests), and root or sudo
-# for apt-get when redis-server is missing (for the shared-store tests).
+# for apt-get when redis-server or prometheus is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,13 +11,18 @@ if ! python3 -c 'import anthropic, openai' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check anthropic openai
 fi
 
-# A real redis-server backs the shared-store tests.
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "installing redis-server"
+# Debian packages the tests run for real: redis-server backs the shared-store tests;
+# prometheus (with promtool) scrapes cachet in the dashboard and exposition tests.
+MISSING=""
+command -v redis-server >/dev/null 2>&1 || MISSING="$MISSING redis-server"
+{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || MISSING="$MISSING prometheus"
+if [ -n "$MISSING" ]; then
+  echo "installing$MISSING"
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING >/dev/null
 fi
 
 cargo test --locked --no-fail-fast "$@"

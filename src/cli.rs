@@ -44,10 +44,21 @@ pub struct PolicyArgs {
     pub policies: Option<PathBuf>,
 }
 
+/// `--models PATH`: model rows tried before the shipped `data/models.toml`.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ModelsArg {
+    /// A model table (same format as data/models.toml) whose rows are tried first:
+    /// prices, cache minimums and context windows of models cachet does not ship.
+    #[arg(long = "models", value_name = "PATH")]
+    pub models: Option<PathBuf>,
+}
+
 #[derive(Debug, Clone, Args, Default)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub models: ModelsArg,
     /// Proxy listener address [default: 127.0.0.1:8787].
     #[arg(long)]
     pub listen: Option<SocketAddr>,
@@ -79,6 +90,19 @@ pub struct EmulateArgs {
     /// Reply text for every request (default: a short deterministic sentence).
     #[arg(long)]
     pub reply: Option<String>,
+    #[command(flatten)]
+    pub models: ModelsArg,
+    /// Answer requests that offer tools with a tool call: `never`, `first` (the first
+    /// offered tool on the allow-list of read, list, search and shell tools) or a tool name.
+    #[arg(
+        long,
+        env = "CACHET_EMULATE_TOOL_CALLS",
+        value_name = "never|first|NAME"
+    )]
+    pub tool_calls: Option<String>,
+    /// Tool calls in a row after each user prompt before the reply is text.
+    #[arg(long, env = "CACHET_EMULATE_TOOL_STEPS", default_value_t = crate::emulator::reply::DEFAULT_TOOL_STEPS)]
+    pub tool_steps: u32,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -89,6 +113,8 @@ pub struct DemoArgs {
     /// Proxy listener address for the demo [default: a free port on 127.0.0.1].
     #[arg(long)]
     pub listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub models: ModelsArg,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -114,4 +140,9 @@ pub struct ReplayArgs {
     /// Draw cumulative cost and hit ratio per arm into an SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub chart: Option<PathBuf>,
+    /// Also report the ideal cache-read share of the traces and each arm's share of it.
+    #[arg(long)]
+    pub ideal: bool,
+    #[command(flatten)]
+    pub models: ModelsArg,
 }

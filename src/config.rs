@@ -16,6 +16,10 @@ pub struct Config {
     pub sessions: SessionsConfig,
     pub record: RecordConfig,
     pub log: LogConfig,
+    /// A model table (format of `data/models.toml`) whose rows are tried before the shipped
+    /// ones: prices, cache minimums and context windows for models cachet does not ship.
+    pub models: Option<PathBuf>,
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -249,6 +253,13 @@ impl Config {
                 )));
             }
         }
+        if let Some(models) = &self.models {
+            crate::models::read_user_table(models)
+                .map_err(|e| ConfigError(format!("{}: models: {e}", path.display())))?;
+        }
+        if let Err(e) = self.telemetry.validate() {
+            return Err(ConfigError(format!("{}: {e}", path.display())));
+        }
         if self.server.max_body_bytes == 0 {
             return Err(ConfigError(format!(
                 "{}: server.max_body_bytes: must be greater than 0",
@@ -269,6 +280,23 @@ mod tests {
         let err = Config::parse(Path::new("cachet.toml"), text).unwrap_err().0;
         assert!(
             err.starts_with("cachet.toml:3:1: unknown field `listen_port`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_models_file_is_checked_when_the_configuration_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("models.toml");
+        std::fs::write(&good, "[[model]]\nmatch = \"m\"\nprovider = \"openai\"\nmin_cacheable_tokens = 1024\ncontext_window = 8000\ninput = 1.0\noutput = 2.0\ncache_read = 0.1\ncache_write_5m = 1.0\ncache_write_1h = 1.0\n").unwrap();
+        let text = format!("models = {:?}\n", good.to_str().unwrap());
+        let c = Config::parse(Path::new("c.toml"), &text).unwrap();
+        assert_eq!(c.models.as_deref(), Some(good.as_path()));
+        let err = Config::parse(Path::new("c.toml"), "models = \"/nonexistent/m.toml\"\n")
+            .unwrap_err()
+            .0;
+        assert!(
+            err.contains("models") && err.contains("/nonexistent/m.toml"),
             "{err}"
         );
     }

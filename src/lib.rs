@@ -11,17 +11,20 @@
 //! - `inject`, `replay`: memory injection modes and offline replay.
 //! - `cache_model`, `emulator`: provider prompt-cache accounting and the emulator.
 //! - `metrics`, `admin`: Prometheus metrics and the admin listener.
+//! - `telemetry`: logs (a span per request) and OpenTelemetry export.
 
 pub mod cache_model;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod content_encoding;
 pub mod emulator;
 pub mod envelope;
 pub mod error;
 pub mod hooks;
 pub mod inject;
 pub mod json_check;
+pub mod measure;
 pub mod metrics;
 pub mod models;
 pub mod patch;
@@ -34,6 +37,7 @@ pub mod session;
 pub mod shape;
 pub mod sse;
 pub mod tap;
+pub mod telemetry;
 pub mod tokens;
 pub mod transport;
 pub mod usage;

@@ -1,22 +1,32 @@
 //! Every Prometheus metric cachet exports (names and labels are a contract: DESIGN §8).
-//! Labels stay bounded: never a session id or prompt text; model names are sanitised and capped.
+//! Labels stay bounded: never a session id or prompt text; every label a client or a hook
+//! can choose (model, transformer, reason, hook) keeps a bounded set of values, then `other`.
 
-use std::collections::{HashMap, HashSet};
+mod labels;
+
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use prometheus::{
     Counter, CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, Opts, Registry, TextEncoder,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+pub use labels::{Capped, Charset, LabelSet};
+
+use crate::measure::breaks::{BreakReason, SectionName};
 use crate::providers::{Endpoint, Provider};
 use crate::usage::Usage;
 
 /// Distinct model label values kept before new ones are reported as `other`.
 const MAX_MODELS: usize = 256;
+/// Distinct transformer, invalidation reason and hook names kept, each.
+const MAX_HOOK_LABELS: usize = 64;
 /// Token-counter handles kept per (provider, model as sent, variant); past this, requests
 /// still count, through the label lookups.
 const MAX_CACHED_COUNTERS: usize = 1024;
+/// Session store operations, counted from zero so a rate over them always has data.
+const STORE_OPERATIONS: [&str; 4] = ["open", "load", "append", "record"];
 
 const PROVIDERS: [Provider; 2] = [Provider::Anthropic, Provider::OpenAi];
 const ENDPOINTS: [Endpoint; 6] = [
@@ -40,51 +50,86 @@ pub struct RouteTimers {
 struct TokenCounters {
     input: [IntCounter; 3],
     output: IntCounter,
+    /// Cache writes by TTL: `5m`, `1h`.
+    write_ttl: [IntCounter; 2],
     /// Cost and savings, for models with known prices.
     priced: Option<(&'static crate::models::ModelInfo, Counter, Counter)>,
+    provider: &'static str,
     /// The model and variant labels these counters carry.
     label: String,
     variant: String,
 }
 
 impl TokenCounters {
-    /// `cachet_requests_total` also has endpoint and status labels, so it stays a lookup.
-    fn requests(
-        &self,
-        metrics: &Metrics,
-        provider: Provider,
-        endpoint: Endpoint,
-        status: &str,
-    ) -> IntCounter {
-        metrics.requests.with_label_values(&[
-            provider.label(),
-            &self.label,
-            endpoint.label(),
-            status,
-            &self.variant,
-        ])
+    fn add(&self, metrics: &Metrics, u: &Usage) {
+        for (counter, n) in self
+            .input
+            .iter()
+            .zip([u.cache_read, u.cache_write, u.uncached])
+        {
+            counter.inc_by(n);
+        }
+        self.output.inc_by(u.output);
+        self.write_ttl[0].inc_by(u.cache_write_5m);
+        self.write_ttl[1].inc_by(u.cache_write_1h);
+        // Writes whose TTL the provider did not report (OpenAI-style `cache_write_tokens`).
+        let untimed = u
+            .cache_write
+            .saturating_sub(u.cache_write_5m + u.cache_write_1h);
+        if untimed > 0 {
+            metrics
+                .cache_write_tokens
+                .with_label_values(&[self.provider, &self.label, &self.variant, "unknown"])
+                .inc_by(untimed);
+        }
+        if self.priced.is_none() {
+            metrics.unknown_models.inc();
+        }
+        if let Some((info, cost, savings)) = &self.priced {
+            cost.inc_by(info.cost_usd(u).max(0.0));
+            // A Prometheus counter cannot go down; cache writes that cost more than they saved
+            // show up in cost, not as negative savings.
+            savings.inc_by(info.savings_usd(u).max(0.0));
+        }
     }
 }
 
 type CounterKey = (Provider, String, String);
+
+/// Decrements `cachet_requests_in_flight` when dropped: hold it for as long as the request
+/// lives, response body included, so a client that goes away also ends it.
+pub struct InFlight(IntGauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
 
 pub struct Metrics {
     registry: Registry,
     pub requests: IntCounterVec,
     pub input_tokens: IntCounterVec,
     pub output_tokens: IntCounterVec,
-    pub prefix_breaks: IntCounterVec,
-    pub invalidations: IntCounterVec,
-    pub patches: IntCounterVec,
+    pub cache_write_tokens: IntCounterVec,
+    /// Through `count_prefix_break` only: its labels come from a fixed vocabulary.
+    prefix_breaks: IntCounterVec,
+    pub invalidations: Capped<IntCounterVec>,
+    pub patches: Capped<IntCounterVec>,
     pub cost_usd: CounterVec,
     pub savings_usd: CounterVec,
     pub upstream_duration: HistogramVec,
     pub overhead_duration: HistogramVec,
-    pub hook_duration: HistogramVec,
-    pub hook_failures: IntCounterVec,
+    pub hook_duration: Capped<HistogramVec>,
+    pub hook_failures: Capped<IntCounterVec>,
     pub stream_errors: IntCounterVec,
     pub store_errors: IntCounterVec,
-    models: RwLock<HashSet<String>>,
+    /// Answered requests for a model the model table does not know (cost not computed).
+    pub unknown_models: IntCounter,
+    /// OTLP spans by outcome; series appear only when export is configured.
+    pub otlp_spans: IntCounterVec,
+    in_flight: IntGauge,
+    models: LabelSet,
     route_timers: [[OnceLock<RouteTimers>; ENDPOINTS.len()]; PROVIDERS.len()],
     token_counters: RwLock<HashMap<CounterKey, Arc<TokenCounters>>>,
     names: Vec<String>,
@@ -132,6 +177,34 @@ fn histogram(
     r.register(name, h)
 }
 
+fn gauge(r: &mut Registrar, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric definition");
+    r.register(name, g)
+}
+
+/// `cachet_build_info{version}`: always 1; joins other series to the version running.
+fn build_info(r: &mut Registrar) {
+    let name = "cachet_build_info";
+    let g = IntGaugeVec::new(
+        Opts::new(name, "The cachet build running (value 1)."),
+        &["version"],
+    )
+    .expect("valid metric definition");
+    g.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    r.register(name, g);
+}
+
+/// `process_*` metrics (CPU, memory, file descriptors, start time) where the OS gives them.
+fn process(registry: &Registry) {
+    #[cfg(target_os = "linux")]
+    {
+        let collector = prometheus::process_collector::ProcessCollector::for_self();
+        let _ = registry.register(Box::new(collector));
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = registry;
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -153,6 +226,21 @@ impl Metrics {
             0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
             1.0,
         ];
+        let bounded = || Some(Arc::new(LabelSet::new(MAX_HOOK_LABELS, Charset::Text)));
+        // A transformer keeps one label value across patches and invalidations.
+        let transformers = bounded();
+        let hooks = bounded();
+        build_info(r);
+        process(&r.registry);
+        let store_errors = counter(
+            r,
+            "cachet_store_errors_total",
+            "Session store operations that failed.",
+            &["operation"],
+        );
+        for operation in STORE_OPERATIONS {
+            store_errors.with_label_values(&[operation]);
+        }
         Metrics {
             requests: counter(r, "cachet_requests_total", "Provider requests handled.",
                 &["provider", "model", "endpoint", "status", "variant"]),
@@ -161,14 +249,17 @@ impl Metrics {
                 &["provider", "model", "variant", "kind"]),
             output_tokens: counter(r, "cachet_output_tokens_total", "Output tokens.",
                 &["provider", "model", "variant"]),
+            cache_write_tokens: counter(r, "cachet_cache_write_tokens_total",
+                "Input tokens written to the prompt cache, by the TTL they were written with (5m, 1h; unknown when the provider does not say).",
+                &["provider", "model", "variant", "ttl"]),
             prefix_breaks: counter(r, "cachet_prefix_breaks_total",
-                "Requests whose prefix differs from the session's previous request, by first differing section.",
-                &["provider", "section"]),
-            invalidations: counter(r, "cachet_cache_invalidations_total",
+                "Requests whose prefix differs from the session's previous request, by first differing section and why.",
+                &["provider", "section", "reason"]),
+            invalidations: Capped::new(counter(r, "cachet_cache_invalidations_total",
                 "Patch operations applied that changed cached content, by reason.",
-                &["transformer", "reason"]),
-            patches: counter(r, "cachet_patches_total", "Patch operations by outcome.",
-                &["transformer", "op", "outcome"]),
+                &["transformer", "reason"]), vec![transformers.clone(), bounded()]),
+            patches: Capped::new(counter(r, "cachet_patches_total", "Patch operations by outcome.",
+                &["transformer", "op", "outcome"]), vec![transformers, None, None]),
             cost_usd: fcounter(r, "cachet_cost_usd_total", "Cost of requests in USD.",
                 &["provider", "model", "variant"]),
             savings_usd: fcounter(r, "cachet_cache_savings_usd_total",
@@ -179,16 +270,27 @@ impl Metrics {
                 &["provider", "endpoint", "phase"], latency.clone()),
             overhead_duration: histogram(r, "cachet_overhead_duration_seconds",
                 "Time spent in cachet before forwarding a request.", &["endpoint"], overhead),
-            hook_duration: histogram(r, "cachet_hook_duration_seconds",
-                "External hook call duration.", &["hook"], latency),
-            hook_failures: counter(r, "cachet_hook_failures_total",
+            hook_duration: Capped::new(histogram(r, "cachet_hook_duration_seconds",
+                "External hook call duration.", &["hook"], latency), vec![hooks.clone()]),
+            hook_failures: Capped::new(counter(r, "cachet_hook_failures_total",
                 "External hook calls that failed (error, time-out, malformed answer).", &["hook"]),
+                vec![hooks]),
             stream_errors: counter(r, "cachet_stream_errors_total",
                 "Responses whose body broke off (upstream cut, idle time-out) or whose client went away.",
                 &["provider", "endpoint", "cause"]),
-            store_errors: counter(r, "cachet_store_errors_total",
-                "Session store operations that failed.", &["operation"]),
-            models: RwLock::new(HashSet::new()),
+            store_errors,
+            unknown_models: {
+                let c = IntCounter::new("cachet_unknown_models_total",
+                    "Answered requests whose model is not in the model table: their cost is not computed (the log names each model once).")
+                    .expect("valid metric definition");
+                r.register("cachet_unknown_models_total", c)
+            },
+            otlp_spans: counter(r, "cachet_otlp_spans_total",
+                "OpenTelemetry spans by outcome: exported, dropped (queue full), failed (export error).",
+                &["outcome"]),
+            in_flight: gauge(r, "cachet_requests_in_flight",
+                "Proxy requests received and not yet finished (response body included)."),
+            models: LabelSet::new(MAX_MODELS, Charset::Name),
             route_timers: Default::default(),
             token_counters: RwLock::new(HashMap::new()),
             registry: reg.registry,
@@ -198,44 +300,26 @@ impl Metrics {
 
     /// A bounded, sanitised model label.
     pub fn model_label(&self, model: &str) -> String {
-        // Fast path: a clean model name already seen.
-        if model.len() <= 64
-            && !model.is_empty()
-            && model
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-._:/@".contains(c))
-        {
-            if let Ok(seen) = self.models.read() {
-                if seen.contains(model) {
-                    return model.to_string();
-                }
-            }
-        }
-        let clean: String = model
-            .chars()
-            .take(64)
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || "-._:/@".contains(c) {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        if clean.is_empty() {
-            return "unknown".into();
-        }
-        let Ok(mut seen) = self.models.write() else {
-            return "other".into();
-        };
-        if seen.contains(&clean) {
-            return clean;
-        }
-        if seen.len() >= MAX_MODELS {
-            return "other".into();
-        }
-        seen.insert(clean.clone());
-        clean
+        self.models.get(model).into_owned()
+    }
+
+    /// Count a request in flight until the returned guard is dropped.
+    pub fn in_flight_guard(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    /// Count a prefix break: the section where the prompt stopped extending the session's
+    /// previous request, and why.
+    pub fn count_prefix_break(
+        &self,
+        provider: Provider,
+        section: SectionName,
+        reason: BreakReason,
+    ) {
+        self.prefix_breaks
+            .with_label_values(&[provider.label(), section.label(), reason.label()])
+            .inc();
     }
 
     /// The latency histograms of a route.
@@ -254,7 +338,8 @@ impl Metrics {
         })
     }
 
-    /// Count a finished request and its usage.
+    /// Count a finished request and its usage. Token series are created only by a request
+    /// that reports usage: a model list or a refused request makes no all-zero series.
     pub fn record_request(
         &self,
         provider: Provider,
@@ -264,23 +349,19 @@ impl Metrics {
         variant: &str,
         usage: Option<&Usage>,
     ) {
+        let (p, e) = (provider.label(), endpoint.label());
+        let Some(u) = usage else {
+            let label = self.models.get(model);
+            self.requests
+                .with_label_values(&[p, &label, e, status, variant])
+                .inc();
+            return;
+        };
         let counters = self.token_counters(provider, model, variant);
-        counters.requests(self, provider, endpoint, status).inc();
-        let Some(u) = usage else { return };
-        for (counter, n) in counters
-            .input
-            .iter()
-            .zip([u.cache_read, u.cache_write, u.uncached])
-        {
-            counter.inc_by(n);
-        }
-        counters.output.inc_by(u.output);
-        if let Some((info, cost, savings)) = &counters.priced {
-            cost.inc_by(info.cost_usd(u).max(0.0));
-            // A Prometheus counter cannot go down; cache writes that cost more than they saved
-            // show up in cost, not as negative savings.
-            savings.inc_by(info.savings_usd(u).max(0.0));
-        }
+        self.requests
+            .with_label_values(&[p, &counters.label, e, status, &counters.variant])
+            .inc();
+        counters.add(self, u);
     }
 
     fn token_counters(&self, provider: Provider, model: &str, variant: &str) -> Arc<TokenCounters> {
@@ -302,13 +383,20 @@ impl Metrics {
                     .with_label_values(&[p, &label, variant, kind])
             }),
             output: self.output_tokens.with_label_values(&[p, &label, variant]),
-            priced: crate::models::lookup(&label).map(|info| {
+            write_ttl: ["5m", "1h"].map(|ttl| {
+                self.cache_write_tokens
+                    .with_label_values(&[p, &label, variant, ttl])
+            }),
+            // Priced by the model as sent (the label may be `other`); an unknown model is
+            // logged once and not priced as another model.
+            priced: crate::models::price(model).map(|info| {
                 (
                     info,
                     self.cost_usd.with_label_values(&[p, &label, variant]),
                     self.savings_usd.with_label_values(&[p, &label, variant]),
                 )
             }),
+            provider: p,
             label,
             variant: variant.to_string(),
         });
@@ -322,7 +410,7 @@ impl Metrics {
         counters
     }
 
-    /// Names of every metric cachet exports.
+    /// Names of every metric cachet exports under its own prefix.
     pub fn names(&self) -> &[String] {
         &self.names
     }
@@ -422,5 +510,270 @@ mod tests {
         let text = String::from_utf8(m.render()).unwrap();
         assert!(text.contains("cachet_input_tokens_total{kind=\"cache_read\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",variant=\"none\"} 10"), "{text}");
         assert!(text.contains("cachet_output_tokens_total{model=\"claude-sonnet-4-5\",provider=\"anthropic\",variant=\"none\"} 4"));
+    }
+
+    fn anthropic_usage() -> Usage {
+        // Anthropic's usage with the TTL split: `cache_creation_input_tokens` is the sum of
+        // `cache_creation.ephemeral_5m_input_tokens` and `ephemeral_1h_input_tokens`.
+        let mut u = Usage::default();
+        crate::usage::merge_anthropic(
+            &mut u,
+            &serde_json::json!({
+                "input_tokens": 3, "cache_read_input_tokens": 100,
+                "cache_creation_input_tokens": 50,
+                "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 30},
+                "output_tokens": 7
+            }),
+        );
+        u
+    }
+
+    #[test]
+    fn cache_writes_by_ttl_add_up_to_cache_write_tokens() {
+        let m = Metrics::new();
+        let u = anthropic_usage();
+        // OpenAI-style writes carry no TTL.
+        let openai = crate::usage::from_openai_chat(&serde_json::json!({
+            "prompt_tokens": 100, "completion_tokens": 1,
+            "prompt_tokens_details": {"cached_tokens": 60, "cache_write_tokens": 40}
+        }));
+        m.record_request(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            "claude-sonnet-4-5",
+            "200",
+            "none",
+            Some(&u),
+        );
+        m.record_request(
+            Provider::OpenAi,
+            Endpoint::Chat,
+            "gpt-4o",
+            "200",
+            "none",
+            Some(&openai),
+        );
+        let text = String::from_utf8(m.render()).unwrap();
+        let ttl = |ttl: &str, model: &str| {
+            m.cache_write_tokens
+                .with_label_values(&[
+                    if model == "gpt-4o" {
+                        "openai"
+                    } else {
+                        "anthropic"
+                    },
+                    model,
+                    "none",
+                    ttl,
+                ])
+                .get()
+        };
+        assert_eq!(ttl("5m", "claude-sonnet-4-5"), 20);
+        assert_eq!(ttl("1h", "claude-sonnet-4-5"), 30);
+        for model in ["claude-sonnet-4-5", "gpt-4o"] {
+            let provider = if model == "gpt-4o" {
+                "openai"
+            } else {
+                "anthropic"
+            };
+            let by_ttl: u64 = ["5m", "1h", "unknown"].iter().map(|t| ttl(t, model)).sum();
+            let written = m
+                .input_tokens
+                .with_label_values(&[provider, model, "none", "cache_write"])
+                .get();
+            assert_eq!(by_ttl, written, "{model}: {text}");
+            assert!(written > 0);
+        }
+    }
+
+    #[test]
+    fn requests_without_usage_make_no_token_series() {
+        let m = Metrics::new();
+        // `GET /v1/models` and refused requests: no model, no usage.
+        m.record_request(
+            Provider::OpenAi,
+            Endpoint::Models,
+            "unknown",
+            "200",
+            "none",
+            None,
+        );
+        m.record_request(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            "unknown",
+            "400",
+            "none",
+            None,
+        );
+        let text = String::from_utf8(m.render()).unwrap();
+        for name in [
+            "cachet_input_tokens_total",
+            "cachet_output_tokens_total",
+            "cachet_cache_write_tokens_total",
+            "cachet_cost_usd_total",
+        ] {
+            assert!(
+                !text.contains(&format!("{name}{{")),
+                "{name} series made: {text}"
+            );
+        }
+        assert!(text.contains(r#"cachet_requests_total{endpoint="models",model="unknown",provider="openai",status="200",variant="none"} 1"#), "{text}");
+    }
+
+    #[test]
+    fn in_flight_counts_until_the_guard_is_dropped() {
+        let m = Metrics::new();
+        let a = m.in_flight_guard();
+        let b = m.in_flight_guard();
+        assert_eq!(m.in_flight.get(), 2);
+        drop(a);
+        assert_eq!(m.in_flight.get(), 1);
+        drop(b);
+        assert_eq!(m.in_flight.get(), 0);
+    }
+
+    #[test]
+    fn build_info_and_process_metrics_are_exported() {
+        let text = String::from_utf8(Metrics::new().render()).unwrap();
+        let version = env!("CARGO_PKG_VERSION");
+        assert!(
+            text.contains(&format!("cachet_build_info{{version=\"{version}\"}} 1")),
+            "{text}"
+        );
+        #[cfg(target_os = "linux")]
+        for name in [
+            "process_resident_memory_bytes",
+            "process_cpu_seconds_total",
+            "process_open_fds",
+        ] {
+            assert!(
+                text.contains(&format!("\n{name} ")),
+                "{name} missing: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn hook_chosen_labels_are_capped() {
+        let m = Metrics::new();
+        // A hook answer names its transformer and reason freely: one per request here.
+        for i in 0..MAX_HOOK_LABELS + 20 {
+            let name = format!("transformer-{i}");
+            m.patches
+                .with_label_values(&[&name, "system_part_set", "applied"])
+                .inc();
+            m.invalidations
+                .with_label_values(&[&name, &format!("reason {i}")])
+                .inc();
+            m.hook_failures
+                .with_label_values(&[&format!("hook-{i}")])
+                .inc();
+        }
+        let text = String::from_utf8(m.render()).unwrap();
+        for (name, label) in [
+            ("cachet_patches_total", "transformer"),
+            ("cachet_cache_invalidations_total", "reason"),
+            ("cachet_hook_failures_total", "hook"),
+        ] {
+            let series = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")))
+                .count();
+            assert_eq!(series, MAX_HOOK_LABELS + 1, "{name}: {text}");
+            assert!(text.contains(&format!("{label}=\"other\"")), "{name}");
+        }
+        // Counted all the same.
+        let total: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("cachet_patches_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!(total, (MAX_HOOK_LABELS + 20) as f64);
+    }
+
+    /// An unknown model is counted (no model label: the names are unbounded) and not
+    /// priced; a known one is priced by the model as sent.
+    #[test]
+    fn unknown_models_are_counted_and_not_priced() {
+        let m = Metrics::new();
+        let u = Usage {
+            uncached: 1_000_000,
+            ..Usage::default()
+        };
+        for model in [
+            "claude-opus-9-test",
+            "claude-opus-9-test",
+            "claude-opus-5-5",
+        ] {
+            m.record_request(
+                Provider::Anthropic,
+                Endpoint::Messages,
+                model,
+                "200",
+                "none",
+                Some(&u),
+            );
+        }
+        m.record_request(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            "claude-opus-9-test",
+            "400",
+            "none",
+            None,
+        );
+        assert_eq!(m.unknown_models.get(), 2);
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(text.contains("cachet_unknown_models_total 2"), "{text}");
+        assert!(!text.contains("cachet_cost_usd_total{model=\"claude-opus-9-test\""));
+        let opus = m
+            .cost_usd
+            .with_label_values(&["anthropic", "claude-opus-5-5", "none"])
+            .get();
+        assert!(
+            (opus - 4.0).abs() < 1e-9,
+            "Opus 5.5 input is $4 / MTok, got {opus}"
+        );
+    }
+
+    /// GPT-5.6 writes (`cache_write_tokens`) land in `kind="cache_write"` and are priced at
+    /// the write price, 1.25x input.
+    #[test]
+    fn openai_writes_are_counted_and_priced() {
+        let m = Metrics::new();
+        let u = crate::usage::from_openai_responses(&serde_json::json!({
+            "input_tokens": 1_000_000, "output_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 1_000_000}}));
+        m.record_request(
+            Provider::OpenAi,
+            Endpoint::Responses,
+            "gpt-5.6",
+            "200",
+            "none",
+            Some(&u),
+        );
+        let written = m
+            .input_tokens
+            .with_label_values(&["openai", "gpt-5.6", "none", "cache_write"])
+            .get();
+        assert_eq!(written, 1_000_000);
+        let cost = m
+            .cost_usd
+            .with_label_values(&["openai", "gpt-5.6", "none"])
+            .get();
+        assert!((cost - 5.0).abs() < 1e-9, "{cost}");
+    }
+
+    #[test]
+    fn prefix_breaks_carry_section_and_reason() {
+        let m = Metrics::new();
+        m.count_prefix_break(
+            Provider::Anthropic,
+            SectionName::System,
+            BreakReason::SystemChanged,
+        );
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(text.contains(r#"cachet_prefix_breaks_total{provider="anthropic",reason="system_changed",section="system"} 1"#), "{text}");
     }
 }

@@ -1,7 +1,14 @@
-//! Per-model facts (cache minimums, context windows, prices) from `data/models.toml`.
+//! Per-model facts (cache minimums, context windows, prices, cache behaviour) from
+//! `data/models.toml`, extended without a release by a user file (`--models PATH` or the
+//! `models` configuration field) whose rows are tried first.
+//!
+//! A model no row matches is *unknown*: it is never priced as another model. Its cost is
+//! not computed, it is logged once per name (for a bounded number of names) and counted
+//! in `cachet_unknown_models_total`.
 
-use std::collections::HashMap;
-use std::sync::{OnceLock, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Mutex, OnceLock, RwLock};
 
 use globset::{Glob, GlobMatcher};
 use serde::Deserialize;
@@ -9,6 +16,10 @@ use serde::Deserialize;
 use crate::usage::Usage;
 
 const DEFAULT_TABLE: &str = include_str!("../data/models.toml");
+
+/// Markers a request may carry where the provider takes explicit ones and the row does
+/// not say otherwise (Anthropic `cache_control`: at most 4 per request).
+const ANTHROPIC_BREAKPOINTS: u32 = 4;
 
 /// Facts about one model family. Prices are USD per million tokens.
 #[derive(Debug, Clone, Deserialize)]
@@ -24,6 +35,15 @@ pub struct ModelInfo {
     pub cache_read: f64,
     pub cache_write_5m: f64,
     pub cache_write_1h: f64,
+    /// Anthropic: with thinking on, thinking blocks of earlier turns stay in the prompt by
+    /// default (otherwise only the current turn's are kept). `context_management` can
+    /// change it per request.
+    #[serde(default)]
+    pub keeps_earlier_thinking: bool,
+    /// Explicit cache breakpoints a request may write: Anthropic `cache_control` (4 when
+    /// unset), OpenAI `prompt_cache_breakpoint` (GPT-5.6 and later; none when unset).
+    #[serde(default)]
+    pub cache_breakpoints: Option<u32>,
 }
 
 impl ModelInfo {
@@ -47,6 +67,17 @@ impl ModelInfo {
             (u.total_input() as f64 * self.input + u.output as f64 * self.output) / 1e6;
         without_cache - self.cost_usd(u)
     }
+
+    /// How many explicit cache breakpoints a request for this model may write (`None`:
+    /// the model takes none).
+    pub fn explicit_breakpoints(&self) -> Option<u32> {
+        let n = match self.cache_breakpoints {
+            Some(n) => n,
+            None if self.provider == "anthropic" => ANTHROPIC_BREAKPOINTS,
+            None => 0,
+        };
+        (n > 0).then_some(n)
+    }
 }
 
 #[derive(Deserialize)]
@@ -56,6 +87,7 @@ struct Table {
 }
 
 /// The model table with compiled globs.
+#[derive(Debug)]
 pub struct ModelTable {
     entries: Vec<(GlobMatcher, ModelInfo)>,
     /// Which entry each model name seen so far resolved to: the lookup runs per request.
@@ -68,8 +100,18 @@ const MEMO_LIMIT: usize = 1024;
 impl ModelTable {
     pub fn parse(text: &str) -> Result<Self, String> {
         let table: Table = toml::from_str(text).map_err(|e| e.to_string())?;
-        let mut entries = Vec::with_capacity(table.model.len());
-        for info in table.model {
+        Self::from_rows(table.model)
+    }
+
+    fn from_rows(rows: Vec<ModelInfo>) -> Result<Self, String> {
+        let mut entries = Vec::with_capacity(rows.len());
+        for info in rows {
+            if !matches!(info.provider.as_str(), "anthropic" | "openai") {
+                return Err(format!(
+                    "model `{}`: provider must be `anthropic` or `openai`, not `{}`",
+                    info.pattern, info.provider
+                ));
+            }
             let glob = Glob::new(&info.pattern)
                 .map_err(|e| format!("model glob `{}`: {e}", info.pattern))?
                 .compile_matcher();
@@ -81,7 +123,7 @@ impl ModelTable {
         })
     }
 
-    /// The built-in table.
+    /// The shipped table.
     pub fn builtin() -> &'static ModelTable {
         static TABLE: OnceLock<ModelTable> = OnceLock::new();
         TABLE.get_or_init(|| {
@@ -89,7 +131,23 @@ impl ModelTable {
         })
     }
 
-    /// The first entry matching `model`; the table ends with a catch-all.
+    /// `user` rows first, then `self`'s: a user row overrides a shipped one for the models
+    /// it matches.
+    pub fn merged_under(&self, user: ModelTable) -> ModelTable {
+        let rows = user
+            .entries
+            .into_iter()
+            .map(|(_, info)| info)
+            .chain(self.entries.iter().map(|(_, info)| info.clone()))
+            .collect();
+        // Both tables were validated row by row; their union is too.
+        Self::from_rows(rows).unwrap_or_else(|_| ModelTable {
+            entries: Vec::new(),
+            memo: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// The first entry matching `model`; `None` for a model the table does not know.
     pub fn lookup(&self, model: &str) -> Option<&ModelInfo> {
         let remembered = self.memo.read().ok().and_then(|m| m.get(model).copied());
         let index = match remembered {
@@ -108,49 +166,104 @@ impl ModelTable {
     }
 }
 
-/// Look a model up in the built-in table.
+/// The table in use: the shipped one, or the shipped one under a user file.
+static ACTIVE: RwLock<Option<&'static ModelTable>> = RwLock::new(None);
+
+fn active() -> &'static ModelTable {
+    ACTIVE
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(ModelTable::builtin)
+}
+
+/// Read a user model file (same format as `data/models.toml`). Errors name the file.
+pub fn read_user_table(path: &Path) -> Result<ModelTable, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    ModelTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Use `path`'s rows before the shipped ones for the rest of the process (`None`: the
+/// shipped table only).
+pub fn install_user_table(path: Option<&Path>) -> Result<(), String> {
+    let table: &'static ModelTable = match path {
+        // Installed once per process; leaking it lets lookups hand out `'static` rows.
+        Some(p) => Box::leak(Box::new(
+            ModelTable::builtin().merged_under(read_user_table(p)?),
+        )),
+        None => ModelTable::builtin(),
+    };
+    *ACTIVE
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(table);
+    Ok(())
+}
+
+/// Look a model up in the table in use (no side effect; see [`price`] for billing).
 pub fn lookup(model: &str) -> Option<&'static ModelInfo> {
-    ModelTable::builtin().lookup(model)
+    active().lookup(model)
+}
+
+/// How many explicit cache breakpoints a request for `model` may write: `Some(4)` for
+/// Anthropic models (`cache_control`) and OpenAI GPT-5.6 and later
+/// (`prompt_cache_breakpoint`), `None` for models that take none or are unknown.
+pub fn explicit_breakpoints(model: &str) -> Option<u32> {
+    lookup(model).and_then(ModelInfo::explicit_breakpoints)
+}
+
+/// The row to bill `model` by. An unknown model gets `None` (its cost is not computed) and
+/// is logged the first time it is seen.
+pub fn price(model: &str) -> Option<&'static ModelInfo> {
+    let info = lookup(model);
+    if info.is_none() {
+        note_unknown(model);
+    }
+    info
+}
+
+/// Unknown model names logged before the log stops naming new ones.
+const UNKNOWN_LOG_LIMIT: usize = 256;
+
+/// The unknown model names already logged, up to a limit (a client chooses the names).
+#[derive(Debug, Default)]
+struct UnknownNames {
+    seen: HashSet<String>,
+}
+
+impl UnknownNames {
+    /// Whether `model` should be logged now: the first time it is seen, while fewer than
+    /// `limit` names were logged. The last one logged says no more will be named.
+    fn first_sighting(&mut self, model: &str, limit: usize) -> Option<bool> {
+        if self.seen.len() >= limit || self.seen.contains(model) {
+            return None;
+        }
+        self.seen.insert(model.to_string());
+        Some(self.seen.len() == limit)
+    }
+}
+
+/// Log an unknown model once per name; returns whether this call logged it.
+pub fn note_unknown(model: &str) -> bool {
+    static SEEN: OnceLock<Mutex<UnknownNames>> = OnceLock::new();
+    let sighting = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .first_sighting(model, UNKNOWN_LOG_LIMIT);
+    let shown: String = model.chars().take(128).collect();
+    match sighting {
+        None => return false,
+        Some(false) => tracing::warn!(
+            model = %shown,
+            "model is not in the model table: its cost is not computed (add a row with --models)"
+        ),
+        Some(true) => tracing::warn!(
+            model = %shown,
+            "model is not in the model table: its cost is not computed (no further unknown models will be named)"
+        ),
+    }
+    true
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn table_parses_and_orders_specific_first() {
-        assert_eq!(
-            lookup("claude-opus-4-5-20251101")
-                .unwrap()
-                .min_cacheable_tokens,
-            4096
-        );
-        assert_eq!(
-            lookup("claude-sonnet-4-6").unwrap().min_cacheable_tokens,
-            2048
-        );
-        assert_eq!(
-            lookup("claude-sonnet-4-5-20250929")
-                .unwrap()
-                .min_cacheable_tokens,
-            1024
-        );
-        assert_eq!(lookup("gpt-4o-mini").unwrap().input, 0.15);
-    }
-
-    #[test]
-    fn mixed_ttl_cost() {
-        let m = lookup("claude-sonnet-4-5").unwrap();
-        let u = Usage {
-            cache_read: 1_000_000,
-            cache_write: 2_000_000,
-            cache_write_5m: 1_000_000,
-            cache_write_1h: 1_000_000,
-            uncached: 1_000_000,
-            output: 0,
-        };
-        // 0.30 read + 3.75 5m + 6.00 1h + 3.00 uncached
-        assert!((m.cost_usd(&u) - 13.05).abs() < 1e-9);
-        assert!((m.savings_usd(&u) - (12.0 - 13.05)).abs() < 1e-9);
-    }
-}
+mod tests;

@@ -12,8 +12,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use tokio::time::Sleep;
 
-use crate::error::{anthropic_stream_error_event, ErrorKind};
-use crate::providers::Endpoint;
+use crate::providers::{Endpoint, Terminal};
 use crate::sse;
 use crate::usage::{self, StreamUsage, Usage};
 
@@ -27,6 +26,9 @@ pub enum Outcome {
     Complete,
     /// The upstream broke off, or a stream ended without its terminal event.
     UpstreamCut(String),
+    /// The provider ended the stream with an error event (e.g. `overloaded_error` after
+    /// its 200): the client has it, but the answer is not complete.
+    UpstreamError,
     /// No chunk arrived within the idle time-out.
     IdleTimeout,
     /// The client went away before the end; the upstream request is dropped with it.
@@ -38,6 +40,7 @@ impl Outcome {
         match self {
             Outcome::Complete => "complete",
             Outcome::UpstreamCut(_) => "upstream_cut",
+            Outcome::UpstreamError => "upstream_error",
             Outcome::IdleTimeout => "idle_timeout",
             Outcome::ClientGone => "client_gone",
         }
@@ -50,6 +53,10 @@ pub struct TapResult {
     pub usage: Option<Usage>,
     /// The model the response names (the one that answered).
     pub model: Option<String>,
+    /// The response's id.
+    pub response_id: Option<String>,
+    /// The provider's cache diagnostics, when the request asked for them.
+    pub provider_diagnostics: Option<serde_json::Value>,
     pub outcome: Outcome,
     pub bytes: u64,
     pub events: u64,
@@ -64,8 +71,8 @@ pub type OnFinish = Box<dyn FnOnce(TapResult) + Send>;
 enum Reader {
     Sse {
         decoder: sse::Decoder,
-        usage: StreamUsage,
-        terminal_seen: bool,
+        usage: Box<StreamUsage>,
+        terminal: Option<Terminal>,
         keep_events: bool,
         kept: Vec<(String, Bytes)>,
     },
@@ -83,18 +90,6 @@ pub struct Tap {
     bytes: u64,
 }
 
-fn is_terminal(endpoint: Endpoint, event: &str, data: &[u8]) -> bool {
-    match endpoint {
-        Endpoint::Messages => event == "message_stop" || event == "error",
-        Endpoint::Chat => data == b"[DONE]",
-        Endpoint::Responses => matches!(
-            event,
-            "response.completed" | "response.incomplete" | "response.failed" | "error"
-        ),
-        _ => true,
-    }
-}
-
 impl Tap {
     /// A tap for a response; `sse` when the upstream answered `text/event-stream`.
     pub fn new(endpoint: Endpoint, sse: bool, keep_events: bool) -> Self {
@@ -103,8 +98,8 @@ impl Tap {
         } else if sse {
             Reader::Sse {
                 decoder: sse::Decoder::default(),
-                usage: StreamUsage::default(),
-                terminal_seen: false,
+                usage: Box::default(),
+                terminal: None,
                 keep_events,
                 kept: Vec::new(),
             }
@@ -128,13 +123,13 @@ impl Tap {
             Reader::Sse {
                 decoder,
                 usage,
-                terminal_seen,
+                terminal,
                 keep_events,
                 kept,
             } => decoder.feed(chunk, |ev| {
                 usage.on_event(endpoint, ev.event, ev.data);
-                if is_terminal(endpoint, ev.event, ev.data) {
-                    *terminal_seen = true;
+                if let Some(t) = endpoint.terminal(ev.event, ev.data) {
+                    terminal.get_or_insert(t);
                 }
                 if *keep_events {
                     kept.push((ev.event.to_string(), Bytes::copy_from_slice(ev.data)));
@@ -152,61 +147,40 @@ impl Tap {
         }
     }
 
-    /// Whether a stream that ends now ended properly.
-    pub fn complete(&self) -> bool {
+    /// How a stream that ends now ended: `None` without its terminal event.
+    pub fn terminal(&self) -> Option<Terminal> {
         match &self.reader {
-            Reader::Sse { terminal_seen, .. } => *terminal_seen,
-            _ => true,
+            Reader::Sse { terminal, .. } => *terminal,
+            _ => Some(Terminal::Done),
         }
     }
 
     pub fn finish(self, outcome: Outcome) -> TapResult {
         let endpoint = self.endpoint;
-        let (usage, model, events, json_body, kept_events) = match self.reader {
+        let (facts, events, json_body, kept_events) = match self.reader {
             Reader::Sse {
                 decoder,
                 usage,
                 kept,
                 ..
-            } => (
-                usage.usage(),
-                usage.model().map(str::to_string),
-                decoder.events,
-                None,
-                kept,
-            ),
+            } => (usage.facts(), decoder.events, None, kept),
             Reader::Json { copy, overflow } if !overflow => {
-                let (usage, model) = usage::read_response_body(endpoint, &copy);
-                (usage, model, 0, Some(Bytes::from(copy)), Vec::new())
+                let facts = usage::read_response_body(endpoint, &copy);
+                (facts, 0, Some(Bytes::from(copy)), Vec::new())
             }
-            _ => (None, None, 0, None, Vec::new()),
+            _ => (usage::ResponseFacts::default(), 0, None, Vec::new()),
         };
         TapResult {
-            usage,
-            model,
+            usage: facts.usage,
+            model: facts.model,
+            response_id: facts.id,
+            provider_diagnostics: facts.diagnostics,
             outcome,
             bytes: self.bytes,
             events,
             json_body,
             kept_events,
         }
-    }
-}
-
-/// What to send the client when a stream breaks after its 200: Anthropic and Responses
-/// streams get an `error` event (their SDKs raise it); Chat streams are aborted so the
-/// client's HTTP layer reports an incomplete body instead of a silently short answer.
-fn break_event(endpoint: Endpoint, message: &str) -> Option<Bytes> {
-    match endpoint {
-        Endpoint::Messages => Some(anthropic_stream_error_event(ErrorKind::BadGateway, message)),
-        Endpoint::Responses => {
-            let data = serde_json::json!({
-                "type": "error", "code": "upstream_stream_interrupted",
-                "message": message, "param": null,
-            });
-            Some(Bytes::from(format!("event: error\ndata: {data}\n\n")))
-        }
-        _ => None,
     }
 }
 
@@ -255,7 +229,11 @@ impl<S> TapStream<S> {
     ) -> Poll<Option<Result<Bytes, std::io::Error>>> {
         self.finish(outcome);
         self.ended = true;
-        match break_event(self.endpoint, message).filter(|_| self.sse) {
+        match self
+            .endpoint
+            .stream_break_event(message)
+            .filter(|_| self.sse)
+        {
             Some(event) => Poll::Ready(Some(Ok(event))),
             None => Poll::Ready(Some(Err(std::io::Error::other(message.to_string())))),
         }
@@ -288,9 +266,15 @@ where
                 this.broken(Outcome::UpstreamCut(msg.clone()), &msg)
             }
             Poll::Ready(None) => {
-                let complete = this.tap.as_ref().map(Tap::complete).unwrap_or(true);
-                if complete {
-                    this.finish(Outcome::Complete);
+                let terminal = this
+                    .tap
+                    .as_ref()
+                    .map_or(Some(Terminal::Done), Tap::terminal);
+                if let Some(terminal) = terminal {
+                    this.finish(match terminal {
+                        Terminal::Done => Outcome::Complete,
+                        Terminal::Error => Outcome::UpstreamError,
+                    });
                     this.ended = true;
                     Poll::Ready(None)
                 } else {

@@ -113,20 +113,39 @@ pub fn from_openai_responses(usage: &Value) -> Usage {
     )
 }
 
-/// Usage and the answering model from a complete, non-streaming response body, in one pass.
-pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> (Option<Usage>, Option<String>) {
-    // Only `usage` and `model` are built; the rest of the body (the reply itself) is only
+/// What cachet reads from a response besides the reply itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResponseFacts {
+    pub usage: Option<Usage>,
+    /// The model that answered.
+    pub model: Option<String>,
+    /// The response's id (`msg_…`, `chatcmpl-…`, `resp_…`).
+    pub id: Option<String>,
+    /// Anthropic's cache diagnostics, when the request asked for them.
+    pub diagnostics: Option<Value>,
+}
+
+/// Usage, model, id and cache diagnostics from a complete, non-streaming response body, in
+/// one pass.
+pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
+    // Only these fields are built; the rest of the body (the reply itself) is only
     // validated.
-    let (mut usage_at, mut model_at) = (None, None);
+    let (mut usage_at, mut model_at, mut id_at, mut diag_at) = (None, None, None, None);
     let valid = crate::json_check::check(body, |field| match &body[field.key] {
         b"usage" => usage_at = Some(field.value),
         b"model" => model_at = Some(field.value),
+        b"id" => id_at = Some(field.value),
+        b"diagnostics" => diag_at = Some(field.value),
         _ => {}
     });
     if valid.is_err() {
-        return (None, None);
+        return ResponseFacts::default();
     }
     let model = model_at.and_then(|r| serde_json::from_slice::<String>(&body[r]).ok());
+    let id = id_at.and_then(|r| serde_json::from_slice::<String>(&body[r]).ok());
+    let diagnostics = diag_at
+        .and_then(|r| serde_json::from_slice::<Value>(&body[r]).ok())
+        .filter(Value::is_object);
     let usage = usage_at
         .and_then(|r| serde_json::from_slice::<Value>(&body[r]).ok())
         .filter(Value::is_object)
@@ -142,7 +161,12 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> (Option<Usage>, Op
                 _ => return None,
             })
         });
-    (usage, model)
+    ResponseFacts {
+        usage,
+        model,
+        id,
+        diagnostics,
+    }
 }
 
 /// Reads usage from a stream's SSE events, one event at a time.
@@ -151,6 +175,8 @@ pub struct StreamUsage {
     usage: Option<Usage>,
     /// The model that answered, as the stream names it.
     model: Option<String>,
+    id: Option<String>,
+    diagnostics: Option<Value>,
 }
 
 impl StreamUsage {
@@ -179,6 +205,20 @@ impl StreamUsage {
         };
         if let Some(model) = model.and_then(Value::as_str) {
             self.model = Some(model.to_string());
+        }
+        let head = match endpoint {
+            Endpoint::Messages => v.get("message"),
+            Endpoint::Responses => v.get("response"),
+            _ => Some(&v),
+        };
+        if let Some(id) = head.and_then(|h| h.get("id")).and_then(Value::as_str) {
+            self.id.get_or_insert_with(|| id.to_string());
+        }
+        if let Some(d) = head
+            .and_then(|h| h.get("diagnostics"))
+            .filter(|d| d.is_object())
+        {
+            self.diagnostics = Some(d.clone());
         }
         match endpoint {
             Endpoint::Messages => {
@@ -216,6 +256,16 @@ impl StreamUsage {
     pub fn model(&self) -> Option<&str> {
         self.model.as_deref()
     }
+
+    /// Everything read from the stream.
+    pub fn facts(self) -> ResponseFacts {
+        ResponseFacts {
+            usage: self.usage,
+            model: self.model,
+            id: self.id,
+            diagnostics: self.diagnostics,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -230,7 +280,7 @@ mod tests {
             "cache_creation": {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 300},
             "output_tokens": 40}});
         let u = read_response_body(Endpoint::Messages, body.to_string().as_bytes())
-            .0
+            .usage
             .unwrap();
         assert_eq!(u.cache_read, 3000);
         assert_eq!(u.cache_write, 500);
@@ -247,6 +297,39 @@ mod tests {
         let u = from_openai_responses(&json!({"input_tokens": 1500, "output_tokens": 3,
             "input_tokens_details": {"cached_tokens": 1152}}));
         assert_eq!((u.cache_read, u.uncached), (1152, 348));
+    }
+
+    /// GPT-5.6 and later report writes beside reads, inside the input total:
+    /// openai-python `ResponseUsage.InputTokensDetails.cache_write_tokens` ("The number of
+    /// input tokens that were written to the cache") and Chat
+    /// `PromptTokensDetails.cache_write_tokens`.
+    #[test]
+    fn openai_cache_write_tokens_are_writes_inside_the_input_total() {
+        let done = json!({"type": "response.completed", "response": {"model": "gpt-5.6",
+            "usage": {"input_tokens": 5000, "output_tokens": 7, "total_tokens": 5007,
+                "input_tokens_details": {"cached_tokens": 3000, "cache_write_tokens": 1800},
+                "output_tokens_details": {"reasoning_tokens": 0}}}});
+        let mut s = StreamUsage::default();
+        s.on_event(
+            Endpoint::Responses,
+            "response.completed",
+            done.to_string().as_bytes(),
+        );
+        let u = s.usage().unwrap();
+        assert_eq!((u.cache_read, u.cache_write, u.uncached), (3000, 1800, 200));
+        assert_eq!((u.cache_write_5m, u.cache_write_1h), (0, 0));
+        assert_eq!(u.total_input(), 5000);
+
+        let chunk = json!({"id": "c", "model": "gpt-5.6", "choices": [],
+            "usage": {"prompt_tokens": 4096, "completion_tokens": 3, "total_tokens": 4099,
+                "prompt_tokens_details": {"cached_tokens": 2048, "cache_write_tokens": 1024}}});
+        let mut s = StreamUsage::default();
+        s.on_event(Endpoint::Chat, "", chunk.to_string().as_bytes());
+        let u = s.usage().unwrap();
+        assert_eq!(
+            (u.cache_read, u.cache_write, u.uncached),
+            (2048, 1024, 1024)
+        );
     }
 
     #[test]
@@ -288,14 +371,15 @@ mod tests {
         );
         assert_eq!(s.model(), Some("gpt-5-2025-08-07"));
 
-        let body = json!({"model": "claude-x", "content": [{"type": "text", "text": "\"model\""}],
+        let body = json!({"id": "msg_1", "model": "claude-x", "content": [{"type": "text", "text": "\"model\""}],
             "usage": {"input_tokens": 3, "output_tokens": 1}});
-        let (usage, model) = read_response_body(Endpoint::Messages, body.to_string().as_bytes());
-        assert_eq!(model.as_deref(), Some("claude-x"));
-        assert_eq!(usage.map(|u| u.uncached), Some(3));
+        let facts = read_response_body(Endpoint::Messages, body.to_string().as_bytes());
+        assert_eq!(facts.model.as_deref(), Some("claude-x"));
+        assert_eq!(facts.id.as_deref(), Some("msg_1"));
+        assert_eq!(facts.usage.map(|u| u.uncached), Some(3));
         assert_eq!(
             read_response_body(Endpoint::Messages, b"{\"model\":"),
-            (None, None)
+            ResponseFacts::default()
         );
     }
 }

@@ -14,7 +14,7 @@ use crate::error::ApiError;
 /// Markers allowed per request (explicit plus automatic).
 pub const MAX_MARKERS: usize = 4;
 /// Minimum when the model table has no entry.
-const FALLBACK_MIN_TOKENS: u64 = 1024;
+pub(super) const FALLBACK_MIN_TOKENS: u64 = 1024;
 
 /// A stored prefix: every block boundary inside it can be read.
 #[derive(Debug, Clone)]
@@ -101,6 +101,7 @@ impl AnthropicCache {
             cache_read: read,
             cache_write_1h: last_1h - read,
             cache_write_5m: last_write - last_1h,
+            cache_write_30m: 0,
             detail: Detail {
                 blocks: prompt.blocks.len(),
                 markers: markers
@@ -177,7 +178,7 @@ impl AnthropicCache {
 }
 
 /// Explicit markers plus the automatic one, in block order, validated like the API does.
-fn resolve_markers(prompt: &Prompt) -> Result<Vec<(usize, Ttl)>, ApiError> {
+pub(super) fn resolve_markers(prompt: &Prompt) -> Result<Vec<(usize, Ttl)>, ApiError> {
     let mut markers: Vec<(usize, Ttl)> = prompt
         .blocks
         .iter()

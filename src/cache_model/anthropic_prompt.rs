@@ -14,9 +14,7 @@ use serde_json::{Map, Value};
 use super::hash::{canonical_json, Chain, PrefixHash};
 use super::tokens;
 use crate::error::ApiError;
-
-/// Claude Code's per-request system block; not part of the cache key.
-pub const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
+use crate::providers::anthropic;
 
 /// Cache lifetime asked for by a marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -129,7 +127,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
     match obj.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => {
-            if s.starts_with(BILLING_HEADER_PREFIX) {
+            if anthropic::is_cache_neutral_system_text(s) {
                 unkeyed_tokens += tokens::count(s);
             } else if !s.is_empty() {
                 let canon = canonical_json(&text_block(s));
@@ -145,7 +143,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         Some(Value::Array(parts)) => {
             for (i, part) in parts.iter().enumerate() {
                 let text = part.get("text").and_then(Value::as_str).unwrap_or("");
-                if text.starts_with(BILLING_HEADER_PREFIX) {
+                if anthropic::is_cache_neutral_system_text(text) {
                     unkeyed_tokens += tokens::count(text);
                     continue;
                 }
@@ -181,9 +179,9 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         has_images,
     ]);
 
-    // With extended thinking, a user turn that is not only tool results drops the thinking
-    // blocks of earlier turns from the prompt: the messages after them change.
-    let strip_thinking = thinking_enabled(obj.get("thinking")) && !ends_with_tool_results(messages);
+    // Thinking blocks the provider drops (by model and `context_management`) are not part
+    // of the prompt: the messages after them no longer match earlier requests.
+    let thinking_kept = super::thinking::kept_by_message(obj, messages, model);
     for (mi, message) in messages.iter().enumerate() {
         let role = message
             .get("role")
@@ -204,7 +202,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
             Some(Value::Array(content)) => {
                 let mut pushed = 0;
                 for (ci, block) in content.iter().enumerate() {
-                    if strip_thinking && is_thinking(block) {
+                    if is_thinking(block) && !thinking_kept[mi] {
                         continue;
                     }
                     let path = format!("messages.{mi}.content.{ci}");
@@ -350,26 +348,6 @@ fn is_thinking(block: &Value) -> bool {
         block.get("type").and_then(Value::as_str),
         Some("thinking") | Some("redacted_thinking")
     )
-}
-
-fn thinking_enabled(thinking: Option<&Value>) -> bool {
-    matches!(
-        thinking.and_then(|t| t.get("type")).and_then(Value::as_str),
-        Some("enabled") | Some("adaptive")
-    )
-}
-
-/// Whether the last message is a user message made only of tool results.
-fn ends_with_tool_results(messages: &[Value]) -> bool {
-    let Some(last) = messages.last() else {
-        return false;
-    };
-    match last.get("content") {
-        Some(Value::Array(blocks)) if !blocks.is_empty() => blocks
-            .iter()
-            .all(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")),
-        _ => false,
-    }
 }
 
 fn is_markable(block: &Value) -> bool {

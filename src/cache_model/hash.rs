@@ -27,6 +27,19 @@ impl Chain {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
+        self.finish(h)
+    }
+
+    /// Mix raw bytes (length-prefixed, like one part) into the chain.
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> PrefixHash {
+        let mut h = Sha256::new();
+        h.update(self.state.to_le_bytes());
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+        self.finish(h)
+    }
+
+    fn finish(&mut self, h: Sha256) -> PrefixHash {
         let digest = h.finalize();
         let mut first = [0u8; 16];
         first.copy_from_slice(&digest[..16]);

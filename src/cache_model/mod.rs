@@ -5,9 +5,13 @@
 
 mod anthropic;
 pub mod anthropic_prompt;
+pub mod boundaries;
 mod clock;
+pub mod diagnosis;
 mod hash;
 mod openai;
+pub mod openai_prompt;
+pub mod thinking;
 pub mod tokens;
 mod usage_json;
 
@@ -17,13 +21,15 @@ mod tests_anthropic;
 mod tests_openai;
 #[cfg(test)]
 mod tests_props;
+#[cfg(test)]
+mod tests_thinking;
 
 use serde_json::Value;
 
 pub use anthropic::{AnthropicCache, MAX_MARKERS};
 pub use anthropic_prompt::Ttl;
 pub use clock::Clock;
-pub use openai::{OpenAiCache, MIN_CACHED_TOKENS, STEP_TOKENS};
+pub use openai::{OpenAiCache, MIN_CACHED_TOKENS, ROUTING_TOKENS, STEP_TOKENS};
 
 use crate::error::ApiError;
 use crate::providers::Endpoint;
@@ -48,6 +54,12 @@ pub struct CacheModelConfig {
     pub block_unit: BlockUnit,
     /// OpenAI idle expiry.
     pub openai_idle_secs: u64,
+    /// OpenAI machines a route can land on (not documented; with more, two different
+    /// `prompt_cache_key`s for one prefix share a machine less often).
+    pub openai_machines: usize,
+    /// Requests a minute for one prefix and `prompt_cache_key` before some overflow to
+    /// other machines (the prompt-caching guide: "approximately 15").
+    pub openai_overflow_per_minute: usize,
 }
 
 impl Default for CacheModelConfig {
@@ -56,6 +68,8 @@ impl Default for CacheModelConfig {
             lookback_blocks: 20,
             block_unit: BlockUnit::ContentBlock,
             openai_idle_secs: 600,
+            openai_machines: 8,
+            openai_overflow_per_minute: 15,
         }
     }
 }
@@ -88,7 +102,7 @@ pub struct Detail {
     /// Last block of the prefix read from cache.
     pub hit_block: Option<usize>,
     pub min_cacheable_tokens: u64,
-    /// OpenAI `prompt_cache_key` ("" when absent).
+    /// OpenAI `prompt_cache_key` ("" when absent): a routing hint, not a partition.
     pub partition: Option<String>,
 }
 
@@ -100,12 +114,14 @@ pub struct Accounting {
     pub cache_read: u64,
     pub cache_write_5m: u64,
     pub cache_write_1h: u64,
+    /// OpenAI writes (GPT-5.6 and later; `cache_write_tokens`, 30-minute minimum lifetime).
+    pub cache_write_30m: u64,
     pub detail: Detail,
 }
 
 impl Accounting {
     pub fn cache_write(&self) -> u64 {
-        self.cache_write_5m + self.cache_write_1h
+        self.cache_write_5m + self.cache_write_1h + self.cache_write_30m
     }
 
     /// Input tokens neither read from nor written to the cache.
@@ -145,12 +161,9 @@ impl CacheModel {
     ) -> Result<Accounting, ApiError> {
         match endpoint {
             Endpoint::Messages => self.anthropic.account(request, now_ms, &self.config),
-            Endpoint::Chat | Endpoint::Responses => self.openai.account(
-                endpoint,
-                request,
-                now_ms,
-                self.config.openai_idle_secs * 1000,
-            ),
+            Endpoint::Chat | Endpoint::Responses => {
+                self.openai.account(endpoint, request, now_ms, &self.config)
+            }
             other => Err(ApiError::invalid(format!(
                 "the cache model does not account `{}` requests",
                 other.label()

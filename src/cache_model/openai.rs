@@ -1,39 +1,67 @@
-//! OpenAI automatic prompt caching: prompts of 1024 tokens or more are stored whole; a
-//! later prompt reads the longest stored prefix, rounded down to a multiple of 128
-//! tokens. Entries are partitioned by model and `prompt_cache_key` and expire after an
-//! idle period (each hit or write renews them), or after 24 hours with
-//! `prompt_cache_retention: "24h"`.
+//! OpenAI prompt caching.
 //!
-//! The prompt is a sequence of segments (tools, output schema, instructions, messages or
-//! input items), each with a cumulative key; a prefix matches up to the last identical
-//! segment. Agents only append between turns, so this equals token-level matching there.
+//! Routing (developers.openai.com/api/docs/guides/prompt-caching): a request goes to a
+//! machine chosen by a hash of the start of its prompt (about the first 256 tokens)
+//! combined with `prompt_cache_key`; each machine has its own cache. The key is a routing
+//! hint, not a partition: requests with different keys but the same prefix usually land
+//! on different machines and miss, and hit when their routes meet on one machine. Above
+//! about 15 requests a minute for one prefix and key, requests overflow to other machines.
+//!
+//! Models before GPT-5.6: prompts of 1024 tokens or more are stored whole; a later prompt
+//! on the same machine reads its longest matching token prefix in whole blocks of 128
+//! tokens (1024, 1152, ...), so a long message whose end changed is still mostly read.
+//! No write is reported or billed.
+//!
+//! GPT-5.6 and later (openai-python `PromptCacheOptions` / `PromptCacheBreakpoint`): a
+//! request writes at its breakpoints, the exact end of a content part, not rounded:
+//! `implicit` mode (the default) one implicit breakpoint (the end of the prompt, here) and
+//! the latest three explicit ones; `explicit` mode the latest four explicit ones and no
+//! caching without any. Reads take the longest stored breakpoint prefix with no lookback
+//! limit. Writes are reported in `cache_write_tokens` (billed 1.25x input); entries live
+//! at least the `ttl` of 30 minutes.
+//!
+//! Entries expire after an idle period (each hit or write renews them), or after 24 hours
+//! with `prompt_cache_retention: "24h"`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
 
-use super::hash::{canonical_json, Chain, PrefixHash};
-use super::tokens::{self, OPENAI_IMAGE_TOKENS, OPENAI_MESSAGE_OVERHEAD};
-use super::{Accounting, Detail};
+use super::hash::{Chain, PrefixHash};
+use super::openai_prompt::{render, CacheMode, OpenAiPrompt};
+use super::{Accounting, CacheModelConfig, Detail, Marker};
 use crate::error::ApiError;
 use crate::providers::Endpoint;
 
-/// Shortest prompt that is cached.
+/// Shortest prompt (or breakpoint prefix) that is cached.
 pub const MIN_CACHED_TOKENS: u64 = 1024;
-/// Hits come in steps of this many tokens.
+/// Hits come in steps of this many tokens (models before GPT-5.6).
 pub const STEP_TOKENS: u64 = 128;
+/// Tokens of the prompt start that choose the machine.
+pub const ROUTING_TOKENS: usize = 256;
 /// Lifetime with `prompt_cache_retention: "24h"`.
 const EXTENDED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+/// The `ttl` of GPT-5.6 breakpoints: a minimum lifetime.
+const BREAKPOINT_TTL_MS: u64 = 30 * 60 * 1000;
+/// Explicit breakpoints written per request (GPT-5.6: "up to four").
+const MAX_WRITES: usize = 4;
+/// Routes remembered for the overflow rate before idle ones are dropped.
+const ROUTES_KEPT: usize = 4096;
 
-struct Segment {
-    key: PrefixHash,
-    cumulative_tokens: u64,
+/// One machine's stored prefixes of one model: token-block keys (before GPT-5.6) and
+/// breakpoint prefix keys (GPT-5.6 and later), each with its expiry.
+#[derive(Debug, Clone, Default)]
+struct Machine {
+    blocks: HashMap<PrefixHash, u64>,
+    entries: HashMap<PrefixHash, u64>,
 }
 
-/// Stored prefixes: partition → boundary key → expiry.
+/// The OpenAI caches of one account.
 #[derive(Debug, Clone, Default)]
 pub struct OpenAiCache {
-    partitions: HashMap<String, HashMap<PrefixHash, u64>>,
+    machines: HashMap<(String, usize), Machine>,
+    /// Recent request times per route, for the overflow rate.
+    recent: HashMap<u64, VecDeque<u64>>,
 }
 
 impl OpenAiCache {
@@ -42,196 +70,204 @@ impl OpenAiCache {
         endpoint: Endpoint,
         req: &Value,
         now_ms: u64,
-        idle_ms: u64,
+        config: &CacheModelConfig,
     ) -> Result<Accounting, ApiError> {
-        let (model, segments) = segments(endpoint, req)?;
-        let total = segments.last().map_or(0, |s| s.cumulative_tokens);
-        // `prompt_cache_retention: "24h"` keeps this request's entries for a day.
-        let keep_ms = match req.get("prompt_cache_retention").and_then(Value::as_str) {
-            Some("24h") => idle_ms.max(EXTENDED_RETENTION_MS),
-            _ => idle_ms,
-        };
-        let partition_name = req
-            .get("prompt_cache_key")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let partition = self
-            .partitions
-            .entry(format!("{model}\u{0}{partition_name}"))
+        let prompt = render(endpoint, req)?;
+        let explicit = takes_breakpoints(&prompt.model);
+        let keep_ms = lifetime_ms(&prompt, config);
+        let machine_id = self.route(&prompt, now_ms, config);
+        let machine = self
+            .machines
+            .entry((prompt.model.clone(), machine_id))
             .or_default();
-        partition.retain(|_, expires| *expires > now_ms);
-
-        let hit = segments
-            .iter()
-            .rposition(|s| partition.contains_key(&s.key));
-        let matched = hit.map_or(0, |i| segments[i].cumulative_tokens);
-        let cached = if matched >= MIN_CACHED_TOKENS {
-            matched / STEP_TOKENS * STEP_TOKENS
+        machine.blocks.retain(|_, expires| *expires > now_ms);
+        machine.entries.retain(|_, expires| *expires > now_ms);
+        let expires = now_ms + keep_ms;
+        let (read, written, hit, markers) = if explicit {
+            breakpoint_accounting(&prompt, machine, expires)
         } else {
-            0
+            block_accounting(&prompt, machine, expires)
         };
-        if let Some(i) = hit {
-            for s in &segments[..=i] {
-                partition.insert(s.key, now_ms + keep_ms);
-            }
-        }
-        if total >= MIN_CACHED_TOKENS {
-            for s in &segments {
-                partition.insert(s.key, now_ms + keep_ms);
-            }
-        }
         Ok(Accounting {
-            input_tokens: total,
-            cache_read: cached,
+            input_tokens: prompt.total_tokens(),
+            cache_read: read,
             cache_write_5m: 0,
             cache_write_1h: 0,
+            cache_write_30m: written,
             detail: Detail {
-                blocks: segments.len(),
-                markers: Vec::new(),
+                blocks: prompt.part_ends.len(),
+                markers,
                 hit_block: hit,
                 min_cacheable_tokens: MIN_CACHED_TOKENS,
-                partition: Some(partition_name),
+                partition: Some(prompt.cache_key.clone()),
             },
         })
     }
 
     /// Input tokens of a request as the accounting counts them.
     pub fn count_tokens(endpoint: Endpoint, req: &Value) -> Result<u64, ApiError> {
-        let (_, segments) = segments(endpoint, req)?;
-        Ok(segments.last().map_or(0, |s| s.cumulative_tokens))
+        Ok(render(endpoint, req)?.total_tokens())
+    }
+
+    /// The machine serving this request: a hash of the prompt start and the cache key,
+    /// or another machine once that route is over the per-minute rate.
+    fn route(&mut self, prompt: &OpenAiPrompt, now_ms: u64, config: &CacheModelConfig) -> usize {
+        let start = &prompt.tokens[..prompt.tokens.len().min(ROUTING_TOKENS)];
+        let bytes: Vec<u8> = start.iter().flat_map(|t| t.to_le_bytes()).collect();
+        let route =
+            Chain::new(&["route", &prompt.model, &prompt.cache_key]).push_bytes(&bytes) as u64;
+        let machines = config.openai_machines.max(1);
+        if self.recent.len() > ROUTES_KEPT {
+            self.recent
+                .retain(|_, times| times.back().is_some_and(|&t| t + 60_000 > now_ms));
+        }
+        let times = self.recent.entry(route).or_default();
+        while times.front().is_some_and(|&t| t + 60_000 <= now_ms) {
+            times.pop_front();
+        }
+        times.push_back(now_ms);
+        let home = (route % machines as u64) as usize;
+        let over = times
+            .len()
+            .saturating_sub(config.openai_overflow_per_minute.max(1));
+        if over == 0 || machines == 1 {
+            home
+        } else {
+            (home + 1 + (over - 1) % (machines - 1)) % machines
+        }
     }
 }
 
-fn segments(endpoint: Endpoint, req: &Value) -> Result<(String, Vec<Segment>), ApiError> {
-    let obj = req
-        .as_object()
-        .ok_or_else(|| ApiError::invalid("request body must be a JSON object"))?;
-    let model = obj
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::invalid("you must provide a model parameter"))?;
-    let mut out = Segments {
-        chain: Chain::new(&["openai"]),
-        list: Vec::new(),
-        total: 0,
+/// Whether `model` takes explicit breakpoints (GPT-5.6 and later, per the model table).
+pub(super) fn takes_breakpoints(model: &str) -> bool {
+    crate::models::lookup(model)
+        .is_some_and(|m| m.provider == "openai" && m.explicit_breakpoints().is_some())
+}
+
+/// Before GPT-5.6: the longest stored prefix in whole 128-token blocks; the whole prompt
+/// is stored when it reaches the minimum.
+fn block_accounting(
+    prompt: &OpenAiPrompt,
+    machine: &mut Machine,
+    expires: u64,
+) -> (u64, u64, Option<usize>, Vec<Marker>) {
+    let mut chain = Chain::new(&["blocks", &prompt.model]);
+    let keys: Vec<PrefixHash> = prompt
+        .tokens
+        .chunks_exact(STEP_TOKENS as usize)
+        .map(|block| {
+            let bytes: Vec<u8> = block.iter().flat_map(|t| t.to_le_bytes()).collect();
+            chain.push_bytes(&bytes)
+        })
+        .collect();
+    // Shorter prefixes of a stored prompt live at least as long as longer ones.
+    let hit = keys.iter().rposition(|k| machine.blocks.contains_key(k));
+    let matched = hit.map_or(0, |i| (i as u64 + 1) * STEP_TOKENS);
+    let read = if matched >= MIN_CACHED_TOKENS {
+        matched
+    } else {
+        0
     };
-    if let Some(Value::Array(tools)) = obj.get("tools") {
-        for tool in tools {
-            out.push(
-                &["tool", &canonical_json(tool)],
-                tokens::count(&tool.to_string()),
-            );
+    if let Some(i) = hit {
+        for k in &keys[..=i] {
+            machine.blocks.insert(*k, expires);
         }
     }
-    let schema = match endpoint {
-        Endpoint::Responses => obj.get("text").and_then(|t| t.get("format")),
-        _ => obj.get("response_format"),
-    };
-    if let Some(schema) = schema.filter(|s| !s.is_null()) {
-        out.push(
-            &["schema", &canonical_json(schema)],
-            tokens::count(&schema.to_string()),
-        );
-    }
-    match endpoint {
-        Endpoint::Responses => {
-            if let Some(instructions) = obj.get("instructions").and_then(Value::as_str) {
-                out.push(
-                    &["instructions", instructions],
-                    OPENAI_MESSAGE_OVERHEAD + tokens::count(instructions),
-                );
-            }
-            match obj.get("input") {
-                Some(Value::String(s)) => {
-                    out.push(&["user", s], OPENAI_MESSAGE_OVERHEAD + tokens::count(s))
-                }
-                Some(Value::Array(items)) => {
-                    for item in items {
-                        out.push(&["item", &canonical_json(item)], item_tokens(item));
-                    }
-                }
-                None | Some(Value::Null) => {}
-                Some(_) => {
-                    return Err(ApiError::invalid(
-                        "input: expected a string or an array of input items",
-                    ))
-                }
-            }
-        }
-        _ => {
-            let messages = obj
-                .get("messages")
-                .ok_or_else(|| ApiError::invalid("Missing required parameter: 'messages'."))?
-                .as_array()
-                .ok_or_else(|| {
-                    ApiError::invalid("Invalid type for 'messages': expected an array.")
-                })?;
-            for message in messages {
-                out.push(&["message", &canonical_json(message)], item_tokens(message));
-            }
+    if prompt.total_tokens() >= MIN_CACHED_TOKENS {
+        for k in &keys {
+            machine.blocks.insert(*k, expires);
         }
     }
-    Ok((model.to_string(), out.list))
+    (read, 0, hit, Vec::new())
 }
 
-struct Segments {
-    chain: Chain,
-    list: Vec<Segment>,
-    total: u64,
-}
-
-impl Segments {
-    fn push(&mut self, parts: &[&str], tokens: u64) {
-        self.total += tokens;
-        self.list.push(Segment {
-            key: self.chain.push(parts),
-            cumulative_tokens: self.total,
+/// GPT-5.6 and later: reads at stored breakpoint prefixes, writes at this request's
+/// breakpoints.
+fn breakpoint_accounting(
+    prompt: &OpenAiPrompt,
+    machine: &mut Machine,
+    expires: u64,
+) -> (u64, u64, Option<usize>, Vec<Marker>) {
+    // "If there are no explicit breakpoints, the request does not use prompt caching."
+    if prompt.mode == CacheMode::Explicit && prompt.breakpoints.is_empty() {
+        return (0, 0, None, Vec::new());
+    }
+    let keys = part_keys(prompt);
+    let at = |pos: usize| prompt.part_ends.binary_search(&pos).ok();
+    let hit = (0..keys.len()).rev().find(|&i| {
+        prompt.part_ends[i] as u64 >= MIN_CACHED_TOKENS && machine.entries.contains_key(&keys[i])
+    });
+    let read = hit.map_or(0, |i| prompt.part_ends[i] as u64);
+    if let Some(i) = hit {
+        machine.entries.insert(keys[i], expires);
+    }
+    let positions = write_positions(prompt);
+    let mut markers = Vec::new();
+    let mut furthest = read;
+    for pos in positions {
+        let Some(i) = at(pos) else { continue };
+        if (pos as u64) < MIN_CACHED_TOKENS {
+            continue;
+        }
+        machine.entries.insert(keys[i], expires);
+        markers.push(Marker {
+            block: i,
+            ttl: "30m",
+            prefix_tokens: pos as u64,
         });
+        furthest = furthest.max(pos as u64);
     }
+    (read, furthest - read, hit, markers)
 }
 
-/// A chat message or a Responses input item.
-fn item_tokens(item: &Value) -> u64 {
-    let str_field = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or("");
-    match item.get("type").and_then(Value::as_str) {
-        Some("function_call") => {
-            tokens::count(str_field("name")) + tokens::count(str_field("arguments"))
-        }
-        Some("function_call_output") => match item.get("output") {
-            Some(Value::String(s)) => tokens::count(s),
-            Some(other) => content_tokens(other),
-            None => 0,
-        },
-        Some("message") | None => {
-            let mut n = OPENAI_MESSAGE_OVERHEAD;
-            if let Some(content) = item.get("content") {
-                n += content_tokens(content);
-            }
-            if let Some(calls) = item.get("tool_calls").filter(|c| !c.is_null()) {
-                n += tokens::count(&calls.to_string());
-            }
-            n
-        }
-        Some(_) => tokens::count(&item.to_string()),
-    }
+/// The key of the prefix ending at each part end.
+pub(super) fn part_keys(prompt: &OpenAiPrompt) -> Vec<PrefixHash> {
+    let mut chain = Chain::new(&["breakpoints", &prompt.model]);
+    let mut start = 0;
+    prompt
+        .part_ends
+        .iter()
+        .map(|&end| {
+            let bytes: Vec<u8> = prompt.tokens[start..end]
+                .iter()
+                .flat_map(|t| t.to_le_bytes())
+                .collect();
+            start = end;
+            chain.push_bytes(&bytes)
+        })
+        .collect()
 }
 
-fn content_tokens(content: &Value) -> u64 {
-    match content {
-        Value::String(s) => tokens::count(s),
-        Value::Array(parts) => parts.iter().map(part_tokens).sum(),
-        Value::Null => 0,
-        other => tokens::count(&other.to_string()),
-    }
+/// Where a GPT-5.6+ request writes: the latest three explicit breakpoints and the end of
+/// the prompt (`implicit`), or the latest four explicit ones (`explicit`).
+pub(super) fn write_positions(prompt: &OpenAiPrompt) -> Vec<usize> {
+    let mut positions: Vec<usize> = match prompt.mode {
+        CacheMode::Implicit => {
+            let skip = prompt.breakpoints.len().saturating_sub(MAX_WRITES - 1);
+            let mut p = prompt.breakpoints[skip..].to_vec();
+            p.push(prompt.tokens.len());
+            p
+        }
+        CacheMode::Explicit => {
+            let skip = prompt.breakpoints.len().saturating_sub(MAX_WRITES);
+            prompt.breakpoints[skip..].to_vec()
+        }
+    };
+    positions.sort_unstable();
+    positions.dedup();
+    positions
 }
 
-fn part_tokens(part: &Value) -> u64 {
-    match part.get("type").and_then(Value::as_str) {
-        Some("text") | Some("input_text") | Some("output_text") => {
-            tokens::count(part.get("text").and_then(Value::as_str).unwrap_or(""))
-        }
-        Some("image_url") | Some("input_image") => OPENAI_IMAGE_TOKENS,
-        _ => tokens::count(&part.to_string()),
+/// How long a request's entries live.
+pub(super) fn lifetime_ms(prompt: &OpenAiPrompt, config: &CacheModelConfig) -> u64 {
+    let idle_ms = config.openai_idle_secs * 1000;
+    let mut keep_ms = if prompt.retention_24h {
+        idle_ms.max(EXTENDED_RETENTION_MS)
+    } else {
+        idle_ms
+    };
+    if takes_breakpoints(&prompt.model) {
+        keep_ms = keep_ms.max(BREAKPOINT_TTL_MS);
     }
+    keep_ms
 }

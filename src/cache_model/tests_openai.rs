@@ -60,20 +60,69 @@ fn above_1024_hits_are_multiples_of_128_of_the_longest_prefix() {
     assert_eq!(usage["total_tokens"], b.input_tokens + 5);
 }
 
+/// The prompt-caching guide: "Requests are routed to a machine based on a hash of the
+/// initial prefix of the prompt ... If you provide the prompt_cache_key parameter, it is
+/// combined with the prefix hash, allowing you to influence routing". A routing hint, not a
+/// partition: a key reads what the same key wrote, and different keys for one prefix miss
+/// only until their machine holds the prefix (this replaces a test that pinned a hard
+/// partition per key).
 #[test]
-fn prompt_cache_key_partitions_and_idle_entries_expire() {
+fn prompt_cache_key_is_a_routing_hint_not_a_partition() {
+    let mut m = CacheModel::default();
+    m.account(Endpoint::Chat, &chat(2000, Some("a")), 0)
+        .unwrap();
+    assert!(
+        m.account(Endpoint::Chat, &chat(2000, Some("a")), 1_000)
+            .unwrap()
+            .cache_read
+            > 0
+    );
+    let machines = CacheModelConfig::default().openai_machines;
+    let misses = (0..64)
+        .filter(|i| {
+            let key = format!("user-{i}");
+            m.account(Endpoint::Chat, &chat(2000, Some(&key)), 2_000 + i * 1_000)
+                .unwrap()
+                .cache_read
+                == 0
+        })
+        .count();
+    assert!(misses >= 2, "64 keys all routed to one machine");
+    assert!(
+        misses <= machines,
+        "{misses} misses: keys partitioned the cache"
+    );
+}
+
+/// "If requests for the same prefix and prompt_cache_key combination exceed a certain rate
+/// (approximately 15 requests per minute), some may overflow and get routed to additional
+/// machines, reducing cache effectiveness."
+#[test]
+fn over_fifteen_requests_a_minute_some_overflow_and_miss() {
+    let mut m = CacheModel::default();
+    let req = chat(2000, Some("busy"));
+    let reads: Vec<u64> = (0..30)
+        .map(|i| {
+            m.account(Endpoint::Chat, &req, i * 1_000)
+                .unwrap()
+                .cache_read
+        })
+        .collect();
+    assert_eq!(reads[0], 0);
+    assert!(reads[1..15].iter().all(|&r| r > 0), "{reads:?}");
+    assert!(reads[15..].contains(&0), "{reads:?}");
+    // A minute later the route is back on its home machine, which still holds the prefix.
+    assert!(m.account(Endpoint::Chat, &req, 120_000).unwrap().cache_read > 0);
+}
+
+#[test]
+fn idle_entries_expire_and_each_hit_renews_them() {
     let mut m = CacheModel::new(CacheModelConfig {
         openai_idle_secs: 60,
         ..Default::default()
     });
     m.account(Endpoint::Chat, &chat(2000, Some("a")), 0)
         .unwrap();
-    assert_eq!(
-        m.account(Endpoint::Chat, &chat(2000, Some("b")), 1)
-            .unwrap()
-            .cache_read,
-        0
-    );
     assert!(
         m.account(Endpoint::Chat, &chat(2000, Some("a")), 50_000)
             .unwrap()
@@ -93,6 +142,166 @@ fn prompt_cache_key_partitions_and_idle_entries_expire() {
             .cache_read,
         0
     );
+}
+
+/// "Caching is enabled automatically for prompts that are 1024 tokens or longer ... cache
+/// hits occur in increments of 128 tokens" of the longest matching prefix: matching is per
+/// token, so a long message whose last tenth changed is still read up to the change.
+#[test]
+fn a_long_message_whose_end_changed_reads_up_to_the_change_in_128_token_steps() {
+    let mut m = CacheModel::default();
+    let sentences: Vec<String> = (0..400)
+        .map(|i| format!("Line {i} of the design document explains one module. "))
+        .collect();
+    let message = |tail: &str| {
+        let mut text = sentences[..360].concat();
+        text.push_str(tail);
+        json!({"model": "gpt-4o", "messages": [
+            {"role": "system", "content": "You review documents."},
+            {"role": "user", "content": text}]})
+    };
+    let first = message(&sentences[360..].concat());
+    let first_a = m.account(Endpoint::Chat, &first, 0).unwrap();
+    let changed = message(&"This closing part was rewritten entirely. ".repeat(40));
+    let a = m.account(Endpoint::Chat, &changed, 1_000).unwrap();
+    assert_eq!(a.cache_read % 128, 0);
+    assert!(a.cache_read < first_a.input_tokens);
+    let share = a.cache_read as f64 / first_a.input_tokens as f64;
+    assert!(
+        (0.8..0.95).contains(&share),
+        "read {share:.2} of the first prompt"
+    );
+}
+
+/// GPT-5.6 and later (openai-python `PromptCacheOptions`): by default one implicit
+/// breakpoint; reads are exact, not rounded to 128 tokens; writes are reported as
+/// `cache_write_tokens`, inside `prompt_tokens` / `input_tokens`.
+#[test]
+fn gpt_5_6_implicit_mode_writes_the_prompt_and_reports_cache_write_tokens() {
+    let mut m = CacheModel::default();
+    let mut req = chat(2000, Some("s"));
+    req["model"] = json!("gpt-5.6");
+    let first = m.account(Endpoint::Chat, &req, 0).unwrap();
+    assert_eq!(
+        (first.cache_read, first.cache_write_30m),
+        (0, first.input_tokens)
+    );
+    let again = m.account(Endpoint::Chat, &req, 1_000).unwrap();
+    assert_eq!(
+        (again.cache_read, again.cache_write()),
+        (first.input_tokens, 0)
+    );
+    let mut longer = req.clone();
+    let msgs = longer["messages"].as_array_mut().unwrap();
+    msgs.push(json!({"role": "assistant", "content": "hi"}));
+    msgs.push(json!({"role": "user", "content": "more"}));
+    let b = m.account(Endpoint::Chat, &longer, 2_000).unwrap();
+    assert_eq!(
+        b.cache_read, first.input_tokens,
+        "an exact read, not rounded to 128"
+    );
+    assert_eq!(b.cache_write_30m, b.input_tokens - b.cache_read);
+    let usage = b.chat_usage_json(1);
+    assert_eq!(
+        usage["prompt_tokens_details"]["cache_write_tokens"],
+        b.cache_write_30m
+    );
+    assert_eq!(usage["prompt_tokens"], b.input_tokens);
+    let u = crate::usage::from_openai_chat(&usage);
+    assert_eq!(
+        (u.cache_read, u.cache_write),
+        (b.cache_read, b.cache_write_30m)
+    );
+    assert_eq!(u.total_input(), b.input_tokens);
+}
+
+fn developer_breakpoint(model: &str, mode: Option<&str>, question: &str) -> Value {
+    let mut req = json!({
+        "model": model,
+        "input": [
+            {"type": "message", "role": "developer", "content": [
+                {"type": "input_text", "text": "Project rules. ".repeat(700),
+                 "prompt_cache_breakpoint": {"mode": "explicit"}}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]}
+        ]
+    });
+    if let Some(mode) = mode {
+        req["prompt_cache_options"] = json!({"mode": mode, "ttl": "30m"});
+    }
+    req
+}
+
+/// `explicit` mode: "OpenAI does not create an implicit breakpoint and writes up to the
+/// latest four explicit breakpoints. If there are no explicit breakpoints, the request does
+/// not use prompt caching." A breakpoint "marks the exact end of a reusable prompt prefix".
+#[test]
+fn gpt_5_6_explicit_mode_writes_only_at_breakpoints() {
+    let mut m = CacheModel::default();
+    let q1 = developer_breakpoint("gpt-5.6", Some("explicit"), &"first question ".repeat(300));
+    let a = m.account(Endpoint::Responses, &q1, 0).unwrap();
+    let prefix = a.detail.markers[0].prefix_tokens;
+    assert_eq!(a.detail.markers.len(), 1);
+    assert_eq!((a.cache_read, a.cache_write_30m), (0, prefix));
+    assert!(prefix < a.input_tokens);
+    let q2 = developer_breakpoint("gpt-5.6", Some("explicit"), "second question");
+    let b = m.account(Endpoint::Responses, &q2, 1_000).unwrap();
+    assert_eq!((b.cache_read, b.cache_write_30m), (prefix, 0));
+    let usage = b.responses_usage_json(2);
+    assert_eq!(usage["input_tokens_details"]["cached_tokens"], prefix);
+    assert_eq!(usage["input_tokens_details"]["cache_write_tokens"], 0);
+
+    // No breakpoint in explicit mode: no caching at all, even on a repeat.
+    let mut bare = q2.clone();
+    bare["input"][0]["content"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("prompt_cache_breakpoint");
+    for t in [2_000, 3_000] {
+        let c = m.account(Endpoint::Responses, &bare, t).unwrap();
+        assert_eq!((c.cache_read, c.cache_write()), (0, 0));
+    }
+}
+
+/// Four writes at most: `explicit` writes the latest four breakpoints, `implicit` the
+/// latest three plus its implicit one.
+#[test]
+fn gpt_5_6_writes_at_most_four_breakpoints() {
+    let mut parts: Vec<Value> = (0..6)
+        .map(|i| {
+            json!({"type": "text", "text": format!("section {i} ").repeat(400),
+            "prompt_cache_breakpoint": {"mode": "explicit"}})
+        })
+        .collect();
+    parts.push(json!({"type": "text", "text": "the question"}));
+    let req = |mode: &str| {
+        json!({"model": "gpt-5.6", "prompt_cache_options": {"mode": mode},
+        "messages": [{"role": "user", "content": parts}]})
+    };
+    let mut m = CacheModel::default();
+    let explicit = m.account(Endpoint::Chat, &req("explicit"), 0).unwrap();
+    assert_eq!(explicit.detail.markers.len(), 4);
+    let mut m = CacheModel::default();
+    let implicit = m.account(Endpoint::Chat, &req("implicit"), 0).unwrap();
+    assert_eq!(implicit.detail.markers.len(), 4);
+    assert_eq!(
+        implicit.detail.markers.last().unwrap().prefix_tokens,
+        implicit.input_tokens
+    );
+    let bad = json!({"model": "gpt-5.6", "prompt_cache_options": {"mode": "sometimes"},
+        "messages": [{"role": "user", "content": "x"}]});
+    assert!(m.account(Endpoint::Chat, &bad, 1).is_err());
+}
+
+/// Models before GPT-5.6 take no breakpoints and bill no writes.
+#[test]
+fn models_before_gpt_5_6_ignore_breakpoints_and_report_no_writes() {
+    let mut m = CacheModel::default();
+    let q = developer_breakpoint("gpt-5", None, "a question");
+    let a = m.account(Endpoint::Responses, &q, 0).unwrap();
+    assert_eq!(a.cache_write(), 0);
+    assert!(a.detail.markers.is_empty());
+    let b = m.account(Endpoint::Responses, &q, 1_000).unwrap();
+    assert_eq!(b.cache_read, b.input_tokens / 128 * 128);
 }
 
 #[test]

@@ -26,7 +26,11 @@ fn arb_json() -> impl Strategy<Value = Value> {
                         Just("content".to_string()),
                         Just("cache_control".to_string()),
                         Just("role".to_string()),
-                        Just("input".to_string())
+                        Just("input".to_string()),
+                        Just("prompt_cache_breakpoint".to_string()),
+                        Just("mode".to_string()),
+                        Just("keep".to_string()),
+                        Just("edits".to_string())
                     ],
                     inner
                 ),
@@ -57,6 +61,21 @@ proptest! {
         let _ = m.account(Endpoint::Chat, &chat, 0);
         let responses = json!({"model": "gpt-5", "input": req["messages"].clone(), "instructions": req["system"].clone()});
         let _ = m.account(Endpoint::Responses, &responses, 0);
+        // GPT-5.6 explicit caching, thinking retention and diagnostics on the same input.
+        let explicit = json!({"model": "gpt-5.6", "input": req["messages"].clone(),
+            "prompt_cache_options": req["tools"].clone()});
+        let _ = m.account(Endpoint::Responses, &explicit, 0);
+        let thinking = json!({"model": "claude-opus-4-1", "messages": req["messages"].clone(),
+            "thinking": {"type": "enabled"}, "context_management": req["system"].clone()});
+        let _ = m.account(Endpoint::Messages, &thinking, 0);
+        let config = super::CacheModelConfig::default();
+        for (endpoint, body) in [(Endpoint::Messages, &req), (Endpoint::Chat, &chat), (Endpoint::Responses, &explicit)] {
+            let _ = super::boundaries::Boundaries::of(endpoint, body, &config);
+        }
+        if let (Ok(a), Ok(b)) = (super::diagnosis::Fingerprint::of(&req), super::diagnosis::Fingerprint::of(&thinking)) {
+            let _ = a.diverges_from(&b);
+            let _ = b.diverges_from(&a);
+        }
     }
 
     #[test]

@@ -30,13 +30,18 @@ impl Accounting {
         })
     }
 
-    /// Chat Completions: `cached_tokens` is inside `prompt_tokens`.
+    /// Chat Completions: `cached_tokens` and `cache_write_tokens` are inside
+    /// `prompt_tokens` (openai-python `PromptTokensDetails`).
     pub fn chat_usage_json(&self, output_tokens: u64) -> Value {
         json!({
             "prompt_tokens": self.input_tokens,
             "completion_tokens": output_tokens,
             "total_tokens": self.input_tokens + output_tokens,
-            "prompt_tokens_details": { "cached_tokens": self.cache_read, "audio_tokens": 0 },
+            "prompt_tokens_details": {
+                "cached_tokens": self.cache_read,
+                "cache_write_tokens": self.cache_write_30m,
+                "audio_tokens": 0,
+            },
             "completion_tokens_details": {
                 "reasoning_tokens": 0,
                 "audio_tokens": 0,
@@ -46,11 +51,15 @@ impl Accounting {
         })
     }
 
-    /// Responses: `cached_tokens` is inside `input_tokens`.
+    /// Responses: `cached_tokens` and `cache_write_tokens` are inside `input_tokens`
+    /// (openai-python `ResponseUsage.InputTokensDetails`).
     pub fn responses_usage_json(&self, output_tokens: u64) -> Value {
         json!({
             "input_tokens": self.input_tokens,
-            "input_tokens_details": { "cached_tokens": self.cache_read },
+            "input_tokens_details": {
+                "cached_tokens": self.cache_read,
+                "cache_write_tokens": self.cache_write_30m,
+            },
             "output_tokens": output_tokens,
             "output_tokens_details": { "reasoning_tokens": 0 },
             "total_tokens": self.input_tokens + output_tokens,

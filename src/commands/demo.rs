@@ -324,6 +324,7 @@ async fn bind_proxy(preferred: Option<SocketAddr>) -> SocketAddr {
 }
 
 pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
+    crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
     let emulator = emulator::spawn(
         TcpListener::bind("127.0.0.1:0").await?,
         EmulatorOptions::default(),
@@ -339,7 +340,7 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     config.server.admin_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.server.shutdown_grace_secs = 5;
     if !args.once {
-        crate::commands::serve::init_logging(&config);
+        crate::telemetry::init_logging(&config);
     }
     let stable = stabilized_run(&config).await?;
     let proxy = crate::transport::server::spawn(config).await?;

@@ -34,30 +34,10 @@ pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
         config.record.dir = Some(d.clone());
     }
     config.policies.strict |= args.strict;
+    if let Some(m) = &args.models.models {
+        config.models = Some(m.clone());
+    }
     Ok(config)
-}
-
-/// Set up structured logs once (text or JSON), `RUST_LOG` overriding the configured level.
-pub fn init_logging(config: &Config) {
-    use tracing_subscriber::filter::LevelFilter;
-    use tracing_subscriber::EnvFilter;
-    let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.level.clone());
-    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
-    // A plain level is checked once per call site; a full filter (`cachet=debug,...`) is
-    // evaluated per event, which costs measurably on the request path.
-    let _ = match (spec.trim().parse::<LevelFilter>(), config.log.format) {
-        (Ok(level), crate::config::LogFormat::Json) => {
-            builder.with_max_level(level).json().try_init()
-        }
-        (Ok(level), crate::config::LogFormat::Text) => builder.with_max_level(level).try_init(),
-        (Err(_), format) => {
-            let builder = builder.with_env_filter(EnvFilter::new(spec));
-            match format {
-                crate::config::LogFormat::Json => builder.json().try_init(),
-                crate::config::LogFormat::Text => builder.try_init(),
-            }
-        }
-    };
 }
 
 /// Wait for Ctrl-C or SIGTERM.
@@ -85,7 +65,8 @@ pub async fn shutdown_signal() {
 
 pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = config_from_args(&args)?;
-    init_logging(&config);
+    crate::telemetry::init_logging(&config);
+    crate::models::install_user_table(config.models.as_deref()).map_err(anyhow::Error::msg)?;
     let handle = server::spawn(config).await?;
     println!(
         "cachet listening on http://{} (admin: http://{}/metrics)",

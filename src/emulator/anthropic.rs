@@ -18,10 +18,11 @@ fn content_and_stop(turn: &Turn) -> (Value, &'static str) {
     }
 }
 
-/// The non-streaming response body.
-pub fn message(turn: &Turn) -> Value {
+/// The non-streaming response body, with the cache `diagnostics` object when the request
+/// asked for one.
+pub fn message(turn: &Turn, diagnostics: Option<&Value>) -> Value {
     let (block, stop) = content_and_stop(turn);
-    json!({
+    let mut message = json!({
         "id": turn.id("msg_"),
         "type": "message",
         "role": "assistant",
@@ -30,13 +31,17 @@ pub fn message(turn: &Turn) -> Value {
         "stop_reason": stop,
         "stop_sequence": null,
         "usage": turn.accounting.anthropic_usage_json(turn.output_tokens),
-    })
+    });
+    if let Some(d) = diagnostics {
+        message["diagnostics"] = d.clone();
+    }
+    message
 }
 
-/// The streaming events, in the API's order.
-pub fn events(turn: &Turn) -> Vec<Bytes> {
+/// The streaming events, in the API's order (`diagnostics` rides on `message_start`).
+pub fn events(turn: &Turn, diagnostics: Option<&Value>) -> Vec<Bytes> {
     let (block, stop) = content_and_stop(turn);
-    let mut start = message(turn);
+    let mut start = message(turn, diagnostics);
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
     start["usage"] = turn.accounting.anthropic_usage_json(1);

@@ -1,6 +1,6 @@
 //! Fault injection, chosen per request with the header `x-cachet-emulate-fault`: a
 //! comma-separated list of `429`, `500`, `529`, `cut:N`, `error-event:N`,
-//! `slow-first-byte:MS`, `slow-events:MS`.
+//! `slow-first-byte:MS`, `slow-events:MS`, `diagnostics-unavailable`.
 
 use std::time::Duration;
 
@@ -23,6 +23,8 @@ pub struct Faults {
     pub error_event_after: Option<usize>,
     pub first_byte_delay: Option<Duration>,
     pub event_delay: Option<Duration>,
+    /// Cache diagnostics answer `unavailable` (the provider could not compare).
+    pub diagnostics_unavailable: bool,
 }
 
 impl Faults {
@@ -55,10 +57,11 @@ impl Faults {
                     faults.first_byte_delay = Some(Duration::from_millis(number()?))
                 }
                 "slow-events" => faults.event_delay = Some(Duration::from_millis(number()?)),
+                "diagnostics-unavailable" => faults.diagnostics_unavailable = true,
                 _ => {
                     return Err(ApiError::invalid(format!(
                         "{HEADER}: unknown fault `{item}` (expected 429, 500, 529, cut:N, \
-                         error-event:N, slow-first-byte:MS or slow-events:MS)"
+                         error-event:N, slow-first-byte:MS, slow-events:MS or diagnostics-unavailable)"
                     )))
                 }
             }

@@ -11,6 +11,7 @@ mod models;
 pub mod reply;
 mod responses;
 mod routes;
+pub mod tool_loop;
 mod turn;
 
 use std::net::SocketAddr;
@@ -98,18 +99,15 @@ pub async fn spawn(
     })
 }
 
-/// `cachet emulate`: serve until Ctrl-C. The tool-call script is read from
-/// `CACHET_EMULATE_TOOL_CALLS` (`first` or a tool name).
+/// `cachet emulate`: serve until Ctrl-C.
 pub async fn run_emulate(args: EmulateArgs) -> anyhow::Result<()> {
+    crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
     let mut opts = EmulatorOptions::default();
     if let Some(text) = args.reply {
         opts.reply.text = text;
     }
-    opts.reply.tool_calls = match std::env::var("CACHET_EMULATE_TOOL_CALLS").ok().as_deref() {
-        None | Some("") | Some("never") => ToolCalls::Never,
-        Some("first") => ToolCalls::FirstOffered,
-        Some(name) => ToolCalls::Named(name.to_string()),
-    };
+    opts.reply.tool_calls = ToolCalls::parse(args.tool_calls.as_deref().unwrap_or(""));
+    opts.reply.max_tool_steps = args.tool_steps;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;

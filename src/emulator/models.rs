@@ -3,6 +3,10 @@
 use serde_json::{json, Value};
 
 const ANTHROPIC: &[(&str, &str)] = &[
+    ("claude-opus-5-5", "Claude Opus 5.5"),
+    ("claude-sonnet-5-5", "Claude Sonnet 5.5"),
+    ("claude-opus-5", "Claude Opus 5"),
+    ("claude-sonnet-5", "Claude Sonnet 5"),
     ("claude-opus-4-6", "Claude Opus 4.6"),
     ("claude-sonnet-4-6", "Claude Sonnet 4.6"),
     ("claude-opus-4-5", "Claude Opus 4.5"),
@@ -10,7 +14,14 @@ const ANTHROPIC: &[(&str, &str)] = &[
     ("claude-haiku-4-5", "Claude Haiku 4.5"),
 ];
 
-const OPENAI: &[&str] = &["gpt-5", "gpt-5-mini", "gpt-4.1", "gpt-4o", "gpt-4o-mini"];
+const OPENAI: &[&str] = &[
+    "gpt-5.6",
+    "gpt-5",
+    "gpt-5-mini",
+    "gpt-4.1",
+    "gpt-4o",
+    "gpt-4o-mini",
+];
 
 pub fn anthropic_list() -> Value {
     let data: Vec<Value> = ANTHROPIC

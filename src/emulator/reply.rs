@@ -1,13 +1,15 @@
 //! What the emulator answers: deterministic text, or a scripted tool call so agent tool
 //! loops can be exercised.
 //!
-//! A tool call is made only when the request offers tools and its last message is not a
-//! tool result; after a tool result the reply is text, so a loop always ends.
+//! A tool call is made only when the request offers tools and fewer than
+//! [`ReplyScript::max_tool_steps`] tool steps followed the user's prompt (see
+//! [`super::tool_loop`]); then the reply is text, so a loop always ends.
 //! Per request, the header `x-cachet-emulate-reply` overrides the script:
 //! `text`, `text:SOME REPLY`, `tool` (the first offered tool) or `tool:NAME`.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use super::tool_loop::{allowed_tool, example_input, steps_since_prompt};
 use crate::error::ApiError;
 use crate::providers::Endpoint;
 
@@ -20,17 +22,36 @@ pub enum ToolCalls {
     /// Always answer with text.
     #[default]
     Never,
-    /// Call the first offered tool.
+    /// Call the first offered tool on the allow-list
+    /// ([`super::tool_loop::ALLOWED_TOOLS`]; text when none is offered).
+    FirstAllowed,
+    /// Call the first offered tool, whatever it is (asked for per request).
     FirstOffered,
     /// Call this tool when it is offered (text otherwise).
     Named(String),
 }
+
+impl ToolCalls {
+    /// `never` (or empty), `first`, or a tool name: the values of `--tool-calls`.
+    pub fn parse(value: &str) -> ToolCalls {
+        match value.trim() {
+            "" | "never" => ToolCalls::Never,
+            "first" => ToolCalls::FirstAllowed,
+            name => ToolCalls::Named(name.to_string()),
+        }
+    }
+}
+
+/// Tool steps per user prompt unless configured otherwise.
+pub const DEFAULT_TOOL_STEPS: u32 = 1;
 
 /// The configured reply behaviour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyScript {
     pub text: String,
     pub tool_calls: ToolCalls,
+    /// Tool calls in a row after one user prompt; the next reply is text.
+    pub max_tool_steps: u32,
 }
 
 impl Default for ReplyScript {
@@ -38,6 +59,7 @@ impl Default for ReplyScript {
         ReplyScript {
             text: DEFAULT_TEXT.to_string(),
             tool_calls: ToolCalls::Never,
+            max_tool_steps: DEFAULT_TOOL_STEPS,
         }
     }
 }
@@ -81,13 +103,16 @@ impl ReplyScript {
                 )))
             }
         };
-        if tool_calls == ToolCalls::Never || ends_with_tool_result(endpoint, req) {
+        if tool_calls == ToolCalls::Never
+            || steps_since_prompt(endpoint, req) >= self.max_tool_steps
+        {
             return Ok(Reply::Text(text));
         }
         let tools = offered_tools(endpoint, req);
         let chosen = match &tool_calls {
             ToolCalls::Named(name) => tools.iter().find(|(n, _)| n == name),
-            _ => tools.first(),
+            ToolCalls::FirstOffered => tools.first(),
+            _ => allowed_tool(&tools),
         };
         Ok(match chosen {
             Some((name, schema)) => Reply::ToolCall {
@@ -121,55 +146,6 @@ fn offered_tools(endpoint: Endpoint, req: &Value) -> Vec<(String, Value)> {
             ))
         })
         .collect()
-}
-
-fn ends_with_tool_result(endpoint: Endpoint, req: &Value) -> bool {
-    match endpoint {
-        Endpoint::Chat => req
-            .get("messages")
-            .and_then(Value::as_array)
-            .and_then(|m| m.last())
-            .is_some_and(|m| m.get("role").and_then(Value::as_str) == Some("tool")),
-        Endpoint::Responses => req
-            .get("input")
-            .and_then(Value::as_array)
-            .and_then(|m| m.last())
-            .is_some_and(|m| m.get("type").and_then(Value::as_str) == Some("function_call_output")),
-        _ => req
-            .get("messages")
-            .and_then(Value::as_array)
-            .and_then(|m| m.last())
-            .and_then(|m| m.get("content"))
-            .and_then(Value::as_array)
-            .is_some_and(|blocks| {
-                blocks
-                    .iter()
-                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-            }),
-    }
-}
-
-/// A deterministic argument object satisfying the schema's required properties.
-fn example_input(schema: &Value) -> Value {
-    let mut out = Map::new();
-    let required = schema.get("required").and_then(Value::as_array);
-    let props = schema.get("properties").and_then(Value::as_object);
-    for name in required.into_iter().flatten().filter_map(Value::as_str) {
-        let ty = props
-            .and_then(|p| p.get(name))
-            .and_then(|p| p.get("type"))
-            .and_then(Value::as_str)
-            .unwrap_or("string");
-        let value = match ty {
-            "integer" | "number" => Value::from(1),
-            "boolean" => Value::from(true),
-            "array" => Value::Array(Vec::new()),
-            "object" => Value::Object(Map::new()),
-            _ => Value::from(format!("example {name}")),
-        };
-        out.insert(name.to_string(), value);
-    }
-    Value::Object(out)
 }
 
 #[cfg(test)]

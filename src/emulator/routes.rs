@@ -1,8 +1,9 @@
 //! Request handling: route, inject faults, account the cache, render the reply.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -15,6 +16,7 @@ use super::fault::{self, Faults};
 use super::reply::ReplyScript;
 use super::turn::Turn;
 use super::{anthropic, chat, models, responses, EmulatorOptions};
+use crate::cache_model::diagnosis::{diagnostics_json, CacheMissReason, Fingerprint};
 use crate::cache_model::{Accounting, CacheModel, Clock};
 use crate::error::{error_body, ApiError, ErrorKind};
 use crate::providers::{Endpoint, Provider};
@@ -25,6 +27,10 @@ pub const LOG_CAPACITY: usize = 10_000;
 /// The providers' request size limit.
 const BODY_LIMIT: usize = 32 * 1024 * 1024;
 const REPLY_HEADER: &str = "x-cachet-emulate-reply";
+/// The beta that turns on Anthropic's cache diagnostics.
+pub const DIAGNOSIS_BETA: &str = "cache-diagnosis-2026-04-07";
+/// Request fingerprints kept for cache diagnostics (the oldest are forgotten).
+pub const DIAGNOSIS_CAPACITY: usize = 1024;
 
 /// One accounted request.
 #[derive(Debug, Clone)]
@@ -41,6 +47,8 @@ pub struct Shared {
     script: ReplyScript,
     seq: AtomicU64,
     log: Mutex<VecDeque<Accounted>>,
+    /// Fingerprints by response id, oldest first, for cache diagnostics.
+    fingerprints: Mutex<(HashMap<String, Fingerprint>, VecDeque<String>)>,
 }
 
 impl Shared {
@@ -51,24 +59,84 @@ impl Shared {
             script: opts.reply.clone(),
             seq: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
+            fingerprints: Mutex::new((HashMap::new(), VecDeque::new())),
         }
+    }
+
+    /// Cache diagnostics for a Messages request sent with the beta: remember its
+    /// fingerprint under `message_id`, and compare it with the request that
+    /// `diagnostics.previous_message_id` names. `None` when the request has no
+    /// `diagnostics` object (nothing is added to the response).
+    fn diagnose(
+        &self,
+        request: &Value,
+        message_id: &str,
+        unavailable: bool,
+    ) -> Result<Option<Value>, ApiError> {
+        let current = Fingerprint::of(request)?;
+        let mut store = recover(&self.fingerprints);
+        let reason = match request.get("diagnostics") {
+            None | Some(Value::Null) => None,
+            Some(d) => Some(match d.get("previous_message_id") {
+                None | Some(Value::Null) => None,
+                Some(_) if unavailable => Some(CacheMissReason::Unavailable),
+                Some(Value::String(id)) => match store.0.get(id) {
+                    Some(previous) => current.diverges_from(previous),
+                    None => Some(CacheMissReason::PreviousMessageNotFound),
+                },
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "diagnostics.previous_message_id: Input should be a valid string",
+                    ))
+                }
+            }),
+        };
+        let (by_id, order) = &mut *store;
+        if order.len() >= DIAGNOSIS_CAPACITY {
+            if let Some(oldest) = order.pop_front() {
+                by_id.remove(&oldest);
+            }
+        }
+        by_id.insert(message_id.to_string(), current);
+        order.push_back(message_id.to_string());
+        Ok(reason.map(|r| diagnostics_json(r.as_ref())))
     }
 
     pub fn log_snapshot(&self) -> Vec<Accounted> {
-        self.log
-            .lock()
-            .map(|l| l.iter().cloned().collect())
-            .unwrap_or_default()
+        recover(&self.log).iter().cloned().collect()
     }
 
     fn record(&self, entry: Accounted) {
-        if let Ok(mut log) = self.log.lock() {
-            if log.len() == LOG_CAPACITY {
-                log.pop_front();
-            }
-            log.push_back(entry);
+        let mut log = recover(&self.log);
+        if log.len() == LOG_CAPACITY {
+            log.pop_front();
         }
+        log.push_back(entry);
     }
+
+    /// Account one request on the shared cache model. A panic inside the model (a bug) is
+    /// answered as a 500 for this request only: the lock it poisoned is taken back, so the
+    /// next request is served as usual.
+    fn account(&self, endpoint: Endpoint, request: &Value) -> Result<Accounting, ApiError> {
+        let now_ms = self.clock.now_ms();
+        let mut cache = recover(&self.cache);
+        catch_unwind(AssertUnwindSafe(|| {
+            cache.account(endpoint, request, now_ms)
+        }))
+        .unwrap_or_else(|_| {
+            tracing::error!("the emulator's cache model panicked on a request");
+            Err(ApiError::new(
+                ErrorKind::Internal,
+                "the emulator could not account this request",
+            ))
+        })
+    }
+}
+
+/// The guarded value, also after a panic elsewhere poisoned the lock: the emulator's
+/// state stays usable (at worst one request's accounting is incomplete).
+fn recover<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Which family answers: by path for generation endpoints, by headers otherwise.
@@ -146,6 +214,8 @@ async fn generate(
     };
     let faults = Faults::parse(header(fault::HEADER).as_deref())?;
     let reply_header = header(REPLY_HEADER);
+    let diagnosis_beta = header("anthropic-beta")
+        .is_some_and(|betas| betas.split(',').any(|b| b.trim() == DIAGNOSIS_BETA));
     let request = read_json(req).await?;
     if let Some(delay) = faults.first_byte_delay {
         tokio::time::sleep(delay).await;
@@ -174,13 +244,7 @@ async fn generate(
     let reply = shared
         .script
         .decide(reply_header.as_deref(), endpoint, &request)?;
-    let accounting = {
-        let mut cache = shared
-            .cache
-            .lock()
-            .map_err(|_| ApiError::new(ErrorKind::Internal, "the cache model is unavailable"))?;
-        cache.account(endpoint, &request, shared.clock.now_ms())?
-    };
+    let accounting = shared.account(endpoint, &request)?;
     let output_tokens = reply.output_tokens();
     shared.record(Accounted {
         endpoint,
@@ -197,6 +261,11 @@ async fn generate(
         output_tokens,
         created: shared.clock.now_secs(),
     };
+    let diagnostics = if endpoint == Endpoint::Messages && diagnosis_beta {
+        shared.diagnose(&request, &turn.id("msg_"), faults.diagnostics_unavailable)?
+    } else {
+        None
+    };
     let stream = request
         .get("stream")
         .and_then(Value::as_bool)
@@ -211,7 +280,7 @@ async fn generate(
                 chat::chunks(&turn, include_usage)
             }
             Endpoint::Responses => responses::events(&turn),
-            _ => anthropic::events(&turn),
+            _ => anthropic::events(&turn, diagnostics.as_ref()),
         };
         let mut events = events;
         if let Some(n) = faults.error_event_after {
@@ -233,7 +302,7 @@ async fn generate(
     let value = match endpoint {
         Endpoint::Chat => chat::completion(&turn),
         Endpoint::Responses => responses::response(&turn, true),
-        _ => anthropic::message(&turn),
+        _ => anthropic::message(&turn, diagnostics.as_ref()),
     };
     let body = whole_body(Bytes::from(value.to_string()), faults.cut_after);
     Ok(json_response(provider, request_id, StatusCode::OK, body))
@@ -316,4 +385,32 @@ fn error_response(provider: Provider, request_id: &str, err: &ApiError) -> Respo
             .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poisoned_cache_lock_does_not_take_the_emulator_down() {
+        let shared = Arc::new(Shared::new(&EmulatorOptions::default(), Clock::at_ms(0)));
+        let poisoner = shared.clone();
+        let _ = std::thread::spawn(move || {
+            let _cache = poisoner.cache.lock();
+            let _log = poisoner.log.lock();
+            panic!("poison both locks");
+        })
+        .join();
+        assert!(shared.cache.is_poisoned() && shared.log.is_poisoned());
+        let req = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+        let a = shared.account(Endpoint::Chat, &req).unwrap();
+        assert!(a.input_tokens > 0);
+        shared.record(Accounted {
+            endpoint: Endpoint::Chat,
+            model: "gpt-4o".into(),
+            accounting: a,
+            output_tokens: 1,
+        });
+        assert_eq!(shared.log_snapshot().len(), 1);
+    }
 }

@@ -1,8 +1,31 @@
 //! Anthropic content blocks and their `cache_control` markers, edited by splicing: adding,
 //! changing or removing a marker rewrites only the bytes of that entry.
 
-use super::breakpoints::Ttl;
 use super::scan::{self, Span};
+
+/// A marker lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord, Hash)]
+pub enum Ttl {
+    #[default]
+    FiveMinutes,
+    OneHour,
+}
+
+impl Ttl {
+    pub fn label(self) -> &'static str {
+        match self {
+            Ttl::FiveMinutes => "5m",
+            Ttl::OneHour => "1h",
+        }
+    }
+
+    pub fn seconds(self) -> u64 {
+        match self {
+            Ttl::FiveMinutes => 300,
+            Ttl::OneHour => 3600,
+        }
+    }
+}
 
 /// One cacheable block: a tool definition, a system block or a message content block.
 #[derive(Debug, Clone)]
@@ -72,6 +95,14 @@ pub(crate) fn message_blocks(b: &[u8]) -> Vec<Block> {
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// The byte ranges of an Anthropic message's content blocks.
+pub fn content_block_spans(b: &[u8]) -> Vec<Span> {
+    message_blocks(b)
+        .into_iter()
+        .map(|block| block.span)
+        .collect()
 }
 
 /// Splice the object at `span` so that it carries `want` as its marker; returns the edit

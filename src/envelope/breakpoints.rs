@@ -15,16 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use super::blocks::{self, Block};
+use super::blocks::{self, Block, Ttl};
 use super::Envelope;
-
-/// A marker lifetime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Ttl {
-    #[default]
-    FiveMinutes,
-    OneHour,
-}
 
 /// How cache markers are placed (Anthropic only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -114,6 +106,35 @@ fn slots(env: &Envelope) -> Vec<Slot<'_>> {
         }
     }
     out
+}
+
+impl Envelope {
+    /// Every content block of the tools, the system prompt and the first `history`
+    /// messages, in prompt order: its marker, and the history message it sits in. Empty for
+    /// APIs without markers.
+    pub fn prefix_markers(&self, history: usize) -> Vec<(Option<Ttl>, Option<u32>)> {
+        if !matches!(
+            self.endpoint,
+            crate::providers::Endpoint::Messages | crate::providers::Endpoint::CountTokens
+        ) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for tool in &self.tools {
+            let b = self.bytes_of(&tool.raw);
+            out.push((blocks::object_block(b, 0..b.len()).marker, None));
+        }
+        for i in 0..self.system.len() {
+            let b = self.system_block_bytes(i);
+            out.push((blocks::object_block(&b, 0..b.len()).marker, None));
+        }
+        for (i, m) in self.cached.iter().take(history).enumerate() {
+            for block in blocks::message_blocks(self.bytes_of(&m.raw)) {
+                out.push((block.marker, Some(i as u32)));
+            }
+        }
+        out
+    }
 }
 
 /// Answers "is the prompt up to slot k at least the model's minimum?". Tokens never

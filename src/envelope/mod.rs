@@ -19,14 +19,13 @@ mod view;
 
 use bytes::Bytes;
 
-use crate::providers::{Endpoint, Provider};
+use crate::providers::{turns, Endpoint, MsgKind, Provider};
 
-pub use blocks::count_markers;
-pub use breakpoints::{BreakpointMode, Ttl, MAX_MARKERS};
+pub use blocks::{content_block_spans, count_markers, Ttl};
+pub use breakpoints::{BreakpointMode, MAX_MARKERS};
 pub use client::{detect_client, Client, Meta};
 pub use compile::CompileOptions;
 pub use message::neutral_to_provider;
-pub(crate) use message::{check_boundary, MsgKind};
 pub(crate) use scan::Span;
 
 /// The bytes of one element: a range of the client's body, or bytes cachet produced.
@@ -191,20 +190,36 @@ impl Envelope {
         self.uncached.iter().map(|m| self.bytes_of(&m.raw))
     }
 
-    /// Index in the history of the last user prompt: the last user message with text or
-    /// images and no tool results (the start of the current turn).
-    pub fn last_user_prompt_index(&self) -> Option<usize> {
+    /// What each history message is, in order.
+    pub fn history_kinds(&self) -> Vec<MsgKind> {
         self.cached
             .iter()
-            .rposition(|m| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)).is_user_prompt())
+            .map(|m| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)))
+            .collect()
     }
 
-    /// Number of user prompts in the history (turns started so far, this one included).
-    pub fn user_prompt_count(&self) -> usize {
-        self.cached
+    /// Index in the history where the current turn's prompt starts (see
+    /// [`crate::providers::turns`]): the `before_last_user_prompt` insertion point.
+    pub fn last_user_prompt_index(&self) -> Option<usize> {
+        turns::last_prompt_start(&self.history_kinds())
+    }
+
+    /// `meta.turn_index` of this history: user prompts before the current one.
+    pub fn turn_index(&self) -> u64 {
+        turns::turn_index(&self.history_kinds())
+    }
+
+    /// The current turn's prompt: where it starts in the history, and its text (the user
+    /// messages of the turn, joined by newlines). What memory retrieval runs against.
+    pub fn latest_user_prompt(&self) -> Option<(usize, String)> {
+        let range = turns::last_prompt_range(&self.history_kinds())?;
+        let texts: Vec<String> = self.cached[range.clone()]
             .iter()
-            .filter(|m| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)).is_user_prompt())
-            .count()
+            .map(|m| self.bytes_of(&m.raw))
+            .filter(|b| MsgKind::of(self.endpoint, b).is_user_content())
+            .map(|b| crate::providers::text_of(self.endpoint, b))
+            .collect();
+        Some((range.start, texts.join("\n")))
     }
 
     /// The raw value of a top-level field as the client sent it (after option edits).

@@ -8,7 +8,6 @@
 pub mod ab;
 pub mod mode;
 pub mod notes;
-pub mod prompt;
 pub mod source;
 pub mod turn;
 pub mod turn_cache;
@@ -16,7 +15,6 @@ pub mod turn_cache;
 pub use ab::{choose_arm, variant_label};
 pub use mode::{memory_message, ops_for, wrap, Mode, Placement, MEMORY_CLOSE, MEMORY_OPEN};
 pub use notes::NotesIndex;
-pub use prompt::latest_user_prompt;
 pub use source::{Source, SourceError, SourceSpec};
 pub use turn::{inject_for_turn, Injection, ModeChoice, TurnInjection};
 pub use turn_cache::{Fetched, TurnCache, TurnKey};

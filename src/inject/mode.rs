@@ -88,7 +88,7 @@ pub fn ops_for(mode: Mode, part: &str, content: &str) -> Placement {
     }
     let reason = |what: &str| Some(format!("memory injection ({what})"));
     let insert = || Op::MessagesInsert {
-        at: "before_last_user_prompt".into(),
+        at: crate::patch::Selector::BeforeLastUserPrompt,
         messages: vec![memory_message(content)],
         invalidate_cache_reason: reason(mode.label()),
     };

@@ -4,12 +4,10 @@
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::ops::{HandlerResult, Op, PartSpec};
+use super::ops::{HandlerResult, Op, PartSpec, Selector};
 use super::refusal::{ApplyReport, OpOutcome, PatchRefusal, RefusalReason};
-use crate::envelope::{
-    check_boundary, neutral_to_provider, Element, Envelope, MsgKind, SystemPart,
-};
-use crate::providers::Endpoint;
+use crate::envelope::{neutral_to_provider, Element, Envelope, SystemPart};
+use crate::providers::{check_boundary, Endpoint, MsgKind};
 
 type OpResult = Result<(), RefusalReason>;
 
@@ -265,33 +263,19 @@ fn check_sequence(
     Ok(())
 }
 
-fn insert(env: &mut Envelope, at: &str, messages: &[Value]) -> OpResult {
+fn insert(env: &mut Envelope, at: &Selector, messages: &[Value]) -> OpResult {
     let len = env.cached.len();
-    let (index, injected) = match at {
-        "end" => (len, false),
-        "before_last_user_prompt" => {
-            let i = env.last_user_prompt_index().ok_or_else(|| {
-                RefusalReason::BadSelector("the history has no user prompt".into())
-            })?;
-            (i, true)
-        }
-        _ => {
-            let n = at
-                .strip_prefix("index:")
-                .and_then(|n| n.trim().parse::<usize>().ok())
-                .ok_or_else(|| {
-                    RefusalReason::BadSelector(format!(
-                        "`{at}` is not before_last_user_prompt, index:N or end"
-                    ))
-                })?;
-            if n > len {
-                return Err(RefusalReason::BadSelector(format!(
-                    "index {n} is past the end of the history ({len} messages)"
-                )));
+    let prompt = env.last_user_prompt_index();
+    let index = at.position(len, prompt).ok_or_else(|| {
+        RefusalReason::BadSelector(match at {
+            Selector::BeforeLastUserPrompt => "the history has no user prompt".into(),
+            Selector::Index(n) => {
+                format!("index {n} is past the end of the history ({len} messages)")
             }
-            (n, false)
-        }
-    };
+            Selector::End => "the history has no end".into(),
+        })
+    })?;
+    let injected = *at == Selector::BeforeLastUserPrompt;
     let mut new = convert_all(env.endpoint, messages)?;
     let prev = index
         .checked_sub(1)

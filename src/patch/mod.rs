@@ -5,7 +5,7 @@ mod apply;
 pub mod ops;
 pub mod refusal;
 
-pub use ops::{Display, HandlerResult, Op, Scope};
+pub use ops::{Display, HandlerResult, Op, Scope, Selector};
 pub use refusal::{
     parse_handler_result, parse_ops, ApplyReport, OpOutcome, PatchRefusal, RefusalReason,
 };

@@ -19,6 +19,62 @@ pub struct PartSpec {
     pub text: String,
 }
 
+/// Where `messages_insert` puts its messages. Written `before_last_user_prompt` (the start
+/// of the current turn), `index:N` or `end`; parsed here and nowhere else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Selector {
+    BeforeLastUserPrompt,
+    Index(usize),
+    End,
+}
+
+impl std::str::FromStr for Selector {
+    type Err = String;
+
+    fn from_str(at: &str) -> Result<Self, String> {
+        match at.trim() {
+            "before_last_user_prompt" => Ok(Selector::BeforeLastUserPrompt),
+            "end" => Ok(Selector::End),
+            other => other
+                .strip_prefix("index:")
+                .and_then(|n| n.trim().parse().ok())
+                .map(Selector::Index)
+                .ok_or_else(|| format!("`{at}` is not before_last_user_prompt, index:N or end")),
+        }
+    }
+}
+
+impl TryFrom<String> for Selector {
+    type Error = String;
+
+    fn try_from(at: String) -> Result<Self, String> {
+        at.parse()
+    }
+}
+
+impl From<Selector> for String {
+    fn from(at: Selector) -> String {
+        match at {
+            Selector::BeforeLastUserPrompt => "before_last_user_prompt".into(),
+            Selector::Index(n) => format!("index:{n}"),
+            Selector::End => "end".into(),
+        }
+    }
+}
+
+impl Selector {
+    /// The history position it resolves to, given the history's length and where the
+    /// current turn's prompt starts. `None` when it points nowhere.
+    pub fn position(self, history_len: usize, last_user_prompt: Option<usize>) -> Option<usize> {
+        match self {
+            Selector::End => Some(history_len),
+            Selector::BeforeLastUserPrompt => last_user_prompt,
+            Selector::Index(n) => (n <= history_len).then_some(n),
+        }
+    }
+}
+
 /// One patch operation. Messages are either the neutral `{role, content}` form (role `user`,
 /// `assistant` or `custom`) or the provider's own message shape; adapters convert them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,8 +121,7 @@ pub enum Op {
         invalidate_cache_reason: Option<String>,
     },
     MessagesInsert {
-        /// `before_last_user_prompt`, `index:N` or `end`.
-        at: String,
+        at: Selector,
         messages: Vec<Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         invalidate_cache_reason: Option<String>,

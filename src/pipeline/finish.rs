@@ -7,17 +7,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::assemble::assistant_message;
 use super::handlers::Shaping;
 use super::history::HistoryMap;
-use super::shape::{client_history, Shaped};
+use super::shape::Shaped;
 use super::{Pipeline, RequestCtx};
 use crate::envelope::Envelope;
+use crate::measure::PromptShape;
 use crate::policy::{ContextReason, TemplateVars};
-use crate::providers::{Endpoint, Route};
+use crate::providers::Route;
 use crate::replay::trace::Record;
 use crate::session::{self, Entry, RequestDraft, SessionContext};
 use crate::tap::{Outcome, TapResult};
@@ -42,6 +41,8 @@ pub struct ShapedAfter {
     pub policy_names: Vec<String>,
     /// Messages of the request-only tail at the end of what was sent.
     pub uncached_tail: usize,
+    /// Every patch of the request so far, for the session log.
+    pub patches: Vec<session::PatchEvent>,
     pub variant: Option<String>,
     /// A `context(turn_end)` handler or hook will want the assistant message.
     pub wants_assistant: bool,
@@ -51,7 +52,7 @@ impl Pipeline {
     /// The response body ended: metrics and the trace record now, the rest in a task.
     pub(super) fn finish(
         self: Arc<Self>,
-        ctx: RequestCtx,
+        mut ctx: RequestCtx,
         shaped: Shaped,
         trace: Option<Record>,
         status: u16,
@@ -64,6 +65,12 @@ impl Pipeline {
             _ => ctx.model.clone(),
         };
         self.count_finished(ctx.route, &model, &shaped.variant, status, sent, &result);
+        ctx.telemetry.take().finish(crate::telemetry::Finished {
+            status,
+            outcome: result.outcome.label(),
+            usage: result.usage.as_ref(),
+            response_model: result.model.as_deref(),
+        });
         if let (Some(recorder), Some(mut record)) = (&self.recorder, trace) {
             record.usage = result.usage;
             record.status = Some(status);
@@ -117,17 +124,6 @@ impl Pipeline {
             variant,
             result.usage.as_ref(),
         );
-        tracing::info!(
-            provider = labels[0],
-            endpoint = labels[1],
-            status,
-            outcome = result.outcome.label(),
-            cache_read = result.usage.map(|u| u.cache_read),
-            cache_write = result.usage.map(|u| u.cache_write),
-            uncached = result.usage.map(|u| u.uncached),
-            ms = sent.elapsed().as_millis() as u64,
-            "request done"
-        );
     }
 
     /// Off the request path: `context(turn_end)`, then the session log entry.
@@ -141,38 +137,44 @@ impl Pipeline {
     ) {
         let usage = result.usage;
         let complete = result.outcome == Outcome::Complete && (200..300).contains(&status);
+        let mut patches = Vec::new();
         let (session_ctx, uncached_tail, variant, turn_index) = match shaped.after {
             After::Nothing => return,
             After::Observe => {
-                let Ok(value) = serde_json::from_slice::<Value>(&ctx.body) else {
+                // A body that does not parse went out unchecked; the provider answered it.
+                let (Ok(value), Ok(env)) = (
+                    serde_json::from_slice::<Value>(&ctx.body),
+                    Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone()),
+                ) else {
                     return;
                 };
-                let history = client_history(ctx.route.endpoint, &value);
-                let id = session::identify(
-                    &ctx.parts.headers,
-                    &value,
-                    ctx.route.provider,
-                    ctx.route.endpoint,
-                );
+                let history = session::PrefixHashes::of_raw(env.history_raw());
+                let id = self
+                    .identify(&ctx.parts.headers, &value, ctx.route, &history)
+                    .await;
                 let Some(store) = &self.store else { return };
-                let session_ctx = match session::prepare(store.as_ref(), id, &history).await {
+                let session_ctx = match session::prepare(store.as_ref(), id, history).await {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = self.store_failed("load", &e);
                         return;
                     }
                 };
-                let turn = session::turns::turn_index(&history, ctx.route.endpoint);
-                (session_ctx, 0, None, turn)
+                (session_ctx, 0, None, env.turn_index())
             }
             After::Shaped(mut after) => {
                 // A turn_end handler sees only a complete answer: a cut or abandoned stream
                 // would hand it a partial message, and its patches would be persisted.
                 if after.wants_assistant && complete {
-                    if let Some(assistant) = assistant_message(ctx.route.endpoint, &result) {
+                    if let Some(assistant) = ctx
+                        .route
+                        .endpoint
+                        .assistant_message(result.json_body.as_deref(), &result.kept_events)
+                    {
                         self.turn_end(&mut after, &assistant, usage).await;
                     }
                 }
+                patches = std::mem::take(&mut after.patches);
                 let turn = after.vars.turn_index;
                 (after.ctx, after.uncached_tail, after.variant, turn)
             }
@@ -180,46 +182,123 @@ impl Pipeline {
         let Some(store) = self.store.clone() else {
             return;
         };
-        let _ = uncached_tail;
-        let sent_bytes: &Bytes = &shaped.body;
-        let sent: Value = serde_json::from_slice(sent_bytes).unwrap_or(Value::Null);
-        let messages = client_history(ctx.route.endpoint, &sent);
-        let system = system_of(ctx.route.endpoint, &sent);
-        let tools = sent.get("tools").cloned();
+        let sent = match Envelope::parse(ctx.route.provider, ctx.route.endpoint, shaped.body) {
+            Ok(env) => env,
+            Err(e) => {
+                // Only a body sent unchecked gets here; the provider has answered it.
+                tracing::debug!("request not recorded: {}", e.message);
+                return;
+            }
+        };
+        let shape = PromptShape::of(&sent, uncached_tail);
+        // One session's entries are written one at a time, each against the log as it is
+        // then: an agent sends its next request as soon as the previous answer ends, before
+        // that answer's entry may be written, and must still be compared with it.
+        let lock = self
+            .session_locks
+            .get_with(session_ctx.id.id.clone(), async { Default::default() })
+            .await;
+        let _writing = lock.lock().await;
+        let log = match store.load(&session_ctx.id.id).await {
+            Ok(log) => log,
+            Err(e) => {
+                let _ = self.store_failed("load", &e);
+                session_ctx.log.clone()
+            }
+        };
+        let log = &log;
+        let lane =
+            session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history);
+        let answered = usage.filter(|_| (200..300).contains(&status));
+        let previous = session::lanes::previous_answered(log, lane);
+        let diagnosis = match (previous, answered) {
+            (Some(prev), Some(usage)) => {
+                let session = session_ctx.id.id.as_str();
+                self.diagnose(store.as_ref(), session, log, prev, &shape, &sent, usage)
+                    .await
+            }
+            _ => None,
+        };
+        if let Some(d) = &diagnosis {
+            self.metrics
+                .count_prefix_break(ctx.route.provider, d.section, d.reason);
+        }
+        let history: Vec<&[u8]> = sent.history_raw().take(shape.messages.len()).collect();
         let draft = RequestDraft {
             request_index: session_ctx.request_index,
             turn_index: Some(turn_index),
-            model: &model,
             provider: ctx.route.provider.label(),
             endpoint: ctx.route.endpoint.label(),
             client: Some(ctx.client.label()),
-            sent: &messages,
-            system: system.as_ref(),
-            tools: tools.as_ref(),
+            shape: &shape,
+            history: &history,
             usage,
             status: Some(status),
-            breaks: None,
+            lane,
+            conversation: session::lanes::Conversation::of(&session_ctx.history),
+            diagnosis,
+            patches,
             variant,
+            response_id: result.response_id.clone(),
         };
-        let (mut record, blobs) = session::compact_request(&session_ctx.log, &draft);
-        if let Some(diagnosis) = prefix_break(&session_ctx.log, &record, &model) {
-            let section = diagnosis["section"]
-                .as_str()
-                .unwrap_or("messages")
-                .to_string();
-            self.metrics
-                .prefix_breaks
-                .with_label_values(&[ctx.route.provider.label(), &section])
-                .inc();
-            record.breaks = Some(diagnosis);
-        }
-        let result = store
+        let _ = model;
+        let (record, blobs) = session::compact_request(log, &draft);
+        let written = store
             .record(&session_ctx.id.id, &Entry::Request(record), &blobs)
             .await;
-        if let Err(e) = result {
+        match written {
+            Ok(()) => self.remember_history(&session_ctx).await,
             // The response is already with the client; only the timeline loses an entry.
-            let _ = self.store_failed("record", &e);
+            Err(e) => {
+                let _ = self.store_failed("record", &e);
+            }
         }
+    }
+
+    /// The diagnosis of a request against the previous request of its lane.
+    #[allow(clippy::too_many_arguments)]
+    async fn diagnose(
+        &self,
+        store: &dyn session::SessionStore,
+        session: &str,
+        log: &session::SessionLog,
+        prev: &session::RequestRecord,
+        shape: &PromptShape,
+        sent: &Envelope,
+        usage: crate::usage::Usage,
+    ) -> Option<crate::measure::Diagnosis> {
+        let prev_shape = previous_shape(store, session, log, prev, shape).await;
+        let min_tokens = crate::measure::breaks::min_tokens(&shape.model);
+        let previous = crate::measure::Previous {
+            shape: &prev_shape,
+            usage: prev.usage.unwrap_or_default(),
+            time_ms: prev.time,
+        };
+        let current = crate::measure::breaks::Current {
+            shape,
+            usage,
+            time_ms: session::now_ms(),
+            min_tokens,
+            thinking_stripped_from: None,
+        };
+        let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
+            crate::measure::shape::tokens_through(sent, block)
+        })?;
+        // A message that differs only by the thinking blocks it lost is a dropped thought,
+        // not an edit.
+        if diagnosis.reason == crate::measure::BreakReason::MessageEdited {
+            let at = diagnosis.message_index.unwrap_or(0);
+            if let (Some(key), Some(now)) =
+                (prev_shape.messages.get(at), sent.history_raw().nth(at))
+            {
+                if let Ok(found) = store.get_blobs(session, std::slice::from_ref(key)).await {
+                    if let Some(Some(before)) = found.first() {
+                        diagnosis.refine_thinking(before, now);
+                    }
+                }
+            }
+        }
+        Some(diagnosis)
     }
 
     async fn turn_end(
@@ -237,6 +316,7 @@ impl Pipeline {
         let mut shaping = Shaping {
             env: &mut after.env,
             map: &mut after.map,
+            events: Vec::new(),
         };
         let persisted = match self
             .run_context(
@@ -251,9 +331,11 @@ impl Pipeline {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(session = %after.ctx.id.id, "turn_end handlers failed: {}", e.message);
+                after.patches.append(&mut shaping.events);
                 return;
             }
         };
+        after.patches.append(&mut shaping.events);
         if let Err(e) = self
             .persist(&after.ctx, ContextReason::TurnEnd, persisted)
             .await
@@ -263,97 +345,56 @@ impl Pipeline {
     }
 }
 
-/// The system prompt as sent, for the request record (Claude Code's per-request billing
-/// block left out: it changes every time and is not part of the cache key).
-fn system_of(endpoint: Endpoint, sent: &Value) -> Option<Value> {
-    match endpoint {
-        Endpoint::Responses => sent.get("instructions").cloned(),
-        Endpoint::Chat => None,
-        _ => match sent.get("system")? {
-            Value::Array(blocks) => Some(Value::Array(
-                blocks
-                    .iter()
-                    .filter(|b| {
-                        !b.get("text")
-                            .and_then(Value::as_str)
-                            .is_some_and(|t| t.starts_with("x-anthropic-billing-header:"))
-                    })
-                    .cloned()
-                    .collect(),
-            )),
-            other => Some(other.clone()),
-        },
-    }
-}
-
-/// Where this request's prefix first differs from the session's previous request, in the
-/// vocabulary of the provider's cache diagnostics (`model_changed`, `tools_changed`,
-/// `system_changed`, `messages_changed`), or `None` when it extends it.
-fn prefix_break(
+/// The previous request's shape, rebuilt from its log entry (the tool and system lists are
+/// read from the store only when they differ from this request's).
+async fn previous_shape(
+    store: &dyn session::SessionStore,
+    session: &str,
     log: &session::SessionLog,
-    record: &session::RequestRecord,
-    model: &str,
-) -> Option<Value> {
-    let prev = log.iter().rev().find_map(|e| match e {
-        Entry::Request(r) => Some(r),
-        _ => None,
-    })?;
-    if prev.model != model {
-        return Some(json!({"section": "model", "reason": "model_changed",
-            "detail": format!("model changed from {} to {model}", prev.model)}));
-    }
-    if prev.tools_key != record.tools_key {
-        return Some(
-            json!({"section": "tools", "reason": "tools_changed", "detail": "tool definitions changed"}),
-        );
-    }
-    if prev.system_key != record.system_key {
-        return Some(
-            json!({"section": "system", "reason": "system_changed", "detail": "system prompt changed"}),
-        );
-    }
-    if record.sent.extends == Some(prev.request_index) && record.sent.base == prev.sent.count {
-        return None;
-    }
-    let before = session::sent_keys(log, prev.request_index).unwrap_or_default();
-    let now = current_keys(log, record);
-    let index = before
-        .iter()
-        .zip(now.iter())
-        .take_while(|(a, b)| a == b)
-        .count();
-    if index == before.len() && now.len() >= before.len() {
-        return None;
-    }
-    let detail = if index < now.len() {
-        format!("message {index} edited")
-    } else {
-        format!(
-            "history shortened from {} to {} messages",
-            before.len(),
-            now.len()
-        )
-    };
-    Some(
-        json!({"section": "messages", "reason": "messages_changed", "message_index": index, "detail": detail}),
-    )
-}
-
-/// The full key list of a record not yet in the log.
-fn current_keys(
-    log: &session::SessionLog,
-    record: &session::RequestRecord,
-) -> Vec<session::MessageKey> {
-    let mut keys = match record.sent.extends {
-        Some(base) => session::sent_keys(log, base).unwrap_or_default(),
-        None => Vec::new(),
-    };
-    keys.truncate(record.sent.base);
-    for hex_key in &record.sent.keys {
-        let mut key = [0u8; 32];
-        if hex::decode_to_slice(hex_key, &mut key).is_ok() {
-            keys.push(key);
+    prev: &session::RequestRecord,
+    current: &PromptShape,
+) -> PromptShape {
+    let decode = |k: &Option<String>| k.as_deref().and_then(session::record::decode_key);
+    let tools_key = decode(&prev.tools_key);
+    let system_key = decode(&prev.system_key);
+    let list = |key: Option<session::MessageKey>, same: bool, mine: &Vec<crate::measure::Named>| {
+        let mine = mine.clone();
+        async move {
+            if same {
+                return mine;
+            }
+            let Some(key) = key else { return Vec::new() };
+            match store.get_blobs(session, &[key]).await {
+                Ok(found) => found
+                    .into_iter()
+                    .flatten()
+                    .next()
+                    .and_then(|b| session::record::named_list(&b))
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            }
         }
+    };
+    let tools = list(tools_key, tools_key == current.tools_key, &current.tools).await;
+    let system = list(
+        system_key,
+        system_key == current.system_key,
+        &current.system,
+    )
+    .await;
+    PromptShape {
+        endpoint: current.endpoint,
+        model: prev.model.clone(),
+        tools,
+        tools_key,
+        system,
+        system_key,
+        messages: session::sent_keys(log, prev.request_index).unwrap_or_default(),
+        tail: prev
+            .tail
+            .iter()
+            .filter_map(|k| session::record::decode_key(k))
+            .collect(),
+        marks: prev.marks.clone(),
     }
-    keys
 }

@@ -5,13 +5,14 @@
 
 use serde_json::Value;
 
-use super::history::{selector_position, HistoryMap};
+use super::history::HistoryMap;
 use super::Pipeline;
 use crate::envelope::Envelope;
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookOutcome;
-use crate::patch::{HandlerResult, Op, PatchRefusal};
+use crate::patch::{HandlerResult, Op, PatchRefusal, Selector};
 use crate::policy::{ContextReason, HookEvent, Policy, TemplateVars};
+use crate::session::{PatchEvent, PatchOutcome};
 
 /// A patch that was applied and is to be persisted: its ops with message positions
 /// rewritten to client positions (see `history`).
@@ -22,10 +23,12 @@ pub struct Persisted {
     pub display: Option<Value>,
 }
 
-/// The envelope being shaped, with the map from envelope to client positions.
+/// The envelope being shaped, with the map from envelope to client positions and the
+/// patch events for the session log.
 pub struct Shaping<'a> {
     pub env: &'a mut Envelope,
     pub map: &'a mut HistoryMap,
+    pub events: Vec<PatchEvent>,
 }
 
 impl Shaping<'_> {
@@ -43,7 +46,7 @@ impl Shaping<'_> {
         for op in ops {
             let insert_at = match op {
                 Op::MessagesInsert { at, .. } => {
-                    selector_position(at, env.history_len(), env.last_user_prompt_index())
+                    at.position(env.history_len(), env.last_user_prompt_index())
                 }
                 _ => None,
             };
@@ -58,7 +61,7 @@ impl Shaping<'_> {
                 } else {
                     client
                 };
-                *at = format!("index:{client}");
+                *at = Selector::Index(client);
             }
             map.applied(op, insert_at);
             client_ops.push(stored);
@@ -76,12 +79,9 @@ impl Shaping<'_> {
             let mut live = op.clone();
             let mut insert_at = None;
             if let Op::MessagesInsert { at, .. } = &mut live {
-                if let Some(client) = at
-                    .strip_prefix("index:")
-                    .and_then(|n| n.parse::<usize>().ok())
-                {
+                if let Selector::Index(client) = *at {
                     let pos = map.position_of_client(client);
-                    *at = format!("index:{pos}");
+                    *at = Selector::Index(pos);
                     insert_at = Some(pos);
                 }
             }
@@ -95,8 +95,37 @@ impl Shaping<'_> {
 }
 
 impl Pipeline {
-    /// Count an applied patch; cached-scope ops count as invalidations with their reason.
-    pub(super) fn count_applied(&self, transformer: &str, ops: &[Op]) {
+    /// An applied patch: counted (cached-scope ops as invalidations with their reason) and
+    /// logged for the session.
+    pub(super) fn note_applied(
+        &self,
+        shaping: &mut Shaping<'_>,
+        transformer: &str,
+        reason: &str,
+        outcome: PatchOutcome,
+        ops: &[Op],
+    ) {
+        shaping
+            .events
+            .push(PatchEvent::new(transformer, reason, outcome, ops));
+        self.count_applied(transformer, ops);
+    }
+
+    /// A refused patch: counted, logged, and noted for the session.
+    pub(super) fn note_refused(
+        &self,
+        shaping: &mut Shaping<'_>,
+        refusal: &PatchRefusal,
+        reason: &str,
+        ops: &[Op],
+    ) {
+        let mut event = PatchEvent::new(&refusal.transformer, reason, PatchOutcome::Refused, ops);
+        event.error = Some(refusal.message.clone());
+        shaping.events.push(event);
+        self.count_refused(refusal, ops);
+    }
+
+    fn count_applied(&self, transformer: &str, ops: &[Op]) {
         for op in ops {
             self.metrics
                 .patches
@@ -114,7 +143,7 @@ impl Pipeline {
         }
     }
 
-    pub(super) fn count_refused(&self, refusal: &PatchRefusal, ops: &[Op]) {
+    fn count_refused(&self, refusal: &PatchRefusal, ops: &[Op]) {
         tracing::warn!(transformer = %refusal.transformer, reason = refusal.reason.label(), "{}", refusal.message);
         for op in ops {
             self.metrics
@@ -136,8 +165,9 @@ impl Pipeline {
         shaping: &mut Shaping<'_>,
         result: &HandlerResult,
         default_name: &str,
-        turn_end: bool,
+        reason: ContextReason,
     ) -> Result<Option<Persisted>, ApiError> {
+        let turn_end = reason == ContextReason::TurnEnd;
         if result.patch.is_empty() {
             return Ok(None);
         }
@@ -147,7 +177,18 @@ impl Pipeline {
             .unwrap_or_else(|| default_name.to_string());
         match shaping.apply(&result.patch, &transformer, turn_end) {
             Ok(ops) => {
-                self.count_applied(&transformer, &result.patch);
+                let outcome = if crate::session::is_persisted_reason(reason.label()) {
+                    PatchOutcome::Persisted
+                } else {
+                    PatchOutcome::Ephemeral
+                };
+                self.note_applied(
+                    shaping,
+                    &transformer,
+                    reason.label(),
+                    outcome,
+                    &result.patch,
+                );
                 Ok(Some(Persisted {
                     transformer,
                     ops,
@@ -158,7 +199,7 @@ impl Pipeline {
                 }))
             }
             Err(refusal) => {
-                self.count_refused(&refusal, &result.patch);
+                self.note_refused(shaping, &refusal, reason.label(), &result.patch);
                 if self.config.policies.strict {
                     return Err(refusal.to_api_error());
                 }
@@ -176,7 +217,6 @@ impl Pipeline {
         vars: &TemplateVars,
         response: Option<(&Value, &Value)>,
     ) -> Result<Vec<Persisted>, ApiError> {
-        let turn_end = reason == ContextReason::TurnEnd;
         let mut persisted = Vec::new();
         for policy in policies {
             for handler in policy.context_for(reason) {
@@ -191,7 +231,7 @@ impl Pipeline {
                     shaping,
                     &result,
                     &handler.transformer,
-                    turn_end,
+                    reason,
                 )?);
             }
         }
@@ -213,7 +253,7 @@ impl Pipeline {
                     return Err(ApiError::new(ErrorKind::Internal, message.to_string()));
                 }
                 if let HookOutcome::Patch(result) = &call.outcome {
-                    persisted.extend(self.apply_result(shaping, result, &hook.name, turn_end)?);
+                    persisted.extend(self.apply_result(shaping, result, &hook.name, reason)?);
                 }
             }
         }

@@ -62,22 +62,6 @@ impl HistoryMap {
     }
 }
 
-/// The envelope position a `messages_insert` selector resolves to.
-pub fn selector_position(
-    at: &str,
-    history_len: usize,
-    last_user_prompt: Option<usize>,
-) -> Option<usize> {
-    match at {
-        "end" => Some(history_len),
-        "before_last_user_prompt" => last_user_prompt,
-        other => other
-            .strip_prefix("index:")
-            .and_then(|n| n.trim().parse().ok())
-            .filter(|&n| n <= history_len),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,7 +69,7 @@ mod tests {
 
     fn insert(n: usize) -> Op {
         Op::MessagesInsert {
-            at: "end".into(),
+            at: crate::patch::Selector::End,
             messages: vec![json!({"role": "user", "content": "x"}); n],
             invalidate_cache_reason: Some("r".into()),
         }
@@ -105,16 +89,5 @@ mod tests {
         );
         assert_eq!(m.position_of_client(4), 6);
         assert_eq!(m.position_of_client(0), 0);
-    }
-
-    #[test]
-    fn selectors() {
-        assert_eq!(selector_position("end", 5, Some(4)), Some(5));
-        assert_eq!(
-            selector_position("before_last_user_prompt", 5, Some(4)),
-            Some(4)
-        );
-        assert_eq!(selector_position("index:2", 5, None), Some(2));
-        assert_eq!(selector_position("index:9", 5, None), None);
     }
 }

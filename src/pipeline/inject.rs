@@ -5,15 +5,13 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
-
 use super::handlers::Shaping;
 use super::Pipeline;
 use crate::error::ApiError;
 use crate::inject::{self, Injection, Mode, ModeChoice, SourceSpec};
 use crate::patch::Op;
 use crate::policy::{ContextReason, InjectMode, InjectSource, Policy};
-use crate::session::{ContextTransform, PersistedOnce, PrefixHashes, SessionContext};
+use crate::session::{ContextTransform, PatchOutcome, PersistedOnce, PrefixHashes, SessionContext};
 
 /// Every policy's injections, ready to run, by policy name.
 pub struct Injections {
@@ -98,14 +96,14 @@ impl Pipeline {
         &self,
         policies: &[&Policy],
         ctx: &SessionContext,
-        history: &[Value],
+        prompt: Option<(usize, String)>,
         shaping: &mut Shaping<'_>,
     ) -> Result<Injected, ApiError> {
         let mut out = Injected::default();
         let Some(injections) = &self.injections else {
             return Ok(out);
         };
-        let Some((prompt_index, prompt)) = inject::latest_user_prompt(history) else {
+        let Some((prompt_index, prompt)) = prompt else {
             return Ok(out);
         };
         let plan = ctx.plan();
@@ -150,10 +148,16 @@ impl Pipeline {
                             };
                             self.pin_once(ctx, shaping, pin, before).await?;
                         }
-                        None => self.count_applied(&injection.id, &placement.ops),
+                        None => self.note_applied(
+                            shaping,
+                            &injection.id,
+                            "inject",
+                            PatchOutcome::Ephemeral,
+                            &placement.ops,
+                        ),
                     },
                     Err(refusal) => {
-                        self.count_refused(&refusal, &placement.ops);
+                        self.note_refused(shaping, &refusal, "inject", &placement.ops);
                         if self.config.policies.strict {
                             return Err(refusal.to_api_error());
                         }
@@ -168,7 +172,7 @@ impl Pipeline {
 /// A pinned placement just applied, to persist.
 struct Pin<'a> {
     injection: &'a str,
-    /// The ops as placed (for metrics).
+    /// The ops as placed (for metrics and the session log).
     placed: &'a [Op],
     /// The same with client positions, as persisted.
     ops: Vec<Op>,
@@ -188,16 +192,34 @@ impl Pipeline {
         before: (crate::envelope::Envelope, super::history::HistoryMap),
     ) -> Result<(), ApiError> {
         let reason = ContextReason::BeforeRequest.label();
+        let unpersisted = |shaping: &mut Shaping<'_>| {
+            self.note_applied(
+                shaping,
+                pin.injection,
+                "inject",
+                PatchOutcome::Ephemeral,
+                pin.placed,
+            )
+        };
         let (Some(store), Some(transform)) = (
             &self.store,
             ctx.transform(pin.injection, reason, pin.ops, None),
         ) else {
-            self.count_applied(pin.injection, pin.placed);
+            unpersisted(shaping);
             return Ok(());
         };
         let key = pin_key(pin.injection, &ctx.history, pin.prompt_index);
         let theirs = match ctx.persist_once(store.as_ref(), &key, transform).await {
-            Ok(PersistedOnce::Ours) => Vec::new(),
+            Ok(PersistedOnce::Ours) => {
+                self.note_applied(
+                    shaping,
+                    pin.injection,
+                    "inject",
+                    PatchOutcome::Persisted,
+                    pin.placed,
+                );
+                return Ok(());
+            }
             Ok(PersistedOnce::Theirs(theirs)) => theirs,
             Err(e) => {
                 // Fail-open: this request keeps its placement, unpersisted.
@@ -213,22 +235,12 @@ impl Pipeline {
             .filter(|t| ctx.history.matches(&t.anchor))
             .collect();
         if usable.is_empty() {
-            self.count_applied(pin.injection, pin.placed);
+            unpersisted(shaping);
             return Ok(());
         }
         (*shaping.env, *shaping.map) = before;
         for transform in usable {
-            match shaping.replay(&transform.patch, &transform.transformer) {
-                Ok(()) => {
-                    for op in &transform.patch {
-                        self.metrics
-                            .patches
-                            .with_label_values(&[&transform.transformer, op.name(), "replayed"])
-                            .inc();
-                    }
-                }
-                Err(refusal) => self.count_refused(&refusal, &transform.patch),
-            }
+            self.replay_transform(shaping, transform);
         }
         Ok(())
     }

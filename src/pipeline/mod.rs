@@ -12,10 +12,10 @@
 //! session log and diagnosis are computed after the response from those same bytes
 //! (monitoring, on unless `sessions.monitor = false`).
 
-pub mod assemble;
 mod finish;
 mod handlers;
 pub mod history;
+mod identify;
 mod inject;
 mod shape;
 mod upstream;
@@ -37,8 +37,9 @@ use crate::policy::PolicySet;
 use crate::providers::{Endpoint, Route};
 use crate::replay::recorder::Recorder;
 use crate::session::{self, SessionStore};
+use crate::telemetry::{RequestTelemetry, Telemetry};
 use crate::transport::forward::Upstreams;
-use crate::transport::ProxyBody;
+use crate::transport::{error_response, ProxyBody};
 
 pub use finish::After;
 pub use shape::Shaped;
@@ -56,18 +57,32 @@ pub struct Pipeline {
     hooks: HookClient,
     store: Option<Arc<dyn SessionStore>>,
     injections: Option<inject::Injections>,
+    /// Recent client histories (rolling hash) and their sessions, for requests that carry
+    /// no session id.
+    histories: moka::future::Cache<String, String>,
+    /// Request spans, the in-flight gauge and OTLP export.
+    telemetry: Arc<Telemetry>,
+    /// One writer at a time per session for the session log's request entries.
+    session_locks: moka::future::Cache<String, Arc<tokio::sync::Mutex<()>>>,
 }
+
+/// Sessions whose log writers are serialised at once (least recently used go first).
+const SESSION_LOCKS: u64 = 10_000;
 
 /// One request on its way through the phases.
 pub struct RequestCtx {
     pub route: Route,
     pub parts: Parts,
-    /// The body as the client sent it.
+    /// The body as the client sent it (decoded, when it came compressed).
     pub body: Bytes,
+    /// The compressed bytes the client sent, when it sent a `content-encoding`.
+    pub encoded: Option<Bytes>,
     /// The model the body names (`unknown` until checked).
     pub model: String,
     pub client: Client,
     pub start: Instant,
+    /// The request's log span, in-flight count and exported span.
+    pub telemetry: RequestTelemetry,
 }
 
 impl Pipeline {
@@ -87,6 +102,7 @@ impl Pipeline {
         };
         let injections = Some(inject::Injections::new(policies.iter())?).filter(|i| !i.is_empty());
         Ok(Pipeline {
+            telemetry: Arc::new(Telemetry::new(&config.telemetry, metrics.clone())?),
             client: crate::transport::forward::build_client(&config.upstream)?,
             upstreams: Upstreams::from_config(&config.upstream)?,
             injections,
@@ -96,6 +112,8 @@ impl Pipeline {
             metrics,
             recorder,
             config,
+            histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
+            session_locks: moka::future::Cache::new(SESSION_LOCKS),
         })
     }
 
@@ -111,58 +129,91 @@ impl Pipeline {
         &self.config
     }
 
-    /// One proxied request, phase by phase.
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.telemetry
+    }
+
+    /// One proxied request, phase by phase; a failure in any phase is answered once, in
+    /// the client's provider format.
     pub async fn handle(
         self: &Arc<Self>,
         route: Route,
         req: http::Request<Incoming>,
-    ) -> Result<Response<ProxyBody>, (ApiError, String)> {
-        let start = Instant::now();
+    ) -> Response<ProxyBody> {
         let (parts, body) = req.into_parts();
+        let telemetry = self.telemetry.request(route, &parts.headers);
+        let span = telemetry.span();
         let mut ctx = RequestCtx {
             route,
             body: Bytes::new(),
+            encoded: None,
             model: "unknown".into(),
             client: Client::Unknown,
-            start,
+            start: Instant::now(),
             parts,
+            telemetry,
         };
-        let fail = |ctx: &RequestCtx, e: ApiError| (e, ctx.model.clone());
-        ctx.body = self
-            .read_body(&ctx, body)
-            .await
-            .map_err(|e| fail(&ctx, e))?;
-        self.check_body(&mut ctx).map_err(|e| fail(&ctx, e))?;
-        let trace = self.trace_record(&ctx);
-        let shaped = self.shape(&ctx).await.map_err(|e| fail(&ctx, e))?;
-        let upstream = self
-            .forward(&ctx, &shaped)
-            .await
-            .map_err(|e| fail(&ctx, e))?;
-        Ok(self.stream_back(ctx, shaped, upstream, trace))
+        let phases = async {
+            self.read_body(&mut ctx, body).await?;
+            self.check_body(&mut ctx)?;
+            let trace = self.trace_record(&ctx);
+            let shaped = self.shape(&ctx).await?;
+            ctx.telemetry
+                .record_shaping(&ctx.parts.headers, shaped.session(), &shaped.variant);
+            let upstream = self.forward(&ctx, &shaped).await?;
+            ctx.telemetry.record_upstream(upstream.headers());
+            Ok::<_, ApiError>((trace, shaped, upstream))
+        };
+        match tracing::Instrument::instrument(phases, span).await {
+            Ok((trace, shaped, upstream)) => self.stream_back(ctx, shaped, upstream, trace),
+            Err(err) => self.refuse(ctx, &err),
+        }
     }
 
-    async fn read_body(&self, ctx: &RequestCtx, body: Incoming) -> Result<Bytes, ApiError> {
+    /// cachet answers the request itself: counted, logged once, rendered in the client's
+    /// provider format.
+    fn refuse(&self, ctx: RequestCtx, err: &ApiError) -> Response<ProxyBody> {
+        ctx.telemetry.refused(err.status().as_u16(), &err.message);
+        self.metrics.record_request(
+            ctx.route.provider,
+            ctx.route.endpoint,
+            &ctx.model,
+            err.status().as_str(),
+            "none",
+            None,
+        );
+        error_response(ctx.route.provider, err)
+    }
+
+    /// Read the body within its limit; a compressed generation body is decoded for reading
+    /// (its own bytes still go upstream when nothing changes them).
+    async fn read_body(&self, ctx: &mut RequestCtx, body: Incoming) -> Result<(), ApiError> {
         let declared = ctx
             .parts
             .headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        crate::transport::http::read_body(body, declared, self.config.server.max_body_bytes).await
+        let limit = self.config.server.max_body_bytes;
+        let body = crate::transport::http::read_body(body, declared, limit).await?;
+        if !is_generation_like(ctx.route.endpoint) {
+            ctx.body = body;
+            return Ok(());
+        }
+        let decoded = crate::content_encoding::decode(&ctx.parts.headers, body, limit)?;
+        ctx.body = decoded.readable().clone();
+        ctx.encoded = decoded.plain.is_some().then_some(decoded.sent);
+        Ok(())
     }
 
     /// A generation body must be JSON of its API's shape: a clear 400 otherwise, before
     /// anything is forwarded. Policies read the body, so it is always checked for them;
     /// monitoring reads it after the response and never refuses what it cannot read.
     fn check_body(&self, ctx: &mut RequestCtx) -> Result<(), ApiError> {
-        let generation_like = matches!(
-            ctx.route.endpoint,
-            Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
-        );
         let reads_body = !self.policies.is_empty();
-        if generation_like && (self.config.server.check_body || reads_body) {
+        if is_generation_like(ctx.route.endpoint) && (self.config.server.check_body || reads_body) {
             ctx.model = crate::shape::check(ctx.route.endpoint, &ctx.body)?;
+            ctx.telemetry.record_model(&ctx.model);
         }
         if ctx.route.endpoint.is_generation() {
             ctx.client = crate::envelope::detect_client(&ctx.parts.headers, &ctx.body);
@@ -209,4 +260,12 @@ impl Pipeline {
             )),
         }
     }
+}
+
+/// Endpoints whose body is a model request cachet reads (checked, decoded, counted).
+fn is_generation_like(endpoint: Endpoint) -> bool {
+    matches!(
+        endpoint,
+        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
+    )
 }

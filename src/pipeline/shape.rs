@@ -13,8 +13,7 @@ use super::{Pipeline, RequestCtx};
 use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
 use crate::error::ApiError;
 use crate::policy::{self, ContextReason, Policy, RequestFacts, TemplateVars};
-use crate::providers::Endpoint;
-use crate::session::{self, PrefixHashes, SessionContext};
+use crate::session::{self, PatchEvent, PatchOutcome, PrefixHashes, SessionContext};
 
 /// What to forward, and what to do once the response has ended.
 pub struct Shaped {
@@ -29,6 +28,14 @@ impl Shaped {
             body,
             variant: "none".into(),
             after,
+        }
+    }
+
+    /// The session, when shaping identified it.
+    pub fn session(&self) -> Option<&str> {
+        match &self.after {
+            After::Shaped(s) => Some(&s.ctx.id.id),
+            _ => None,
         }
     }
 
@@ -64,9 +71,11 @@ impl Pipeline {
             route,
             parts,
             body,
+            encoded: None,
             model: model.to_string(),
             client,
             start: std::time::Instant::now(),
+            telemetry: crate::telemetry::RequestTelemetry::none(),
         };
         self.shape(&ctx).await
     }
@@ -97,19 +106,19 @@ impl Pipeline {
         let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
         let value: Value =
             serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
-        let history = client_history(route.endpoint, &value);
-        let session_ctx = self
-            .session_context(
-                session::identify(&ctx.parts.headers, &value, route.provider, route.endpoint),
-                &history,
-            )
-            .await?;
+        let history = PrefixHashes::of_raw(env.history_raw());
+        let id = self
+            .identify(&ctx.parts.headers, &value, route, &history)
+            .await;
+        let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
         let request_index = session_ctx.request_index;
         env.meta.session = Some(id.clone());
         env.meta.client = ctx.client;
         env.meta.request_index = request_index;
-        env.meta.turn_index = session::turns::turn_index(&history, route.endpoint);
+        env.meta.turn_index = env.turn_index();
+        // The current turn's prompt in the client's own history, before any patch.
+        let prompt = env.latest_user_prompt();
         let vars = TemplateVars {
             session: id.clone(),
             request_index,
@@ -119,10 +128,11 @@ impl Pipeline {
             date: policy::utc_date(std::time::SystemTime::now()),
         };
 
-        let mut map = HistoryMap::new(history.len());
+        let mut map = HistoryMap::new(session_ctx.history.len());
         let mut shaping = Shaping {
             env: &mut env,
             map: &mut map,
+            events: Vec::new(),
         };
         self.replay(&session_ctx, &mut shaping);
         let reason = ContextReason::BeforeRequest;
@@ -132,12 +142,13 @@ impl Pipeline {
         self.persist(&session_ctx, reason, persisted).await?;
         // Pinned injections persist their own placements, once per turn.
         let injected = self
-            .inject(&policies, &session_ctx, &history, &mut shaping)
+            .inject(&policies, &session_ctx, prompt, &mut shaping)
             .await?;
         let reason = ContextReason::Ephemeral;
         self.run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
 
+        let patches = std::mem::take(&mut shaping.events);
         let mut opts = compile_options(&policies, &id);
         if injected.marker_before_insertion && opts.breakpoints == BreakpointMode::Preserve {
             // Context-hook injection: the history before the insertion must stay readable
@@ -162,6 +173,7 @@ impl Pipeline {
             after: After::Shaped(Box::new(ShapedAfter {
                 ctx: session_ctx,
                 uncached_tail: env.uncached_raw().count(),
+                patches,
                 env,
                 map,
                 vars,
@@ -174,13 +186,13 @@ impl Pipeline {
 
     /// The session's log and request index; without a store (or when it fails open), an
     /// empty log: the request goes on without replay.
-    async fn session_context(
+    pub(super) async fn session_context(
         &self,
         id: session::SessionId,
-        history: &[Value],
+        history: PrefixHashes,
     ) -> Result<SessionContext, ApiError> {
         if let Some(store) = &self.store {
-            match session::prepare(store.as_ref(), id.clone(), history).await {
+            match session::prepare(store.as_ref(), id.clone(), history.clone()).await {
                 Ok(ctx) => return Ok(ctx),
                 Err(e) => self.store_failed("load", &e)?,
             }
@@ -189,7 +201,7 @@ impl Pipeline {
             id,
             request_index: 0,
             log: session::SessionLog::new(),
-            history: PrefixHashes::new(history),
+            history,
         })
     }
 
@@ -203,19 +215,40 @@ impl Pipeline {
                     .with_label_values(&[&stale.transformer, op.name(), "stale"])
                     .inc();
             }
+            shaping.events.push(PatchEvent::new(
+                &stale.transformer,
+                "replay",
+                PatchOutcome::Stale,
+                &stale.patch,
+            ));
         }
         for transform in plan.apply {
-            match shaping.replay(&transform.patch, &transform.transformer) {
-                Ok(()) => {
-                    for op in &transform.patch {
-                        self.metrics
-                            .patches
-                            .with_label_values(&[&transform.transformer, op.name(), "replayed"])
-                            .inc();
-                    }
+            self.replay_transform(shaping, transform);
+        }
+    }
+
+    /// Apply one persisted patch, counted and noted for the session log.
+    pub(super) fn replay_transform(
+        &self,
+        shaping: &mut Shaping<'_>,
+        transform: &session::ContextTransform,
+    ) {
+        match shaping.replay(&transform.patch, &transform.transformer) {
+            Ok(()) => {
+                for op in &transform.patch {
+                    self.metrics
+                        .patches
+                        .with_label_values(&[&transform.transformer, op.name(), "replayed"])
+                        .inc();
                 }
-                Err(refusal) => self.count_refused(&refusal, &transform.patch),
+                shaping.events.push(PatchEvent::new(
+                    &transform.transformer,
+                    "replay",
+                    PatchOutcome::Replayed,
+                    &transform.patch,
+                ));
             }
+            Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
         }
     }
 
@@ -237,21 +270,6 @@ impl Pipeline {
             self.store_failed("append", &e)?;
         }
         Ok(())
-    }
-}
-
-/// The client's history messages as JSON values (Anthropic and Chat `messages`, Responses
-/// `input` items).
-pub(super) fn client_history(endpoint: Endpoint, body: &Value) -> Vec<Value> {
-    let key = if endpoint == Endpoint::Responses {
-        "input"
-    } else {
-        "messages"
-    };
-    match body.get(key) {
-        Some(Value::Array(items)) => items.clone(),
-        Some(Value::String(text)) => vec![serde_json::json!({"role": "user", "content": text})],
-        _ => Vec::new(),
     }
 }
 

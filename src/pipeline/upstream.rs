@@ -23,6 +23,12 @@ pub(super) struct Upstream {
     sent: Instant,
 }
 
+impl Upstream {
+    pub(super) fn headers(&self) -> &http::HeaderMap {
+        self.response.headers()
+    }
+}
+
 impl Pipeline {
     /// Send the request upstream and wait for the response headers.
     pub(super) async fn forward(
@@ -32,9 +38,19 @@ impl Pipeline {
     ) -> Result<Upstream, ApiError> {
         let route = ctx.route;
         let identity = route.endpoint.is_generation();
-        let headers = self
-            .upstreams
-            .request_headers(route.provider, &ctx.parts.headers, identity);
+        let mut headers =
+            self.upstreams
+                .request_headers(route.provider, &ctx.parts.headers, identity);
+        // A compressed body goes as the client sent it unless shaping changed it; a changed
+        // one goes plain.
+        let body = match &ctx.encoded {
+            Some(encoded) if shaped.body == ctx.body => encoded.clone(),
+            Some(_) => {
+                headers.remove(http::header::CONTENT_ENCODING);
+                shaped.body.clone()
+            }
+            None => shaped.body.clone(),
+        };
         let path_and_query = ctx
             .parts
             .uri
@@ -53,7 +69,7 @@ impl Pipeline {
             .client
             .request(ctx.parts.method.clone(), url)
             .headers(headers)
-            .body(shaped.body.clone());
+            .body(body);
         let timeout = Duration::from_millis(self.config.upstream.response_timeout_ms);
         let response = match tokio::time::timeout(timeout, request.send()).await {
             Err(_) => {

@@ -98,6 +98,22 @@ impl fmt::Display for FieldPath {
     }
 }
 
+/// Names end up in metric labels and logs: keep them short and plain.
+pub fn check_name(name: &str, what: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '#'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} `{name}` must be 1 to 64 letters, digits, `-`, `_`, `.` or `#`"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use http::header::HeaderName;
 use regex::Regex;
 use serde_json::Value;
 
-use super::error::{FieldError, FieldPath};
+use super::error::{check_name, FieldError, FieldPath};
 use super::matcher::{parse_endpoint, parse_provider, ClientKind, Matcher};
 use super::model::{
     BreakpointMode, Breakpoints, CacheTtl, ContextAction, ContextHandler, ContextReason,
@@ -141,22 +141,6 @@ fn collect<T>(result: Result<T, Vec<FieldError>>, errors: &mut Vec<FieldError>) 
             errors.append(&mut e);
             None
         }
-    }
-}
-
-/// Names end up in metric labels and logs: keep them short and plain.
-pub fn check_name(name: &str, what: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '#'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} `{name}` must be 1 to 64 letters, digits, `-`, `_`, `.` or `#`"
-        ))
     }
 }
 

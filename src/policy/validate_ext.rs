@@ -3,10 +3,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::error::{FieldError, FieldPath};
+use super::error::{check_name, FieldError, FieldPath};
 use super::model::{HookEvent, HookSpec, InjectMode, InjectSource, InjectSpec, OnError};
 use super::raw::{RawHook, RawInject};
-use super::validate::check_name;
 
 /// A hook waits on the request path; anything longer than this is a mistake.
 const MAX_HOOK_TIMEOUT_MS: i64 = 60_000;

@@ -1,6 +1,53 @@
-//! Which provider API a request speaks, decided once at the edge.
+//! The provider APIs: which one a request speaks (decided once at the edge), and one module
+//! per API holding every rule cachet knows about it, with the same skeleton in each:
+//!
+//! - message kinds ([`MsgKind`]) and the provider's rules on neighbouring messages;
+//! - how the system prompt is sent, and what does not key the cache;
+//! - the order the prompt cache keys on;
+//! - how a stream ends (done or failed) and what the client gets when it breaks;
+//! - the assistant message assembled from a response.
+//!
+//! Rules that are the same for every API live here: user turns ([`turns`]). Usage fields
+//! are read in `usage`, per API.
 
+pub mod anthropic;
+mod message;
+pub mod openai_chat;
+pub mod openai_responses;
+pub mod turns;
+
+use bytes::Bytes;
 use http::{HeaderMap, Method};
+use serde_json::Value;
+
+pub use message::{check_boundary, text_of, MsgKind};
+
+/// A section of the prompt, in the providers' cache-key vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Section {
+    Tools,
+    System,
+    Messages,
+}
+
+impl Section {
+    pub fn label(self) -> &'static str {
+        match self {
+            Section::Tools => "tools",
+            Section::System => "system",
+            Section::Messages => "messages",
+        }
+    }
+}
+
+/// How a stream ended on the provider's terminal event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Terminal {
+    /// The answer is complete.
+    Done,
+    /// The provider ended the stream with an error (e.g. `overloaded_error` after a 200).
+    Error,
+}
 
 /// The provider family: decides the upstream and the error format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -53,6 +100,61 @@ impl Endpoint {
             self,
             Endpoint::Messages | Endpoint::Chat | Endpoint::Responses
         )
+    }
+}
+
+impl Endpoint {
+    /// Whether an SSE event ends the stream, and how.
+    pub fn terminal(self, event: &str, data: &[u8]) -> Option<Terminal> {
+        match self {
+            Endpoint::Messages => anthropic::terminal(event),
+            Endpoint::Chat => openai_chat::terminal(data),
+            Endpoint::Responses => openai_responses::terminal(event),
+            _ => Some(Terminal::Done),
+        }
+    }
+
+    /// What the client is sent when the upstream breaks off after its 200: Anthropic and
+    /// Responses streams get an `error` event (their SDKs raise it); Chat streams are aborted
+    /// (`None`) so the client's HTTP layer reports an incomplete body instead of a silently
+    /// short answer.
+    pub fn stream_break_event(self, message: &str) -> Option<Bytes> {
+        match self {
+            Endpoint::Messages => Some(anthropic::stream_break_event(message)),
+            Endpoint::Responses => Some(openai_responses::stream_break_event(message)),
+            _ => None,
+        }
+    }
+
+    /// The assistant message of a response, in the provider's own shape (an Anthropic
+    /// message, a Chat message, the Responses output items), from the whole JSON body or
+    /// the stream's events.
+    pub fn assistant_message(
+        self,
+        json_body: Option<&[u8]>,
+        events: &[(String, Bytes)],
+    ) -> Option<Value> {
+        if let Some(body) = json_body {
+            let v: Value = serde_json::from_slice(body).ok()?;
+            return match self {
+                Endpoint::Messages => anthropic::assistant_from_body(&v),
+                Endpoint::Chat => openai_chat::assistant_from_body(&v),
+                Endpoint::Responses => openai_responses::assistant_from_body(&v),
+                _ => None,
+            };
+        }
+        match self {
+            Endpoint::Messages => anthropic::assistant_from_stream(events),
+            Endpoint::Chat => openai_chat::assistant_from_stream(events),
+            Endpoint::Responses => openai_responses::assistant_from_stream(events),
+            _ => None,
+        }
+    }
+
+    /// Whether a system text is left out of the provider's cache key.
+    pub fn is_cache_neutral_system_text(self, text: &str) -> bool {
+        matches!(self, Endpoint::Messages | Endpoint::CountTokens)
+            && anthropic::is_cache_neutral_system_text(text)
     }
 }
 

@@ -1,8 +1,8 @@
 //! Trace recording and `cachet replay`: recorded requests, in time order, through each
 //! arm's shaping and the emulator's cache model, compared side by side.
 
-pub mod breaks;
 pub mod chart;
+pub mod ideal;
 pub mod output;
 pub mod pipeline_shaper;
 pub mod recorder;
@@ -81,6 +81,7 @@ pub fn replay_all(
 }
 
 pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
+    crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
     let mut arms = args
         .arms
         .iter()
@@ -116,17 +117,30 @@ pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
             eprintln!("warning: arm `{}`: {msg}", s.arm);
         }
     }
+    let unknown: std::collections::BTreeSet<&String> =
+        stats.iter().flat_map(|s| &s.unknown_models).collect();
+    for model in unknown {
+        eprintln!(
+            "warning: model `{model}` is not in the model table: its requests are not priced (add a row with --models)"
+        );
+    }
     if let Some(path) = &args.chart {
         std::fs::write(path, chart::svg(&stats))
             .with_context(|| format!("writing chart {}", path.display()))?;
     }
+    let ideal = args
+        .ideal
+        .then(|| ideal::ideal(&records, args.model.as_deref()));
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&output::json_document(&stats))?
+            serde_json::to_string_pretty(&output::json_document(&stats, ideal.as_ref()))?
         );
     } else {
-        print!("{}", output::table(&stats));
+        if let Some(ideal) = &ideal {
+            print!("{}", output::ideal_lines(ideal));
+        }
+        print!("{}", output::table(&stats, ideal.as_ref()));
     }
     Ok(())
 }

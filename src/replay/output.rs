@@ -4,10 +4,11 @@ use std::fmt::Write;
 
 use serde_json::json;
 
+use super::ideal::Ideal;
 use super::run::ArmStats;
 
-/// Arms as columns, figures as rows.
-pub fn table(arms: &[ArmStats]) -> String {
+/// Arms as columns, figures as rows; with `ideal`, each arm's share of it.
+pub fn table(arms: &[ArmStats], ideal: Option<&Ideal>) -> String {
     let mut rows: Vec<(String, Vec<String>)> = vec![
         (
             "requests".into(),
@@ -39,10 +40,7 @@ pub fn table(arms: &[ArmStats]) -> String {
                 .map(|a| format!("{:.1}%", a.hit_ratio * 100.0))
                 .collect(),
         ),
-        (
-            "cost".into(),
-            arms.iter().map(|a| format!("${:.4}", a.cost_usd)).collect(),
-        ),
+        ("cost".into(), arms.iter().map(cost_cell).collect()),
         (
             "savings".into(),
             arms.iter()
@@ -50,6 +48,18 @@ pub fn table(arms: &[ArmStats]) -> String {
                 .collect(),
         ),
     ];
+    if let Some(ideal) = ideal {
+        rows.push((
+            "share of ideal".into(),
+            arms.iter()
+                .map(|a| {
+                    ideal
+                        .share_of(a.cache_read_tokens)
+                        .map_or("-".into(), |s| format!("{:.1}%", s * 100.0))
+                })
+                .collect(),
+        ));
+    }
     for section in ["tools", "system", "messages"] {
         rows.push((
             format!("breaks: {section}"),
@@ -92,7 +102,41 @@ pub fn table(arms: &[ArmStats]) -> String {
     out
 }
 
+/// The arm's cost; requests of models the table does not know are not priced, and the
+/// cell says so rather than showing a total that leaves them out silently.
+fn cost_cell(a: &ArmStats) -> String {
+    match a.unpriced_requests {
+        0 => format!("${:.4}", a.cost_usd),
+        n if n == a.requests => "unknown".into(),
+        n => format!("${:.4} (+{n} unpriced)", a.cost_usd),
+    }
+}
+
+/// The two lines above the table that state the ideal.
+pub fn ideal_lines(ideal: &Ideal) -> String {
+    format!(
+        "ideal cache reads: {} of {} input tokens ({:.1}%)\n\
+         ideal within the client's markers and the 20-block lookback: {} ({:.1}%)\n\n",
+        ideal.cache_read_tokens,
+        ideal.input_tokens,
+        ideal.share * 100.0,
+        ideal.marked.cache_read_tokens,
+        ideal.marked.share * 100.0,
+    )
+}
+
 /// `{"arms":[{"arm", "requests", "cache_read_tokens", ..., "breaks": {section: n}}]}`.
-pub fn json_document(arms: &[ArmStats]) -> serde_json::Value {
-    json!({ "arms": arms })
+/// With `ideal`: a top-level `"ideal"` object and `"share_of_ideal"` on every arm (null when
+/// the ideal reads nothing).
+pub fn json_document(arms: &[ArmStats], ideal: Option<&Ideal>) -> serde_json::Value {
+    let mut doc = json!({ "arms": arms });
+    if let Some(ideal) = ideal {
+        if let Some(list) = doc["arms"].as_array_mut() {
+            for (value, arm) in list.iter_mut().zip(arms) {
+                value["share_of_ideal"] = json!(ideal.share_of(arm.cache_read_tokens));
+            }
+        }
+        doc["ideal"] = json!(ideal);
+    }
+    doc
 }

@@ -20,7 +20,7 @@ use super::trace::Record;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
-use crate::providers::{Provider, Route};
+use crate::providers::Route;
 
 type Job = (Record, mpsc::Sender<anyhow::Result<Shaped>>);
 
@@ -73,13 +73,8 @@ impl PipelineShaper {
 }
 
 async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<Shaped> {
-    let provider = if record.provider == "anthropic" {
-        Provider::Anthropic
-    } else {
-        Provider::OpenAi
-    };
     let route = Route {
-        provider,
+        provider: record.provider(),
         endpoint: record.endpoint(),
     };
     let mut headers = HeaderMap::new();

@@ -1,13 +1,15 @@
 //! Feeding records through one arm: shaping, cache accounting, cost and breaks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::breaks::Fingerprint;
 use super::shaper::Shaper;
 use super::trace::Record;
 use crate::cache_model::{CacheModel, CacheModelConfig};
+use crate::measure::breaks::{min_tokens, Current, Previous};
+use crate::measure::{diagnose, Diagnosis, SentRequest};
+use crate::session::lanes::{self, LaneHead};
 use crate::usage::Usage;
 
 /// Figures of one arm, in the `--json` shape.
@@ -21,10 +23,15 @@ pub struct ArmStats {
     pub output_tokens: u64,
     /// Cache reads over all input tokens.
     pub hit_ratio: f64,
+    /// Cost of the requests whose model the model table knows.
     pub cost_usd: f64,
     pub savings_usd: f64,
-    /// Prefix breaks against the session's previous request, by section.
+    /// Requests whose model the model table does not know: not in `cost_usd`.
+    pub unpriced_requests: u64,
+    /// Prefix breaks against the previous request of the lane, by section.
     pub breaks: BTreeMap<String, u64>,
+    /// The same breaks by reason.
+    pub break_reasons: BTreeMap<String, u64>,
     /// Requests per injection variant (`none` without one).
     pub variants: BTreeMap<String, u64>,
     /// Records that could not be shaped or accounted (skipped).
@@ -35,10 +42,19 @@ pub struct ArmStats {
     /// Per request usage, in replay order (for tests and consistency checks).
     #[serde(skip)]
     pub per_request: Vec<Usage>,
+    /// Per request diagnosis, in replay order.
+    #[serde(skip)]
+    pub diagnoses: Vec<Option<Diagnosis>>,
     /// The first error messages, for the report.
     #[serde(skip)]
     pub error_messages: Vec<String>,
+    /// Names of the first unknown models, for the report.
+    #[serde(skip)]
+    pub unknown_models: BTreeSet<String>,
 }
+
+/// Unknown model names kept per arm for the report.
+const UNKNOWN_MODELS_SHOWN: usize = 16;
 
 /// Replay `records` (in time order) through `shaper` and a fresh cache model.
 /// `model` replaces every request's model; `on_record` is called once per record.
@@ -57,7 +73,7 @@ pub fn replay_arm(
         stats.breaks.insert(name.into(), 0);
     }
     let mut cache = CacheModel::new(CacheModelConfig::default());
-    let mut previous: HashMap<&str, Fingerprint> = HashMap::new();
+    let mut sessions: HashMap<&str, SessionLanes> = HashMap::new();
     let mut total = Usage::default();
     for record in records {
         on_record();
@@ -81,12 +97,27 @@ pub fn replay_arm(
         if let (Some(m), Some(obj)) = (model, shaped.body.as_object_mut()) {
             obj.insert("model".into(), m.into());
         }
-        let accounting = match cache.account(endpoint, &shaped.body, record.time_ms) {
-            Ok(a) => a,
-            Err(e) => {
+        // A panic in the cache model (a bug) skips the record like any other error
+        // instead of ending the replay.
+        let accounted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cache.account(endpoint, &shaped.body, record.time_ms)
+        }));
+        let accounting = match accounted {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
                 fail(
                     &mut stats,
                     format!("session {}: {}", record.session, e.message),
+                );
+                continue;
+            }
+            Err(_) => {
+                fail(
+                    &mut stats,
+                    format!(
+                        "session {}: the cache model failed on this request",
+                        record.session
+                    ),
                 );
                 continue;
             }
@@ -97,18 +128,49 @@ pub fn replay_arm(
             .get("model")
             .and_then(|m| m.as_str())
             .unwrap_or("");
-        if let Some(info) = crate::models::lookup(model_name) {
-            stats.cost_usd += info.cost_usd(&usage);
-            stats.savings_usd += info.savings_usd(&usage);
+        match crate::models::lookup(model_name) {
+            Some(info) => {
+                stats.cost_usd += info.cost_usd(&usage);
+                stats.savings_usd += info.savings_usd(&usage);
+            }
+            None => {
+                stats.unpriced_requests += 1;
+                if stats.unknown_models.len() < UNKNOWN_MODELS_SHOWN {
+                    stats
+                        .unknown_models
+                        .insert(model_name.chars().take(128).collect());
+                }
+            }
         }
-        let fp = Fingerprint::of(endpoint, &shaped.body).without_tail(shaped.uncached_tail);
-        if let Some(section) = previous
-            .get(record.session.as_str())
-            .and_then(|p| fp.break_from(p))
-        {
-            *stats.breaks.entry(section.into()).or_default() += 1;
+        let diagnosis = match SentRequest::from_json(
+            record.provider(),
+            endpoint,
+            &shaped.body,
+            shaped.uncached_tail,
+        ) {
+            Ok(sent) => {
+                let client =
+                    match SentRequest::from_json(record.provider(), endpoint, &record.body, 0) {
+                        Ok(c) => crate::session::PrefixHashes::of_raw(c.env.history_raw()),
+                        Err(_) => crate::session::PrefixHashes::from_keys(Vec::new()),
+                    };
+                sessions.entry(&record.session).or_default().diagnose(
+                    sent,
+                    &client,
+                    usage,
+                    record.time_ms,
+                )
+            }
+            Err(_) => None,
+        };
+        if let Some(d) = &diagnosis {
+            *stats.breaks.entry(d.section.label().into()).or_default() += 1;
+            *stats
+                .break_reasons
+                .entry(d.reason.label().into())
+                .or_default() += 1;
         }
-        previous.insert(&record.session, fp);
+        stats.diagnoses.push(diagnosis);
         *stats
             .variants
             .entry(shaped.variant.unwrap_or_else(|| "none".into()))
@@ -125,6 +187,57 @@ pub fn replay_arm(
     stats.output_tokens = total.output;
     stats.hit_ratio = ratio(total.cache_read, total.total_input());
     stats
+}
+
+/// A session's lanes during replay: the latest request of each, and the latest answered
+/// one (what a diagnosis compares with), as the live session log keeps them.
+#[derive(Default)]
+struct SessionLanes {
+    heads: Vec<LaneHead>,
+    answered: HashMap<u32, (SentRequest, Usage, u64)>,
+}
+
+impl SessionLanes {
+    fn diagnose(
+        &mut self,
+        sent: SentRequest,
+        client: &crate::session::PrefixHashes,
+        usage: Usage,
+        time_ms: u64,
+    ) -> Option<Diagnosis> {
+        let lane = lanes::assign(&self.heads, &sent.shape, client);
+        self.heads.retain(|h| h.lane != lane);
+        let conversation = lanes::Conversation::of(client);
+        self.heads
+            .insert(0, LaneHead::of(lane, &sent.shape, conversation));
+        let diagnosis = self.answered.get(&lane).and_then(|(prev, prev_usage, at)| {
+            let previous = Previous {
+                shape: &prev.shape,
+                usage: *prev_usage,
+                time_ms: *at,
+            };
+            let current = Current {
+                shape: &sent.shape,
+                usage,
+                time_ms,
+                min_tokens: min_tokens(&sent.shape.model),
+                thinking_stripped_from: None,
+            };
+            let mut d = diagnose(&previous, &current, &|block| {
+                crate::measure::shape::tokens_through(&sent.env, block)
+            })?;
+            let at = d.message_index.unwrap_or(0);
+            if let (Some(before), Some(now)) = (
+                prev.env.history_raw().nth(at),
+                sent.env.history_raw().nth(at),
+            ) {
+                d.refine_thinking(before, now);
+            }
+            Some(d)
+        });
+        self.answered.insert(lane, (sent, usage, time_ms));
+        diagnosis
+    }
 }
 
 fn ratio(part: u64, whole: u64) -> f64 {
@@ -188,6 +301,26 @@ mod tests {
         assert_eq!(stats.variants["none"], 4);
         assert_eq!(stats.series.len(), 4);
         assert!(stats.cost_usd > 0.0);
+        assert_eq!(stats.unpriced_requests, 0);
+    }
+
+    #[test]
+    fn unknown_models_are_counted_not_priced_as_another_model() {
+        let mut unknown = chat(0, "a", "x");
+        unknown.body["model"] = json!("gpt-9-test");
+        let known = chat(1, "a", "x");
+        let stats = replay_arm(
+            "r",
+            &[unknown, known.clone()],
+            &mut AsRecorded,
+            None,
+            &mut || {},
+        );
+        let alone = replay_arm("r", &[known], &mut AsRecorded, None, &mut || {});
+        assert_eq!(stats.unpriced_requests, 1);
+        assert!(stats.unknown_models.contains("gpt-9-test"));
+        // Only the known request is priced (the unknown one adds nothing).
+        assert!(stats.cost_usd > 0.0 && stats.cost_usd <= alone.cost_usd + 1e-12);
     }
 
     #[test]

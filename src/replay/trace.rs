@@ -50,6 +50,14 @@ impl Record {
         endpoint_from_label(&self.endpoint)
     }
 
+    pub fn provider(&self) -> crate::providers::Provider {
+        if self.provider == "anthropic" {
+            crate::providers::Provider::Anthropic
+        } else {
+            crate::providers::Provider::OpenAi
+        }
+    }
+
     /// One JSONL line (without the newline).
     pub fn to_line(&self) -> String {
         // A record holds only JSON values and numbers; serialising it cannot fail.

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::normalize::{message_key, MessageKey};
 
 /// The client history a patch (or a recorded request) was made against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Anchor {
     /// Number of history messages.
     pub count: usize,
@@ -43,6 +43,11 @@ pub struct PrefixHashes {
 impl PrefixHashes {
     pub fn new(history: &[Value]) -> PrefixHashes {
         Self::from_keys(history.iter().map(message_key).collect())
+    }
+
+    /// From the raw JSON of each history message, as the client sent them.
+    pub fn of_raw<'a>(messages: impl Iterator<Item = &'a [u8]>) -> PrefixHashes {
+        Self::from_keys(messages.map(super::normalize::key_of_raw).collect())
     }
 
     /// From keys already computed (e.g. by the content store).

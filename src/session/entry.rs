@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::anchor::Anchor;
+use super::lanes::Conversation;
+use crate::measure::{Diagnosis, Mark};
 use crate::patch::ops::Op;
 use crate::usage::Usage;
 
@@ -70,7 +72,7 @@ pub struct ContextTransform {
 }
 
 /// One forwarded request, in compact form: messages by content address.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RequestRecord {
     #[serde(default = "current_version")]
     pub version: u32,
@@ -84,30 +86,116 @@ pub struct RequestRecord {
     pub endpoint: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
-    /// The messages sent upstream.
+    /// The history sent upstream before the request-only tail: what the cache may hold.
     pub sent: SentMessages,
-    /// Content address (hex) of the system prompt sent, if any.
+    /// Content addresses (hex) of the request-only tail's messages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tail: Vec<String>,
+    /// Content address (hex) of the system prompt's parts as sent, if any (a blob holding
+    /// each part's name and address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_key: Option<String>,
-    /// Content address (hex) of the tool definitions sent, if any.
+    /// Content address (hex) of the tool definitions sent, if any (a blob holding each
+    /// tool's name and address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools_key: Option<String>,
+    /// Cache markers of the prefix, by block.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<Mark>,
+    /// The lane within the session: requests of one tools-and-system shape and one
+    /// conversation (Claude Code's title and subagent requests get lanes of their own).
+    #[serde(default)]
+    pub lane: u32,
+    /// The client's own history (before any patch), as lanes compare it.
+    #[serde(default)]
+    pub conversation: Conversation,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// Upstream HTTP status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
-    /// Cache-break diagnostics, when computed.
+    /// Why the request read less from the cache than it could have, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub breaks: Option<Value>,
+    pub diagnosis: Option<Diagnosis>,
+    /// The provider's own cache-miss reason, when asked for (Anthropic's cache
+    /// diagnostics), as it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_diagnosis: Option<Value>,
+    /// Every patch of this request: persisted, ephemeral, replayed, refused and stale.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patches: Vec<PatchEvent>,
     /// Experiment variant, when the request took part in one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
+    /// The response's id (Anthropic `msg_…`), for the provider's cache diagnostics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
+}
+
+/// What happened to one handler's patch during a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PatchOutcome {
+    /// Applied and stored in the session, replayed on later requests.
+    Persisted,
+    /// Applied to this request only.
+    Ephemeral,
+    /// A stored patch applied again, at its anchor.
+    Replayed,
+    /// Dropped whole: invalid, or a cached-scope op without an invalidate reason.
+    Refused,
+    /// A stored patch whose anchor no longer matches the history.
+    Stale,
+}
+
+impl PatchOutcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            PatchOutcome::Persisted => "persisted",
+            PatchOutcome::Ephemeral => "ephemeral",
+            PatchOutcome::Replayed => "replayed",
+            PatchOutcome::Refused => "refused",
+            PatchOutcome::Stale => "stale",
+        }
+    }
+}
+
+/// One handler's patch in the request log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PatchEvent {
+    pub transformer: String,
+    /// The hook point: `before_request`, `ephemeral`, `turn_end`, or `replay`.
+    pub reason: String,
+    pub outcome: PatchOutcome,
+    /// The op names, in order.
+    pub ops: Vec<String>,
+    /// The invalidate-cache reasons given, in op order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalidate: Vec<String>,
+    /// Why it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl PatchEvent {
+    pub fn new(transformer: &str, reason: &str, outcome: PatchOutcome, ops: &[Op]) -> Self {
+        PatchEvent {
+            transformer: transformer.to_owned(),
+            reason: reason.to_owned(),
+            outcome,
+            ops: ops.iter().map(|op| op.name().to_owned()).collect(),
+            invalidate: ops
+                .iter()
+                .filter_map(|op| op.invalidate_cache_reason().map(str::to_owned))
+                .collect(),
+            error: None,
+        }
+    }
 }
 
 /// The messages of a request as a delta on an earlier request of the same session, so the
 /// log grows with new messages only.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct SentMessages {
     /// Number of messages sent.
     pub count: usize,

@@ -24,14 +24,14 @@ pub struct SessionContext {
     pub history: PrefixHashes,
 }
 
-/// Take the request's index and load its session's log. `history` is the client's history
-/// as sent (Anthropic/Chat `messages`, Responses `input` items), before any patch.
+/// Take the request's index and load its session's log. `hashes` are the prefix hashes of
+/// the client's history as sent (the envelope's history: Anthropic and Chat messages after
+/// the system prompt, Responses input items), before any patch.
 pub async fn prepare(
     store: &dyn SessionStore,
     id: SessionId,
-    history: &[Value],
+    hashes: PrefixHashes,
 ) -> StoreResult<SessionContext> {
-    let hashes = PrefixHashes::new(history);
     let (request_index, log) =
         tokio::try_join!(store.next_request_index(&id.id), store.load(&id.id))?;
     Ok(SessionContext {

@@ -4,7 +4,7 @@
 //! 2. Claude Code: header `x-claude-code-session-id`, else the session inside
 //!    `metadata.user_id` (a JSON string with `session_id`, or `user_…_session_<uuid>`);
 //! 3. OpenAI `prompt_cache_key` (Chat and Responses bodies);
-//! 4. Codex's `session_id` header;
+//! 4. Codex's `session-id` header (`session_id` in versions before 0.169);
 //! 5. otherwise a fingerprint of the system prompt, the tools and the first user message.
 
 use http::HeaderMap;
@@ -27,10 +27,12 @@ pub enum IdSource {
     ClaudeCodeMetadata,
     /// OpenAI `prompt_cache_key`.
     PromptCacheKey,
-    /// Codex's `session_id` header.
+    /// Codex's `session-id` (or older `session_id`) header.
     CodexHeader,
     /// Hash of system prompt, tools and first user message.
     Fingerprint,
+    /// No identifier: the session whose latest request this request's history extends.
+    History,
 }
 
 impl IdSource {
@@ -42,6 +44,7 @@ impl IdSource {
             IdSource::PromptCacheKey => "prompt_cache_key",
             IdSource::CodexHeader => "codex_header",
             IdSource::Fingerprint => "fingerprint",
+            IdSource::History => "history",
         }
     }
 }
@@ -52,10 +55,13 @@ pub struct SessionId {
     pub source: IdSource,
 }
 
+const CACHET_HEADER: &str = "x-cachet-session";
+const CLAUDE_CODE_HEADER: &str = "x-claude-code-session-id";
+/// Codex 0.169 sends `session-id`; older versions `session_id`.
+const CODEX_HEADERS: [&str; 2] = ["session-id", "session_id"];
+
 /// Longest id used as given; longer ones, or ones with other characters, are hashed.
 const MAX_ID_LEN: usize = 128;
-/// The block Claude Code puts first in `system`; its nonce changes on every request.
-const BILLING_PREFIX: &str = "x-anthropic-billing-header:";
 
 /// Identify the session of a generation request.
 pub fn identify(
@@ -64,11 +70,9 @@ pub fn identify(
     provider: Provider,
     endpoint: Endpoint,
 ) -> SessionId {
-    let found = header(headers, "x-cachet-session")
+    let found = header(headers, CACHET_HEADER)
         .map(|id| (id, IdSource::Header))
-        .or_else(|| {
-            header(headers, "x-claude-code-session-id").map(|id| (id, IdSource::ClaudeCodeHeader))
-        })
+        .or_else(|| header(headers, CLAUDE_CODE_HEADER).map(|id| (id, IdSource::ClaudeCodeHeader)))
         .or_else(|| {
             (provider == Provider::Anthropic)
                 .then(|| metadata_session(body))
@@ -79,7 +83,12 @@ pub fn identify(
             non_empty(body.get("prompt_cache_key").and_then(Value::as_str))
                 .map(|id| (id, IdSource::PromptCacheKey))
         })
-        .or_else(|| header(headers, "session_id").map(|id| (id, IdSource::CodexHeader)));
+        .or_else(|| {
+            CODEX_HEADERS
+                .iter()
+                .find_map(|name| header(headers, name))
+                .map(|id| (id, IdSource::CodexHeader))
+        });
     match found {
         Some((id, source)) => SessionId {
             id: safe_id(&id),
@@ -90,6 +99,17 @@ pub fn identify(
             source: IdSource::Fingerprint,
         },
     }
+}
+
+/// The session a request names in its headers alone, in `identify`'s order of header
+/// sources: what the pass-through path can log without reading the body. When the body
+/// names one (`metadata.user_id`, `prompt_cache_key`), `identify` may answer otherwise.
+pub fn named_in_headers(headers: &HeaderMap) -> Option<String> {
+    [CACHET_HEADER, CLAUDE_CODE_HEADER]
+        .iter()
+        .chain(CODEX_HEADERS.iter())
+        .find_map(|name| header(headers, name))
+        .map(|id| safe_id(&id))
 }
 
 fn header(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -154,7 +174,7 @@ fn system_blocks(system: Option<&Value>) -> Vec<Value> {
         .into_iter()
         .filter(|block| {
             let text = block.get("text").and_then(Value::as_str).unwrap_or("");
-            !text.starts_with(BILLING_PREFIX)
+            !crate::providers::anthropic::is_cache_neutral_system_text(text)
         })
         .collect()
 }

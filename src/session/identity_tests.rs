@@ -118,6 +118,17 @@ fn codex_session_header_when_no_cache_key() {
     );
 }
 
+/// Codex 0.169.0 names the header `session-id` (recorded: `session-id`, `thread-id` and
+/// `x-client-request-id` all carry the thread id; older versions sent `session_id`).
+#[test]
+fn codex_session_header_with_a_hyphen() {
+    let responses = json!({"model": "gpt-5", "input": "hi"});
+    let h = headers(&[("session-id", "01a2085f-d8e9-7c01-be88-77b1a559770f")]);
+    let id = identify(&h, &responses, Provider::OpenAi, Endpoint::Responses);
+    assert_eq!(id.source, IdSource::CodexHeader);
+    assert_eq!(id.id, "01a2085f-d8e9-7c01-be88-77b1a559770f");
+}
+
 #[test]
 fn empty_header_values_are_ignored() {
     let h = headers(&[("x-cachet-session", "  "), ("session_id", "codex-2")]);

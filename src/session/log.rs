@@ -10,6 +10,48 @@ use std::sync::Arc;
 
 use super::entry::{ContextTransform, Entry};
 
+/// A session's entries in log order, however they are held: a loaded [`SessionLog`], or a
+/// plain slice (tests, tools). What reads a log takes this.
+pub trait Entries {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_;
+
+    /// The persisted patches, in log order.
+    fn transforms(&self) -> impl Iterator<Item = &ContextTransform> + '_ {
+        self.entries().filter_map(|e| match e {
+            Entry::ContextTransform(t) => Some(t),
+            _ => None,
+        })
+    }
+}
+
+impl Entries for [Entry] {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
+        self.iter()
+    }
+}
+
+impl<const N: usize> Entries for [Entry; N] {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
+        self.iter()
+    }
+}
+
+impl Entries for Vec<Entry> {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
+        self.iter()
+    }
+}
+
+impl Entries for SessionLog {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
+        self.iter()
+    }
+
+    fn transforms(&self) -> impl Iterator<Item = &ContextTransform> + '_ {
+        SessionLog::transforms(self)
+    }
+}
+
 #[derive(Clone, Default)]
 pub struct SessionLog {
     entries: imbl::Vector<Arc<Entry>>,
@@ -137,31 +179,26 @@ fn json_size(entry: &Entry) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::entry::{RequestRecord, SentMessages, ENTRY_VERSION};
+    use crate::patch::ops::Op;
+    use crate::session::anchor::Anchor;
+    use crate::session::entry::ENTRY_VERSION;
 
     fn request(i: u64) -> Entry {
-        Entry::Request(RequestRecord {
+        Entry::ContextTransform(ContextTransform {
             version: ENTRY_VERSION,
             time: i,
-            request_index: i,
-            turn_index: None,
-            model: "m".into(),
-            provider: "anthropic".into(),
-            endpoint: "messages".into(),
-            client: None,
-            sent: SentMessages {
-                count: 0,
-                hash: String::new(),
-                extends: None,
-                base: 0,
-                keys: vec![],
-            },
-            system_key: None,
-            tools_key: None,
-            usage: None,
-            status: None,
-            breaks: None,
-            variant: None,
+            transformer: "memory".into(),
+            reason: "before_request".into(),
+            anchor: Anchor::of(&[]),
+            patch: vec![Op::SystemPartSet {
+                part_name: "memory".into(),
+                text: format!("fact {i}"),
+                before: None,
+                after: None,
+                invalidate_cache_reason: Some("memory".into()),
+            }],
+            display: None,
+            request_index: Some(i),
         })
     }
 

@@ -12,23 +12,23 @@ pub mod anchor;
 pub mod entry;
 pub mod flow;
 pub mod identity;
+pub mod lanes;
 pub mod log;
 pub mod normalize;
 pub mod record;
 pub mod replay;
 pub mod store;
 pub mod timeline;
-pub mod turns;
 
 pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
 pub use entry::{
-    is_persisted_reason, now_ms, ContextTransform, Entry, RequestRecord, SentMessages,
-    ENTRY_VERSION,
+    is_persisted_reason, now_ms, ContextTransform, Entry, PatchEvent, PatchOutcome, RequestRecord,
+    SentMessages, ENTRY_VERSION,
 };
 pub use flow::{prepare, PersistedOnce, SessionContext};
 pub use identity::{identify, IdSource, SessionId};
-pub use log::SessionLog;
+pub use log::{Entries, SessionLog};
 pub use normalize::{message_key, MessageKey};
 pub use record::{compact_request, record_request, sent_keys, RequestDraft};
 pub use replay::{plan_replay, ReplayPlan};
@@ -36,4 +36,3 @@ pub use store::{
     open_store, open_store_with, Appended, Blob, CachedStore, RedisStore, SessionStore,
     SessionSummary, SqliteStore, StoreError, StoreHealth, StoreOptions, StoreResult, StoreStats,
 };
-pub use turns::turn_index;

@@ -105,6 +105,33 @@ pub fn key_of_bytes(bytes: &[u8]) -> MessageKey {
     Sha256::digest(bytes).into()
 }
 
+/// The content address of a message given as raw JSON: equal to [`message_key`] of its
+/// parsed value (bytes that are not JSON get the hash of the bytes themselves). Agents
+/// resend the same bytes for every old message on every request, so keys are remembered
+/// by a 128-bit hash of the raw bytes and only new messages are parsed.
+pub fn key_of_raw(raw: &[u8]) -> MessageKey {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    const CAPACITY: usize = 65_536;
+    static SEEN: OnceLock<Mutex<HashMap<u128, MessageKey>>> = OnceLock::new();
+    let fast = xxhash_rust::xxh3::xxh3_128(raw);
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(key) = seen.lock().ok().and_then(|m| m.get(&fast).copied()) {
+        return key;
+    }
+    let key = match serde_json::from_slice::<Value>(raw) {
+        Ok(value) => message_key(&value),
+        Err(_) => key_of_bytes(raw),
+    };
+    if let Ok(mut m) = seen.lock() {
+        if m.len() >= CAPACITY {
+            m.clear();
+        }
+        m.insert(fast, key);
+    }
+    key
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +182,16 @@ mod tests {
         assert_ne!(message_key(&a), message_key(&b));
         let c = json!({"role": "assistant", "content": "hello"});
         assert_ne!(message_key(&a), message_key(&c));
+    }
+
+    #[test]
+    fn raw_keys_equal_value_keys_whatever_the_formatting() {
+        let a = br#"{"role":"user","content":"hi"}"#;
+        let b = br#" { "content" : [ {"type":"text","text":"hi","cache_control":{"type":"ephemeral"}} ], "role":"user" } "#;
+        let v: Value = serde_json::from_slice(a).unwrap();
+        assert_eq!(key_of_raw(a), message_key(&v));
+        assert_eq!(key_of_raw(b), key_of_raw(a));
+        assert_ne!(key_of_raw(b"not json"), key_of_raw(a));
     }
 
     #[test]

@@ -1,14 +1,16 @@
 //! Recording a forwarded request in compact form: the messages sent are stored once each,
 //! by content address, and the log entry names only the messages new since an earlier
-//! request of the session.
+//! request of the session. The request-only tail is kept apart, so that a request carrying
+//! one still extends the previous request's history.
 
 use serde_json::Value;
 
 use super::anchor::PrefixHashes;
-use super::entry::{now_ms, Entry, RequestRecord, SentMessages, ENTRY_VERSION};
-use super::log::SessionLog;
+use super::entry::{now_ms, Entry, PatchEvent, RequestRecord, SentMessages, ENTRY_VERSION};
+use super::log::Entries;
 use super::normalize::{canonical_bytes, key_of_bytes, MessageKey};
 use super::store::{Blob, SessionStore, StoreResult};
+use crate::measure::{Diagnosis, Named, PromptShape};
 use crate::usage::Usage;
 
 /// How many earlier requests are tried as the base of the delta (newest first).
@@ -19,48 +21,79 @@ const BASE_CANDIDATES: usize = 8;
 pub struct RequestDraft<'a> {
     pub request_index: u64,
     pub turn_index: Option<u64>,
-    pub model: &'a str,
     pub provider: &'a str,
     pub endpoint: &'a str,
     pub client: Option<&'a str>,
-    /// The messages sent upstream (after patches), in order.
-    pub sent: &'a [Value],
-    pub system: Option<&'a Value>,
-    pub tools: Option<&'a Value>,
+    /// What the request's prefix keys on (model, tools, system, history, tail, markers).
+    pub shape: &'a PromptShape,
+    /// The raw bytes of `shape.messages`, in order: the content stored for new messages.
+    pub history: &'a [&'a [u8]],
     pub usage: Option<Usage>,
     pub status: Option<u16>,
-    pub breaks: Option<Value>,
+    pub lane: u32,
+    /// The client's own history, before any patch.
+    pub conversation: super::lanes::Conversation,
+    pub diagnosis: Option<Diagnosis>,
+    pub patches: Vec<PatchEvent>,
     pub variant: Option<String>,
+    pub response_id: Option<String>,
 }
 
-fn blob_of(value: &Value) -> Blob {
-    let bytes = canonical_bytes(value);
-    Blob {
-        key: key_of_bytes(&bytes),
-        bytes,
-    }
+/// A tool list or system prompt as stored: each element's name and address.
+fn list_blob(key: Option<MessageKey>, items: &[Named]) -> Option<(String, Blob)> {
+    let key = key?;
+    let list: Vec<Value> = items
+        .iter()
+        .map(|n| Value::Array(vec![n.name.clone().into(), hex::encode(n.key).into()]))
+        .collect();
+    let bytes = serde_json::to_vec(&list).unwrap_or_default();
+    Some((hex::encode(key), Blob { key, bytes }))
 }
 
-/// The compact record of a request and the blobs it needs stored (only those for messages
-/// not covered by an earlier request of `prior`, plus system and tools).
-pub fn compact_request(prior: &SessionLog, draft: &RequestDraft<'_>) -> (RequestRecord, Vec<Blob>) {
-    let message_blobs: Vec<Blob> = draft.sent.iter().map(blob_of).collect();
-    let hashes = PrefixHashes::from_keys(message_blobs.iter().map(|b| b.key).collect());
+/// The elements of a list blob written by [`compact_request`].
+pub fn named_list(bytes: &[u8]) -> Option<Vec<Named>> {
+    let list: Vec<(String, String)> = serde_json::from_slice(bytes).ok()?;
+    list.into_iter()
+        .map(|(name, hex_key)| {
+            let mut key = [0u8; 32];
+            hex::decode_to_slice(hex_key, &mut key).ok()?;
+            Some(Named { name, key })
+        })
+        .collect()
+}
+
+/// The compact record of a request and the blobs it needs stored (the contents of
+/// messages not covered by an earlier request of `prior`, and the tool and system lists).
+pub fn compact_request(
+    prior: &(impl Entries + ?Sized),
+    draft: &RequestDraft<'_>,
+) -> (RequestRecord, Vec<Blob>) {
+    let shape = draft.shape;
+    let hashes = PrefixHashes::from_keys(shape.messages.clone());
     let (extends, base) = find_base(prior, &hashes);
     let full = hashes.full();
-    let mut blobs: Vec<Blob> = message_blobs.into_iter().skip(base).collect();
-    let keys = blobs.iter().map(|b| hex::encode(b.key)).collect();
-    let system_key = draft.system.map(|s| {
-        let blob = blob_of(s);
-        let key = hex::encode(blob.key);
-        blobs.push(blob);
-        key
+    let keys = shape.messages[base..].iter().map(hex::encode).collect();
+    let mut blobs: Vec<Blob> = draft
+        .history
+        .iter()
+        .zip(&shape.messages)
+        .skip(base)
+        .filter_map(|(raw, key)| {
+            let value: Value = serde_json::from_slice(raw).ok()?;
+            let bytes = canonical_bytes(&value);
+            debug_assert_eq!(key_of_bytes(&bytes), *key);
+            Some(Blob { key: *key, bytes })
+        })
+        .collect();
+    let tools = list_blob(shape.tools_key, &shape.tools);
+    let system = list_blob(shape.system_key, &shape.system);
+    let tools_key = tools.map(|(k, b)| {
+        blobs.push(b);
+        k
     });
-    let tools_key = draft.tools.map(|t| {
-        let blob = blob_of(t);
-        let key = hex::encode(blob.key);
-        blobs.push(blob);
-        key
+    let system_key = system.map(|(k, b)| {
+        blobs.push(b);
+        k
     });
     dedup(&mut blobs);
     let record = RequestRecord {
@@ -68,7 +101,7 @@ pub fn compact_request(prior: &SessionLog, draft: &RequestDraft<'_>) -> (Request
         time: now_ms(),
         request_index: draft.request_index,
         turn_index: draft.turn_index,
-        model: draft.model.to_owned(),
+        model: shape.model.clone(),
         provider: draft.provider.to_owned(),
         endpoint: draft.endpoint.to_owned(),
         client: draft.client.map(str::to_owned),
@@ -79,20 +112,27 @@ pub fn compact_request(prior: &SessionLog, draft: &RequestDraft<'_>) -> (Request
             base,
             keys,
         },
+        tail: shape.tail.iter().map(hex::encode).collect(),
         system_key,
         tools_key,
+        marks: shape.marks.clone(),
+        lane: draft.lane,
+        conversation: draft.conversation.clone(),
         usage: draft.usage,
         status: draft.status,
-        breaks: draft.breaks.clone(),
+        diagnosis: draft.diagnosis.clone(),
+        provider_diagnosis: None,
+        patches: draft.patches.clone(),
         variant: draft.variant.clone(),
+        response_id: draft.response_id.clone(),
     };
     (record, blobs)
 }
 
 /// The newest earlier request whose sent messages are a prefix of these.
-fn find_base(prior: &SessionLog, hashes: &PrefixHashes) -> (Option<u64>, usize) {
+fn find_base(prior: &(impl Entries + ?Sized), hashes: &PrefixHashes) -> (Option<u64>, usize) {
     prior
-        .iter()
+        .entries()
         .rev()
         .filter_map(|e| match e {
             Entry::Request(r) => Some(r),
@@ -114,7 +154,7 @@ fn dedup(blobs: &mut Vec<Blob>) {
 pub async fn record_request(
     store: &dyn SessionStore,
     session: &str,
-    prior: &SessionLog,
+    prior: &(impl Entries + ?Sized),
     draft: &RequestDraft<'_>,
 ) -> StoreResult<RequestRecord> {
     let (record, blobs) = compact_request(prior, draft);
@@ -126,9 +166,9 @@ pub async fn record_request(
 
 /// The full list of message keys a recorded request sent, following its chain of bases.
 /// `None` when a base is missing from the log.
-pub fn sent_keys(log: &SessionLog, request_index: u64) -> Option<Vec<MessageKey>> {
+pub fn sent_keys(log: &(impl Entries + ?Sized), request_index: u64) -> Option<Vec<MessageKey>> {
     let find = |index: u64| {
-        log.iter().rev().find_map(|e| match e {
+        log.entries().rev().find_map(|e| match e {
             Entry::Request(r) if r.request_index == index => Some(r),
             _ => None,
         })
@@ -138,7 +178,7 @@ pub fn sent_keys(log: &SessionLog, request_index: u64) -> Option<Vec<MessageKey>
     loop {
         chain.push(current);
         match current.sent.extends {
-            Some(base) if current.sent.base > 0 && chain.len() <= log.len() => {
+            Some(base) if current.sent.base > 0 && chain.len() <= log.entries().len() => {
                 current = find(base)?;
             }
             _ => break,
@@ -151,12 +191,17 @@ pub fn sent_keys(log: &SessionLog, request_index: u64) -> Option<Vec<MessageKey>
             return None;
         }
         for hex_key in &record.sent.keys {
-            let mut key = [0u8; 32];
-            hex::decode_to_slice(hex_key, &mut key).ok()?;
-            keys.push(key);
+            keys.push(decode_key(hex_key)?);
         }
     }
     Some(keys)
+}
+
+/// A hex content address.
+pub fn decode_key(hex_key: &str) -> Option<MessageKey> {
+    let mut key = [0u8; 32];
+    hex::decode_to_slice(hex_key, &mut key).ok()?;
+    Some(key)
 }
 
 #[cfg(test)]

@@ -15,36 +15,58 @@ fn history(n: usize) -> Vec<Value> {
         .collect()
 }
 
-fn draft<'a>(index: u64, sent: &'a [Value], system: Option<&'a Value>) -> RequestDraft<'a> {
-    RequestDraft {
+/// Record a request with `messages` (the last `tail` of them request-only) after `prior`.
+fn record(
+    prior: &[Entry],
+    index: u64,
+    messages: &[Value],
+    system: Option<&str>,
+    tail: usize,
+) -> (RequestRecord, Vec<Blob>) {
+    let mut body = json!({"model": "claude-sonnet-4-5", "messages": messages});
+    if let Some(system) = system {
+        body["system"] = json!(system);
+    }
+    let env = crate::envelope::Envelope::parse(
+        crate::providers::Provider::Anthropic,
+        crate::providers::Endpoint::Messages,
+        bytes::Bytes::from(body.to_string()),
+    )
+    .unwrap();
+    let shape = PromptShape::of(&env, tail);
+    let raw: Vec<&[u8]> = env.history_raw().take(shape.messages.len()).collect();
+    let draft = RequestDraft {
         request_index: index,
         turn_index: None,
-        model: "claude-sonnet-4-5",
         provider: "anthropic",
         endpoint: "messages",
         client: Some("pi"),
-        sent,
-        system,
-        tools: None,
+        shape: &shape,
+        history: &raw,
         usage: None,
         status: Some(200),
-        breaks: None,
+        lane: 0,
+        conversation: Default::default(),
+        diagnosis: None,
+        patches: Vec::new(),
         variant: None,
-    }
+        response_id: None,
+    };
+    compact_request(prior, &draft)
 }
 
 #[test]
 fn later_requests_store_only_new_messages() {
-    let system = json!("You are a coding agent.");
+    let system = "You are a coding agent.";
     let first = history(1);
-    let (r0, blobs0) = compact_request(&SessionLog::new(), &draft(0, &first, Some(&system)));
+    let (r0, blobs0) = record(&[], 0, &first, Some(system), 0);
     assert_eq!(r0.sent.extends, None);
     assert_eq!(r0.sent.keys.len(), 1);
-    assert_eq!(blobs0.len(), 2, "one message and the system prompt");
+    assert_eq!(blobs0.len(), 2, "one message and the system prompt's list");
 
-    let log = SessionLog::from(vec![Entry::Request(r0.clone())]);
+    let log = vec![Entry::Request(r0.clone())];
     let second = history(3);
-    let (r1, blobs1) = compact_request(&log, &draft(1, &second, Some(&system)));
+    let (r1, blobs1) = record(&log, 1, &second, Some(system), 0);
     assert_eq!(r1.sent.extends, Some(0));
     assert_eq!(r1.sent.base, 1);
     assert_eq!(r1.sent.count, 3);
@@ -55,53 +77,61 @@ fn later_requests_store_only_new_messages() {
     got.retain(|k| expected.contains(k));
     assert_eq!(got, expected);
 
-    let log = SessionLog::from(vec![Entry::Request(r0), Entry::Request(r1)]);
+    let log = vec![Entry::Request(r0), Entry::Request(r1)];
     let all: Vec<MessageKey> = second.iter().map(message_key).collect();
     assert_eq!(sent_keys(&log, 1), Some(all));
 }
 
 #[test]
 fn a_fork_starts_from_the_newest_request_it_still_extends() {
-    let (r0, _) = compact_request(&SessionLog::new(), &draft(0, &history(2), None));
-    let log = SessionLog::from(vec![Entry::Request(r0.clone())]);
-    let (r1, _) = compact_request(&log, &draft(1, &history(6), None));
-    let log = SessionLog::from(vec![Entry::Request(r0), Entry::Request(r1)]);
+    let (r0, _) = record(&[], 0, &history(2), None, 0);
+    let log = vec![Entry::Request(r0.clone())];
+    let (r1, _) = record(&log, 1, &history(6), None, 0);
+    let log = vec![Entry::Request(r0), Entry::Request(r1)];
 
     let mut forked = history(2);
     forked.push(json!({"role": "user", "content": "something else"}));
-    let (r2, blobs) = compact_request(&log, &draft(2, &forked, None));
+    let (r2, blobs) = record(&log, 2, &forked, None, 0);
     assert_eq!(r2.sent.extends, Some(0));
     assert_eq!(r2.sent.base, 2);
     assert_eq!(blobs.len(), 1);
 
-    let log = log.extended(vec![Entry::Request(r2)]);
+    let mut log = log;
+    log.push(Entry::Request(r2));
     let keys: Vec<MessageKey> = forked.iter().map(message_key).collect();
     assert_eq!(sent_keys(&log, 2), Some(keys));
 }
 
 #[test]
 fn an_unrelated_history_is_recorded_whole() {
-    let (r0, _) = compact_request(&SessionLog::new(), &draft(0, &history(4), None));
+    let (r0, _) = record(&[], 0, &history(4), None, 0);
     let other = vec![json!({"role": "user", "content": "compacted summary"})];
-    let (r1, blobs) = compact_request(
-        &SessionLog::from(vec![Entry::Request(r0)]),
-        &draft(1, &other, None),
-    );
+    let (r1, blobs) = record(&[Entry::Request(r0)], 1, &other, None, 0);
     assert_eq!(r1.sent.extends, None);
     assert_eq!(r1.sent.base, 0);
     assert_eq!(blobs.len(), 1);
 }
 
+/// A policy's request-only tail (a date line after the history) must not stop the next
+/// request from extending this one: otherwise every request stores its whole history.
+#[test]
+fn a_request_only_tail_does_not_break_the_delta() {
+    let mut sent = history(3);
+    sent.push(json!({"role": "user", "content": "Current date and time: 12:00"}));
+    let (r0, _) = record(&[], 0, &sent, None, 1);
+    assert_eq!((r0.sent.count, r0.tail.len()), (3, 1));
+    let mut next = history(5);
+    next.push(json!({"role": "user", "content": "Current date and time: 12:01"}));
+    let (r1, blobs) = record(&[Entry::Request(r0)], 1, &next, None, 1);
+    assert_eq!(r1.sent.extends, Some(0));
+    assert_eq!((r1.sent.base, r1.sent.keys.len()), (3, 2));
+    assert_eq!(blobs.len(), 2, "only the two new history messages");
+}
+
 #[test]
 fn missing_base_gives_none() {
-    let (r0, _) = compact_request(&SessionLog::new(), &draft(0, &history(2), None));
-    let (r1, _) = compact_request(
-        &SessionLog::from(vec![Entry::Request(r0)]),
-        &draft(1, &history(4), None),
-    );
-    assert_eq!(
-        sent_keys(&SessionLog::from(vec![Entry::Request(r1)]), 1),
-        None
-    );
-    assert_eq!(sent_keys(&SessionLog::new(), 1), None);
+    let (r0, _) = record(&[], 0, &history(2), None, 0);
+    let (r1, _) = record(&[Entry::Request(r0)], 1, &history(4), None, 0);
+    assert_eq!(sent_keys(&[Entry::Request(r1)], 1), None);
+    assert_eq!(sent_keys(&[], 1), None);
 }

@@ -7,7 +7,7 @@
 
 use super::anchor::PrefixHashes;
 use super::entry::ContextTransform;
-use super::log::SessionLog;
+use super::log::Entries;
 
 #[derive(Debug, Default)]
 pub struct ReplayPlan<'a> {
@@ -18,7 +18,7 @@ pub struct ReplayPlan<'a> {
 }
 
 /// Sort a session's persisted patches into those that apply to this history and stale ones.
-pub fn plan_replay<'a>(log: &'a SessionLog, history: &PrefixHashes) -> ReplayPlan<'a> {
+pub fn plan_replay<'a>(log: &'a (impl Entries + ?Sized), history: &PrefixHashes) -> ReplayPlan<'a> {
     let mut plan = ReplayPlan::default();
     for transform in log.transforms() {
         if history.matches(&transform.anchor) {
@@ -36,6 +36,7 @@ mod tests {
     use crate::patch::ops::Op;
     use crate::session::anchor::Anchor;
     use crate::session::entry::{Entry, RequestRecord, SentMessages, ENTRY_VERSION};
+    use crate::session::log::SessionLog;
     use serde_json::{json, Value};
 
     fn history(n: usize) -> Vec<Value> {
@@ -55,7 +56,7 @@ mod tests {
             reason: "turn_end".into(),
             anchor,
             patch: vec![Op::MessagesInsert {
-                at: "end".into(),
+                at: crate::patch::Selector::End,
                 messages: vec![json!({"role": "user", "content": "note"})],
                 invalidate_cache_reason: Some("memory".into()),
             }],
@@ -81,12 +82,7 @@ mod tests {
                 base: 0,
                 keys: vec![],
             },
-            system_key: None,
-            tools_key: None,
-            usage: None,
-            status: None,
-            breaks: None,
-            variant: None,
+            ..Default::default()
         })
     }
 

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::entry::Entry;
-use super::log::SessionLog;
+use super::log::Entries;
 use super::store::{SessionStore, StoreResult};
 
 fn escape(text: &str) -> String {
@@ -27,9 +27,9 @@ pub async fn timeline_html(store: &dyn SessionStore, id: &str) -> StoreResult<Op
 const BAR_WIDTH: usize = 14;
 const CHART_HEIGHT: f64 = 160.0;
 
-pub fn render(id: &str, log: &SessionLog) -> String {
+pub fn render(id: &str, log: &(impl Entries + ?Sized)) -> String {
     let requests: Vec<_> = log
-        .iter()
+        .entries()
         .filter_map(|e| match e {
             Entry::Request(r) => Some(r),
             _ => None,
@@ -60,7 +60,7 @@ pub fn render(id: &str, log: &SessionLog) -> String {
                 r#"<rect x="{x}" y="{y:.1}" width="{BAR_WIDTH}" height="{h:.1}" fill="{color}"/>"#
             );
         }
-        if r.breaks.is_some() {
+        if r.diagnosis.is_some() {
             let _ = write!(
                 svg,
                 r##"<rect x="{x}" y="{}" width="{BAR_WIDTH}" height="3" fill="#c0392b"/>"##,
@@ -71,14 +71,14 @@ pub fn render(id: &str, log: &SessionLog) -> String {
     svg.push_str("</svg>");
 
     let mut rows = String::new();
-    for entry in log.iter() {
+    for entry in log.entries() {
         match entry {
             Entry::Request(r) => {
                 let u = r.usage.unwrap_or_default();
                 let breaks = r
-                    .breaks
+                    .diagnosis
                     .as_ref()
-                    .and_then(|b| b.get("detail").and_then(|d| d.as_str()).map(str::to_string))
+                    .map(|d| format!("{} {}: {}", d.section.label(), d.reason.label(), d.detail))
                     .unwrap_or_default();
                 let _ = write!(
                     rows,
@@ -142,7 +142,7 @@ mod tests {
             display: None,
             request_index: Some(0),
         })];
-        let html = render("s&1", &SessionLog::from(log));
+        let html = render("s&1", &log);
         assert!(html.contains("&lt;script&gt;x&lt;/script&gt;"));
         assert!(!html.contains("<script>"));
         assert!(html.contains("Session s&amp;1"));

@@ -31,6 +31,7 @@ pub struct ProxyHandle {
     recorder: Option<RecorderTask>,
     /// The session store's retention sweeper; closes the store at shutdown.
     maintenance: Maintenance,
+    telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 impl ProxyHandle {
@@ -45,6 +46,7 @@ impl ProxyHandle {
             // Every queued trace record reaches the disk before the process ends.
             let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
         }
+        self.telemetry.shutdown().await;
     }
 }
 
@@ -85,6 +87,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         &pipeline.config().sessions,
         metrics.store_errors.clone(),
     );
+    let telemetry = pipeline.telemetry().clone();
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: pipeline.store().cloned(),
@@ -120,6 +123,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         tasks: vec![proxy_task, admin_task],
         recorder: recorder_task,
         maintenance,
+        telemetry,
     })
 }
 
@@ -127,27 +131,7 @@ async fn handle(pipeline: Arc<Pipeline>, req: Request<Incoming>) -> Response<Pro
     let Some(route) = classify(req.method(), req.uri().path(), req.headers()) else {
         return local_response(&req);
     };
-    match pipeline.handle(route, req).await {
-        Ok(resp) => resp,
-        Err((err, model)) => {
-            tracing::info!(
-                provider = route.provider.label(),
-                endpoint = route.endpoint.label(),
-                status = err.status().as_u16(),
-                "request refused: {}",
-                err.message
-            );
-            pipeline.metrics().record_request(
-                route.provider,
-                route.endpoint,
-                &model,
-                err.status().as_str(),
-                "none",
-                None,
-            );
-            error_response(route.provider, &err)
-        }
-    }
+    pipeline.handle(route, req).await
 }
 
 /// Answers for paths outside `/v1/`: Claude Code probes `HEAD /` (or `/api/hello`) before
@@ -166,5 +150,7 @@ fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
         ErrorKind::NotFound,
         format!("no route for {} {path}", req.method()),
     );
+    // A client pointed at the wrong base URL shows up here (path only: never a query).
+    tracing::info!(status = 404, "{}", err.message);
     error_response(provider, &err)
 }

@@ -263,7 +263,7 @@ fn a_tool_result_with_an_appended_reminder_is_not_a_new_turn() {
     );
     let mut env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
     assert_eq!(env.last_user_prompt_index(), Some(0));
-    assert_eq!(env.user_prompt_count(), 1);
+    assert_eq!(env.turn_index(), 0);
     let report = env.apply(
         &ops(json!([{"op": "messages_insert", "at": "before_last_user_prompt",
                      "messages": [{"role": "custom", "content": "memo"}], "invalidateCacheReason": "inject"}])),

@@ -53,6 +53,21 @@ fn a_refused_patch_changes_nothing() {
     assert!(v["error"]["message"].as_str().unwrap().contains("`memory`"));
 }
 
+/// A selector is parsed once, with the op: a bad one never reaches the envelope.
+#[test]
+fn an_unknown_selector_is_a_parse_error() {
+    let err = parse_ops(
+        &json!([{"op": "messages_insert", "at": "middle", "messages": [], "invalidateCacheReason": "r"}]),
+        "t",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("`middle` is not before_last_user_prompt, index:N or end"),
+        "{err}"
+    );
+}
+
 #[test]
 fn specific_refusals() {
     let cases = [
@@ -62,10 +77,6 @@ fn specific_refusals() {
         ),
         (
             json!({"op": "messages_insert", "at": "index:99", "messages": [], "invalidateCacheReason": "r"}),
-            "bad_selector",
-        ),
-        (
-            json!({"op": "messages_insert", "at": "middle", "messages": [], "invalidateCacheReason": "r"}),
             "bad_selector",
         ),
         (

@@ -150,7 +150,7 @@ async fn a_turn_fetches_once_and_a_failed_turn_injects_nothing() {
     assert_eq!(first.placement, second.placement);
     match &first.placement.ops[0] {
         Op::MessagesInsert { at, messages, .. } => {
-            assert_eq!(at, "before_last_user_prompt");
+            assert_eq!(*at, cachet::patch::Selector::BeforeLastUserPrompt);
             assert_eq!(messages[0]["content"], "<memory>\nremember this\n</memory>");
         }
         other => panic!("unexpected op {other:?}"),

@@ -220,21 +220,26 @@ async fn forked_or_compacted_histories_get_no_stale_patch() {
         ),
         Some(2.0)
     );
-    // The session log and its timeline page show the requests, the patch and the breaks.
+    // The session log and its timeline page show the requests, the patch and the break.
+    // The compacted history shares no message with the conversation: it starts a lane of
+    // its own rather than being compared with it.
     let log = wait_for_requests(&proxy, "f", 6).await;
-    let breaks: Vec<Value> = log["entries"]
+    let requests: Vec<&Value> = log["entries"]
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|e| e.get("breaks").cloned())
+        .filter(|e| e["type"] == "request")
         .collect();
-    assert_eq!(
-        breaks.len(),
-        2,
-        "the fork and the compaction break the prefix: {breaks:?}"
-    );
-    assert_eq!(breaks[0]["reason"], "messages_changed");
+    let breaks: Vec<Value> = requests
+        .iter()
+        .filter_map(|e| e.get("diagnosis").cloned())
+        .collect();
+    assert_eq!(breaks.len(), 1, "the fork breaks the prefix: {breaks:?}");
+    assert_eq!(breaks[0]["reason"], "message_edited");
+    assert_eq!(breaks[0]["section"], "messages");
     assert_eq!(breaks[0]["message_index"], 2, "{breaks:?}");
+    assert_eq!(requests[4]["lane"], 0);
+    assert_eq!(requests[5]["lane"], 1, "compaction starts a new lane");
     let page = client()
         .get(format!("http://{}/sessions/f/timeline", proxy.admin_addr))
         .send()

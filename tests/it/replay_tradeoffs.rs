@@ -32,8 +32,14 @@ fn turn_starts(records: &[Record]) -> Vec<usize> {
     let mut out = Vec::new();
     let mut last = None;
     for (i, r) in records.iter().enumerate() {
-        let msgs = r.body["messages"].as_array().unwrap();
-        let prompt = cachet::inject::latest_user_prompt(msgs).map(|(at, _)| at);
+        let body = bytes::Bytes::from(r.body.to_string());
+        let env = cachet::envelope::Envelope::parse(
+            cachet::providers::Provider::Anthropic,
+            cachet::providers::Endpoint::Messages,
+            body,
+        )
+        .unwrap();
+        let prompt = env.last_user_prompt_index();
         if last.is_some() && prompt != last {
             out.push(i);
         }

@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use crate::session_support::record_sent;
 use crate::support::*;
-use cachet::session::{
-    message_key, record_request, CachedStore, RequestDraft, SessionStore, SqliteStore,
-};
+use cachet::session::{message_key, CachedStore, SessionStore, SqliteStore};
 
 const MIB: usize = 1024 * 1024;
 
@@ -17,24 +16,6 @@ const MIB: usize = 1024 * 1024;
 fn unique_message(seed: usize, size: usize) -> Value {
     let line = format!("log line {seed}: request handled, nothing to report\n");
     json!({"role": "user", "content": [{"type": "text", "text": line.repeat(size / line.len())}]})
-}
-
-fn draft<'a>(sent: &'a [Value]) -> RequestDraft<'a> {
-    RequestDraft {
-        request_index: 0,
-        turn_index: Some(0),
-        model: "claude-sonnet-4-5",
-        provider: "anthropic",
-        endpoint: "messages",
-        client: Some("claude-code"),
-        sent,
-        system: None,
-        tools: None,
-        usage: None,
-        status: Some(200),
-        breaks: None,
-        variant: None,
-    }
 }
 
 #[tokio::test]
@@ -48,9 +29,7 @@ async fn the_cache_stays_within_its_byte_budget_under_unique_large_messages() {
         let session = format!("s{i}");
         let sent = [unique_message(i, MIB)];
         let log = cache.load(&session).await.unwrap();
-        record_request(&cache, &session, &log, &draft(&sent))
-            .await
-            .unwrap();
+        record_sent(&cache, &session, &log, &sent).await;
         // Reading content back caches it too.
         let read = cache
             .get_blobs(&session, &[message_key(&sent[0])])

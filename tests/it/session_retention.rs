@@ -9,34 +9,15 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::session_support::{history, insert_note};
+use crate::session_support::{history, insert_note, record_sent};
 use crate::support::redis::RedisServer;
 use cachet::config::SessionsConfig;
 use cachet::session::store::{Maintenance, Retention};
 use cachet::session::{
-    message_key, now_ms, open_store_with, record_request, RequestDraft, SessionLog, SessionStore,
-    SqliteStore, StoreOptions,
+    message_key, now_ms, open_store_with, SessionLog, SessionStore, SqliteStore, StoreOptions,
 };
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
-
-fn draft(sent: &[Value]) -> RequestDraft<'_> {
-    RequestDraft {
-        request_index: 0,
-        turn_index: Some(0),
-        model: "claude-sonnet-4-5",
-        provider: "anthropic",
-        endpoint: "messages",
-        client: Some("pi"),
-        sent,
-        system: None,
-        tools: None,
-        usage: None,
-        status: Some(200),
-        breaks: None,
-        variant: None,
-    }
-}
 
 /// A session with one persisted patch and one recorded request of about `size` bytes.
 async fn session(store: &dyn SessionStore, id: &str, size: usize) -> Value {
@@ -45,10 +26,13 @@ async fn session(store: &dyn SessionStore, id: &str, size: usize) -> Value {
         .append(id, &[insert_note(&history(2), "note", 0)])
         .await
         .unwrap();
-    let sent = [message.clone()];
-    record_request(store, id, &SessionLog::new(), &draft(&sent))
-        .await
-        .unwrap();
+    record_sent(
+        store,
+        id,
+        &SessionLog::new(),
+        std::slice::from_ref(&message),
+    )
+    .await;
     message
 }
 

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 
 use crate::session_support::{history, insert_note, system_part};
+use cachet::measure::SentRequest;
+use cachet::providers::{Endpoint, Provider};
 use cachet::session::{
     message_key, open_store, plan_replay, record_request, sent_keys, session_json, sessions_json,
     Blob, CachedStore, Entry, PrefixHashes, RequestDraft, SessionLog, SessionStore, SqliteStore,
@@ -188,20 +190,30 @@ async fn admin_json_lists_entries_and_recent_sessions() {
         output: 7,
         ..Default::default()
     };
+    let req = SentRequest::from_json(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        &json!({"model": "claude-sonnet-4-5", "messages": h}),
+        0,
+    )
+    .unwrap();
+    let history = req.history();
     let draft = RequestDraft {
         request_index: index,
         turn_index: Some(1),
-        model: "claude-sonnet-4-5",
         provider: "anthropic",
         endpoint: "messages",
         client: Some("claude-code"),
-        sent: &h,
-        system: None,
-        tools: None,
+        shape: &req.shape,
+        history: &history,
         usage: Some(usage),
         status: Some(200),
-        breaks: None,
+        lane: 0,
+        conversation: Default::default(),
+        diagnosis: None,
+        patches: Vec::new(),
         variant: None,
+        response_id: None,
     };
     record_request(&store, "newer", &SessionLog::new(), &draft)
         .await
@@ -256,20 +268,30 @@ async fn a_500_request_session_stores_each_message_once() {
     for i in 0..500u64 {
         let sent = &full[..(2 * i as usize + 1)];
         let prior = store.load("long").await.unwrap();
+        let req = SentRequest::from_json(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            &json!({"model": "claude-sonnet-4-5", "system": system, "tools": tools, "messages": sent}),
+            0,
+        )
+        .unwrap();
+        let history = req.history();
         let draft = RequestDraft {
             request_index: store.next_request_index("long").await.unwrap(),
             turn_index: Some(i),
-            model: "claude-sonnet-4-5",
             provider: "anthropic",
             endpoint: "messages",
             client: None,
-            sent,
-            system: Some(&system),
-            tools: Some(&tools),
+            shape: &req.shape,
+            history: &history,
             usage: None,
             status: Some(200),
-            breaks: None,
+            lane: 0,
+            conversation: Default::default(),
+            diagnosis: None,
+            patches: Vec::new(),
             variant: None,
+            response_id: None,
         };
         record_request(store.as_ref(), "long", &prior, &draft)
             .await
@@ -321,7 +343,9 @@ async fn prepare_plan_persist_across_requests() {
     // Request 0: nothing to replay; a before_request patch is persisted, an ephemeral one not.
     let id = identify(&headers, &body, provider, endpoint);
     assert_eq!(id.source, IdSource::Header);
-    let ctx = prepare(store.as_ref(), id.clone(), &h[..1]).await.unwrap();
+    let ctx = prepare(store.as_ref(), id.clone(), PrefixHashes::new(&h[..1]))
+        .await
+        .unwrap();
     assert_eq!(ctx.request_index, 0);
     assert!(ctx.plan().apply.is_empty());
     let part = Op::SystemPartSet {
@@ -340,7 +364,9 @@ async fn prepare_plan_persist_across_requests() {
         .unwrap();
 
     // Request 1 of the same session replays it; the counter moved on.
-    let ctx = prepare(store.as_ref(), id.clone(), &h[..3]).await.unwrap();
+    let ctx = prepare(store.as_ref(), id.clone(), PrefixHashes::new(&h[..3]))
+        .await
+        .unwrap();
     assert_eq!(ctx.request_index, 1);
     let plan = ctx.plan();
     assert_eq!(plan.apply.len(), 1);
@@ -349,7 +375,9 @@ async fn prepare_plan_persist_across_requests() {
     // Another session (fingerprinted) replays nothing.
     let other = identify(&HeaderMap::new(), &body, provider, endpoint);
     assert_eq!(other.source, IdSource::Fingerprint);
-    let ctx = prepare(store.as_ref(), other, &h[..3]).await.unwrap();
+    let ctx = prepare(store.as_ref(), other, PrefixHashes::new(&h[..3]))
+        .await
+        .unwrap();
     assert_eq!(ctx.request_index, 0);
     assert!(ctx.plan().apply.is_empty());
     assert!(ctx.plan().stale.is_empty());

@@ -1,7 +1,10 @@
 //! Test support: a scriptable fake upstream and a proxy started on port 0.
 #![allow(dead_code)]
 
+pub mod otlp;
+pub mod prometheus;
 pub mod redis;
+pub mod traffic;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

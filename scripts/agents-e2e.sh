@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Real agents through cachet, end to end: pi (its three APIs), Claude Code (API key and
+# subscription token), Codex and the Python SDKs, each for two turns of a scripted tool loop
+# against `cachet serve` in front of `cachet emulate`, without a policy and with each shipped
+# policy that matches it. See tests/e2e/run.py for the assertions.
+#
+# Installs the pinned clients into target/e2e/ when missing (npm and pip), builds cachet
+# (debug, or uses $CACHET_BIN), and runs everything in a network namespace of its own where
+# only loopback exists. Options are passed to run.py (e.g. --only codex,pi-openai-responses).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+
+PI_VERSION=0.73.1
+CLAUDE_CODE_VERSION=2.1.330
+CODEX_VERSION=0.169.0
+ANTHROPIC_SDK_VERSION=2.12.0
+OPENAI_SDK_VERSION=3.54.0
+
+CACHE="$PWD/target/e2e"
+NODE_DIR="$CACHE/node"
+PY_DIR="$CACHE/python"
+mkdir -p "$NODE_DIR" "$PY_DIR"
+
+installed_version() { # package folder -> version, or nothing
+  node -e "try{console.log(require('$NODE_DIR/node_modules/$1/package.json').version)}catch(e){}"
+}
+if [ "$(installed_version @mariozechner/pi-coding-agent)" != "$PI_VERSION" ] ||
+   [ "$(installed_version @anthropic-ai/claude-code)" != "$CLAUDE_CODE_VERSION" ] ||
+   [ "$(installed_version @openai/codex)" != "$CODEX_VERSION" ]; then
+  echo "installing pi $PI_VERSION, Claude Code $CLAUDE_CODE_VERSION, Codex $CODEX_VERSION into $NODE_DIR"
+  (cd "$NODE_DIR" && npm install --prefix . --no-audit --no-fund --loglevel=error \
+    "@mariozechner/pi-coding-agent@$PI_VERSION" \
+    "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" \
+    "@openai/codex@$CODEX_VERSION")
+fi
+# Claude Code's postinstall puts its native binary in place; npm may skip install scripts.
+if ! "$NODE_DIR/node_modules/.bin/claude" --version >/dev/null 2>&1; then
+  (cd "$NODE_DIR/node_modules/@anthropic-ai/claude-code" && node install.cjs)
+fi
+
+if ! PYTHONPATH="$PY_DIR" python3 -c "
+import anthropic, openai, sys
+sys.exit(anthropic.__version__ != '$ANTHROPIC_SDK_VERSION' or openai.__version__ != '$OPENAI_SDK_VERSION')" 2>/dev/null; then
+  echo "installing anthropic $ANTHROPIC_SDK_VERSION and openai $OPENAI_SDK_VERSION into $PY_DIR"
+  python3 -m pip install --quiet --disable-pip-version-check --upgrade --target "$PY_DIR" \
+    "anthropic==$ANTHROPIC_SDK_VERSION" "openai==$OPENAI_SDK_VERSION"
+fi
+
+if [ -z "${CACHET_BIN:-}" ]; then
+  cargo build --locked --quiet
+  CACHET_BIN="$PWD/target/debug/cachet"
+fi
+
+OUT="$CACHE/run"
+rm -rf "$OUT"
+mkdir -p "$OUT"
+echo "setup: $((SECONDS - start)) s"
+
+run=(python3 tests/e2e/run.py --cachet "$CACHET_BIN" --bin-dir "$NODE_DIR/node_modules/.bin" --out "$OUT" "$@")
+export PYTHONPATH="$PY_DIR"
+status=0
+# Only loopback: a namespace of our own, when the machine lets us make one.
+if unshare --net true 2>/dev/null; then
+  unshare --net -- sh -c 'ip link set lo up 2>/dev/null || ifconfig lo up; exec "$@"' sh "${run[@]}" || status=$?
+else
+  echo "warning: cannot create a network namespace; agents may reach the network" >&2
+  "${run[@]}" || status=$?
+fi
+echo "agents-e2e.sh: $((SECONDS - start)) s in all (logs in $OUT)"
+exit $status

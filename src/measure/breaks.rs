@@ -1,0 +1,408 @@
+//! The prefix-break diagnosis (DESIGN §8): why a request read less from the provider's
+//! cache than its session's history says it could have. It compares what the cache keys on
+//! ([`PromptShape`]: tools, then system, then the history up to the request-only tail;
+//! never the tail, never a marker-only edit) with the previous request of the same lane,
+//! and reports the first divergence, or, when the prefix still extends, why the cached
+//! prefix was not read. The live path and `cachet replay` both call [`diagnose`].
+
+use serde::{Deserialize, Serialize};
+
+use super::shape::{Mark, Named, PromptShape};
+use crate::providers::{anthropic, Endpoint, Section};
+use crate::usage::Usage;
+
+/// Why a request lost (part of) its cached prefix. A bounded vocabulary: it is a label
+/// of `cachet_prefix_breaks_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakReason {
+    /// Another model: nothing is shared (reported on section `tools`).
+    ModelChanged,
+    ToolsChanged,
+    SystemChanged,
+    /// A history message differs from the one at its place in the previous request.
+    MessageEdited,
+    /// The history is a shortened copy of the previous one.
+    HistoryTruncated,
+    /// The previous request's entry outlived its marker's lifetime before this request.
+    TtlExpired,
+    /// Every marker of this request sits on a prefix below the model's minimum.
+    BelowMinimum,
+    /// The previous entry lies more blocks before this request's markers than the
+    /// provider looks back.
+    OutsideLookback,
+    /// The difference is only thinking blocks that were dropped (by the client, or by the
+    /// provider when a new turn starts on a model that does not keep them).
+    ThinkingDropped,
+    /// The provider read less than the session's history says was cached and reachable.
+    Unexplained,
+}
+
+impl BreakReason {
+    pub const ALL: [BreakReason; 10] = [
+        BreakReason::ModelChanged,
+        BreakReason::ToolsChanged,
+        BreakReason::SystemChanged,
+        BreakReason::MessageEdited,
+        BreakReason::HistoryTruncated,
+        BreakReason::TtlExpired,
+        BreakReason::BelowMinimum,
+        BreakReason::OutsideLookback,
+        BreakReason::ThinkingDropped,
+        BreakReason::Unexplained,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            BreakReason::ModelChanged => "model_changed",
+            BreakReason::ToolsChanged => "tools_changed",
+            BreakReason::SystemChanged => "system_changed",
+            BreakReason::MessageEdited => "message_edited",
+            BreakReason::HistoryTruncated => "history_truncated",
+            BreakReason::TtlExpired => "ttl_expired",
+            BreakReason::BelowMinimum => "below_minimum",
+            BreakReason::OutsideLookback => "outside_lookback",
+            BreakReason::ThinkingDropped => "thinking_dropped",
+            BreakReason::Unexplained => "unexplained",
+        }
+    }
+}
+
+/// One request's diagnosis, as written in the session log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub section: SectionName,
+    pub reason: BreakReason,
+    /// The system part where the prompts first differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<String>,
+    /// The tool where the prompts first differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The history message where the prompts first differ (or the lost entry sat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_index: Option<usize>,
+    /// Tokens the session's history says could have been read, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_read: Option<u64>,
+    /// Tokens read.
+    pub read: u64,
+    pub detail: String,
+}
+
+/// A section label in the log (`tools`, `system`, `messages`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SectionName {
+    Tools,
+    System,
+    Messages,
+}
+
+impl From<Section> for SectionName {
+    fn from(s: Section) -> Self {
+        match s {
+            Section::Tools => SectionName::Tools,
+            Section::System => SectionName::System,
+            Section::Messages => SectionName::Messages,
+        }
+    }
+}
+
+impl SectionName {
+    pub fn label(self) -> &'static str {
+        match self {
+            SectionName::Tools => "tools",
+            SectionName::System => "system",
+            SectionName::Messages => "messages",
+        }
+    }
+}
+
+/// The previous request of the lane, as the diagnosis needs it.
+#[derive(Debug, Clone)]
+pub struct Previous<'a> {
+    pub shape: &'a PromptShape,
+    pub usage: Usage,
+    pub time_ms: u64,
+}
+
+/// The request being diagnosed.
+#[derive(Debug, Clone)]
+pub struct Current<'a> {
+    pub shape: &'a PromptShape,
+    pub usage: Usage,
+    pub time_ms: u64,
+    /// The model's minimum cacheable prefix, in tokens.
+    pub min_tokens: u64,
+    /// The first history message whose thinking the provider drops for this request (a
+    /// new turn on a model that keeps no earlier thinking), if any.
+    pub thinking_stripped_from: Option<usize>,
+}
+
+/// Minimum cacheable prefix assumed for a model missing from the table.
+pub const DEFAULT_MIN_TOKENS: u64 = 1024;
+
+/// The model's minimum cacheable prefix, in tokens.
+pub fn min_tokens(model: &str) -> u64 {
+    crate::models::lookup(model).map_or(DEFAULT_MIN_TOKENS, |m| m.min_cacheable_tokens)
+}
+
+impl Diagnosis {
+    /// A `message_edited` where the two messages differ only by thinking blocks that the
+    /// newer one lacks becomes `thinking_dropped`. `before` and `now` are the message's JSON
+    /// in the previous and this request.
+    pub fn refine_thinking(&mut self, before: &[u8], now: &[u8]) {
+        if self.reason != BreakReason::MessageEdited {
+            return;
+        }
+        let (Ok(before), Ok(now)) = (
+            serde_json::from_slice::<serde_json::Value>(before),
+            serde_json::from_slice::<serde_json::Value>(now),
+        ) else {
+            return;
+        };
+        let (a, had) = without_thinking(&before);
+        let (b, has) = without_thinking(&now);
+        if had > has && crate::session::message_key(&a) == crate::session::message_key(&b) {
+            self.reason = BreakReason::ThinkingDropped;
+            self.detail = format!(
+                "message {} lost its thinking blocks",
+                self.message_index.unwrap_or(0)
+            );
+        }
+    }
+}
+
+/// A message without its thinking blocks, and how many it had.
+fn without_thinking(message: &serde_json::Value) -> (serde_json::Value, usize) {
+    let mut out = message.clone();
+    let mut removed = 0;
+    if let Some(blocks) = out.get_mut("content").and_then(|c| c.as_array_mut()) {
+        blocks.retain(|b| {
+            let thinking = matches!(
+                b.get("type").and_then(|t| t.as_str()),
+                Some("thinking" | "redacted_thinking")
+            );
+            removed += usize::from(thinking);
+            !thinking
+        });
+    }
+    (out, removed)
+}
+
+/// OpenAI hits come in 128-token steps.
+const OPENAI_STEP: u64 = 128;
+/// OpenAI keeps idle prefixes for 5 to 10 minutes: past 5, a miss is explained.
+const OPENAI_IDLE_SECS: u64 = 300;
+
+/// Diagnose `cur` against the previous request of its lane. `tokens_through(block)` is
+/// the number of prompt tokens up to and including a block of `cur` (asked only for
+/// markers, and only when nothing was read). `None`: nothing was lost.
+pub fn diagnose(
+    prev: &Previous<'_>,
+    cur: &Current<'_>,
+    tokens_through: &dyn Fn(u32) -> u64,
+) -> Option<Diagnosis> {
+    let (p, c) = (prev.shape, cur.shape);
+    let read = cur.usage.cache_read;
+    let base = |section: Section, reason: BreakReason, detail: String| Diagnosis {
+        section: section.into(),
+        reason,
+        part: None,
+        tool: None,
+        message_index: None,
+        expected_read: None,
+        read,
+        detail,
+    };
+    if p.model != c.model {
+        return Some(base(
+            Section::Tools,
+            BreakReason::ModelChanged,
+            format!("model changed from {} to {}", p.model, c.model),
+        ));
+    }
+    if p.tools_key != c.tools_key {
+        let (tool, detail) = first_difference(&p.tools, &c.tools, "tool");
+        let mut d = base(Section::Tools, BreakReason::ToolsChanged, detail);
+        d.tool = tool;
+        return Some(d);
+    }
+    if p.system_key != c.system_key {
+        let (part, detail) = first_difference(&p.system, &c.system, "system part");
+        let mut d = base(Section::System, BreakReason::SystemChanged, detail);
+        d.part = part;
+        return Some(d);
+    }
+    let common = p
+        .messages
+        .iter()
+        .zip(&c.messages)
+        .take_while(|(a, b)| a == b)
+        .count();
+    if common < p.messages.len() {
+        let mut d = if common == c.messages.len() {
+            base(
+                Section::Messages,
+                BreakReason::HistoryTruncated,
+                format!(
+                    "history shortened from {} to {} messages",
+                    p.messages.len(),
+                    c.messages.len()
+                ),
+            )
+        } else {
+            base(
+                Section::Messages,
+                BreakReason::MessageEdited,
+                format!("message {common} edited"),
+            )
+        };
+        d.message_index = Some(common);
+        return Some(d);
+    }
+    // The prefix extends the previous one: was what it cached read?
+    match p.endpoint {
+        Endpoint::Chat | Endpoint::Responses => openai_miss(prev, cur, base),
+        _ => anthropic_miss(prev, cur, tokens_through, base),
+    }
+}
+
+fn first_difference(a: &[Named], b: &[Named], what: &str) -> (Option<String>, String) {
+    let i = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    match (a.get(i), b.get(i)) {
+        (Some(x), Some(y)) if x.name == y.name => {
+            (Some(y.name.clone()), format!("{what} `{}` changed", y.name))
+        }
+        (Some(x), Some(y)) => (
+            Some(y.name.clone()),
+            format!("{what} `{}` in place of `{}`", y.name, x.name),
+        ),
+        (None, Some(y)) => (Some(y.name.clone()), format!("{what} `{}` added", y.name)),
+        (Some(x), None) => (Some(x.name.clone()), format!("{what} `{}` removed", x.name)),
+        (None, None) => (None, format!("{what}s changed")),
+    }
+}
+
+fn anthropic_miss(
+    prev: &Previous<'_>,
+    cur: &Current<'_>,
+    tokens_through: &dyn Fn(u32) -> u64,
+    base: impl Fn(Section, BreakReason, String) -> Diagnosis,
+) -> Option<Diagnosis> {
+    let read = cur.usage.cache_read;
+    // What the previous request left in the cache: its prefix up to its last marker.
+    let cached = prev.usage.cache_read + prev.usage.cache_write;
+    let entry = prev.shape.marks.last().copied();
+    let (Some(entry), true) = (entry, cached > 0) else {
+        return below_minimum(cur, tokens_through, &base);
+    };
+    if read >= cached {
+        return None;
+    }
+    let tools = prev.shape.tools.len();
+    let mut d = base(
+        entry.section(tools),
+        BreakReason::Unexplained,
+        String::new(),
+    );
+    d.expected_read = Some(cached);
+    d.message_index = entry.message.map(|m| m as usize);
+    let gap_secs = cur.time_ms.saturating_sub(prev.time_ms) / 1000;
+    if gap_secs > entry.ttl.seconds() {
+        d.reason = BreakReason::TtlExpired;
+        d.detail = format!(
+            "{gap_secs} s since the previous request, past its {} s marker",
+            entry.ttl.seconds()
+        );
+        return Some(d);
+    }
+    if let Some(at) = cur
+        .thinking_stripped_from
+        .filter(|&at| entry.message.is_some_and(|m| m as usize >= at))
+    {
+        d.reason = BreakReason::ThinkingDropped;
+        d.message_index = Some(at);
+        d.detail = format!("the provider drops earlier thinking from message {at} on");
+        return Some(d);
+    }
+    let reaches = |m: &Mark| m.block >= entry.block && m.block - entry.block < LOOKBACK;
+    if !cur.shape.marks.iter().any(reaches) {
+        if let Some(d) = below_minimum(cur, tokens_through, &base) {
+            return Some(d);
+        }
+        d.reason = BreakReason::OutsideLookback;
+        d.detail = match cur.shape.marks.iter().find(|m| m.block >= entry.block) {
+            Some(m) => format!(
+                "the nearest marker is {} blocks after the cached prefix; the provider looks back {LOOKBACK}",
+                m.block - entry.block
+            ),
+            None => "no marker at or after the cached prefix".into(),
+        };
+        return Some(d);
+    }
+    // A small slack for counting differences; anything more is the provider's doing.
+    if read + (cached / 200).max(16) >= cached {
+        return None;
+    }
+    d.detail = format!("read {read} of the {cached} tokens cached by the previous request");
+    Some(d)
+}
+
+/// Blocks a marker looks back over, the marked one included.
+const LOOKBACK: u32 = anthropic::LOOKBACK_BLOCKS as u32;
+
+/// Nothing read although the prompt is long enough, because every marker sits on a prefix
+/// below the model's minimum.
+fn below_minimum(
+    cur: &Current<'_>,
+    tokens_through: &dyn Fn(u32) -> u64,
+    base: &impl Fn(Section, BreakReason, String) -> Diagnosis,
+) -> Option<Diagnosis> {
+    let usage = &cur.usage;
+    if usage.cache_read > 0 || usage.cache_write > 0 || usage.total_input() < cur.min_tokens {
+        return None;
+    }
+    let last = cur.shape.marks.last()?;
+    let tokens = tokens_through(last.block);
+    if tokens >= cur.min_tokens {
+        return None;
+    }
+    let mut d = base(
+        last.section(cur.shape.tools.len()),
+        BreakReason::BelowMinimum,
+        format!(
+            "the last marker sits on {tokens} tokens, below the model's minimum of {}",
+            cur.min_tokens
+        ),
+    );
+    d.message_index = last.message.map(|m| m as usize);
+    Some(d)
+}
+
+fn openai_miss(
+    prev: &Previous<'_>,
+    cur: &Current<'_>,
+    base: impl Fn(Section, BreakReason, String) -> Diagnosis,
+) -> Option<Diagnosis> {
+    let read = cur.usage.cache_read;
+    // What the previous request read is still cached (reads refresh), and a previous
+    // prompt above the minimum was cached whole.
+    let expected = prev.usage.cache_read;
+    let lost_all = read == 0 && prev.usage.total_input() >= cur.min_tokens + OPENAI_STEP;
+    if read + OPENAI_STEP > expected && !lost_all {
+        return None;
+    }
+    let mut d = base(Section::Messages, BreakReason::Unexplained, String::new());
+    d.expected_read = (expected > 0).then_some(expected);
+    let gap_secs = cur.time_ms.saturating_sub(prev.time_ms) / 1000;
+    if gap_secs > OPENAI_IDLE_SECS {
+        d.reason = BreakReason::TtlExpired;
+        d.detail = format!("{gap_secs} s idle; the provider keeps prefixes 5 to 10 minutes");
+    } else {
+        d.detail =
+            format!("read {read} tokens; the previous request read {expected} of the same prefix");
+    }
+    Some(d)
+}

@@ -1,0 +1,283 @@
+//! What the provider's prompt cache keys on, for one request as it was sent: the model,
+//! the tools, the system prompt (without what does not key the cache) and the history up
+//! to the request-only tail, each element by content address, plus where its cache
+//! markers sit. Two requests whose shapes agree up to a point share a cached prefix up to
+//! that point.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::envelope::{Envelope, Ttl};
+use crate::providers::{Endpoint, Section};
+use crate::session::normalize::{key_of_bytes, key_of_raw, message_key, MessageKey};
+
+/// A named element of the prefix: a tool (by name) or a system part (by part name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub name: String,
+    pub key: MessageKey,
+}
+
+/// A cache marker: where it sits, counted in content blocks from the start of the prompt
+/// (tools, then system, then messages), and its lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// Blocks before and including the marked one.
+    pub block: u32,
+    /// The history message it sits in (`None` on a tool or system block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<u32>,
+    pub ttl: MarkTtl,
+}
+
+/// A marker's lifetime, as written in the session log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MarkTtl {
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    #[serde(rename = "1h")]
+    OneHour,
+}
+
+impl MarkTtl {
+    pub fn seconds(self) -> u64 {
+        match self {
+            MarkTtl::FiveMinutes => 300,
+            MarkTtl::OneHour => 3600,
+        }
+    }
+}
+
+impl From<Ttl> for MarkTtl {
+    fn from(t: Ttl) -> Self {
+        match t {
+            Ttl::FiveMinutes => MarkTtl::FiveMinutes,
+            Ttl::OneHour => MarkTtl::OneHour,
+        }
+    }
+}
+
+impl Mark {
+    pub fn section(&self, tools: usize) -> Section {
+        match self.message {
+            Some(_) => Section::Messages,
+            None if (self.block as usize) <= tools => Section::Tools,
+            None => Section::System,
+        }
+    }
+}
+
+/// The cache-relevant shape of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptShape {
+    pub endpoint: Endpoint,
+    pub model: String,
+    pub tools: Vec<Named>,
+    /// Content address of the whole tool list (`None` without tools).
+    pub tools_key: Option<MessageKey>,
+    pub system: Vec<Named>,
+    /// Content address of the whole system prompt (`None` without one).
+    pub system_key: Option<MessageKey>,
+    /// The history the provider may cache: everything before the request-only tail.
+    pub messages: Vec<MessageKey>,
+    /// The request-only tail.
+    pub tail: Vec<MessageKey>,
+    /// Cache markers in prompt order (Anthropic).
+    pub marks: Vec<Mark>,
+}
+
+fn json_of(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or(Value::Null)
+}
+
+fn list_key(items: &[Named]) -> Option<MessageKey> {
+    if items.is_empty() {
+        return None;
+    }
+    let mut all = Vec::with_capacity(items.len() * 32);
+    for item in items {
+        all.extend_from_slice(&item.key);
+    }
+    Some(key_of_bytes(&all))
+}
+
+impl PromptShape {
+    /// The shape of a request whose body parsed into `env`, the last `tail` messages of
+    /// which are the request-only tail.
+    pub fn of(env: &Envelope, tail: usize) -> PromptShape {
+        let endpoint = env.endpoint();
+        let tools: Vec<Named> = env
+            .tools_raw()
+            .map(|raw| {
+                let v = json_of(raw);
+                let name = tool_name(endpoint, &v).unwrap_or_default();
+                Named {
+                    name,
+                    key: message_key(&v),
+                }
+            })
+            .collect();
+        let system: Vec<Named> = env
+            .system_parts()
+            .iter()
+            .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
+            .map(|p| Named {
+                name: p.name.clone(),
+                // The text is what keys the cache: a string system prompt equals its one
+                // text block, and markers never count.
+                key: key_of_bytes(p.text.as_bytes()),
+            })
+            .collect();
+        let history: Vec<MessageKey> = env.history_raw().map(key_of_raw).collect();
+        let cut = history.len().saturating_sub(tail);
+        let (messages, tail) = (history[..cut].to_vec(), history[cut..].to_vec());
+        let marks = marks_of(env, cut);
+        PromptShape {
+            endpoint,
+            model: env.meta.model.clone(),
+            tools_key: list_key(&tools),
+            tools,
+            system_key: list_key(&system),
+            system,
+            messages,
+            tail,
+            marks,
+        }
+    }
+}
+
+/// A request as sent, parsed, with its shape: what recording a request needs.
+pub struct SentRequest {
+    pub env: Envelope,
+    pub shape: PromptShape,
+}
+
+impl SentRequest {
+    pub fn new(env: Envelope, tail: usize) -> Self {
+        let shape = PromptShape::of(&env, tail);
+        SentRequest { env, shape }
+    }
+
+    /// From a JSON body (for callers that hold a value rather than the bytes sent).
+    pub fn from_json(
+        provider: crate::providers::Provider,
+        endpoint: Endpoint,
+        body: &Value,
+        tail: usize,
+    ) -> Result<Self, crate::error::ApiError> {
+        let bytes = bytes::Bytes::from(serde_json::to_vec(body).unwrap_or_default());
+        Ok(SentRequest::new(
+            Envelope::parse(provider, endpoint, bytes)?,
+            tail,
+        ))
+    }
+
+    /// The raw bytes of the shape's history messages.
+    pub fn history(&self) -> Vec<&[u8]> {
+        self.env
+            .history_raw()
+            .take(self.shape.messages.len())
+            .collect()
+    }
+}
+
+/// The name of a tool definition in the provider's shape.
+fn tool_name(endpoint: Endpoint, v: &Value) -> Option<String> {
+    let name = match endpoint {
+        Endpoint::Chat => v.pointer("/function/name").or_else(|| v.get("name")),
+        _ => v.get("name"),
+    };
+    name.and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Markers of the tools, system blocks and the first `history` messages, by block.
+fn marks_of(env: &Envelope, history: usize) -> Vec<Mark> {
+    env.prefix_markers(history)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, (marker, message))| {
+            Some(Mark {
+                block: i as u32 + 1,
+                message,
+                ttl: marker?.into(),
+            })
+        })
+        .collect()
+}
+
+/// Prompt tokens up to and including block `block` (counted as [`Mark::block`] counts).
+pub fn tokens_through(env: &Envelope, block: u32) -> u64 {
+    let mut texts: Vec<Vec<u8>> = Vec::new();
+    texts.extend(env.tools_raw().map(<[u8]>::to_vec));
+    texts.extend(
+        env.system_parts()
+            .iter()
+            .map(|p| p.text.as_bytes().to_vec()),
+    );
+    for raw in env.history_raw() {
+        for span in crate::envelope::content_block_spans(raw) {
+            texts.push(raw[span].to_vec());
+        }
+    }
+    texts
+        .iter()
+        .take(block as usize)
+        .map(|t| crate::tokens::count(&String::from_utf8_lossy(t)))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::Provider;
+    use bytes::Bytes;
+
+    fn shape(body: &str, tail: usize) -> PromptShape {
+        let env = Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            Bytes::from(body.to_string()),
+        )
+        .unwrap();
+        PromptShape::of(&env, tail)
+    }
+
+    /// Claude Code's billing block changes on every request and is not keyed; a marker
+    /// moving from one block to another changes marks, never keys.
+    #[test]
+    fn billing_block_and_markers_do_not_change_keys() {
+        let a = shape(
+            r#"{"model":"m","system":[{"type":"text","text":"x-anthropic-billing-header: cch=1;"},{"type":"text","text":"You are Claude Code.","cache_control":{"type":"ephemeral"}}],
+            "messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]}"#,
+            0,
+        );
+        let b = shape(
+            r#"{"model":"m","system":[{"type":"text","text":"x-anthropic-billing-header: cch=2;"},{"type":"text","text":"You are Claude Code."}],
+            "messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}]}"#,
+            0,
+        );
+        assert_eq!(a.system_key, b.system_key);
+        assert_eq!(a.system.len(), 1);
+        assert_eq!(a.messages[0], b.messages[0]);
+        assert_eq!(a.marks.len(), 2);
+        assert_eq!(
+            a.marks[0],
+            Mark {
+                block: 2,
+                message: None,
+                ttl: MarkTtl::FiveMinutes
+            }
+        );
+        assert_eq!(a.marks[1].message, Some(0));
+        assert!(b.marks.is_empty());
+    }
+
+    #[test]
+    fn the_tail_is_kept_apart() {
+        let s = shape(
+            r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"Current date: today"}]}"#,
+            1,
+        );
+        assert_eq!((s.messages.len(), s.tail.len()), (1, 1));
+    }
+}

@@ -1,0 +1,189 @@
+use super::*;
+
+fn builtin(model: &str) -> Option<&'static ModelInfo> {
+    ModelTable::builtin().lookup(model)
+}
+
+#[test]
+fn table_parses_and_orders_specific_first() {
+    let min = |m: &str| builtin(m).unwrap().min_cacheable_tokens;
+    assert_eq!(min("claude-opus-4-5-20251101"), 4096);
+    assert_eq!(min("claude-sonnet-4-6"), 2048);
+    assert_eq!(min("claude-sonnet-4-5-20250929"), 1024);
+    assert_eq!(builtin("gpt-4o-mini").unwrap().input, 0.15);
+    assert_eq!(builtin("gpt-4o-2024-08-06").unwrap().input, 2.5);
+}
+
+/// Claude Code's default model was priced and sized as Sonnet through a `claude-*`
+/// catch-all. Opus 5.5: $4 / $20, writes $5 / $8, reads $0.20 (0.05x), 1M context
+/// (platform.claude.com/docs/en/models/opus-5-5/overview); minimum 512 tokens
+/// (openrouter.ai model-migrations/claude-5-5). Opus 5: 512 (whats-new-opus-5).
+#[test]
+fn claude_5_rows_follow_anthropics_pages_and_are_not_sonnet() {
+    for id in [
+        "claude-opus-5-5",
+        "claude-opus-5-5[1m]",
+        "claude-opus-5-5-20260922",
+    ] {
+        let m = builtin(id).unwrap_or_else(|| panic!("{id} unknown"));
+        assert_eq!((m.input, m.output), (4.0, 20.0), "{id}");
+        assert_eq!((m.cache_write_5m, m.cache_write_1h), (5.0, 8.0));
+        assert!((m.cache_read / m.input - 0.05).abs() < 1e-12);
+        assert_eq!((m.min_cacheable_tokens, m.context_window), (512, 1_000_000));
+        assert!(m.keeps_earlier_thinking);
+    }
+    let opus5 = builtin("claude-opus-5").unwrap();
+    assert_eq!((opus5.input, opus5.min_cacheable_tokens), (5.0, 512));
+    assert_eq!(builtin("claude-sonnet-5-5").unwrap().input, 2.0);
+    assert_eq!(
+        builtin("claude-opus-4-8").unwrap().min_cacheable_tokens,
+        1024
+    );
+}
+
+/// A model no row names is unknown, never priced as a neighbour (the old `claude-*`, `gpt-5*`
+/// and `*` rows priced every new model as Sonnet or GPT-5).
+#[test]
+fn unknown_models_are_not_priced_as_another_model() {
+    for id in [
+        "claude-opus-7",
+        "claude-opus-5-7",
+        "claude-sonnet-4-7",
+        "gpt-5.2",
+        "gpt-5.6-nova",
+        "llama-4",
+        "",
+    ] {
+        assert!(builtin(id).is_none(), "{id} matched a row");
+    }
+}
+
+#[test]
+fn every_row_is_valid_and_reads_cost_less_than_input() {
+    for (_, m) in &ModelTable::builtin().entries {
+        assert!(m.cache_read < m.input, "{}", m.pattern);
+        assert!(m.cache_write_5m >= m.input && m.cache_write_1h >= m.cache_write_5m);
+        assert!(m.min_cacheable_tokens > 0 && m.context_window > m.min_cacheable_tokens);
+        if m.provider == "openai" {
+            assert!(!m.keeps_earlier_thinking, "{}", m.pattern);
+        }
+    }
+}
+
+/// openai-python `PromptCacheOptions`: "Supported for `gpt-5.6` and later models ... Each
+/// request can write up to four breakpoints"; cache writes cost 1.25x uncached input
+/// (developers.openai.com gpt-5.6-sol page). Anthropic: at most 4 `cache_control` blocks.
+#[test]
+fn explicit_breakpoints_by_model() {
+    let bp = |m: &str| builtin(m).and_then(ModelInfo::explicit_breakpoints);
+    assert_eq!(bp("gpt-5.6"), Some(4));
+    assert_eq!(bp("gpt-5.6-sol-2026-07-09"), Some(4));
+    assert_eq!(bp("gpt-6-sol"), Some(4));
+    assert_eq!(bp("gpt-5"), None);
+    assert_eq!(bp("gpt-4o"), None);
+    assert_eq!(bp("claude-sonnet-4-5"), Some(4));
+    let sol = builtin("gpt-5.6").unwrap();
+    assert!((sol.cache_write_5m / sol.input - 1.25).abs() < 1e-12);
+    // An OpenAI write arrives unsplit (no 5m/1h) and is billed at the write price.
+    let write = Usage {
+        cache_write: 1_000_000,
+        ..Usage::default()
+    };
+    assert!((sol.cost_usd(&write) - 5.0).abs() < 1e-9);
+    let gpt5 = builtin("gpt-5").unwrap();
+    assert_eq!(
+        gpt5.cache_write_5m, gpt5.input,
+        "no write fee before GPT-5.6"
+    );
+}
+
+#[test]
+fn a_user_table_is_tried_first_and_extends_the_shipped_one() {
+    let user = ModelTable::parse(
+        r#"
+[[model]]
+match = "claude-opus-7"
+provider = "anthropic"
+min_cacheable_tokens = 256
+context_window = 2000000
+input = 3.0
+output = 15.0
+cache_read = 0.15
+cache_write_5m = 3.75
+cache_write_1h = 6.0
+keeps_earlier_thinking = true
+
+[[model]]
+match = "gpt-4o"
+provider = "openai"
+min_cacheable_tokens = 1024
+context_window = 128000
+input = 9.0
+output = 9.0
+cache_read = 1.0
+cache_write_5m = 9.0
+cache_write_1h = 9.0
+"#,
+    )
+    .unwrap();
+    let merged = ModelTable::builtin().merged_under(user);
+    assert_eq!(
+        merged.lookup("claude-opus-7").unwrap().min_cacheable_tokens,
+        256
+    );
+    assert_eq!(merged.lookup("gpt-4o").unwrap().input, 9.0, "user row wins");
+    assert_eq!(
+        merged.lookup("gpt-4o-mini").unwrap().input,
+        0.15,
+        "shipped rows stay"
+    );
+    assert!(merged.lookup("claude-opus-8").is_none());
+}
+
+#[test]
+fn bad_user_tables_are_refused_with_the_reason() {
+    let bad_provider = "[[model]]\nmatch = \"x\"\nprovider = \"acme\"\nmin_cacheable_tokens = 1\ncontext_window = 2\ninput = 1.0\noutput = 1.0\ncache_read = 0.1\ncache_write_5m = 1.0\ncache_write_1h = 1.0\n";
+    assert!(ModelTable::parse(bad_provider)
+        .unwrap_err()
+        .contains("provider"));
+    let unknown_field =
+        bad_provider.replace("provider = \"acme\"", "provider = \"openai\"\ncolour = 1");
+    assert!(ModelTable::parse(&unknown_field)
+        .unwrap_err()
+        .contains("colour"));
+    let missing = std::path::Path::new("/nonexistent/models.toml");
+    assert!(read_user_table(missing)
+        .unwrap_err()
+        .contains("/nonexistent/models.toml"));
+}
+
+#[test]
+fn an_unknown_model_is_logged_once_and_the_names_kept_are_bounded() {
+    let mut names = UnknownNames::default();
+    assert_eq!(names.first_sighting("a", 3), Some(false));
+    assert_eq!(names.first_sighting("a", 3), None, "once per name");
+    assert_eq!(names.first_sighting("b", 3), Some(false));
+    assert_eq!(
+        names.first_sighting("c", 3),
+        Some(true),
+        "the last one says so"
+    );
+    assert_eq!(names.first_sighting("d", 3), None);
+    assert_eq!(names.seen.len(), 3);
+}
+
+#[test]
+fn mixed_ttl_cost() {
+    let m = builtin("claude-sonnet-4-5").unwrap();
+    let u = Usage {
+        cache_read: 1_000_000,
+        cache_write: 2_000_000,
+        cache_write_5m: 1_000_000,
+        cache_write_1h: 1_000_000,
+        uncached: 1_000_000,
+        output: 0,
+    };
+    // 0.30 read + 3.75 5m + 6.00 1h + 3.00 uncached
+    assert!((m.cost_usd(&u) - 13.05).abs() < 1e-9);
+    assert!((m.savings_usd(&u) - (12.0 - 13.05)).abs() < 1e-9);
+}

@@ -1,0 +1,189 @@
+//! Anthropic Messages (`POST /v1/messages`): every rule cachet knows about this API.
+//!
+//! - Messages: `role` user or assistant (Claude Code also sends `role: "system"` messages
+//!   inside `messages`; they are carried as they are). Content is a string or blocks;
+//!   `tool_use` blocks call tools, `tool_result` blocks answer them.
+//! - System prompt: `system`, a string or text blocks; each block is a part.
+//! - What does not key the cache: Claude Code's `x-anthropic-billing-header:` system block
+//!   (its nonce changes on every request; the provider evidently leaves it out) and
+//!   `cache_control` itself.
+//! - Cache key order: tools, then system, then messages.
+//! - Stream: `message_stop` ends an answer, an `error` event ends it in failure.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+
+use super::{MsgKind, Section, Terminal};
+use crate::envelope::scan;
+
+/// The block Claude Code puts first in `system`; its nonce changes on every request.
+pub const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
+
+/// Block boundaries a cache marker looks back over for an earlier entry, the marked block
+/// included: "up to 20 blocks before your explicit breakpoint" (prompt-caching docs).
+pub const LOOKBACK_BLOCKS: usize = 20;
+
+/// The order the provider's prompt cache keys on.
+pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
+
+/// Whether a system text block is left out of the cache key.
+pub fn is_cache_neutral_system_text(text: &str) -> bool {
+    text.starts_with(BILLING_HEADER_PREFIX)
+}
+
+pub fn message_kind(b: &[u8]) -> MsgKind {
+    let mut kind = MsgKind::default();
+    let Ok(entries) = scan::entries(b, scan::skip_ws(b, 0)) else {
+        return kind;
+    };
+    let get = |name: &str| entries.iter().find(|e| scan::key_is(b, &e.key, name));
+    kind.role = get("role")
+        .and_then(|e| scan::decode_str(b, &e.value))
+        .unwrap_or_default();
+    kind.from_model = kind.role == "assistant";
+    match get("content") {
+        Some(e) if b.get(e.value.start) == Some(&b'[') => {
+            for block in scan::elements(b, e.value.start).unwrap_or_default() {
+                match scan::str_field(b, block.start, "type").as_deref() {
+                    Some("tool_use") => kind.calls_tool = true,
+                    Some("tool_result") => kind.tool_result = true,
+                    _ => kind.other_content = true,
+                }
+            }
+        }
+        Some(_) => kind.other_content = true,
+        None => {}
+    }
+    kind
+}
+
+/// A `tool_use` must be answered by the very next message, and a `tool_result` must follow
+/// one.
+pub fn check_boundary(prev: Option<&MsgKind>, next: Option<&MsgKind>) -> Result<(), String> {
+    let separated = "a tool result would be separated from its tool call";
+    if prev.is_some_and(|p| p.calls_tool) && !next.is_some_and(|n| n.tool_result) {
+        return Err(separated.into());
+    }
+    if next.is_some_and(|n| n.tool_result) && !prev.is_some_and(|p| p.calls_tool) {
+        return Err(separated.into());
+    }
+    Ok(())
+}
+
+/// How an SSE event ends the stream, if it does.
+pub fn terminal(event: &str) -> Option<Terminal> {
+    match event {
+        "message_stop" => Some(Terminal::Done),
+        "error" => Some(Terminal::Error),
+        _ => None,
+    }
+}
+
+/// The event sent to the client when the upstream breaks off after its 200: the SDKs
+/// raise it as an error.
+pub fn stream_break_event(message: &str) -> Bytes {
+    crate::error::anthropic_stream_error_event(crate::error::ErrorKind::BadGateway, message)
+}
+
+/// The assistant message of a non-streaming response body.
+pub fn assistant_from_body(v: &Value) -> Option<Value> {
+    Some(json!({"role": "assistant", "content": v.get("content")?}))
+}
+
+/// The assistant message assembled from a stream's events.
+pub fn assistant_from_stream(events: &[(String, Bytes)]) -> Option<Value> {
+    let mut blocks: BTreeMap<u64, Value> = BTreeMap::new();
+    let mut partial_json: BTreeMap<u64, String> = BTreeMap::new();
+    for (_, data) in events {
+        let Ok(ev) = serde_json::from_slice::<Value>(data) else {
+            continue;
+        };
+        let index = ev.get("index").and_then(Value::as_u64).unwrap_or(0);
+        match ev.get("type").and_then(Value::as_str) {
+            Some("content_block_start") => {
+                if let Some(block) = ev.get("content_block") {
+                    blocks.insert(index, block.clone());
+                }
+            }
+            Some("content_block_delta") => {
+                let (Some(block), Some(delta)) = (blocks.get_mut(&index), ev.get("delta")) else {
+                    continue;
+                };
+                let append = |block: &mut Value, field: &str, piece: Option<&Value>| {
+                    let add = piece.and_then(Value::as_str).unwrap_or("");
+                    let current = block.get(field).and_then(Value::as_str).unwrap_or("");
+                    block[field] = Value::String(format!("{current}{add}"));
+                };
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => append(block, "text", delta.get("text")),
+                    Some("thinking_delta") => append(block, "thinking", delta.get("thinking")),
+                    Some("signature_delta") => append(block, "signature", delta.get("signature")),
+                    Some("input_json_delta") => partial_json.entry(index).or_default().push_str(
+                        delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                    ),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    for (index, text) in partial_json {
+        if let Some(block) = blocks.get_mut(&index) {
+            block["input"] = serde_json::from_str(&text).unwrap_or(Value::Object(Map::new()));
+        }
+    }
+    if blocks.is_empty() {
+        return None;
+    }
+    Some(json!({"role": "assistant", "content": blocks.into_values().collect::<Vec<_>>()}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(list: &[&str]) -> Vec<(String, Bytes)> {
+        list.iter()
+            .map(|d| (String::new(), Bytes::from(d.to_string())))
+            .collect()
+    }
+
+    #[test]
+    fn text_and_tool_use_from_the_stream() {
+        let m = assistant_from_stream(&events(&[
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t1","name":"bash","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"cmd\":"}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"ls\"}"}}"#,
+        ]))
+        .unwrap();
+        assert_eq!(m["content"][0]["text"], "Hello");
+        assert_eq!(m["content"][1]["input"]["cmd"], "ls");
+    }
+
+    #[test]
+    fn kinds_and_boundaries() {
+        let tu = message_kind(
+            br#"{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"a","input":{}}]}"#,
+        );
+        let tr = message_kind(
+            br#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}"#,
+        );
+        let u = message_kind(br#"{"role":"user","content":"hi"}"#);
+        assert!(tu.from_model && !u.from_model);
+        assert!(u.is_user_content() && !tr.is_user_content());
+        assert!(check_boundary(Some(&tu), Some(&tr)).is_ok());
+        assert!(check_boundary(Some(&tu), Some(&u)).is_err());
+        assert!(check_boundary(Some(&u), Some(&tr)).is_err());
+        assert!(is_cache_neutral_system_text(
+            "x-anthropic-billing-header: cc_version=2.1; cch=abc;"
+        ));
+    }
+}

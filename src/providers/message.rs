@@ -1,0 +1,76 @@
+//! What a message is, in terms every provider module fills in: who said it, whether it
+//! calls a tool or carries a tool's result, and whether it carries anything else.
+
+use super::{anthropic, openai_chat, openai_responses, Endpoint};
+
+/// The facts about one history message that ordering rules, turns and retrieval need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MsgKind {
+    pub role: String,
+    /// Responses item `type` (empty for other providers).
+    pub item_type: String,
+    /// Said by the model: an assistant message, or a Responses reasoning or call item.
+    pub from_model: bool,
+    /// Carries a tool call (Anthropic `tool_use`, Chat `tool_calls`, Responses `*_call`).
+    pub calls_tool: bool,
+    /// Carries a tool result (Anthropic `tool_result`, Chat role `tool`, Responses `*_output`).
+    pub tool_result: bool,
+    /// Carries something besides tool results (text, images, ...).
+    pub other_content: bool,
+}
+
+impl MsgKind {
+    /// Classify a message (a Responses input item) from its raw JSON bytes.
+    pub fn of(endpoint: Endpoint, b: &[u8]) -> MsgKind {
+        match endpoint {
+            Endpoint::Chat => openai_chat::message_kind(b),
+            Endpoint::Responses => openai_responses::message_kind(b),
+            _ => anthropic::message_kind(b),
+        }
+    }
+
+    /// The client's own instructions inside the history: Anthropic `role: "system"`
+    /// messages (Claude Code sends them), OpenAI `system`/`developer` messages.
+    pub fn is_instruction(&self) -> bool {
+        matches!(self.role.as_str(), "system" | "developer")
+    }
+
+    /// A user message with content of its own (text, images), as opposed to one that only
+    /// carries tool results.
+    pub fn is_user_content(&self) -> bool {
+        self.role == "user" && self.other_content && !self.from_model
+    }
+}
+
+/// The provider's rule for two neighbouring messages (`None` = start or end of the list):
+/// why the pair would be rejected.
+pub fn check_boundary(
+    endpoint: Endpoint,
+    prev: Option<&MsgKind>,
+    next: Option<&MsgKind>,
+) -> Result<(), String> {
+    match endpoint {
+        Endpoint::Responses => openai_responses::check_boundary(prev, next),
+        Endpoint::Chat => openai_chat::check_boundary(prev, next),
+        _ => anthropic::check_boundary(prev, next),
+    }
+}
+
+/// The text a message carries for a reader (retrieval, display): string content, or its
+/// text parts joined by newlines.
+pub fn text_of(endpoint: Endpoint, b: &[u8]) -> String {
+    use crate::envelope::scan;
+    let Some(content) = scan::field(b, scan::skip_ws(b, 0), "content") else {
+        return String::new();
+    };
+    if let Some(text) = scan::decode_str(b, &content) {
+        return text;
+    }
+    let _ = endpoint; // text, input_text and output_text parts all carry `text`
+    scan::elements(b, content.start)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|part| scan::str_field(b, part.start, "text"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,132 @@
+//! OpenAI Chat Completions (`POST /v1/chat/completions`): every rule cachet knows about
+//! this API.
+//!
+//! - Messages: roles `system`/`developer` (leading ones are the system prompt), `user`,
+//!   `assistant` (with `tool_calls`), `tool` (a tool's result).
+//! - Cache key order: tools, then the messages (system first). No marker: the provider
+//!   caches the longest matching prefix on its own.
+//! - Stream: `data: [DONE]` ends an answer; usage arrives in a last chunk with
+//!   `"choices": []` only when `stream_options.include_usage` is set.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::{MsgKind, Section, Terminal};
+use crate::envelope::scan;
+
+/// The order the provider's prompt cache keys on.
+pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
+
+/// Roles of the messages that make up the system prompt when they lead the list.
+pub const SYSTEM_ROLES: [&str; 2] = ["system", "developer"];
+
+pub fn message_kind(b: &[u8]) -> MsgKind {
+    let mut kind = MsgKind::default();
+    let Ok(entries) = scan::entries(b, scan::skip_ws(b, 0)) else {
+        return kind;
+    };
+    let get = |name: &str| entries.iter().find(|e| scan::key_is(b, &e.key, name));
+    kind.role = get("role")
+        .and_then(|e| scan::decode_str(b, &e.value))
+        .unwrap_or_default();
+    kind.from_model = kind.role == "assistant";
+    kind.tool_result = kind.role == "tool";
+    kind.calls_tool = get("tool_calls")
+        .and_then(|e| scan::elements(b, e.value.start).ok())
+        .is_some_and(|calls| !calls.is_empty());
+    kind.other_content = !kind.tool_result;
+    kind
+}
+
+/// Tool calls must be answered by `tool` messages right after them; `tool` messages may
+/// follow each other.
+pub fn check_boundary(prev: Option<&MsgKind>, next: Option<&MsgKind>) -> Result<(), String> {
+    let separated = "a tool result would be separated from its tool call";
+    if prev.is_some_and(|p| p.calls_tool) && !next.is_some_and(|n| n.tool_result) {
+        return Err(separated.into());
+    }
+    if next.is_some_and(|n| n.tool_result) && !prev.is_some_and(|p| p.calls_tool || p.tool_result) {
+        return Err(separated.into());
+    }
+    Ok(())
+}
+
+/// How an SSE data line ends the stream, if it does.
+pub fn terminal(data: &[u8]) -> Option<Terminal> {
+    (data == b"[DONE]").then_some(Terminal::Done)
+}
+
+/// The assistant message of a non-streaming response body.
+pub fn assistant_from_body(v: &Value) -> Option<Value> {
+    v.pointer("/choices/0/message").cloned()
+}
+
+/// The assistant message assembled from a stream's chunks.
+pub fn assistant_from_stream(events: &[(String, Bytes)]) -> Option<Value> {
+    let mut content = String::new();
+    let mut saw_content = false;
+    let mut calls: BTreeMap<u64, (String, String, String)> = BTreeMap::new();
+    for (_, data) in events {
+        let Ok(ev) = serde_json::from_slice::<Value>(data) else {
+            continue;
+        };
+        let Some(delta) = ev.pointer("/choices/0/delta") else {
+            continue;
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            content.push_str(text);
+            saw_content = true;
+        }
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let entry = calls.entry(index).or_default();
+            if let Some(id) = call.get("id").and_then(Value::as_str) {
+                entry.0 = id.to_string();
+            }
+            if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                entry.1.push_str(name);
+            }
+            if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                entry.2.push_str(args);
+            }
+        }
+    }
+    if !saw_content && calls.is_empty() {
+        return None;
+    }
+    let mut message = json!({"role": "assistant", "content": if saw_content { Value::String(content) } else { Value::Null }});
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .into_values()
+            .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+            .collect();
+    }
+    Some(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_call_arguments_are_joined() {
+        let events: Vec<(String, Bytes)> = [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"bash","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}]}}]}"#,
+            "[DONE]",
+        ]
+        .iter()
+        .map(|d| (String::new(), Bytes::from(d.to_string())))
+        .collect();
+        let m = assistant_from_stream(&events).unwrap();
+        assert_eq!(m["tool_calls"][0]["function"]["arguments"], "{\"a\":1}");
+        assert!(m["content"].is_null());
+    }
+}

@@ -1,0 +1,121 @@
+//! OpenAI Responses (`POST /v1/responses`): every rule cachet knows about this API.
+//!
+//! - Input items: `message` items with roles `system`/`developer` (leading ones are the
+//!   system prompt when `instructions` is absent: pi sends its prompt this way), `user`
+//!   and `assistant`; `reasoning` items; `*_call` items (function, custom tool, shell...)
+//!   and their `*_call_output` answers.
+//! - System prompt: `instructions`, else the leading `system`/`developer` message items.
+//! - Cache key order: tools, then instructions, then input items. No marker before GPT-5.6.
+//! - Stream: `response.completed` or `response.incomplete` end an answer;
+//!   `response.failed` and `error` end it in failure.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::{MsgKind, Section, Terminal};
+use crate::envelope::scan;
+
+/// The order the provider's prompt cache keys on.
+pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
+
+/// Roles of the message items that make up the system prompt when they lead the input.
+pub const SYSTEM_ROLES: [&str; 2] = ["system", "developer"];
+
+pub fn message_kind(b: &[u8]) -> MsgKind {
+    let mut kind = MsgKind::default();
+    let Ok(entries) = scan::entries(b, scan::skip_ws(b, 0)) else {
+        return kind;
+    };
+    let text = |name: &str| {
+        entries
+            .iter()
+            .find(|e| scan::key_is(b, &e.key, name))
+            .and_then(|e| scan::decode_str(b, &e.value))
+    };
+    kind.role = text("role").unwrap_or_default();
+    kind.item_type = text("type").unwrap_or_else(|| "message".into());
+    let t = kind.item_type.as_str();
+    kind.tool_result = t.ends_with("_call_output");
+    kind.calls_tool = t.ends_with("_call");
+    kind.from_model =
+        kind.calls_tool || t == "reasoning" || (t == "message" && kind.role == "assistant");
+    kind.other_content = !kind.tool_result;
+    kind
+}
+
+/// Call outputs follow their calls (reasoning and further calls may sit between); a call
+/// is followed by its output, another call or reasoning; reasoning by the model's output.
+pub fn check_boundary(prev: Option<&MsgKind>, next: Option<&MsgKind>) -> Result<(), String> {
+    let separated = "a tool result would be separated from its tool call";
+    if let Some(n) = next.filter(|n| n.tool_result) {
+        let ok = prev.is_some_and(|p| p.calls_tool || p.tool_result || p.item_type == "reasoning");
+        if !ok {
+            return Err(format!("{separated} (item `{}`)", n.item_type));
+        }
+    }
+    if let (Some(p), Some(n)) = (prev, next) {
+        if p.calls_tool && !(n.tool_result || n.calls_tool || n.item_type == "reasoning") {
+            return Err(separated.into());
+        }
+        if p.item_type == "reasoning" && n.item_type == "message" && n.role != "assistant" {
+            return Err("a reasoning item would be separated from its output".into());
+        }
+    }
+    Ok(())
+}
+
+/// How an SSE event ends the stream, if it does.
+pub fn terminal(event: &str) -> Option<Terminal> {
+    match event {
+        "response.completed" | "response.incomplete" => Some(Terminal::Done),
+        "response.failed" | "error" => Some(Terminal::Error),
+        _ => None,
+    }
+}
+
+/// The event sent to the client when the upstream breaks off after its 200.
+pub fn stream_break_event(message: &str) -> Bytes {
+    let data = serde_json::json!({
+        "type": "error", "code": "upstream_stream_interrupted",
+        "message": message, "param": null,
+    });
+    Bytes::from(format!("event: error\ndata: {data}\n\n"))
+}
+
+/// The output items of a non-streaming response body.
+pub fn assistant_from_body(v: &Value) -> Option<Value> {
+    v.get("output").cloned()
+}
+
+/// The output items of the final `response.completed` (or `.incomplete`) event.
+pub fn assistant_from_stream(events: &[(String, Bytes)]) -> Option<Value> {
+    events.iter().rev().find_map(|(name, data)| {
+        if matches!(name.as_str(), "response.completed" | "response.incomplete") {
+            serde_json::from_slice::<Value>(data)
+                .ok()?
+                .pointer("/response/output")
+                .cloned()
+        } else {
+            None
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_are_told_apart() {
+        let call = message_kind(br#"{"type":"function_call","call_id":"c"}"#);
+        let out = message_kind(br#"{"type":"function_call_output","call_id":"c"}"#);
+        let dev = message_kind(br#"{"type":"message","role":"developer","content":"x"}"#);
+        let user = message_kind(br#"{"role":"user","content":"x"}"#);
+        assert!(call.from_model && call.calls_tool);
+        assert!(out.tool_result && !out.from_model);
+        assert!(dev.is_instruction() && !dev.is_user_content());
+        assert!(user.is_user_content());
+        assert!(check_boundary(Some(&call), Some(&out)).is_ok());
+        assert!(check_boundary(Some(&user), Some(&out)).is_err());
+    }
+}

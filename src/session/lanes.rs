@@ -1,0 +1,181 @@
+//! Lanes: the conversations inside one session. Claude Code sends its title, summary and
+//! subagent requests under the main loop's session id, each with other tools, another
+//! system prompt and a history of its own; comparing them with the main loop would report
+//! a break at every switch. Lanes follow the client's own history (before any patch), so
+//! that what a policy inserts or drops never moves a request to another lane. A request
+//! joins:
+//!
+//! 1. the most recently active lane of the same tools-and-system shape whose history
+//!    starts with the same message;
+//! 2. failing that, the lane whose latest request's whole history (two messages or more)
+//!    it extends: the same conversation with changed tools or system prompt, which the
+//!    diagnosis then reports as a break;
+//! 3. failing that, a new lane: a new subagent, or a compacted history that shares no
+//!    message with the conversation it replaces.
+
+use serde::{Deserialize, Serialize};
+
+use super::anchor::{Anchor, PrefixHashes};
+use super::entry::{Entry, RequestRecord};
+use super::log::Entries;
+use super::record::decode_key;
+use crate::measure::PromptShape;
+use crate::session::normalize::MessageKey;
+
+/// The client's own history of a request, as lanes compare it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Conversation {
+    /// The whole history.
+    pub history: Anchor,
+    /// The history's first message (its one-message anchor hash), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<String>,
+}
+
+impl Conversation {
+    pub fn of(client: &PrefixHashes) -> Self {
+        Conversation {
+            history: client.full(),
+            first: client.anchor_at(1).map(|a| a.hash),
+        }
+    }
+}
+
+/// The latest request of a lane, as lane assignment sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneHead {
+    pub lane: u32,
+    pub tools_key: Option<MessageKey>,
+    pub system_key: Option<MessageKey>,
+    pub conversation: Conversation,
+}
+
+impl LaneHead {
+    pub fn of(lane: u32, shape: &PromptShape, conversation: Conversation) -> Self {
+        LaneHead {
+            lane,
+            tools_key: shape.tools_key,
+            system_key: shape.system_key,
+            conversation,
+        }
+    }
+}
+
+/// Shortest history a request must extend to continue a lane of another shape.
+const MIN_CONTINUED: usize = 2;
+
+/// The lane of a request with `shape` and client history `client`, given the latest
+/// request of every lane so far, most recently active first.
+pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) -> u32 {
+    let first = client.anchor_at(1).map(|a| a.hash);
+    let same_shape = heads.iter().find(|h| {
+        h.tools_key == shape.tools_key
+            && h.system_key == shape.system_key
+            && h.conversation.first == first
+    });
+    let continued = || {
+        heads.iter().find(|h| {
+            h.conversation.history.count >= MIN_CONTINUED && client.matches(&h.conversation.history)
+        })
+    };
+    match same_shape.or_else(continued) {
+        Some(h) => h.lane,
+        None => heads.iter().map(|h| h.lane + 1).max().unwrap_or(0),
+    }
+}
+
+/// The latest request of every lane in a session's log, most recently active first.
+pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
+    let mut heads: Vec<LaneHead> = Vec::new();
+    for entry in log.entries().rev() {
+        if let Entry::Request(r) = entry {
+            if !heads.iter().any(|h| h.lane == r.lane) {
+                heads.push(LaneHead {
+                    lane: r.lane,
+                    tools_key: r.tools_key.as_deref().and_then(decode_key),
+                    system_key: r.system_key.as_deref().and_then(decode_key),
+                    conversation: r.conversation.clone(),
+                });
+            }
+        }
+    }
+    heads
+}
+
+/// The latest request of `lane` that got an answer: what a diagnosis compares with.
+pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&RequestRecord> {
+    log.entries().rev().find_map(|e| match e {
+        Entry::Request(r) if r.lane == lane && r.usage.is_some() => Some(r),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn history(texts: &[&str]) -> PrefixHashes {
+        let messages: Vec<Value> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                json!({"role": role, "content": t})
+            })
+            .collect();
+        PrefixHashes::new(&messages)
+    }
+
+    fn shape(tools: u8, system: u8) -> PromptShape {
+        PromptShape {
+            endpoint: crate::providers::Endpoint::Messages,
+            model: "m".into(),
+            tools: Vec::new(),
+            tools_key: Some([tools; 32]),
+            system: Vec::new(),
+            system_key: Some([system; 32]),
+            messages: Vec::new(),
+            tail: Vec::new(),
+            marks: Vec::new(),
+        }
+    }
+
+    fn head(lane: u32, tools: u8, system: u8, texts: &[&str]) -> LaneHead {
+        LaneHead::of(
+            lane,
+            &shape(tools, system),
+            Conversation::of(&history(texts)),
+        )
+    }
+
+    #[test]
+    fn side_requests_and_subagents_get_their_own_lanes() {
+        let main = head(0, 1, 1, &["fix it", "reading", "ok"]);
+        // The main loop goes on.
+        let next = history(&["fix it", "reading", "ok", "done"]);
+        assert_eq!(assign(std::slice::from_ref(&main), &shape(1, 1), &next), 0);
+        // A title request: other tools, other system prompt, its own message.
+        assert_eq!(
+            assign(
+                std::slice::from_ref(&main),
+                &shape(2, 2),
+                &history(&["title?"])
+            ),
+            1
+        );
+        let title = head(1, 2, 2, &["title?"]);
+        // A subagent, then a second one of the same kind with another task.
+        let heads = [head(2, 3, 3, &["search a"]), main.clone(), title];
+        assert_eq!(
+            assign(&heads, &shape(3, 3), &history(&["search a", "x"])),
+            2
+        );
+        assert_eq!(assign(&heads, &shape(3, 3), &history(&["search b"])), 3);
+        // The main loop with a tool added (an MCP server connected): same lane, so the
+        // change is diagnosed.
+        assert_eq!(assign(&heads, &shape(9, 1), &next), 0);
+        // An edit inside the main loop stays in it.
+        assert_eq!(assign(&heads, &shape(1, 1), &history(&["fix it", "no"])), 0);
+    }
+}

@@ -1,0 +1,685 @@
+#!/usr/bin/env python3
+"""Real agents through cachet, end to end (run by scripts/agents-e2e.sh).
+
+Each client runs two turns in a scratch folder with its own HOME, configured with the blocks
+of the README's "Pointing an agent at cachet" section, against `cachet serve` in front of
+`cachet emulate --tool-calls first --tool-steps 2`. Capturing shims sit on both sides of
+cachet, so the bytes that crossed it can be compared. Each client runs once without a
+policy, then once with each shipped policy that matches it.
+
+Every assertion prints `ok:` or `FAIL:` with its figures; the run goes on after a failure
+and ends with `N passed, M failed`.
+
+Usage: run.py --cachet BIN --bin-dir NODE_BIN [--only NAME,...] [--keep DIR]
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from shim import Shim  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EMULATOR_TEXT = "Hello from the cachet emulator. This reply is deterministic."
+README_URL = "http://127.0.0.1:8787"
+TOOL_STEPS = 2
+PROMPTS = ["List the files in this folder.", "Now look at them again."]
+# Generation paths, with the (provider, endpoint) labels policies match on.
+ROUTES = {"/v1/messages": ({"anthropic"}, {"messages"}),
+          "/v1/chat/completions": ({"openai"}, {"chat"}),
+          "/v1/responses": ({"openai"}, {"responses"})}
+GENERATION = set(ROUTES)
+# Dummy credentials: nothing here reaches a provider.
+ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
+OAUTH_TOKEN = "sk-ant-oat01-e2e-dummy-token"
+OPENAI_KEY = "sk-e2e-dummy-key"
+# A runaway tool loop is stopped here instead of at the invocation's time limit.
+MAX_REQUESTS_PER_TURN = 40
+TURN_TIMEOUT = 180
+
+
+# ---------------------------------------------------------------- reporting
+
+class Report:
+    def __init__(self):
+        self.passed = 0
+        self.failed = []
+
+    def check(self, cond, what, detail=""):
+        if cond:
+            self.passed += 1
+            print(f"ok: {what}")
+        else:
+            self.failed.append(what)
+            print(f"FAIL: {what}" + (f"\n      {detail}" if detail else ""))
+        sys.stdout.flush()
+        return cond
+
+
+# ---------------------------------------------------------------- README configuration
+
+def readme_blocks():
+    """The fenced blocks of the README's client section: {("file"|"env", name): text}."""
+    text = open(os.path.join(ROOT, "README.md")).read()
+    start = text.index("### Pointing an agent at cachet")
+    end = text.index("\n### ", start + 1)
+    section = text[start:end]
+    blocks = {}
+    for m in re.finditer(r"```\w+ (file|env)=(\S+)\n(.*?)```", section, re.S):
+        blocks[(m.group(1), m.group(2))] = m.group(3)
+    return blocks
+
+
+def readme_env(blocks, name, base):
+    env = {}
+    for line in blocks[("env", name)].splitlines():
+        m = re.match(r"export (\w+)=(\S+)$", line.strip())
+        if m:
+            env[m.group(1)] = m.group(2).replace(README_URL, base)
+    return env
+
+
+def write_readme_file(blocks, name, home, base):
+    path = os.path.join(home, name.replace("~/", ""))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(blocks[("file", name)].replace(README_URL, base))
+
+
+# ---------------------------------------------------------------- session identity (README rules)
+
+def expected_session(headers, body):
+    """(source, id) by the README's "Which session a request belongs to" table."""
+    h = {k.lower(): v for k, v in headers}
+    if h.get("x-cachet-session"):
+        return "header", h["x-cachet-session"]
+    if h.get("x-claude-code-session-id"):
+        return "claude_code_header", h["x-claude-code-session-id"]
+    user_id = (body.get("metadata") or {}).get("user_id") if isinstance(body, dict) else None
+    if isinstance(user_id, str):
+        try:
+            sid = json.loads(user_id).get("session_id")
+        except (ValueError, AttributeError):
+            sid = user_id.rsplit("_session_", 1)[1] if "_session_" in user_id else None
+        if sid:
+            return "claude_code_metadata", sid
+    if isinstance(body, dict) and body.get("prompt_cache_key"):
+        return "prompt_cache_key", body["prompt_cache_key"]
+    for name in ("session-id", "session_id"):
+        if h.get(name):
+            return "codex_header", h[name]
+    return "fingerprint", None
+
+
+# ---------------------------------------------------------------- reading answers
+
+def json_documents(body):
+    """Every JSON document of an answer: the whole body, or each SSE `data:` line."""
+    try:
+        return [json.loads(body)]
+    except ValueError:
+        pass
+    docs = []
+    for line in body.decode("utf-8", "replace").splitlines():
+        if line.startswith("data:"):
+            try:
+                docs.append(json.loads(line[5:].strip()))
+            except ValueError:
+                pass
+    return docs
+
+
+def cache_read(body):
+    """Tokens read from cache, from an Anthropic, Chat or Responses answer (streamed or not)."""
+    best = 0
+
+    def walk(v):
+        nonlocal best
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k in ("cache_read_input_tokens", "cached_tokens") and isinstance(x, int):
+                    best = max(best, x)
+                else:
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    for doc in json_documents(body):
+        walk(doc)
+    return best
+
+
+def canonical(v):
+    """Canonical JSON without cache markers, as the session store keys content."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(y) for k, y in x.items() if k != "cache_control"}
+        if isinstance(x, list):
+            return [strip(y) for y in x]
+        return x
+    return json.dumps(strip(v), sort_keys=True, separators=(",", ":"))
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+# ---------------------------------------------------------------- processes
+
+def http_get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+class Stack:
+    """emulator <- back shim <- cachet serve <- front shim, all on loopback ports."""
+
+    def __init__(self, cachet, workdir, policies):
+        self.dir = workdir
+        os.makedirs(workdir, exist_ok=True)
+        self.procs = []
+        emu = self._start([cachet, "emulate", "--listen", "127.0.0.1:0", "--tool-calls", "first",
+                           "--tool-steps", str(TOOL_STEPS)], "emulate.log")
+        self.emulator_url = re.search(r"http://\S+", emu.stdout.readline()).group(0)
+        self.back = Shim(self.emulator_url)
+        args = [cachet, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+                "--anthropic-upstream", self.back.url, "--openai-upstream", self.back.url,
+                "--store", os.path.join(workdir, "store"), "--record", os.path.join(workdir, "record")]
+        for p in policies:
+            args += ["--policy", p]
+        serve = self._start(args, "serve.log")
+        line = serve.stdout.readline()
+        m = re.search(r"http://(\S+) \(admin: http://(\S+)/metrics\)", line)
+        if not m:
+            raise RuntimeError(f"cachet serve did not start: {line!r}; see {workdir}/serve.log")
+        self.cachet_url = f"http://{m.group(1)}"
+        self.admin_url = f"http://{m.group(2)}"
+        self.front = Shim(self.cachet_url)
+
+    def _start(self, args, log):
+        err = open(os.path.join(self.dir, log), "w")
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, cwd=self.dir,
+                             env={**os.environ, "RUST_LOG": "info", "NO_COLOR": "1"})
+        self.procs.append(p)
+        return p
+
+    def admin(self, path):
+        return json.loads(http_get(self.admin_url + path))
+
+    def metrics(self):
+        return http_get(self.admin_url + "/metrics").decode()
+
+    def stop(self):
+        self.front.stop()
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        self.back.stop()
+
+
+# ---------------------------------------------------------------- clients
+
+class Client:
+    """One client: how it is configured and run, and what identifies its session."""
+
+    def __init__(self, name, providers, endpoints, id_source, one_session=True):
+        self.name = name
+        self.providers = providers
+        self.endpoints = endpoints
+        self.id_source = id_source
+        self.one_session = one_session
+
+    def matches(self, policy):
+        return policy_matches(policy, self.providers, self.endpoints)
+
+
+def policy_matches(policy, providers, endpoints):
+    m = policy.get("match", {})
+    return bool((not m.get("provider") or set(m["provider"]) & providers) and
+                (not m.get("endpoint") or set(m["endpoint"]) & endpoints))
+
+
+class Pi(Client):
+    def __init__(self, provider, model, api_label, family, endpoint, id_source):
+        super().__init__(f"pi-{api_label}", {family}, {endpoint}, id_source)
+        self.provider, self.model = provider, model
+
+    def setup(self, ctx):
+        write_readme_file(ctx.blocks, "~/.pi/agent/models.json", ctx.home, ctx.base)
+
+    def env(self, ctx):
+        return {"ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY,
+                "PI_OFFLINE": "1", "PI_TELEMETRY": "0"}
+
+    def argv(self, ctx, turn):
+        cont = ["-c"] if turn > 0 else []
+        return [ctx.bin("pi"), *cont, "-p", "--provider", self.provider, "--model", self.model, PROMPTS[turn]]
+
+
+class ClaudeCode(Client):
+    def __init__(self, subscription):
+        super().__init__("claude-code-subscription" if subscription else "claude-code",
+                         {"anthropic"}, {"messages"}, "claude_code_header")
+        self.subscription = subscription
+
+    def setup(self, ctx):
+        pass
+
+    def env(self, ctx):
+        env = readme_env(ctx.blocks, "claude-code", ctx.base)
+        env.update({"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
+        if self.subscription:
+            env["ANTHROPIC_AUTH_TOKEN"] = OAUTH_TOKEN
+        else:
+            env["ANTHROPIC_API_KEY"] = ANTHROPIC_KEY
+        return env
+
+    def argv(self, ctx, turn):
+        cont = ["-c"] if turn > 0 else []
+        return [ctx.bin("claude"), *cont, "-p", PROMPTS[turn]]
+
+
+class Codex(Client):
+    def __init__(self):
+        super().__init__("codex", {"openai"}, {"responses"}, "prompt_cache_key")
+
+    def setup(self, ctx):
+        write_readme_file(ctx.blocks, "~/.codex/config.toml", ctx.home, ctx.base)
+
+    def env(self, ctx):
+        return {"OPENAI_API_KEY": OPENAI_KEY}
+
+    def argv(self, ctx, turn):
+        resume = ["resume", "--last"] if turn > 0 else []
+        return [ctx.bin("codex"), "exec", "--skip-git-repo-check", *resume, PROMPTS[turn]]
+
+
+class Sdk(Client):
+    def __init__(self):
+        super().__init__("python-sdks", {"anthropic", "openai"}, {"messages", "chat", "responses"},
+                         "header", one_session=False)
+
+    def setup(self, ctx):
+        pass
+
+    def env(self, ctx):
+        env = readme_env(ctx.blocks, "sdk", ctx.base)
+        env.update({"ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY})
+        return env
+
+    def argv(self, ctx, turn):
+        return [sys.executable, os.path.join(ROOT, "tests", "e2e", "sdk_client.py"),
+                os.path.join(ctx.work, ".sdk-state.json"), str(turn + 1)]
+
+
+CLIENTS = [
+    Pi("cachet-anthropic", "claude-sonnet-4-5", "anthropic-messages", "anthropic", "messages", "fingerprint"),
+    Pi("cachet-openai", "gpt-4.1", "openai-completions", "openai", "chat", "fingerprint"),
+    Pi("cachet-openai-responses", "gpt-4.1", "openai-responses", "openai", "responses", "prompt_cache_key"),
+    ClaudeCode(subscription=False),
+    ClaudeCode(subscription=True),
+    Codex(),
+    Sdk(),
+]
+
+
+# ---------------------------------------------------------------- one run
+
+class Context:
+    def __init__(self, base, blocks, bin_dir, scenario_dir):
+        self.base = base
+        self.blocks = blocks
+        self.bin_dir = bin_dir
+        self.home = os.path.join(scenario_dir, "home")
+        self.work = os.path.join(scenario_dir, "work")
+        os.makedirs(self.home, exist_ok=True)
+        os.makedirs(self.work, exist_ok=True)
+        for name, text in [("README.md", "# scratch\n"), ("notes.txt", "nothing to see\n")]:
+            with open(os.path.join(self.work, name), "w") as f:
+                f.write(text)
+
+    def bin(self, name):
+        return os.path.join(self.bin_dir, name)
+
+
+class Run:
+    """What one client did against one stack: the shims' exchanges per turn, and cachet's view."""
+
+    def __init__(self, client, policy_names, policy_docs):
+        self.client = client
+        self.policies = policy_names
+        self.policy_docs = policy_docs
+        self.turns = []          # (first front seq, end front seq, returncode, stdout, stderr)
+        self.front = []
+        self.back = []
+        self.sessions = {}
+        self.session_list = []
+        self.metrics = ""
+        self.records = []
+        self.stored_bytes = 0
+        self.serve_log = ""
+
+    @property
+    def label(self):
+        return f"{self.client.name} [{', '.join(self.policies) or 'no policy'}]"
+
+    def generation(self, exchanges=None):
+        return [e for e in (self.front if exchanges is None else exchanges)
+                if e.method == "POST" and e.path.split("?")[0] in GENERATION]
+
+    def turn_generation(self, i):
+        start, end = self.turns[i][0], self.turns[i][1]
+        return self.generation([e for e in self.front if start <= e.seq < end])
+
+
+def run_client(client, policies, args, blocks, out_dir):
+    names = [os.path.basename(p)[:-5] for p in policies]
+    scenario = os.path.join(out_dir, client.name + ("+" + "+".join(names) if names else ""))
+    stack = Stack(args.cachet, scenario, policies)
+    run = Run(client, names, [tomllib.load(open(p, "rb")) for p in policies])
+    try:
+        ctx = Context(stack.front.url, blocks, args.bin_dir, scenario)
+        client.setup(ctx)
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": ctx.home, "TERM": "dumb", "NO_COLOR": "1",
+               "LANG": "C.UTF-8", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        env.update(client.env(ctx))
+        for turn in range(len(PROMPTS)):
+            start = len(stack.front.snapshot())
+            out, err = open(os.path.join(scenario, f"turn{turn + 1}.out"), "w+"), \
+                open(os.path.join(scenario, f"turn{turn + 1}.err"), "w+")
+            p = subprocess.Popen(client.argv(ctx, turn), cwd=ctx.work, env=env, stdout=out, stderr=err,
+                                 stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + TURN_TIMEOUT
+            note = ""
+            while p.poll() is None:
+                if len(stack.front.snapshot()) - start > MAX_REQUESTS_PER_TURN:
+                    note = f"stopped after more than {MAX_REQUESTS_PER_TURN} requests"
+                elif time.monotonic() > deadline:
+                    note = f"stopped after {TURN_TIMEOUT} s"
+                if note:
+                    p.kill()
+                    break
+                time.sleep(0.05)
+            rc = p.wait()
+            out.seek(0)
+            err.seek(0)
+            run.turns.append((start, len(stack.front.snapshot()), rc, out.read(), err.read() + note))
+        run.front = stack.front.snapshot()
+        run.back = stack.back.snapshot()
+        if policies:  # sessions are kept only for requests a policy matches
+            # The session log is written once each answer has ended: wait for every entry.
+            expected = sum(1 for e in run.generation()
+                           if any(policy_matches(p, *ROUTES[e.path.split("?")[0]]) for p in run.policy_docs))
+            deadline = time.monotonic() + 30
+            while True:
+                run.session_list = stack.admin("/sessions?limit=1000")["sessions"]
+                if sum(s["requests"] for s in run.session_list) >= expected or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            for s in run.session_list:
+                run.sessions[s["id"]] = stack.admin(f"/sessions/{s['id']}")
+        run.metrics = stack.metrics()
+    finally:
+        stack.stop()
+    record_dir = os.path.join(scenario, "record")
+    for name in sorted(os.listdir(record_dir)) if os.path.isdir(record_dir) else []:
+        run.records += [json.loads(l) for l in open(os.path.join(record_dir, name)) if l.strip()]
+    db = os.path.join(scenario, "store", "sessions.sqlite3")
+    if os.path.exists(db):
+        con = sqlite3.connect(db)
+        run.stored_bytes = (con.execute("select coalesce(sum(length(body)),0) from entries").fetchone()[0]
+                            + con.execute("select coalesce(sum(length(bytes)),0) from session_blobs").fetchone()[0])
+        con.close()
+    run.serve_log = open(os.path.join(scenario, "serve.log")).read()
+    return run
+
+
+# ---------------------------------------------------------------- assertions
+
+def metric_sum(text, name):
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def check_turns(r, run):
+    for i, (_, _, rc, out, err) in enumerate(run.turns):
+        shown = EMULATOR_TEXT in out
+        r.check(rc == 0 and shown, f"{run.label}: turn {i + 1} completes and shows the emulator's text",
+                f"exit {rc}; stdout: {out[-400:]!r}; stderr: {err[-600:]!r}")
+
+
+def check_identity(r, run):
+    client = run.client
+    gen = run.generation()
+    sources = {expected_session(e.req_headers, json.loads(e.req_body or b"{}"))[0] for e in gen}
+    r.check(sources == {client.id_source},
+            f"{run.label}: requests carry what the README names for the session ({client.id_source})",
+            f"found {sorted(sources)}")
+    wrong = []
+    for rec in run.records:
+        source, sid = expected_session(list(rec.get("headers", {}).items()), rec["body"])
+        ok = rec["session"].startswith("fp-") and len(rec["session"]) == 35 if source == "fingerprint" \
+            else rec["session"] == sid
+        if not ok:
+            wrong.append((source, sid, rec["session"]))
+    r.check(bool(run.records) and not wrong and len(run.records) == len(gen),
+            f"{run.label}: cachet names each request's session as the README documents",
+            f"{len(run.records)} records for {len(gen)} requests; mismatches: {wrong[:3]}")
+    ids = {rec["session"] for rec in run.records}
+    if client.one_session:
+        r.check(len(ids) == 1, f"{run.label}: both turns are one session", f"sessions: {sorted(ids)}")
+    if run.policies:
+        # Sessions are kept for the requests a policy matches.
+        matched = {rec["session"] for rec in run.records
+                   if any(policy_matches(p, {rec["provider"]}, {rec["endpoint"]}) for p in run.policy_docs)}
+        listed = {s["id"] for s in run.session_list}
+        r.check(listed == matched and matched, f"{run.label}: GET /sessions lists the session",
+                f"listed {sorted(listed)}, requests the policy matches named {sorted(matched)}")
+
+
+def check_bytes(r, run):
+    forwarded = [e for e in run.front if e.path.startswith("/v1/") and not e.header("x-cachet-error", "resp")]
+    back = {}
+    for e in run.back:
+        back.setdefault((e.method, e.path, sha(e.req_body)), []).append(e)
+    unmatched, resp_diff, secret_diff = [], [], []
+    for e in forwarded:
+        candidates = back.get((e.method, e.path, sha(e.req_body)))
+        if not candidates:
+            unmatched.append(f"{e.method} {e.path} ({len(e.req_body)} bytes)")
+            continue
+        b = candidates.pop(0)
+        if b.resp_body != e.resp_body or b.status != e.status:
+            resp_diff.append(f"{e.method} {e.path}: upstream {b.status} {len(b.resp_body)} bytes, "
+                             f"client {e.status} {len(e.resp_body)} bytes")
+        for name in ("x-api-key", "authorization"):
+            if b.header(name) != e.header(name):
+                secret_diff.append(name)
+    r.check(not unmatched and len(forwarded) == len(run.back) and forwarded,
+            f"{run.label}: the upstream receives exactly the bytes the agent sent ({len(forwarded)} requests)",
+            f"not received as sent: {unmatched[:3]}; {len(run.back)} upstream requests")
+    r.check(not resp_diff, f"{run.label}: the agent receives exactly the bytes the upstream sent",
+            "; ".join(resp_diff[:3]))
+    r.check(not secret_diff, f"{run.label}: credentials are forwarded as sent", ", ".join(secret_diff))
+
+
+def per_session_turns(run):
+    """{session: [generation exchanges of turn 1, of turn 2, ...]} by the README's identity."""
+    out = {}
+    for i in range(len(run.turns)):
+        for e in run.turn_generation(i):
+            source, sid = expected_session(e.req_headers, json.loads(e.req_body or b"{}"))
+            key = sid or "fingerprint"
+            out.setdefault(key, [[] for _ in run.turns])[i].append(e)
+    return out
+
+
+def check_cache(r, run):
+    for sid, turns in per_session_turns(run).items():
+        if len(turns) > 1 and turns[1]:
+            first = turns[1][0]
+            read = cache_read(first.resp_body)
+            r.check(read > 0, f"{run.label}: turn 2 reads from cache ({sid[:24]}: {read} tokens)",
+                    f"first request of turn 2 read {read} tokens")
+
+
+def steps(run):
+    return [len(run.turn_generation(i)) for i in range(len(run.turns))]
+
+
+def total_cache_read(run):
+    return sum(cache_read(e.resp_body) for e in run.generation())
+
+
+def check_policy_run(r, run, base):
+    r.check(steps(run) == steps(base), f"{run.label}: completes in the same number of steps as without",
+            f"requests per turn {steps(run)}, without the policy {steps(base)}")
+    breaks_metric = metric_sum(run.metrics, "cachet_prefix_breaks_total")
+    broken = []
+    for sid, s in run.sessions.items():
+        for e in s.get("entries", []):
+            if e.get("type") == "request" and e.get("breaks"):
+                broken.append(f"request {e.get('request_index')}: {json.dumps(e['breaks'])}")
+    r.check(breaks_metric == 0 and not broken, f"{run.label}: no prefix break on an append-only session",
+            f"cachet_prefix_breaks_total = {breaks_metric:g}; {'; '.join(broken[:4])}")
+    with_p, without = total_cache_read(run), total_cache_read(base)
+    r.check(with_p >= without, f"{run.label}: reads at least as much from cache as without ({with_p} >= {without})",
+            f"{with_p} tokens read with the policy, {without} without")
+    # Storage: every distinct message, system prompt and tool list once, plus a small entry
+    # per request. A log that copies the history into every entry grows with its square.
+    unique = set()
+    for e in run.generation():
+        body = json.loads(e.req_body)
+        items = body.get("messages") or body.get("input") or []
+        for item in items if isinstance(items, list) else [items]:
+            unique.add(canonical(item))
+        for part in ("system", "tools", "instructions"):
+            if body.get(part):
+                unique.add(canonical(body[part]))
+    content = sum(len(u) for u in unique)
+    n = len(run.generation())
+    bound = 2 * content + 2048 * n
+    # Each request entry names the messages it adds to the one it extends: over the session
+    # that is about the number of distinct messages, not the sum of every history's length.
+    named = sum(len((e.get("sent") or {}).get("keys") or []) for s in run.sessions.values()
+                for e in s.get("entries", []) if e.get("type") == "request")
+    histories = sum(len(json.loads(e.req_body).get("messages") or json.loads(e.req_body).get("input") or [])
+                    for e in run.generation())
+    r.check(0 < run.stored_bytes <= bound and named <= len(unique) + 2 * n,
+            f"{run.label}: session storage grows with new content ({run.stored_bytes} bytes stored "
+            f"for {content} bytes of distinct content in {n} requests; entries name {named} messages, "
+            f"the requests carried {histories})",
+            f"stored {run.stored_bytes} bytes, linear bound 2 x {content} + 2048 x {n} = {bound}; "
+            f"entries name {named} messages, bound {len(unique)} distinct + 2 x {n}")
+
+
+def check_common(r, run):
+    unknown = [l for l in run.metrics.splitlines()
+               if l.startswith("cachet_input_tokens_total") and 'model="unknown"' in l]
+    r.check(not unknown, f"{run.label}: no model=\"unknown\" token series", "; ".join(unknown[:2]))
+    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY) if s in run.serve_log]
+    r.check(not secrets, f"{run.label}: no credential in cachet's log")
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cachet", required=True)
+    ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    blocks = readme_blocks()
+    shipped = sorted(os.path.join(ROOT, "policies", f) for f in os.listdir(os.path.join(ROOT, "policies"))
+                     if f.endswith(".toml"))
+    policies = {p: tomllib.load(open(p, "rb")) for p in shipped}
+    only = set(filter(None, args.only.split(",")))
+    r = Report()
+    started = time.monotonic()
+    for client in CLIENTS:
+        if only and client.name not in only:
+            continue
+        t0 = time.monotonic()
+        base = attempt(r, f"{client.name} [no policy]", run_client, client, [], args, blocks, args.out)
+        if base is None:
+            continue
+        check_turns(r, base)
+        check_identity(r, base)
+        check_bytes(r, base)
+        check_cache(r, base)
+        check_common(r, base)
+        if client.name == "python-sdks":
+            check_no_route_logged(r, args)
+        for path, policy in policies.items():
+            if not client.matches(policy):
+                continue
+            run = attempt(r, f"{client.name} [{os.path.basename(path)[:-5]}]", run_client,
+                          client, [path], args, blocks, args.out)
+            if run is None:
+                continue
+            check_turns(r, run)
+            check_identity(r, run)
+            check_cache(r, run)
+            check_policy_run(r, run, base)
+            check_common(r, run)
+        print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")
+    print(f"agents end to end: {time.monotonic() - started:.0f} s")
+    if r.failed:
+        print("\nFailed assertions:")
+        for f in r.failed:
+            print(f"  - {f}")
+    print(f"{r.passed} passed, {len(r.failed)} failed")
+    return 1 if r.failed else 0
+
+
+def attempt(r, label, fn, *args):
+    """Run one client; a run that cannot even start is one failed assertion, not the end."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - reported, and the other clients still run
+        r.check(False, f"{label}: runs", f"{type(e).__name__}: {e}")
+        return None
+
+
+def check_no_route_logged(r, args):
+    """A client with a wrong base URL gets cachet's 404, and the log says so at info."""
+    stack = Stack(args.cachet, os.path.join(args.out, "no-route"), [])
+    try:
+        req = urllib.request.Request(stack.cachet_url + "/chat/completions", data=b"{}", method="POST",
+                                     headers={"content-type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=10)
+            status = 200
+        except urllib.error.HTTPError as e:
+            status = e.code
+    finally:
+        stack.stop()
+    log = open(os.path.join(args.out, "no-route", "serve.log")).read()
+    r.check(status == 404 and re.search(r"INFO.*no route for POST /chat/completions", log),
+            "a wrong base URL is answered 404 and logged at info", f"status {status}; log: {log[-300:]!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

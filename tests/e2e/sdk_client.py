@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""A small agent on the official Python SDKs, for the end-to-end run.
+
+Usage: python3 tests/e2e/sdk_client.py STATE.json TURN
+
+Keeps six conversations (Anthropic Messages, Chat Completions, Responses; each streamed and
+not) in STATE.json, and on each call adds one user turn to every one of them, running the
+tool loop the emulator scripts until the reply is text, which it prints. Each turn also
+calls count_tokens and both models.list. Base URLs come from ANTHROPIC_BASE_URL and
+OPENAI_BASE_URL; every conversation names its session with `x-cachet-session`.
+"""
+
+import json
+import os
+import sys
+
+import anthropic
+import openai
+
+SYSTEM = "You are a careful assistant working in a scratch folder. Answer briefly. " * 150
+PROMPTS = ["List the files in this folder.", "Now look at them again.", "And once more."]
+MAX_STEPS = 10
+TOOL_OUTPUT = "README.md\nnotes.txt"
+ANTHROPIC_MODEL = "claude-sonnet-4-5"
+OPENAI_MODEL = "gpt-4.1"
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+
+
+def anthropic_client(name):
+    return anthropic.Anthropic(api_key=os.environ["ANTHROPIC_API_KEY"], max_retries=0,
+                               default_headers={"x-cachet-session": name})
+
+
+def openai_client(name):
+    return openai.OpenAI(api_key=os.environ["OPENAI_API_KEY"], max_retries=0,
+                         default_headers={"x-cachet-session": name})
+
+
+def marked(history):
+    """The history with a cache marker on the last block, as agents place it."""
+    out = json.loads(json.dumps(history))
+    last = out[-1]
+    if isinstance(last["content"], str):
+        last["content"] = [{"type": "text", "text": last["content"]}]
+    last["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    return out
+
+
+def system_prompt(name):
+    """Each conversation its own prompt, so none reads what another one cached."""
+    return f"Conversation {name}. {SYSTEM}"
+
+
+def messages_turn(name, history, stream):
+    client = anthropic_client(name)
+    system = [{"type": "text", "text": system_prompt(name), "cache_control": {"type": "ephemeral"}}]
+    tools = [{"name": "read", "description": "Read a file", "input_schema": SCHEMA}]
+    for _ in range(MAX_STEPS):
+        args = dict(model=ANTHROPIC_MODEL, max_tokens=256, system=system, tools=tools, messages=marked(history))
+        if stream:
+            with client.messages.stream(**args) as s:
+                message = s.get_final_message()
+        else:
+            message = client.messages.create(**args)
+        history.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content]})
+        calls = [b for b in message.content if b.type == "tool_use"]
+        if not calls:
+            return "".join(b.text for b in message.content if b.type == "text")
+        history.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": c.id, "content": TOOL_OUTPUT} for c in calls]})
+    raise SystemExit(f"{name}: no text after {MAX_STEPS} steps")
+
+
+def chat_turn(name, history, stream):
+    client = openai_client(name)
+    tools = [{"type": "function", "function": {"name": "read", "description": "Read a file", "parameters": SCHEMA}}]
+    for _ in range(MAX_STEPS):
+        messages = [{"role": "system", "content": system_prompt(name)}] + history
+        if stream:
+            with client.chat.completions.stream(model=OPENAI_MODEL, messages=messages, tools=tools,
+                                                stream_options={"include_usage": True}) as s:
+                completion = s.get_final_completion()
+        else:
+            completion = client.chat.completions.create(model=OPENAI_MODEL, messages=messages, tools=tools)
+        message = completion.choices[0].message
+        entry = {"role": "assistant", "content": message.content}
+        if message.tool_calls:
+            entry["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                "name": c.function.name, "arguments": c.function.arguments}} for c in message.tool_calls]
+        history.append(entry)
+        if not message.tool_calls:
+            return message.content
+        for c in message.tool_calls:
+            history.append({"role": "tool", "tool_call_id": c.id, "content": TOOL_OUTPUT})
+    raise SystemExit(f"{name}: no text after {MAX_STEPS} steps")
+
+
+def responses_turn(name, history, stream):
+    client = openai_client(name)
+    tools = [{"type": "function", "name": "read", "description": "Read a file", "parameters": SCHEMA}]
+    for _ in range(MAX_STEPS):
+        args = dict(model=OPENAI_MODEL, instructions=system_prompt(name), input=history, tools=tools, store=False)
+        if stream:
+            with client.responses.stream(**args) as s:
+                response = s.get_final_response()
+        else:
+            response = client.responses.create(**args)
+        calls = [item for item in response.output if item.type == "function_call"]
+        for item in response.output:
+            history.append(item.model_dump(exclude_none=True))
+        if not calls:
+            return response.output_text
+        for c in calls:
+            history.append({"type": "function_call_output", "call_id": c.call_id, "output": TOOL_OUTPUT})
+    raise SystemExit(f"{name}: no text after {MAX_STEPS} steps")
+
+
+RUNNERS = {"messages": messages_turn, "chat": chat_turn, "responses": responses_turn}
+
+
+def main():
+    state_path, turn = sys.argv[1], int(sys.argv[2])
+    state = json.load(open(state_path)) if os.path.exists(state_path) else {}
+    for api, runner in RUNNERS.items():
+        for stream in (False, True):
+            name = f"sdk-{api}-{'stream' if stream else 'whole'}"
+            history = state.setdefault(name, [])
+            history.append({"role": "user", "content": PROMPTS[turn - 1]})
+            text = runner(name, history, stream)
+            print(f"{name}: {text}")
+    counted = anthropic_client("sdk-count-tokens").messages.count_tokens(
+        model=ANTHROPIC_MODEL, system=SYSTEM, messages=[{"role": "user", "content": PROMPTS[0]}])
+    print(f"count_tokens: {counted.input_tokens}")
+    print(f"anthropic models: {len(list(anthropic_client('sdk-models').models.list()))}")
+    print(f"openai models: {len(list(openai_client('sdk-models').models.list()))}")
+    json.dump(state, open(state_path, "w"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+//! The metrics cachet exports under varied traffic: clean for `promtool check metrics`,
+//! bounded (no all-zero series for requests without usage), the cache-write TTL split
+//! adding up, and the in-flight gauge following each response body to its end.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use crate::support::traffic::{drive, observed_cachet};
+use crate::support::{
+    chunk, client, metric_sum, metric_value, metrics_text, start_proxy, test_config,
+    wait_for_requests, FakeUpstream, Script, Step,
+};
+
+/// `promtool` from Debian's `prometheus` package (scripts/test.sh installs it).
+pub fn promtool() -> &'static str {
+    let found = Command::new("promtool")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "promtool not found: install Debian's `prometheus` package (scripts/test.sh does)"
+    );
+    "promtool"
+}
+
+#[tokio::test]
+async fn exposition_is_clean_for_promtool_and_series_stay_meaningful() {
+    let o = observed_cachet().await;
+    drive(&o, 0).await;
+    // Breaks are diagnosed once each response has ended, in the background.
+    wait_for_requests(&o.proxy, "obs-sonnet", 3).await;
+    let text = metrics_text(&o.proxy).await;
+
+    let mut check = Command::new(promtool())
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}"
+    );
+
+    // The 1h write of the system block, and the split adding up to all cache writes.
+    assert!(
+        metric_sum(&text, "cachet_cache_write_tokens_total", &[("ttl", "1h")]) > 0.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric_sum(&text, "cachet_cache_write_tokens_total", &[]),
+        metric_sum(
+            &text,
+            "cachet_input_tokens_total",
+            &[("kind", "cache_write")]
+        )
+    );
+    // The changed system prompt, with its section and reason.
+    assert!(
+        metric_value(
+            &text,
+            "cachet_prefix_breaks_total",
+            &[("section", "system"), ("reason", "system_changed")]
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    // The model list and the refused or token-less requests made no token series.
+    for line in text.lines().filter(|l| l.contains("model=\"unknown\"")) {
+        assert!(line.starts_with("cachet_requests_total{"), "{line}");
+    }
+    assert!(text.contains("cachet_build_info{version="), "{text}");
+    assert!(text.contains("\nprocess_resident_memory_bytes "), "{text}");
+    assert_eq!(
+        metric_value_plain(&text, "cachet_requests_in_flight"),
+        Some(0.0)
+    );
+    o.proxy.shutdown().await;
+}
+
+/// A sample without labels.
+fn metric_value_plain(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+async fn in_flight(proxy: &cachet::transport::server::ProxyHandle) -> f64 {
+    metric_value_plain(&metrics_text(proxy).await, "cachet_requests_in_flight").unwrap()
+}
+
+#[tokio::test]
+async fn in_flight_follows_the_body_and_the_client_that_leaves() {
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    // An Anthropic stream that stops after its first event until the test opens the gate.
+    let upstream = FakeUpstream::start(Script::sse(vec![
+        chunk("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n"),
+        Step::Wait(gate.clone()),
+        chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+    ]))
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let send = || {
+        client()
+            .post(format!("http://{}/v1/messages", proxy.addr))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01")
+            .body(r#"{"model":"claude-sonnet-4-5","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#)
+            .send()
+    };
+    // Headers are back, the body is not: the request is still in flight.
+    let held = send().await.unwrap();
+    assert_eq!(held.status(), 200);
+    assert_eq!(in_flight(&proxy).await, 1.0);
+    // The client goes away mid-stream: the count drops with the body.
+    drop(held);
+    let mut now = 1.0;
+    for _ in 0..500 {
+        now = in_flight(&proxy).await;
+        if now == 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(now, 0.0, "a client that left is no longer in flight");
+    // A stream read to its end also ends it.
+    let second = send().await.unwrap();
+    assert_eq!(in_flight(&proxy).await, 1.0);
+    gate.notify_one();
+    second.bytes().await.unwrap();
+    let mut now = 1.0;
+    for _ in 0..500 {
+        now = in_flight(&proxy).await;
+        if now == 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(now, 0.0);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn labels_a_hook_chooses_stay_bounded() {
+    // A hook that names a new transformer and reason on every call, as a buggy memory
+    // service might (its answer shape is the context-hook protocol's).
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = calls.clone();
+    let hook = crate::support::start_hook_server(move |_| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(
+            serde_json::json!({"patch": [{"op": "system_part_set", "partName": "notes",
+            "text": format!("note {n}"), "invalidateCacheReason": format!("refresh {n}")}],
+            "transformerName": format!("memory-{n}")}),
+        )
+    })
+    .await;
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":1,"output_tokens":1}}"#,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = crate::support::policy_file(
+        dir.path(),
+        "hooked",
+        &format!(
+            "name = \"hooked\"\n[[hook]]\nurl = \"{}\"\nevents = [\"context:ephemeral\"]\n",
+            hook.url
+        ),
+    );
+    let proxy = start_proxy(crate::support::policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let requests = 80;
+    for i in 0..requests {
+        let body = serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 8,
+            "system": "You are terse.", "messages": [{"role": "user", "content": format!("q{i}")}]});
+        let (status, _) = crate::support::post_anthropic(&proxy, &format!("s{i}"), &body).await;
+        assert_eq!(status, 200);
+    }
+    let text = metrics_text(&proxy).await;
+    let values = |name: &str, label: &str| -> std::collections::BTreeSet<String> {
+        let re = regex::Regex::new(&format!(r#"^{name}\{{.*\b{label}="([^"]*)""#)).unwrap();
+        text.lines()
+            .filter_map(|l| re.captures(l).map(|c| c[1].to_string()))
+            .collect()
+    };
+    let transformers = values("cachet_patches_total", "transformer");
+    let reasons = values("cachet_cache_invalidations_total", "reason");
+    // 64 names of their own, then `other`; every operation still counted.
+    assert_eq!(transformers.len(), 65, "{transformers:?}");
+    assert!(transformers.contains("other"));
+    assert_eq!(reasons.len(), 65, "{reasons:?}");
+    assert_eq!(
+        metric_sum(&text, "cachet_patches_total", &[("outcome", "applied")]),
+        f64::from(requests)
+    );
+    proxy.shutdown().await;
+}

@@ -1,0 +1,197 @@
+//! Gaps found by running real agents through cachet: compressed request bodies, the log line
+//! of a wrong base URL, and model-list requests in the metrics.
+
+use std::io::Write;
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+fn messages_body() -> Vec<u8> {
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 16,
+           "system": "You are terse.\nCurrent date: 2026-11-23",
+           "messages": [{"role": "user", "content": "hi"}]})
+    .to_string()
+    .into_bytes()
+}
+
+async fn post_encoded(
+    proxy: &cachet::transport::server::ProxyHandle,
+    encoding: &str,
+    body: Vec<u8>,
+) -> reqwest::Response {
+    client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "sk-ant-dummy")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .header("content-encoding", encoding)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A gzip body (RFC 9110 §8.4: the coding applies to the content) is read decoded, so the
+/// check and the metrics see its model, and forwarded as the client sent it.
+#[tokio::test]
+async fn a_gzip_body_is_read_decoded_and_forwarded_as_sent() {
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"type":"message","usage":{"input_tokens":3,"output_tokens":1}}"#,
+    ))
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let sent = gzip(&messages_body());
+    let resp = post_encoded(&proxy, "gzip", sent.clone()).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let received = upstream.requests();
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        received[0].body.as_ref(),
+        sent.as_slice(),
+        "the bytes as sent"
+    );
+    assert_eq!(received[0].headers["content-encoding"], "gzip");
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "cachet_requests_total",
+            &[("model", "claude-sonnet-4-5"), ("endpoint", "messages")]
+        ),
+        Some(1.0),
+        "the decoded body named the model: {metrics}"
+    );
+    proxy.shutdown().await;
+}
+
+/// With a policy, the decoded body is what the pipeline shapes; it goes upstream
+/// uncompressed, without the header that would claim otherwise.
+#[tokio::test]
+async fn a_gzip_body_shaped_by_a_policy_goes_upstream_decoded() {
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"type":"message","usage":{"input_tokens":3,"output_tokens":1}}"#,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "{}/policies/stabilize-volatile.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy.into()],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let resp = post_encoded(&proxy, "gzip", gzip(&messages_body())).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let received = upstream.requests();
+    assert!(!received[0].headers.contains_key("content-encoding"));
+    let forwarded: Value = serde_json::from_slice(&received[0].body).unwrap();
+    assert_eq!(forwarded["model"], "claude-sonnet-4-5");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unsupported_encoding_is_answered_in_the_provider_format() {
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let resp = post_encoded(&proxy, "br", vec![0x0b, 0x02, 0x80]).await;
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.headers()["x-cachet-error"], "1");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("content-encoding `br` is not supported"),
+        "{message}"
+    );
+    // A body that does not decode says so, rather than "not valid JSON".
+    let resp = post_encoded(&proxy, "gzip", messages_body()).await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("gzip"), "{message}");
+    assert!(upstream.requests().is_empty(), "nothing forwarded");
+    proxy.shutdown().await;
+}
+
+/// Model lists carry no model and no usage: they count as requests, and make no all-zero
+/// token series.
+#[tokio::test]
+async fn model_lists_make_no_token_series() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    for headers in [
+        vec![
+            ("x-api-key", "sk-ant-dummy"),
+            ("anthropic-version", "2023-06-01"),
+        ],
+        vec![("authorization", "Bearer sk-dummy")],
+    ] {
+        let mut req = client().get(format!("http://{}/v1/models", proxy.addr));
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        assert_eq!(req.send().await.unwrap().status(), 200);
+    }
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(&metrics, "cachet_requests_total", &[("endpoint", "models")]),
+        2.0,
+        "{metrics}"
+    );
+    for name in [
+        "cachet_input_tokens_total",
+        "cachet_output_tokens_total",
+        "cachet_cost_usd_total",
+    ] {
+        assert!(
+            !metrics.lines().any(|l| l.starts_with(name)),
+            "no {name} series for requests without usage: {metrics}"
+        );
+    }
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+}
+
+/// A wrong base URL (pi's OpenAI APIs without `/v1`) shows in the log at info.
+#[tokio::test]
+async fn no_route_answers_are_logged_at_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("serve.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut serve = serve_process(|cmd| {
+        cmd.stderr(log).env("RUST_LOG", "info").env("NO_COLOR", "1");
+    });
+    let resp = client()
+        .post(format!("http://{}/chat/completions", serve.addr))
+        .header("authorization", "Bearer sk-dummy-secret")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    // Stop it with SIGTERM and wait: every line it logged is then in the file.
+    std::process::Command::new("kill")
+        .args(["-TERM", &serve.child.id().to_string()])
+        .status()
+        .unwrap();
+    serve.child.wait().unwrap();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("no route for POST /chat/completions"))
+        .unwrap_or_else(|| panic!("no log line: {text}"));
+    assert!(line.contains("INFO"), "{line}");
+    assert!(!text.contains("sk-dummy-secret"));
+}
