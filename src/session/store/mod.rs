@@ -255,7 +255,6 @@ pub async fn open_configured(
     config: &SessionsConfig,
     errors: &IntCounterVec,
 ) -> anyhow::Result<Arc<dyn SessionStore>> {
-    StoreSpec::parse(&config.store)?;
     let options = StoreOptions::from_config(config, Some(errors.clone()));
     match open_store_with(&config.store, &options).await {
         Ok(store) => Ok(store),

@@ -60,6 +60,7 @@ impl SqliteStore {
                             files,
                             broken: Mutex::new(None),
                             errors,
+                            synced_commits: Default::default(),
                         });
                         let _ = opened_tx.send(Ok(shared.clone()));
                         writer::run(conn, rx, shared);
@@ -81,6 +82,13 @@ impl SqliteStore {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Synced commits (fsyncs) so far: with group commit, fewer than the synced writes.
+    pub fn synced_commits(&self) -> u64 {
+        self.shared
+            .synced_commits
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A write, committed with the next batch; `synced`: only once that batch is on disk.
@@ -255,6 +263,66 @@ impl Drop for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::patch::ops::Op;
+    use crate::session::anchor::Anchor;
+    use crate::session::entry::{ContextTransform, ENTRY_VERSION};
+
+    fn patch(i: u64) -> Entry {
+        Entry::ContextTransform(ContextTransform {
+            version: ENTRY_VERSION,
+            time: i,
+            transformer: "memory".into(),
+            reason: "before_request".into(),
+            anchor: Anchor::of(&[]),
+            patch: vec![Op::SystemPartSet {
+                part_name: "memory".into(),
+                text: format!("fact {i}"),
+                before: None,
+                after: None,
+                invalidate_cache_reason: Some("memory".into()),
+            }],
+            display: None,
+            request_index: Some(i),
+        })
+    }
+
+    /// 32 sessions persisting patches at once: every append is synced before it returns,
+    /// and one synced commit (one fsync) covers many of them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_synced_appends_share_commits() {
+        const SESSIONS: u64 = 32;
+        const EACH: u64 = 8;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+        let tasks: Vec<_> = (0..SESSIONS)
+            .map(|s| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for i in 0..EACH {
+                        store.append(&format!("s{s}"), &[patch(i)]).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let appends = SESSIONS * EACH;
+        let commits = store.synced_commits();
+        assert!(
+            commits * 4 <= appends,
+            "{commits} synced commits for {appends} appends"
+        );
+        drop(store);
+        let reopened = SqliteStore::open(&path).await.unwrap();
+        for s in 0..SESSIONS {
+            assert_eq!(
+                reopened.entry_count(&format!("s{s}")).await.unwrap(),
+                EACH as usize
+            );
+        }
+    }
 
     fn synchronous(c: &Connection) -> rusqlite::Result<i64> {
         c.query_row("PRAGMA synchronous", [], |r| r.get(0))

@@ -16,6 +16,7 @@
 //! connection is left unclosed rather than checkpointed into, or deleting the log of,
 //! whatever file now has its name.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prometheus::IntCounterVec;
@@ -48,6 +49,8 @@ pub struct Shared {
     /// Why the store stopped, once it has.
     pub broken: Mutex<Option<String>>,
     pub errors: Option<IntCounterVec>,
+    /// Synced commits so far (each one fsync), for the group-commit figures.
+    pub synced_commits: AtomicU64,
 }
 
 impl Shared {
@@ -190,8 +193,14 @@ fn commit(conn: &Connection, shared: &Shared, writes: Vec<WriteFn>, synced: bool
     }
     let finishes: Vec<Finish> = writes.into_iter().map(|run| run(Some(conn))).collect();
     let committed = conn.execute_batch("COMMIT").map_err(sqlite_error);
-    if committed.is_err() {
-        let _ = conn.execute_batch("ROLLBACK");
+    match &committed {
+        Ok(()) if synced => {
+            shared.synced_commits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(()) => {}
+        Err(_) => {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
     }
     for finish in finishes {
         finish(committed.clone());
