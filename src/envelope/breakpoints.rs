@@ -211,6 +211,27 @@ fn count_cached(text: &[u8]) -> u64 {
 }
 
 /// Decide the marker changes for `mode`.
+/// The mode to apply. A request whose own markers the provider would reject (more than
+/// [`MAX_MARKERS`], or one on a block that cannot carry it) is not silently repaired by
+/// `auto`: it goes as the client sent it and gets the provider's own error. `strip`, which
+/// a policy asks for explicitly, still removes them.
+pub(crate) fn effective_mode(env: &Envelope, mode: BreakpointMode) -> BreakpointMode {
+    if !matches!(mode, BreakpointMode::Auto { .. }) {
+        return mode;
+    }
+    let slots = slots(env);
+    let marked = slots.iter().filter(|s| s.block.marker.is_some()).count()
+        + usize::from(env.option_raw("cache_control").is_some());
+    let misplaced = slots
+        .iter()
+        .any(|s| s.block.marker.is_some() && !s.block.markable);
+    if marked > MAX_MARKERS || misplaced {
+        tracing::debug!(marked, misplaced, "client markers invalid; left as sent");
+        return BreakpointMode::Preserve;
+    }
+    mode
+}
+
 pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
     if mode == BreakpointMode::Preserve {
         return Plan::default();

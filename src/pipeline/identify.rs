@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::Pipeline;
 use crate::providers::Route;
-use crate::session::{self, IdSource, PrefixHashes, SessionContext, SessionId};
+use crate::session::{self, IdSource, PrefixHashes, SessionId};
 
 /// How many recent histories are remembered for continuation.
 pub(super) const REMEMBERED_HISTORIES: u64 = 100_000;
@@ -25,31 +25,28 @@ impl Pipeline {
         route: Route,
         hashes: &PrefixHashes,
     ) -> SessionId {
-        let id = session::identify(headers, body, route.provider, route.endpoint);
-        if id.source != IdSource::Fingerprint {
-            return id;
-        }
-        for n in (MIN_CONTINUED..=hashes.len()).rev() {
-            let Some(anchor) = hashes.anchor_at(n) else {
-                continue;
-            };
-            if let Some(found) = self.histories.get(&anchor.hash).await {
-                return SessionId {
-                    id: found,
-                    source: IdSource::History,
+        let mut id = session::identify(headers, body, route.provider, route.endpoint);
+        if id.source == IdSource::Fingerprint {
+            for n in (MIN_CONTINUED..=hashes.len()).rev() {
+                let Some(anchor) = hashes.anchor_at(n) else {
+                    continue;
                 };
+                if let Some(found) = self.histories.get(&anchor.hash).await {
+                    id = SessionId {
+                        id: found,
+                        source: IdSource::History,
+                    };
+                    break;
+                }
             }
         }
-        id
-    }
-
-    /// Remember a recorded request's client history, so that a later request extending it
-    /// continues its session.
-    pub(super) async fn remember_history(&self, ctx: &SessionContext) {
-        if ctx.history.len() >= MIN_CONTINUED {
+        // Remembered as soon as it is identified: the next request may come before this
+        // one's entry is written.
+        if hashes.len() >= MIN_CONTINUED {
             self.histories
-                .insert(ctx.history.full().hash, ctx.id.id.clone())
+                .insert(hashes.full().hash, id.id.clone())
                 .await;
         }
+        id
     }
 }

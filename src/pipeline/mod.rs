@@ -17,6 +17,7 @@ mod handlers;
 pub mod history;
 mod identify;
 mod inject;
+mod queue;
 mod shape;
 mod upstream;
 
@@ -62,12 +63,16 @@ pub struct Pipeline {
     histories: moka::future::Cache<String, String>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
-    /// One writer at a time per session for the session log's request entries.
-    session_locks: moka::future::Cache<String, Arc<tokio::sync::Mutex<()>>>,
+    /// The time the session log is written in.
+    clock: session::SessionClock,
+    /// The latest answer's id per session and lane, for the provider's cache diagnostics.
+    response_ids: moka::future::Cache<(String, u32), String>,
+    /// Session entries to write once responses end, in order (started on first use).
+    after_queue: std::sync::OnceLock<queue::AfterQueue>,
 }
 
-/// Sessions whose log writers are serialised at once (least recently used go first).
-const SESSION_LOCKS: u64 = 10_000;
+/// Sessions whose latest answer ids are remembered for the provider's cache diagnostics.
+const REMEMBERED_ANSWERS: u64 = 10_000;
 
 /// One request on its way through the phases.
 pub struct RequestCtx {
@@ -93,6 +98,7 @@ impl Pipeline {
         policies: PolicySet,
         metrics: Arc<Metrics>,
         recorder: Option<Recorder>,
+        clock: session::SessionClock,
     ) -> anyhow::Result<Pipeline> {
         let wants_store = !policies.is_empty() || config.sessions.monitor;
         let store = if wants_store {
@@ -113,7 +119,9 @@ impl Pipeline {
             recorder,
             config,
             histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
-            session_locks: moka::future::Cache::new(SESSION_LOCKS),
+            after_queue: std::sync::OnceLock::new(),
+            response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
+            clock,
         })
     }
 
@@ -127,6 +135,13 @@ impl Pipeline {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Stop taking session entries and write the queued ones (up to `grace`).
+    pub async fn drain(&self, grace: std::time::Duration) {
+        if let Some(queue) = self.after_queue.get() {
+            queue.drain(grace).await;
+        }
     }
 
     pub fn telemetry(&self) -> &Arc<Telemetry> {
@@ -236,7 +251,7 @@ impl Pipeline {
         )
         .id;
         Some(crate::replay::recorder::capture(
-            session::now_ms(),
+            self.clock.now_ms(),
             &session,
             ctx.route,
             ctx.parts.uri.path(),

@@ -20,6 +20,9 @@ pub struct Shaped {
     pub body: Bytes,
     pub variant: String,
     pub after: After,
+    /// A beta the request must name in `anthropic-beta` (cachet asked for the provider's
+    /// cache diagnostics).
+    pub anthropic_beta: Option<&'static str>,
 }
 
 impl Shaped {
@@ -28,6 +31,7 @@ impl Shaped {
             body,
             variant: "none".into(),
             after,
+            anthropic_beta: None,
         }
     }
 
@@ -149,6 +153,12 @@ impl Pipeline {
             .await?;
 
         let patches = std::mem::take(&mut shaping.events);
+        let wants_diagnosis = route.endpoint == crate::providers::Endpoint::Messages
+            && policies.iter().any(|p| p.provider_diagnostics);
+        let diagnosis_lane = match wants_diagnosis {
+            true => Some(self.ask_provider_diagnosis(&mut env, &session_ctx).await),
+            false => None,
+        };
         let mut opts = compile_options(&policies, &id);
         if injected.marker_before_insertion && opts.breakpoints == BreakpointMode::Preserve {
             // Context-hook injection: the history before the insertion must stay readable
@@ -168,12 +178,16 @@ impl Pipeline {
                     .is_some()
         });
         Ok(Shaped {
+            anthropic_beta: diagnosis_lane
+                .is_some()
+                .then_some(crate::providers::anthropic::CACHE_DIAGNOSIS_BETA),
             body: body.clone(),
             variant: variant.clone(),
             after: After::Shaped(Box::new(ShapedAfter {
                 ctx: session_ctx,
                 uncached_tail: env.uncached_raw().count(),
                 patches,
+                diagnosis_lane,
                 env,
                 map,
                 vars,
@@ -182,6 +196,28 @@ impl Pipeline {
                 wants_assistant,
             })),
         })
+    }
+
+    /// Ask the provider for its own cache-miss reason against the previous answer of this
+    /// request's lane (when there is one). Returns the lane, so that this answer's id is
+    /// remembered for the next request.
+    async fn ask_provider_diagnosis(&self, env: &mut Envelope, ctx: &SessionContext) -> u32 {
+        let shape = crate::measure::PromptShape::of(env, 0);
+        let lane =
+            session::lanes::assign(&session::lanes::heads_of(&ctx.log), &shape, &ctx.history);
+        let previous = self
+            .response_ids
+            .get(&(ctx.id.id.clone(), lane))
+            .await
+            .or_else(|| {
+                session::lanes::previous_answered(&ctx.log, lane)
+                    .and_then(|r| r.response_id.clone())
+            });
+        if let Some(id) = previous {
+            let field = serde_json::json!({ "previous_message_id": id });
+            env.set_option("diagnostics", Bytes::from(field.to_string()));
+        }
+        lane
     }
 
     /// The session's log and request index; without a store (or when it fails open), an

@@ -20,6 +20,8 @@ pub struct Policy {
     pub matcher: Matcher,
     pub breakpoints: Option<Breakpoints>,
     pub prompt_cache_key: Option<PromptCacheKey>,
+    /// Ask the provider for its own cache-miss reason (`[diagnostics] provider = true`).
+    pub provider_diagnostics: bool,
     pub context: Vec<ContextHandler>,
     pub payload: Vec<PayloadEdit>,
     pub inject: Vec<InjectSpec>,

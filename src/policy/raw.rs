@@ -18,6 +18,7 @@ pub struct RawPolicy {
     pub matcher: RawMatch,
     pub breakpoints: Option<RawBreakpoints>,
     pub prompt_cache_key: Option<RawPromptCacheKey>,
+    pub diagnostics: Option<RawDiagnostics>,
     #[serde(default)]
     pub context: Vec<RawContext>,
     #[serde(default)]
@@ -61,6 +62,14 @@ pub struct RawBreakpoints {
 #[serde(deny_unknown_fields)]
 pub struct RawPromptCacheKey {
     pub from: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiagnostics {
+    /// Ask the provider for its own cache-miss reason (Anthropic's cache diagnostics).
+    #[serde(default)]
+    pub provider: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -161,7 +161,7 @@ fn serde_errors_name_line_and_field() {
     assert_eq!(
         // TOML 1.1: inline tables may span lines, as in the design's example policy.
         errors("name = \"a\"\npatch = [{ a = 1,\n b = 2 }]\n"),
-        vec!["p.toml:2:1: patch: unknown field `patch`, expected one of `name`, `description`, `order`, `match`, `breakpoints`, `prompt_cache_key`, `context`, `payload`, `inject`, `hook`"]
+        vec!["p.toml:2:1: patch: unknown field `patch`, expected one of `name`, `description`, `order`, `match`, `breakpoints`, `prompt_cache_key`, `diagnostics`, `context`, `payload`, `inject`, `hook`"]
     );
 }
 

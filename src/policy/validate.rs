@@ -125,6 +125,7 @@ pub fn validate(raw: RawPolicy, file: &Path) -> Result<Policy, Vec<FieldError>> 
         matcher: matcher.unwrap_or_default(),
         breakpoints,
         prompt_cache_key,
+        provider_diagnostics: raw.diagnostics.as_ref().is_some_and(|d| d.provider),
         context,
         payload,
         inject,

@@ -21,6 +21,10 @@ use crate::envelope::scan;
 /// The block Claude Code puts first in `system`; its nonce changes on every request.
 pub const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
 
+/// The beta that asks for the provider's own cache diagnostics: with it, a request naming
+/// `diagnostics.previous_message_id` gets `diagnostics.cache_miss_reason` in its answer.
+pub const CACHE_DIAGNOSIS_BETA: &str = "cache-diagnosis-2026-04-07";
+
 /// Block boundaries a cache marker looks back over for an earlier entry, the marked block
 /// included: "up to 20 blocks before your explicit breakpoint" (prompt-caching docs).
 pub const LOOKBACK_BLOCKS: usize = 20;

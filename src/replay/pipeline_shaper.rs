@@ -56,6 +56,7 @@ impl PipelineShaper {
                 set,
                 Arc::new(Metrics::new()),
                 None,
+                Default::default(),
             )) {
                 Ok(p) => p,
                 Err(e) => return drop(ready_tx.send(Err(e))),

@@ -7,9 +7,9 @@
 //!
 //! 1. the most recently active lane of the same tools-and-system shape whose history
 //!    starts with the same message;
-//! 2. failing that, the lane whose latest request's whole history (two messages or more)
-//!    it extends: the same conversation with changed tools or system prompt, which the
-//!    diagnosis then reports as a break;
+//! 2. failing that, the lane whose latest request's whole history it starts with: the same
+//!    conversation with changed tools or system prompt, which the diagnosis then reports
+//!    as a break;
 //! 3. failing that, a new lane: a new subagent, or a compacted history that shares no
 //!    message with the conversation it replaces.
 
@@ -61,9 +61,6 @@ impl LaneHead {
     }
 }
 
-/// Shortest history a request must extend to continue a lane of another shape.
-const MIN_CONTINUED: usize = 2;
-
 /// The lane of a request with `shape` and client history `client`, given the latest
 /// request of every lane so far, most recently active first.
 pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) -> u32 {
@@ -75,7 +72,9 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
     });
     let continued = || {
         heads.iter().find(|h| {
-            h.conversation.history.count >= MIN_CONTINUED && client.matches(&h.conversation.history)
+            h.conversation.history.count >= 1
+                && client.len() >= h.conversation.history.count
+                && client.matches(&h.conversation.history)
         })
     };
     match same_shape.or_else(continued) {

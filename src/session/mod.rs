@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod anchor;
+pub mod clock;
 pub mod entry;
 pub mod flow;
 pub mod identity;
@@ -22,6 +23,7 @@ pub mod timeline;
 
 pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
+pub use clock::SessionClock;
 pub use entry::{
     is_persisted_reason, now_ms, ContextTransform, Entry, PatchEvent, PatchOutcome, RequestRecord,
     SentMessages, ENTRY_VERSION,

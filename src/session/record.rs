@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use super::anchor::PrefixHashes;
-use super::entry::{now_ms, Entry, PatchEvent, RequestRecord, SentMessages, ENTRY_VERSION};
+use super::entry::{Entry, PatchEvent, RequestRecord, SentMessages, ENTRY_VERSION};
 use super::log::Entries;
 use super::normalize::{canonical_bytes, key_of_bytes, MessageKey};
 use super::store::{Blob, SessionStore, StoreResult};
@@ -21,6 +21,8 @@ const BASE_CANDIDATES: usize = 8;
 pub struct RequestDraft<'a> {
     pub request_index: u64,
     pub turn_index: Option<u64>,
+    /// When the request was recorded (Unix milliseconds).
+    pub time_ms: u64,
     pub provider: &'a str,
     pub endpoint: &'a str,
     pub client: Option<&'a str>,
@@ -98,7 +100,7 @@ pub fn compact_request(
     dedup(&mut blobs);
     let record = RequestRecord {
         version: ENTRY_VERSION,
-        time: now_ms(),
+        time: draft.time_ms,
         request_index: draft.request_index,
         turn_index: draft.turn_index,
         model: shape.model.clone(),

@@ -32,6 +32,7 @@ pub struct ProxyHandle {
     /// The session store's retention sweeper; closes the store at shutdown.
     maintenance: Maintenance,
     telemetry: Arc<crate::telemetry::Telemetry>,
+    pipeline: Arc<Pipeline>,
 }
 
 impl ProxyHandle {
@@ -41,6 +42,8 @@ impl ProxyHandle {
         for task in self.tasks {
             let _ = task.await;
         }
+        // Session entries of answers already sent reach the store before the end.
+        self.pipeline.drain(Duration::from_secs(10)).await;
         self.maintenance.stop().await;
         if let Some(recorder) = self.recorder {
             // Every queued trace record reaches the disk before the process ends.
@@ -50,8 +53,20 @@ impl ProxyHandle {
     }
 }
 
+/// What a proxy runs with besides its configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// The time the session log is written in (the wall clock unless a test moves it).
+    pub clock: crate::session::SessionClock,
+}
+
 /// Bind both listeners (port 0 allowed) and serve in the background.
 pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
+    spawn_with(config, ServeOptions::default()).await
+}
+
+/// [`spawn`], with options.
+pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result<ProxyHandle> {
     let listener = TcpListener::bind(config.server.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen))?;
@@ -81,13 +96,15 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
     };
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let header_timeout = Duration::from_millis(config.server.header_read_timeout_ms);
-    let pipeline = Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder).await?);
+    let pipeline =
+        Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder, options.clock).await?);
     let maintenance = Maintenance::start(
         pipeline.store().cloned(),
         &pipeline.config().sessions,
         metrics.store_errors.clone(),
     );
     let telemetry = pipeline.telemetry().clone();
+    let handle_pipeline = pipeline.clone();
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: pipeline.store().cloned(),
@@ -124,6 +141,7 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         recorder: recorder_task,
         maintenance,
         telemetry,
+        pipeline: handle_pipeline,
     })
 }
 

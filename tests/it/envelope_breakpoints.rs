@@ -127,8 +127,11 @@ fn client_markers_are_reused_and_their_messages_keep_their_bytes() {
     );
 }
 
+/// A request the provider would reject (more than 4 markers; a marker on an empty text
+/// block) is not silently repaired by `auto`: it goes as the client sent it and gets the
+/// provider's own error. `strip`, asked for explicitly, still removes the markers.
 #[test]
-fn surplus_client_markers_are_trimmed_keeping_the_latest() {
+fn invalid_client_markers_are_not_repaired_by_auto() {
     let body = session(6, |msgs| {
         for m in msgs.iter_mut() {
             if let Some(blocks) = m["content"].as_array_mut() {
@@ -137,16 +140,38 @@ fn surplus_client_markers_are_trimmed_keeping_the_latest() {
         }
     });
     assert!(count_markers(&body) > 4);
-    let out = reshape(Provider::Anthropic, Endpoint::Messages, body, &opts(AUTO)).unwrap();
-    let m = markers(&out);
-    assert_eq!(m.len(), 4, "{m:?}");
-    assert_eq!(m[0].0, "system 0");
-    let places: Vec<&str> = m.iter().map(|(p, _)| p.as_str()).collect();
-    assert!(
-        places[1].starts_with("message 12 ")
-            && places[2].starts_with("message 13 ")
-            && places[3].starts_with("message 14 "),
-        "{places:?}"
+    let out = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        body.clone(),
+        &opts(AUTO),
+    )
+    .unwrap();
+    assert_eq!(out, body, "five markers go as sent");
+    let stripped = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        body,
+        &opts(BreakpointMode::Strip),
+    )
+    .unwrap();
+    assert_eq!(count_markers(&stripped), 0);
+
+    let empty_marked = session(2, |msgs| {
+        msgs.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}]}));
+        msgs.push(json!({"role": "user", "content": "go on"}));
+    });
+    let out = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        empty_marked.clone(),
+        &opts(AUTO),
+    )
+    .unwrap();
+    assert_eq!(
+        out, empty_marked,
+        "a marker on an empty text block goes as sent"
     );
 }
 

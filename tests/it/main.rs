@@ -5,6 +5,8 @@ mod session_support;
 mod support;
 
 mod demo;
+mod diagnosis_breaks;
+mod diagnosis_clients;
 mod emulator_cache_rules;
 mod emulator_cli;
 mod emulator_http;
@@ -25,6 +27,7 @@ mod models_table;
 mod pipeline_auto_markers;
 mod pipeline_durability;
 mod pipeline_inject_record;
+mod pipeline_monitoring;
 mod pipeline_policies;
 mod pipeline_sessions;
 mod pipeline_stabilize;

@@ -201,6 +201,7 @@ async fn admin_json_lists_entries_and_recent_sessions() {
     let draft = RequestDraft {
         request_index: index,
         turn_index: Some(1),
+        time_ms: cachet::session::now_ms(),
         provider: "anthropic",
         endpoint: "messages",
         client: Some("claude-code"),
@@ -279,6 +280,7 @@ async fn a_500_request_session_stores_each_message_once() {
         let draft = RequestDraft {
             request_index: store.next_request_index("long").await.unwrap(),
             turn_index: Some(i),
+            time_ms: cachet::session::now_ms(),
             provider: "anthropic",
             endpoint: "messages",
             client: None,

@@ -74,6 +74,7 @@ pub async fn record_sent(
     .unwrap();
     let history = req.history();
     let draft = cachet::session::RequestDraft {
+        time_ms: cachet::session::now_ms(),
         request_index: 0,
         turn_index: Some(0),
         provider: "anthropic",

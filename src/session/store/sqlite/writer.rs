@@ -160,7 +160,8 @@ pub fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>)
                 }
                 Job::Write { synced: true, run } => synced.push(run),
                 Job::Write { synced: false, run } => unsynced.push(run),
-                // Jobs queued after `Close` are dropped: their callers hear "closed".
+                // The rest of this batch is still done; jobs queued after it are dropped
+                // with the queue, and their callers hear "closed".
                 Job::Close(done) => closed = Some(done),
             }
         }
