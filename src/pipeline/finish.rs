@@ -325,8 +325,10 @@ impl Pipeline {
         let previous = session::lanes::previous_answered(log, lane);
         let diagnosis = match (previous, answered) {
             (Some(prev), Some(usage)) => {
+                let session = session_ctx.id.id.as_str();
                 self.diagnose(
                     store.as_ref(),
+                    session,
                     log,
                     prev,
                     &shape,
@@ -377,13 +379,9 @@ impl Pipeline {
         if let Some(at) = ctx.replayed_at_ms {
             record.time = at;
         }
-        let written = async {
-            store.put_blobs(&blobs).await?;
-            store
-                .append(&session_ctx.id.id, &[Entry::Request(record)])
-                .await
-        }
-        .await;
+        let written = store
+            .record(&session_ctx.id.id, &Entry::Request(record), &blobs)
+            .await;
         if let Err(e) = written {
             // The response is already with the client; only the timeline loses an entry.
             let _ = self.store_failed("record", &e);
@@ -392,16 +390,18 @@ impl Pipeline {
 
     /// The diagnosis of a request, answered with `usage` at `now_ms`, against the previous
     /// request of its lane.
+    #[allow(clippy::too_many_arguments)]
     async fn diagnose(
         &self,
         store: &dyn session::SessionStore,
-        log: &[Entry],
+        session: &str,
+        log: &session::SessionLog,
         prev: &session::RequestRecord,
         shape: &PromptShape,
         sent: &Envelope,
         (usage, now_ms): (crate::usage::Usage, u64),
     ) -> Option<crate::measure::Diagnosis> {
-        let prev_shape = previous_shape(store, log, prev, shape).await;
+        let prev_shape = previous_shape(store, session, log, prev, shape).await;
         let min_tokens = crate::measure::breaks::min_tokens(&shape.model);
         let previous = crate::measure::Previous {
             shape: &prev_shape,
@@ -428,7 +428,7 @@ impl Pipeline {
             if let (Some(key), Some(now)) =
                 (prev_shape.messages.get(at), sent.history_raw().nth(at))
             {
-                if let Ok(found) = store.get_blobs(std::slice::from_ref(key)).await {
+                if let Ok(found) = store.get_blobs(session, std::slice::from_ref(key)).await {
                     if let Some(Some(before)) = found.first() {
                         diagnosis.refine_thinking(before, now);
                     }
@@ -486,7 +486,8 @@ impl Pipeline {
 /// read from the store only when they differ from this request's).
 async fn previous_shape(
     store: &dyn session::SessionStore,
-    log: &[Entry],
+    session: &str,
+    log: &session::SessionLog,
     prev: &session::RequestRecord,
     current: &PromptShape,
 ) -> PromptShape {
@@ -500,7 +501,7 @@ async fn previous_shape(
                 return mine;
             }
             let Some(key) = key else { return Vec::new() };
-            match store.get_blobs(&[key]).await {
+            match store.get_blobs(session, &[key]).await {
                 Ok(found) => found
                     .into_iter()
                     .flatten()

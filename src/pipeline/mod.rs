@@ -115,15 +115,7 @@ impl Pipeline {
     ) -> anyhow::Result<Pipeline> {
         let wants_store = !policies.is_empty() || config.sessions.monitor;
         let store = if wants_store {
-            match session::open_store(&config.sessions.store).await {
-                Ok(store) => Some(store),
-                Err(e) if config.sessions.on_store_error == StoreFailure::FailOpen => {
-                    tracing::warn!("session store unavailable, running without sessions: {e}");
-                    metrics.store_errors.with_label_values(&["open"]).inc();
-                    None
-                }
-                Err(e) => anyhow::bail!("{e}"),
-            }
+            Some(session::store::open_configured(&config.sessions, &metrics.store_errors).await?)
         } else {
             None
         };

@@ -3,8 +3,6 @@
 //! `context(before_request)` (persisted) → inject → `context(ephemeral)` → compile with
 //! cache markers → `before_provider_request`.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 
 use super::finish::{After, ShapedAfter};
@@ -136,14 +134,14 @@ impl Pipeline {
         };
         self.replay(&session_ctx, &mut shaping);
         let reason = ContextReason::BeforeRequest;
-        let mut persisted = self
+        let persisted = self
             .run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
+        self.persist(&session_ctx, reason, persisted).await?;
+        // Pinned injections persist their own placements, once per turn.
         let injected = self
             .inject(&policies, &session_ctx, prompt, &mut shaping)
             .await?;
-        persisted.extend(injected.persist);
-        self.persist(&session_ctx, reason, persisted).await?;
         let reason = ContextReason::Ephemeral;
         self.run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
@@ -240,7 +238,7 @@ impl Pipeline {
         Ok(SessionContext {
             id,
             request_index: 0,
-            log: Arc::new(Vec::new()),
+            log: session::SessionLog::new(),
             history,
         })
     }
@@ -263,23 +261,32 @@ impl Pipeline {
             ));
         }
         for transform in plan.apply {
-            match shaping.replay(&transform.patch, &transform.transformer) {
-                Ok(()) => {
-                    for op in &transform.patch {
-                        self.metrics
-                            .patches
-                            .with_label_values(&[&transform.transformer, op.name(), "replayed"])
-                            .inc();
-                    }
-                    shaping.events.push(PatchEvent::new(
-                        &transform.transformer,
-                        "replay",
-                        PatchOutcome::Replayed,
-                        &transform.patch,
-                    ));
+            self.replay_transform(shaping, transform);
+        }
+    }
+
+    /// Apply one persisted patch, counted and noted for the session log.
+    pub(super) fn replay_transform(
+        &self,
+        shaping: &mut Shaping<'_>,
+        transform: &session::ContextTransform,
+    ) {
+        match shaping.replay(&transform.patch, &transform.transformer) {
+            Ok(()) => {
+                for op in &transform.patch {
+                    self.metrics
+                        .patches
+                        .with_label_values(&[&transform.transformer, op.name(), "replayed"])
+                        .inc();
                 }
-                Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
+                shaping.events.push(PatchEvent::new(
+                    &transform.transformer,
+                    "replay",
+                    PatchOutcome::Replayed,
+                    &transform.patch,
+                ));
             }
+            Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
         }
     }
 

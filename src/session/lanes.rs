@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::anchor::{Anchor, PrefixHashes};
 use super::entry::{Entry, RequestRecord};
+use super::log::Entries;
 use super::record::decode_key;
 use crate::measure::PromptShape;
 use crate::session::normalize::MessageKey;
@@ -83,9 +84,9 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
 }
 
 /// The latest request of every lane in a session's log, most recently active first.
-pub fn heads_of(log: &[Entry]) -> Vec<LaneHead> {
+pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
     let mut heads: Vec<LaneHead> = Vec::new();
-    for entry in log.iter().rev() {
+    for entry in log.entries().rev() {
         if let Entry::Request(r) = entry {
             if !heads.iter().any(|h| h.lane == r.lane) {
                 heads.push(LaneHead {
@@ -101,8 +102,8 @@ pub fn heads_of(log: &[Entry]) -> Vec<LaneHead> {
 }
 
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.
-pub fn previous_answered(log: &[Entry], lane: u32) -> Option<&RequestRecord> {
-    log.iter().rev().find_map(|e| match e {
+pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&RequestRecord> {
+    log.entries().rev().find_map(|e| match e {
         Entry::Request(r) if r.lane == lane && r.usage.is_some() => Some(r),
         _ => None,
     })

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::anchor::PrefixHashes;
 use super::entry::{Entry, PatchEvent, RequestRecord, SentMessages, ENTRY_VERSION};
+use super::log::Entries;
 use super::normalize::{canonical_bytes, key_of_bytes, MessageKey};
 use super::store::{Blob, SessionStore, StoreResult};
 use crate::measure::{Diagnosis, Named, PromptShape};
@@ -65,7 +66,10 @@ pub fn named_list(bytes: &[u8]) -> Option<Vec<Named>> {
 
 /// The compact record of a request and the blobs it needs stored (the contents of
 /// messages not covered by an earlier request of `prior`, and the tool and system lists).
-pub fn compact_request(prior: &[Entry], draft: &RequestDraft<'_>) -> (RequestRecord, Vec<Blob>) {
+pub fn compact_request(
+    prior: &(impl Entries + ?Sized),
+    draft: &RequestDraft<'_>,
+) -> (RequestRecord, Vec<Blob>) {
     let shape = draft.shape;
     let hashes = PrefixHashes::from_keys(shape.messages.clone());
     let (extends, base) = find_base(prior, &hashes);
@@ -129,9 +133,9 @@ pub fn compact_request(prior: &[Entry], draft: &RequestDraft<'_>) -> (RequestRec
 }
 
 /// The newest earlier request whose sent messages are a prefix of these.
-fn find_base(prior: &[Entry], hashes: &PrefixHashes) -> (Option<u64>, usize) {
+fn find_base(prior: &(impl Entries + ?Sized), hashes: &PrefixHashes) -> (Option<u64>, usize) {
     prior
-        .iter()
+        .entries()
         .rev()
         .filter_map(|e| match e {
             Entry::Request(r) => Some(r),
@@ -148,27 +152,26 @@ fn dedup(blobs: &mut Vec<Blob>) {
     blobs.retain(|b| seen.insert(b.key));
 }
 
-/// Store a request's new content, then its log entry. `prior` is the session's log as
-/// loaded for this request.
+/// Store a request's new content and its log entry (one write). `prior` is the session's
+/// log as loaded for this request.
 pub async fn record_request(
     store: &dyn SessionStore,
     session: &str,
-    prior: &[Entry],
+    prior: &(impl Entries + ?Sized),
     draft: &RequestDraft<'_>,
 ) -> StoreResult<RequestRecord> {
     let (record, blobs) = compact_request(prior, draft);
-    store.put_blobs(&blobs).await?;
     store
-        .append(session, &[Entry::Request(record.clone())])
+        .record(session, &Entry::Request(record.clone()), &blobs)
         .await?;
     Ok(record)
 }
 
 /// The full list of message keys a recorded request sent, following its chain of bases.
 /// `None` when a base is missing from the log.
-pub fn sent_keys(log: &[Entry], request_index: u64) -> Option<Vec<MessageKey>> {
+pub fn sent_keys(log: &(impl Entries + ?Sized), request_index: u64) -> Option<Vec<MessageKey>> {
     let find = |index: u64| {
-        log.iter().rev().find_map(|e| match e {
+        log.entries().rev().find_map(|e| match e {
             Entry::Request(r) if r.request_index == index => Some(r),
             _ => None,
         })
@@ -178,7 +181,7 @@ pub fn sent_keys(log: &[Entry], request_index: u64) -> Option<Vec<MessageKey>> {
     loop {
         chain.push(current);
         match current.sent.extends {
-            Some(base) if current.sent.base > 0 && chain.len() <= log.len() => {
+            Some(base) if current.sent.base > 0 && chain.len() <= log.entries().len() => {
                 current = find(base)?;
             }
             _ => break,

@@ -1,5 +1,6 @@
-//! The admin listener: `/metrics`, `/healthz`, `/sessions` (JSON, or the overview page for a
-//! browser), `/sessions/{id}` and `/sessions/{id}/timeline`.
+//! The admin listener: `/metrics`, `/healthz` (liveness), `/readyz` (the session store's
+//! health), `/sessions` (JSON, or the overview page for a browser), `/sessions/{id}` and
+//! `/sessions/{id}/timeline`.
 
 use http::header::{ACCEPT, CONTENT_TYPE, VARY};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
@@ -29,6 +30,7 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
             "text/plain; version=0.0.4",
         ),
         ("GET", "/healthz") => Response::new(full("ok\n")),
+        ("GET", "/readyz") => readiness(state).await,
         ("GET", p) if timeline_id(p).is_some() => {
             let Some(store) = kept(state) else {
                 return not_kept();
@@ -122,6 +124,35 @@ fn wants_html(headers: &HeaderMap) -> bool {
 fn vary_on_accept(mut resp: Response<ProxyBody>) -> Response<ProxyBody> {
     resp.headers_mut()
         .insert(VARY, HeaderValue::from_static("accept"));
+    resp
+}
+
+/// 200 when the session store is healthy or none is kept; 503 with the reason otherwise.
+async fn readiness(state: &AdminState) -> Response<ProxyBody> {
+    let (code, body) = match &state.store {
+        None => (
+            StatusCode::OK,
+            serde_json::json!({"status": "ready", "store": "none"}),
+        ),
+        Some(store) => {
+            let health = store.health().await;
+            let code = match health.ok {
+                true => StatusCode::OK,
+                false => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            let status = if health.ok { "ready" } else { "unavailable" };
+            let mut body = serde_json::json!({"status": status, "store": health.store});
+            if let Some(reason) = health.reason {
+                body["reason"] = reason.into();
+            }
+            (code, body)
+        }
+    };
+    let mut resp = with_type(
+        Response::new(full(serde_json::to_vec(&body).unwrap_or_default())),
+        "application/json",
+    );
+    *resp.status_mut() = code;
     resp
 }
 

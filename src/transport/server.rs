@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::providers::{classify, Provider};
 use crate::replay::recorder::{self, Recorder, RecorderTask};
+use crate::session::store::Maintenance;
 
 /// A running proxy (and its admin listener).
 pub struct ProxyHandle {
@@ -28,6 +29,8 @@ pub struct ProxyHandle {
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     recorder: Option<RecorderTask>,
+    /// The session store's retention sweeper; closes the store at shutdown.
+    maintenance: Maintenance,
     telemetry: Arc<crate::telemetry::Telemetry>,
     pipeline: Arc<Pipeline>,
 }
@@ -41,6 +44,7 @@ impl ProxyHandle {
         }
         // Session entries of answers already sent reach the store before the end.
         self.pipeline.drain(Duration::from_secs(10)).await;
+        self.maintenance.stop().await;
         if let Some(recorder) = self.recorder {
             // Every queued trace record reaches the disk before the process ends.
             let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
@@ -94,6 +98,11 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
     let header_timeout = Duration::from_millis(config.server.header_read_timeout_ms);
     let pipeline =
         Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder, options.clock).await?);
+    let maintenance = Maintenance::start(
+        pipeline.store().cloned(),
+        &pipeline.config().sessions,
+        metrics.store_errors.clone(),
+    );
     let telemetry = pipeline.telemetry().clone();
     let handle_pipeline = pipeline.clone();
     let admin_state = Arc::new(AdminState {
@@ -130,6 +139,7 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
         shutdown: tx,
         tasks: vec![proxy_task, admin_task],
         recorder: recorder_task,
+        maintenance,
         telemetry,
         pipeline: handle_pipeline,
     })

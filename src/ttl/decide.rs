@@ -22,7 +22,7 @@ use crate::envelope::{Envelope, Ttl};
 use crate::measure::MarkTtl;
 use crate::models::ModelInfo;
 use crate::providers::MsgKind;
-use crate::session::{Entry, PrefixHashes};
+use crate::session::PrefixHashes;
 
 /// Bytes per token assumed before the session has a request to measure it on.
 const DEFAULT_BYTES_PER_TOKEN: f64 = 4.0;
@@ -60,7 +60,7 @@ impl TtlDecision {
 /// What the decision needs besides the envelope.
 pub struct Inputs<'a> {
     /// The session's log when the request arrived.
-    pub log: &'a [Entry],
+    pub log: &'a crate::session::log::SessionLog,
     /// The client's history (before any patch), as the session layer hashed it.
     pub history: &'a PrefixHashes,
     /// When the request arrived (its recorded time in replay).

@@ -3,6 +3,7 @@
 //! person reads the answer and writes the next prompt).
 
 use crate::envelope::Ttl;
+use crate::session::log::SessionLog;
 use crate::session::{Entry, PrefixHashes, RequestRecord};
 
 /// A marker lifetime in milliseconds.
@@ -33,7 +34,7 @@ impl Gaps {
     /// that extend the one before them count: a side request with a history of its own
     /// (Claude Code's title requests) says nothing about the person or the tools.
     pub fn learn<'a>(
-        log: &'a [Entry],
+        log: &'a SessionLog,
         history: &PrefixHashes,
         now_ms: u64,
         turn_index: u64,
@@ -159,6 +160,7 @@ mod tests {
             record(1, 0, 410, 1),     // the title lane again: not a gap
             record(9, 1, 415, 0),
         ];
+        let log = SessionLog::from(log);
         let (gaps, previous) = Gaps::learn(&log, &history(11), 415_000 + 3_000, 1);
         assert_eq!(gaps.turn, vec![400_000]);
         assert_eq!(gaps.tool, vec![5_000, 4_000, 6_000, 3_000]);

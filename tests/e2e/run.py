@@ -445,7 +445,7 @@ def run_client(client, policies, args, blocks, out_dir):
     if os.path.exists(db):
         con = sqlite3.connect(db)
         run.stored_bytes = (con.execute("select coalesce(sum(length(body)),0) from entries").fetchone()[0]
-                            + con.execute("select coalesce(sum(length(bytes)),0) from blobs").fetchone()[0])
+                            + con.execute("select coalesce(sum(length(bytes)),0) from session_blobs").fetchone()[0])
         con.close()
     run.serve_log = open(os.path.join(scenario, "serve.log")).read()
     return run

@@ -275,3 +275,57 @@ fn adaptive_ttl_and_keep_warm_pass_check() {
         &["p.toml:6:24: breakpoints.keep_warm_after_secs: 0 is not between 1 and 299: the keep-warm must read the prefix before its 5-minute entry expires"],
     );
 }
+
+/// Every `store` value is checked: a URL scheme other than redis/rediss is a configuration
+/// error in `check`, and `serve` refuses it instead of creating a folder named `redsi:`.
+#[test]
+fn store_values_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("c.toml"),
+        "[sessions]\nstore = \"redsi://x\"\n",
+    )
+    .unwrap();
+    let run = cachet_check(dir.path(), &["--config", "c.toml"]);
+    assert!(!run.ok);
+    assert_eq!(
+        run.stderr.trim_end().lines().collect::<Vec<_>>(),
+        vec![
+            "c.toml: sessions.store: invalid session store 'redsi://x': unknown scheme `redsi://`: use redis://, rediss:// or a folder path",
+            "cachet: check failed: the configuration is invalid",
+        ]
+    );
+    for ok in [
+        "rediss://cache.internal:6380/0",
+        "redis://127.0.0.1:6379/0",
+        "./data/",
+    ] {
+        std::fs::write(
+            dir.path().join("c.toml"),
+            format!("[sessions]\nstore = \"{ok}\"\n"),
+        )
+        .unwrap();
+        let run = cachet_check(dir.path(), &["--config", "c.toml"]);
+        assert!(run.ok, "{ok}: {}", run.stderr);
+    }
+
+    let serve = Command::new(env!("CARGO_BIN_EXE_cachet"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--store", "redsi://x"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!serve.status.success());
+    let stderr = String::from_utf8_lossy(&serve.stderr);
+    assert!(stderr.contains("unknown scheme `redsi://`"), "{stderr}");
+    assert!(
+        !dir.path().join("redsi:").exists(),
+        "no folder made of a typo"
+    );
+}

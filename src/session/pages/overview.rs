@@ -176,7 +176,7 @@ pub async fn overview_html(store: &dyn SessionStore, query: Option<&str>) -> Sto
     let mut rows = Vec::new();
     for summary in store.list_sessions(limit).await? {
         let log = store.load(&summary.id).await?;
-        let totals = SessionView::of(&log).totals;
+        let totals = SessionView::of(&log.to_vec()).totals;
         rows.push(SessionRow { summary, totals });
     }
     sort.apply(&mut rows);

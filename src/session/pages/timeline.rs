@@ -24,7 +24,7 @@ pub async fn timeline_html(
     if log.is_empty() {
         return Ok(None);
     }
-    Ok(Some(render(id, &log, zoom_from(query))))
+    Ok(Some(render(id, &log.to_vec(), zoom_from(query))))
 }
 
 fn zoom_from(query: Option<&str>) -> u32 {

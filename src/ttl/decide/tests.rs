@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 use super::*;
 use crate::providers::{Endpoint, Provider};
 use crate::session::lanes::Conversation;
+use crate::session::Entry;
 use crate::session::RequestRecord;
 use crate::usage::Usage;
 
@@ -80,7 +81,7 @@ fn times(turns: &[usize], pause: u64) -> Vec<u64> {
 fn decision(turns: &[usize], pause: u64, index: usize, keep_warm: bool) -> TtlDecision {
     let reqs = requests(turns);
     let times = times(turns, pause);
-    let log = log(&reqs[..index], &times[..index]);
+    let log = crate::session::log::SessionLog::from(log(&reqs[..index], &times[..index]));
     let (messages, _) = &reqs[index];
     let env = envelope(messages);
     let history = PrefixHashes::new(messages);
