@@ -291,50 +291,69 @@ pub fn diagnose(
             format!("model changed from {} to {}", p.model, c.model),
         ));
     }
-    if p.tools_key != c.tools_key {
-        let (tool, detail) = first_difference(&p.tools, &c.tools, "tool");
-        let mut d = base(Section::Tools, BreakReason::ToolsChanged, detail);
-        d.tool = tool;
-        return Some(d);
-    }
-    if p.system_key != c.system_key {
-        let (part, detail) = first_difference(&p.system, &c.system, "system part");
-        let mut d = base(Section::System, BreakReason::SystemChanged, detail);
-        d.part = part;
-        return Some(d);
-    }
-    let common = p
-        .messages
-        .iter()
-        .zip(&c.messages)
-        .take_while(|(a, b)| a == b)
-        .count();
-    if common < p.messages.len() {
-        let mut d = if common == c.messages.len() {
-            base(
-                Section::Messages,
-                BreakReason::HistoryTruncated,
-                format!(
-                    "history shortened from {} to {} messages",
-                    p.messages.len(),
-                    c.messages.len()
-                ),
-            )
-        } else {
-            base(
-                Section::Messages,
-                BreakReason::MessageEdited,
-                format!("message {common} edited"),
-            )
+    // The first section, in the order the provider keys on them, that stopped extending.
+    for section in c.endpoint.cache_key_order() {
+        let diagnosis = match section {
+            Section::Tools if p.tools_key != c.tools_key => {
+                let (tool, detail) = first_difference(&p.tools, &c.tools, "tool");
+                let mut d = base(Section::Tools, BreakReason::ToolsChanged, detail);
+                d.tool = tool;
+                Some(d)
+            }
+            Section::System if p.system_key != c.system_key => {
+                let (part, detail) = first_difference(&p.system, &c.system, "system part");
+                let mut d = base(Section::System, BreakReason::SystemChanged, detail);
+                d.part = part;
+                Some(d)
+            }
+            Section::Messages => messages_divergence(p, c, &base),
+            _ => None,
         };
-        d.message_index = Some(common);
-        return Some(d);
+        if diagnosis.is_some() {
+            return diagnosis;
+        }
     }
     // The prefix extends the previous one: was what it cached read?
     match p.endpoint {
         Endpoint::Chat | Endpoint::Responses => openai_miss(prev, cur, base),
         _ => anthropic_miss(prev, cur, tokens_through, base),
     }
+}
+
+/// Where the history stopped extending the previous one, if it did.
+fn messages_divergence(
+    p: &PromptShape,
+    c: &PromptShape,
+    base: &impl Fn(Section, BreakReason, String) -> Diagnosis,
+) -> Option<Diagnosis> {
+    let common = p
+        .messages
+        .iter()
+        .zip(&c.messages)
+        .take_while(|(a, b)| a == b)
+        .count();
+    if common == p.messages.len() {
+        return None;
+    }
+    let mut d = if common == c.messages.len() {
+        base(
+            Section::Messages,
+            BreakReason::HistoryTruncated,
+            format!(
+                "history shortened from {} to {} messages",
+                p.messages.len(),
+                c.messages.len()
+            ),
+        )
+    } else {
+        base(
+            Section::Messages,
+            BreakReason::MessageEdited,
+            format!("message {common} edited"),
+        )
+    };
+    d.message_index = Some(common);
+    Some(d)
 }
 
 fn first_difference(a: &[Named], b: &[Named], what: &str) -> (Option<String>, String) {

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
+use super::message::Fields;
 use super::{MsgKind, Section, Terminal};
 use crate::envelope::scan;
 
@@ -39,17 +40,14 @@ pub fn is_cache_neutral_system_text(text: &str) -> bool {
 
 pub fn message_kind(b: &[u8]) -> MsgKind {
     let mut kind = MsgKind::default();
-    let Ok(entries) = scan::entries(b, scan::skip_ws(b, 0)) else {
+    let Some(fields) = Fields::of(b) else {
         return kind;
     };
-    let get = |name: &str| entries.iter().find(|e| scan::key_is(b, &e.key, name));
-    kind.role = get("role")
-        .and_then(|e| scan::decode_str(b, &e.value))
-        .unwrap_or_default();
+    kind.role = fields.text("role").unwrap_or_default();
     kind.from_model = kind.role == "assistant";
-    match get("content") {
-        Some(e) if b.get(e.value.start) == Some(&b'[') => {
-            for block in scan::elements(b, e.value.start).unwrap_or_default() {
+    match fields.get("content") {
+        Some(content) if b.get(content.start) == Some(&b'[') => {
+            for block in scan::elements(b, content.start).unwrap_or_default() {
                 match scan::str_field(b, block.start, "type").as_deref() {
                     Some("tool_use") => kind.calls_tool = true,
                     Some("tool_result") => kind.tool_result = true,
