@@ -39,6 +39,26 @@ pub struct ServerConfig {
     /// it (a 400 otherwise). Off, requests no policy matches go through unread, and the model
     /// label comes from the response.
     pub check_body: bool,
+    /// Time a client has to send its whole request body once the head is in (a 408 after).
+    pub body_read_timeout_ms: u64,
+    /// Proxy connections served at once; further clients wait in the listen backlog.
+    pub max_connections: usize,
+    /// Keys clients must present (`x-api-key` or `authorization: Bearer`); none: no check.
+    pub client_keys: Vec<ClientKeyConfig>,
+    /// Let cachet hold an upstream key without client keys (anyone reaching it uses it).
+    pub allow_open_relay: bool,
+    /// Environment variable holding a bearer token the admin listener requires (all routes
+    /// but `/healthz` and `/readyz`).
+    pub admin_token_env: Option<String>,
+}
+
+/// One `[[server.client_keys]]` entry: a name (the `key` metric label and the session
+/// namespace) and the environment variable holding the key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientKeyConfig {
+    pub name: String,
+    pub key_env: String,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +70,11 @@ impl Default for ServerConfig {
             shutdown_grace_secs: 30,
             header_read_timeout_ms: 30_000,
             check_body: true,
+            body_read_timeout_ms: 30_000,
+            max_connections: 1024,
+            client_keys: Vec::new(),
+            allow_open_relay: false,
+            admin_token_env: None,
         }
     }
 }
@@ -266,6 +291,45 @@ impl Config {
                 path.display()
             )));
         }
+        if self.server.max_connections == 0 {
+            return Err(ConfigError(format!(
+                "{}: server.max_connections: must be greater than 0",
+                path.display()
+            )));
+        }
+        self.validate_client_keys(path)
+    }
+
+    /// Client key names become metric labels and session namespaces: short, plain, unique,
+    /// and never `none` (the label of requests without a key).
+    fn validate_client_keys(&self, path: &Path) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for (i, key) in self.server.client_keys.iter().enumerate() {
+            let at = format!("{}: server.client_keys[{i}]", path.display());
+            let plain = !key.name.is_empty()
+                && key.name.len() <= 64
+                && key
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+            if !plain || key.name == crate::transport::client_auth::NO_KEY {
+                return Err(ConfigError(format!(
+                    "{at}.name: `{}` must be 1 to 64 letters, digits, `-`, `_` or `.`, and not `none`",
+                    key.name
+                )));
+            }
+            if !seen.insert(key.name.as_str()) {
+                return Err(ConfigError(format!(
+                    "{at}.name: `{}` is used twice",
+                    key.name
+                )));
+            }
+            if key.key_env.is_empty() {
+                return Err(ConfigError(format!(
+                    "{at}.key_env: must name an environment variable"
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -299,6 +363,25 @@ mod tests {
             err.contains("models") && err.contains("/nonexistent/m.toml"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn client_keys_parse_and_bad_names_are_refused() {
+        let text = "[server]\nallow_open_relay = false\nbody_read_timeout_ms = 500\nadmin_token_env = \"ADM\"\n\n[[server.client_keys]]\nname = \"team-a\"\nkey_env = \"CACHET_KEY_TEAM_A\"\n";
+        let c = Config::parse(Path::new("c.toml"), text).unwrap();
+        assert_eq!(c.server.client_keys[0].name, "team-a");
+        assert_eq!(c.server.client_keys[0].key_env, "CACHET_KEY_TEAM_A");
+        assert_eq!(c.server.body_read_timeout_ms, 500);
+        assert_eq!(c.server.admin_token_env.as_deref(), Some("ADM"));
+        assert_eq!(Config::default().server.body_read_timeout_ms, 30_000);
+        for bad in ["none", "a/b", "a:b", ""] {
+            let text = format!("[[server.client_keys]]\nname = \"{bad}\"\nkey_env = \"E\"\n");
+            let err = Config::parse(Path::new("c.toml"), &text).unwrap_err().0;
+            assert!(err.contains("server.client_keys[0].name"), "{err}");
+        }
+        let twice = "[[server.client_keys]]\nname = \"a\"\nkey_env = \"E\"\n[[server.client_keys]]\nname = \"a\"\nkey_env = \"F\"\n";
+        let err = Config::parse(Path::new("c.toml"), twice).unwrap_err().0;
+        assert!(err.contains("used twice"), "{err}");
     }
 
     #[test]

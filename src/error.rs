@@ -17,6 +17,8 @@ pub enum ErrorKind {
     Authentication,
     /// No such route (404).
     NotFound,
+    /// The client did not send its request body in time (408).
+    RequestTimeout,
     /// Rate limited (429); used by the emulator's fault injection.
     RateLimit,
     /// cachet itself failed, e.g. a refused patch in strict mode or a failing hook (500).
@@ -38,6 +40,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => 413,
             ErrorKind::Authentication => 401,
             ErrorKind::NotFound => 404,
+            ErrorKind::RequestTimeout => 408,
             ErrorKind::RateLimit => 429,
             ErrorKind::Internal => 500,
             ErrorKind::BadGateway => 502,
@@ -54,6 +57,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => "request_too_large",
             ErrorKind::Authentication => "authentication_error",
             ErrorKind::NotFound => "not_found_error",
+            ErrorKind::RequestTimeout => "timeout_error",
             ErrorKind::RateLimit => "rate_limit_error",
             ErrorKind::Internal | ErrorKind::BadGateway => "api_error",
             ErrorKind::Unavailable | ErrorKind::Overloaded => "overloaded_error",
@@ -67,6 +71,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
             ErrorKind::Authentication => ("invalid_request_error", Some("invalid_api_key")),
             ErrorKind::NotFound => ("invalid_request_error", Some("not_found")),
+            ErrorKind::RequestTimeout => ("invalid_request_error", Some("request_timeout")),
             ErrorKind::RateLimit => ("requests", Some("rate_limit_exceeded")),
             ErrorKind::Internal => ("server_error", None),
             ErrorKind::BadGateway => ("server_error", Some("bad_gateway")),

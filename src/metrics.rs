@@ -55,9 +55,10 @@ struct TokenCounters {
     /// Cost and savings, for models with known prices.
     priced: Option<(&'static crate::models::ModelInfo, Counter, Counter)>,
     provider: &'static str,
-    /// The model and variant labels these counters carry.
+    /// The model, variant and client key labels these counters carry.
     label: String,
     variant: String,
+    key: String,
 }
 
 impl TokenCounters {
@@ -79,7 +80,13 @@ impl TokenCounters {
         if untimed > 0 {
             metrics
                 .cache_write_tokens
-                .with_label_values(&[self.provider, &self.label, &self.variant, "unknown"])
+                .with_label_values(&[
+                    self.provider,
+                    &self.label,
+                    &self.variant,
+                    &self.key,
+                    "unknown",
+                ])
                 .inc_by(untimed);
         }
         if self.priced.is_none() {
@@ -94,7 +101,7 @@ impl TokenCounters {
     }
 }
 
-type CounterKey = (Provider, String, String);
+type CounterKey = (Provider, String, String, String);
 
 /// Decrements `cachet_requests_in_flight` when dropped: hold it for as long as the request
 /// lives, response body included, so a client that goes away also ends it.
@@ -134,6 +141,8 @@ pub struct Metrics {
     pub otlp_spans: IntCounterVec,
     /// Keep-warm requests by outcome (`sent`, `skipped`, `failed`, `unbuilt`).
     pub keep_warm: IntCounterVec,
+    /// Trace records (`--record`) not written, by cause: `queue_full`, `write_failed`.
+    pub trace_records_dropped: IntCounterVec,
     in_flight: IntGauge,
     models: LabelSet,
     route_timers: [[OnceLock<RouteTimers>; ENDPOINTS.len()]; PROVIDERS.len()],
@@ -249,15 +258,15 @@ impl Metrics {
         }
         Metrics {
             requests: counter(r, "cachet_requests_total", "Provider requests handled.",
-                &["provider", "model", "endpoint", "status", "variant"]),
+                &["provider", "model", "endpoint", "status", "variant", "key"]),
             input_tokens: counter(r, "cachet_input_tokens_total",
                 "Input tokens by cache outcome (cache_read, cache_write, uncached).",
-                &["provider", "model", "variant", "kind"]),
+                &["provider", "model", "variant", "key", "kind"]),
             output_tokens: counter(r, "cachet_output_tokens_total", "Output tokens.",
-                &["provider", "model", "variant"]),
+                &["provider", "model", "variant", "key"]),
             cache_write_tokens: counter(r, "cachet_cache_write_tokens_total",
                 "Input tokens written to the prompt cache, by the TTL they were written with (5m, 1h; unknown when the provider does not say).",
-                &["provider", "model", "variant", "ttl"]),
+                &["provider", "model", "variant", "key", "ttl"]),
             prefix_breaks: counter(r, "cachet_prefix_breaks_total",
                 "Requests whose prefix differs from the session's previous request, by first differing section and why.",
                 &["provider", "section", "reason"]),
@@ -267,10 +276,10 @@ impl Metrics {
             patches: Capped::new(counter(r, "cachet_patches_total", "Patch operations by outcome.",
                 &["transformer", "op", "outcome"]), vec![transformers, None, None]),
             cost_usd: fcounter(r, "cachet_cost_usd_total", "Cost of requests in USD.",
-                &["provider", "model", "variant"]),
+                &["provider", "model", "variant", "key"]),
             savings_usd: fcounter(r, "cachet_cache_savings_usd_total",
                 "USD saved by prompt caching against uncached input.",
-                &["provider", "model", "variant"]),
+                &["provider", "model", "variant", "key"]),
             upstream_duration: histogram(r, "cachet_upstream_duration_seconds",
                 "Upstream latency: phase=first_byte (response headers) and phase=total (end of body).",
                 &["provider", "endpoint", "phase"], latency.clone()),
@@ -306,6 +315,15 @@ impl Metrics {
             keep_warm: counter(r, "cachet_keep_warm_total",
                 "Keep-warm requests after a turn's final answer: sent, skipped (the session went on), failed, unbuilt.",
                 &["outcome"]),
+            trace_records_dropped: {
+                let c = counter(r, "cachet_trace_records_dropped_total",
+                    "Trace records (--record) not written: queue_full (the writer fell behind), write_failed (the disk refused).",
+                    &["cause"]);
+                for cause in ["queue_full", "write_failed"] {
+                    c.with_label_values(&[cause]);
+                }
+                c
+            },
             in_flight: gauge(r, "cachet_requests_in_flight",
                 "Proxy requests received and not yet finished (response body included)."),
             models: LabelSet::new(MAX_MODELS, Charset::Name),
@@ -358,6 +376,9 @@ impl Metrics {
 
     /// Count a finished request and its usage. Token series are created only by a request
     /// that reports usage: a model list or a refused request makes no all-zero series.
+    /// `key` is the client key's name (`none` without client keys): a configured name, so
+    /// the label's values are bounded by the configuration.
+    #[allow(clippy::too_many_arguments)]
     pub fn record_request(
         &self,
         provider: Provider,
@@ -365,25 +386,37 @@ impl Metrics {
         model: &str,
         status: &str,
         variant: &str,
+        key: &str,
         usage: Option<&Usage>,
     ) {
         let (p, e) = (provider.label(), endpoint.label());
         let Some(u) = usage else {
             let label = self.models.get(model);
             self.requests
-                .with_label_values(&[p, &label, e, status, variant])
+                .with_label_values(&[p, &label, e, status, variant, key])
                 .inc();
             return;
         };
-        let counters = self.token_counters(provider, model, variant);
+        let counters = self.token_counters(provider, model, variant, key);
         self.requests
-            .with_label_values(&[p, &counters.label, e, status, &counters.variant])
+            .with_label_values(&[p, &counters.label, e, status, &counters.variant, key])
             .inc();
         counters.add(self, u);
     }
 
-    fn token_counters(&self, provider: Provider, model: &str, variant: &str) -> Arc<TokenCounters> {
-        let key = (provider, model.to_string(), variant.to_string());
+    fn token_counters(
+        &self,
+        provider: Provider,
+        model: &str,
+        variant: &str,
+        client_key: &str,
+    ) -> Arc<TokenCounters> {
+        let key = (
+            provider,
+            model.to_string(),
+            variant.to_string(),
+            client_key.to_string(),
+        );
         if let Some(found) = self
             .token_counters
             .read()
@@ -398,25 +431,30 @@ impl Metrics {
         let counters = Arc::new(TokenCounters {
             input: kinds.map(|kind| {
                 self.input_tokens
-                    .with_label_values(&[p, &label, variant, kind])
+                    .with_label_values(&[p, &label, variant, client_key, kind])
             }),
-            output: self.output_tokens.with_label_values(&[p, &label, variant]),
+            output: self
+                .output_tokens
+                .with_label_values(&[p, &label, variant, client_key]),
             write_ttl: ["5m", "1h"].map(|ttl| {
                 self.cache_write_tokens
-                    .with_label_values(&[p, &label, variant, ttl])
+                    .with_label_values(&[p, &label, variant, client_key, ttl])
             }),
             // Priced by the model as sent (the label may be `other`); an unknown model is
             // logged once and not priced as another model.
             priced: crate::models::price(model).map(|info| {
                 (
                     info,
-                    self.cost_usd.with_label_values(&[p, &label, variant]),
-                    self.savings_usd.with_label_values(&[p, &label, variant]),
+                    self.cost_usd
+                        .with_label_values(&[p, &label, variant, client_key]),
+                    self.savings_usd
+                        .with_label_values(&[p, &label, variant, client_key]),
                 )
             }),
             provider: p,
             label,
             variant: variant.to_string(),
+            key: client_key.to_string(),
         });
         if let Ok(mut map) = self.token_counters.write() {
             // Keys hold the model as sent: long ones are not kept, or a client could make
@@ -472,6 +510,7 @@ mod tests {
                 &model,
                 "200",
                 "none",
+                "none",
                 Some(&u),
             );
         }
@@ -481,16 +520,17 @@ mod tests {
             &long,
             "200",
             "none",
+            "none",
             Some(&u),
         );
         let cached = m.token_counters.read().unwrap();
         assert_eq!(cached.len(), MAX_CACHED_COUNTERS);
-        assert!(!cached.keys().any(|(_, model, _)| model == &long));
+        assert!(!cached.keys().any(|(_, model, _, _)| model == &long));
         drop(cached);
         // Every request counted, cached handle or not: 256 named models, the rest as `other`.
         let total: u64 = m
             .input_tokens
-            .with_label_values(&["anthropic", "other", "none", "uncached"])
+            .with_label_values(&["anthropic", "other", "none", "none", "uncached"])
             .get()
             + (0..MAX_MODELS)
                 .map(|i| {
@@ -498,6 +538,7 @@ mod tests {
                         .with_label_values(&[
                             "anthropic",
                             &format!("model-{i}"),
+                            "none",
                             "none",
                             "uncached",
                         ])
@@ -523,11 +564,12 @@ mod tests {
             "claude-sonnet-4-5",
             "200",
             "none",
+            "none",
             Some(&u),
         );
         let text = String::from_utf8(m.render()).unwrap();
-        assert!(text.contains("cachet_input_tokens_total{kind=\"cache_read\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",variant=\"none\"} 10"), "{text}");
-        assert!(text.contains("cachet_output_tokens_total{model=\"claude-sonnet-4-5\",provider=\"anthropic\",variant=\"none\"} 4"));
+        assert!(text.contains("cachet_input_tokens_total{key=\"none\",kind=\"cache_read\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",variant=\"none\"} 10"), "{text}");
+        assert!(text.contains("cachet_output_tokens_total{key=\"none\",model=\"claude-sonnet-4-5\",provider=\"anthropic\",variant=\"none\"} 4"));
     }
 
     fn anthropic_usage() -> Usage {
@@ -561,6 +603,7 @@ mod tests {
             "claude-sonnet-4-5",
             "200",
             "none",
+            "none",
             Some(&u),
         );
         m.record_request(
@@ -568,6 +611,7 @@ mod tests {
             Endpoint::Chat,
             "gpt-4o",
             "200",
+            "none",
             "none",
             Some(&openai),
         );
@@ -581,6 +625,7 @@ mod tests {
                         "anthropic"
                     },
                     model,
+                    "none",
                     "none",
                     ttl,
                 ])
@@ -597,7 +642,7 @@ mod tests {
             let by_ttl: u64 = ["5m", "1h", "unknown"].iter().map(|t| ttl(t, model)).sum();
             let written = m
                 .input_tokens
-                .with_label_values(&[provider, model, "none", "cache_write"])
+                .with_label_values(&[provider, model, "none", "none", "cache_write"])
                 .get();
             assert_eq!(by_ttl, written, "{model}: {text}");
             assert!(written > 0);
@@ -614,6 +659,7 @@ mod tests {
             "unknown",
             "200",
             "none",
+            "none",
             None,
         );
         m.record_request(
@@ -621,6 +667,7 @@ mod tests {
             Endpoint::Messages,
             "unknown",
             "400",
+            "none",
             "none",
             None,
         );
@@ -636,7 +683,7 @@ mod tests {
                 "{name} series made: {text}"
             );
         }
-        assert!(text.contains(r#"cachet_requests_total{endpoint="models",model="unknown",provider="openai",status="200",variant="none"} 1"#), "{text}");
+        assert!(text.contains(r#"cachet_requests_total{endpoint="models",key="none",model="unknown",provider="openai",status="200",variant="none"} 1"#), "{text}");
     }
 
     #[test]
@@ -730,6 +777,7 @@ mod tests {
                 model,
                 "200",
                 "none",
+                "none",
                 Some(&u),
             );
         }
@@ -739,6 +787,7 @@ mod tests {
             "claude-opus-9-test",
             "400",
             "none",
+            "none",
             None,
         );
         assert_eq!(m.unknown_models.get(), 2);
@@ -747,7 +796,7 @@ mod tests {
         assert!(!text.contains("cachet_cost_usd_total{model=\"claude-opus-9-test\""));
         let opus = m
             .cost_usd
-            .with_label_values(&["anthropic", "claude-opus-5-5", "none"])
+            .with_label_values(&["anthropic", "claude-opus-5-5", "none", "none"])
             .get();
         assert!(
             (opus - 4.0).abs() < 1e-9,
@@ -769,16 +818,17 @@ mod tests {
             "gpt-5.6",
             "200",
             "none",
+            "none",
             Some(&u),
         );
         let written = m
             .input_tokens
-            .with_label_values(&["openai", "gpt-5.6", "none", "cache_write"])
+            .with_label_values(&["openai", "gpt-5.6", "none", "none", "cache_write"])
             .get();
         assert_eq!(written, 1_000_000);
         let cost = m
             .cost_usd
-            .with_label_values(&["openai", "gpt-5.6", "none"])
+            .with_label_values(&["openai", "gpt-5.6", "none", "none"])
             .get();
         assert!((cost - 5.0).abs() < 1e-9, "{cost}");
     }

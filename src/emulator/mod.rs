@@ -89,8 +89,12 @@ pub async fn spawn(
     let task = tokio::spawn(crate::transport::http::serve_connections(
         listener,
         rx,
-        Duration::from_secs(1),
-        Duration::from_secs(30),
+        crate::transport::http::ConnectionLimits {
+            grace: Duration::from_secs(1),
+            header_timeout: Duration::from_secs(30),
+            // A load generator's stand-in: bounded only to stay within file descriptors.
+            max_connections: 16_384,
+        },
         move |req| {
             let shared = handler_state.clone();
             async move { Ok::<_, std::convert::Infallible>(routes::handle(shared, req).await) }

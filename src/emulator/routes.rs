@@ -165,6 +165,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pro
     let path = req.uri().path().trim_end_matches('/').to_string();
     let provider = family(&path, &req);
     let request_id = format!("req_emu{seq:020}");
+    // The same edge rule as the proxy: no path that climbs out of where it points.
+    if let Err(err) = crate::transport::path_guard::check(req.uri().path()) {
+        return error_response(provider, &request_id, &err);
+    }
     let endpoint = match (req.method(), path.as_str()) {
         (&Method::POST, "/v1/messages") => Endpoint::Messages,
         (&Method::POST, "/v1/messages/count_tokens") => Endpoint::CountTokens,

@@ -93,7 +93,16 @@ impl Pipeline {
             (Some(answered), "unknown") => answered.clone(),
             _ => ctx.model.clone(),
         };
-        self.count_finished(ctx.route, &model, &shaped.variant, status, sent, &result);
+        let key = ctx.key_label().to_string();
+        self.count_finished(
+            ctx.route,
+            &model,
+            &shaped.variant,
+            &key,
+            status,
+            sent,
+            &result,
+        );
         ctx.telemetry.take().finish(crate::telemetry::Finished {
             status,
             outcome: result.outcome.label(),
@@ -178,11 +187,13 @@ impl Pipeline {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn count_finished(
         &self,
         route: Route,
         model: &str,
         variant: &str,
+        key: &str,
         status: u16,
         sent: Instant,
         result: &TapResult,
@@ -208,6 +219,7 @@ impl Pipeline {
             model,
             &status_label,
             variant,
+            key,
             result.usage.as_ref(),
         );
     }
@@ -228,7 +240,9 @@ impl Pipeline {
                 let env = Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone())
                     .ok()?;
                 let history = session::PrefixHashes::of_raw(env.history_raw());
-                let session = self.identify(&ctx.parts.headers, &env, &history).await;
+                let session = self
+                    .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
+                    .await;
                 Some(Identified {
                     session,
                     history,

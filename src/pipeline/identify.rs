@@ -3,6 +3,11 @@
 //! provider's prefix cache would see it; only when none does, the fingerprint of a new
 //! session. A tool or system change mid-session (an MCP server connecting) is then a
 //! diagnosed break inside the session, not a new session.
+//!
+//! With client keys configured, every session lives in its key's namespace: the id a
+//! request names (or its fingerprint) becomes `NAME:id`, and history continuation looks
+//! only at the same key's sessions. One client cannot write into, or continue, another's
+//! session by sending its id. Key names cannot hold `:`, so namespaces never overlap.
 
 use http::HeaderMap;
 
@@ -22,14 +27,17 @@ impl Pipeline {
         headers: &HeaderMap,
         env: &Envelope,
         hashes: &PrefixHashes,
+        namespace: Option<&str>,
     ) -> SessionId {
         let mut id = session::identify(headers, env);
+        id.id = in_namespace(&id.id, namespace);
         if id.source == IdSource::Fingerprint {
             for n in (MIN_CONTINUED..=hashes.len()).rev() {
                 let Some(anchor) = hashes.anchor_at(n) else {
                     continue;
                 };
-                if let Some(found) = self.histories.get(&anchor.hash).await {
+                let remembered = in_namespace(&anchor.hash, namespace);
+                if let Some(found) = self.histories.get(&remembered).await {
                     id = SessionId {
                         id: found,
                         source: IdSource::History,
@@ -41,10 +49,33 @@ impl Pipeline {
         // Remembered as soon as it is identified: the next request may come before this
         // one's entry is written.
         if hashes.len() >= MIN_CONTINUED {
-            self.histories
-                .insert(hashes.full().hash, id.id.clone())
-                .await;
+            let remembered = in_namespace(&hashes.full().hash, namespace);
+            self.histories.insert(remembered, id.id.clone()).await;
         }
         id
+    }
+}
+
+/// A session id (or remembered history) inside a client key's namespace.
+pub(super) fn in_namespace(id: &str, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(name) => format!("{name}:{id}"),
+        None => id.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_namespace;
+
+    #[test]
+    fn namespaces_keep_keys_apart() {
+        assert_eq!(in_namespace("s", None), "s");
+        assert_eq!(in_namespace("s", Some("team-a")), "team-a:s");
+        // Team b naming team a's namespaced id still lands in its own namespace.
+        assert_ne!(
+            in_namespace("team-a:s", Some("team-b")),
+            in_namespace("s", Some("team-a"))
+        );
     }
 }

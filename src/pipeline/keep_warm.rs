@@ -69,10 +69,14 @@ impl Pipeline {
             .uri
             .path_and_query()
             .map_or("/v1/messages", |p| p.as_str());
-        let url = self.upstreams.url(route.provider, path);
+        let Ok(url) = self.upstreams.url(route.provider, path) else {
+            self.count_keep_warm("unbuilt");
+            return;
+        };
         let wait = Duration::from_secs(after_secs).saturating_sub(ctx.start.elapsed());
         let answered = self.now_of(ctx);
         let (pipeline, session, model) = (self.clone(), session.to_string(), ctx.model.clone());
+        let key = ctx.key_label().to_string();
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             if pipeline.arrivals.since(&session, answered).await {
@@ -100,6 +104,7 @@ impl Pipeline {
                 &model,
                 status.as_str(),
                 "keep-warm",
+                &key,
                 usage.as_ref(),
             );
             pipeline.count_keep_warm(if status.is_success() {

@@ -40,6 +40,7 @@ use crate::providers::{Endpoint, Route};
 use crate::replay::recorder::Recorder;
 use crate::session::{self, SessionStore};
 use crate::telemetry::{RequestTelemetry, Telemetry};
+use crate::transport::client_auth::{ClientName, NO_KEY};
 use crate::transport::forward::Upstreams;
 use crate::transport::{error_response, ProxyBody};
 
@@ -74,6 +75,18 @@ pub struct Pipeline {
     arrivals: keep_warm::Arrivals,
 }
 
+impl RequestCtx {
+    /// The `key` metric label: the client key's name, or `none`.
+    pub fn key_label(&self) -> &str {
+        self.key.as_deref().unwrap_or(NO_KEY)
+    }
+
+    /// The session namespace: the client key's name, when client keys are configured.
+    pub fn namespace(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+}
+
 /// Sessions whose latest answer ids are remembered for the provider's cache diagnostics.
 const REMEMBERED_ANSWERS: u64 = 10_000;
 
@@ -88,6 +101,8 @@ pub struct RequestCtx {
     /// The model the body names (`unknown` until checked).
     pub model: String,
     pub client: Client,
+    /// The client key the request presented (`[[server.client_keys]]`), when any are set.
+    pub key: Option<Arc<str>>,
     pub start: Instant,
     /// The request's log span, in-flight count and exported span.
     pub telemetry: RequestTelemetry,
@@ -177,7 +192,9 @@ impl Pipeline {
         let (parts, body) = req.into_parts();
         let telemetry = self.telemetry.request(route, &parts.headers);
         let span = telemetry.span();
+        let key = parts.extensions.get::<ClientName>().map(|c| c.0.clone());
         let mut ctx = RequestCtx {
+            key,
             route,
             body: Bytes::new(),
             encoded: None,
@@ -188,35 +205,48 @@ impl Pipeline {
             telemetry,
             replayed_at_ms: None,
         };
+        let mut trace = None;
         let phases = async {
             self.read_body(&mut ctx, body).await?;
             self.check_body(&mut ctx)?;
-            let trace = self.trace_record(&ctx);
+            trace = self.trace_record(&ctx);
             let shaped = self.shape(&ctx).await?;
             ctx.telemetry
                 .record_shaping(&ctx.parts.headers, shaped.session(), &shaped.variant);
             let upstream = self.forward(&ctx, &shaped).await?;
             ctx.telemetry.record_upstream(upstream.headers());
-            Ok::<_, ApiError>((trace, shaped, upstream))
+            Ok::<_, ApiError>((shaped, upstream))
         };
         match tracing::Instrument::instrument(phases, span).await {
-            Ok((trace, shaped, upstream)) => self.stream_back(ctx, shaped, upstream, trace),
-            Err(err) => self.refuse(ctx, &err),
+            Ok((shaped, upstream)) => self.stream_back(ctx, shaped, upstream, trace),
+            Err(err) => self.refuse(ctx, &err, trace),
         }
     }
 
     /// cachet answers the request itself: counted, logged once, rendered in the client's
     /// provider format.
-    fn refuse(&self, ctx: RequestCtx, err: &ApiError) -> Response<ProxyBody> {
-        ctx.telemetry.refused(err.status().as_u16(), &err.message);
+    fn refuse(
+        &self,
+        ctx: RequestCtx,
+        err: &ApiError,
+        trace: Option<crate::replay::trace::Record>,
+    ) -> Response<ProxyBody> {
+        // A request recorded before it failed (upstream unreachable, a hook failing the
+        // request) is still recorded, with the status cachet answered.
+        if let (Some(recorder), Some(mut record)) = (&self.recorder, trace) {
+            record.status = Some(err.status().as_u16());
+            recorder.record(record);
+        }
         self.metrics.record_request(
             ctx.route.provider,
             ctx.route.endpoint,
             &ctx.model,
             err.status().as_str(),
             "none",
+            ctx.key_label(),
             None,
         );
+        ctx.telemetry.refused(err.status().as_u16(), &err.message);
         error_response(ctx.route.provider, err)
     }
 
@@ -230,7 +260,8 @@ impl Pipeline {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
         let limit = self.config.server.max_body_bytes;
-        let body = crate::transport::http::read_body(body, declared, limit).await?;
+        let timeout = std::time::Duration::from_millis(self.config.server.body_read_timeout_ms);
+        let body = crate::transport::http::read_body(body, declared, limit, timeout).await?;
         if !is_generation_like(ctx.route.endpoint) {
             ctx.body = body;
             return Ok(());
@@ -256,26 +287,45 @@ impl Pipeline {
         Ok(())
     }
 
-    /// The trace record of a request as the client sent it, when recording.
+    /// The trace record of a request as the client sent it, when recording. A body that
+    /// serde_json cannot read into a value is recorded as its bytes.
     fn trace_record(&self, ctx: &RequestCtx) -> Option<crate::replay::trace::Record> {
         self.recorder.as_ref()?;
         if !ctx.route.endpoint.is_generation() {
             return None;
         }
-        let value: serde_json::Value = serde_json::from_slice(&ctx.body).ok()?;
-        let env = crate::envelope::Envelope::parse(
-            ctx.route.provider,
-            ctx.route.endpoint,
-            ctx.body.clone(),
-        )
-        .ok()?;
-        let session = session::identify(&ctx.parts.headers, &env).id;
+        let path = ctx.parts.uri.path();
+        let headers = &ctx.parts.headers;
+        let parsed = serde_json::from_slice::<serde_json::Value>(&ctx.body)
+            .ok()
+            .zip(
+                crate::envelope::Envelope::parse(
+                    ctx.route.provider,
+                    ctx.route.endpoint,
+                    ctx.body.clone(),
+                )
+                .ok(),
+            );
+        let Some((value, env)) = parsed else {
+            let session = session::identity::named_in_headers(headers)
+                .map(|id| identify::in_namespace(&id, ctx.namespace()))
+                .unwrap_or_else(|| "unknown".into());
+            return Some(crate::replay::recorder::capture_raw(
+                self.now_of(ctx),
+                &session,
+                ctx.route,
+                path,
+                headers,
+                &ctx.body,
+            ));
+        };
+        let session = identify::in_namespace(&session::identify(headers, &env).id, ctx.namespace());
         Some(crate::replay::recorder::capture(
             self.clock.now_ms(),
             &session,
             ctx.route,
-            ctx.parts.uri.path(),
-            &ctx.parts.headers,
+            path,
+            headers,
             &value,
         ))
     }

@@ -106,7 +106,9 @@ impl Pipeline {
         // One parse serves the envelope, the session identity and the anchors.
         let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
         let history = PrefixHashes::of_raw(env.history_raw());
-        let id = self.identify(&ctx.parts.headers, &env, &history).await;
+        let id = self
+            .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
+            .await;
         let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
         self.arrivals.note(&id, self.now_of(ctx)).await;
@@ -359,6 +361,7 @@ pub(super) fn replayed_ctx(
         model: model.to_string(),
         client,
         start: std::time::Instant::now(),
+        key: None,
         telemetry: crate::telemetry::RequestTelemetry::none(),
         replayed_at_ms: Some(at_ms),
     }

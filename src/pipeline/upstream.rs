@@ -60,7 +60,7 @@ impl Pipeline {
             .path_and_query()
             .map(|p| p.as_str())
             .unwrap_or("/");
-        let url = self.upstreams.url(route.provider, path_and_query);
+        let url = self.upstreams.url(route.provider, path_and_query)?;
         let host = self.upstreams.host(route.provider);
         self.metrics
             .route(route.provider, route.endpoint)

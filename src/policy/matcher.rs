@@ -4,6 +4,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use http::header::HeaderName;
 use http::HeaderMap;
 
+use crate::providers::auth::Credential;
 use crate::providers::{Endpoint, Provider};
 
 /// The coding agent (or SDK) a request comes from: the envelope's client detection.
@@ -30,6 +31,9 @@ pub struct Matcher {
     pub clients: Vec<ClientKind>,
     /// Header name (lower case) and the exact value it must have.
     pub headers: Vec<(HeaderName, String)>,
+    /// Credential kinds shaped; empty means API keys only: subscription (OAuth) traffic is
+    /// passed through unless a policy names it.
+    pub auth: Vec<Credential>,
 }
 
 impl Matcher {
@@ -56,7 +60,21 @@ impl Matcher {
             models,
             clients,
             headers,
+            auth: Vec::new(),
         })
+    }
+
+    /// The credential kinds this policy shapes (`[match] auth`).
+    pub fn with_auth(mut self, auth: Vec<Credential>) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    fn shapes(&self, credential: Credential) -> bool {
+        match self.auth.is_empty() {
+            true => credential == Credential::ApiKey,
+            false => self.auth.contains(&credential),
+        }
     }
 
     /// Every condition given holds for the request.
@@ -72,6 +90,7 @@ impl Matcher {
                     .iter()
                     .any(|v| v.to_str().is_ok_and(|v| v == value))
             })
+            && self.shapes(crate::providers::auth::credential(facts.headers))
     }
 }
 
@@ -127,8 +146,20 @@ mod tests {
     }
 
     #[test]
-    fn empty_matcher_matches_everything() {
+    fn empty_matcher_matches_every_api_key_request() {
         let headers = HeaderMap::new();
         assert!(Matcher::default().matches(&facts("anything", &headers)));
+    }
+
+    #[test]
+    fn subscription_requests_match_only_policies_that_name_them() {
+        let mut oauth = HeaderMap::new();
+        oauth.insert("authorization", "Bearer sk-ant-oat01-x".parse().unwrap());
+        assert!(!Matcher::default().matches(&facts("m", &oauth)));
+        let opted = Matcher::default().with_auth(vec![Credential::ApiKey, Credential::OAuth]);
+        assert!(opted.matches(&facts("m", &oauth)));
+        assert!(opted.matches(&facts("m", &HeaderMap::new())));
+        let only = Matcher::default().with_auth(vec![Credential::OAuth]);
+        assert!(!only.matches(&facts("m", &HeaderMap::new())));
     }
 }

@@ -49,6 +49,9 @@ pub struct RawMatch {
     pub client: Vec<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Credential kinds the policy shapes: `api-key`, `oauth` (default: `api-key` only).
+    #[serde(default)]
+    pub auth: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -140,7 +140,7 @@ fn full_policy_validates_into_typed_fields() {
 fn serde_errors_name_line_and_field() {
     assert_eq!(
         errors("name = \"a\"\n[match]\nprovidr = [\"anthropic\"]\n"),
-        vec!["p.toml:3:1: match.providr: unknown field `providr`, expected one of `provider`, `endpoint`, `model`, `client`, `headers`"]
+        vec!["p.toml:3:1: match.providr: unknown field `providr`, expected one of `provider`, `endpoint`, `model`, `client`, `headers`, `auth`"]
     );
     assert_eq!(
         errors("name = \"a\"\n[match]\nprovider = \"anthropic\"\n"),

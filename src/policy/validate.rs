@@ -19,6 +19,7 @@ use super::template::{check_template, check_value};
 use super::transform::MoveLines;
 use super::validate_ext::{validate_hook, validate_inject};
 use crate::patch::{Display, Op};
+use crate::providers::auth::Credential;
 
 /// The op names of DESIGN §3, for a precise "unknown op" message.
 pub const OP_NAMES: [&str; 9] = [
@@ -215,10 +216,20 @@ fn validate_match(raw: &RawMatch, at: &FieldPath) -> Result<Matcher, Vec<FieldEr
             ),
         }
     }
+    let mut auth = Vec::new();
+    for (i, a) in raw.auth.iter().enumerate() {
+        match Credential::parse(a) {
+            Some(c) => auth.push(c),
+            None => errors.push(at.key("auth").index(i).error(format!(
+                "unknown credential kind `{a}`; expected api-key | oauth"
+            ))),
+        }
+    }
     if !errors.is_empty() {
         return Err(errors);
     }
     Matcher::new(providers, endpoints, models, clients, headers)
+        .map(|m| m.with_auth(auth))
         .map_err(|e| vec![at.key("model").error(format!("bad glob: {e}"))])
 }
 

@@ -11,6 +11,7 @@
 //! are read in `usage`, per API.
 
 pub mod anthropic;
+pub mod auth;
 mod message;
 pub mod openai_chat;
 pub mod openai_responses;

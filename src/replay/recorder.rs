@@ -1,13 +1,18 @@
 //! Trace recording (`cachet serve --record DIR`): records go through a bounded channel to
 //! one writer task, so the request path never waits on the disk. A full channel drops the
-//! record and counts it. Files are one per UTC day: `DIR/YYYY-MM-DD.jsonl`, appended to.
+//! record and counts it (`cachet_trace_records_dropped_total{cause="queue_full"}`), as does a
+//! failed write (`cause="write_failed"`). Files are one per UTC day:
+//! `DIR/YYYY-MM-DD.jsonl`, appended to.
+//!
+//! Every request forwarded is recorded, also one answered with an error and one whose body
+//! serde_json cannot read into a value (a lone `\ud800` escape, nesting deeper than 128):
+//! that one keeps its bytes in `body_base64`, and replay skips it as a counted error.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
+use base64::Engine;
 use http::HeaderMap;
+use prometheus::IntCounter;
 use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -24,8 +29,8 @@ pub const DEFAULT_QUEUE: usize = 1024;
 #[derive(Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Record>,
-    dropped: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
+    dropped: IntCounter,
+    failed: IntCounter,
 }
 
 /// The writer task, to await at shutdown so every queued record is on disk.
@@ -41,39 +46,51 @@ impl RecorderTask {
 impl Recorder {
     /// Start recording into `dir` (created if missing), from inside a tokio runtime.
     pub fn start(dir: &Path, queue: usize) -> std::io::Result<(Recorder, RecorderTask)> {
+        let detached = || IntCounter::new("detached", "not exported").expect("valid counter");
+        Self::start_counted(dir, queue, detached(), detached())
+    }
+
+    /// Start recording, counting lost records in `dropped` (queue full) and `failed`
+    /// (write errors): the exported `cachet_trace_records_dropped_total` series.
+    pub fn start_counted(
+        dir: &Path,
+        queue: usize,
+        dropped: IntCounter,
+        failed: IntCounter,
+    ) -> std::io::Result<(Recorder, RecorderTask)> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| std::io::Error::other(format!("trace recorder: {e}")))?;
         std::fs::create_dir_all(dir)?;
         let (tx, rx) = mpsc::channel(queue.max(1));
-        let failed = Arc::new(AtomicU64::new(0));
         let task = runtime.spawn(write_loop(dir.to_path_buf(), rx, failed.clone()));
         let recorder = Recorder {
             tx,
-            dropped: Arc::new(AtomicU64::new(0)),
+            dropped,
             failed,
         };
         Ok((recorder, RecorderTask(task)))
     }
 
-    /// Queue a record without waiting; dropped (and counted) when the queue is full.
+    /// Queue a record without waiting; dropped (counted and logged) when the queue is full.
     pub fn record(&self, record: Record) {
         if self.tx.try_send(record).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.dropped.inc();
+            tracing::warn!("trace record dropped: the trace writer fell behind");
         }
     }
 
     /// Records dropped because the writer fell behind.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.dropped.get()
     }
 
     /// Records lost to write errors.
     pub fn failed(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
+        self.failed.get()
     }
 }
 
-async fn write_loop(dir: PathBuf, mut rx: mpsc::Receiver<Record>, failed: Arc<AtomicU64>) {
+async fn write_loop(dir: PathBuf, mut rx: mpsc::Receiver<Record>, failed: IntCounter) {
     let mut open: Option<(String, tokio::fs::File)> = None;
     while let Some(record) = rx.recv().await {
         let date = date_of(record.time_ms);
@@ -88,7 +105,7 @@ async fn write_loop(dir: PathBuf, mut rx: mpsc::Receiver<Record>, failed: Arc<At
                 Ok(file) => open = Some((date, file)),
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "cannot open trace file");
-                    failed.fetch_add(1, Ordering::Relaxed);
+                    failed.inc();
                     open = None;
                     continue;
                 }
@@ -99,7 +116,7 @@ async fn write_loop(dir: PathBuf, mut rx: mpsc::Receiver<Record>, failed: Arc<At
         if let Some((_, file)) = open.as_mut() {
             if let Err(e) = file.write_all(line.as_bytes()).await {
                 tracing::warn!(error = %e, "cannot write trace record");
-                failed.fetch_add(1, Ordering::Relaxed);
+                failed.inc();
             }
         }
     }
@@ -130,9 +147,25 @@ pub fn capture(
         path: path.split('?').next().unwrap_or("").to_string(),
         headers: recordable_headers(headers),
         body,
+        body_base64: None,
         usage: None,
         status: None,
     }
+}
+
+/// A record of a request whose body is not a JSON value serde_json can read: its bytes,
+/// base64-encoded, in `body_base64` (`body` is null).
+pub fn capture_raw(
+    time_ms: u64,
+    session: &str,
+    route: Route,
+    path: &str,
+    headers: &HeaderMap,
+    raw: &[u8],
+) -> Record {
+    let mut record = capture(time_ms, session, route, path, headers, &Value::Null);
+    record.body_base64 = Some(base64::engine::general_purpose::STANDARD.encode(raw));
+    record
 }
 
 /// Header names that look like credentials even if not in the known list.

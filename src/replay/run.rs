@@ -99,6 +99,16 @@ pub fn replay_arm(
                 stats.error_messages.push(msg);
             }
         };
+        if record.body_base64.is_some() {
+            fail(
+                &mut stats,
+                format!(
+                    "session {}: the body was recorded as raw bytes (not JSON a replay can read)",
+                    record.session
+                ),
+            );
+            continue;
+        }
         let mut shaped = match shaper.shape(record) {
             Ok(s) => s,
             Err(e) => {
@@ -315,6 +325,7 @@ mod tests {
             path: "/v1/chat/completions".into(),
             headers: Default::default(),
             body: json!({"model": "gpt-4o", "messages": messages}),
+            body_base64: None,
             usage: Some(Usage {
                 output: 7,
                 ..Default::default()

@@ -35,8 +35,14 @@ pub struct Record {
     /// Non-secret request headers (lower-case names).
     #[serde(default)]
     pub headers: Map<String, Value>,
-    /// The request body as the client sent it.
+    /// The request body as the client sent it (`null` when it is in `body_base64`).
+    #[serde(default)]
     pub body: Value,
+    /// A body that is not a JSON value serde_json can read (invalid JSON sent unchecked, a
+    /// lone surrogate escape, nesting deeper than 128), as base64 of its bytes. Replay skips
+    /// such records as errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
     /// The usage the provider returned, normalised; `null` when none was seen.
     #[serde(default)]
     pub usage: Option<Usage>,

@@ -1,12 +1,19 @@
 //! The admin listener: `/metrics`, `/healthz` (liveness), `/readyz` (the session store's
 //! health), `/sessions` (JSON, or the overview page for a browser), `/sessions/{id}` and
 //! `/sessions/{id}/timeline`.
+//!
+//! With `server.admin_token_env` set, every route asks for `authorization: Bearer TOKEN`
+//! except the probes (`/healthz`, `/readyz`): a liveness or readiness check must work
+//! without a secret, and tells nothing but up or down.
 
 use http::header::{ACCEPT, CONTENT_TYPE, VARY};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use super::http::{full, ProxyBody};
 use crate::metrics::Metrics;
@@ -17,6 +24,43 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// `None` when neither a policy nor monitoring keeps sessions.
     pub store: Option<Arc<dyn SessionStore>>,
+    /// The bearer token every non-probe route requires (SHA-256 digest), when configured.
+    pub token: Option<[u8; 32]>,
+}
+
+/// The admin token from `server.admin_token_env`, as a digest to compare in constant time.
+pub fn token_from_config(server: &crate::config::ServerConfig) -> anyhow::Result<Option<[u8; 32]>> {
+    let Some(var) = &server.admin_token_env else {
+        return Ok(None);
+    };
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Ok(Some(Sha256::digest(v.as_bytes()).into())),
+        _ => anyhow::bail!("environment variable {var} (the admin token) is not set"),
+    }
+}
+
+/// Routes that answer without the admin token: health probes.
+fn is_probe(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz")
+}
+
+impl AdminState {
+    fn authorized(&self, headers: &http::HeaderMap) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let presented = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.get(..7)
+                    .filter(|p| p.eq_ignore_ascii_case("bearer "))
+                    .map(|_| &v[7..])
+            })
+            .unwrap_or("");
+        let digest: [u8; 32] = Sha256::digest(presented.trim().as_bytes()).into();
+        bool::from(digest.ct_eq(token))
+    }
 }
 
 const HTML: &str = "text/html; charset=utf-8";
@@ -24,6 +68,14 @@ const HTML: &str = "text/html; charset=utf-8";
 pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<ProxyBody> {
     let path = req.uri().path();
     let query = req.uri().query();
+    if !is_probe(path) && !state.authorized(req.headers()) {
+        let mut resp = status(StatusCode::UNAUTHORIZED, "admin token required\n");
+        resp.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer"),
+        );
+        return resp;
+    }
     match (req.method().as_str(), path) {
         ("GET", "/metrics") => with_type(
             Response::new(full(state.metrics.render())),

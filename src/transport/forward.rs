@@ -63,6 +63,9 @@ pub struct Upstreams {
     /// Hosts, for error messages (never the full URL).
     anthropic_host: String,
     openai_host: String,
+    /// The bases' own paths (`/gw/anthropic`, or empty), which no request may leave.
+    anthropic_path: String,
+    openai_path: String,
     anthropic_key: Option<Secret>,
     openai_key: Option<Secret>,
 }
@@ -84,7 +87,14 @@ impl Upstreams {
                 .and_then(|u| u.host_str().map(str::to_string))
                 .unwrap_or_else(|| fallback.to_string())
         };
+        let base_path = |url: &str| {
+            reqwest::Url::parse(url)
+                .map(|u| u.path().trim_end_matches('/').to_string())
+                .unwrap_or_default()
+        };
         Ok(Upstreams {
+            anthropic_path: base_path(&cfg.anthropic),
+            openai_path: base_path(&cfg.openai),
             anthropic: cfg.anthropic.trim_end_matches('/').to_string(),
             openai: cfg.openai.trim_end_matches('/').to_string(),
             anthropic_host: host(&cfg.anthropic, "anthropic"),
@@ -94,21 +104,43 @@ impl Upstreams {
         })
     }
 
-    fn base(&self, provider: Provider) -> &str {
-        match provider {
-            Provider::Anthropic => &self.anthropic,
-            Provider::OpenAi => &self.openai,
-        }
-    }
-
     /// The upstream URL for a client path (with query). A base that already ends in `/v1`
-    /// (as OpenAI base URLs often do) does not get a second `/v1`.
-    pub fn url(&self, provider: Provider, path_and_query: &str) -> String {
-        let base = self.base(provider);
-        match path_and_query.strip_prefix("/v1") {
-            Some(rest) if base.ends_with("/v1") => format!("{base}{rest}"),
-            _ => format!("{base}{path_and_query}"),
+    /// (as OpenAI base URLs often do) does not get a second `/v1`. The path is appended to
+    /// the base's path as it came; should URL parsing normalise it anywhere (a dot segment,
+    /// a backslash), the URL would leave or reshape the base path, and it is refused.
+    pub fn url(&self, provider: Provider, path_and_query: &str) -> Result<reqwest::Url, ApiError> {
+        let (base, base_path) = match provider {
+            Provider::Anthropic => (&self.anthropic, &self.anthropic_path),
+            Provider::OpenAi => (&self.openai, &self.openai_path),
+        };
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path_and_query, None),
+        };
+        let path = match path.strip_prefix("/v1") {
+            Some(rest) if base.ends_with("/v1") => rest,
+            _ => path,
+        };
+        let text = match query {
+            Some(q) => format!("{base}{path}?{q}"),
+            None => format!("{base}{path}"),
+        };
+        let refused = || {
+            ApiError::invalid(
+                "request path cannot be forwarded: it would leave the upstream's base path",
+            )
+        };
+        let url = reqwest::Url::parse(&text).map_err(|_| refused())?;
+        let expected = format!("{base_path}{path}");
+        let segments = |p: &str| p.split('/').count();
+        let inside = url.path() == expected
+            || (url.path().starts_with(&format!("{base_path}/"))
+                && segments(url.path()) == segments(&expected));
+        let joins = path.is_empty() || path.starts_with('/');
+        if !inside || !joins {
+            return Err(refused());
         }
+        Ok(url)
     }
 
     /// Host of the upstream, for error messages (never the full URL).
@@ -215,13 +247,47 @@ mod tests {
         };
         let u = Upstreams::from_config(&cfg).unwrap();
         assert_eq!(
-            u.url(Provider::OpenAi, "/v1/chat/completions"),
+            u.url(Provider::OpenAi, "/v1/chat/completions")
+                .unwrap()
+                .as_str(),
             "http://127.0.0.1:9/v1/chat/completions"
         );
         assert_eq!(
-            u.url(Provider::Anthropic, "/v1/messages?beta=true"),
+            u.url(Provider::Anthropic, "/v1/messages?beta=true")
+                .unwrap()
+                .as_str(),
             "https://api.anthropic.com/v1/messages?beta=true"
         );
+    }
+
+    #[test]
+    fn no_path_leaves_the_base_path() {
+        let cfg = UpstreamConfig {
+            anthropic: "http://127.0.0.1:9/gw/anthropic".into(),
+            openai: "http://127.0.0.1:9/gw/openai/v1".into(),
+            ..Default::default()
+        };
+        let u = Upstreams::from_config(&cfg).unwrap();
+        assert_eq!(
+            u.url(Provider::Anthropic, "/v1/messages").unwrap().path(),
+            "/gw/anthropic/v1/messages"
+        );
+        assert_eq!(
+            u.url(Provider::OpenAi, "/v1/files/a%20b?x=1")
+                .unwrap()
+                .as_str(),
+            "http://127.0.0.1:9/gw/openai/v1/files/a%20b?x=1"
+        );
+        for path in [
+            "/v1/../../openai/v1/chat/completions",
+            "/v1/%2e%2e/%2e%2e/openai/v1/chat/completions",
+            "/v1/%2E%2e/x",
+            "/v1/./messages",
+            "/v1\\..\\..\\admin",
+        ] {
+            assert!(u.url(Provider::Anthropic, path).is_err(), "{path}");
+            assert!(u.url(Provider::OpenAi, path).is_err(), "{path}");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! provider-format error responses.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,27 +11,48 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::Provider;
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
+/// How a listener treats its connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// On shutdown, how long connections in flight may take to finish.
+    pub grace: Duration,
+    /// Time a client has to send its request head.
+    pub header_timeout: Duration,
+    /// Connections served at once. The next one is accepted only when one ends, so that
+    /// excess clients wait in the kernel's listen backlog instead of making `accept` fail
+    /// (out of file descriptors) for everyone.
+    pub max_connections: usize,
+}
+
 /// Accept loop with graceful shutdown: on the signal, stop accepting and wait (up to
 /// `grace`) for connections in flight, streams included, to finish.
 pub async fn serve_connections<F, Fut>(
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
-    grace: Duration,
-    header_timeout: Duration,
+    limits: ConnectionLimits,
     handler: F,
 ) where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static,
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     loop {
+        // A free slot first, then the next connection from the backlog.
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = shutdown.changed() => break,
+        };
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, _) = match accepted {
@@ -48,13 +70,14 @@ pub async fn serve_connections<F, Fut>(
                 // connection forever.
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(header_timeout)
+                    .header_read_timeout(limits.header_timeout)
                     .serve_connection(io, svc);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {
                         tracing::debug!("connection ended with an error: {e}");
                     }
+                    drop(permit);
                 });
             }
             _ = shutdown.changed() => break,
@@ -63,7 +86,7 @@ pub async fn serve_connections<F, Fut>(
     drop(listener);
     tokio::select! {
         _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(grace) => {
+        _ = tokio::time::sleep(limits.grace) => {
             tracing::warn!("shutdown grace period ended with connections still open");
         }
     }
@@ -85,15 +108,21 @@ pub fn error_response(provider: Provider, err: &ApiError) -> Response<ProxyBody>
     );
     resp.headers_mut()
         .insert("x-cachet-error", HeaderValue::from_static("1"));
+    if err.kind == ErrorKind::RequestTimeout {
+        // The body was not read whole: the connection cannot carry another request.
+        resp.headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
     resp
 }
 
 /// Read a request body whole, refusing one larger than `limit` (before reading it when the
-/// client declared its length).
+/// client declared its length) and one that does not arrive within `timeout` (a 408).
 pub async fn read_body(
     body: Incoming,
     declared: Option<u64>,
     limit: usize,
+    timeout: Duration,
 ) -> Result<Bytes, ApiError> {
     let too_large = |n: String| {
         ApiError::new(
@@ -104,7 +133,19 @@ pub async fn read_body(
     if let Some(len) = declared.filter(|&l| l > limit as u64) {
         return Err(too_large(format!("{len} bytes")));
     }
-    match Limited::new(body, limit).collect().await {
+    let collected = match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+        Ok(collected) => collected,
+        Err(_) => {
+            return Err(ApiError::new(
+                ErrorKind::RequestTimeout,
+                format!(
+                    "the request body did not arrive within {} ms",
+                    timeout.as_millis()
+                ),
+            ))
+        }
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             Err(too_large("over the limit".into()))

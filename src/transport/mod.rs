@@ -2,8 +2,10 @@
 //! side (URLs, headers, errors) and the admin listener.
 
 pub mod admin;
+pub mod client_auth;
 pub mod forward;
 pub mod http;
+pub mod path_guard;
 pub mod server;
 
 pub use self::http::{error_response, full, ProxyBody};

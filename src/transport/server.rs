@@ -12,12 +12,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::admin::{self, AdminState};
-use super::http::{error_response, full, serve_connections, ProxyBody};
+use super::client_auth::{ClientKeys, ClientName, NO_KEY};
+use super::http::{error_response, full, serve_connections, ConnectionLimits, ProxyBody};
+use super::path_guard;
 use crate::config::Config;
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
-use crate::providers::{classify, Provider};
+use crate::providers::{classify, Endpoint, Provider};
 use crate::replay::recorder::{self, Recorder, RecorderTask};
 use crate::session::store::Maintenance;
 
@@ -67,6 +69,15 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
 
 /// [`spawn`], with options.
 pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result<ProxyHandle> {
+    let keys = ClientKeys::from_config(&config.server, &config.upstream)?;
+    let admin_token = admin::token_from_config(&config.server)?;
+    if admin_token.is_none() && !config.server.admin_listen.ip().is_loopback() {
+        tracing::warn!(
+            admin = %config.server.admin_listen,
+            "the admin listener (metrics, sessions with their prompts) binds beyond loopback \
+             without server.admin_token_env: anyone who reaches it can read them"
+        );
+    }
     let listener = TcpListener::bind(config.server.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.server.listen))?;
@@ -88,14 +99,23 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
     let metrics = Arc::new(Metrics::new());
     let (recorder, recorder_task) = match &config.record.dir {
         Some(dir) => {
-            let (r, t) = Recorder::start(dir, recorder::DEFAULT_QUEUE)
-                .map_err(|e| anyhow::anyhow!("cannot record traces into {}: {e}", dir.display()))?;
+            let dropped = &metrics.trace_records_dropped;
+            let (r, t) = Recorder::start_counted(
+                dir,
+                recorder::DEFAULT_QUEUE,
+                dropped.with_label_values(&["queue_full"]),
+                dropped.with_label_values(&["write_failed"]),
+            )
+            .map_err(|e| anyhow::anyhow!("cannot record traces into {}: {e}", dir.display()))?;
             (Some(r), Some(t))
         }
         None => (None, None),
     };
-    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
-    let header_timeout = Duration::from_millis(config.server.header_read_timeout_ms);
+    let limits = ConnectionLimits {
+        grace: Duration::from_secs(config.server.shutdown_grace_secs),
+        header_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
+        max_connections: config.server.max_connections,
+    };
     let pipeline =
         Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder, options.clock).await?);
     let maintenance = Maintenance::start(
@@ -108,25 +128,29 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: pipeline.store().cloned(),
+        token: admin_token,
     });
     let addr = listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     let (tx, rx) = watch::channel(false);
+    let edge = Arc::new(Edge { pipeline, keys });
     let proxy_task = tokio::spawn(serve_connections(
         listener,
         rx.clone(),
-        grace,
-        header_timeout,
+        limits,
         move |req| {
-            let pipeline = pipeline.clone();
-            async move { Ok::<_, Infallible>(handle(pipeline, req).await) }
+            let edge = edge.clone();
+            async move { Ok::<_, Infallible>(handle(edge, req).await) }
         },
     ));
+    let admin_limits = ConnectionLimits {
+        max_connections: ADMIN_CONNECTIONS,
+        ..limits
+    };
     let admin_task = tokio::spawn(serve_connections(
         admin_listener,
         rx,
-        grace,
-        header_timeout,
+        admin_limits,
         move |req| {
             let state = admin_state.clone();
             async move { Ok::<_, Infallible>(admin::handle(&state, req).await) }
@@ -145,11 +169,79 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
     })
 }
 
-async fn handle(pipeline: Arc<Pipeline>, req: Request<Incoming>) -> Response<ProxyBody> {
-    let Some(route) = classify(req.method(), req.uri().path(), req.headers()) else {
+/// Connections the admin listener serves at once (scrapes and a few people).
+const ADMIN_CONNECTIONS: usize = 64;
+
+/// What the proxy's edge needs: the pipeline and the client keys.
+struct Edge {
+    pipeline: Arc<Pipeline>,
+    keys: ClientKeys,
+}
+
+/// The edge, before any byte of the body is read: refuse a path that could leave the
+/// upstream's base path, route, then check the client's key.
+async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBody> {
+    let path = req.uri().path();
+    if let Err(err) = path_guard::check(path) {
+        let provider = provider_hint(path, req.headers());
+        return edge_refusal(&edge.pipeline, provider, Endpoint::Other, &err);
+    }
+    let Some(route) = classify(req.method(), path, req.headers()) else {
         return local_response(&req);
     };
-    pipeline.handle(route, req).await
+    if edge.keys.required() {
+        let Some(client) = edge.keys.authenticate(req.headers()) else {
+            let err = ApiError::new(
+                ErrorKind::Authentication,
+                "a cachet client key is required (x-api-key or authorization: Bearer)",
+            );
+            return edge_refusal(&edge.pipeline, route.provider, route.endpoint, &err);
+        };
+        // The client's cachet key is never forwarded upstream.
+        req.headers_mut().remove(&client.header);
+        req.extensions_mut().insert(ClientName(client.name));
+    }
+    edge.pipeline.handle(route, req).await
+}
+
+/// A request refused at the edge: counted, logged, answered in the provider's format, and
+/// its connection closed.
+fn edge_refusal(
+    pipeline: &Pipeline,
+    provider: Provider,
+    endpoint: Endpoint,
+    err: &ApiError,
+) -> Response<ProxyBody> {
+    let status = err.status();
+    tracing::info!(status = status.as_u16(), "{}", err.message);
+    pipeline.metrics().record_request(
+        provider,
+        endpoint,
+        "unknown",
+        status.as_str(),
+        "none",
+        NO_KEY,
+        None,
+    );
+    let mut resp = error_response(provider, err);
+    // Refused before its body was read: the connection carries no further request.
+    resp.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
+/// The provider family a request that cannot be routed speaks, for its error's format.
+fn provider_hint(path: &str, headers: &http::HeaderMap) -> Provider {
+    if path.starts_with("/v1/messages")
+        || headers.contains_key("anthropic-version")
+        || headers.contains_key("x-api-key")
+    {
+        Provider::Anthropic
+    } else {
+        Provider::OpenAi
+    }
 }
 
 /// Answers for paths outside `/v1/`: Claude Code probes `HEAD /` (or `/api/hello`) before

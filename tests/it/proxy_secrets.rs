@@ -22,7 +22,7 @@ async fn secrets_never_appear_in_logs_metrics_or_errors() {
     std::fs::write(
         &config,
         format!(
-            "[upstream]\nanthropic = \"{}\"\nopenai = \"http://127.0.0.1:1\"\nanthropic_api_key_env = \"CACHET_TEST_HELD_KEY\"\n",
+            "[server]\nallow_open_relay = true\n\n[upstream]\nanthropic = \"{}\"\nopenai = \"http://127.0.0.1:1\"\nanthropic_api_key_env = \"CACHET_TEST_HELD_KEY\"\n",
             upstream.url()
         ),
     )

@@ -427,3 +427,20 @@ pub fn serve_process(configure: impl FnOnce(&mut std::process::Command)) -> Serv
         .to_string();
     ServeProcess { child, addr, admin }
 }
+
+/// Write `request` as raw bytes (no client normalises the path, as `curl --path-as-is`)
+/// and read the answer until the server closes the connection. Panics if that takes longer
+/// than a generous bound.
+pub async fn raw_exchange(addr: SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ = stream.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), exchange)
+        .await
+        .expect("the server answered and closed the connection")
+}
