@@ -110,6 +110,7 @@ async fn main() -> anyhow::Result<()> {
         let draft = RequestDraft {
             request_index: index,
             turn_index: Some(i as u64),
+            time_ms: cachet::session::now_ms(),
             provider: "anthropic",
             endpoint: "messages",
             client: Some("pi"),

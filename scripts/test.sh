@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need when it is missing, then runs every test.
 # Needs: a Rust toolchain, python3 with pip (for the official SDK tests), and root or sudo
-# for apt-get when redis-server or prometheus is missing.
+# for apt-get when redis-server, prometheus or chromium is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,10 +12,12 @@ if ! python3 -c 'import anthropic, openai' 2>/dev/null; then
 fi
 
 # Debian packages the tests run for real: redis-server backs the shared-store tests;
-# prometheus (with promtool) scrapes cachet in the dashboard and exposition tests.
+# prometheus (with promtool) scrapes cachet in the dashboard and exposition tests; headless
+# chromium (with a font for its screenshots) renders the admin pages in tests/it/admin_pages.rs.
 MISSING=""
 command -v redis-server >/dev/null 2>&1 || MISSING="$MISSING redis-server"
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || MISSING="$MISSING prometheus"
+command -v chromium >/dev/null 2>&1 || MISSING="$MISSING chromium fonts-dejavu-core"
 if [ -n "$MISSING" ]; then
   echo "installing$MISSING"
   SUDO=""

@@ -134,6 +134,18 @@ pub struct SessionsConfig {
     /// Keep sessions, the request log and prefix-break diagnoses for every generation
     /// request, policy or not (computed after the response, never changing bytes).
     pub monitor: bool,
+    /// Budget in bytes of the in-memory cache in front of the store (session logs and
+    /// content), weighed by the bytes each item holds.
+    pub cache_bytes: u64,
+    /// Sessions idle longer than this many days are deleted (0: kept forever).
+    pub retention_days: u64,
+    /// When the store holds more session logs and content than this many bytes, the least
+    /// recently active sessions are deleted (0: no limit).
+    pub max_store_bytes: u64,
+    /// How often retention is enforced, in seconds (also at start; 0: only at start).
+    pub sweep_interval_secs: u64,
+    /// A PEM file of CA certificates to trust for `rediss://`, instead of the public roots.
+    pub redis_ca_file: Option<PathBuf>,
 }
 
 impl Default for SessionsConfig {
@@ -142,6 +154,11 @@ impl Default for SessionsConfig {
             store: "./cachet-data/".into(),
             on_store_error: StoreFailure::FailOpen,
             monitor: true,
+            cache_bytes: crate::session::store::DEFAULT_CACHE_BYTES,
+            retention_days: 30,
+            max_store_bytes: 1024 * 1024 * 1024,
+            sweep_interval_secs: 600,
+            redis_ca_file: None,
         }
     }
 }
@@ -243,6 +260,21 @@ impl Config {
                 return Err(ConfigError(format!(
                     "{}: {field}: `{url}` is not an http(s) URL",
                     path.display()
+                )));
+            }
+        }
+        if let Err(e) = crate::session::store::StoreSpec::parse(&self.sessions.store) {
+            return Err(ConfigError(format!(
+                "{}: sessions.store: {e}",
+                path.display()
+            )));
+        }
+        if let Some(ca) = &self.sessions.redis_ca_file {
+            if let Err(e) = std::fs::metadata(ca) {
+                return Err(ConfigError(format!(
+                    "{}: sessions.redis_ca_file: cannot read {}: {e}",
+                    path.display(),
+                    ca.display()
                 )));
             }
         }
@@ -366,5 +398,24 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(err.contains("upstream.openai"), "{err}");
+    }
+
+    #[test]
+    fn a_store_with_an_unknown_scheme_is_a_config_error() {
+        let err = Config::parse(Path::new("c.toml"), "[sessions]\nstore = \"redsi://x\"\n")
+            .unwrap_err()
+            .0;
+        assert!(
+            err.starts_with("c.toml: sessions.store:") && err.contains("unknown scheme"),
+            "{err}"
+        );
+        let c = Config::parse(
+            Path::new("c.toml"),
+            "[sessions]\nstore = \"rediss://h:6380/0\"\n",
+        );
+        assert!(c.is_ok());
+        let c = Config::parse(Path::new("c.toml"), "").unwrap();
+        assert_eq!(c.sessions.cache_bytes, 64 * 1024 * 1024);
+        assert_eq!(c.sessions.retention_days, 30);
     }
 }

@@ -40,4 +40,5 @@ pub mod tap;
 pub mod telemetry;
 pub mod tokens;
 pub mod transport;
+pub mod ttl;
 pub mod usage;

@@ -133,8 +133,14 @@ pub struct Metrics {
     pub store_errors: IntCounterVec,
     /// Answered requests for a model the model table does not know (cost not computed).
     pub unknown_models: IntCounter,
+    /// Finished requests the after-response queue could not take (no session entry).
+    pub session_records_dropped: IntCounter,
+    /// Requests where the provider's own cache diagnosis and cachet's disagree.
+    pub diagnosis_disagreements: IntCounterVec,
     /// OTLP spans by outcome; series appear only when export is configured.
     pub otlp_spans: IntCounterVec,
+    /// Keep-warm requests by outcome (`sent`, `skipped`, `failed`, `unbuilt`).
+    pub keep_warm: IntCounterVec,
     /// Trace records (`--record`) not written, by cause: `queue_full`, `write_failed`.
     pub trace_records_dropped: IntCounterVec,
     in_flight: IntGauge,
@@ -294,8 +300,20 @@ impl Metrics {
                     .expect("valid metric definition");
                 r.register("cachet_unknown_models_total", c)
             },
+            session_records_dropped: {
+                let c = IntCounter::new("cachet_session_records_dropped_total",
+                    "Finished requests whose session entry was not written: the after-response queue was full.")
+                    .expect("valid metric definition");
+                r.register("cachet_session_records_dropped_total", c)
+            },
+            diagnosis_disagreements: counter(r, "cachet_diagnosis_disagreements_total",
+                "Requests whose cache-miss reason from the provider (Anthropic cache diagnostics) differs from cachet's diagnosis.",
+                &["provider"]),
             otlp_spans: counter(r, "cachet_otlp_spans_total",
                 "OpenTelemetry spans by outcome: exported, dropped (queue full), failed (export error).",
+                &["outcome"]),
+            keep_warm: counter(r, "cachet_keep_warm_total",
+                "Keep-warm requests after a turn's final answer: sent, skipped (the session went on), failed, unbuilt.",
                 &["outcome"]),
             trace_records_dropped: {
                 let c = counter(r, "cachet_trace_records_dropped_total",

@@ -356,6 +356,10 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     println!("\ncachet is running on its embedded emulator:");
     println!("  proxy    {url}");
     println!("  metrics  http://{}/metrics", proxy.admin_addr);
+    println!(
+        "  sessions http://{}/sessions (open in a browser)",
+        proxy.admin_addr
+    );
     println!("Point an agent at it (any API key works against the emulator):");
     println!("  ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=demo claude");
     println!("  OPENAI_BASE_URL={url}/v1 OPENAI_API_KEY=demo python your_agent.py");

@@ -57,6 +57,12 @@ impl EmulatorHandle {
         self.clock.advance(by);
     }
 
+    /// Forget every cached prefix (same as `POST /emulator/cache/clear`): a provider that
+    /// evicted its cache, for tests of what cachet reports then.
+    pub fn clear_cache(&self) {
+        self.shared.clear_cache();
+    }
+
     /// The accounting of the most recent requests (oldest first, at most
     /// [`LOG_CAPACITY`]).
     pub fn accounted(&self) -> Vec<Accounted> {

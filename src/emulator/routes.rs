@@ -28,7 +28,7 @@ pub const LOG_CAPACITY: usize = 10_000;
 const BODY_LIMIT: usize = 32 * 1024 * 1024;
 const REPLY_HEADER: &str = "x-cachet-emulate-reply";
 /// The beta that turns on Anthropic's cache diagnostics.
-pub const DIAGNOSIS_BETA: &str = "cache-diagnosis-2026-04-07";
+pub const DIAGNOSIS_BETA: &str = crate::providers::anthropic::CACHE_DIAGNOSIS_BETA;
 /// Request fingerprints kept for cache diagnostics (the oldest are forgotten).
 pub const DIAGNOSIS_CAPACITY: usize = 1024;
 
@@ -100,6 +100,12 @@ impl Shared {
         by_id.insert(message_id.to_string(), current);
         order.push_back(message_id.to_string());
         Ok(reason.map(|r| diagnostics_json(r.as_ref())))
+    }
+
+    /// Forget every cached prefix, as a provider evicting its cache does.
+    pub fn clear_cache(&self) {
+        let mut cache = recover(&self.cache);
+        *cache = CacheModel::new(cache.config.clone());
     }
 
     pub fn log_snapshot(&self) -> Vec<Accounted> {
@@ -181,6 +187,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pro
             );
         }
         (&Method::POST, "/emulator/clock/advance") => return advance_clock(&shared, req).await,
+        (&Method::POST, "/emulator/cache/clear") => {
+            shared.clear_cache();
+            return json_response(provider, &request_id, StatusCode::OK, full("{}"));
+        }
         (&Method::GET, "/emulator/clock") => {
             let now = json!({"now_ms": shared.clock.now_ms()});
             return json_response(provider, &request_id, StatusCode::OK, full(now.to_string()));

@@ -77,6 +77,13 @@ pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
     block
 }
 
+/// Whether the Anthropic content block `block` (its JSON) may carry a marker: not a
+/// thinking block, not an empty text block.
+pub fn is_markable(block: &[u8]) -> bool {
+    let start = scan::skip_ws(block, 0);
+    scan::value_end(block, start).is_ok_and(|end| object_block(block, start..end).markable)
+}
+
 /// The content blocks of an Anthropic message (string content is one block).
 pub(crate) fn message_blocks(b: &[u8]) -> Vec<Block> {
     let Some(content) = scan::field(b, scan::skip_ws(b, 0), "content") else {
@@ -115,10 +122,13 @@ fn object_edit(b: &[u8], span: &Span, want: Option<Ttl>) -> Option<(Span, Vec<u8
     match (pos, want) {
         (Some(i), Some(ttl)) => {
             let value = entries[i].value.clone();
-            if marker_of(b, &value) == ttl && &b[value.clone()] != b"null" {
+            if &b[value.clone()] == b"null" {
+                return Some((value, marker_json(ttl).as_bytes().to_vec()));
+            }
+            if marker_of(b, &value) == ttl {
                 return None;
             }
-            Some((value, marker_json(ttl).as_bytes().to_vec()))
+            Some(ttl_edit(b, &value, ttl).unwrap_or_else(|| (value, marker_json(ttl).into())))
         }
         (Some(i), None) => {
             // Remove the entry with one neighbouring comma.
@@ -139,6 +149,22 @@ fn object_edit(b: &[u8], span: &Span, want: Option<Ttl>) -> Option<(Span, Vec<u8
         }
         (None, None) => None,
     }
+}
+
+/// Change the lifetime of the marker object at `value`, touching only its `ttl`: the value
+/// of an existing `ttl` entry is replaced, or a `ttl` entry is added before the closing
+/// brace. Whatever else the client put in its marker stays as it was.
+fn ttl_edit(b: &[u8], value: &Span, ttl: Ttl) -> Option<(Span, Vec<u8>)> {
+    let entries = scan::entries(b, value.start).ok()?;
+    let literal = format!("\"{}\"", ttl.label()).into_bytes();
+    if let Some(e) = entries.iter().find(|e| scan::key_is(b, &e.key, "ttl")) {
+        return Some((e.value.clone(), literal));
+    }
+    let close = value.end - 1;
+    let sep = if entries.is_empty() { "" } else { "," };
+    let mut insert = format!("{sep}\"ttl\":").into_bytes();
+    insert.extend_from_slice(&literal);
+    Some((close..close, insert))
 }
 
 /// Apply edits (sorted or not) to `b`, returning the new bytes.
@@ -237,5 +263,28 @@ mod tests {
             Some(Ttl::FiveMinutes)
         )
         .is_none());
+    }
+
+    /// Upgrading a client's 5-minute marker edits only its `ttl`: Claude Code's
+    /// `{"type":"ephemeral"}` gains `"ttl":"1h"`, an explicit `"ttl": "5m"` has its value
+    /// replaced, and anything else inside the marker keeps its bytes.
+    #[test]
+    fn a_lifetime_change_edits_only_the_ttl() {
+        let cc = br#"{"type":"text","text":"You are a Claude agent.","cache_control":{"type":"ephemeral"}}"#;
+        assert_eq!(
+            String::from_utf8(set_object_marker(cc, Some(Ttl::OneHour)).unwrap()).unwrap(),
+            r#"{"type":"text","text":"You are a Claude agent.","cache_control":{"type":"ephemeral","ttl":"1h"}}"#
+        );
+        let spelled = br#"{"type":"text","text":"x","cache_control":{ "ttl": "5m" , "type":"ephemeral", "scope":"s"}}"#;
+        assert_eq!(
+            String::from_utf8(set_object_marker(spelled, Some(Ttl::OneHour)).unwrap()).unwrap(),
+            r#"{"type":"text","text":"x","cache_control":{ "ttl": "1h" , "type":"ephemeral", "scope":"s"}}"#
+        );
+        let m = br#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok","cache_control":{"type":"ephemeral"}},{"type":"text","text":"r"}]}"#;
+        let out = set_message_markers(m, &[(0, Some(Ttl::OneHour))]).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok","cache_control":{"type":"ephemeral","ttl":"1h"}},{"type":"text","text":"r"}]}"#
+        );
     }
 }

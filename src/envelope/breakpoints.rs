@@ -6,12 +6,16 @@
 //!    the history before an ephemeral injection stays readable next turn;
 //! 3. the end of the system prompt (or of the tools when there is no system prompt);
 //! 4. the client's own markers, latest first (they match what earlier requests wrote);
-//! 5. intermediate markers every 18 blocks back from the last one, so a turn that added
-//!    more than the provider's 20-block lookback still finds the previous turn's entry.
+//! 5. where this request added more blocks than the provider's 20-block lookback reaches
+//!    (many tool calls in one step, a prompt with many attachments), a marker at the end of
+//!    the previous request's last message, so its entry is read again. Only there: a
+//!    marker that reads nothing more is not placed.
 //!
 //! A block is skipped when its prefix is below the model's minimum cacheable length.
 //! Markers with a 1h TTL must precede 5m ones: after the first 5m marker every later one
-//! is written as 5m. The uncached tail never carries a marker, in every mode.
+//! is written as 5m. A 1h request lifts the client's own 5m markers to 1h (editing only
+//! their `ttl`), so that an early 5m marker does not pin the rest to 5m. The uncached tail
+//! never carries a marker, in every mode.
 
 use std::collections::BTreeMap;
 
@@ -211,6 +215,27 @@ fn count_cached(text: &[u8]) -> u64 {
 }
 
 /// Decide the marker changes for `mode`.
+/// The mode to apply. A request whose own markers the provider would reject (more than
+/// [`MAX_MARKERS`], or one on a block that cannot carry it) is not silently repaired by
+/// `auto`: it goes as the client sent it and gets the provider's own error. `strip`, which
+/// a policy asks for explicitly, still removes them.
+pub(crate) fn effective_mode(env: &Envelope, mode: BreakpointMode) -> BreakpointMode {
+    if !matches!(mode, BreakpointMode::Auto { .. }) {
+        return mode;
+    }
+    let slots = slots(env);
+    let marked = slots.iter().filter(|s| s.block.marker.is_some()).count()
+        + usize::from(env.option_raw("cache_control").is_some());
+    let misplaced = slots
+        .iter()
+        .any(|s| s.block.marker.is_some() && !s.block.markable);
+    if marked > MAX_MARKERS || misplaced {
+        tracing::debug!(marked, misplaced, "client markers invalid; left as sent");
+        return BreakpointMode::Preserve;
+    }
+    mode
+}
+
 pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
     if mode == BreakpointMode::Preserve {
         return Plan::default();
@@ -237,6 +262,23 @@ pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
         }
     }
     plan
+}
+
+/// The slots (first, last) of the history message the previous request of this
+/// conversation ended with: the one before the latest model message (a tool loop's
+/// previous tool result, or the last tool result before the previous turn's answer). In
+/// `auto` mode that request's last marker sat on its last markable block.
+fn previous_request_end(env: &Envelope, slots: &[Slot<'_>]) -> Option<(usize, usize)> {
+    let kinds = env.history_kinds();
+    let model = kinds.iter().rposition(|k| k.from_model)?;
+    let message = kinds[..model].iter().rposition(|k| !k.from_model)?;
+    let first = slots
+        .iter()
+        .position(|s| matches!(s.loc, Loc::Msg(i, _) if i == message))?;
+    let last = slots
+        .iter()
+        .rposition(|s| matches!(s.loc, Loc::Msg(i, _) if i == message))?;
+    Some((first, last))
 }
 
 fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
@@ -280,27 +322,30 @@ fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
         .filter(|&k| slots[k].block.marker.is_some() && slots[k].block.markable)
         .filter(|&k| min.reached(k))
         .collect();
-    for k in client {
-        take(Some(k), slots[k].block.marker.unwrap_or(ttl), &mut chosen);
-    }
-    if let Some(mut at) = last {
-        let earlier = |chosen: &[(usize, Ttl)], at: usize| {
-            chosen
-                .iter()
-                .map(|(c, _)| *c)
-                .filter(|&c| c < at)
-                .max()
-                .unwrap_or(0)
-        };
-        while chosen.len() < MAX_MARKERS && at >= STEP && at - STEP > earlier(&chosen, at) {
-            match markable_at_or_before(at - STEP) {
-                Some(k) if k > earlier(&chosen, at) => {
-                    take(Some(k), ttl, &mut chosen);
-                    at = k;
-                }
-                _ => break,
-            }
+    if let (Some(at), Some((first, end))) = (last, previous_request_end(env, slots)) {
+        // The previous request of this conversation wrote its entry at the end of its
+        // last message. When this request added more blocks than the lookback reaches (a
+        // step with many tool calls, a prompt with many attachments), a marker there reads
+        // that entry again; where another marker already reaches it, one more would read
+        // nothing more and is not placed.
+        let reaches = |c: usize| c >= end && c - end <= STEP;
+        let free = MAX_MARKERS.saturating_sub(chosen.len());
+        let kept = client
+            .iter()
+            .copied()
+            .filter(|k| !chosen.iter().any(|(c, _)| c == k))
+            .take(free);
+        let mut covered = chosen.iter().map(|&(c, _)| c).chain(kept);
+        if at > end && !covered.any(reaches) {
+            let bridge = markable_at_or_before(end).filter(|&k| k >= first);
+            take(bridge, ttl, &mut chosen);
         }
+    }
+    for k in client {
+        // A 1h request lifts the client's own 5m markers too: a 5m marker early in the
+        // prompt (Claude Code's on `system[1]`) would otherwise pin every later one to 5m.
+        let own = slots[k].block.marker.unwrap_or(ttl);
+        take(Some(k), own.max(ttl), &mut chosen);
     }
     chosen.sort_by_key(|(k, _)| *k);
     let mut wanted = vec![None; slots.len()];

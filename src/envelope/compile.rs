@@ -36,7 +36,7 @@ impl Envelope {
     /// The JSON string literal interior of part `i` (original bytes when untouched).
     fn part_interior(&self, i: usize) -> Vec<u8> {
         let part = &self.system[i];
-        if let (SystemForm::Text, Some(el)) = (&self.system_form, &part.element) {
+        if let (SystemForm::Text, Some(el)) = (&self.system_form, part.untouched()) {
             let b = self.bytes_of(&el.raw);
             return b[1..b.len() - 1].to_vec();
         }
@@ -44,11 +44,18 @@ impl Envelope {
         lit[1..lit.len() - 1].to_vec()
     }
 
-    /// Part `i` as an Anthropic system text block.
+    /// Part `i` as an Anthropic system text block. A rewritten client block keeps every
+    /// field but its text: a client's cache marker on it survives the rewrite.
     pub(crate) fn system_block_bytes(&self, i: usize) -> Vec<u8> {
         let part = &self.system[i];
         if let (SystemForm::Blocks(_), Some(el)) = (&self.system_form, &part.element) {
-            return self.bytes_of(&el.raw).to_vec();
+            let raw = self.bytes_of(&el.raw);
+            if !part.rewritten {
+                return raw.to_vec();
+            }
+            if let Some(out) = scan::replace_field(raw, 0, "text", &json_str(&part.text)) {
+                return out;
+            }
         }
         let mut out = br#"{"type":"text","text":""#.to_vec();
         out.extend_from_slice(&self.part_interior(i));
@@ -58,14 +65,15 @@ impl Envelope {
 
     /// Compile the envelope into the provider payload.
     pub fn compile(&self, opts: &CompileOptions) -> Bytes {
-        let plan = if self.is_anthropic() {
-            breakpoints::plan(self, opts.breakpoints)
+        let mode = if self.is_anthropic() {
+            breakpoints::effective_mode(self, opts.breakpoints)
         } else {
-            Plan::default()
+            BreakpointMode::Preserve
         };
+        let plan = breakpoints::plan(self, mode);
         let mut option_edits = self.option_edits.clone();
         if self.is_anthropic()
-            && opts.breakpoints != BreakpointMode::Preserve
+            && mode != BreakpointMode::Preserve
             && self.option_raw("cache_control").is_some()
         {
             // A top-level marker would count against the limit of 4 behind our back.
@@ -150,6 +158,36 @@ impl Envelope {
     }
 }
 
+/// A system/developer message whose text a patch changed: its content becomes the new
+/// text, every other field stays, and a cache marker on one of its parts moves to the
+/// single part that replaces them.
+fn rewritten_message(raw: &[u8], text: &str) -> Vec<u8> {
+    let start = scan::skip_ws(raw, 0);
+    let content = scan::field(raw, start, "content");
+    let new_content = match content {
+        Some(span) if raw.get(span.start) == Some(&b'[') => {
+            let marker = scan::elements(raw, span.start)
+                .unwrap_or_default()
+                .into_iter()
+                .find_map(|part| scan::field(raw, part.start, "cache_control"))
+                .map(|m| raw[m].to_vec());
+            let mut out = br#"[{"type":"text","text":"#.to_vec();
+            out.extend_from_slice(&json_str(text));
+            if let Some(marker) = marker {
+                out.extend_from_slice(br#","cache_control":"#);
+                out.extend_from_slice(&marker);
+            }
+            out.extend_from_slice(b"}]");
+            out
+        }
+        _ => json_str(text),
+    };
+    scan::replace_field(raw, start, "content", &new_content).unwrap_or_else(|| {
+        serde_json::to_vec(&serde_json::json!({"role": "system", "content": text}))
+            .unwrap_or_default()
+    })
+}
+
 fn entry(key: &str, value: &[u8]) -> Vec<u8> {
     let mut out = json_str(key);
     out.push(b':');
@@ -172,7 +210,10 @@ impl<'a> Ctx<'a> {
             (_, "tools") => self.tools(),
             (Endpoint::Chat, "messages") => self.messages(),
             (Endpoint::Responses, "input") => self.messages(),
-            (Endpoint::Responses, "instructions") => self.text_system(),
+            (Endpoint::Responses, "instructions") => match env.system_form {
+                SystemForm::LeadingMessages { .. } => None,
+                _ => self.text_system(),
+            },
             (_, "messages") => self.messages(),
             (_, "system") => match env.system_form {
                 SystemForm::Blocks(_) => self.block_system(),
@@ -282,22 +323,28 @@ impl<'a> Ctx<'a> {
 
     fn messages(&self) -> Option<Option<Vec<u8>>> {
         let env = self.env;
-        let chat_system = env.endpoint == Endpoint::Chat && env.system_dirty;
+        let leading = match &env.system_form {
+            SystemForm::LeadingMessages { role } => Some(role.as_str()),
+            // Chat has no other place for a system prompt than leading messages.
+            _ if env.endpoint == Endpoint::Chat => Some("system"),
+            _ => None,
+        };
+        let system_here = leading.is_some() && env.system_dirty;
         let tail_dirty = !env.uncached.is_empty();
-        if !env.messages_dirty && !tail_dirty && !chat_system && self.plan.messages.is_empty() {
+        if !env.messages_dirty && !tail_dirty && !system_here && self.plan.messages.is_empty() {
             return None;
         }
         let mut items: Vec<Item<'_>> = Vec::new();
-        if env.endpoint == Endpoint::Chat {
-            let role = match &env.system_form {
-                SystemForm::ChatMessages { role } => role.as_str(),
-                _ => "system",
-            };
+        if let Some(role) = leading {
             for part in &env.system {
                 let item = match &part.element {
-                    Some(el) => Item {
+                    Some(el) if !part.rewritten => Item {
                         origin: el.origin,
                         bytes: Cow::Borrowed(env.bytes_of(&el.raw)),
+                    },
+                    Some(el) => Item {
+                        origin: el.origin,
+                        bytes: Cow::Owned(rewritten_message(env.bytes_of(&el.raw), &part.text)),
                     },
                     None => {
                         let m = serde_json::json!({"role": role, "content": part.text});

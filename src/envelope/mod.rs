@@ -11,17 +11,19 @@ mod blocks;
 mod breakpoints;
 mod client;
 mod compile;
+mod explicit;
 mod message;
 mod parse;
 pub(crate) mod scan;
 mod seq;
+pub mod splice;
 mod view;
 
 use bytes::Bytes;
 
 use crate::providers::{turns, Endpoint, MsgKind, Provider};
 
-pub use blocks::{content_block_spans, count_markers, Ttl};
+pub use blocks::{content_block_spans, count_markers, is_markable, Ttl};
 pub use breakpoints::{BreakpointMode, MAX_MARKERS};
 pub use client::{detect_client, Client, Meta};
 pub use compile::CompileOptions;
@@ -64,13 +66,32 @@ impl Element {
     }
 }
 
-/// A named system part. `element` is the client's block/message it came from, while the
-/// part is untouched.
+/// A named system part. `element` is the client's block/message it came from; a part
+/// whose text a patch changed keeps it, so that the rewritten block keeps the client's
+/// other fields (its cache marker above all) and only its text changes.
 #[derive(Debug, Clone)]
 pub struct SystemPart {
     pub name: String,
     pub text: String,
     pub(crate) element: Option<Element>,
+    /// The text differs from the element's.
+    pub(crate) rewritten: bool,
+}
+
+impl SystemPart {
+    pub(crate) fn new(name: String, text: String, element: Option<Element>) -> Self {
+        SystemPart {
+            name,
+            text,
+            element,
+            rewritten: false,
+        }
+    }
+
+    /// The client's element, while the part is untouched.
+    pub(crate) fn untouched(&self) -> Option<&Element> {
+        self.element.as_ref().filter(|_| !self.rewritten)
+    }
 }
 
 /// How the client sent its system prompt; decides how parts compile back.
@@ -82,8 +103,10 @@ pub(crate) enum SystemForm {
     Text,
     /// Anthropic `system` text blocks (the array span).
     Blocks(Span),
-    /// OpenAI Chat leading `system`/`developer` messages (their role for new parts).
-    ChatMessages { role: String },
+    /// Leading `system`/`developer` messages: OpenAI Chat, and Responses input items when
+    /// there are no `instructions` (pi sends its prompt so). Their role is used for new
+    /// parts.
+    LeadingMessages { role: String },
 }
 
 /// A top-level array the envelope splits (tools, messages/input): where it sat and the
@@ -166,7 +189,7 @@ impl Envelope {
     pub fn system_raw(&self) -> impl Iterator<Item = Option<&[u8]>> {
         self.system
             .iter()
-            .map(|p| p.element.as_ref().map(|e| self.bytes_of(&e.raw)))
+            .map(|p| p.untouched().map(|e| self.bytes_of(&e.raw)))
     }
 
     /// The raw bytes of each tool definition.
@@ -233,6 +256,12 @@ impl Envelope {
             .map(|e| &self.body[e.value.clone()])
     }
 
+    /// Set a top-level option (JSON bytes) outside any patch: what cachet itself adds, such
+    /// as the provider's cache-diagnostics field.
+    pub fn set_option(&mut self, key: &str, value: Bytes) {
+        self.option_edits.push((key.to_owned(), Some(value)));
+    }
+
     /// Whether anything was changed by patches.
     pub fn is_patched(&self) -> bool {
         self.system_dirty
@@ -253,12 +282,13 @@ pub(crate) fn owned_keys(endpoint: Endpoint) -> &'static [&'static str] {
 }
 
 /// Parse, then compile with `opts` and no patch: the one-call form for shaping cache
-/// markers or setting `prompt_cache_key` on a request (e.g. from a test or the emulator).
+/// markers (Anthropic `cache_control`, OpenAI explicit breakpoints) or setting
+/// `prompt_cache_key` on a request (e.g. from a test or the emulator).
 pub fn reshape(
     provider: Provider,
     endpoint: Endpoint,
     body: Bytes,
     opts: &CompileOptions,
 ) -> Result<Bytes, crate::error::ApiError> {
-    Ok(Envelope::parse(provider, endpoint, body)?.compile(opts))
+    Ok(Envelope::parse(provider, endpoint, body)?.compile_with_markers(opts))
 }

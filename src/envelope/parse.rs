@@ -118,7 +118,7 @@ pub(crate) fn parse(
             }
             env.messages_orig = take_array("messages")?;
             check_objects(b, &env.messages_orig, "messages")?;
-            split_chat_system(&mut env);
+            split_leading_system(&mut env);
         }
         Endpoint::Responses => {
             if let Some(span) = find("instructions") {
@@ -136,7 +136,11 @@ pub(crate) fn parse(
                 _ => {
                     env.messages_orig = take_array("input")?;
                     check_objects(b, &env.messages_orig, "input")?;
-                    env.cached = elements_of(&env.messages_orig, 0);
+                    if env.system.is_empty() && find("instructions").is_none() {
+                        split_leading_system(&mut env);
+                    } else {
+                        env.cached = elements_of(&env.messages_orig, 0);
+                    }
                 }
             }
         }
@@ -186,11 +190,11 @@ fn text_system(env: &mut Envelope, span: Span, field: &str) -> Result<(), ApiErr
     }
     let text = scan::decode_str(&env.body, &span)
         .ok_or_else(|| ApiError::invalid(format!("{field} must be a string")))?;
-    env.system.push(SystemPart {
-        name: base_part_name(0),
+    env.system.push(SystemPart::new(
+        base_part_name(0),
         text,
-        element: Some(Element::orig(0, span.clone())),
-    });
+        Some(Element::orig(0, span.clone())),
+    ));
     env.system_form = SystemForm::Text;
     Ok(())
 }
@@ -207,37 +211,45 @@ fn block_system(env: &mut Envelope, span: Span) -> Result<(), ApiError> {
         }
         let text = scan::str_field(b, block.start, "text")
             .ok_or_else(|| ApiError::invalid(format!("system[{i}] must be a text block")))?;
-        env.system.push(SystemPart {
-            name: base_part_name(i),
+        env.system.push(SystemPart::new(
+            base_part_name(i),
             text,
-            element: Some(Element::orig(i, block)),
-        });
+            Some(Element::orig(i, block)),
+        ));
     }
     env.system_form = SystemForm::Blocks(span);
     Ok(())
 }
 
-/// Chat: the leading `system`/`developer` messages are the system parts.
-fn split_chat_system(env: &mut Envelope) {
+/// The leading `system`/`developer` messages are the system parts: always for Chat, for
+/// Responses when it sends no `instructions` (what a system role is, is the provider
+/// modules' rule).
+fn split_leading_system(env: &mut Envelope) {
     let b = &env.body;
     let mut leading = 0;
     let mut role_of_first = None;
     for span in &env.messages_orig.elems {
         let role = scan::str_field(b, span.start, "role").unwrap_or_default();
-        if role != "system" && role != "developer" {
+        let kind = crate::providers::MsgKind::of(env.endpoint, &b[span.clone()]);
+        let message = kind.item_type.is_empty() || kind.item_type == "message";
+        if !(kind.is_instruction() && message) {
             break;
         }
         role_of_first.get_or_insert(role);
         let text = chat_text(b, span.start);
-        env.system.push(SystemPart {
-            name: base_part_name(leading),
+        env.system.push(SystemPart::new(
+            base_part_name(leading),
             text,
-            element: Some(Element::orig(leading, span.clone())),
-        });
+            Some(Element::orig(leading, span.clone())),
+        ));
         leading += 1;
     }
-    env.system_form = SystemForm::ChatMessages {
-        role: role_of_first.unwrap_or_else(|| "system".into()),
+    env.system_form = match role_of_first {
+        Some(role) => SystemForm::LeadingMessages { role },
+        None if env.endpoint == Endpoint::Chat => SystemForm::LeadingMessages {
+            role: "system".into(),
+        },
+        None => SystemForm::Absent,
     };
     env.cached = elements_of(&env.messages_orig, leading);
 }

@@ -331,9 +331,31 @@ pub fn str_field(b: &[u8], start: usize, name: &str) -> Option<String> {
     field(b, start, name).and_then(|s| decode_str(b, &s))
 }
 
+/// The object at `start` of `b` with the value of `name` replaced by `value` (every other
+/// byte kept); `None` when the object has no such field.
+pub fn replace_field(b: &[u8], start: usize, name: &str, value: &[u8]) -> Option<Vec<u8>> {
+    let span = field(b, start, name)?;
+    let mut out = Vec::with_capacity(b.len() + value.len());
+    out.extend_from_slice(&b[..span.start]);
+    out.extend_from_slice(value);
+    out.extend_from_slice(&b[span.end..]);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replaced_field_keeps_every_other_byte() {
+        let b = br#"{"type":"text", "text" : "old","cache_control":{"type":"ephemeral"}}"#;
+        let out = replace_field(b, 0, "text", br#""new""#).unwrap();
+        assert_eq!(
+            out,
+            br#"{"type":"text", "text" : "new","cache_control":{"type":"ephemeral"}}"#
+        );
+        assert_eq!(replace_field(b, 0, "missing", b"1"), None);
+    }
 
     #[test]
     fn spans_of_entries_and_elements() {

@@ -140,6 +140,74 @@ pub struct Current<'a> {
     pub thinking_stripped_from: Option<usize>,
 }
 
+/// Whether cachet's diagnosis and the provider's own (`diagnostics` of an Anthropic answer)
+/// say the same: both nothing lost, or the same kind of divergence. `None` when the
+/// provider could not compare (`previous_message_not_found`, `unavailable`). Losses the
+/// provider does not diagnose (TTL, lookback, minimum) count as "nothing changed" on its
+/// side.
+pub fn agrees_with_provider(ours: Option<&Diagnosis>, theirs: &serde_json::Value) -> Option<bool> {
+    let reason = theirs.get("cache_miss_reason");
+    let kind = reason
+        .and_then(|r| r.get("type"))
+        .and_then(serde_json::Value::as_str);
+    let theirs = match kind {
+        None => None,
+        Some("previous_message_not_found" | "unavailable") => return None,
+        Some(k) => Some(k),
+    };
+    let ours = ours.and_then(|d| match d.reason {
+        BreakReason::ModelChanged => Some("model_changed"),
+        BreakReason::ToolsChanged => Some("tools_changed"),
+        BreakReason::SystemChanged => Some("system_changed"),
+        BreakReason::MessageEdited
+        | BreakReason::HistoryTruncated
+        | BreakReason::ThinkingDropped => Some("messages_changed"),
+        BreakReason::TtlExpired
+        | BreakReason::BelowMinimum
+        | BreakReason::OutsideLookback
+        | BreakReason::Unexplained => None,
+    });
+    Some(ours == theirs)
+}
+
+/// Where the provider starts dropping thinking blocks from this request's prompt, by the
+/// cache model's thinking-retention rule: the first message of the most recent turn whose
+/// thinking it drops (older turns' were already dropped from the previous request's
+/// prompt). The cached prefix ends there whatever the client sent.
+pub fn thinking_stripped_from(endpoint: Endpoint, body: &[u8]) -> Option<usize> {
+    use crate::providers::{turns, MsgKind};
+    if endpoint != Endpoint::Messages {
+        return None;
+    }
+    let request: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
+    let messages = request.get("messages")?.as_array()?;
+    let model = request.get("model").and_then(|m| m.as_str()).unwrap_or("");
+    let kept = crate::cache_model::thinking::kept_by_message(&request, messages, model);
+    let has_thinking = |m: &serde_json::Value| {
+        m.get("content")
+            .and_then(|c| c.as_array())
+            .is_some_and(|blocks| {
+                blocks.iter().any(|b| {
+                    matches!(
+                        b.get("type").and_then(|t| t.as_str()),
+                        Some("thinking" | "redacted_thinking")
+                    )
+                })
+            })
+    };
+    let kinds: Vec<MsgKind> = messages
+        .iter()
+        .map(|m| MsgKind::of(endpoint, &serde_json::to_vec(m).unwrap_or_default()))
+        .collect();
+    let starts = turns::prompt_starts(&kinds);
+    let turn_of = |i: usize| starts.iter().filter(|&&s| s <= i).count();
+    let stripped: Vec<usize> = (0..messages.len())
+        .filter(|&i| !kept[i] && has_thinking(&messages[i]))
+        .collect();
+    let newest = stripped.iter().map(|&i| turn_of(i)).max()?;
+    stripped.into_iter().find(|&i| turn_of(i) == newest)
+}
+
 /// Minimum cacheable prefix assumed for a model missing from the table.
 pub const DEFAULT_MIN_TOKENS: u64 = 1024;
 
@@ -223,50 +291,69 @@ pub fn diagnose(
             format!("model changed from {} to {}", p.model, c.model),
         ));
     }
-    if p.tools_key != c.tools_key {
-        let (tool, detail) = first_difference(&p.tools, &c.tools, "tool");
-        let mut d = base(Section::Tools, BreakReason::ToolsChanged, detail);
-        d.tool = tool;
-        return Some(d);
-    }
-    if p.system_key != c.system_key {
-        let (part, detail) = first_difference(&p.system, &c.system, "system part");
-        let mut d = base(Section::System, BreakReason::SystemChanged, detail);
-        d.part = part;
-        return Some(d);
-    }
-    let common = p
-        .messages
-        .iter()
-        .zip(&c.messages)
-        .take_while(|(a, b)| a == b)
-        .count();
-    if common < p.messages.len() {
-        let mut d = if common == c.messages.len() {
-            base(
-                Section::Messages,
-                BreakReason::HistoryTruncated,
-                format!(
-                    "history shortened from {} to {} messages",
-                    p.messages.len(),
-                    c.messages.len()
-                ),
-            )
-        } else {
-            base(
-                Section::Messages,
-                BreakReason::MessageEdited,
-                format!("message {common} edited"),
-            )
+    // The first section, in the order the provider keys on them, that stopped extending.
+    for section in c.endpoint.cache_key_order() {
+        let diagnosis = match section {
+            Section::Tools if p.tools_key != c.tools_key => {
+                let (tool, detail) = first_difference(&p.tools, &c.tools, "tool");
+                let mut d = base(Section::Tools, BreakReason::ToolsChanged, detail);
+                d.tool = tool;
+                Some(d)
+            }
+            Section::System if p.system_key != c.system_key => {
+                let (part, detail) = first_difference(&p.system, &c.system, "system part");
+                let mut d = base(Section::System, BreakReason::SystemChanged, detail);
+                d.part = part;
+                Some(d)
+            }
+            Section::Messages => messages_divergence(p, c, &base),
+            _ => None,
         };
-        d.message_index = Some(common);
-        return Some(d);
+        if diagnosis.is_some() {
+            return diagnosis;
+        }
     }
     // The prefix extends the previous one: was what it cached read?
     match p.endpoint {
         Endpoint::Chat | Endpoint::Responses => openai_miss(prev, cur, base),
         _ => anthropic_miss(prev, cur, tokens_through, base),
     }
+}
+
+/// Where the history stopped extending the previous one, if it did.
+fn messages_divergence(
+    p: &PromptShape,
+    c: &PromptShape,
+    base: &impl Fn(Section, BreakReason, String) -> Diagnosis,
+) -> Option<Diagnosis> {
+    let common = p
+        .messages
+        .iter()
+        .zip(&c.messages)
+        .take_while(|(a, b)| a == b)
+        .count();
+    if common == p.messages.len() {
+        return None;
+    }
+    let mut d = if common == c.messages.len() {
+        base(
+            Section::Messages,
+            BreakReason::HistoryTruncated,
+            format!(
+                "history shortened from {} to {} messages",
+                p.messages.len(),
+                c.messages.len()
+            ),
+        )
+    } else {
+        base(
+            Section::Messages,
+            BreakReason::MessageEdited,
+            format!("message {common} edited"),
+        )
+    };
+    d.message_index = Some(common);
+    Some(d)
 }
 
 fn first_difference(a: &[Named], b: &[Named], what: &str) -> (Option<String>, String) {

@@ -149,15 +149,11 @@ fn set_part(
         let part = &mut env.system[i];
         if part.text != text {
             part.text = text.to_owned();
-            part.element = None;
+            part.rewritten = true;
         }
         return Ok(());
     }
-    let part = SystemPart {
-        name: name.to_owned(),
-        text: text.to_owned(),
-        element: None,
-    };
+    let part = SystemPart::new(name.to_owned(), text.to_owned(), None);
     let at = match (before, after) {
         (Some(b), _) => part_index(env, b)?,
         (None, Some(a)) => part_index(env, a)? + 1,
@@ -167,21 +163,21 @@ fn set_part(
     Ok(())
 }
 
-/// Replace all parts, keeping the client's bytes for parts that did not change.
+/// Replace all parts, keeping the client's bytes for parts that did not change, and the
+/// client's block (its marker) for a same-named part whose text did.
 fn replace_parts(env: &mut Envelope, parts: &[PartSpec]) {
     let old = std::mem::take(&mut env.system);
     env.system = parts
         .iter()
         .map(|spec| {
-            let element = old
-                .iter()
-                .find(|p| p.name == spec.name && p.text == spec.text)
-                .and_then(|p| p.element.clone());
-            SystemPart {
-                name: spec.name.clone(),
-                text: spec.text.clone(),
-                element,
-            }
+            let same = old.iter().find(|p| p.name == spec.name);
+            let mut part = SystemPart::new(
+                spec.name.clone(),
+                spec.text.clone(),
+                same.and_then(|p| p.element.clone()),
+            );
+            part.rewritten = same.is_some_and(|p| p.rewritten || p.text != spec.text);
+            part
         })
         .collect();
     env.system_dirty = true;

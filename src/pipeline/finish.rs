@@ -21,6 +21,24 @@ use crate::replay::trace::Record;
 use crate::session::{self, Entry, RequestDraft, SessionContext};
 use crate::tap::{Outcome, TapResult};
 
+/// A request whose response has ended, queued for its session entry.
+pub struct Finished {
+    pub ctx: RequestCtx,
+    /// The model as named (by the request, else the response).
+    pub model: String,
+    pub shaped: Shaped,
+    pub result: TapResult,
+    pub status: u16,
+}
+
+/// Which session a finished request belongs to.
+pub struct Identified {
+    pub session: session::SessionId,
+    /// Prefix hashes of the client's history.
+    pub history: session::PrefixHashes,
+    pub turn_index: u64,
+}
+
 /// What is left to do once the response has ended.
 pub enum After {
     /// Nothing: not a generation request, or neither a policy nor monitoring applies.
@@ -43,9 +61,20 @@ pub struct ShapedAfter {
     pub uncached_tail: usize,
     /// Every patch of the request so far, for the session log.
     pub patches: Vec<session::PatchEvent>,
+    /// The lane whose previous answer the provider's cache diagnostics were asked against.
+    pub diagnosis_lane: Option<u32>,
     pub variant: Option<String>,
     /// A `context(turn_end)` handler or hook will want the assistant message.
     pub wants_assistant: bool,
+    /// With `ttl = "auto"`: the lifetime chosen, for the session log (and keep-warm).
+    pub ttl_decision: Option<crate::ttl::TtlDecision>,
+}
+
+impl ShapedAfter {
+    /// A keep-warm may follow this request's answer, this many seconds after it.
+    pub fn keep_warm(&self) -> Option<u64> {
+        self.ttl_decision.as_ref()?.keep_warm_after_secs
+    }
 }
 
 impl Pipeline {
@@ -85,19 +114,76 @@ impl Pipeline {
             record.status = Some(status);
             recorder.record(record);
         }
+        if let (After::Shaped(after), Some(id)) = (&shaped.after, &result.response_id) {
+            // Known before the client can send its next request: that request names this
+            // answer in its own diagnostics.
+            if let Some(lane) = after.diagnosis_lane {
+                let key = (after.ctx.id.id.clone(), lane);
+                let ids = self.response_ids.clone();
+                let id = id.clone();
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move { ids.insert(key, id).await });
+                }
+            }
+        }
         if matches!(shaped.after, After::Nothing) {
             return;
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(async move {
-                    self.after_response(ctx, model, shaped, result, status)
-                        .await
-                });
-            }
-            Err(_) => {
-                tracing::warn!("response ended outside the runtime; session entry not recorded")
-            }
+        let job = Finished {
+            ctx,
+            model,
+            shaped,
+            result,
+            status,
+        };
+        let queue = self
+            .after_queue
+            .get_or_init(|| super::queue::AfterQueue::start(Arc::downgrade(&self)));
+        if !queue.submit(job) {
+            self.metrics.session_records_dropped.inc();
+            tracing::warn!("after-response queue full; the session log misses one request");
+        }
+    }
+
+    /// Offline replay: the session-log entry of a request shaped with
+    /// [`Pipeline::shape_request`], answered with `usage` at its recorded time, so that
+    /// later requests of the replay see the session's log as they would live. No
+    /// `context(turn_end)` handler runs and no keep-warm is armed: the answer itself is not
+    /// known.
+    pub async fn record_replayed(
+        self: Arc<Self>,
+        route: Route,
+        headers: http::HeaderMap,
+        body: bytes::Bytes,
+        at_ms: u64,
+        shaped: Shaped,
+        usage: Option<crate::usage::Usage>,
+    ) {
+        let model = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| "unknown".into());
+        let ctx = super::shape::replayed_ctx(route, headers, body, &model, at_ms);
+        let result = TapResult {
+            usage,
+            model: None,
+            response_id: None,
+            provider_diagnostics: None,
+            outcome: Outcome::Complete,
+            bytes: 0,
+            events: 0,
+            json_body: None,
+            kept_events: Vec::new(),
+        };
+        let job = Finished {
+            ctx,
+            model,
+            shaped,
+            result,
+            status: 200,
+        };
+        if let Some(identified) = self.identify_finished(&job).await {
+            self.after_response(job, identified).await;
         }
     }
 
@@ -138,60 +224,88 @@ impl Pipeline {
         );
     }
 
-    /// Off the request path: `context(turn_end)`, then the session log entry.
-    async fn after_response(
-        self: Arc<Self>,
-        ctx: RequestCtx,
-        model: String,
-        shaped: Shaped,
-        result: TapResult,
-        status: u16,
-    ) {
+    /// The session of a finished request (in the order responses end): shaping knew it
+    /// already; an observed request is identified now, from the bytes it went out with.
+    pub(super) async fn identify_finished(&self, job: &Finished) -> Option<Identified> {
+        let ctx = &job.ctx;
+        match &job.shaped.after {
+            After::Nothing => None,
+            After::Shaped(after) => Some(Identified {
+                session: after.ctx.id.clone(),
+                history: after.ctx.history.clone(),
+                turn_index: after.vars.turn_index,
+            }),
+            After::Observe => {
+                // A body that does not parse went out unchecked; the provider answered it.
+                let env = Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone())
+                    .ok()?;
+                let history = session::PrefixHashes::of_raw(env.history_raw());
+                let session = self
+                    .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
+                    .await;
+                Some(Identified {
+                    session,
+                    history,
+                    turn_index: env.turn_index(),
+                })
+            }
+        }
+    }
+
+    /// Off the request path, in order per session: `context(turn_end)`, then the session
+    /// log entry with its lane and diagnosis.
+    pub(super) async fn after_response(self: &Arc<Self>, job: Finished, identified: Identified) {
+        let Finished {
+            ctx,
+            model,
+            shaped,
+            result,
+            status,
+        } = job;
         let usage = result.usage;
         let complete = result.outcome == Outcome::Complete && (200..300).contains(&status);
         let mut patches = Vec::new();
+        let mut ttl_decision = None;
         let (session_ctx, uncached_tail, variant, turn_index) = match shaped.after {
             After::Nothing => return,
             After::Observe => {
-                // A body that does not parse went out unchecked; the provider answered it.
-                let (Ok(value), Ok(env)) = (
-                    serde_json::from_slice::<Value>(&ctx.body),
-                    Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone()),
-                ) else {
-                    return;
-                };
-                let history = session::PrefixHashes::of_raw(env.history_raw());
-                let id = self
-                    .identify(
-                        &ctx.parts.headers,
-                        &value,
-                        ctx.route,
-                        &history,
-                        ctx.namespace(),
-                    )
-                    .await;
                 let Some(store) = &self.store else { return };
-                let session_ctx = match session::prepare(store.as_ref(), id, history).await {
+                let Identified {
+                    session,
+                    history,
+                    turn_index,
+                } = identified;
+                let session_ctx = match session::prepare(store.as_ref(), session, history).await {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = self.store_failed("load", &e);
                         return;
                     }
                 };
-                (session_ctx, 0, None, env.turn_index())
+                (session_ctx, 0, None, turn_index)
             }
             After::Shaped(mut after) => {
                 // A turn_end handler sees only a complete answer: a cut or abandoned stream
                 // would hand it a partial message, and its patches would be persisted.
-                if after.wants_assistant && complete {
-                    if let Some(assistant) = ctx
-                        .route
+                let assistant = (complete
+                    && (after.wants_assistant || after.keep_warm().is_some()))
+                .then(|| {
+                    ctx.route
                         .endpoint
                         .assistant_message(result.json_body.as_deref(), &result.kept_events)
-                    {
-                        self.turn_end(&mut after, &assistant, usage).await;
-                    }
+                })
+                .flatten();
+                if let (Some(assistant), true) = (&assistant, after.wants_assistant) {
+                    self.turn_end(&mut after, assistant, usage).await;
                 }
+                if let (Some(assistant), Some(secs), None) =
+                    (&assistant, after.keep_warm(), ctx.replayed_at_ms)
+                {
+                    let id = after.ctx.id.id.clone();
+                    let tail = after.uncached_tail;
+                    self.arm_keep_warm(&ctx, &id, &shaped.body, tail, assistant, secs);
+                }
+                ttl_decision = after.ttl_decision.take();
                 patches = std::mem::take(&mut after.patches);
                 let turn = after.vars.turn_index;
                 (after.ctx, after.uncached_tail, after.variant, turn)
@@ -209,14 +323,8 @@ impl Pipeline {
             }
         };
         let shape = PromptShape::of(&sent, uncached_tail);
-        // One session's entries are written one at a time, each against the log as it is
-        // then: an agent sends its next request as soon as the previous answer ends, before
-        // that answer's entry may be written, and must still be compared with it.
-        let lock = self
-            .session_locks
-            .get_with(session_ctx.id.id.clone(), async { Default::default() })
-            .await;
-        let _writing = lock.lock().await;
+        // The log as it is now: entries of this session's earlier answers may have been
+        // written since this request was shaped (the queue writes them in order).
         let log = match store.load(&session_ctx.id.id).await {
             Ok(log) => log,
             Err(e) => {
@@ -231,8 +339,17 @@ impl Pipeline {
         let previous = session::lanes::previous_answered(log, lane);
         let diagnosis = match (previous, answered) {
             (Some(prev), Some(usage)) => {
-                self.diagnose(store.as_ref(), log, prev, &shape, &sent, usage)
-                    .await
+                let session = session_ctx.id.id.as_str();
+                self.diagnose(
+                    store.as_ref(),
+                    session,
+                    log,
+                    prev,
+                    &shape,
+                    &sent,
+                    (usage, self.now_of(&ctx)),
+                )
+                .await
             }
             _ => None,
         };
@@ -244,6 +361,7 @@ impl Pipeline {
         let draft = RequestDraft {
             request_index: session_ctx.request_index,
             turn_index: Some(turn_index),
+            time_ms: self.clock.now_ms(),
             provider: ctx.route.provider.label(),
             endpoint: ctx.route.endpoint.label(),
             client: Some(ctx.client.label()),
@@ -259,34 +377,45 @@ impl Pipeline {
             response_id: result.response_id.clone(),
         };
         let _ = model;
-        let (record, blobs) = session::compact_request(log, &draft);
-        let written = async {
-            store.put_blobs(&blobs).await?;
-            store
-                .append(&session_ctx.id.id, &[Entry::Request(record)])
-                .await
-        }
-        .await;
-        match written {
-            Ok(()) => self.remember_history(&session_ctx, ctx.namespace()).await,
-            // The response is already with the client; only the timeline loses an entry.
-            Err(e) => {
-                let _ = self.store_failed("record", &e);
+        let (mut record, blobs) = session::compact_request(log, &draft);
+        if let Some(theirs) = result.provider_diagnostics.clone() {
+            let agree =
+                crate::measure::breaks::agrees_with_provider(record.diagnosis.as_ref(), &theirs);
+            if agree == Some(false) {
+                self.metrics
+                    .diagnosis_disagreements
+                    .with_label_values(&[ctx.route.provider.label()])
+                    .inc();
             }
+            record.provider_diagnosis = Some(theirs);
+        }
+        record.ttl_decision = ttl_decision;
+        if let Some(at) = ctx.replayed_at_ms {
+            record.time = at;
+        }
+        let written = store
+            .record(&session_ctx.id.id, &Entry::Request(record), &blobs)
+            .await;
+        if let Err(e) = written {
+            // The response is already with the client; only the timeline loses an entry.
+            let _ = self.store_failed("record", &e);
         }
     }
 
-    /// The diagnosis of a request against the previous request of its lane.
+    /// The diagnosis of a request, answered with `usage` at `now_ms`, against the previous
+    /// request of its lane.
+    #[allow(clippy::too_many_arguments)]
     async fn diagnose(
         &self,
         store: &dyn session::SessionStore,
-        log: &[Entry],
+        session: &str,
+        log: &session::SessionLog,
         prev: &session::RequestRecord,
         shape: &PromptShape,
         sent: &Envelope,
-        usage: crate::usage::Usage,
+        (usage, now_ms): (crate::usage::Usage, u64),
     ) -> Option<crate::measure::Diagnosis> {
-        let prev_shape = previous_shape(store, log, prev, shape).await;
+        let prev_shape = previous_shape(store, session, log, prev, shape).await;
         let min_tokens = crate::measure::breaks::min_tokens(&shape.model);
         let previous = crate::measure::Previous {
             shape: &prev_shape,
@@ -296,9 +425,12 @@ impl Pipeline {
         let current = crate::measure::breaks::Current {
             shape,
             usage,
-            time_ms: session::now_ms(),
+            time_ms: now_ms,
             min_tokens,
-            thinking_stripped_from: None,
+            thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(
+                shape.endpoint,
+                sent.original_body(),
+            ),
         };
         let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
             crate::measure::shape::tokens_through(sent, block)
@@ -310,7 +442,7 @@ impl Pipeline {
             if let (Some(key), Some(now)) =
                 (prev_shape.messages.get(at), sent.history_raw().nth(at))
             {
-                if let Ok(found) = store.get_blobs(std::slice::from_ref(key)).await {
+                if let Ok(found) = store.get_blobs(session, std::slice::from_ref(key)).await {
                     if let Some(Some(before)) = found.first() {
                         diagnosis.refine_thinking(before, now);
                     }
@@ -368,7 +500,8 @@ impl Pipeline {
 /// read from the store only when they differ from this request's).
 async fn previous_shape(
     store: &dyn session::SessionStore,
-    log: &[Entry],
+    session: &str,
+    log: &session::SessionLog,
     prev: &session::RequestRecord,
     current: &PromptShape,
 ) -> PromptShape {
@@ -382,7 +515,7 @@ async fn previous_shape(
                 return mine;
             }
             let Some(key) = key else { return Vec::new() };
-            match store.get_blobs(&[key]).await {
+            match store.get_blobs(session, &[key]).await {
                 Ok(found) => found
                     .into_iter()
                     .flatten()

@@ -292,12 +292,13 @@ impl Pipeline {
         if edits.is_empty() && hooks.is_empty() {
             return Ok(payload);
         }
-        let mut value: Value = serde_json::from_slice(&payload).map_err(|e| {
+        let original: Value = serde_json::from_slice(&payload).map_err(|e| {
             ApiError::new(
                 ErrorKind::Internal,
                 format!("compiled payload is not JSON: {e}"),
             )
         })?;
+        let mut value = original.clone();
         if let Err(e) = crate::policy::apply_payload_edits(&mut value, &edits, vars) {
             tracing::warn!("payload edit skipped: {e}");
             if self.config.policies.strict {
@@ -334,9 +335,10 @@ impl Pipeline {
                 _ => {}
             }
         }
-        Ok(bytes::Bytes::from(
-            serde_json::to_vec(&value).unwrap_or_default(),
-        ))
+        // What the edits left alone keeps its bytes (DESIGN §2).
+        Ok(bytes::Bytes::from(crate::envelope::splice::splice(
+            &payload, &original, &value,
+        )))
     }
 }
 

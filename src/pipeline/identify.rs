@@ -10,11 +10,10 @@
 //! session by sending its id. Key names cannot hold `:`, so namespaces never overlap.
 
 use http::HeaderMap;
-use serde_json::Value;
 
 use super::Pipeline;
-use crate::providers::Route;
-use crate::session::{self, IdSource, PrefixHashes, SessionContext, SessionId};
+use crate::envelope::Envelope;
+use crate::session::{self, IdSource, PrefixHashes, SessionId};
 
 /// How many recent histories are remembered for continuation.
 pub(super) const REMEMBERED_HISTORIES: u64 = 100_000;
@@ -26,42 +25,34 @@ impl Pipeline {
     pub(super) async fn identify(
         &self,
         headers: &HeaderMap,
-        body: &Value,
-        route: Route,
+        env: &Envelope,
         hashes: &PrefixHashes,
         namespace: Option<&str>,
     ) -> SessionId {
-        let mut id = session::identify(headers, body, route.provider, route.endpoint);
+        let mut id = session::identify(headers, env);
         id.id = in_namespace(&id.id, namespace);
-        if id.source != IdSource::Fingerprint {
-            return id;
-        }
-        for n in (MIN_CONTINUED..=hashes.len()).rev() {
-            let Some(anchor) = hashes.anchor_at(n) else {
-                continue;
-            };
-            let remembered = in_namespace(&anchor.hash, namespace);
-            if let Some(found) = self.histories.get(&remembered).await {
-                return SessionId {
-                    id: found,
-                    source: IdSource::History,
+        if id.source == IdSource::Fingerprint {
+            for n in (MIN_CONTINUED..=hashes.len()).rev() {
+                let Some(anchor) = hashes.anchor_at(n) else {
+                    continue;
                 };
+                let remembered = in_namespace(&anchor.hash, namespace);
+                if let Some(found) = self.histories.get(&remembered).await {
+                    id = SessionId {
+                        id: found,
+                        source: IdSource::History,
+                    };
+                    break;
+                }
             }
         }
-        id
-    }
-
-    /// Remember a recorded request's client history, so that a later request extending it
-    /// continues its session.
-    pub(super) async fn remember_history(&self, ctx: &SessionContext, namespace: Option<&str>) {
-        if ctx.history.len() >= MIN_CONTINUED {
-            self.histories
-                .insert(
-                    in_namespace(&ctx.history.full().hash, namespace),
-                    ctx.id.id.clone(),
-                )
-                .await;
+        // Remembered as soon as it is identified: the next request may come before this
+        // one's entry is written.
+        if hashes.len() >= MIN_CONTINUED {
+            let remembered = in_namespace(&hashes.full().hash, namespace);
+            self.histories.insert(remembered, id.id.clone()).await;
         }
+        id
     }
 }
 

@@ -1,15 +1,17 @@
 //! Memory injection in the live pipeline: each matched policy's `[[inject]]` tables, placed
 //! once per call after `context(before_request)`. Content is fetched once per user prompt;
-//! `pinned` placements are persisted on the turn's first call and replayed afterwards.
+//! `pinned` placements are persisted once per session and turn, whatever the concurrency
+//! (the store's append-once), and replayed afterwards.
 
 use std::collections::HashMap;
 
-use super::handlers::{Persisted, Shaping};
+use super::handlers::Shaping;
 use super::Pipeline;
 use crate::error::ApiError;
 use crate::inject::{self, Injection, Mode, ModeChoice, SourceSpec};
-use crate::policy::{InjectMode, InjectSource, Policy};
-use crate::session::{ContextTransform, PatchOutcome, SessionContext};
+use crate::patch::Op;
+use crate::policy::{ContextReason, InjectMode, InjectSource, Policy};
+use crate::session::{ContextTransform, PatchOutcome, PersistedOnce, PrefixHashes, SessionContext};
 
 /// Every policy's injections, ready to run, by policy name.
 pub struct Injections {
@@ -85,8 +87,6 @@ impl Injections {
 pub struct Injected {
     /// The A/B arm or mode, for the `variant` label; `none` without injection.
     pub variant: Option<&'static str>,
-    /// Pinned placements to persist now.
-    pub persist: Vec<Persisted>,
     /// A context-hook placement wants a marker before its insertion point.
     pub marker_before_insertion: bool,
 }
@@ -134,28 +134,28 @@ impl Pipeline {
                 {
                     continue; // replayed from the session already
                 }
+                let before = placement
+                    .persisted
+                    .then(|| (shaping.env.clone(), shaping.map.clone()));
                 match shaping.apply(&placement.ops, &injection.id, false) {
-                    Ok(ops) => {
-                        let outcome = if placement.persisted {
-                            PatchOutcome::Persisted
-                        } else {
-                            PatchOutcome::Ephemeral
-                        };
-                        self.note_applied(
+                    Ok(ops) => match before {
+                        Some(before) => {
+                            let pin = Pin {
+                                injection: &injection.id,
+                                placed: &placement.ops,
+                                ops,
+                                prompt_index,
+                            };
+                            self.pin_once(ctx, shaping, pin, before).await?;
+                        }
+                        None => self.note_applied(
                             shaping,
                             &injection.id,
                             "inject",
-                            outcome,
+                            PatchOutcome::Ephemeral,
                             &placement.ops,
-                        );
-                        if placement.persisted {
-                            out.persist.push(Persisted {
-                                transformer: injection.id.clone(),
-                                ops,
-                                display: None,
-                            });
-                        }
-                    }
+                        ),
+                    },
                     Err(refusal) => {
                         self.note_refused(shaping, &refusal, "inject", &placement.ops);
                         if self.config.policies.strict {
@@ -167,6 +167,93 @@ impl Pipeline {
         }
         Ok(out)
     }
+}
+
+/// A pinned placement just applied, to persist.
+struct Pin<'a> {
+    injection: &'a str,
+    /// The ops as placed (for metrics and the session log).
+    placed: &'a [Op],
+    /// The same with client positions, as persisted.
+    ops: Vec<Op>,
+    prompt_index: usize,
+}
+
+impl Pipeline {
+    /// Persist this turn's pinned placement once per session and turn. When a concurrent
+    /// request (here or on another instance) persisted it first, its placement replaces
+    /// ours in this request, so every request of the turn carries the same bytes and the
+    /// log holds one copy.
+    async fn pin_once(
+        &self,
+        ctx: &SessionContext,
+        shaping: &mut Shaping<'_>,
+        pin: Pin<'_>,
+        before: (crate::envelope::Envelope, super::history::HistoryMap),
+    ) -> Result<(), ApiError> {
+        let reason = ContextReason::BeforeRequest.label();
+        let unpersisted = |shaping: &mut Shaping<'_>| {
+            self.note_applied(
+                shaping,
+                pin.injection,
+                "inject",
+                PatchOutcome::Ephemeral,
+                pin.placed,
+            )
+        };
+        let (Some(store), Some(transform)) = (
+            &self.store,
+            ctx.transform(pin.injection, reason, pin.ops, None),
+        ) else {
+            unpersisted(shaping);
+            return Ok(());
+        };
+        let key = pin_key(pin.injection, &ctx.history, pin.prompt_index);
+        let theirs = match ctx.persist_once(store.as_ref(), &key, transform).await {
+            Ok(PersistedOnce::Ours) => {
+                self.note_applied(
+                    shaping,
+                    pin.injection,
+                    "inject",
+                    PatchOutcome::Persisted,
+                    pin.placed,
+                );
+                return Ok(());
+            }
+            Ok(PersistedOnce::Theirs(theirs)) => theirs,
+            Err(e) => {
+                // Fail-open: this request keeps its placement, unpersisted.
+                self.store_failed("append", &e)?;
+                Vec::new()
+            }
+        };
+        // An earlier placement made against a history this request does not extend (the
+        // turn's prompt matched, a later message did not) cannot be replayed here: this
+        // request keeps its own, which is not persisted.
+        let usable: Vec<&ContextTransform> = theirs
+            .iter()
+            .filter(|t| ctx.history.matches(&t.anchor))
+            .collect();
+        if usable.is_empty() {
+            unpersisted(shaping);
+            return Ok(());
+        }
+        (*shaping.env, *shaping.map) = before;
+        for transform in usable {
+            self.replay_transform(shaping, transform);
+        }
+        Ok(())
+    }
+}
+
+/// The append-once key of a pinned placement: the injection and the history up to and
+/// including the turn's user prompt, so every request of one turn shares it and a fork
+/// with another prompt does not.
+fn pin_key(injection: &str, history: &PrefixHashes, prompt_index: usize) -> String {
+    let turn = history
+        .anchor_at(prompt_index + 1)
+        .unwrap_or_else(|| history.full());
+    format!("pinned/{injection}/{}/{}", turn.count, turn.hash)
 }
 
 /// Whether this turn's pinned memory is already in the session: a stored placement of the

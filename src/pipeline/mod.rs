@@ -17,6 +17,8 @@ mod handlers;
 pub mod history;
 mod identify;
 mod inject;
+mod keep_warm;
+mod queue;
 mod shape;
 mod upstream;
 
@@ -63,8 +65,14 @@ pub struct Pipeline {
     histories: moka::future::Cache<String, String>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
-    /// One writer at a time per session for the session log's request entries.
-    session_locks: moka::future::Cache<String, Arc<tokio::sync::Mutex<()>>>,
+    /// The time the session log is written in.
+    clock: session::SessionClock,
+    /// The latest answer's id per session and lane, for the provider's cache diagnostics.
+    response_ids: moka::future::Cache<(String, u32), String>,
+    /// Session entries to write once responses end, in order (started on first use).
+    after_queue: std::sync::OnceLock<queue::AfterQueue>,
+    /// When each session last sent a request, for keep-warm timers.
+    arrivals: keep_warm::Arrivals,
 }
 
 impl RequestCtx {
@@ -79,8 +87,8 @@ impl RequestCtx {
     }
 }
 
-/// Sessions whose log writers are serialised at once (least recently used go first).
-const SESSION_LOCKS: u64 = 10_000;
+/// Sessions whose latest answer ids are remembered for the provider's cache diagnostics.
+const REMEMBERED_ANSWERS: u64 = 10_000;
 
 /// One request on its way through the phases.
 pub struct RequestCtx {
@@ -98,6 +106,16 @@ pub struct RequestCtx {
     pub start: Instant,
     /// The request's log span, in-flight count and exported span.
     pub telemetry: RequestTelemetry,
+    /// Offline replay: the recorded arrival time, which stands for the clock.
+    pub replayed_at_ms: Option<u64>,
+}
+
+impl RequestCtx {
+    /// Now, for this request: the clock, or the recorded time in replay.
+    /// When the request is taking place: its recorded time in a replay, else now.
+    pub fn now_ms(&self, clock: &session::SessionClock) -> u64 {
+        self.replayed_at_ms.unwrap_or_else(|| clock.now_ms())
+    }
 }
 
 impl Pipeline {
@@ -108,18 +126,11 @@ impl Pipeline {
         policies: PolicySet,
         metrics: Arc<Metrics>,
         recorder: Option<Recorder>,
+        clock: session::SessionClock,
     ) -> anyhow::Result<Pipeline> {
         let wants_store = !policies.is_empty() || config.sessions.monitor;
         let store = if wants_store {
-            match session::open_store(&config.sessions.store).await {
-                Ok(store) => Some(store),
-                Err(e) if config.sessions.on_store_error == StoreFailure::FailOpen => {
-                    tracing::warn!("session store unavailable, running without sessions: {e}");
-                    metrics.store_errors.with_label_values(&["open"]).inc();
-                    None
-                }
-                Err(e) => anyhow::bail!("{e}"),
-            }
+            Some(session::store::open_configured(&config.sessions, &metrics.store_errors).await?)
         } else {
             None
         };
@@ -136,12 +147,20 @@ impl Pipeline {
             recorder,
             config,
             histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
-            session_locks: moka::future::Cache::new(SESSION_LOCKS),
+            after_queue: std::sync::OnceLock::new(),
+            response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
+            clock,
+            arrivals: Default::default(),
         })
     }
 
     pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
         self.store.as_ref()
+    }
+
+    /// When `ctx` is taking place, on the session log's clock.
+    pub(super) fn now_of(&self, ctx: &RequestCtx) -> u64 {
+        ctx.now_ms(&self.clock)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -150,6 +169,13 @@ impl Pipeline {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Stop taking session entries and write the queued ones (up to `grace`).
+    pub async fn drain(&self, grace: std::time::Duration) {
+        if let Some(queue) = self.after_queue.get() {
+            queue.drain(grace).await;
+        }
     }
 
     pub fn telemetry(&self) -> &Arc<Telemetry> {
@@ -177,6 +203,7 @@ impl Pipeline {
             start: Instant::now(),
             parts,
             telemetry,
+            replayed_at_ms: None,
         };
         let mut trace = None;
         let phases = async {
@@ -269,12 +296,22 @@ impl Pipeline {
         }
         let path = ctx.parts.uri.path();
         let headers = &ctx.parts.headers;
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(&ctx.body) else {
+        let parsed = serde_json::from_slice::<serde_json::Value>(&ctx.body)
+            .ok()
+            .zip(
+                crate::envelope::Envelope::parse(
+                    ctx.route.provider,
+                    ctx.route.endpoint,
+                    ctx.body.clone(),
+                )
+                .ok(),
+            );
+        let Some((value, env)) = parsed else {
             let session = session::identity::named_in_headers(headers)
                 .map(|id| identify::in_namespace(&id, ctx.namespace()))
                 .unwrap_or_else(|| "unknown".into());
             return Some(crate::replay::recorder::capture_raw(
-                session::now_ms(),
+                self.now_of(ctx),
                 &session,
                 ctx.route,
                 path,
@@ -282,12 +319,9 @@ impl Pipeline {
                 &ctx.body,
             ));
         };
-        let session = identify::in_namespace(
-            &session::identify(headers, &value, ctx.route.provider, ctx.route.endpoint).id,
-            ctx.namespace(),
-        );
+        let session = identify::in_namespace(&session::identify(headers, &env).id, ctx.namespace());
         Some(crate::replay::recorder::capture(
-            session::now_ms(),
+            self.clock.now_ms(),
             &session,
             ctx.route,
             path,

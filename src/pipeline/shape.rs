@@ -3,10 +3,7 @@
 //! `context(before_request)` (persisted) → inject → `context(ephemeral)` → compile with
 //! cache markers → `before_provider_request`.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use serde_json::Value;
 
 use super::finish::{After, ShapedAfter};
 use super::handlers::{Persisted, Shaping};
@@ -22,6 +19,9 @@ pub struct Shaped {
     pub body: Bytes,
     pub variant: String,
     pub after: After,
+    /// A beta the request must name in `anthropic-beta` (cachet asked for the provider's
+    /// cache diagnostics).
+    pub anthropic_beta: Option<&'static str>,
 }
 
 impl Shaped {
@@ -30,6 +30,7 @@ impl Shaped {
             body,
             variant: "none".into(),
             after,
+            anthropic_beta: None,
         }
     }
 
@@ -52,35 +53,31 @@ impl Shaped {
     /// Whether a `context(turn_end)` handler will want the assistant message (the stream's
     /// events are kept only then).
     pub fn wants_assistant(&self) -> bool {
-        matches!(&self.after, After::Shaped(s) if s.wants_assistant)
+        matches!(&self.after, After::Shaped(s) if s.wants_assistant || s.keep_warm().is_some())
+    }
+
+    /// The adaptive-TTL decision made for the request (`ttl = "auto"`).
+    pub fn ttl_decision(&self) -> Option<&crate::ttl::TtlDecision> {
+        match &self.after {
+            After::Shaped(s) => s.ttl_decision.as_ref(),
+            _ => None,
+        }
     }
 }
 
 impl Pipeline {
-    /// Shape a request outside the proxy (offline replay runs the live phases this way).
+    /// Shape a request outside the proxy, as if it arrived at `at_ms` (offline replay runs
+    /// the live phases this way, on the recorded times).
     pub async fn shape_request(
         &self,
         route: crate::providers::Route,
         headers: http::HeaderMap,
         body: Bytes,
         model: &str,
+        at_ms: u64,
     ) -> Result<Shaped, ApiError> {
-        let (mut parts, ()) = http::Request::new(()).into_parts();
-        parts.method = http::Method::POST;
-        let client = crate::envelope::detect_client(&headers, &body);
-        parts.headers = headers;
-        let ctx = RequestCtx {
-            route,
-            parts,
-            body,
-            encoded: None,
-            model: model.to_string(),
-            client,
-            key: None,
-            start: std::time::Instant::now(),
-            telemetry: crate::telemetry::RequestTelemetry::none(),
-        };
-        self.shape(&ctx).await
+        self.shape(&replayed_ctx(route, headers, body, model, at_ms))
+            .await
     }
 
     /// Shape a request for the upstream; requests no policy matches pass as they came.
@@ -106,15 +103,15 @@ impl Pipeline {
         }
         let body = ctx.body.clone();
         let model = ctx.model.as_str();
+        // One parse serves the envelope, the session identity and the anchors.
         let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
-        let value: Value =
-            serde_json::from_slice(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
         let history = PrefixHashes::of_raw(env.history_raw());
         let id = self
-            .identify(&ctx.parts.headers, &value, route, &history, ctx.namespace())
+            .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
             .await;
         let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
+        self.arrivals.note(&id, self.now_of(ctx)).await;
         let request_index = session_ctx.request_index;
         env.meta.session = Some(id.clone());
         env.meta.client = ctx.client;
@@ -139,20 +136,33 @@ impl Pipeline {
         };
         self.replay(&session_ctx, &mut shaping);
         let reason = ContextReason::BeforeRequest;
-        let mut persisted = self
+        let persisted = self
             .run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
+        self.persist(&session_ctx, reason, persisted).await?;
+        // Pinned injections persist their own placements, once per turn.
         let injected = self
             .inject(&policies, &session_ctx, prompt, &mut shaping)
             .await?;
-        persisted.extend(injected.persist);
-        self.persist(&session_ctx, reason, persisted).await?;
         let reason = ContextReason::Ephemeral;
         self.run_context(&policies, reason, &mut shaping, &vars, None)
             .await?;
 
         let patches = std::mem::take(&mut shaping.events);
-        let mut opts = compile_options(&policies, &id);
+        let wants_diagnosis = route.endpoint == crate::providers::Endpoint::Messages
+            && policies.iter().any(|p| p.provider_diagnostics);
+        let diagnosis_lane = match wants_diagnosis {
+            true => Some(self.ask_provider_diagnosis(&mut env, &session_ctx).await),
+            false => None,
+        };
+        let (mut opts, adaptive) = compile_options(&policies, &id);
+        let ttl_decision = adaptive.and_then(|keep_warm| {
+            let now = self.now_of(ctx);
+            crate::ttl::for_request(&env, &session_ctx, &ctx.parts.headers, now, keep_warm)
+        });
+        if let Some(d) = &ttl_decision {
+            opts.breakpoints = BreakpointMode::Auto { ttl: d.ttl() };
+        }
         if injected.marker_before_insertion && opts.breakpoints == BreakpointMode::Preserve {
             // Context-hook injection: the history before the insertion must stay readable
             // next turn, which takes a marker there (DESIGN §6).
@@ -160,7 +170,7 @@ impl Pipeline {
                 ttl: Ttl::FiveMinutes,
             };
         }
-        let compiled = env.compile(&opts);
+        let compiled = env.compile_with_markers(&opts);
         let variant = injected.variant.unwrap_or("none").to_string();
         let body = self.run_payload(&policies, compiled, &vars, route).await?;
         let policy_names = policies.iter().map(|p| p.name.clone()).collect();
@@ -171,20 +181,47 @@ impl Pipeline {
                     .is_some()
         });
         Ok(Shaped {
+            anthropic_beta: diagnosis_lane
+                .is_some()
+                .then_some(crate::providers::anthropic::CACHE_DIAGNOSIS_BETA),
             body: body.clone(),
             variant: variant.clone(),
             after: After::Shaped(Box::new(ShapedAfter {
                 ctx: session_ctx,
                 uncached_tail: env.uncached_raw().count(),
                 patches,
+                diagnosis_lane,
                 env,
                 map,
                 vars,
                 policy_names,
                 variant: (variant != "none").then_some(variant),
                 wants_assistant,
+                ttl_decision,
             })),
         })
+    }
+
+    /// Ask the provider for its own cache-miss reason against the previous answer of this
+    /// request's lane (when there is one). Returns the lane, so that this answer's id is
+    /// remembered for the next request.
+    async fn ask_provider_diagnosis(&self, env: &mut Envelope, ctx: &SessionContext) -> u32 {
+        let shape = crate::measure::PromptShape::of(env, 0);
+        let lane =
+            session::lanes::assign(&session::lanes::heads_of(&ctx.log), &shape, &ctx.history);
+        let previous = self
+            .response_ids
+            .get(&(ctx.id.id.clone(), lane))
+            .await
+            .or_else(|| {
+                session::lanes::previous_answered(&ctx.log, lane)
+                    .and_then(|r| r.response_id.clone())
+            });
+        if let Some(id) = previous {
+            let field = serde_json::json!({ "previous_message_id": id });
+            env.set_option("diagnostics", Bytes::from(field.to_string()));
+        }
+        lane
     }
 
     /// The session's log and request index; without a store (or when it fails open), an
@@ -203,7 +240,7 @@ impl Pipeline {
         Ok(SessionContext {
             id,
             request_index: 0,
-            log: Arc::new(Vec::new()),
+            log: session::SessionLog::new(),
             history,
         })
     }
@@ -226,23 +263,32 @@ impl Pipeline {
             ));
         }
         for transform in plan.apply {
-            match shaping.replay(&transform.patch, &transform.transformer) {
-                Ok(()) => {
-                    for op in &transform.patch {
-                        self.metrics
-                            .patches
-                            .with_label_values(&[&transform.transformer, op.name(), "replayed"])
-                            .inc();
-                    }
-                    shaping.events.push(PatchEvent::new(
-                        &transform.transformer,
-                        "replay",
-                        PatchOutcome::Replayed,
-                        &transform.patch,
-                    ));
+            self.replay_transform(shaping, transform);
+        }
+    }
+
+    /// Apply one persisted patch, counted and noted for the session log.
+    pub(super) fn replay_transform(
+        &self,
+        shaping: &mut Shaping<'_>,
+        transform: &session::ContextTransform,
+    ) {
+        match shaping.replay(&transform.patch, &transform.transformer) {
+            Ok(()) => {
+                for op in &transform.patch {
+                    self.metrics
+                        .patches
+                        .with_label_values(&[&transform.transformer, op.name(), "replayed"])
+                        .inc();
                 }
-                Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
+                shaping.events.push(PatchEvent::new(
+                    &transform.transformer,
+                    "replay",
+                    PatchOutcome::Replayed,
+                    &transform.patch,
+                ));
             }
+            Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
         }
     }
 
@@ -268,24 +314,55 @@ impl Pipeline {
 }
 
 /// Marker placement and prompt_cache_key from the matched policies (the last one that
-/// sets each wins).
-fn compile_options(policies: &[&Policy], session: &str) -> CompileOptions {
+/// sets each wins). With `ttl = "auto"` the lifetime is decided per request
+/// ([`crate::ttl`]): the second value is then `Some`, holding the keep-warm delay when
+/// keep-warm is on.
+fn compile_options(policies: &[&Policy], session: &str) -> (CompileOptions, Option<Option<u64>>) {
     let mut opts = CompileOptions::default();
+    let mut adaptive = None;
     for policy in policies {
         if let Some(b) = policy.breakpoints {
             let ttl = match b.ttl {
-                policy::CacheTtl::FiveMinutes => Ttl::FiveMinutes,
                 policy::CacheTtl::OneHour => Ttl::OneHour,
+                policy::CacheTtl::FiveMinutes | policy::CacheTtl::Auto => Ttl::FiveMinutes,
             };
             opts.breakpoints = match b.mode {
                 policy::BreakpointMode::Preserve => BreakpointMode::Preserve,
                 policy::BreakpointMode::Auto => BreakpointMode::Auto { ttl },
                 policy::BreakpointMode::Strip => BreakpointMode::Strip,
             };
+            adaptive = (b.mode == policy::BreakpointMode::Auto && b.ttl == policy::CacheTtl::Auto)
+                .then_some(b.keep_warm.then_some(b.keep_warm_after_secs));
         }
         if policy.prompt_cache_key.is_some() {
             opts.prompt_cache_key = Some(session.to_string());
         }
     }
-    opts
+    (opts, adaptive)
+}
+
+/// The context of a request replayed offline: recorded headers and body, recorded time.
+pub(super) fn replayed_ctx(
+    route: crate::providers::Route,
+    headers: http::HeaderMap,
+    body: Bytes,
+    model: &str,
+    at_ms: u64,
+) -> RequestCtx {
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.method = http::Method::POST;
+    let client = crate::envelope::detect_client(&headers, &body);
+    parts.headers = headers;
+    RequestCtx {
+        route,
+        parts,
+        body,
+        encoded: None,
+        model: model.to_string(),
+        client,
+        start: std::time::Instant::now(),
+        key: None,
+        telemetry: crate::telemetry::RequestTelemetry::none(),
+        replayed_at_ms: Some(at_ms),
+    }
 }

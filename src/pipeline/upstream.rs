@@ -41,6 +41,9 @@ impl Pipeline {
         let mut headers =
             self.upstreams
                 .request_headers(route.provider, &ctx.parts.headers, identity);
+        if let Some(beta) = shaped.anthropic_beta {
+            add_beta(&mut headers, beta);
+        }
         // A compressed body goes as the client sent it unless shaping changed it; a changed
         // one goes plain.
         let body = match &ctx.encoded {
@@ -119,5 +122,24 @@ impl Pipeline {
         *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
         *resp.headers_mut() = response_headers;
         resp
+    }
+}
+
+/// Name a beta in `anthropic-beta`, after the ones the client named.
+fn add_beta(headers: &mut http::HeaderMap, beta: &str) {
+    let current = headers
+        .get("anthropic-beta")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if current.split(',').any(|b| b.trim() == beta) {
+        return;
+    }
+    let value = if current.is_empty() {
+        beta.to_string()
+    } else {
+        format!("{current},{beta}")
+    };
+    if let Ok(v) = http::HeaderValue::from_str(&value) {
+        headers.insert("anthropic-beta", v);
     }
 }

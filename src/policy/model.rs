@@ -20,6 +20,8 @@ pub struct Policy {
     pub matcher: Matcher,
     pub breakpoints: Option<Breakpoints>,
     pub prompt_cache_key: Option<PromptCacheKey>,
+    /// Ask the provider for its own cache-miss reason (`[diagnostics] provider = true`).
+    pub provider_diagnostics: bool,
     pub context: Vec<ContextHandler>,
     pub payload: Vec<PayloadEdit>,
     pub inject: Vec<InjectSpec>,
@@ -44,7 +46,17 @@ impl Policy {
 pub struct Breakpoints {
     pub mode: BreakpointMode,
     pub ttl: CacheTtl,
+    /// After a turn's final answer, refresh its prefix under a 1h marker with a
+    /// `max_tokens: 1` request when the next turn is late (`ttl = "auto"` only; off by
+    /// default).
+    pub keep_warm: bool,
+    /// When the keep-warm goes out after the turn's final request was sent (below the
+    /// 5-minute lifetime, so that the prefix is still there to read).
+    pub keep_warm_after_secs: u64,
 }
+
+/// The default keep-warm delay: 30 seconds before a 5-minute entry expires.
+pub const KEEP_WARM_AFTER_SECS: u64 = 270;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakpointMode {
@@ -57,14 +69,18 @@ pub enum BreakpointMode {
 pub enum CacheTtl {
     FiveMinutes,
     OneHour,
+    /// Per request: 1h only where a reuse after more than 5 minutes is expected and pays
+    /// for the dearer write (see `crate::ttl`).
+    Auto,
 }
 
 impl CacheTtl {
-    /// The value of Anthropic's `cache_control.ttl`.
+    /// The value written in the policy file.
     pub fn label(self) -> &'static str {
         match self {
             CacheTtl::FiveMinutes => "5m",
             CacheTtl::OneHour => "1h",
+            CacheTtl::Auto => "auto",
         }
     }
 }

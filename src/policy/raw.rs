@@ -18,6 +18,7 @@ pub struct RawPolicy {
     pub matcher: RawMatch,
     pub breakpoints: Option<RawBreakpoints>,
     pub prompt_cache_key: Option<RawPromptCacheKey>,
+    pub diagnostics: Option<RawDiagnostics>,
     #[serde(default)]
     pub context: Vec<RawContext>,
     #[serde(default)]
@@ -58,12 +59,22 @@ pub struct RawMatch {
 pub struct RawBreakpoints {
     pub mode: String,
     pub ttl: Option<String>,
+    pub keep_warm: Option<bool>,
+    pub keep_warm_after_secs: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPromptCacheKey {
     pub from: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDiagnostics {
+    /// Ask the provider for its own cache-miss reason (Anthropic's cache diagnostics).
+    #[serde(default)]
+    pub provider: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -75,7 +75,9 @@ fn full_policy_validates_into_typed_fields() {
         p.breakpoints,
         Some(Breakpoints {
             mode: BreakpointMode::Auto,
-            ttl: CacheTtl::OneHour
+            ttl: CacheTtl::OneHour,
+            keep_warm: false,
+            keep_warm_after_secs: 270,
         })
     );
     assert_eq!(p.prompt_cache_key, Some(PromptCacheKey::Session));
@@ -161,7 +163,7 @@ fn serde_errors_name_line_and_field() {
     assert_eq!(
         // TOML 1.1: inline tables may span lines, as in the design's example policy.
         errors("name = \"a\"\npatch = [{ a = 1,\n b = 2 }]\n"),
-        vec!["p.toml:2:1: patch: unknown field `patch`, expected one of `name`, `description`, `order`, `match`, `breakpoints`, `prompt_cache_key`, `context`, `payload`, `inject`, `hook`"]
+        vec!["p.toml:2:1: patch: unknown field `patch`, expected one of `name`, `description`, `order`, `match`, `breakpoints`, `prompt_cache_key`, `diagnostics`, `context`, `payload`, `inject`, `hook`"]
     );
 }
 
@@ -348,4 +350,31 @@ transform = { move_lines = { from = "system", pattern = '(?m)^Current date and t
 json_patch = [ { op = "add", path = "/metadata", value = { user_id = "{{session}}" } } ]
 "#;
     assert_eq!(errors(text), Vec::<String>::new());
+}
+
+#[test]
+fn ttl_auto_and_keep_warm_are_accepted_only_together_with_auto_mode() {
+    let text = "name = \"a\"\n[breakpoints]\nmode = \"auto\"\nttl = \"auto\"\nkeep_warm = true\n";
+    let p = parse_policy(Path::new("p.toml"), text).unwrap();
+    assert_eq!(
+        p.breakpoints,
+        Some(Breakpoints {
+            mode: BreakpointMode::Auto,
+            ttl: CacheTtl::Auto,
+            keep_warm: true,
+            keep_warm_after_secs: 270,
+        })
+    );
+    assert_eq!(
+        errors("name = \"a\"\n[breakpoints]\nmode = \"auto\"\nttl = \"2h\"\n"),
+        vec!["p.toml:4:7: breakpoints.ttl: unknown ttl `2h`; expected 5m | 1h | auto"]
+    );
+    assert_eq!(
+        errors("name = \"a\"\n[breakpoints]\nmode = \"auto\"\nttl = \"1h\"\nkeep_warm = true\n"),
+        vec!["p.toml:5:13: breakpoints.keep_warm: keep_warm needs mode = \"auto\" and ttl = \"auto\" (it acts on the learned gaps between turns)"]
+    );
+    assert_eq!(
+        errors("name = \"a\"\n[breakpoints]\nmode = \"auto\"\nttl = \"auto\"\nkeep_warm = true\nkeep_warm_after_secs = 300\n"),
+        vec!["p.toml:6:24: breakpoints.keep_warm_after_secs: 300 is not between 1 and 299: the keep-warm must read the prefix before its 5-minute entry expires"]
+    );
 }

@@ -62,17 +62,36 @@ pub fn validate(raw: RawPolicy, file: &Path) -> Result<Policy, Vec<FieldError>> 
         let ttl = match b.ttl.as_deref() {
             None | Some("5m") => Some(CacheTtl::FiveMinutes),
             Some("1h") => Some(CacheTtl::OneHour),
+            Some("auto") => Some(CacheTtl::Auto),
             Some(other) => {
                 errors.push(
                     at.key("ttl")
-                        .error(format!("unknown ttl `{other}`; expected 5m | 1h")),
+                        .error(format!("unknown ttl `{other}`; expected 5m | 1h | auto")),
                 );
+                None
+            }
+        };
+        let keep_warm = b.keep_warm.unwrap_or(false);
+        if keep_warm && (ttl != Some(CacheTtl::Auto) || mode != Some(BreakpointMode::Auto)) {
+            errors.push(at.key("keep_warm").error(
+                "keep_warm needs mode = \"auto\" and ttl = \"auto\" (it acts on the learned gaps between turns)",
+            ));
+        }
+        let keep_warm_after_secs = match b.keep_warm_after_secs {
+            None => Some(super::model::KEEP_WARM_AFTER_SECS),
+            Some(s @ 1..=299) => Some(s as u64),
+            Some(other) => {
+                errors.push(at.key("keep_warm_after_secs").error(format!(
+                    "{other} is not between 1 and 299: the keep-warm must read the prefix before its 5-minute entry expires"
+                )));
                 None
             }
         };
         Some(Breakpoints {
             mode: mode?,
             ttl: ttl?,
+            keep_warm,
+            keep_warm_after_secs: keep_warm_after_secs?,
         })
     });
     let prompt_cache_key = raw.prompt_cache_key.as_ref().and_then(|k| {
@@ -126,6 +145,7 @@ pub fn validate(raw: RawPolicy, file: &Path) -> Result<Policy, Vec<FieldError>> 
         matcher: matcher.unwrap_or_default(),
         breakpoints,
         prompt_cache_key,
+        provider_diagnostics: raw.diagnostics.as_ref().is_some_and(|d| d.provider),
         context,
         payload,
         inject,

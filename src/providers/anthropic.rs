@@ -15,11 +15,16 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
+use super::message::Fields;
 use super::{MsgKind, Section, Terminal};
 use crate::envelope::scan;
 
 /// The block Claude Code puts first in `system`; its nonce changes on every request.
 pub const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
+
+/// The beta that asks for the provider's own cache diagnostics: with it, a request naming
+/// `diagnostics.previous_message_id` gets `diagnostics.cache_miss_reason` in its answer.
+pub const CACHE_DIAGNOSIS_BETA: &str = "cache-diagnosis-2026-04-07";
 
 /// Block boundaries a cache marker looks back over for an earlier entry, the marked block
 /// included: "up to 20 blocks before your explicit breakpoint" (prompt-caching docs).
@@ -35,17 +40,14 @@ pub fn is_cache_neutral_system_text(text: &str) -> bool {
 
 pub fn message_kind(b: &[u8]) -> MsgKind {
     let mut kind = MsgKind::default();
-    let Ok(entries) = scan::entries(b, scan::skip_ws(b, 0)) else {
+    let Some(fields) = Fields::of(b) else {
         return kind;
     };
-    let get = |name: &str| entries.iter().find(|e| scan::key_is(b, &e.key, name));
-    kind.role = get("role")
-        .and_then(|e| scan::decode_str(b, &e.value))
-        .unwrap_or_default();
+    kind.role = fields.text("role").unwrap_or_default();
     kind.from_model = kind.role == "assistant";
-    match get("content") {
-        Some(e) if b.get(e.value.start) == Some(&b'[') => {
-            for block in scan::elements(b, e.value.start).unwrap_or_default() {
+    match fields.get("content") {
+        Some(content) if b.get(content.start) == Some(&b'[') => {
+            for block in scan::elements(b, content.start).unwrap_or_default() {
                 match scan::str_field(b, block.start, "type").as_deref() {
                     Some("tool_use") => kind.calls_tool = true,
                     Some("tool_result") => kind.tool_result = true,

@@ -2,6 +2,37 @@
 //! calls a tool or carries a tool's result, and whether it carries anything else.
 
 use super::{anthropic, openai_chat, openai_responses, Endpoint};
+use crate::envelope::scan;
+
+/// Roles of messages that carry the client's instructions rather than a turn.
+pub const INSTRUCTION_ROLES: [&str; 2] = ["system", "developer"];
+
+/// A message object's top-level fields, as the provider modules' classifiers read them.
+pub(super) struct Fields<'a> {
+    b: &'a [u8],
+    entries: Vec<scan::Entry>,
+}
+
+impl<'a> Fields<'a> {
+    /// `None` when `b` is not a JSON object.
+    pub fn of(b: &'a [u8]) -> Option<Self> {
+        let entries = scan::entries(b, scan::skip_ws(b, 0)).ok()?;
+        Some(Fields { b, entries })
+    }
+
+    /// The value span of a field.
+    pub fn get(&self, name: &str) -> Option<scan::Span> {
+        self.entries
+            .iter()
+            .find(|e| scan::key_is(self.b, &e.key, name))
+            .map(|e| e.value.clone())
+    }
+
+    /// A field's string value.
+    pub fn text(&self, name: &str) -> Option<String> {
+        self.get(name).and_then(|v| scan::decode_str(self.b, &v))
+    }
+}
 
 /// The facts about one history message that ordering rules, turns and retrieval need.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,7 +63,7 @@ impl MsgKind {
     /// The client's own instructions inside the history: Anthropic `role: "system"`
     /// messages (Claude Code sends them), OpenAI `system`/`developer` messages.
     pub fn is_instruction(&self) -> bool {
-        matches!(self.role.as_str(), "system" | "developer")
+        INSTRUCTION_ROLES.contains(&self.role.as_str())
     }
 
     /// A user message with content of its own (text, images), as opposed to one that only
@@ -59,7 +90,6 @@ pub fn check_boundary(
 /// The text a message carries for a reader (retrieval, display): string content, or its
 /// text parts joined by newlines.
 pub fn text_of(endpoint: Endpoint, b: &[u8]) -> String {
-    use crate::envelope::scan;
     let Some(content) = scan::field(b, scan::skip_ws(b, 0), "content") else {
         return String::new();
     };

@@ -152,6 +152,15 @@ impl Endpoint {
         }
     }
 
+    /// The sections of a prompt in the order the provider's prompt cache keys on them.
+    pub fn cache_key_order(self) -> [Section; 3] {
+        match self {
+            Endpoint::Chat => openai_chat::CACHE_KEY_ORDER,
+            Endpoint::Responses => openai_responses::CACHE_KEY_ORDER,
+            _ => anthropic::CACHE_KEY_ORDER,
+        }
+    }
+
     /// Whether a system text is left out of the provider's cache key.
     pub fn is_cache_neutral_system_text(self, text: &str) -> bool {
         matches!(self, Endpoint::Messages | Endpoint::CountTokens)

@@ -13,28 +13,24 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use super::message::Fields;
 use super::{MsgKind, Section, Terminal};
 use crate::envelope::scan;
 
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 
-/// Roles of the messages that make up the system prompt when they lead the list.
-pub const SYSTEM_ROLES: [&str; 2] = ["system", "developer"];
-
 pub fn message_kind(b: &[u8]) -> MsgKind {
     let mut kind = MsgKind::default();
-    let Ok(entries) = scan::entries(b, scan::skip_ws(b, 0)) else {
+    let Some(fields) = Fields::of(b) else {
         return kind;
     };
-    let get = |name: &str| entries.iter().find(|e| scan::key_is(b, &e.key, name));
-    kind.role = get("role")
-        .and_then(|e| scan::decode_str(b, &e.value))
-        .unwrap_or_default();
+    kind.role = fields.text("role").unwrap_or_default();
     kind.from_model = kind.role == "assistant";
     kind.tool_result = kind.role == "tool";
-    kind.calls_tool = get("tool_calls")
-        .and_then(|e| scan::elements(b, e.value.start).ok())
+    kind.calls_tool = fields
+        .get("tool_calls")
+        .and_then(|calls| scan::elements(b, calls.start).ok())
         .is_some_and(|calls| !calls.is_empty());
     kind.other_content = !kind.tool_result;
     kind

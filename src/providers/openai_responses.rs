@@ -12,28 +12,19 @@
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::message::Fields;
 use super::{MsgKind, Section, Terminal};
-use crate::envelope::scan;
 
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 
-/// Roles of the message items that make up the system prompt when they lead the input.
-pub const SYSTEM_ROLES: [&str; 2] = ["system", "developer"];
-
 pub fn message_kind(b: &[u8]) -> MsgKind {
     let mut kind = MsgKind::default();
-    let Ok(entries) = scan::entries(b, scan::skip_ws(b, 0)) else {
+    let Some(fields) = Fields::of(b) else {
         return kind;
     };
-    let text = |name: &str| {
-        entries
-            .iter()
-            .find(|e| scan::key_is(b, &e.key, name))
-            .and_then(|e| scan::decode_str(b, &e.value))
-    };
-    kind.role = text("role").unwrap_or_default();
-    kind.item_type = text("type").unwrap_or_else(|| "message".into());
+    kind.role = fields.text("role").unwrap_or_default();
+    kind.item_type = fields.text("type").unwrap_or_else(|| "message".into());
     let t = kind.item_type.as_str();
     kind.tool_result = t.ends_with("_call_output");
     kind.calls_tool = t.ends_with("_call");

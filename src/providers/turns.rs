@@ -5,7 +5,10 @@
 //! result anywhere in it continues the model's tool loop, whatever text blocks or further
 //! messages follow: Claude Code appends reminder text to its tool results, and a policy may
 //! append a request-only message after them. The provider sees such a turn as the answer to
-//! its tool call, and so does cachet.
+//! its tool call, and so does cachet: "Consecutive `user` or `assistant` turns in your
+//! request will be combined into a single turn" (Anthropic Messages API reference, the
+//! `messages` parameter), so a text message after a tool result is part of the tool
+//! result's turn.
 
 use super::MsgKind;
 

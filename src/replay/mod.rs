@@ -3,6 +3,7 @@
 
 pub mod chart;
 pub mod ideal;
+pub mod keep_warm;
 pub mod output;
 pub mod pipeline_shaper;
 pub mod recorder;

@@ -54,7 +54,7 @@ pub fn table(arms: &[ArmStats], ideal: Option<&Ideal>) -> String {
             arms.iter()
                 .map(|a| {
                     ideal
-                        .share_of(a.cache_read_tokens)
+                        .share_of(a.cache_read_tokens - a.keep_warm_cache_read)
                         .map_or("-".into(), |s| format!("{:.1}%", s * 100.0))
                 })
                 .collect(),
@@ -65,6 +65,14 @@ pub fn table(arms: &[ArmStats], ideal: Option<&Ideal>) -> String {
             format!("breaks: {section}"),
             arms.iter()
                 .map(|a| a.breaks.get(section).copied().unwrap_or(0).to_string())
+                .collect(),
+        ));
+    }
+    if arms.iter().any(|a| a.keep_warm_requests > 0) {
+        rows.push((
+            "keep-warm requests".into(),
+            arms.iter()
+                .map(|a| a.keep_warm_requests.to_string())
                 .collect(),
         ));
     }
@@ -133,7 +141,8 @@ pub fn json_document(arms: &[ArmStats], ideal: Option<&Ideal>) -> serde_json::Va
     if let Some(ideal) = ideal {
         if let Some(list) = doc["arms"].as_array_mut() {
             for (value, arm) in list.iter_mut().zip(arms) {
-                value["share_of_ideal"] = json!(ideal.share_of(arm.cache_read_tokens));
+                value["share_of_ideal"] =
+                    json!(ideal.share_of(arm.cache_read_tokens - arm.keep_warm_cache_read));
             }
         }
         doc["ideal"] = json!(ideal);

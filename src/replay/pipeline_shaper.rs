@@ -4,7 +4,9 @@
 //! would be live.
 //!
 //! The pipeline is async and `Shaper` is not: it runs on a thread of its own with its own
-//! runtime, so replay works from any context.
+//! runtime, so replay works from any context. Each request's session-log entry is
+//! written with the usage the cache model gave it and its recorded time, so that later
+//! requests see the log (gaps, turns, lanes) as they would have live.
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -21,8 +23,22 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::providers::Route;
+use crate::usage::Usage;
 
-type Job = (Record, mpsc::Sender<anyhow::Result<Shaped>>);
+enum Job {
+    Shape(Box<Record>, mpsc::Sender<anyhow::Result<Shaped>>),
+    /// The usage of the request shaped last, at its recorded time; answered once its log
+    /// entry is written.
+    Answered(u64, Usage, mpsc::Sender<()>),
+}
+
+/// A shaped request waiting for its usage, to be written to the session log.
+struct Pending {
+    route: Route,
+    headers: HeaderMap,
+    body: Bytes,
+    shaped: crate::pipeline::Shaped,
+}
 
 /// An arm shaped by the live pipeline with the arm's policy files.
 pub struct PipelineShaper {
@@ -56,13 +72,37 @@ impl PipelineShaper {
                 set,
                 Arc::new(Metrics::new()),
                 None,
+                Default::default(),
             )) {
                 Ok(p) => p,
                 Err(e) => return drop(ready_tx.send(Err(e))),
             };
             let _ = ready_tx.send(Ok(()));
-            for (record, reply) in inbox {
-                let _ = reply.send(runtime.block_on(shape(&pipeline, &record)));
+            let pipeline = Arc::new(pipeline);
+            let mut pending: Option<Pending> = None;
+            for job in inbox {
+                match job {
+                    Job::Shape(record, reply) => {
+                        let shaped = runtime.block_on(shape(&pipeline, &record)).map(|(s, p)| {
+                            pending = Some(p);
+                            s
+                        });
+                        let _ = reply.send(shaped);
+                    }
+                    Job::Answered(at_ms, usage, done) => {
+                        if let Some(p) = pending.take() {
+                            runtime.block_on(pipeline.clone().record_replayed(
+                                p.route,
+                                p.headers,
+                                p.body,
+                                at_ms,
+                                p.shaped,
+                                Some(usage),
+                            ));
+                        }
+                        let _ = done.send(());
+                    }
+                }
             }
         });
         ready
@@ -72,7 +112,7 @@ impl PipelineShaper {
     }
 }
 
-async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<Shaped> {
+async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<(Shaped, Pending)> {
     let route = Route {
         provider: record.provider(),
         endpoint: record.endpoint(),
@@ -95,22 +135,44 @@ async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<Shaped> {
         .to_string();
     let body = Bytes::from(serde_json::to_vec(&record.body)?);
     let prepared = pipeline
-        .shape_request(route, headers, body, &model)
+        .shape_request(route, headers.clone(), body.clone(), &model, record.time_ms)
         .await
         .map_err(|e| anyhow!("{}", e.message))?;
-    Ok(Shaped {
+    let shaped = Shaped {
         body: serde_json::from_slice(&prepared.body)?,
         uncached_tail: prepared.uncached_tail(),
-        variant: (prepared.variant != "none").then_some(prepared.variant),
-    })
+        variant: (prepared.variant != "none").then(|| prepared.variant.clone()),
+        keep_warm_after_ms: prepared
+            .ttl_decision()
+            .and_then(|d| d.keep_warm_after_secs)
+            .map(|s| s * 1000),
+    };
+    let pending = Pending {
+        route,
+        headers,
+        body,
+        shaped: prepared,
+    };
+    Ok((shaped, pending))
 }
 
 impl Shaper for PipelineShaper {
     fn shape(&mut self, record: &Record) -> anyhow::Result<Shaped> {
         let (tx, rx) = mpsc::channel();
         self.jobs
-            .send((record.clone(), tx))
+            .send(Job::Shape(Box::new(record.clone()), tx))
             .map_err(|_| anyhow!("replay pipeline stopped"))?;
         rx.recv().map_err(|_| anyhow!("replay pipeline stopped"))?
+    }
+
+    fn answered(&mut self, record: &Record, usage: &Usage) {
+        let (tx, rx) = mpsc::channel();
+        if self
+            .jobs
+            .send(Job::Answered(record.time_ms, *usage, tx))
+            .is_ok()
+        {
+            let _ = rx.recv();
+        }
     }
 }

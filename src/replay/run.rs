@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
+use super::keep_warm::KeepWarms;
 use super::shaper::Shaper;
 use super::trace::Record;
 use crate::cache_model::{CacheModel, CacheModelConfig};
@@ -36,6 +37,13 @@ pub struct ArmStats {
     pub variants: BTreeMap<String, u64>,
     /// Records that could not be shaped or accounted (skipped).
     pub errors: u64,
+    /// Keep-warm requests the arm sent after turns' final answers; their tokens and cost
+    /// are in the totals above.
+    pub keep_warm_requests: u64,
+    /// The cache reads of those keep-warms (left out of the share of the ideal, which is
+    /// over the recorded requests).
+    #[serde(skip)]
+    pub keep_warm_cache_read: u64,
     /// After each request: cumulative cost and hit ratio (for the chart).
     #[serde(skip)]
     pub series: Vec<(f64, f64)>,
@@ -75,11 +83,15 @@ pub fn replay_arm(
     let mut cache = CacheModel::new(CacheModelConfig::default());
     let mut sessions: HashMap<&str, SessionLanes> = HashMap::new();
     let mut total = Usage::default();
+    let mut keep_warms = KeepWarms::default();
     for record in records {
         on_record();
         let endpoint = record.endpoint();
         if !endpoint.is_generation() {
             continue;
+        }
+        if let Some((at, body)) = keep_warms.due(record) {
+            keep_warm(&mut stats, &mut cache, &mut total, &body, at);
         }
         let fail = |stats: &mut ArmStats, msg: String| {
             stats.errors += 1;
@@ -133,6 +145,8 @@ pub fn replay_arm(
             }
         };
         let usage = accounting.usage(record.usage.map_or(0, |u| u.output));
+        shaper.answered(record, &usage);
+        keep_warms.shaped(record, &shaped);
         let model_name = shaped
             .body
             .get("model")
@@ -191,12 +205,39 @@ pub fn replay_arm(
         let hit = ratio(total.cache_read, total.total_input());
         stats.series.push((stats.cost_usd, hit));
     }
+    let last = records.iter().map(|r| r.time_ms).max().unwrap_or(0);
+    for (at, body) in keep_warms.rest(last) {
+        keep_warm(&mut stats, &mut cache, &mut total, &body, at);
+    }
     stats.cache_read_tokens = total.cache_read;
     stats.cache_write_tokens = total.cache_write;
     stats.uncached_tokens = total.uncached;
     stats.output_tokens = total.output;
     stats.hit_ratio = ratio(total.cache_read, total.total_input());
     stats
+}
+
+/// Account one keep-warm request (one output token) in the arm's totals and cost.
+fn keep_warm(
+    stats: &mut ArmStats,
+    cache: &mut CacheModel,
+    total: &mut Usage,
+    body: &serde_json::Value,
+    at_ms: u64,
+) {
+    let Ok(accounting) = cache.account(crate::providers::Endpoint::Messages, body, at_ms) else {
+        stats.errors += 1;
+        return;
+    };
+    let usage = accounting.usage(1);
+    let model = body.get("model").and_then(|m| m.as_str()).unwrap_or("");
+    if let Some(info) = crate::models::lookup(model) {
+        stats.cost_usd += info.cost_usd(&usage);
+        stats.savings_usd += info.savings_usd(&usage);
+    }
+    stats.keep_warm_requests += 1;
+    stats.keep_warm_cache_read += usage.cache_read;
+    total.add(&usage);
 }
 
 /// A session's lanes during replay: the latest request of each, and the latest answered
@@ -231,7 +272,10 @@ impl SessionLanes {
                 usage,
                 time_ms,
                 min_tokens: min_tokens(&sent.shape.model),
-                thinking_stripped_from: None,
+                thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(
+                    sent.shape.endpoint,
+                    sent.env.original_body(),
+                ),
             };
             let mut d = diagnose(&previous, &current, &|block| {
                 crate::measure::shape::tokens_through(&sent.env, block)

@@ -14,12 +14,19 @@ pub struct Shaped {
     /// Trailing messages that are the request-only uncached tail: left out of the prefix
     /// comparison (they never belong to the cached prefix).
     pub uncached_tail: usize,
+    /// A keep-warm request follows this one this long after it, if its answer ends the
+    /// turn and the session's next request is later (`[breakpoints] keep_warm`).
+    pub keep_warm_after_ms: Option<u64>,
 }
 
 /// One arm's shaping. Records arrive in time order, across all sessions, so an
 /// implementation may keep per-session state (persisted patches, turn content).
 pub trait Shaper {
     fn shape(&mut self, record: &Record) -> anyhow::Result<Shaped>;
+
+    /// The usage the cache model gave the request just shaped: arms that keep a session
+    /// log (the live pipeline) record it, so later requests see the log as live.
+    fn answered(&mut self, _record: &Record, _usage: &crate::usage::Usage) {}
 }
 
 /// The request exactly as recorded.
@@ -31,6 +38,7 @@ impl Shaper for AsRecorded {
             body: record.body.clone(),
             variant: None,
             uncached_tail: 0,
+            keep_warm_after_ms: None,
         })
     }
 }

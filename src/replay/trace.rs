@@ -124,19 +124,30 @@ pub fn parse_jsonl(text: &str, origin: &str) -> anyhow::Result<Vec<Record>> {
     Ok(out)
 }
 
-/// Every record of `paths` (files, or folders whose `*.jsonl` files are read), sorted by
-/// time; records with the same time keep their file order.
+/// Every record of `paths` (files, or folders whose `*.jsonl` and `*.jsonl.gz` files are
+/// read), sorted by time; records with the same time keep their file order. A file whose
+/// name ends in `.gz` is gzip-compressed.
 pub fn read_traces(paths: &[PathBuf]) -> anyhow::Result<Vec<Record>> {
     let mut out = Vec::new();
     for path in paths {
         for file in expand(path)? {
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading trace {}", file.display()))?;
+            let text =
+                read_text(&file).with_context(|| format!("reading trace {}", file.display()))?;
             out.extend(parse_jsonl(&text, &file.display().to_string())?);
         }
     }
     out.sort_by_key(|r| r.time_ms);
     Ok(out)
+}
+
+fn read_text(file: &Path) -> std::io::Result<String> {
+    if file.extension().is_some_and(|e| e == "gz") {
+        use std::io::Read;
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(file)?).read_to_string(&mut text)?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(file)
 }
 
 fn expand(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -146,7 +157,13 @@ fn expand(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
         .with_context(|| format!("reading trace folder {}", path.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default();
+            name.ends_with(".jsonl") || name.ends_with(".jsonl.gz")
+        })
         .collect();
     files.sort();
     Ok(files)
@@ -174,6 +191,21 @@ mod tests {
         assert_eq!(records[0].endpoint(), Endpoint::Messages);
         let back = parse_jsonl(&records[1].to_line(), "x").unwrap();
         assert_eq!(back[0], records[1]);
+    }
+
+    #[test]
+    fn gzip_traces_are_read_like_plain_ones() {
+        use std::io::Write;
+        let line = r#"{"v":1,"time":"2026-01-15T09:00:01Z","session":"s","provider":"anthropic","endpoint":"messages","path":"/v1/messages","body":{}}"#;
+        let dir = tempfile::tempdir().unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(line.as_bytes()).unwrap();
+        std::fs::write(dir.path().join("a.jsonl.gz"), gz.finish().unwrap()).unwrap();
+        std::fs::write(dir.path().join("b.jsonl"), line).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "not a trace").unwrap();
+        let records = read_traces(&[dir.path().to_path_buf()]).unwrap();
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0], records[1]);
     }
 
     #[test]

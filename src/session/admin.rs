@@ -73,7 +73,8 @@ pub async fn admin_route(
     })
 }
 
-fn limit_from(query: Option<&str>) -> usize {
+/// The `limit=N` of a `GET /sessions` query, bounded (the HTML overview reads it too).
+pub(crate) fn limit_from(query: Option<&str>) -> usize {
     query
         .into_iter()
         .flat_map(|q| q.split('&'))

@@ -130,6 +130,10 @@ pub struct RequestRecord {
     /// The response's id (Anthropic `msg_…`), for the provider's cache diagnostics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_id: Option<String>,
+    /// With `ttl = "auto"`: the lifetime chosen for the request's markers, the chance of a
+    /// reuse after more than 5 minutes and the expected saving of the choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_decision: Option<crate::ttl::TtlDecision>,
 }
 
 /// What happened to one handler's patch during a request.

@@ -1,16 +1,15 @@
 //! The session steps of one request, in the order the pipeline takes them: prepare (take
 //! the request index, load the log, hash the client history), plan the replay, persist new
-//! patches before forwarding.
-
-use std::sync::Arc;
+//! patches before forwarding (once per key when concurrent requests would each make one).
 
 use serde_json::Value;
 
 use super::anchor::{Anchor, PrefixHashes};
 use super::entry::{is_persisted_reason, now_ms, ContextTransform, Entry, ENTRY_VERSION};
 use super::identity::SessionId;
+use super::log::SessionLog;
 use super::replay::{plan_replay, ReplayPlan};
-use super::store::{SessionStore, StoreResult};
+use super::store::{Appended, SessionStore, StoreResult};
 use crate::patch::ops::Op;
 
 /// A request's session, ready for replay.
@@ -20,7 +19,7 @@ pub struct SessionContext {
     /// `meta.request_index`: 0 for the session's first request.
     pub request_index: u64,
     /// The session's log as it was when the request arrived.
-    pub log: Arc<Vec<Entry>>,
+    pub log: SessionLog,
     /// Prefix hashes of the client's history (before any patch).
     pub history: PrefixHashes,
 }
@@ -91,4 +90,38 @@ impl SessionContext {
             .collect();
         store.append(&self.id.id, &entries).await
     }
+
+    /// Append a patch unless one was already persisted for this session under `key` (by a
+    /// concurrent request, here or on another instance sharing the store): then the
+    /// earlier patch is answered instead, for the caller to replay. Durable when this
+    /// returns, so call it before forwarding the request the patch shaped.
+    pub async fn persist_once(
+        &self,
+        store: &dyn SessionStore,
+        key: &str,
+        transform: ContextTransform,
+    ) -> StoreResult<PersistedOnce> {
+        let entry = [Entry::ContextTransform(transform)];
+        Ok(match store.append_once(&self.id.id, key, &entry).await? {
+            Appended::Written => PersistedOnce::Ours,
+            Appended::Existing(entries) => PersistedOnce::Theirs(
+                entries
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        Entry::ContextTransform(t) => Some(t),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+        })
+    }
+}
+
+/// Who made a patch persisted with [`SessionContext::persist_once`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum PersistedOnce {
+    /// This request's patch is the one in the log.
+    Ours,
+    /// An earlier request's: these, to replay instead.
+    Theirs(Vec<ContextTransform>),
 }

@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::normalize::canonical_bytes;
-use crate::providers::{Endpoint, Provider};
+use crate::envelope::Envelope;
+use crate::providers::{MsgKind, Provider};
 
 /// Where a session id came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -63,24 +64,24 @@ const CODEX_HEADERS: [&str; 2] = ["session-id", "session_id"];
 /// Longest id used as given; longer ones, or ones with other characters, are hashed.
 const MAX_ID_LEN: usize = 128;
 
-/// Identify the session of a generation request.
-pub fn identify(
-    headers: &HeaderMap,
-    body: &Value,
-    provider: Provider,
-    endpoint: Endpoint,
-) -> SessionId {
+/// Identify the session of a generation request, from its headers and its envelope (the
+/// one parse of its body).
+pub fn identify(headers: &HeaderMap, env: &Envelope) -> SessionId {
+    let option_text = |key: &str| {
+        env.option_raw(key)
+            .and_then(|raw| serde_json::from_slice::<String>(raw).ok())
+    };
     let found = header(headers, CACHET_HEADER)
         .map(|id| (id, IdSource::Header))
         .or_else(|| header(headers, CLAUDE_CODE_HEADER).map(|id| (id, IdSource::ClaudeCodeHeader)))
         .or_else(|| {
-            (provider == Provider::Anthropic)
-                .then(|| metadata_session(body))
+            (env.provider() == Provider::Anthropic)
+                .then(|| metadata_session(env))
                 .flatten()
                 .map(|id| (id, IdSource::ClaudeCodeMetadata))
         })
         .or_else(|| {
-            non_empty(body.get("prompt_cache_key").and_then(Value::as_str))
+            non_empty(option_text("prompt_cache_key").as_deref())
                 .map(|id| (id, IdSource::PromptCacheKey))
         })
         .or_else(|| {
@@ -95,7 +96,7 @@ pub fn identify(
             source,
         },
         None => SessionId {
-            id: fingerprint(body, endpoint),
+            id: fingerprint(env),
             source: IdSource::Fingerprint,
         },
     }
@@ -125,8 +126,9 @@ fn non_empty(value: Option<&str>) -> Option<String> {
 
 /// The session inside Anthropic `metadata.user_id`: either a JSON object string carrying
 /// `session_id`, or the older `user_<hash>_account_<uuid>_session_<uuid>` form.
-fn metadata_session(body: &Value) -> Option<String> {
-    let user_id = body.pointer("/metadata/user_id")?.as_str()?;
+fn metadata_session(env: &Envelope) -> Option<String> {
+    let metadata: Value = serde_json::from_slice(env.option_raw("metadata")?).ok()?;
+    let user_id = metadata.get("user_id")?.as_str()?;
     if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(user_id) {
         return non_empty(obj.get("session_id").and_then(Value::as_str));
     }
@@ -147,78 +149,30 @@ fn safe_id(id: &str) -> String {
     }
 }
 
-/// `fp-` and 32 hex digits of sha256 over the canonical system prompt, tools and first user
-/// message.
-pub fn fingerprint(body: &Value, endpoint: Endpoint) -> String {
-    let (system, first_user) = match endpoint {
-        Endpoint::Chat => chat_parts(body),
-        Endpoint::Responses => responses_parts(body),
-        _ => anthropic_parts(body),
-    };
-    let tools = body.get("tools").cloned().unwrap_or(Value::Null);
+/// `fp-` and 32 hex digits of sha256 over the canonical system prompt (its parts' texts,
+/// without what does not key the cache), the tools and the first user message.
+pub fn fingerprint(env: &Envelope) -> String {
+    let endpoint = env.endpoint();
+    let system: Vec<Value> = env
+        .system_parts()
+        .iter()
+        .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
+        .map(|p| json!({"type": "text", "text": p.text}))
+        .collect();
+    let tools: Vec<Value> = env
+        .tools_raw()
+        .map(|t| serde_json::from_slice(t).unwrap_or(Value::Null))
+        .collect();
+    let first_user = env
+        .history_raw()
+        .find(|m| MsgKind::of(endpoint, m).role == "user")
+        .and_then(|m| serde_json::from_slice::<Value>(m).ok())
+        .and_then(|m| m.get("content").cloned())
+        .unwrap_or(Value::Null);
     // Under a `content` key so a string and its one-text-block form hash alike.
     let material = json!({"system": system, "tools": tools, "first_user": {"content": first_user}});
     let digest = Sha256::digest(canonical_bytes(&material));
     format!("fp-{}", &hex::encode(digest)[..32])
-}
-
-/// System text blocks as a list of values, without Claude Code's billing block.
-fn system_blocks(system: Option<&Value>) -> Vec<Value> {
-    let blocks = match system {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
-        Some(Value::Array(items)) => items.clone(),
-        Some(other) => vec![other.clone()],
-    };
-    blocks
-        .into_iter()
-        .filter(|block| {
-            let text = block.get("text").and_then(Value::as_str).unwrap_or("");
-            !crate::providers::anthropic::is_cache_neutral_system_text(text)
-        })
-        .collect()
-}
-
-fn first_with_role<'a>(messages: Option<&'a Value>, role: &str) -> Option<&'a Value> {
-    messages?
-        .as_array()?
-        .iter()
-        .find(|m| m.get("role").and_then(Value::as_str) == Some(role))
-        .and_then(|m| m.get("content"))
-}
-
-fn anthropic_parts(body: &Value) -> (Vec<Value>, Value) {
-    let system = system_blocks(body.get("system"));
-    let first = first_with_role(body.get("messages"), "user").cloned();
-    (system, first.unwrap_or(Value::Null))
-}
-
-fn chat_parts(body: &Value) -> (Vec<Value>, Value) {
-    let messages = body.get("messages").and_then(Value::as_array);
-    let system = messages
-        .map(|all| {
-            all.iter()
-                .take_while(|m| {
-                    matches!(
-                        m.get("role").and_then(Value::as_str),
-                        Some("system" | "developer")
-                    )
-                })
-                .flat_map(|m| system_blocks(m.get("content")))
-                .collect()
-        })
-        .unwrap_or_default();
-    let first = first_with_role(body.get("messages"), "user").cloned();
-    (system, first.unwrap_or(Value::Null))
-}
-
-fn responses_parts(body: &Value) -> (Vec<Value>, Value) {
-    let system = system_blocks(body.get("instructions"));
-    let first = match body.get("input") {
-        Some(Value::String(text)) => Some(Value::String(text.clone())),
-        input => first_with_role(input, "user").cloned(),
-    };
-    (system, first.unwrap_or(Value::Null))
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 //!
 //! 1. the most recently active lane of the same tools-and-system shape whose history
 //!    starts with the same message;
-//! 2. failing that, the lane whose latest request's whole history (two messages or more)
-//!    it extends: the same conversation with changed tools or system prompt, which the
-//!    diagnosis then reports as a break;
+//! 2. failing that, the lane whose latest request's whole history it starts with: the same
+//!    conversation with changed tools or system prompt, which the diagnosis then reports
+//!    as a break;
 //! 3. failing that, a new lane: a new subagent, or a compacted history that shares no
 //!    message with the conversation it replaces.
 
@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::anchor::{Anchor, PrefixHashes};
 use super::entry::{Entry, RequestRecord};
+use super::log::Entries;
 use super::record::decode_key;
 use crate::measure::PromptShape;
 use crate::session::normalize::MessageKey;
@@ -60,9 +61,6 @@ impl LaneHead {
     }
 }
 
-/// Shortest history a request must extend to continue a lane of another shape.
-const MIN_CONTINUED: usize = 2;
-
 /// The lane of a request with `shape` and client history `client`, given the latest
 /// request of every lane so far, most recently active first.
 pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) -> u32 {
@@ -74,7 +72,9 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
     });
     let continued = || {
         heads.iter().find(|h| {
-            h.conversation.history.count >= MIN_CONTINUED && client.matches(&h.conversation.history)
+            h.conversation.history.count >= 1
+                && client.len() >= h.conversation.history.count
+                && client.matches(&h.conversation.history)
         })
     };
     match same_shape.or_else(continued) {
@@ -84,9 +84,9 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
 }
 
 /// The latest request of every lane in a session's log, most recently active first.
-pub fn heads_of(log: &[Entry]) -> Vec<LaneHead> {
+pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
     let mut heads: Vec<LaneHead> = Vec::new();
-    for entry in log.iter().rev() {
+    for entry in log.entries().rev() {
         if let Entry::Request(r) = entry {
             if !heads.iter().any(|h| h.lane == r.lane) {
                 heads.push(LaneHead {
@@ -102,8 +102,8 @@ pub fn heads_of(log: &[Entry]) -> Vec<LaneHead> {
 }
 
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.
-pub fn previous_answered(log: &[Entry], lane: u32) -> Option<&RequestRecord> {
-    log.iter().rev().find_map(|e| match e {
+pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&RequestRecord> {
+    log.entries().rev().find_map(|e| match e {
         Entry::Request(r) if r.lane == lane && r.usage.is_some() => Some(r),
         _ => None,
     })

@@ -9,28 +9,32 @@
 
 pub mod admin;
 pub mod anchor;
+pub mod clock;
 pub mod entry;
 pub mod flow;
 pub mod identity;
 pub mod lanes;
+pub mod log;
 pub mod normalize;
+pub mod pages;
 pub mod record;
 pub mod replay;
 pub mod store;
-pub mod timeline;
 
 pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
+pub use clock::SessionClock;
 pub use entry::{
     is_persisted_reason, now_ms, ContextTransform, Entry, PatchEvent, PatchOutcome, RequestRecord,
     SentMessages, ENTRY_VERSION,
 };
-pub use flow::{prepare, SessionContext};
+pub use flow::{prepare, PersistedOnce, SessionContext};
 pub use identity::{identify, IdSource, SessionId};
+pub use log::{Entries, SessionLog};
 pub use normalize::{message_key, MessageKey};
 pub use record::{compact_request, record_request, sent_keys, RequestDraft};
 pub use replay::{plan_replay, ReplayPlan};
 pub use store::{
-    open_store, Blob, CachedStore, RedisStore, SessionStore, SessionSummary, SqliteStore,
-    StoreError, StoreResult, StoreStats,
+    open_store, open_store_with, Appended, Blob, CachedStore, RedisStore, SessionStore,
+    SessionSummary, SqliteStore, StoreError, StoreHealth, StoreOptions, StoreResult, StoreStats,
 };

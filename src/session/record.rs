@@ -6,7 +6,8 @@
 use serde_json::Value;
 
 use super::anchor::PrefixHashes;
-use super::entry::{now_ms, Entry, PatchEvent, RequestRecord, SentMessages, ENTRY_VERSION};
+use super::entry::{Entry, PatchEvent, RequestRecord, SentMessages, ENTRY_VERSION};
+use super::log::Entries;
 use super::normalize::{canonical_bytes, key_of_bytes, MessageKey};
 use super::store::{Blob, SessionStore, StoreResult};
 use crate::measure::{Diagnosis, Named, PromptShape};
@@ -20,6 +21,8 @@ const BASE_CANDIDATES: usize = 8;
 pub struct RequestDraft<'a> {
     pub request_index: u64,
     pub turn_index: Option<u64>,
+    /// When the request was recorded (Unix milliseconds).
+    pub time_ms: u64,
     pub provider: &'a str,
     pub endpoint: &'a str,
     pub client: Option<&'a str>,
@@ -63,7 +66,10 @@ pub fn named_list(bytes: &[u8]) -> Option<Vec<Named>> {
 
 /// The compact record of a request and the blobs it needs stored (the contents of
 /// messages not covered by an earlier request of `prior`, and the tool and system lists).
-pub fn compact_request(prior: &[Entry], draft: &RequestDraft<'_>) -> (RequestRecord, Vec<Blob>) {
+pub fn compact_request(
+    prior: &(impl Entries + ?Sized),
+    draft: &RequestDraft<'_>,
+) -> (RequestRecord, Vec<Blob>) {
     let shape = draft.shape;
     let hashes = PrefixHashes::from_keys(shape.messages.clone());
     let (extends, base) = find_base(prior, &hashes);
@@ -94,7 +100,7 @@ pub fn compact_request(prior: &[Entry], draft: &RequestDraft<'_>) -> (RequestRec
     dedup(&mut blobs);
     let record = RequestRecord {
         version: ENTRY_VERSION,
-        time: now_ms(),
+        time: draft.time_ms,
         request_index: draft.request_index,
         turn_index: draft.turn_index,
         model: shape.model.clone(),
@@ -121,14 +127,15 @@ pub fn compact_request(prior: &[Entry], draft: &RequestDraft<'_>) -> (RequestRec
         patches: draft.patches.clone(),
         variant: draft.variant.clone(),
         response_id: draft.response_id.clone(),
+        ttl_decision: None,
     };
     (record, blobs)
 }
 
 /// The newest earlier request whose sent messages are a prefix of these.
-fn find_base(prior: &[Entry], hashes: &PrefixHashes) -> (Option<u64>, usize) {
+fn find_base(prior: &(impl Entries + ?Sized), hashes: &PrefixHashes) -> (Option<u64>, usize) {
     prior
-        .iter()
+        .entries()
         .rev()
         .filter_map(|e| match e {
             Entry::Request(r) => Some(r),
@@ -145,27 +152,26 @@ fn dedup(blobs: &mut Vec<Blob>) {
     blobs.retain(|b| seen.insert(b.key));
 }
 
-/// Store a request's new content, then its log entry. `prior` is the session's log as
-/// loaded for this request.
+/// Store a request's new content and its log entry (one write). `prior` is the session's
+/// log as loaded for this request.
 pub async fn record_request(
     store: &dyn SessionStore,
     session: &str,
-    prior: &[Entry],
+    prior: &(impl Entries + ?Sized),
     draft: &RequestDraft<'_>,
 ) -> StoreResult<RequestRecord> {
     let (record, blobs) = compact_request(prior, draft);
-    store.put_blobs(&blobs).await?;
     store
-        .append(session, &[Entry::Request(record.clone())])
+        .record(session, &Entry::Request(record.clone()), &blobs)
         .await?;
     Ok(record)
 }
 
 /// The full list of message keys a recorded request sent, following its chain of bases.
 /// `None` when a base is missing from the log.
-pub fn sent_keys(log: &[Entry], request_index: u64) -> Option<Vec<MessageKey>> {
+pub fn sent_keys(log: &(impl Entries + ?Sized), request_index: u64) -> Option<Vec<MessageKey>> {
     let find = |index: u64| {
-        log.iter().rev().find_map(|e| match e {
+        log.entries().rev().find_map(|e| match e {
             Entry::Request(r) if r.request_index == index => Some(r),
             _ => None,
         })
@@ -175,7 +181,7 @@ pub fn sent_keys(log: &[Entry], request_index: u64) -> Option<Vec<MessageKey>> {
     loop {
         chain.push(current);
         match current.sent.extends {
-            Some(base) if current.sent.base > 0 && chain.len() <= log.len() => {
+            Some(base) if current.sent.base > 0 && chain.len() <= log.entries().len() => {
                 current = find(base)?;
             }
             _ => break,

@@ -38,6 +38,7 @@ fn record(
     let draft = RequestDraft {
         request_index: index,
         turn_index: None,
+        time_ms: 0,
         provider: "anthropic",
         endpoint: "messages",
         client: Some("pi"),

@@ -6,7 +6,8 @@
 //! history) and are skipped. Hook code is never rerun: only stored patches are applied.
 
 use super::anchor::PrefixHashes;
-use super::entry::{ContextTransform, Entry};
+use super::entry::ContextTransform;
+use super::log::Entries;
 
 #[derive(Debug, Default)]
 pub struct ReplayPlan<'a> {
@@ -17,15 +18,13 @@ pub struct ReplayPlan<'a> {
 }
 
 /// Sort a session's persisted patches into those that apply to this history and stale ones.
-pub fn plan_replay<'a>(entries: &'a [Entry], history: &PrefixHashes) -> ReplayPlan<'a> {
+pub fn plan_replay<'a>(log: &'a (impl Entries + ?Sized), history: &PrefixHashes) -> ReplayPlan<'a> {
     let mut plan = ReplayPlan::default();
-    for entry in entries {
-        if let Entry::ContextTransform(transform) = entry {
-            if history.matches(&transform.anchor) {
-                plan.apply.push(transform);
-            } else {
-                plan.stale.push(transform);
-            }
+    for transform in log.transforms() {
+        if history.matches(&transform.anchor) {
+            plan.apply.push(transform);
+        } else {
+            plan.stale.push(transform);
         }
     }
     plan
@@ -36,7 +35,8 @@ mod tests {
     use super::*;
     use crate::patch::ops::Op;
     use crate::session::anchor::Anchor;
-    use crate::session::entry::{RequestRecord, SentMessages, ENTRY_VERSION};
+    use crate::session::entry::{Entry, RequestRecord, SentMessages, ENTRY_VERSION};
+    use crate::session::log::SessionLog;
     use serde_json::{json, Value};
 
     fn history(n: usize) -> Vec<Value> {
@@ -88,12 +88,12 @@ mod tests {
 
     #[test]
     fn matching_patches_apply_in_log_order_and_others_are_stale() {
-        let log = vec![
+        let log = SessionLog::from(vec![
             transform("a", Anchor::of(&history(2))),
             request(),
             transform("b", Anchor::of(&history(4))),
             transform("c", Anchor::of(&history(6))),
-        ];
+        ]);
         // The client dropped its last two turns and went on differently.
         let mut forked = history(4);
         forked.push(json!({"role": "user", "content": "other way"}));
@@ -107,7 +107,7 @@ mod tests {
 
     #[test]
     fn compaction_leaves_every_anchored_patch_stale() {
-        let log = vec![transform("a", Anchor::of(&history(2)))];
+        let log = SessionLog::from(vec![transform("a", Anchor::of(&history(2)))]);
         let compacted = vec![json!({"role": "user", "content": "summary"})];
         let plan = plan_replay(&log, &PrefixHashes::new(&compacted));
         assert!(plan.apply.is_empty());
@@ -116,7 +116,7 @@ mod tests {
 
     #[test]
     fn a_patch_anchored_at_an_empty_history_always_applies() {
-        let log = vec![transform("system", Anchor::of(&[]))];
+        let log = SessionLog::from(vec![transform("system", Anchor::of(&[]))]);
         let plan = plan_replay(&log, &PrefixHashes::new(&history(9)));
         assert_eq!(plan.apply.len(), 1);
     }

@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::providers::{classify, Endpoint, Provider};
 use crate::replay::recorder::{self, Recorder, RecorderTask};
+use crate::session::store::Maintenance;
 
 /// A running proxy (and its admin listener).
 pub struct ProxyHandle {
@@ -30,7 +31,10 @@ pub struct ProxyHandle {
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     recorder: Option<RecorderTask>,
+    /// The session store's retention sweeper; closes the store at shutdown.
+    maintenance: Maintenance,
     telemetry: Arc<crate::telemetry::Telemetry>,
+    pipeline: Arc<Pipeline>,
 }
 
 impl ProxyHandle {
@@ -40,6 +44,9 @@ impl ProxyHandle {
         for task in self.tasks {
             let _ = task.await;
         }
+        // Session entries of answers already sent reach the store before the end.
+        self.pipeline.drain(Duration::from_secs(10)).await;
+        self.maintenance.stop().await;
         if let Some(recorder) = self.recorder {
             // Every queued trace record reaches the disk before the process ends.
             let _ = tokio::time::timeout(Duration::from_secs(10), recorder.finish()).await;
@@ -48,8 +55,20 @@ impl ProxyHandle {
     }
 }
 
+/// What a proxy runs with besides its configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// The time the session log is written in (the wall clock unless a test moves it).
+    pub clock: crate::session::SessionClock,
+}
+
 /// Bind both listeners (port 0 allowed) and serve in the background.
 pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
+    spawn_with(config, ServeOptions::default()).await
+}
+
+/// [`spawn`], with options.
+pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result<ProxyHandle> {
     let keys = ClientKeys::from_config(&config.server, &config.upstream)?;
     let admin_token = admin::token_from_config(&config.server)?;
     if admin_token.is_none() && !config.server.admin_listen.ip().is_loopback() {
@@ -97,8 +116,15 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         header_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
         max_connections: config.server.max_connections,
     };
-    let pipeline = Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder).await?);
+    let pipeline =
+        Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder, options.clock).await?);
+    let maintenance = Maintenance::start(
+        pipeline.store().cloned(),
+        &pipeline.config().sessions,
+        metrics.store_errors.clone(),
+    );
     let telemetry = pipeline.telemetry().clone();
+    let handle_pipeline = pipeline.clone();
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: pipeline.store().cloned(),
@@ -137,7 +163,9 @@ pub async fn spawn(config: Config) -> anyhow::Result<ProxyHandle> {
         shutdown: tx,
         tasks: vec![proxy_task, admin_task],
         recorder: recorder_task,
+        maintenance,
         telemetry,
+        pipeline: handle_pipeline,
     })
 }
 

@@ -424,10 +424,9 @@ def run_client(client, policies, args, blocks, out_dir):
             run.turns.append((start, len(stack.front.snapshot()), rc, out.read(), err.read() + note))
         run.front = stack.front.snapshot()
         run.back = stack.back.snapshot()
-        if policies:  # sessions are kept only for requests a policy matches
+        if True:  # sessions are kept for every generation request (monitoring is on)
             # The session log is written once each answer has ended: wait for every entry.
-            expected = sum(1 for e in run.generation()
-                           if any(policy_matches(p, *ROUTES[e.path.split("?")[0]]) for p in run.policy_docs))
+            expected = len(run.generation())
             deadline = time.monotonic() + 30
             while True:
                 run.session_list = stack.admin("/sessions?limit=1000")["sessions"]
@@ -446,7 +445,7 @@ def run_client(client, policies, args, blocks, out_dir):
     if os.path.exists(db):
         con = sqlite3.connect(db)
         run.stored_bytes = (con.execute("select coalesce(sum(length(body)),0) from entries").fetchone()[0]
-                            + con.execute("select coalesce(sum(length(bytes)),0) from blobs").fetchone()[0])
+                            + con.execute("select coalesce(sum(length(bytes)),0) from session_blobs").fetchone()[0])
         con.close()
     run.serve_log = open(os.path.join(scenario, "serve.log")).read()
     return run
@@ -489,13 +488,11 @@ def check_identity(r, run):
     ids = {rec["session"] for rec in run.records}
     if client.one_session:
         r.check(len(ids) == 1, f"{run.label}: both turns are one session", f"sessions: {sorted(ids)}")
-    if run.policies:
-        # Sessions are kept for the requests a policy matches.
-        matched = {rec["session"] for rec in run.records
-                   if any(policy_matches(p, {rec["provider"]}, {rec["endpoint"]}) for p in run.policy_docs)}
-        listed = {s["id"] for s in run.session_list}
-        r.check(listed == matched and matched, f"{run.label}: GET /sessions lists the session",
-                f"listed {sorted(listed)}, requests the policy matches named {sorted(matched)}")
+    # Sessions are kept for every generation request, policy or not (monitoring).
+    named = {rec["session"] for rec in run.records}
+    listed = {s["id"] for s in run.session_list}
+    r.check(listed == named and named, f"{run.label}: GET /sessions lists the session",
+            f"listed {sorted(listed)}, the requests named {sorted(named)}")
 
 
 def check_bytes(r, run):
@@ -552,20 +549,50 @@ def total_cache_read(run):
     return sum(cache_read(e.resp_body) for e in run.generation())
 
 
+# Injection modes that pay for fresh memory with cache, as DESIGN §6 and the policies' own
+# documentation say: the diagnosis must name that cost (and nothing else), and the reads
+# with them are not compared with the client alone.
+TRADE_OFFS = {
+    # The previous turn's block vanishes from before the previous prompt.
+    "memory-context-hook": {("messages", "message_edited")},
+    # New memory in the system prompt when the turn's content changes.
+    "memory-system-prompt": {("system", "system_changed")},
+}
+
+
+def diagnoses(run):
+    for sid, s in run.sessions.items():
+        for e in s.get("entries", []):
+            if e.get("type") == "request" and e.get("diagnosis"):
+                yield sid, e
+
+
+def check_no_breaks(r, run, what):
+    breaks_metric = metric_sum(run.metrics, "cachet_prefix_breaks_total")
+    broken = [f"request {e.get('request_index')}: {json.dumps(e['diagnosis'])}" for _, e in diagnoses(run)]
+    r.check(breaks_metric == 0 and not broken, f"{run.label}: {what}",
+            f"cachet_prefix_breaks_total = {breaks_metric:g}; {'; '.join(broken[:4])}")
+
+
 def check_policy_run(r, run, base):
     r.check(steps(run) == steps(base), f"{run.label}: completes in the same number of steps as without",
             f"requests per turn {steps(run)}, without the policy {steps(base)}")
-    breaks_metric = metric_sum(run.metrics, "cachet_prefix_breaks_total")
-    broken = []
-    for sid, s in run.sessions.items():
-        for e in s.get("entries", []):
-            if e.get("type") == "request" and e.get("breaks"):
-                broken.append(f"request {e.get('request_index')}: {json.dumps(e['breaks'])}")
-    r.check(breaks_metric == 0 and not broken, f"{run.label}: no prefix break on an append-only session",
-            f"cachet_prefix_breaks_total = {breaks_metric:g}; {'; '.join(broken[:4])}")
+    names = {os.path.basename(p).removesuffix(".toml") for p in run.policies}
+    trade_offs = set().union(*(TRADE_OFFS.get(n, set()) for n in names))
+    if trade_offs:
+        found = {(e["diagnosis"]["section"], e["diagnosis"]["reason"]) for _, e in diagnoses(run)}
+        r.check(found <= trade_offs,
+                f"{run.label}: breaks are only the injection mode's own ({sorted(trade_offs)})",
+                f"diagnosed {sorted(found)}")
+        return check_storage(r, run)
+    check_no_breaks(r, run, "no prefix break on an append-only session")
     with_p, without = total_cache_read(run), total_cache_read(base)
     r.check(with_p >= without, f"{run.label}: reads at least as much from cache as without ({with_p} >= {without})",
             f"{with_p} tokens read with the policy, {without} without")
+    check_storage(r, run)
+
+
+def check_storage(r, run):
     # Storage: every distinct message, system prompt and tool list once, plus a small entry
     # per request. A log that copies the history into every entry grows with its square.
     unique = set()
@@ -629,6 +656,8 @@ def main():
         check_identity(r, base)
         check_bytes(r, base)
         check_cache(r, base)
+        check_no_breaks(r, base, "no prefix break without a policy (monitoring)")
+        check_storage(r, base)
         check_common(r, base)
         if client.name == "python-sdks":
             check_no_route_logged(r, args)

@@ -77,34 +77,104 @@ fn markers(payload: &[u8]) -> Vec<(String, String)> {
     out
 }
 
-fn block_of(place: &str) -> Option<usize> {
-    place
-        .rsplit("block ")
-        .next()
-        .and_then(|n| n.parse().ok())
-        .filter(|_| place.contains("block"))
-}
-
+/// A long tool loop adds two blocks per request: the marker on the last block reaches the
+/// previous request's entry, so `auto` needs no intermediate marker (one would read
+/// nothing more).
 #[test]
-fn auto_marks_system_and_last_message_and_bridges_long_tool_loops() {
+fn auto_marks_system_and_last_message_and_no_marker_that_reads_nothing_more() {
     let body = session(40, |_| {});
     let out = reshape(Provider::Anthropic, Endpoint::Messages, body, &opts(AUTO)).unwrap();
     let m = markers(&out);
-    assert_eq!(m.len(), 4, "{m:?}");
-    assert_eq!(m[0].0, "system 0");
     let last_msg = serde_json::from_slice::<Value>(&out).unwrap()["messages"]
         .as_array()
         .unwrap()
         .len()
         - 1;
-    assert!(m[3].0.starts_with(&format!("message {last_msg} ")), "{m:?}");
-    let blocks: Vec<usize> = m.iter().filter_map(|(p, _)| block_of(p)).collect();
-    for pair in blocks.windows(2) {
-        assert!(
-            pair[1] - pair[0] <= 18,
-            "markers {pair:?} are beyond the lookback"
-        );
-    }
+    assert_eq!(m.len(), 2, "{m:?}");
+    assert_eq!(m[0].0, "system 0");
+    assert!(m[1].0.starts_with(&format!("message {last_msg} ")), "{m:?}");
+}
+
+/// A request that adds more blocks than the provider's 20-block lookback (a step with
+/// twelve parallel tool calls: 12 tool_use and 12 tool_result blocks) gets a marker where
+/// the previous request ended, and reads that request's entry again; without it only the
+/// system prompt would be read. Lookback of 20 blocks: docs.claude.com prompt caching,
+/// "the system automatically checks for cache hits at all previous content block
+/// boundaries (up to approximately 20 blocks before your explicit breakpoint)".
+#[test]
+fn a_step_beyond_the_lookback_gets_a_marker_where_the_previous_request_ended() {
+    use cachet::cache_model::{CacheModel, CacheModelConfig};
+    let step = |parallel: usize| -> Vec<Value> {
+        let calls: Vec<Value> = (0..parallel)
+            .map(|i| json!({"type": "tool_use", "id": format!("p{i}"), "name": "bash", "input": {"command": format!("cat f{i}.rs")}}))
+            .collect();
+        let results: Vec<Value> = (0..parallel)
+            .map(|i| json!({"type": "tool_result", "tool_use_id": format!("p{i}"), "content": format!("fn f{i}() {{ /* body {i} */ }}")}))
+            .collect();
+        vec![
+            json!({"role": "assistant", "content": calls}),
+            json!({"role": "user", "content": results}),
+        ]
+    };
+    let request = |messages: &[Value]| -> Bytes {
+        let system = "You are a careful coding assistant. ".repeat(200);
+        Bytes::from(serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "max_tokens": 100,
+            "system": system, "tools": [{"name": "bash", "description": "Run a command.", "input_schema": {"type": "object"}}],
+            "messages": messages})).unwrap())
+    };
+    let mut history = vec![json!({"role": "user", "content": "Read every file of the crate."})];
+    history.extend(step(1));
+    let first = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        request(&history),
+        &opts(AUTO),
+    )
+    .unwrap();
+    history.extend(step(12));
+    let second = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        request(&history),
+        &opts(AUTO),
+    )
+    .unwrap();
+    let m = markers(&second);
+    // Blocks: message 0 (1), message 1 (1), message 2 (1): the previous request ended at block 2.
+    assert!(m.iter().any(|(p, _)| p == "message 2 block 2"), "{m:?}");
+    assert_eq!(m.len(), 3, "{m:?}");
+
+    let account = |bodies: &[&Bytes]| {
+        let mut cache = CacheModel::new(CacheModelConfig::default());
+        let mut last = None;
+        for (i, b) in bodies.iter().enumerate() {
+            let v: Value = serde_json::from_slice(b).unwrap();
+            last = Some(
+                cache
+                    .account(Endpoint::Messages, &v, 1_000 + i as u64 * 1_000)
+                    .unwrap(),
+            );
+        }
+        last.unwrap()
+    };
+    let previous = account(&[&first]);
+    let bridged = account(&[&first, &second]);
+    assert_eq!(
+        bridged.cache_read,
+        previous.input_tokens - previous.uncached()
+    );
+    // The same request without that marker reads only the system prompt.
+    let mut unbridged: Value = serde_json::from_slice(&second).unwrap();
+    unbridged["messages"][2]["content"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("cache_control");
+    let unbridged = Bytes::from(serde_json::to_vec(&unbridged).unwrap());
+    let without = account(&[&first, &unbridged]);
+    assert!(
+        without.cache_read < bridged.cache_read,
+        "{without:?} vs {bridged:?}"
+    );
 }
 
 #[test]
@@ -127,8 +197,11 @@ fn client_markers_are_reused_and_their_messages_keep_their_bytes() {
     );
 }
 
+/// A request the provider would reject (more than 4 markers; a marker on an empty text
+/// block) is not silently repaired by `auto`: it goes as the client sent it and gets the
+/// provider's own error. `strip`, asked for explicitly, still removes the markers.
 #[test]
-fn surplus_client_markers_are_trimmed_keeping_the_latest() {
+fn invalid_client_markers_are_not_repaired_by_auto() {
     let body = session(6, |msgs| {
         for m in msgs.iter_mut() {
             if let Some(blocks) = m["content"].as_array_mut() {
@@ -137,16 +210,38 @@ fn surplus_client_markers_are_trimmed_keeping_the_latest() {
         }
     });
     assert!(count_markers(&body) > 4);
-    let out = reshape(Provider::Anthropic, Endpoint::Messages, body, &opts(AUTO)).unwrap();
-    let m = markers(&out);
-    assert_eq!(m.len(), 4, "{m:?}");
-    assert_eq!(m[0].0, "system 0");
-    let places: Vec<&str> = m.iter().map(|(p, _)| p.as_str()).collect();
-    assert!(
-        places[1].starts_with("message 12 ")
-            && places[2].starts_with("message 13 ")
-            && places[3].starts_with("message 14 "),
-        "{places:?}"
+    let out = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        body.clone(),
+        &opts(AUTO),
+    )
+    .unwrap();
+    assert_eq!(out, body, "five markers go as sent");
+    let stripped = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        body,
+        &opts(BreakpointMode::Strip),
+    )
+    .unwrap();
+    assert_eq!(count_markers(&stripped), 0);
+
+    let empty_marked = session(2, |msgs| {
+        msgs.push(json!({"role": "assistant", "content": [
+            {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}]}));
+        msgs.push(json!({"role": "user", "content": "go on"}));
+    });
+    let out = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        empty_marked.clone(),
+        &opts(AUTO),
+    )
+    .unwrap();
+    assert_eq!(
+        out, empty_marked,
+        "a marker on an empty text block goes as sent"
     );
 }
 
@@ -270,7 +365,7 @@ fn thinking_blocks_are_never_marked() {
 }
 
 #[test]
-fn openai_payloads_are_never_given_markers() {
+fn openai_payloads_before_gpt_5_6_are_never_given_markers() {
     let body =
         Bytes::from_static(br#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#);
     let out = reshape(Provider::OpenAi, Endpoint::Chat, body.clone(), &opts(AUTO)).unwrap();
@@ -310,4 +405,141 @@ fn prefixes_between_the_byte_bounds_are_counted_with_the_tokenizer() {
         markers(&long).first().map(|(p, _)| p.as_str()),
         Some("system 0")
     );
+}
+
+/// Claude Code marks `system[1]`, `system[2]` and its last message with 5m markers. A 1h
+/// request lifts them to 1h, editing only their `ttl` (so the 1h marker on the last block
+/// is valid: "cache entries with longer TTL must appear before shorter TTLs", docs.claude.com
+/// prompt caching, mixing TTLs); everything else keeps its bytes.
+#[test]
+fn a_one_hour_request_lifts_claude_codes_own_markers() {
+    let body = json!({"model": "claude-opus-5-5", "max_tokens": 32000, "stream": true,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.330.c4f; cc_entrypoint=sdk-cli;"},
+            {"type": "text", "text": "You are a Claude agent, built on Anthropic's Claude Agent SDK.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "You are an agent working with the user. ".repeat(400), "cache_control": {"type": "ephemeral"}}],
+        "tools": [{"name": "Read", "description": "Reads a file from the local filesystem. ".repeat(200), "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "List the files in this folder."}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "a"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "no such file", "cache_control": {"type": "ephemeral"}},
+                                         {"type": "text", "text": "<system-reminder>todo list empty</system-reminder>"}]}]});
+    let body = Bytes::from(serde_json::to_vec(&body).unwrap());
+    let five = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        body.clone(),
+        &opts(AUTO),
+    )
+    .unwrap();
+    assert!(
+        markers(&five).iter().all(|(_, t)| t == "5m"),
+        "{:?}",
+        markers(&five)
+    );
+    let hour = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        body.clone(),
+        &opts(BreakpointMode::Auto { ttl: Ttl::OneHour }),
+    )
+    .unwrap();
+    let m = markers(&hour);
+    assert!(m.len() >= 3 && m.iter().all(|(_, t)| t == "1h"), "{m:?}");
+    assert!(m.iter().any(|(p, _)| p == "system 1"), "{m:?}");
+    // Only the markers changed: removing every `"ttl":"1h"` and the markers cachet added
+    // gives back the client's bytes.
+    let text = String::from_utf8(hour.to_vec()).unwrap();
+    assert!(text.contains(r#"{"type":"text","text":"You are a Claude agent, built on Anthropic's Claude Agent SDK.","cache_control":{"type":"ephemeral","ttl":"1h"}}"#));
+    let original = String::from_utf8(body.to_vec()).unwrap();
+    assert_eq!(
+        text.replace(r#","ttl":"1h""#, "")
+            .replace(r#","cache_control":{"type":"ephemeral"}}]}]"#, "}]}]"),
+        original.replace(r#","cache_control":{"type":"ephemeral"}}]}]"#, "}]}]")
+    );
+}
+
+/// GPT-5.6 and later write at the end of the prompt and at explicit breakpoints
+/// (openai-python `PromptCacheOptions`: "implicit: one implicit breakpoint ... and up to
+/// three explicit ones"; "explicit: OpenAI does not create an implicit breakpoint and
+/// writes up to the latest four explicit breakpoints. If there are no explicit
+/// breakpoints, the request does not use prompt caching"). `auto` adds breakpoints where
+/// the end of the prompt is not what the next request reuses: before a request-only tail,
+/// in explicit mode, and at the end of the system prompt that other conversations share.
+#[test]
+fn gpt_5_6_auto_breakpoints_read_what_the_end_of_the_prompt_alone_does_not() {
+    use cachet::cache_model::{CacheModel, CacheModelConfig};
+    let system = "You are a coding agent. Follow the project's rules. ".repeat(200);
+    let chat = |history: &[Value], extra: Value| -> Value {
+        let mut messages = vec![json!({"role": "system", "content": system})];
+        messages.extend(history.iter().cloned());
+        let mut body = json!({"model": "gpt-5.6", "messages": messages});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    // A policy's request-only tail: the time, different on every request.
+    let shape = |body: &Value, tail: Option<&str>, mode: BreakpointMode| -> Value {
+        let mut env = Envelope::parse(
+            Provider::OpenAi,
+            Endpoint::Chat,
+            Bytes::from(serde_json::to_vec(body).unwrap()),
+        )
+        .unwrap();
+        if let Some(t) = tail {
+            let ops = parse_ops(
+                &json!([{"op": "messages_uncached_append", "messages": [{"role": "user", "content": t}]}]),
+                "clock",
+            )
+            .unwrap();
+            env.apply(&ops, "clock").unwrap();
+        }
+        serde_json::from_slice(&env.compile_with_markers(&opts(mode))).unwrap()
+    };
+    let reads = |bodies: &[Value]| -> Vec<u64> {
+        let mut cache = CacheModel::new(CacheModelConfig::default());
+        bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                cache
+                    .account(Endpoint::Chat, b, 1_000 * i as u64)
+                    .unwrap()
+                    .cache_read
+            })
+            .collect()
+    };
+    let first = vec![json!({"role": "user", "content": "Read the parser. ".repeat(100)})];
+    let mut second = first.clone();
+    second.push(json!({"role": "assistant", "content": "It reads tokens."}));
+    second.push(json!({"role": "user", "content": "And the lexer?"}));
+
+    // A tail after the history: the implicit end includes it, so nothing is read again.
+    for (mode, expect_read) in [(BreakpointMode::Preserve, false), (AUTO, true)] {
+        let a = shape(&chat(&first, json!({})), Some("Time: 10:00"), mode);
+        let b = shape(&chat(&second, json!({})), Some("Time: 10:01"), mode);
+        let r = reads(&[a, b]);
+        assert_eq!(r[1] > 0, expect_read, "{mode:?}: {r:?}");
+    }
+    // Explicit mode without breakpoints caches nothing; `auto` gives it breakpoints.
+    let explicit = json!({"prompt_cache_options": {"mode": "explicit"}});
+    let plain = reads(&[
+        chat(&first, explicit.clone()),
+        chat(&second, explicit.clone()),
+    ]);
+    assert_eq!(plain, [0, 0]);
+    let auto = reads(&[
+        shape(&chat(&first, explicit.clone()), None, AUTO),
+        shape(&chat(&second, explicit), None, AUTO),
+    ]);
+    assert!(auto[1] > 0, "{auto:?}");
+    // Another conversation with the same system prompt reads it.
+    let other = vec![json!({"role": "user", "content": "Something else entirely."})];
+    let r = reads(&[
+        shape(&chat(&first, json!({})), None, AUTO),
+        shape(&chat(&other, json!({})), None, AUTO),
+    ]);
+    let r_plain = reads(&[chat(&first, json!({})), chat(&other, json!({}))]);
+    assert!(r[1] > 0 && r_plain[1] == 0, "auto {r:?}, plain {r_plain:?}");
 }

@@ -91,7 +91,12 @@ fn an_injection_patch_keeps_every_untouched_element_for_every_client() {
             Endpoint::Responses => parsed["input"].as_array().cloned().unwrap_or_default(),
             _ => parsed["messages"].as_array().cloned().unwrap_or_default(),
         };
-        let system_msgs = if e == Endpoint::Chat { 1 } else { 0 };
+        // Chat's system message, and pi's leading developer item on Responses, are system
+        // parts ahead of the history.
+        let system_msgs = match (e, name) {
+            (Endpoint::Chat, _) | (_, "pi_responses.json") => 1,
+            _ => 0,
+        };
         let injected = &list[system_msgs + prompt];
         assert!(
             injected.to_string().contains("small diffs"),
@@ -271,4 +276,52 @@ fn a_tool_result_with_an_appended_reminder_is_not_a_new_turn() {
     );
     assert!(report.is_ok());
     assert_eq!(env.history_len(), 4);
+}
+
+/// pi on the Responses API sends its system prompt as a leading `developer` (or `system`)
+/// input item, with no `instructions`: that item is the system prompt, so policies that
+/// target the system prompt act on pi's traffic too.
+#[test]
+fn pi_responses_developer_item_is_the_system_prompt() {
+    let original = fixture("pi_responses.json");
+    let mut env = parse(Provider::OpenAi, Endpoint::Responses, "pi_responses.json");
+    assert_eq!(env.system_parts().len(), 1);
+    assert!(env
+        .system_compiled()
+        .starts_with("You are a coding assistant"));
+    let input_len = serde_json::from_slice::<Value>(&original).unwrap()["input"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(
+        env.history_len(),
+        input_len - 1,
+        "the item left the history"
+    );
+    assert_eq!(env.compile(&CompileOptions::default()), original);
+    env.apply(
+        &ops(json!([
+            {"op": "system_part_set", "partName": "base",
+             "text": "You are a coding assistant in a terminal.", "invalidateCacheReason": "date out"},
+            {"op": "system_part_set", "partName": "memory", "text": "Prefer small diffs.",
+             "invalidateCacheReason": "memory"}
+        ])),
+        "policy",
+    )
+    .unwrap();
+    let out = env.compile(&CompileOptions::default());
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert!(v.get("instructions").is_none());
+    assert_eq!(
+        v["input"][0],
+        json!({"role": "developer", "content": "You are a coding assistant in a terminal."})
+    );
+    assert_eq!(
+        v["input"][1],
+        json!({"role": "developer", "content": "Prefer small diffs."})
+    );
+    assert!(contains(
+        &out,
+        br#"{"role":"user","content":[{"type":"input_text","text":"What does main.rs do?"}]}"#
+    ));
 }

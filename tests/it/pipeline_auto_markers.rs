@@ -85,3 +85,60 @@ async fn auto_markers_read_more_than_the_clients_own_in_a_long_tool_loop() {
         "the last call reads the loop so far and writes only its new blocks: {auto:?}"
     );
 }
+
+/// A GPT-5.6 request in `explicit` caching mode with no breakpoint caches nothing (openai-
+/// python `PromptCacheOptions`: "If there are no explicit breakpoints, the request does not
+/// use prompt caching"); through a policy with `mode = "auto"` it gets breakpoints and the
+/// next request of the conversation reads.
+#[tokio::test]
+async fn gpt_5_6_explicit_mode_gets_breakpoints_from_an_auto_policy() {
+    let reads = |policies: Vec<std::path::PathBuf>| async move {
+        let emulator = start_emulator().await;
+        let dir = tempfile::tempdir().unwrap();
+        let proxy = start_proxy(policy_config(
+            &emulator.url(),
+            policies,
+            &dir.path().join("s"),
+        ))
+        .await;
+        let system = "You are a careful coding agent. Read before you edit. ".repeat(150);
+        let mut messages = vec![
+            json!({"role": "system", "content": system}),
+            json!({"role": "user", "content": "Find the handlers."}),
+        ];
+        let mut out = Vec::new();
+        for i in 0..2 {
+            let body = json!({"model": "gpt-5.6", "prompt_cache_options": {"mode": "explicit"}, "messages": messages});
+            let answer: serde_json::Value = client()
+                .post(format!("http://{}/v1/chat/completions", proxy.addr))
+                .header("authorization", "Bearer sk-test")
+                .header("x-cachet-session", "gpt")
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            out.push(
+                answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+                    .as_u64()
+                    .unwrap_or(0),
+            );
+            messages.push(json!({"role": "assistant", "content": format!("answer {i}")}));
+            messages.push(json!({"role": "user", "content": "Go on."}));
+        }
+        proxy.shutdown().await;
+        emulator.shutdown().await;
+        out
+    };
+    assert_eq!(reads(vec![]).await, [0, 0]);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "auto",
+        "name = \"auto\"\n[match]\nprovider = [\"openai\"]\n[breakpoints]\nmode = \"auto\"\n",
+    );
+    let shaped = reads(vec![policy]).await;
+    assert!(shaped[1] > 0, "{shaped:?}");
+}

@@ -382,3 +382,101 @@ async fn turn_end_gets_the_assistant_message_assembled_from_a_stream() {
     assert_eq!(turn_end["usage"]["output"], 3);
     proxy.shutdown().await;
 }
+
+/// A payload edit re-serialises only what it changed: the history the cache keys on keeps
+/// the client's bytes (Claude Code's tool inputs in its own key order, its numbers as
+/// written). Before, the whole body was re-serialised.
+#[tokio::test]
+async fn payload_edits_keep_the_bytes_they_do_not_touch() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "payload",
+        r#"
+name = "payload"
+[[payload]]
+json_patch = [ { op = "add", path = "/metadata", value = { user_id = "{{session}}" } } ]
+"#,
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let messages = r#"[{"role":"user","content":"run it"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"timeout":120000,"command":"ls -la",  "description":"List files"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"total 0","is_error":false}]}]"#;
+    let body = format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":32000,"temperature":1.0,"messages":{messages},"stream":false}}"#
+    );
+    assert_eq!(send(&proxy, "cc-1", &body).await, 200);
+    let sent = String::from_utf8(upstream.requests()[0].body.to_vec()).unwrap();
+    assert!(sent.contains(messages), "{sent}");
+    assert!(sent.contains(r#""temperature":1.0"#), "{sent}");
+    let v: Value = serde_json::from_str(&sent).unwrap();
+    assert_eq!(v["metadata"]["user_id"], "cc-1");
+    proxy.shutdown().await;
+}
+
+/// `turn_end` handlers see only a complete answer: a stream cut halfway, or one the
+/// provider ends with an `error` event after its 200, hands them nothing and persists
+/// nothing.
+#[tokio::test]
+async fn turn_end_does_not_run_on_cut_or_failed_streams() {
+    let head = [
+        r#"{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"usage":{"input_tokens":4,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Half an ans"}}"#,
+    ];
+    let event = |e: &str| {
+        let name = serde_json::from_str::<Value>(e).unwrap()["type"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        chunk(&format!("event: {name}\ndata: {e}\n\n"))
+    };
+    let cut: Vec<Step> = head.iter().map(|e| event(e)).chain([Step::Cut]).collect();
+    let failed: Vec<Step> = head
+        .iter()
+        .map(|e| event(e))
+        .chain([event(
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        )])
+        .collect();
+    for (name, steps) in [("cut", cut), ("failed", failed)] {
+        let upstream = FakeUpstream::start(Script::sse(steps)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let policy = policy_file(
+            dir.path(),
+            "notes",
+            r#"
+name = "notes"
+[[context]]
+reason = "turn_end"
+patch = [ { op = "messages_insert", at = "end", messages = [ { role = "user", content = "NOTE" } ],
+            invalidateCacheReason = "a note for later turns" } ]
+"#,
+        );
+        let proxy = start_proxy(policy_config(
+            &upstream.url(),
+            vec![policy],
+            &dir.path().join("store"),
+        ))
+        .await;
+        let r = client()
+            .post(format!("http://{}/v1/messages", proxy.addr))
+            .header("x-api-key", "k")
+            .header("x-cachet-session", name)
+            .body(BODY)
+            .send()
+            .await
+            .unwrap();
+        let _ = r.text().await;
+        let log = wait_for_requests(&proxy, name, 1).await;
+        assert_eq!(
+            log["context_transforms"], 0,
+            "{name}: no turn_end patch persisted: {log}"
+        );
+        proxy.shutdown().await;
+    }
+}

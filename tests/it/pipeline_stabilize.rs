@@ -75,3 +75,67 @@ async fn stabilize_volatile_turns_misses_into_reads() {
         "{read_with} tokens read from cache with the policy, {read_without} without"
     );
 }
+
+/// pi and Claude Code mark their system block. Moving the date line out of it must keep
+/// that marker: a second conversation with the same system prompt then reads the prompt
+/// from cache (it shares nothing else with the first).
+#[tokio::test]
+async fn a_rewritten_system_block_keeps_the_clients_marker() {
+    let emulator = start_emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "{}/policies/stabilize-volatile.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let proxy = start_proxy(policy_config(
+        &emulator.url(),
+        vec![policy.into()],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let mut reads = Vec::new();
+    for (i, task) in ["Fix the flaky retry test.", "Rename the config loader."]
+        .iter()
+        .enumerate()
+    {
+        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+            "system": [{"type": "text", "text": system(i * 20), "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": task}]});
+        let (status, answer) = post_anthropic(&proxy, &format!("conversation-{i}"), &body).await;
+        assert_eq!(status, 200, "{answer}");
+        reads.push(answer["usage"]["cache_read_input_tokens"].as_u64().unwrap());
+        emulator.advance_clock(std::time::Duration::from_secs(20));
+    }
+    assert!(
+        reads[1] > 1024,
+        "the second conversation reads the shared system prompt: {reads:?}"
+    );
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+
+    // On the wire: the block keeps its marker and every other byte but its text.
+    let upstream = FakeUpstream::start(Script::json(200, r#"{"content":[],"usage":{}}"#)).await;
+    let policy = format!(
+        "{}/policies/stabilize-volatile.toml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy.into()],
+        &dir.path().join("store2"),
+    ))
+    .await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+        "system": [{"type": "text", "text": system(3), "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        "messages": [{"role": "user", "content": "hi"}]});
+    post_anthropic(&proxy, "wire", &body).await;
+    let sent: Value = serde_json::from_slice(&upstream.requests()[0].body).unwrap();
+    let block = &sent["system"][0];
+    assert_eq!(
+        block["cache_control"],
+        json!({"type": "ephemeral", "ttl": "1h"}),
+        "{block}"
+    );
+    assert!(!block["text"].as_str().unwrap().contains("Current date"));
+    proxy.shutdown().await;
+}

@@ -57,7 +57,7 @@ fn bad_toml() {
 fn unknown_field() {
     assert_refused(
         "name = \"a\"\n[breakpoints]\nmode = \"auto\"\nttl_secs = 300\n",
-        &["p.toml:4:1: breakpoints.ttl_secs: unknown field `ttl_secs`, expected `mode` or `ttl`"],
+        &["p.toml:4:1: breakpoints.ttl_secs: unknown field `ttl_secs`, expected one of `mode`, `ttl`, `keep_warm`, `keep_warm_after_secs`"],
     );
 }
 
@@ -183,7 +183,7 @@ fn errors_in_several_files_are_all_reported() {
         run.stderr.trim_end().lines().collect::<Vec<_>>(),
         vec![
             "a.toml:2:9: order: invalid type: string \"first\", expected i64",
-            "b.toml:4:7: breakpoints.ttl: unknown ttl `10m`; expected 5m | 1h",
+            "b.toml:4:7: breakpoints.ttl: unknown ttl `10m`; expected 5m | 1h | auto",
             "cachet: check failed: 2 errors in policies",
         ]
     );
@@ -244,5 +244,88 @@ fn shipped_policies_pass_check() {
          4. memory-context-hook (order 500, policies/memory-context-hook.toml)\n  \
          5. memory-pinned (order 500, policies/memory-pinned.toml)\n  \
          6. memory-system-prompt (order 500, policies/memory-system-prompt.toml)\n"
+    );
+}
+
+/// `ttl = "auto"` and keep-warm are accepted; keep-warm without it is refused with the
+/// reason, and so is a keep-warm delay past the 5-minute lifetime.
+#[test]
+fn adaptive_ttl_and_keep_warm_pass_check() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cachet.toml");
+    std::fs::write(&config, "").unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let run = cachet_check(
+        &root,
+        &[
+            "--config",
+            &config,
+            "--policy",
+            "tests/data/traces/arms/ttl-auto-keep-warm.toml",
+        ],
+    );
+    assert!(run.ok, "{}", run.stderr);
+    assert_refused(
+        "name = \"a\"\n[breakpoints]\nmode = \"preserve\"\nttl = \"auto\"\nkeep_warm = true\n",
+        &["p.toml:5:13: breakpoints.keep_warm: keep_warm needs mode = \"auto\" and ttl = \"auto\" (it acts on the learned gaps between turns)"],
+    );
+    assert_refused(
+        "name = \"a\"\n[breakpoints]\nmode = \"auto\"\nttl = \"auto\"\nkeep_warm = true\nkeep_warm_after_secs = 0\n",
+        &["p.toml:6:24: breakpoints.keep_warm_after_secs: 0 is not between 1 and 299: the keep-warm must read the prefix before its 5-minute entry expires"],
+    );
+}
+
+/// Every `store` value is checked: a URL scheme other than redis/rediss is a configuration
+/// error in `check`, and `serve` refuses it instead of creating a folder named `redsi:`.
+#[test]
+fn store_values_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("c.toml"),
+        "[sessions]\nstore = \"redsi://x\"\n",
+    )
+    .unwrap();
+    let run = cachet_check(dir.path(), &["--config", "c.toml"]);
+    assert!(!run.ok);
+    assert_eq!(
+        run.stderr.trim_end().lines().collect::<Vec<_>>(),
+        vec![
+            "c.toml: sessions.store: invalid session store 'redsi://x': unknown scheme `redsi://`: use redis://, rediss:// or a folder path",
+            "cachet: check failed: the configuration is invalid",
+        ]
+    );
+    for ok in [
+        "rediss://cache.internal:6380/0",
+        "redis://127.0.0.1:6379/0",
+        "./data/",
+    ] {
+        std::fs::write(
+            dir.path().join("c.toml"),
+            format!("[sessions]\nstore = \"{ok}\"\n"),
+        )
+        .unwrap();
+        let run = cachet_check(dir.path(), &["--config", "c.toml"]);
+        assert!(run.ok, "{ok}: {}", run.stderr);
+    }
+
+    let serve = Command::new(env!("CARGO_BIN_EXE_cachet"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--store", "redsi://x"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!serve.status.success());
+    let stderr = String::from_utf8_lossy(&serve.stderr);
+    assert!(stderr.contains("unknown scheme `redsi://`"), "{stderr}");
+    assert!(
+        !dir.path().join("redsi:").exists(),
+        "no folder made of a typo"
     );
 }

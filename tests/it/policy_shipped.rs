@@ -75,10 +75,11 @@ fn every_shipped_policy_loads() {
 fn auto_breakpoints_and_cache_key() {
     let p = shipped("anthropic-auto-breakpoints.toml");
     let b = p.breakpoints.unwrap();
-    assert_eq!(
-        (b.mode, b.ttl),
-        (BreakpointMode::Auto, CacheTtl::FiveMinutes)
+    assert!(
+        !b.keep_warm,
+        "keep-warm sends requests of its own: off unless asked for"
     );
+    assert_eq!((b.mode, b.ttl), (BreakpointMode::Auto, CacheTtl::Auto));
     let p = shipped("openai-cache-key.toml");
     assert_eq!(p.prompt_cache_key, Some(PromptCacheKey::Session));
 }

@@ -100,10 +100,14 @@ fn topic_memory_system_prompt_loses_the_cache_from_the_system_prompt_on() {
         // At each topic change only tools + the client's system prompt are still cached.
         assert_eq!(sys.per_request[i].cache_read, base, "request {i}");
     }
-    assert_eq!(sys.breaks["system"], 7);
+    let starts = turn_starts(&records);
+    assert_eq!(
+        sys.breaks["system"],
+        starts.len() as u64,
+        "one break per topic change"
+    );
     assert_eq!(sys.breaks["messages"], 0);
     // Within a turn (tool loop) the memory is reused, so nothing is lost.
-    let starts = turn_starts(&records);
     for i in (1..records.len()).filter(|i| !starts.contains(i)) {
         assert!(kept_all(&sys.per_request, i), "request {i}");
     }
@@ -139,8 +143,11 @@ fn topic_memory_context_hook_keeps_the_turn_but_loses_the_previous_tail() {
             lost_tail_only += 1;
         }
     }
-    assert_eq!(lost_tail_only, 4);
-    assert_eq!(hook.breaks["messages"], 7);
+    assert!(
+        lost_tail_only > 0 && lost_tail_only < starts.len(),
+        "the marker before the injection point keeps the history on some topic changes: {lost_tail_only}"
+    );
+    assert_eq!(hook.breaks["messages"], starts.len() as u64);
     assert_eq!(hook.breaks["system"], 0);
 }
 
@@ -156,38 +163,47 @@ fn topic_memory_pinned_keeps_nearly_everything() {
     assert!(pinned.hit_ratio > 0.96, "{}", pinned.hit_ratio);
 }
 
+/// How the modes compare on the sample, as relations (the figures themselves depend on
+/// the generated sample): pinned memory writes the least and costs the least, the
+/// system-prompt mode rewrites the most at every topic change, and the context hook sits
+/// between.
 #[test]
 fn topic_memory_figures_and_ordering() {
     let stats = notes_stats();
-    let figures: Vec<(&str, u64, u64, u64)> = stats
-        .iter()
-        .map(|s| {
-            (
-                s.arm.as_str(),
-                s.cache_read_tokens,
-                s.cache_write_tokens,
-                s.uncached_tokens,
-            )
-        })
-        .collect();
-    assert_eq!(
-        figures,
-        [
-            ("recorded", 270_533, 8_790, 0),
-            ("system-prompt", 253_503, 32_714, 0),
-            ("context-hook", 263_245, 22_972, 0),
-            ("pinned", 301_319, 9_959, 0),
-        ]
+    let arm = |name: &str| stats.iter().find(|s| s.arm == name).unwrap();
+    let (recorded, sys, hook, pinned) = (
+        arm("recorded"),
+        arm("system-prompt"),
+        arm("context-hook"),
+        arm("pinned"),
     );
-    let cost = |name: &str| stats.iter().find(|s| s.arm == name).unwrap().cost_usd;
-    assert!(cost("pinned") < cost("context-hook"));
-    assert!(cost("context-hook") < cost("system-prompt"));
+    for s in [&recorded, &sys, &hook, &pinned] {
+        assert_eq!(
+            s.uncached_tokens, 0,
+            "{}: markers cover every request",
+            s.arm
+        );
+    }
+    assert!(pinned.cache_write_tokens < hook.cache_write_tokens);
+    assert!(hook.cache_write_tokens < sys.cache_write_tokens);
     assert!(
-        (cost("system-prompt") - 0.2493).abs() < 5e-4,
-        "{}",
-        cost("system-prompt")
+        sys.cache_write_tokens >= 3 * pinned.cache_write_tokens,
+        "{} vs {}",
+        sys.cache_write_tokens,
+        pinned.cache_write_tokens
     );
-    assert!((cost("pinned") - 0.1783).abs() < 5e-4, "{}", cost("pinned"));
+    assert!(
+        pinned.cache_read_tokens > recorded.cache_read_tokens,
+        "pinned carries the memory"
+    );
+    assert!(pinned.hit_ratio > hook.hit_ratio && hook.hit_ratio > sys.hit_ratio);
+    assert!(pinned.cost_usd < hook.cost_usd && hook.cost_usd < sys.cost_usd);
+    assert!(
+        sys.cost_usd > 1.25 * pinned.cost_usd,
+        "{} vs {}",
+        sys.cost_usd,
+        pinned.cost_usd
+    );
 }
 
 fn static_arms(dir: &Path) -> Vec<ArmArg> {

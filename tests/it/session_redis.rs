@@ -9,6 +9,7 @@ use crate::session_support::{history, insert_note, system_part};
 use crate::support::redis::RedisServer;
 use cachet::session::{
     message_key, open_store, plan_replay, Blob, PrefixHashes, RedisStore, SessionStore, StoreError,
+    StoreOptions,
 };
 
 #[tokio::test]
@@ -52,32 +53,35 @@ async fn two_instances_serve_one_session_interchangeably() {
         .len();
     assert_eq!(last, 7);
 
-    // Content written by one instance is readable by the other.
+    // Content written by one instance is readable by the other, and stored once.
     let key = message_key(&full[0]);
-    a.put_blobs(&[Blob {
+    let blob = Blob {
         key,
         bytes: b"m0".to_vec(),
-    }])
+    };
+    a.record(
+        "s",
+        &insert_note(&full[..1], "r0", 6),
+        std::slice::from_ref(&blob),
+    )
     .await
     .unwrap();
     assert_eq!(
-        b.get_blobs(&[key]).await.unwrap(),
+        b.get_blobs("s", &[key]).await.unwrap(),
         vec![Some(b"m0".to_vec())]
     );
-    b.put_blobs(&[Blob {
-        key,
-        bytes: b"m0".to_vec(),
-    }])
-    .await
-    .unwrap();
+    b.record("s", &insert_note(&full[..1], "r1", 7), &[blob])
+        .await
+        .unwrap();
     let stats = b.stats().await.unwrap();
     assert_eq!(stats.blobs, 1, "a blob is stored once");
-    assert_eq!(stats.entries, 7);
+    assert_eq!(stats.blob_bytes, 2);
+    assert_eq!(stats.entries, 9);
 
     let sessions = b.list_sessions(10).await.unwrap();
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0].id, "s");
-    assert_eq!(sessions[0].entries, 7);
+    assert_eq!(sessions[0].entries, 9);
     assert_eq!(sessions[0].requests, 6);
     assert!(sessions[0].created <= sessions[0].updated);
 }
@@ -85,7 +89,9 @@ async fn two_instances_serve_one_session_interchangeably() {
 #[tokio::test]
 async fn a_store_that_goes_away_is_reported_unavailable() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = RedisStore::connect(&server.url(), &StoreOptions::default())
+        .await
+        .unwrap();
     store
         .append("s", &[insert_note(&history(2), "x", 0)])
         .await
@@ -106,13 +112,48 @@ async fn connecting_to_nothing_fails_cleanly() {
         .local_addr()
         .unwrap()
         .port();
-    let err = RedisStore::connect(&format!("redis://127.0.0.1:{port}/0"))
+    let err = RedisStore::connect(
+        &format!("redis://127.0.0.1:{port}/0"),
+        &StoreOptions::default(),
+    )
+    .await
+    .err();
+    assert!(matches!(err, Some(StoreError::Unavailable(_))));
+    let err = RedisStore::connect("redis://:::bad", &StoreOptions::default())
         .await
         .err();
-    assert!(matches!(err, Some(StoreError::Unavailable(_))));
-    let err = RedisStore::connect("redis://:::bad").await.err();
     assert!(matches!(
         err,
         Some(StoreError::InvalidSpec { .. }) | Some(StoreError::Unavailable(_))
     ));
+}
+
+/// `rediss://`: the store connects with TLS (rustls), trusting the CA in `redis_ca_file`,
+/// and works as over plain TCP. Without that CA the server's certificate is refused.
+#[tokio::test]
+async fn rediss_connects_with_tls() {
+    let tls = crate::support::redis::TlsRedisServer::start();
+    let options = StoreOptions {
+        cache_bytes: 1 << 20,
+        redis_ca_file: Some(tls.ca_file.clone()),
+        ..StoreOptions::default()
+    };
+    let store = cachet::session::open_store_with(&tls.url(), &options)
+        .await
+        .unwrap();
+    let note = insert_note(&history(2), "over tls", 0);
+    store
+        .append("t", std::slice::from_ref(&note))
+        .await
+        .unwrap();
+    assert_eq!(store.load("t").await.unwrap(), vec![note]);
+    assert!(store.health().await.ok);
+
+    let untrusted = RedisStore::connect(&tls.url(), &StoreOptions::default())
+        .await
+        .err();
+    assert!(
+        matches!(untrusted, Some(StoreError::Unavailable(_))),
+        "a certificate from an unknown CA is refused"
+    );
 }

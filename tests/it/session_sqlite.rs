@@ -8,7 +8,7 @@ use cachet::measure::SentRequest;
 use cachet::providers::{Endpoint, Provider};
 use cachet::session::{
     message_key, open_store, plan_replay, record_request, sent_keys, session_json, sessions_json,
-    Blob, CachedStore, Entry, PrefixHashes, RequestDraft, SessionStore, SqliteStore,
+    Blob, CachedStore, Entry, PrefixHashes, RequestDraft, SessionLog, SessionStore, SqliteStore,
 };
 use serde_json::json;
 
@@ -27,26 +27,31 @@ async fn entries_survive_closing_and_reopening_the_store() {
         store.append("s1", &written[1..]).await.unwrap();
         assert_eq!(store.next_request_index("s1").await.unwrap(), 0);
         assert_eq!(store.next_request_index("s1").await.unwrap(), 1);
+        let blob = Blob {
+            key: message_key(&h[0]),
+            bytes: b"m0".to_vec(),
+        };
         store
-            .put_blobs(&[Blob {
-                key: message_key(&h[0]),
-                bytes: b"m0".to_vec(),
-            }])
+            .record("s1", &insert_note(&h, "r", 2), &[blob])
             .await
             .unwrap();
     }
     let store = SqliteStore::open(&path).await.unwrap();
     let loaded = store.load("s1").await.unwrap();
-    assert_eq!(*loaded, written);
-    assert_eq!(store.entry_count("s1").await.unwrap(), 2);
-    assert_eq!(store.load_from("s1", 1).await.unwrap(), written[1..]);
+    let mut all = written.clone();
+    all.push(insert_note(&h, "r", 2));
+    assert_eq!(loaded, all);
+    assert_eq!(store.entry_count("s1").await.unwrap(), 3);
+    assert_eq!(store.load_from("s1", 1).await.unwrap(), all[1..]);
     // The counter goes on where it stopped.
     assert_eq!(store.next_request_index("s1").await.unwrap(), 2);
     let blobs = store
-        .get_blobs(&[message_key(&h[0]), message_key(&h[1])])
+        .get_blobs("s1", &[message_key(&h[0]), message_key(&h[1])])
         .await
         .unwrap();
     assert_eq!(blobs, vec![Some(b"m0".to_vec()), None]);
+    let other = store.get_blobs("s2", &[message_key(&h[0])]).await.unwrap();
+    assert_eq!(other, vec![None], "content is kept per session");
     // Unknown sessions are empty, not errors.
     assert_eq!(store.entry_count("nope").await.unwrap(), 0);
     assert!(store.load("nope").await.unwrap().is_empty());
@@ -63,6 +68,8 @@ async fn open_store_uses_a_folder_and_creates_it() {
         .await
         .unwrap();
     assert!(folder.join("sessions.sqlite3").exists());
+    // The store holds the file exclusively while open.
+    store.close().await;
     let mode: String = rusqlite::Connection::open(folder.join("sessions.sqlite3"))
         .unwrap()
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
@@ -84,12 +91,11 @@ async fn an_unusable_path_is_an_error_not_a_panic() {
 }
 
 #[tokio::test]
-async fn the_cache_sees_appends_made_through_another_handle() {
+async fn the_cache_sees_appends_made_around_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
-    let writer = SqliteStore::open(&path).await.unwrap();
-    let inner: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
-    let cached = CachedStore::new(inner, 100, 100);
+    let writer: Arc<dyn SessionStore> = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let cached = CachedStore::new(writer.clone(), 1 << 20);
     let h = history(6);
     writer
         .append("s", &[insert_note(&h[..2], "a", 0)])
@@ -106,8 +112,23 @@ async fn the_cache_sees_appends_made_through_another_handle() {
         .unwrap();
     let log = cached.load("s").await.unwrap();
     assert_eq!(log.len(), 3);
-    assert_eq!(*log, *writer.load("s").await.unwrap());
+    assert_eq!(log, writer.load("s").await.unwrap());
     assert_eq!(cached.load_from("s", 2).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_second_process_on_the_same_embedded_store_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let _first = SqliteStore::open(&path).await.unwrap();
+    let err = SqliteStore::open(&path)
+        .await
+        .err()
+        .expect("held exclusively");
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -180,6 +201,7 @@ async fn admin_json_lists_entries_and_recent_sessions() {
     let draft = RequestDraft {
         request_index: index,
         turn_index: Some(1),
+        time_ms: cachet::session::now_ms(),
         provider: "anthropic",
         endpoint: "messages",
         client: Some("claude-code"),
@@ -194,7 +216,9 @@ async fn admin_json_lists_entries_and_recent_sessions() {
         variant: None,
         response_id: None,
     };
-    record_request(&store, "newer", &[], &draft).await.unwrap();
+    record_request(&store, "newer", &SessionLog::new(), &draft)
+        .await
+        .unwrap();
 
     let one = session_json(&store, "newer")
         .await
@@ -256,6 +280,7 @@ async fn a_500_request_session_stores_each_message_once() {
         let draft = RequestDraft {
             request_index: store.next_request_index("long").await.unwrap(),
             turn_index: Some(i),
+            time_ms: cachet::session::now_ms(),
             provider: "anthropic",
             endpoint: "messages",
             client: None,
@@ -294,7 +319,7 @@ async fn a_500_request_session_stores_each_message_once() {
     let keys = sent_keys(&log, 499).expect("chain resolves");
     let expected: Vec<_> = full[..999].iter().map(message_key).collect();
     assert_eq!(keys, expected);
-    let Entry::Request(last) = &log[499] else {
+    let Some(Entry::Request(last)) = log.get(499) else {
         panic!("expected a request")
     };
     assert_eq!(last.sent.extends, Some(498));
@@ -318,7 +343,10 @@ async fn prepare_plan_persist_across_requests() {
     let endpoint = cachet::providers::Endpoint::Messages;
 
     // Request 0: nothing to replay; a before_request patch is persisted, an ephemeral one not.
-    let id = identify(&headers, &body, provider, endpoint);
+    let env =
+        cachet::envelope::Envelope::parse(provider, endpoint, bytes::Bytes::from(body.to_string()))
+            .unwrap();
+    let id = identify(&headers, &env);
     assert_eq!(id.source, IdSource::Header);
     let ctx = prepare(store.as_ref(), id.clone(), PrefixHashes::new(&h[..1]))
         .await
@@ -350,7 +378,7 @@ async fn prepare_plan_persist_across_requests() {
     assert_eq!(plan.apply[0].transformer, "memory");
 
     // Another session (fingerprinted) replays nothing.
-    let other = identify(&HeaderMap::new(), &body, provider, endpoint);
+    let other = identify(&HeaderMap::new(), &env);
     assert_eq!(other.source, IdSource::Fingerprint);
     let ctx = prepare(store.as_ref(), other, PrefixHashes::new(&h[..3]))
         .await

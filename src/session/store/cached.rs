@@ -1,32 +1,86 @@
-//! A moka cache in front of a store.
+//! A moka cache in front of a store, bounded in bytes (`sessions.cache_bytes`).
 //!
-//! Content blobs are immutable, so they are cached as they are. A session's log is
-//! append-only, so a cached copy is checked against the store's current length on every
-//! load and only the missing tail is fetched; appends by other cachet instances sharing a
-//! Redis store are therefore always seen. Appends go straight to the store and never into
-//! the cache, so the cache holds nothing the store does not.
+//! It keeps three kinds of item under one budget, each weighed by the bytes it holds:
+//! session logs, content blobs read back, and marks of content a session has already
+//! stored (so a request record does not send a system prompt or tool list again). Written
+//! content is never kept: a client that sends a unique 20 MB message costs the cache a
+//! mark, not 20 MB.
+//!
+//! A session's log is append-only, so a cached copy is checked against the store's
+//! current length on every load and only the missing tail is fetched; appends by other
+//! cachet instances sharing a Redis store are therefore always seen. The grown log shares
+//! every earlier entry with the cached one ([`SessionLog`]): loading costs O(new entries).
+//! Appends go straight to the store and never into the cache, so the cache holds nothing
+//! the store does not.
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use moka::future::Cache;
 
-use super::{Blob, SessionStore, SessionSummary, StoreResult, StoreStats};
+use super::{
+    Appended, Blob, Retention, SessionStore, SessionSummary, StoreHealth, StoreResult, StoreStats,
+    SweepReport,
+};
 use crate::session::entry::Entry;
+use crate::session::log::SessionLog;
 use crate::session::normalize::MessageKey;
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Log(Arc<str>),
+    /// The session holds this content already.
+    Stored(Arc<str>, MessageKey),
+    Blob(Arc<str>, MessageKey),
+}
+
+#[derive(Clone)]
+enum Item {
+    Log(SessionLog),
+    Stored,
+    Blob(Arc<Vec<u8>>),
+}
+
+/// What an item costs beyond its contents (key, moka's bookkeeping).
+const OVERHEAD: usize = 96;
+
+fn weigh(key: &Key, item: &Item) -> u32 {
+    let key_bytes = match key {
+        Key::Log(s) => s.len(),
+        Key::Stored(s, _) | Key::Blob(s, _) => s.len() + 32,
+    };
+    let item_bytes = match item {
+        Item::Log(log) => log.weight(),
+        Item::Stored => 0,
+        Item::Blob(bytes) => bytes.len(),
+    };
+    u32::try_from(OVERHEAD + key_bytes + item_bytes).unwrap_or(u32::MAX)
+}
 
 pub struct CachedStore {
     inner: Arc<dyn SessionStore>,
-    logs: Cache<String, Arc<Vec<Entry>>>,
-    blobs: Cache<MessageKey, Arc<Vec<u8>>>,
+    cache: Cache<Key, Item>,
 }
 
 impl CachedStore {
-    pub fn new(inner: Arc<dyn SessionStore>, sessions: u64, blobs: u64) -> CachedStore {
+    /// A cache of at most `budget` bytes in front of `inner`.
+    pub fn new(inner: Arc<dyn SessionStore>, budget: u64) -> CachedStore {
         CachedStore {
             inner,
-            logs: Cache::new(sessions),
-            blobs: Cache::new(blobs),
+            cache: Cache::builder().max_capacity(budget).weigher(weigh).build(),
+        }
+    }
+
+    /// The bytes the cache holds now (after pending evictions are applied).
+    pub async fn weighted_size(&self) -> u64 {
+        self.cache.run_pending_tasks().await;
+        self.cache.weighted_size()
+    }
+
+    async fn cached_log(&self, session: &str) -> Option<SessionLog> {
+        match self.cache.get(&Key::Log(session.into())).await {
+            Some(Item::Log(log)) => Some(log),
+            _ => None,
         }
     }
 }
@@ -40,6 +94,40 @@ impl SessionStore for CachedStore {
         self.inner.append(session, entries)
     }
 
+    fn append_once<'a>(
+        &'a self,
+        session: &'a str,
+        key: &'a str,
+        entries: &'a [Entry],
+    ) -> BoxFuture<'a, StoreResult<Appended>> {
+        self.inner.append_once(session, key, entries)
+    }
+
+    fn record<'a>(
+        &'a self,
+        session: &'a str,
+        entry: &'a Entry,
+        blobs: &'a [Blob],
+    ) -> BoxFuture<'a, StoreResult<()>> {
+        Box::pin(async move {
+            let id: Arc<str> = session.into();
+            // Content this session is known to hold needs no second write.
+            let mut missing = Vec::new();
+            for blob in blobs {
+                if !self.cache.contains_key(&Key::Stored(id.clone(), blob.key)) {
+                    missing.push(blob.clone());
+                }
+            }
+            self.inner.record(session, entry, &missing).await?;
+            for blob in missing {
+                self.cache
+                    .insert(Key::Stored(id.clone(), blob.key), Item::Stored)
+                    .await;
+            }
+            Ok(())
+        })
+    }
+
     fn entry_count<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<usize>> {
         self.inner.entry_count(session)
     }
@@ -49,61 +137,41 @@ impl SessionStore for CachedStore {
         session: &'a str,
         start: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<Entry>>> {
-        Box::pin(async move {
-            let all = self.load(session).await?;
-            Ok(all.get(start..).map(<[Entry]>::to_vec).unwrap_or_default())
-        })
+        Box::pin(async move { Ok(self.load(session).await?.tail_from(start)) })
     }
 
-    fn load<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<Arc<Vec<Entry>>>> {
+    fn load<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<SessionLog>> {
         Box::pin(async move {
             let stored = self.inner.entry_count(session).await?;
-            let cached = self.logs.get(session).await;
-            let log = match cached {
+            let log = match self.cached_log(session).await {
                 Some(log) if log.len() == stored => return Ok(log),
                 Some(log) if log.len() < stored => {
                     let tail = self.inner.load_from(session, log.len()).await?;
-                    let mut all = Vec::with_capacity(log.len() + tail.len());
-                    all.extend_from_slice(&log);
-                    all.extend(tail);
-                    Arc::new(all)
+                    log.extended(tail)
                 }
                 // Not cached, or the store holds less than the cache (it was reset).
-                _ => Arc::new(self.inner.load_from(session, 0).await?),
+                _ => SessionLog::from(self.inner.load_from(session, 0).await?),
             };
-            self.logs.insert(session.to_owned(), Arc::clone(&log)).await;
+            self.cache
+                .insert(Key::Log(session.into()), Item::Log(log.clone()))
+                .await;
             Ok(log)
-        })
-    }
-
-    fn put_blobs<'a>(&'a self, blobs: &'a [Blob]) -> BoxFuture<'a, StoreResult<()>> {
-        Box::pin(async move {
-            // Blobs this instance has already seen stored need no second write.
-            let mut missing = Vec::new();
-            for blob in blobs {
-                if !self.blobs.contains_key(&blob.key) {
-                    missing.push(blob.clone());
-                }
-            }
-            self.inner.put_blobs(&missing).await?;
-            for blob in missing {
-                self.blobs.insert(blob.key, Arc::new(blob.bytes)).await;
-            }
-            Ok(())
         })
     }
 
     fn get_blobs<'a>(
         &'a self,
+        session: &'a str,
         keys: &'a [MessageKey],
     ) -> BoxFuture<'a, StoreResult<Vec<Option<Vec<u8>>>>> {
         Box::pin(async move {
+            let id: Arc<str> = session.into();
             let mut out: Vec<Option<Vec<u8>>> = Vec::with_capacity(keys.len());
             let mut missing = Vec::new();
             for (i, key) in keys.iter().enumerate() {
-                match self.blobs.get(key).await {
-                    Some(bytes) => out.push(Some(bytes.as_ref().clone())),
-                    None => {
+                match self.cache.get(&Key::Blob(id.clone(), *key)).await {
+                    Some(Item::Blob(bytes)) => out.push(Some(bytes.as_ref().clone())),
+                    _ => {
                         out.push(None);
                         missing.push(i);
                     }
@@ -113,10 +181,15 @@ impl SessionStore for CachedStore {
                 return Ok(out);
             }
             let wanted: Vec<MessageKey> = missing.iter().map(|&i| keys[i]).collect();
-            let found = self.inner.get_blobs(&wanted).await?;
+            let found = self.inner.get_blobs(session, &wanted).await?;
             for (&i, bytes) in missing.iter().zip(found) {
                 if let Some(bytes) = bytes {
-                    self.blobs.insert(keys[i], Arc::new(bytes.clone())).await;
+                    self.cache
+                        .insert(
+                            Key::Blob(id.clone(), keys[i]),
+                            Item::Blob(Arc::new(bytes.clone())),
+                        )
+                        .await;
                     out[i] = Some(bytes);
                 }
             }
@@ -134,5 +207,32 @@ impl SessionStore for CachedStore {
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
         self.inner.stats()
+    }
+
+    fn sweep<'a>(
+        &'a self,
+        retention: &'a Retention,
+        now_ms: u64,
+    ) -> BoxFuture<'a, StoreResult<SweepReport>> {
+        Box::pin(async move {
+            let report = self.inner.sweep(retention, now_ms).await?;
+            if report.expired + report.evicted > 0 {
+                // Deleted sessions must not live on here (a later session of the same id
+                // starts empty, and content marks would skip writes it needs).
+                self.cache.invalidate_all();
+            }
+            Ok(report)
+        })
+    }
+
+    fn health(&self) -> BoxFuture<'_, StoreHealth> {
+        self.inner.health()
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.cache.invalidate_all();
+            self.inner.close().await;
+        })
     }
 }

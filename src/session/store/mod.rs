@@ -3,23 +3,36 @@
 //! The log is append-only; an entry never changes once written. That is what lets a cache
 //! in front of a shared store stay correct: it only needs to know how long the log is now
 //! (see [`cached::CachedStore`]).
+//!
+//! One module per concern: [`spec`] parses the `store` setting, [`sqlite`] and [`redis`]
+//! are the two stores, [`cached`] the byte-bounded cache in front of either,
+//! [`maintenance`] the retention sweeper, [`unavailable`] the stand-in for a store that
+//! could not be opened.
 
 mod cached;
+pub mod maintenance;
 mod redis;
+pub mod spec;
 mod sqlite;
+mod unavailable;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use prometheus::IntCounterVec;
 use serde::Serialize;
 
 pub use cached::CachedStore;
+pub use maintenance::{Maintenance, Retention, SweepReport};
 pub use redis::RedisStore;
+pub use spec::{StoreSpec, SQLITE_FILE};
 pub use sqlite::SqliteStore;
 
 use super::entry::Entry;
+use super::log::SessionLog;
 use super::normalize::MessageKey;
+use crate::config::{SessionsConfig, StoreFailure};
 
 /// Content-addressed bytes: a message, a system prompt or a tool list in canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +41,7 @@ pub struct Blob {
     pub bytes: Vec<u8>,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store cannot be reached or refused the operation; the caller applies
     /// `on_store_error` (fail-open or fail-closed).
@@ -52,7 +65,7 @@ pub struct SessionSummary {
     pub requests: u64,
 }
 
-/// Totals over the whole store, for the storage benchmark and tests.
+/// Totals over the whole store, for the storage benchmark, retention and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StoreStats {
     pub sessions: u64,
@@ -62,13 +75,72 @@ pub struct StoreStats {
     pub blob_bytes: u64,
 }
 
-/// A durable session store. Every write is durable when its future resolves.
+/// What [`SessionStore::append_once`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Appended {
+    /// The entries were appended: this caller made the patch.
+    Written,
+    /// Another request already appended under the same key; these are its entries.
+    Existing(Vec<Entry>),
+}
+
+/// Whether the store can serve requests now, for `GET /readyz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StoreHealth {
+    /// `sqlite`, `redis` or `unavailable`.
+    pub store: &'static str,
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl StoreHealth {
+    pub fn ok(store: &'static str) -> StoreHealth {
+        StoreHealth {
+            store,
+            ok: true,
+            reason: None,
+        }
+    }
+
+    pub fn failing(store: &'static str, reason: impl Into<String>) -> StoreHealth {
+        StoreHealth {
+            store,
+            ok: false,
+            reason: Some(reason.into()),
+        }
+    }
+}
+
+/// A durable session store.
 pub trait SessionStore: Send + Sync {
-    /// Append entries to a session's log, in order, atomically.
+    /// Append entries to a session's log, in order, atomically; durable (on disk, or
+    /// acknowledged by Redis) when the future resolves. For persisted patches.
     fn append<'a>(
         &'a self,
         session: &'a str,
         entries: &'a [Entry],
+    ) -> BoxFuture<'a, StoreResult<()>>;
+
+    /// Append entries unless entries were already appended for this session under `key`:
+    /// one atomic check-and-append across requests and cachet instances, so concurrent
+    /// requests that would each make the same patch leave exactly one in the log. Durable
+    /// like [`append`](Self::append).
+    fn append_once<'a>(
+        &'a self,
+        session: &'a str,
+        key: &'a str,
+        entries: &'a [Entry],
+    ) -> BoxFuture<'a, StoreResult<Appended>>;
+
+    /// Record a forwarded request: its content blobs (kept once per session) and its log
+    /// entry, in one write. Not synced on its own: it reaches the disk with the next synced
+    /// write (a record shapes no request, so it never waits for a sync).
+    fn record<'a>(
+        &'a self,
+        session: &'a str,
+        entry: &'a Entry,
+        blobs: &'a [Blob],
     ) -> BoxFuture<'a, StoreResult<()>>;
 
     /// Number of entries in a session's log (0 for an unknown session).
@@ -82,16 +154,14 @@ pub trait SessionStore: Send + Sync {
     ) -> BoxFuture<'a, StoreResult<Vec<Entry>>>;
 
     /// The whole log of a session.
-    fn load<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<Arc<Vec<Entry>>>> {
-        Box::pin(async move { Ok(Arc::new(self.load_from(session, 0).await?)) })
+    fn load<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<SessionLog>> {
+        Box::pin(async move { Ok(SessionLog::from(self.load_from(session, 0).await?)) })
     }
 
-    /// Store content blobs; a key already present is left as it is.
-    fn put_blobs<'a>(&'a self, blobs: &'a [Blob]) -> BoxFuture<'a, StoreResult<()>>;
-
-    /// Blobs by key, `None` where missing.
+    /// A session's content blobs by key, `None` where missing.
     fn get_blobs<'a>(
         &'a self,
+        session: &'a str,
         keys: &'a [MessageKey],
     ) -> BoxFuture<'a, StoreResult<Vec<Option<Vec<u8>>>>>;
 
@@ -103,81 +173,97 @@ pub trait SessionStore: Send + Sync {
     fn list_sessions(&self, limit: usize) -> BoxFuture<'_, StoreResult<Vec<SessionSummary>>>;
 
     fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>>;
+
+    /// Delete the sessions that retention says go, as of `now_ms`.
+    fn sweep<'a>(
+        &'a self,
+        retention: &'a Retention,
+        now_ms: u64,
+    ) -> BoxFuture<'a, StoreResult<SweepReport>>;
+
+    /// Whether the store is usable now (the database file still the one opened, Redis
+    /// answering).
+    fn health(&self) -> BoxFuture<'_, StoreHealth>;
+
+    /// Finish queued writes and release the store; later calls fail as unavailable.
+    fn close(&self) -> BoxFuture<'_, ()>;
 }
 
-/// The embedded database's file name inside the store folder.
-pub const SQLITE_FILE: &str = "sessions.sqlite3";
+/// How a store is opened, beyond its spec.
+#[derive(Clone, Default)]
+pub struct StoreOptions {
+    /// The cache in front of the store: its budget in bytes.
+    pub cache_bytes: u64,
+    /// Retention; Redis applies the age limit as key TTLs on every write.
+    pub retention: Retention,
+    /// `cachet_store_errors_total`, for failures the store finds by itself (a database
+    /// file deleted or replaced).
+    pub errors: Option<IntCounterVec>,
+    /// A PEM file of CA certificates trusted for `rediss://` (besides the public roots).
+    pub redis_ca_file: Option<PathBuf>,
+}
 
-/// How many sessions' logs the cache in front of a store keeps.
-const CACHED_SESSIONS: u64 = 10_000;
-/// How many content blobs it keeps.
-const CACHED_BLOBS: u64 = 100_000;
+impl StoreOptions {
+    pub fn from_config(config: &SessionsConfig, errors: Option<IntCounterVec>) -> StoreOptions {
+        StoreOptions {
+            cache_bytes: config.cache_bytes,
+            retention: Retention::from_config(config),
+            errors,
+            redis_ca_file: config.redis_ca_file.clone(),
+        }
+    }
+}
 
-/// Open the store named by `store = "..."` / `--store`: `redis://host:port/db` (or
-/// `rediss://`) for Redis, anything else a path for the embedded store (a folder, or a
-/// file ending in `.sqlite3`, `.sqlite` or `.db`). A moka cache sits in front of either.
+/// The default budget of the cache in front of a store: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Open the store named by `store = "..."` / `--store` with default options.
 pub async fn open_store(spec: &str) -> StoreResult<Arc<dyn SessionStore>> {
-    let inner: Arc<dyn SessionStore> = if is_redis(spec) {
-        match RedisStore::connect(spec).await {
+    let options = StoreOptions {
+        cache_bytes: DEFAULT_CACHE_BYTES,
+        ..StoreOptions::default()
+    };
+    open_store_with(spec, &options).await
+}
+
+/// Open a store (see [`StoreSpec::parse`]) with the cache in front of it.
+pub async fn open_store_with(
+    spec: &str,
+    options: &StoreOptions,
+) -> StoreResult<Arc<dyn SessionStore>> {
+    let inner: Arc<dyn SessionStore> = match StoreSpec::parse(spec)? {
+        StoreSpec::Redis(url) => match RedisStore::connect(&url, options).await {
             Ok(store) => Arc::new(store),
             // A Redis that is down at start-up may come back: connect on use, and let
             // `on_store_error` decide what requests do meanwhile.
             Err(StoreError::Unavailable(reason)) => {
                 tracing::warn!("session store not reachable yet ({reason}); retrying on use");
-                Arc::new(RedisStore::lazy(spec)?)
+                Arc::new(RedisStore::lazy(&url, options)?)
             }
             Err(e) => return Err(e),
-        }
-    } else {
-        Arc::new(SqliteStore::open(&sqlite_path(spec)?).await?)
+        },
+        StoreSpec::Sqlite(path) => Arc::new(SqliteStore::open_with(&path, options).await?),
     };
-    Ok(Arc::new(CachedStore::new(
-        inner,
-        CACHED_SESSIONS,
-        CACHED_BLOBS,
-    )))
+    Ok(Arc::new(CachedStore::new(inner, options.cache_bytes)))
 }
 
-fn is_redis(spec: &str) -> bool {
-    spec.starts_with("redis://") || spec.starts_with("rediss://")
-}
-
-/// The database file for a path spec.
-pub fn sqlite_path(spec: &str) -> StoreResult<PathBuf> {
-    if spec.trim().is_empty() {
-        return Err(StoreError::InvalidSpec {
-            spec: spec.into(),
-            reason: "empty path".into(),
-        });
-    }
-    let path = PathBuf::from(spec);
-    let is_file = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| matches!(e, "sqlite3" | "sqlite" | "db"));
-    Ok(if is_file {
-        path
-    } else {
-        path.join(SQLITE_FILE)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn specs_choose_the_store() {
-        assert!(is_redis("redis://127.0.0.1:6379/0"));
-        assert!(!is_redis("./cachet-data/"));
-        assert_eq!(
-            sqlite_path("./cachet-data/").unwrap(),
-            PathBuf::from("./cachet-data/").join(SQLITE_FILE)
-        );
-        assert_eq!(
-            sqlite_path("/var/lib/cachet/s.db").unwrap(),
-            PathBuf::from("/var/lib/cachet/s.db")
-        );
-        assert!(sqlite_path("").is_err());
+/// The store for `[sessions]`: an invalid `store` value is an error whatever
+/// `on_store_error` says; a store that cannot be opened is, in `fail-open` mode, replaced
+/// by a stand-in that fails every call (each failure counted and logged, `/readyz`
+/// answering 503) so that nothing is lost silently.
+pub async fn open_configured(
+    config: &SessionsConfig,
+    errors: &IntCounterVec,
+) -> anyhow::Result<Arc<dyn SessionStore>> {
+    let options = StoreOptions::from_config(config, Some(errors.clone()));
+    match open_store_with(&config.store, &options).await {
+        Ok(store) => Ok(store),
+        Err(e @ StoreError::InvalidSpec { .. }) => Err(e.into()),
+        Err(e) if config.on_store_error == StoreFailure::FailOpen => {
+            tracing::error!("session store unavailable, running without sessions: {e}");
+            errors.with_label_values(&["open"]).inc();
+            Ok(Arc::new(unavailable::Unavailable::new(e.to_string())))
+        }
+        Err(e) => Err(e.into()),
     }
 }

@@ -55,3 +55,43 @@ pub fn system_part(history: &[Value], text: &str) -> Entry {
         request_index: Some(0),
     })
 }
+
+/// Record a request that sent `messages` (Anthropic Messages) in `session`, after `prior`.
+pub async fn record_sent(
+    store: &dyn cachet::session::SessionStore,
+    session: &str,
+    prior: &cachet::session::SessionLog,
+    messages: &[Value],
+) -> cachet::session::RequestRecord {
+    use cachet::measure::SentRequest;
+    use cachet::providers::{Endpoint, Provider};
+    let req = SentRequest::from_json(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        &json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages}),
+        0,
+    )
+    .unwrap();
+    let history = req.history();
+    let draft = cachet::session::RequestDraft {
+        time_ms: cachet::session::now_ms(),
+        request_index: 0,
+        turn_index: Some(0),
+        provider: "anthropic",
+        endpoint: "messages",
+        client: Some("pi"),
+        shape: &req.shape,
+        history: &history,
+        usage: None,
+        status: Some(200),
+        lane: 0,
+        conversation: Default::default(),
+        diagnosis: None,
+        patches: Vec::new(),
+        variant: None,
+        response_id: None,
+    };
+    cachet::session::record_request(store, session, prior, &draft)
+        .await
+        .unwrap()
+}

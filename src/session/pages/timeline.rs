@@ -1,0 +1,383 @@
+//! `GET /sessions/{id}/timeline`: one session on one page. Figures for the whole session,
+//! the chart, then a table with a row per request (time, gap and TTL expiry, lane, model,
+//! variant, tokens by kind, hit ratio, cost and savings, the break and every patch, the
+//! full diagnosis one click away) and a totals row.
+
+use maud::{html, Markup};
+
+use super::chart::{self, ZOOMS};
+use super::describe;
+use super::format;
+use super::layout::{self, card, swatch, BREAK, READ, TTL, UNCACHED, WRITE, WRITE_1H};
+use super::view::{Money, RequestView, Row, SessionView, Totals};
+use crate::session::entry::{ContextTransform, Entry};
+use crate::session::store::{SessionStore, StoreResult};
+
+/// The page for session `id`, or `None` for an unknown session. `query` may hold
+/// `zoom=2|4|8` (the chart's width over the window's).
+pub async fn timeline_html(
+    store: &dyn SessionStore,
+    id: &str,
+    query: Option<&str>,
+) -> StoreResult<Option<String>> {
+    let log = store.load(id).await?;
+    if log.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(render(id, &log.to_vec(), zoom_from(query))))
+}
+
+fn zoom_from(query: Option<&str>) -> u32 {
+    super::query_value(query, "zoom")
+        .and_then(|z| z.parse().ok())
+        .filter(|z| ZOOMS.contains(z))
+        .unwrap_or(1)
+}
+
+pub fn render(id: &str, log: &[Entry], zoom: u32) -> String {
+    let view = SessionView::of(log);
+    let requests: Vec<&RequestView<'_>> = view.requests().collect();
+    let t = &view.totals;
+    let with_date = match (t.first, t.last) {
+        (Some(a), Some(b)) => format::different_days(a, b),
+        _ => false,
+    };
+    let columns = Columns {
+        lanes: t.lanes.len() > 1,
+        variants: !t.variants.is_empty(),
+        with_date,
+    };
+    let body = html! {
+        p.nav { a href="/sessions" { "← all sessions" } }
+        h1 { "Session " (id) }
+        p.sub { (subtitle(t)) }
+        (cards(t))
+        div.legend {
+            (swatch(READ, "read from cache"))
+            (swatch(WRITE, "written to cache"))
+            (swatch(WRITE_1H, "written, 1h TTL"))
+            (swatch(UNCACHED, "uncached"))
+            (swatch(BREAK, "prefix break"))
+            (swatch(TTL, "gap past the markers' TTL"))
+            span.dim { "hover a bar for its details; click it for its row" }
+            @if requests.len() > 40 {
+                span.zoom {
+                    "zoom"
+                    @for z in ZOOMS {
+                        @if z == zoom { b { (z) "×" } }
+                        @else { a href={ "?zoom=" (z) } { (z) "×" } }
+                    }
+                }
+            }
+        }
+        (chart::chart(&requests, zoom, t.lanes.len()))
+        div.table-wrap {
+            table.requests {
+                thead { (header(&columns)) }
+                tbody {
+                    @for row in &view.rows {
+                        @match row {
+                            Row::Request(r) => (request_row(r, &columns)),
+                            Row::Transform(tr) => (transform_row(tr, &columns)),
+                        }
+                    }
+                }
+                tfoot { (totals_row(t, &columns)) }
+            }
+        }
+    };
+    layout::page(&format!("cachet · session {id}"), body)
+}
+
+/// Which optional columns the session needs.
+struct Columns {
+    lanes: bool,
+    variants: bool,
+    with_date: bool,
+}
+
+impl Columns {
+    fn count(&self) -> usize {
+        12 + usize::from(self.lanes) + usize::from(self.variants)
+    }
+}
+
+fn subtitle(t: &Totals) -> String {
+    let mut parts = vec![format!(
+        "{} request{}",
+        t.requests,
+        if t.requests == 1 { "" } else { "s" }
+    )];
+    if t.lanes.len() > 1 {
+        parts[0].push_str(&format!(" in {} lanes", t.lanes.len()));
+    }
+    if let Some(client) = t.main_client() {
+        parts.push(format!("client {client}"));
+    }
+    let models: Vec<&str> = t
+        .models
+        .iter()
+        .map(|(m, _)| m.as_str())
+        .filter(|m| !m.is_empty())
+        .collect();
+    if !models.is_empty() {
+        parts.push(models.join(", "));
+    }
+    if !t.variants.is_empty() {
+        let variants: Vec<&str> = t.variants.iter().map(|(v, _)| v.as_str()).collect();
+        parts.push(format!("variants {}", variants.join(", ")));
+    }
+    if let (Some(first), Some(last)) = (t.first, t.last) {
+        parts.push(format!(
+            "{} to {} ({})",
+            format::datetime(first),
+            format::clock(last, format::different_days(first, last)),
+            format::duration(last - first)
+        ));
+    }
+    parts.join(" · ")
+}
+
+fn money_total(t: &Totals) -> (String, String) {
+    if t.priced == 0 && t.unpriced > 0 {
+        return ("unpriced".into(), "unpriced".into());
+    }
+    (format::usd(t.cost), format::usd(t.savings))
+}
+
+fn cards(t: &Totals) -> Markup {
+    let (cost, savings) = money_total(t);
+    let unpriced = if t.unpriced > 0 {
+        format!(" ({} unpriced)", t.unpriced)
+    } else {
+        String::new()
+    };
+    html! {
+        div.cards {
+            (card(&t.requests.to_string(), &if t.failed > 0 { format!("requests, {} failed", t.failed) } else { "requests".into() }, ""))
+            (card(&format::percent(t.hit()), "read from cache", ""))
+            (card(&cost, &format!("cost{unpriced}"), ""))
+            (card(&savings, "saved by caching", if t.savings > 0.0 { "good" } else { "" }))
+            (card(&t.breaks.to_string(), "prefix breaks", if t.breaks > 0 { "bad" } else { "" }))
+            (card(&t.expired_gaps.to_string(), "gaps past TTL", if t.expired_gaps > 0 { "bad" } else { "" }))
+            (card(&t.patches.to_string(), "patches", ""))
+        }
+    }
+}
+
+fn header(c: &Columns) -> Markup {
+    html! {
+        tr {
+            th title="request number (request_index + 1)" { "#" }
+            th.l { "time (UTC)" }
+            th title="since the previous request of the same lane" { "gap" }
+            @if c.lanes { th { "lane" } }
+            th.l { "model" }
+            @if c.variants { th.l { "variant" } }
+            th { "read" }
+            th { "written" }
+            th { "uncached" }
+            th { "output" }
+            th { "hit" }
+            th { "cost" }
+            th title="against sending every input token uncached" { "saved" }
+            th.l { "break · patches" }
+        }
+    }
+}
+
+fn money_cells(money: Money) -> Markup {
+    html! {
+        @match money {
+            Money::Priced { cost, savings } => {
+                td { (format::usd(cost)) }
+                td { (format::usd(savings)) }
+            }
+            Money::Unpriced => {
+                td.dim title="the model is not in the model table" { "unpriced" }
+                td.dim { "unpriced" }
+            }
+            Money::NoUsage => { td.dim { "–" } td.dim { "–" } }
+        }
+    }
+}
+
+fn request_row(r: &RequestView<'_>, c: &Columns) -> Markup {
+    let rec = r.record;
+    let u = r.usage.unwrap_or_default();
+    let dash = r.usage.is_none();
+    let num = |n: u64| {
+        if dash {
+            "–".to_owned()
+        } else {
+            format::tokens(n)
+        }
+    };
+    html! {
+        tr id={ "r" (r.number()) } {
+            td { (r.number()) }
+            td.l title=(format::datetime(rec.time)) { (format::clock(rec.time, c.with_date)) }
+            @match &r.gap {
+                Some(gap) => {
+                    @if let Some(short) = describe::expiry_short(gap) {
+                        td.expired title=(describe::gap(gap)) { (format::duration(gap.ms)) " " span.ttl { (short) } }
+                    } @else {
+                        td title=(describe::gap(gap)) { (format::duration(gap.ms)) }
+                    }
+                }
+                None => td.dim title="the first request of its lane" { "–" },
+            }
+            @if c.lanes { td { (rec.lane) } }
+            td.l { (rec.model) }
+            @if c.variants { td.l { (rec.variant.as_deref().unwrap_or("–")) } }
+            td { (num(u.cache_read)) }
+            td title={ "5m: " (format::tokens(u.cache_write - u.cache_write_1h.min(u.cache_write))) ", 1h: " (format::tokens(u.cache_write_1h)) } {
+                (num(u.cache_write))
+            }
+            td { (num(u.uncached)) }
+            td { (num(u.output)) }
+            td { (format::percent(r.hit())) }
+            (money_cells(r.money))
+            td.events { (events(r)) }
+        }
+    }
+}
+
+/// The break (its full diagnosis one click away), a failed status, and the patches.
+fn events(r: &RequestView<'_>) -> Markup {
+    let rec = r.record;
+    html! {
+        @if r.failed() || r.usage.is_none() {
+            div.ev {
+                span.tag.status { "status " (rec.status.map_or("?".into(), |s| s.to_string())) }
+                @if r.usage.is_none() { "no usage reported" }
+            }
+        }
+        @if let Some(d) = &rec.diagnosis {
+            details.ev.brk {
+                summary { b { (d.reason.label()) } " in " (d.section.label()) ": " (d.detail) }
+                dl {
+                    @for (label, value) in describe::diagnosis_facts(d) { dt { (label) } dd { (value) } }
+                    @if let Some(p) = &rec.provider_diagnosis {
+                        dt { "provider says" } dd { (describe::provider_reason(p)) }
+                        dt { "provider's answer" } dd { (p.to_string()) }
+                    }
+                }
+            }
+        } @else if let Some(p) = &rec.provider_diagnosis {
+            div.ev.dim { "provider: " (describe::provider_reason(p)) }
+        }
+        @for p in &r.patches {
+            div.ev title=(describe::patch(p)) {
+                span class={ "tag " (p.outcome.label()) } { (p.outcome.label()) }
+                (p.transformer) " (" (p.reason) "): " (p.ops.join(", "))
+                @if !p.invalidate.is_empty() {
+                    span.inv { "invalidates the cache: " (p.invalidate.join("; ")) }
+                }
+                @if let Some(error) = &p.error { span.err { (error) } }
+            }
+        }
+    }
+}
+
+fn transform_row(t: &ContextTransform, c: &Columns) -> Markup {
+    let ops: Vec<&str> = t.patch.iter().map(|op| op.name()).collect();
+    html! {
+        tr.transform {
+            td colspan=(c.count()) {
+                span.tag.persisted { "persisted" }
+                "patch by " (t.transformer) " (" (t.reason) "): " (ops.join(", "))
+                @if let Some(i) = t.request_index { " · made during request " (i + 1) ", which has no entry" }
+            }
+        }
+    }
+}
+
+fn totals_row(t: &Totals, c: &Columns) -> Markup {
+    let u = &t.usage;
+    let (cost, savings) = money_total(t);
+    html! {
+        tr {
+            td.l colspan="2" { "total" }
+            td { (t.first.zip(t.last).map_or("–".into(), |(a, b)| format::duration(b - a))) }
+            @if c.lanes { td { (t.lanes.len()) } }
+            td.l { (t.models.len()) " model" @if t.models.len() != 1 { "s" } }
+            @if c.variants { td.l { (t.variants.len()) } }
+            td { (format::tokens(u.cache_read)) }
+            td { (format::tokens(u.cache_write)) }
+            td { (format::tokens(u.uncached)) }
+            td { (format::tokens(u.output)) }
+            td { (format::percent(t.hit())) }
+            td {
+                (cost)
+                @if t.unpriced > 0 && cost != "unpriced" { " " br; span.dim { "+ " (t.unpriced) " unpriced" } }
+            }
+            td { (savings) }
+            td.events {
+                (t.requests) " requests · " (t.breaks) " break" @if t.breaks != 1 { "s" }
+                " · " (t.expired_gaps) " past TTL · " (t.patches) " patch" @if t.patches != 1 { "es" }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::breaks::SectionName;
+    use crate::measure::{BreakReason, Diagnosis};
+    use crate::session::anchor::Anchor;
+    use crate::session::entry::{PatchEvent, PatchOutcome, RequestRecord, ENTRY_VERSION};
+    use crate::usage::Usage;
+
+    const EVIL: &str = "<script>alert(1)</script>\"'&";
+
+    #[test]
+    fn what_clients_and_hooks_name_is_escaped() {
+        let request = RequestRecord {
+            version: ENTRY_VERSION,
+            model: EVIL.into(),
+            client: Some(EVIL.into()),
+            variant: Some(EVIL.into()),
+            usage: Some(Usage::default()),
+            diagnosis: Some(Diagnosis {
+                section: SectionName::Tools,
+                reason: BreakReason::ToolsChanged,
+                part: None,
+                tool: Some(EVIL.into()),
+                message_index: None,
+                expected_read: None,
+                read: 0,
+                detail: EVIL.into(),
+            }),
+            provider_diagnosis: Some(serde_json::json!({ "cache_miss_reason": { "type": EVIL } })),
+            patches: vec![PatchEvent {
+                error: Some(EVIL.into()),
+                invalidate: vec![EVIL.into()],
+                ..PatchEvent::new(EVIL, EVIL, PatchOutcome::Refused, &[])
+            }],
+            ..RequestRecord::default()
+        };
+        let transform = ContextTransform {
+            version: ENTRY_VERSION,
+            time: 0,
+            transformer: EVIL.into(),
+            reason: EVIL.into(),
+            anchor: Anchor {
+                count: 0,
+                hash: String::new(),
+            },
+            patch: Vec::new(),
+            display: None,
+            request_index: Some(7),
+        };
+        let log = [Entry::Request(request), Entry::ContextTransform(transform)];
+        let html = render(EVIL, &log, 1);
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(!html.contains("alert(1)</"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;'&amp;"));
+        // Every value above is shown: the id, model, client, variant, tool, detail, the
+        // provider's reason, the patch's names and error, the transform.
+        assert!(html.matches("&lt;script&gt;").count() >= 10, "{html}");
+    }
+}

@@ -1,0 +1,357 @@
+//! The embedded store: one SQLite database in WAL mode, held by one connection on a thread
+//! of its own that group-commits writes ([`writer`]), opened exclusively with no
+//! memory-mapped files ([`schema::open`]), and watched for being deleted or replaced
+//! ([`files`]).
+
+mod files;
+mod ops;
+mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use rusqlite::Connection;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    Appended, Blob, Retention, SessionStore, SessionSummary, StoreError, StoreHealth, StoreOptions,
+    StoreResult, StoreStats, SweepReport,
+};
+use crate::session::entry::{now_ms, Entry};
+use crate::session::normalize::MessageKey;
+use writer::{read_job, write_job, Job, Shared};
+
+pub struct SqliteStore {
+    jobs: mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+    path: PathBuf,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn closed<E>(_: E) -> StoreError {
+    StoreError::Unavailable("sqlite: the store is closed".into())
+}
+
+impl SqliteStore {
+    /// Open (or create) the database file, creating its folder when missing.
+    pub async fn open(path: &Path) -> StoreResult<SqliteStore> {
+        Self::open_with(path, &StoreOptions::default()).await
+    }
+
+    pub async fn open_with(path: &Path, options: &StoreOptions) -> StoreResult<SqliteStore> {
+        let (tx, rx) = mpsc::channel(writer::QUEUE);
+        let (opened_tx, opened_rx) = oneshot::channel();
+        let db = path.to_path_buf();
+        let errors = options.errors.clone();
+        let thread = std::thread::Builder::new()
+            .name("cachet-sqlite".into())
+            .spawn(move || {
+                let opened = schema::open(&db).and_then(|conn| {
+                    let files = files::FileWatch::new(&db).map_err(|e| {
+                        StoreError::Unavailable(format!("cannot stat {}: {e}", db.display()))
+                    })?;
+                    Ok((conn, files))
+                });
+                match opened {
+                    Ok((conn, files)) => {
+                        let shared = Arc::new(Shared {
+                            files,
+                            broken: Mutex::new(None),
+                            errors,
+                            synced_commits: Default::default(),
+                        });
+                        let _ = opened_tx.send(Ok(shared.clone()));
+                        writer::run(conn, rx, shared);
+                    }
+                    Err(e) => {
+                        let _ = opened_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the store thread: {e}")))?;
+        let shared = opened_rx.await.map_err(closed)??;
+        Ok(SqliteStore {
+            jobs: tx,
+            shared,
+            path: path.to_path_buf(),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Synced commits (fsyncs) so far: with group commit, fewer than the synced writes.
+    pub fn synced_commits(&self) -> u64 {
+        self.shared
+            .synced_commits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A write, committed with the next batch; `synced`: only once that batch is on disk.
+    async fn write<T: Send + 'static>(
+        &self,
+        synced: bool,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let (job, reply) = write_job(synced, f);
+        self.jobs.send(job).await.map_err(closed)?;
+        reply.await.map_err(closed)?
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let (job, reply) = read_job(f);
+        self.jobs.send(job).await.map_err(closed)?;
+        reply.await.map_err(closed)?
+    }
+}
+
+impl SessionStore for SqliteStore {
+    fn append<'a>(
+        &'a self,
+        session: &'a str,
+        entries: &'a [Entry],
+    ) -> BoxFuture<'a, StoreResult<()>> {
+        let session = session.to_owned();
+        let bodies: Vec<String> = entries.iter().map(Entry::encode).collect();
+        Box::pin(async move {
+            if bodies.is_empty() {
+                return Ok(());
+            }
+            self.write(true, move |c| ops::append(c, &session, &bodies).map(drop))
+                .await
+        })
+    }
+
+    fn append_once<'a>(
+        &'a self,
+        session: &'a str,
+        key: &'a str,
+        entries: &'a [Entry],
+    ) -> BoxFuture<'a, StoreResult<Appended>> {
+        let (session, key) = (session.to_owned(), key.to_owned());
+        let bodies: Vec<String> = entries.iter().map(Entry::encode).collect();
+        Box::pin(self.write(true, move |c| ops::append_once(c, &session, &key, &bodies)))
+    }
+
+    fn record<'a>(
+        &'a self,
+        session: &'a str,
+        entry: &'a Entry,
+        blobs: &'a [Blob],
+    ) -> BoxFuture<'a, StoreResult<()>> {
+        let session = session.to_owned();
+        let body = entry.encode();
+        let blobs = blobs.to_vec();
+        Box::pin(self.write(false, move |c| ops::record(c, &session, &body, &blobs)))
+    }
+
+    fn entry_count<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<usize>> {
+        let session = session.to_owned();
+        Box::pin(self.read(move |c| schema::entry_count(c, &session)))
+    }
+
+    fn load_from<'a>(
+        &'a self,
+        session: &'a str,
+        start: usize,
+    ) -> BoxFuture<'a, StoreResult<Vec<Entry>>> {
+        let session = session.to_owned();
+        Box::pin(self.read(move |c| schema::load_range(c, &session, start, None)))
+    }
+
+    fn get_blobs<'a>(
+        &'a self,
+        session: &'a str,
+        keys: &'a [MessageKey],
+    ) -> BoxFuture<'a, StoreResult<Vec<Option<Vec<u8>>>>> {
+        let session = session.to_owned();
+        let keys = keys.to_vec();
+        Box::pin(self.read(move |c| ops::get_blobs(c, &session, &keys)))
+    }
+
+    fn next_request_index<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
+        let session = session.to_owned();
+        Box::pin(self.write(false, move |c| {
+            ops::next_request_index(c, &session, now_ms())
+        }))
+    }
+
+    fn list_sessions(&self, limit: usize) -> BoxFuture<'_, StoreResult<Vec<SessionSummary>>> {
+        Box::pin(self.read(move |c| ops::list_sessions(c, limit)))
+    }
+
+    fn stats(&self) -> BoxFuture<'_, StoreResult<StoreStats>> {
+        Box::pin(self.read(ops::stats))
+    }
+
+    fn sweep<'a>(
+        &'a self,
+        retention: &'a Retention,
+        now_ms: u64,
+    ) -> BoxFuture<'a, StoreResult<SweepReport>> {
+        let retention = *retention;
+        Box::pin(async move {
+            let mut report = SweepReport::default();
+            // In slices, so the writes of requests in flight are never held up for long.
+            loop {
+                let slice = self
+                    .write(false, move |c| ops::sweep_slice(c, &retention, now_ms))
+                    .await?;
+                report.expired += slice.expired;
+                report.evicted += slice.evicted;
+                report.bytes_freed += slice.bytes_freed;
+                if slice.expired + slice.evicted < ops::SWEEP_SLICE as u64 {
+                    break;
+                }
+            }
+            if report.expired + report.evicted > 0 {
+                // Give the freed pages back to the file system.
+                self.write(false, |c| c.execute_batch("PRAGMA incremental_vacuum"))
+                    .await?;
+            }
+            Ok(report)
+        })
+    }
+
+    fn health(&self) -> BoxFuture<'_, StoreHealth> {
+        Box::pin(async move {
+            if self.jobs.is_closed() {
+                return StoreHealth::failing("sqlite", "the store is closed");
+            }
+            match self.shared.check() {
+                Ok(()) => StoreHealth::ok("sqlite"),
+                Err(StoreError::Unavailable(reason)) => StoreHealth::failing("sqlite", reason),
+                Err(e) => StoreHealth::failing("sqlite", e.to_string()),
+            }
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let (done, closed) = oneshot::channel();
+            if self.jobs.send(Job::Close(done)).await.is_ok() {
+                let _ = closed.await;
+            }
+        })
+    }
+}
+
+impl Drop for SqliteStore {
+    /// The database is closed (and checkpointed) before the store is gone, so whoever
+    /// removes its folder next, or opens it again, finds it closed.
+    fn drop(&mut self) {
+        let (done, _) = oneshot::channel();
+        // With a full queue the thread ends once this sender is gone; waiting here for it
+        // would wait forever.
+        let ends = !matches!(
+            self.jobs.try_send(Job::Close(done)),
+            Err(mpsc::error::TrySendError::Full(_))
+        );
+        if let (true, Some(thread)) = (ends, self.thread.take()) {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::patch::ops::Op;
+    use crate::session::anchor::Anchor;
+    use crate::session::entry::{ContextTransform, ENTRY_VERSION};
+
+    fn patch(i: u64) -> Entry {
+        Entry::ContextTransform(ContextTransform {
+            version: ENTRY_VERSION,
+            time: i,
+            transformer: "memory".into(),
+            reason: "before_request".into(),
+            anchor: Anchor::of(&[]),
+            patch: vec![Op::SystemPartSet {
+                part_name: "memory".into(),
+                text: format!("fact {i}"),
+                before: None,
+                after: None,
+                invalidate_cache_reason: Some("memory".into()),
+            }],
+            display: None,
+            request_index: Some(i),
+        })
+    }
+
+    /// 32 sessions persisting patches at once: every append is synced before it returns,
+    /// and one synced commit (one fsync) covers many of them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_synced_appends_share_commits() {
+        const SESSIONS: u64 = 32;
+        const EACH: u64 = 8;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+        let tasks: Vec<_> = (0..SESSIONS)
+            .map(|s| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    for i in 0..EACH {
+                        store.append(&format!("s{s}"), &[patch(i)]).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let appends = SESSIONS * EACH;
+        let commits = store.synced_commits();
+        assert!(
+            commits * 4 <= appends,
+            "{commits} synced commits for {appends} appends"
+        );
+        drop(store);
+        let reopened = SqliteStore::open(&path).await.unwrap();
+        for s in 0..SESSIONS {
+            assert_eq!(
+                reopened.entry_count(&format!("s{s}")).await.unwrap(),
+                EACH as usize
+            );
+        }
+    }
+
+    fn synchronous(c: &Connection) -> rusqlite::Result<i64> {
+        c.query_row("PRAGMA synchronous", [], |r| r.get(0))
+    }
+
+    /// Persisted patches commit with `synchronous = FULL` (2), records and counters with
+    /// `NORMAL` (1), whatever order the batches come in; the store is WAL, held exclusively.
+    #[tokio::test]
+    async fn synced_writes_commit_full_and_the_rest_normal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+        for _ in 0..2 {
+            assert_eq!(store.write(false, synchronous).await.unwrap(), 1);
+            assert_eq!(store.write(true, synchronous).await.unwrap(), 2);
+        }
+        let (a, b) = tokio::join!(
+            store.write(true, synchronous),
+            store.write(false, synchronous)
+        );
+        assert_eq!((a.unwrap(), b.unwrap()), (2, 1));
+        let journal: String = store
+            .read(|c| c.query_row("PRAGMA journal_mode", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(journal, "wal");
+        let locking: String = store
+            .read(|c| c.query_row("PRAGMA locking_mode", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(locking, "exclusive");
+    }
+}

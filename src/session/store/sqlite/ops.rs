@@ -1,0 +1,233 @@
+//! The embedded store's operations, each run by the writer thread on its connection.
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::schema::load_range;
+use crate::session::entry::now_ms;
+use crate::session::normalize::MessageKey;
+use crate::session::store::{Appended, Blob, Retention, SessionSummary, StoreStats, SweepReport};
+
+/// Sessions deleted per write job of a sweep.
+pub const SWEEP_SLICE: usize = 200;
+
+/// Append encoded entries; returns the position of the first.
+pub fn append(conn: &Connection, session: &str, bodies: &[String]) -> rusqlite::Result<i64> {
+    let added = bodies.len() as i64;
+    let bytes: i64 = bodies.iter().map(|b| b.len() as i64).sum();
+    let total: i64 = conn
+        .prepare_cached(
+            "INSERT INTO sessions (id, created_ms, updated_ms, entries, entry_bytes)
+             VALUES (?1, ?2, ?2, ?3, ?4)
+             ON CONFLICT(id) DO UPDATE SET entries = entries + ?3, updated_ms = ?2,
+               entry_bytes = entry_bytes + ?4
+             RETURNING entries",
+        )?
+        .query_row(params![session, now_ms() as i64, added, bytes], |row| {
+            row.get(0)
+        })?;
+    let first = total - added;
+    let mut insert =
+        conn.prepare_cached("INSERT INTO entries (session, seq, body) VALUES (?1, ?2, ?3)")?;
+    for (i, body) in bodies.iter().enumerate() {
+        insert.execute(params![session, first + i as i64, body])?;
+    }
+    Ok(first)
+}
+
+/// Append unless `key` was appended for this session already; then answer those entries.
+pub fn append_once(
+    conn: &Connection,
+    session: &str,
+    key: &str,
+    bodies: &[String],
+) -> rusqlite::Result<Appended> {
+    let earlier: Option<(i64, i64)> = conn
+        .prepare_cached(
+            "SELECT first_seq, count FROM appended_once WHERE session = ?1 AND key = ?2",
+        )?
+        .query_row(params![session, key], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if let Some((first, count)) = earlier {
+        let (first, count) = (first.max(0) as usize, count.max(0) as usize);
+        return Ok(Appended::Existing(load_range(
+            conn,
+            session,
+            first,
+            Some(first + count),
+        )?));
+    }
+    let first = append(conn, session, bodies)?;
+    conn.prepare_cached(
+        "INSERT INTO appended_once (session, key, first_seq, count) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![session, key, first, bodies.len() as i64])?;
+    Ok(Appended::Written)
+}
+
+/// A request record and the content blobs the session does not hold yet.
+pub fn record(
+    conn: &Connection,
+    session: &str,
+    body: &str,
+    blobs: &[Blob],
+) -> rusqlite::Result<()> {
+    append(conn, session, std::slice::from_ref(&body.to_owned()))?;
+    let mut known = conn.prepare_cached(
+        "SELECT EXISTS(SELECT 1 FROM session_blobs WHERE session = ?1 AND key = ?2)",
+    )?;
+    let mut insert =
+        conn.prepare_cached("INSERT INTO session_blobs (session, key, bytes) VALUES (?1, ?2, ?3)")?;
+    let mut added = 0i64;
+    for blob in blobs {
+        // Checked first, so content already stored is never copied into a statement again.
+        if !known.query_row(params![session, &blob.key[..]], |r| r.get::<_, bool>(0))? {
+            insert.execute(params![session, &blob.key[..], &blob.bytes])?;
+            added += blob.bytes.len() as i64;
+        }
+    }
+    if added > 0 {
+        conn.prepare_cached("UPDATE sessions SET blob_bytes = blob_bytes + ?2 WHERE id = ?1")?
+            .execute(params![session, added])?;
+    }
+    Ok(())
+}
+
+pub fn get_blobs(
+    conn: &Connection,
+    session: &str,
+    keys: &[MessageKey],
+) -> rusqlite::Result<Vec<Option<Vec<u8>>>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT bytes FROM session_blobs WHERE session = ?1 AND key = ?2")?;
+    keys.iter()
+        .map(|key| {
+            stmt.query_row(params![session, &key[..]], |row| row.get::<_, Vec<u8>>(0))
+                .optional()
+        })
+        .collect()
+}
+
+pub fn next_request_index(conn: &Connection, session: &str, now: u64) -> rusqlite::Result<u64> {
+    let index: i64 = conn
+        .prepare_cached(
+            "INSERT INTO sessions (id, created_ms, updated_ms, next_request)
+             VALUES (?1, ?2, ?2, 1)
+             ON CONFLICT(id) DO UPDATE
+               SET next_request = next_request + 1, updated_ms = ?2
+             RETURNING next_request - 1",
+        )?
+        .query_row(params![session, now as i64], |row| row.get(0))?;
+    Ok(index.max(0) as u64)
+}
+
+pub fn list_sessions(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<SessionSummary>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, created_ms, updated_ms, entries, next_request FROM sessions
+         ORDER BY updated_ms DESC, id LIMIT ?1",
+    )?;
+    let rows = stmt.query_map(params![limit as i64], |row| {
+        Ok(SessionSummary {
+            id: row.get(0)?,
+            created: row.get::<_, i64>(1)?.max(0) as u64,
+            updated: row.get::<_, i64>(2)?.max(0) as u64,
+            entries: row.get::<_, i64>(3)?.max(0) as u64,
+            requests: row.get::<_, i64>(4)?.max(0) as u64,
+        })
+    })?;
+    rows.collect()
+}
+
+pub fn stats(conn: &Connection) -> rusqlite::Result<StoreStats> {
+    let (sessions, entries, entry_bytes, blob_bytes) = conn.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(entries), 0), COALESCE(SUM(entry_bytes), 0),
+                COALESCE(SUM(blob_bytes), 0) FROM sessions",
+        [],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        },
+    )?;
+    let blobs: i64 = conn.query_row("SELECT COUNT(*) FROM session_blobs", [], |r| r.get(0))?;
+    Ok(StoreStats {
+        sessions: sessions.max(0) as u64,
+        entries: entries.max(0) as u64,
+        entry_bytes: entry_bytes.max(0) as u64,
+        blobs: blobs.max(0) as u64,
+        blob_bytes: blob_bytes.max(0) as u64,
+    })
+}
+
+/// Delete up to [`SWEEP_SLICE`] sessions: first those idle past the age limit, then, while
+/// the store is over its size limit, the least recently active ones (never one active
+/// within [`KEEP_ACTIVE_MS`](crate::session::store::maintenance::KEEP_ACTIVE_MS)).
+pub fn sweep_slice(
+    conn: &Connection,
+    retention: &Retention,
+    now: u64,
+) -> rusqlite::Result<SweepReport> {
+    let mut report = SweepReport::default();
+    if let Some(cutoff) = retention.age_cutoff(now) {
+        let expired: Vec<(String, i64)> = conn
+            .prepare_cached(
+                "SELECT id, entry_bytes + blob_bytes FROM sessions WHERE updated_ms < ?1
+                 ORDER BY updated_ms LIMIT ?2",
+            )?
+            .query_map(params![cutoff as i64, SWEEP_SLICE as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        for (id, bytes) in expired {
+            delete_session(conn, &id)?;
+            report.expired += 1;
+            report.bytes_freed += bytes.max(0) as u64;
+        }
+    }
+    let Some(max) = retention.max_bytes else {
+        return Ok(report);
+    };
+    let mut total: i64 = conn.query_row(
+        "SELECT COALESCE(SUM(entry_bytes + blob_bytes), 0) FROM sessions",
+        [],
+        |r| r.get(0),
+    )?;
+    let room = SWEEP_SLICE as u64 - report.expired;
+    if total <= max as i64 || room == 0 {
+        return Ok(report);
+    }
+    let oldest: Vec<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT id, entry_bytes + blob_bytes FROM sessions WHERE updated_ms < ?1
+             ORDER BY updated_ms, id LIMIT ?2",
+        )?
+        .query_map(
+            params![retention.size_cutoff(now) as i64, room as i64],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, bytes) in oldest {
+        if total <= max as i64 {
+            break;
+        }
+        delete_session(conn, &id)?;
+        total -= bytes;
+        report.evicted += 1;
+        report.bytes_freed += bytes.max(0) as u64;
+    }
+    Ok(report)
+}
+
+fn delete_session(conn: &Connection, id: &str) -> rusqlite::Result<()> {
+    for sql in [
+        "DELETE FROM entries WHERE session = ?1",
+        "DELETE FROM session_blobs WHERE session = ?1",
+        "DELETE FROM appended_once WHERE session = ?1",
+        "DELETE FROM sessions WHERE id = ?1",
+    ] {
+        conn.prepare_cached(sql)?.execute(params![id])?;
+    }
+    Ok(())
+}

@@ -1,0 +1,448 @@
+//! The prefix-break diagnosis (DESIGN §8) on live traffic through the proxy in front of
+//! the emulator: each reason of the vocabulary is caused by the client (or the provider)
+//! and diagnosed with the right section, position and reason; the same session replayed
+//! from its trace gives the same diagnosis, request by request; the provider's own
+//! diagnosis is recorded beside cachet's.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cachet::emulator::EmulatorHandle;
+use cachet::replay::{read_traces, replay_all, ArmArg};
+use cachet::session::SessionClock;
+use cachet::transport::server::{spawn_with, ProxyHandle, ServeOptions};
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+/// A system prompt over every Claude model's minimum cacheable length.
+fn system_text() -> String {
+    "You are a careful coding agent. Read before you edit; run the tests after. ".repeat(150)
+}
+
+fn tool(name: &str) -> Value {
+    json!({"name": name, "description": format!("The {name} tool."),
+           "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}})
+}
+
+/// A request shaped like pi's on the Anthropic API: the system block and the last block
+/// of the last message carry markers.
+fn pi_request(model: &str, system: &str, tools: &[&str], messages: &[Value]) -> Value {
+    let mut messages = messages.to_vec();
+    if let Some(last) = messages.last_mut() {
+        let content = match last["content"].clone() {
+            Value::String(text) => json!([{"type": "text", "text": text}]),
+            other => other,
+        };
+        last["content"] = content;
+        if let Some(block) = last["content"].as_array_mut().and_then(|b| b.last_mut()) {
+            block["cache_control"] = json!({"type": "ephemeral"});
+        }
+    }
+    json!({"model": model, "max_tokens": 256,
+        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        "tools": tools.iter().map(|t| tool(t)).collect::<Vec<_>>(),
+        "messages": messages})
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+fn assistant(text: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "text", "text": text}]})
+}
+
+/// A conversation of `turns` prompts and answers, then one more prompt.
+fn conversation(turns: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    for i in 0..turns {
+        out.push(user(&format!(
+            "Task {i}: look at module {i} and tell me what it does."
+        )));
+        out.push(assistant(&format!(
+            "Module {i} parses the configuration and hands it on."
+        )));
+    }
+    out.push(user(&format!(
+        "Task {turns}: look at module {turns} and tell me what it does."
+    )));
+    out
+}
+
+/// The proxy (recording traces, monitoring on) in front of the emulator, on clocks the
+/// test moves together.
+struct Rig {
+    emulator: EmulatorHandle,
+    proxy: ProxyHandle,
+    clock: SessionClock,
+    traces: PathBuf,
+    _dir: tempfile::TempDir,
+    sent: u64,
+}
+
+impl Rig {
+    async fn start(policies: &[&str]) -> Rig {
+        let emulator = start_emulator().await;
+        let dir = tempfile::tempdir().unwrap();
+        let files = policies
+            .iter()
+            .map(|p| PathBuf::from(format!("{}/policies/{p}.toml", env!("CARGO_MANIFEST_DIR"))))
+            .collect();
+        let mut config = policy_config(&emulator.url(), files, &dir.path().join("store"));
+        let traces = dir.path().join("traces");
+        config.record.dir = Some(traces.clone());
+        let clock = SessionClock::default();
+        let proxy = spawn_with(
+            config,
+            ServeOptions {
+                clock: clock.clone(),
+            },
+        )
+        .await
+        .unwrap();
+        Rig {
+            emulator,
+            proxy,
+            clock,
+            traces,
+            _dir: dir,
+            sent: 0,
+        }
+    }
+
+    fn advance(&self, by: Duration) {
+        self.emulator.advance_clock(by);
+        self.clock.advance(by);
+    }
+
+    /// Send one request of session `s` and wait for its entry in the session log.
+    async fn send(&mut self, s: &str, body: &Value) -> Value {
+        let (status, answer) = post_anthropic(&self.proxy, s, body).await;
+        assert_eq!(status, 200, "{answer}");
+        self.sent += 1;
+        wait_for_requests(&self.proxy, s, self.sent).await;
+        answer["usage"].clone()
+    }
+
+    /// Each request's diagnosis, in order (`null` when nothing was lost).
+    async fn diagnoses(&self, s: &str) -> Vec<Value> {
+        let log = wait_for_requests(&self.proxy, s, self.sent).await;
+        log["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["type"] == "request")
+            .map(|e| e["diagnosis"].clone())
+            .collect()
+    }
+
+    /// The same session replayed from its trace, as recorded: each request's diagnosis.
+    async fn replayed(self) -> Vec<Value> {
+        self.proxy.shutdown().await;
+        self.emulator.shutdown().await;
+        let records = read_traces(std::slice::from_ref(&self.traces)).unwrap();
+        let arms = [ArmArg {
+            name: "recorded".into(),
+            policies: Vec::new(),
+        }];
+        let stats = replay_all(&records, &arms, None, &indicatif::ProgressBar::hidden()).unwrap();
+        stats[0]
+            .diagnoses
+            .iter()
+            .map(|d| serde_json::to_value(d).unwrap())
+            .collect()
+    }
+}
+
+/// What a diagnosis says, for comparisons: section, reason and position.
+fn said(d: &Value) -> (String, String, Value, Value, Value) {
+    (
+        d["section"].as_str().unwrap_or("").to_string(),
+        d["reason"].as_str().unwrap_or("").to_string(),
+        d["message_index"].clone(),
+        d["tool"].clone(),
+        d["part"].clone(),
+    )
+}
+
+/// Run a scripted session; every request after the first is diagnosed live, then again
+/// from the recorded trace, and both must agree request by request.
+async fn live_and_replayed(
+    script: impl AsyncFnOnce(&mut Rig) -> (),
+    policies: &[&str],
+) -> Vec<Value> {
+    let mut rig = Rig::start(policies).await;
+    script(&mut rig).await;
+    let live = rig.diagnoses("s").await;
+    let replayed = rig.replayed().await;
+    assert_eq!(
+        live.iter().map(said).collect::<Vec<_>>(),
+        replayed.iter().map(said).collect::<Vec<_>>(),
+        "live {live:#?}\nreplayed {replayed:#?}"
+    );
+    live
+}
+
+const SONNET: &str = "claude-sonnet-4-5";
+
+#[tokio::test]
+async fn an_append_only_session_has_no_break_and_each_change_is_named() {
+    let system = system_text();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            let tools = ["read", "bash"];
+            for turns in 0..4 {
+                rig.send(
+                    "s",
+                    &pi_request(SONNET, &system, &tools, &conversation(turns)),
+                )
+                .await;
+            }
+            // 4: a tool added (an MCP server connected).
+            rig.send(
+                "s",
+                &pi_request(SONNET, &system, &["read", "bash", "grep"], &conversation(4)),
+            )
+            .await;
+            let tools = ["read", "bash", "grep"];
+            // 5: the system prompt changed.
+            let other = format!("{system} Be brief.");
+            rig.send("s", &pi_request(SONNET, &other, &tools, &conversation(5)))
+                .await;
+            // 6: message 2 edited.
+            let mut edited = conversation(6);
+            edited[2] = user("Task 1, reworded: what does module 1 do?");
+            rig.send("s", &pi_request(SONNET, &other, &tools, &edited))
+                .await;
+            // 7: the history shortened (the client rewound).
+            rig.send("s", &pi_request(SONNET, &other, &tools, &edited[..5]))
+                .await;
+            // 8: another model.
+            rig.send(
+                "s",
+                &pi_request("claude-opus-4-5", &other, &tools, &edited[..7]),
+            )
+            .await;
+        },
+        &[],
+    )
+    .await;
+    for (i, diagnosis) in d.iter().enumerate().take(4) {
+        assert!(diagnosis.is_null(), "request {i}: {diagnosis}");
+    }
+    assert_eq!(d[4]["section"], "tools");
+    assert_eq!(d[4]["reason"], "tools_changed");
+    assert_eq!(d[4]["tool"], "grep");
+    assert_eq!(d[5]["section"], "system");
+    assert_eq!(d[5]["reason"], "system_changed");
+    assert_eq!(d[5]["part"], "base");
+    assert_eq!(d[6]["reason"], "message_edited");
+    assert_eq!(d[6]["message_index"], 2);
+    assert_eq!(d[7]["reason"], "history_truncated");
+    assert_eq!(d[7]["message_index"], 5);
+    assert_eq!(d[8]["section"], "tools");
+    assert_eq!(d[8]["reason"], "model_changed");
+}
+
+/// A gap longer than the marker's lifetime.
+#[tokio::test]
+async fn a_gap_past_the_markers_lifetime_is_an_expiry() {
+    let system = system_text();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            let tools = ["read"];
+            rig.send("s", &pi_request(SONNET, &system, &tools, &conversation(0)))
+                .await;
+            rig.advance(Duration::from_secs(6 * 60));
+            let usage = rig
+                .send("s", &pi_request(SONNET, &system, &tools, &conversation(1)))
+                .await;
+            assert_eq!(usage["cache_read_input_tokens"], 0, "the 5m entry expired");
+            rig.advance(Duration::from_secs(20));
+            rig.send("s", &pi_request(SONNET, &system, &tools, &conversation(2)))
+                .await;
+        },
+        &[],
+    )
+    .await;
+    assert_eq!(d[1]["reason"], "ttl_expired", "{d:#?}");
+    assert_eq!(d[1]["section"], "messages");
+    assert!(d[2].is_null(), "{}", d[2]);
+}
+
+/// The provider evicting its cache: live only (replay's model keeps its entries).
+#[tokio::test]
+async fn a_provider_that_reads_less_than_it_cached_is_unexplained() {
+    let system = system_text();
+    let mut rig = Rig::start(&[]).await;
+    let tools = ["read"];
+    let first = rig
+        .send("s", &pi_request(SONNET, &system, &tools, &conversation(0)))
+        .await;
+    rig.emulator.clear_cache();
+    rig.send("s", &pi_request(SONNET, &system, &tools, &conversation(1)))
+        .await;
+    let d = rig.diagnoses("s").await;
+    assert_eq!(d[1]["reason"], "unexplained", "{d:#?}");
+    assert_eq!(d[1]["read"], 0);
+    assert_eq!(
+        d[1]["expected_read"], first["cache_creation_input_tokens"],
+        "what the first request wrote"
+    );
+    let metrics = metrics_text(&rig.proxy).await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "cachet_prefix_breaks_total",
+            &[("reason", "unexplained"), ("section", "messages")]
+        ),
+        Some(1.0)
+    );
+}
+
+/// A client that marks only the start of its history: the markers' prefix is below the
+/// model's minimum, so nothing is ever cached although the prompt is long.
+#[tokio::test]
+async fn markers_below_the_minimum_are_named() {
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            let long = "Here is the file you asked about, line by line. ".repeat(400);
+            let history = |n: usize| {
+                let mut h = vec![json!({"role": "user", "content": [
+                    {"type": "text", "text": "Hi.", "cache_control": {"type": "ephemeral"}}]})];
+                for i in 0..n {
+                    h.push(assistant(&format!("Reading part {i}.")));
+                    h.push(user(&format!("{long} (part {i})")));
+                }
+                json!({"model": SONNET, "max_tokens": 64, "messages": h})
+            };
+            rig.send("s", &history(1)).await;
+            rig.send("s", &history(2)).await;
+        },
+        &[],
+    )
+    .await;
+    assert_eq!(d[1]["reason"], "below_minimum", "{d:#?}");
+    assert_eq!(d[1]["message_index"], 0);
+}
+
+/// A long tool loop whose client marks only the last block: the previous request's entry
+/// falls beyond the provider's 20-block lookback.
+#[tokio::test]
+async fn a_marker_too_far_after_the_cached_prefix_is_outside_the_lookback() {
+    let system = system_text();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            let loop_of = |steps: usize| {
+                let mut h = vec![user("Refactor the parser.")];
+                for i in 0..steps {
+                    h.push(json!({"role": "assistant", "content": [
+                        {"type": "tool_use", "id": format!("t{i}"), "name": "read", "input": {"path": format!("src/p{i}.rs")}}]}));
+                    h.push(json!({"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": format!("t{i}"), "content": format!("fn p{i}() {{}}")}]}));
+                }
+                pi_request(SONNET, &system, &["read"], &h)
+            };
+            rig.send("s", &loop_of(1)).await;
+            rig.send("s", &loop_of(14)).await;
+        },
+        &[],
+    )
+    .await;
+    assert_eq!(d[1]["reason"], "outside_lookback", "{d:#?}");
+    assert_eq!(d[1]["section"], "messages");
+}
+
+/// A client that drops the thinking blocks of an earlier answer: the message differs only
+/// by them.
+#[tokio::test]
+async fn dropped_thinking_is_named() {
+    let system = system_text();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            let thought = json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "The module parses flags.", "signature": "sig-1"},
+                {"type": "text", "text": "It parses flags."}]});
+            let bare = json!({"role": "assistant", "content": [
+                {"type": "text", "text": "It parses flags."}]});
+            let first = vec![user("What does cli.rs do?"), thought, user("And main.rs?")];
+            rig.send("s", &pi_request(SONNET, &system, &["read"], &first))
+                .await;
+            let mut second = vec![user("What does cli.rs do?"), bare, user("And main.rs?")];
+            second.push(assistant("It starts the server."));
+            second.push(user("Thanks. Now the tests?"));
+            rig.send("s", &pi_request(SONNET, &system, &["read"], &second))
+                .await;
+        },
+        &[],
+    )
+    .await;
+    assert_eq!(d[1]["reason"], "thinking_dropped", "{d:#?}");
+    assert_eq!(d[1]["message_index"], 1);
+}
+
+/// With `[diagnostics] provider = true`, cachet names the previous answer in the request
+/// (Anthropic's cache diagnostics) and records the provider's reason beside its own.
+#[tokio::test]
+async fn the_providers_own_diagnosis_is_recorded_beside_cachets() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "diagnostics",
+        "name = \"diagnostics\"\n[diagnostics]\nprovider = true\n",
+    );
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(policy_config(
+        &emulator.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let system = system_text();
+    let mut sent = 0;
+    for body in [
+        pi_request(SONNET, &system, &["read"], &conversation(0)),
+        pi_request(SONNET, &system, &["read"], &conversation(1)),
+        pi_request(
+            SONNET,
+            &format!("{system} Be brief."),
+            &["read"],
+            &conversation(2),
+        ),
+    ] {
+        let (status, answer) = post_anthropic(&proxy, "d", &body).await;
+        assert_eq!(status, 200, "{answer}");
+        sent += 1;
+        wait_for_requests(&proxy, "d", sent).await;
+    }
+    let log = wait_for_requests(&proxy, "d", 3).await;
+    let requests: Vec<&Value> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "request")
+        .collect();
+    assert!(
+        requests[0].get("provider_diagnosis").is_none(),
+        "no previous answer to name"
+    );
+    assert_eq!(
+        requests[1]["provider_diagnosis"]["cache_miss_reason"],
+        Value::Null,
+        "nothing changed: {}",
+        requests[1]
+    );
+    assert_eq!(
+        requests[2]["provider_diagnosis"]["cache_miss_reason"]["type"],
+        "system_changed"
+    );
+    assert_eq!(requests[2]["diagnosis"]["reason"], "system_changed");
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(&metrics, "cachet_diagnosis_disagreements_total", &[]),
+        0.0
+    );
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+}

@@ -1,0 +1,163 @@
+//! Monitoring without a policy (DESIGN §4): sessions, the request log and the diagnosis
+//! are kept for every generation request, computed after the response, and the bytes go
+//! out as the client sent them. A request with no session id continues the session its
+//! history extends, so a tool list that changes mid-session is a diagnosed break there.
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn system() -> String {
+    "You are pi, a coding agent. Read before you edit. ".repeat(120)
+}
+
+/// pi on the Anthropic API sends no session id: the session is its conversation.
+fn pi_body(tools: &[&str], turns: usize) -> Value {
+    let mut messages = Vec::new();
+    for i in 0..=turns {
+        messages.push(json!({"role": "user", "content": format!("Step {i}: go on.")}));
+        if i < turns {
+            messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("Did step {i}.")}]}));
+        }
+    }
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+        "system": [{"type": "text", "text": system(), "cache_control": {"type": "ephemeral"}}],
+        "tools": tools.iter().map(|t| json!({"name": t, "input_schema": {"type": "object"}})).collect::<Vec<_>>(),
+        "messages": messages})
+}
+
+async fn post(proxy: &cachet::transport::server::ProxyHandle, body: &Value) -> reqwest::Response {
+    client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .header("anthropic-version", "2023-06-01")
+        .header("user-agent", "pi-coding-agent")
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn with_no_policy_sessions_are_kept_and_bytes_go_as_sent() {
+    let emulator = start_emulator().await;
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"id":"msg_1","type":"message","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":5,"output_tokens":1}}"#,
+    ))
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    // Formatting a proxy that re-serialised would lose.
+    let body = format!(
+        "{{ \"model\":\"claude-sonnet-4-5\",  \"max_tokens\":64,\n \"system\":{},\"messages\":[{{\"role\":\"user\",\"content\":\"hi\",\"n\":1.50}}]}}",
+        serde_json::to_string(&system()).unwrap()
+    );
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .header("x-cachet-session", "mon")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(upstream.requests()[0].body, body.as_bytes());
+    let log = wait_for_requests(&proxy, "mon", 1).await;
+    assert_eq!(log["entries"][0]["type"], "request");
+    let list: Value = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["id"] == "mon"));
+    let page = reqwest::get(format!("http://{}/sessions/mon/timeline", proxy.admin_addr))
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+}
+
+#[tokio::test]
+async fn monitoring_can_be_turned_off() {
+    let upstream = FakeUpstream::start(Script::json(200, r#"{"content":[],"usage":{}}"#)).await;
+    let mut config = test_config(&upstream.url());
+    config.sessions.monitor = false;
+    let proxy = start_proxy(config).await;
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .header("x-cachet-session", "off")
+        .body(r#"{"model":"m","messages":[]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "no sessions are kept");
+    proxy.shutdown().await;
+}
+
+/// pi (no session id) gets a new tool mid-session: the request continues the session its
+/// history extends, and the change is a `tools_changed` break there, not a new session.
+#[tokio::test]
+async fn a_request_without_an_id_continues_the_session_it_extends() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    for (tools, turns) in [
+        (&["read"][..], 0),
+        (&["read"][..], 1),
+        (&["read", "mcp_search"][..], 2),
+    ] {
+        let r = post(&proxy, &pi_body(tools, turns)).await;
+        assert_eq!(r.status(), 200);
+        let _ = r.text().await;
+        // Each answer is in the log before the next request, as for an agent.
+        for _ in 0..200 {
+            let list: Value = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let total: u64 = list["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["requests"].as_u64().unwrap())
+                .sum();
+            if total as usize > turns {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+    let list: Value = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sessions = list["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "one session: {list}");
+    let id = sessions[0]["id"].as_str().unwrap();
+    let log = wait_for_requests(&proxy, id, 3).await;
+    let last = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|e| e["type"] == "request")
+        .unwrap()
+        .clone();
+    assert_eq!(last["diagnosis"]["reason"], "tools_changed", "{last}");
+    assert_eq!(last["diagnosis"]["tool"], "mcp_search");
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+}

@@ -1,0 +1,224 @@
+//! The repository's traces (tests/data/traces/, recorded with real agents against the
+//! emulator, and tests/data/sample-trace.jsonl) through the replay arms of the README's
+//! adaptive-TTL table: relations between the arms, never totals copied from a trace.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use cachet::replay::ideal::{ideal, Ideal};
+use cachet::replay::{parse_arm, read_traces, replay_all, ArmStats, Record};
+
+const ARMS: &[&str] = &[
+    "client",
+    "5m=tests/data/traces/arms/ttl-5m.toml",
+    "1h=tests/data/traces/arms/ttl-1h.toml",
+    "auto=tests/data/traces/arms/ttl-auto.toml",
+    "auto+keep-warm=tests/data/traces/arms/ttl-auto-keep-warm.toml",
+    "shipped=policies/anthropic-auto-breakpoints.toml",
+];
+
+struct Replayed {
+    name: String,
+    records: Vec<Record>,
+    arms: BTreeMap<String, ArmStats>,
+    ideal: Ideal,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn traces() -> Vec<PathBuf> {
+    let mut out = vec![root().join("tests/data/sample-trace.jsonl")];
+    let dir = root().join("tests/data/traces");
+    let mut recorded: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
+        .collect();
+    recorded.sort();
+    assert!(recorded.len() >= 3, "the recorded traces are missing");
+    out.extend(recorded);
+    out
+}
+
+/// Every trace through every arm, once for all tests.
+fn replayed() -> &'static [Replayed] {
+    static DONE: OnceLock<Vec<Replayed>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let arms: Vec<_> = ARMS
+            .iter()
+            .map(|a| {
+                let a = match a.split_once('=') {
+                    Some((name, file)) => format!("{name}={}", root().join(file).display()),
+                    None => a.to_string(),
+                };
+                parse_arm(&a).unwrap()
+            })
+            .collect();
+        traces()
+            .into_iter()
+            .map(|path| {
+                let records = read_traces(std::slice::from_ref(&path)).unwrap();
+                let stats =
+                    replay_all(&records, &arms, None, &indicatif::ProgressBar::hidden()).unwrap();
+                for s in &stats {
+                    assert_eq!(s.errors, 0, "{}: {:?}", path.display(), s.error_messages);
+                }
+                Replayed {
+                    name: path.file_name().unwrap().to_string_lossy().into_owned(),
+                    ideal: ideal(&records, None),
+                    arms: stats.into_iter().map(|s| (s.arm.clone(), s)).collect(),
+                    records,
+                }
+            })
+            .collect()
+    })
+}
+
+/// How many times two consecutive requests of one session are more than 5 minutes apart.
+fn long_pauses(records: &[Record]) -> usize {
+    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut long = 0;
+    for r in records {
+        if let Some(before) = last.insert(&r.session, r.time_ms) {
+            long += usize::from(r.time_ms - before > 5 * 60 * 1000);
+        }
+    }
+    long
+}
+
+fn has_long_pause(records: &[Record]) -> bool {
+    long_pauses(records) > 0
+}
+
+fn cost(t: &Replayed, arm: &str) -> f64 {
+    let s = &t.arms[arm];
+    assert_eq!(
+        s.unpriced_requests, 0,
+        "{}: {arm} has unpriced requests",
+        t.name
+    );
+    s.cost_usd
+}
+
+#[test]
+fn the_recorded_traces_show_long_and_short_pauses() {
+    let long: Vec<bool> = replayed()
+        .iter()
+        .map(|t| has_long_pause(&t.records))
+        .collect();
+    assert!(
+        long.iter().any(|&l| l) && long.iter().any(|&l| !l),
+        "{long:?}"
+    );
+}
+
+/// The client arm replays each recorded trace to the usage its live run reported: the
+/// pauses moved on the emulator's clock and in the records' times agree.
+#[test]
+fn the_recorded_traces_replay_to_the_usage_their_live_run_reported() {
+    for t in replayed().iter().filter(|t| t.name.ends_with(".jsonl.gz")) {
+        let client = &t.arms["client"];
+        for (i, (record, replayed)) in t.records.iter().zip(&client.per_request).enumerate() {
+            let live = record.usage.unwrap();
+            assert_eq!(
+                (live.cache_read, live.cache_write, live.cache_write_1h),
+                (
+                    replayed.cache_read,
+                    replayed.cache_write,
+                    replayed.cache_write_1h
+                ),
+                "{} request {i}",
+                t.name
+            );
+        }
+    }
+}
+
+/// Adaptive TTL with keep-warm costs at most the cheaper of "every marker 5m" and "every
+/// marker 1h", plus 1%, on every trace: it pays for 1h writes and keep-warms only where
+/// the session's pauses make them pay.
+#[test]
+fn adaptive_ttl_with_keep_warm_is_never_dearer_than_the_cheaper_fixed_lifetime() {
+    for t in replayed() {
+        let best = cost(t, "5m").min(cost(t, "1h"));
+        let auto = cost(t, "auto+keep-warm");
+        assert!(
+            auto <= best * 1.01,
+            "{}: auto+keep-warm {auto:.4} vs min(5m, 1h) {best:.4}",
+            t.name
+        );
+    }
+}
+
+/// Where the person pauses more than 5 minutes between turns, the client's own 5m markers
+/// write the whole prompt again after each pause; adaptive TTL with keep-warm reads it.
+#[test]
+fn after_pauses_over_five_minutes_it_is_at_least_ten_percent_cheaper_than_the_client() {
+    let mut seen = 0;
+    for t in replayed().iter().filter(|t| has_long_pause(&t.records)) {
+        let (auto, client) = (cost(t, "auto+keep-warm"), cost(t, "client"));
+        assert!(
+            auto <= client * 0.9,
+            "{}: auto+keep-warm {auto:.4} vs client {client:.4}",
+            t.name
+        );
+        assert!(
+            t.arms["auto+keep-warm"].keep_warm_requests > 0,
+            "{}",
+            t.name
+        );
+        seen += 1;
+    }
+    assert!(seen >= 2, "the traces with long pauses are missing");
+}
+
+/// Without keep-warm, `auto` learns the pauses as they come: where none is longer than 5
+/// minutes it writes exactly what "every marker 5m" writes; once a long pause was seen, the
+/// request likely to end a turn writes for an hour, and the next long pause is read.
+#[test]
+fn adaptive_ttl_alone_follows_five_minutes_until_a_long_pause_is_seen() {
+    let mut learned = 0;
+    for t in replayed() {
+        let (auto, five, client) = (cost(t, "auto"), cost(t, "5m"), cost(t, "client"));
+        if !has_long_pause(&t.records) {
+            assert!(
+                auto <= five * 1.01,
+                "{}: auto {auto:.4} vs 5m {five:.4}",
+                t.name
+            );
+            assert_eq!(
+                t.arms["auto"].cache_read_tokens, t.arms["5m"].cache_read_tokens,
+                "{}",
+                t.name
+            );
+        } else if long_pauses(&t.records) >= 2 {
+            assert!(
+                auto < client,
+                "{}: auto {auto:.4} vs client {client:.4}",
+                t.name
+            );
+            assert!(t.arms["auto"].cache_read_tokens > t.arms["client"].cache_read_tokens);
+            learned += 1;
+        }
+    }
+    assert!(learned >= 1, "no trace with two long pauses");
+}
+
+/// An SDK app that sends no `cache_control` reads nothing from the cache; the shipped
+/// `anthropic-auto-breakpoints` policy brings it to 98% of the ideal or more.
+#[test]
+fn an_unmarked_sdk_app_reaches_the_ideal_with_the_shipped_auto_breakpoints() {
+    let t = replayed()
+        .iter()
+        .find(|t| t.name.starts_with("sdk-unmarked"))
+        .expect("the unmarked SDK trace");
+    assert_eq!(t.arms["client"].cache_read_tokens, 0);
+    assert!(t.ideal.cache_read_tokens > 0);
+    for arm in ["shipped", "auto", "auto+keep-warm"] {
+        let share = t.ideal.share_of(t.arms[arm].cache_read_tokens).unwrap();
+        assert!(share >= 0.98, "{arm}: {share:.3} of the ideal");
+    }
+}
