@@ -85,6 +85,17 @@ impl RequestCtx {
     pub fn namespace(&self) -> Option<&str> {
         self.key.as_deref()
     }
+
+    /// The session for this request's log line and span: the pipeline's when a policy ran,
+    /// else the one the headers name, in the key's namespace as the session log stores it.
+    /// (A session found by fingerprint or continuation is known only after the response.)
+    fn session_for_logs(&self, shaped: &Shaped) -> Option<String> {
+        match shaped.session() {
+            Some(session) => Some(session.to_owned()),
+            None => crate::session::identity::named_in_headers(&self.parts.headers)
+                .map(|id| identify::in_namespace(&id, self.namespace())),
+        }
+    }
 }
 
 /// Sessions whose latest answer ids are remembered for the provider's cache diagnostics.
@@ -211,8 +222,9 @@ impl Pipeline {
             self.check_body(&mut ctx)?;
             trace = self.trace_record(&ctx);
             let shaped = self.shape(&ctx).await?;
+            let session = ctx.session_for_logs(&shaped);
             ctx.telemetry
-                .record_shaping(&ctx.parts.headers, shaped.session(), &shaped.variant);
+                .record_shaping(session.as_deref(), &shaped.variant);
             let upstream = self.forward(&ctx, &shaped).await?;
             ctx.telemetry.record_upstream(upstream.headers());
             Ok::<_, ApiError>((shaped, upstream))

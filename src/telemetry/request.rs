@@ -167,18 +167,13 @@ impl RequestTelemetry {
         }
     }
 
-    /// What the pipeline decided: the session (from the pipeline when a policy ran, else
-    /// as the headers name it) and the variant.
-    pub fn record_shaping(&mut self, headers: &HeaderMap, session: Option<&str>, variant: &str) {
+    /// What the pipeline decided: the session (namespaced by the client key, as the session
+    /// log stores it) and the variant.
+    pub fn record_shaping(&mut self, session: Option<&str>, variant: &str) {
         if !self.inner.as_ref().is_some_and(Inner::observed) {
             return;
         }
-        match session {
-            Some(session) => self.record_session(Some(session)),
-            None => {
-                self.record_session(crate::session::identity::named_in_headers(headers).as_deref())
-            }
-        }
+        self.record_session(session);
         self.record_variant(variant);
     }
 
