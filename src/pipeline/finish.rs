@@ -427,10 +427,7 @@ impl Pipeline {
             usage,
             time_ms: now_ms,
             min_tokens,
-            thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(
-                shape.endpoint,
-                sent.original_body(),
-            ),
+            thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(sent),
         };
         let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
             crate::measure::shape::tokens_through(sent, block)
