@@ -170,9 +170,8 @@ static FINGERPRINTS: OnceLock<Mutex<HashMap<u128, String>>> = OnceLock::new();
 /// Assumption: xxh3-128 (seeded per process) does not collide on the inputs one process
 /// sees. Under it the memo answers exactly what the canonical path would; a lookup among
 /// the 4,096 entries kept meets an accidental collision with probability below 2^-116. A
-/// crafted one
-/// would only make a request take another input's id inside its own client's namespace
-/// (see `pipeline::identify`), where it could name any session by header anyway.
+/// crafted one would only make a request take another input's id inside its own client's
+/// namespace (see `pipeline::identify`), where it could name any session by header anyway.
 pub fn fingerprint(env: &Envelope) -> String {
     use std::hash::{BuildHasher, RandomState};
     static SEED: OnceLock<u64> = OnceLock::new();
