@@ -692,7 +692,17 @@ async fn run(client: Client, shaping: bool, corpus: &Corpus, upstream: &str) {
             headers.insert(k, v);
         }
     }
-    let mut rows = Vec::new();
+    println!(
+        "\n### {} · {}\n",
+        client.label(),
+        if shaping {
+            "full shaping"
+        } else {
+            "no policy, monitoring on"
+        },
+    );
+    println!("| cycle | requests | at request 10: messages · body KB · CPU ms/req (until answered) | at request {per_cycle}: messages · body KB · CPU ms/req (until answered) | RSS MiB |");
+    println!("| ---: | --- | --- | --- | ---: |");
     let mut step = 0u64;
     let mut errors = 0u64;
     let started = Instant::now();
@@ -779,37 +789,36 @@ async fn run(client: Client, shaping: bool, corpus: &Corpus, upstream: &str) {
         }
         if sampled(cycle) {
             row.rss = rss_mib(pid).0;
-            rows.push(row);
+            print_row(&row, per_cycle);
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
     let total = cycles * per_cycle;
     let (_, peak) = rss_mib(pid);
     println!(
-        "\n### {} · {} · {total} requests in {cycles} cycles of {per_cycle} ({elapsed:.0} s, {errors} errors, peak RSS {peak:.0} MiB)\n",
-        client.label(),
-        if shaping { "full shaping" } else { "no policy, monitoring on" },
+        "\n{total} requests in {cycles} cycles of {per_cycle}: {elapsed:.0} s, {errors} errors, peak RSS {peak:.0} MiB"
     );
-    println!("| cycle | requests | at request 10: messages · body KB · CPU ms/req (until answered) | at request {per_cycle}: messages · body KB · CPU ms/req (until answered) | RSS MiB |");
-    println!("| ---: | --- | --- | --- | ---: |");
-    for row in &rows {
-        let base = (row.cycle - 1) * per_cycle;
-        println!(
-            "| {} | {}–{} | {} · {:.0} · {:.3} ({:.3}) | {} · {:.0} · {:.3} ({:.3}) | {:.0} |",
-            row.cycle,
-            base + 1,
-            base + per_cycle,
-            row.early.messages,
-            row.early.body_kb,
-            row.early.cpu_ms_per_req,
-            row.early.answered_ms_per_req,
-            row.late.messages,
-            row.late.body_kb,
-            row.late.cpu_ms_per_req,
-            row.late.answered_ms_per_req,
-            row.rss,
-        );
-    }
+}
+
+/// A sampled cycle's row, printed as soon as it is measured (a long run cut short still
+/// reports the cycles it reached).
+fn print_row(row: &CycleRow, per_cycle: u64) {
+    let base = (row.cycle - 1) * per_cycle;
+    println!(
+        "| {} | {}–{} | {} · {:.0} · {:.3} ({:.3}) | {} · {:.0} · {:.3} ({:.3}) | {:.0} |",
+        row.cycle,
+        base + 1,
+        base + per_cycle,
+        row.early.messages,
+        row.early.body_kb,
+        row.early.cpu_ms_per_req,
+        row.early.answered_ms_per_req,
+        row.late.messages,
+        row.late.body_kb,
+        row.late.cpu_ms_per_req,
+        row.late.answered_ms_per_req,
+        row.rss,
+    );
 }
 
 async fn drive() {
