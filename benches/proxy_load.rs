@@ -45,7 +45,8 @@
 //! read whole first), `LOAD_LARGE_MB` (default 30), `BENCH_CACHET_RUST_LOG` (cachet's
 //! `RUST_LOG`; unset: the shipped level), and an A/B variant of cachet measured beside the
 //! scenario's own: `LOAD_B_CONFIG` (TOML dotted keys added to its configuration, e.g.
-//! `log.level = "warn"`) and `LOAD_B_LOG` (its `RUST_LOG`).
+//! `log.level = "warn"`), `LOAD_B_LOG` (its `RUST_LOG`) and `LOAD_B_ENV` (its environment:
+//! space-separated `NAME=value`).
 
 #[path = "load/bodies.rs"]
 mod bodies;
@@ -150,6 +151,7 @@ impl Launcher {
         config: &[String],
         args: &[&str],
         log: Option<String>,
+        env: &[(String, String)],
     ) -> Hop {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("cachet.toml");
@@ -176,6 +178,7 @@ impl Launcher {
             Some(level) => cmd.env("RUST_LOG", level),
             None => cmd.env_remove("RUST_LOG"),
         };
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         let (child, addr) = spawn_role(&mut cmd);
         Hop {
             name: name.to_string(),
@@ -530,17 +533,24 @@ fn report(case: &str, hops: &[&Hop], rounds: &Rounds) {
     }
 }
 
-/// The A/B variant of cachet (`LOAD_B_CONFIG`, `LOAD_B_LOG`), started with the scenario's
-/// own configuration plus its keys.
+/// The A/B variant of cachet (`LOAD_B_CONFIG`, `LOAD_B_LOG`, `LOAD_B_ENV`), started with
+/// the scenario's own configuration plus its keys.
 fn variant_b(launch: Launcher, upstream: &str, config: &[String], args: &[&str]) -> Option<Hop> {
     let extra = std::env::var("LOAD_B_CONFIG").ok();
     let log = std::env::var("LOAD_B_LOG").ok();
-    if extra.is_none() && log.is_none() {
+    // `NAME=value` pairs, space-separated (e.g. glibc's `MALLOC_TRIM_THRESHOLD_=...`).
+    let env: Vec<(String, String)> = std::env::var("LOAD_B_ENV")
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if extra.is_none() && log.is_none() && env.is_empty() {
         return None;
     }
     let mut config = config.to_vec();
     config.extend(extra);
-    Some(launch.cachet("cachet B", upstream, &config, args, log))
+    Some(launch.cachet("cachet B", upstream, &config, args, log, &env))
 }
 
 async fn drive() {
@@ -613,7 +623,7 @@ async fn pass(
         rig.bare,
     );
     let config = vec!["sessions.monitor = false".to_string()];
-    let cachet = launch.cachet("cachet", up_url, &config, &[], None);
+    let cachet = launch.cachet("cachet", up_url, &config, &[], None, &[]);
     let b = variant_b(launch, up_url, &config, &[]);
     let mut hops = vec![bare[0], bare[1], &cachet];
     hops.extend(b.as_ref());
@@ -720,13 +730,14 @@ async fn session(rig: &Rig<'_>, rounds: usize) {
         rig.up_addr.as_str(),
         rig.bare,
     );
-    let on = launch.cachet("cachet", up_url, &[], &[], None);
+    let on = launch.cachet("cachet", up_url, &[], &[], None, &[]);
     let off = launch.cachet(
         "cachet, monitor = false",
         up_url,
         &["sessions.monitor = false".to_string()],
         &[],
         None,
+        &[],
     );
     let b = variant_b(launch, up_url, &[], &[]);
     let mut hops = vec![bare[0], bare[1], &on, &off];
@@ -812,7 +823,7 @@ async fn shaping(rig: &Rig<'_>, rounds: usize) {
         "--policy",
         "policies/memory-pinned.toml",
     ];
-    let cachet = launch.cachet("cachet, full shaping", up_url, &[], &args, None);
+    let cachet = launch.cachet("cachet, full shaping", up_url, &[], &args, None, &[]);
     let b = variant_b(launch, up_url, &[], &args);
     let mut hops = vec![bare[0], bare[1], &cachet];
     hops.extend(b.as_ref());
@@ -884,7 +895,7 @@ async fn large(rig: &Rig<'_>, rounds: usize) {
         let (mut direct, mut bare, mut walls, mut cpu, mut extra) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {
-            let cachet = launch.cachet("cachet", up_url, &[], &args, None);
+            let cachet = launch.cachet("cachet", up_url, &[], &args, None, &[]);
             let once = |body: Bytes, warm: Vec<Bytes>| Work {
                 warm,
                 bodies: vec![body],
