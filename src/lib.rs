@@ -25,6 +25,7 @@ pub mod hooks;
 pub mod inject;
 pub mod json_check;
 pub mod measure;
+pub mod memo;
 pub mod metrics;
 pub mod models;
 pub mod patch;

@@ -192,26 +192,10 @@ impl<'s, 'a> MinPrefix<'s, 'a> {
 /// the prompt (tools, system, first messages), which agents resend unchanged, and BPE
 /// counting is far slower than hashing.
 fn count_cached(text: &[u8]) -> u64 {
-    use std::collections::HashMap;
-    use std::hash::{Hash, Hasher};
-    use std::sync::{Mutex, OnceLock};
-    const CAPACITY: usize = 8192;
-    static SEEN: OnceLock<Mutex<HashMap<u64, u64>>> = OnceLock::new();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
-    let key = hasher.finish();
-    let seen = SEEN.get_or_init(Default::default);
-    if let Some(n) = seen.lock().ok().and_then(|m| m.get(&key).copied()) {
-        return n;
-    }
-    let n = crate::tokens::count(&String::from_utf8_lossy(text));
-    if let Ok(mut m) = seen.lock() {
-        if m.len() >= CAPACITY {
-            m.clear();
-        }
-        m.insert(key, n);
-    }
-    n
+    static SEEN: crate::memo::Memo<u64> = crate::memo::Memo::new(8192);
+    SEEN.get_or_insert_with(crate::memo::key(b"tokens", text), || {
+        crate::tokens::count(&String::from_utf8_lossy(text))
+    })
 }
 
 /// Decide the marker changes for `mode`.

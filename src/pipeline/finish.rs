@@ -37,6 +37,9 @@ pub struct Identified {
     /// Prefix hashes of the client's history.
     pub history: session::PrefixHashes,
     pub turn_index: u64,
+    /// The body as parsed to identify it, when it went out as the client sent it: the
+    /// session record reads the same envelope instead of parsing the bytes again.
+    pub sent: Option<Envelope>,
 }
 
 /// What is left to do once the response has ended.
@@ -234,6 +237,7 @@ impl Pipeline {
                 session: after.ctx.id.clone(),
                 history: after.ctx.history.clone(),
                 turn_index: after.vars.turn_index,
+                sent: None,
             }),
             After::Observe => {
                 // A body that does not parse went out unchecked; the provider answered it.
@@ -247,6 +251,7 @@ impl Pipeline {
                     session,
                     history,
                     turn_index: env.turn_index(),
+                    sent: Some(env),
                 })
             }
         }
@@ -254,7 +259,12 @@ impl Pipeline {
 
     /// Off the request path, in order per session: `context(turn_end)`, then the session
     /// log entry with its lane and diagnosis.
-    pub(super) async fn after_response(self: &Arc<Self>, job: Finished, identified: Identified) {
+    pub(super) async fn after_response(
+        self: &Arc<Self>,
+        job: Finished,
+        mut identified: Identified,
+    ) {
+        let parsed = identified.sent.take();
         let Finished {
             ctx,
             model,
@@ -274,6 +284,7 @@ impl Pipeline {
                     session,
                     history,
                     turn_index,
+                    ..
                 } = identified;
                 let session_ctx = match session::prepare(store.as_ref(), session, history).await {
                     Ok(c) => c,
@@ -314,7 +325,10 @@ impl Pipeline {
         let Some(store) = self.store.clone() else {
             return;
         };
-        let sent = match Envelope::parse(ctx.route.provider, ctx.route.endpoint, shaped.body) {
+        let sent = match parsed.map_or_else(
+            || Envelope::parse(ctx.route.provider, ctx.route.endpoint, shaped.body),
+            Ok,
+        ) {
             Ok(env) => env,
             Err(e) => {
                 // Only a body sent unchecked gets here; the provider has answered it.
