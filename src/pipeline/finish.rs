@@ -265,6 +265,8 @@ impl Pipeline {
         mut identified: Identified,
     ) {
         let parsed = identified.sent.take();
+        // An unshaped request's session is loaded here, just before it is recorded.
+        let loaded_now = matches!(job.shaped.after, After::Observe);
         let Finished {
             ctx,
             model,
@@ -339,12 +341,15 @@ impl Pipeline {
         let shape = PromptShape::of(&sent, uncached_tail);
         // The log as it is now: entries of this session's earlier answers may have been
         // written since this request was shaped (the queue writes them in order).
-        let log = match store.load(&session_ctx.id.id).await {
-            Ok(log) => log,
-            Err(e) => {
-                let _ = self.store_failed("load", &e);
-                session_ctx.log.clone()
-            }
+        let log = match loaded_now {
+            true => session_ctx.log.clone(),
+            false => match store.load(&session_ctx.id.id).await {
+                Ok(log) => log,
+                Err(e) => {
+                    let _ = self.store_failed("load", &e);
+                    session_ctx.log.clone()
+                }
+            },
         };
         let log = &log;
         let lane =
