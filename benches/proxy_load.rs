@@ -1,39 +1,79 @@
-//! Load benchmark: the latency and CPU cachet adds on the plain pass-through path, against a
-//! bare pass-through hop written for this benchmark, measured in the same run.
+//! Load benchmark: the CPU, throughput and latency cachet adds, against two bare
+//! pass-through hops measured in the same run.
 //!
-//! Four processes besides this driver: a fast fake upstream, the bare hop, `cachet serve` as
-//! shipped (every generation body checked before forwarding) and `cachet serve` with
-//! `server.check_body = false` (plain pass-through with the usage tap). For each Anthropic
-//! request size (2 KB, 100 KB, 500 KB), streaming and not, the driver sends the same requests
-//! at fixed concurrency directly to the upstream and through each hop, and reports p50/p99
-//! added latency, throughput, CPU time per request of the hop process (from /proc) and its
-//! peak RSS.
+//! Processes besides this driver: a fast fake Anthropic upstream; the **hyper hop** (hyper
+//! server + hyper-util's pooled client, both bodies streamed: the physical limit); the
+//! **reqwest hop** (hyper server + reqwest, the baseline of earlier runs); and `cachet serve`
+//! in the configuration each scenario names, at its shipped log level (`info`: one line per
+//! request) with its own temporary session store. Every round runs direct, then each hop in
+//! an order that rotates from round to round; ratios are taken within a round, and tables
+//! give their median with the range over rounds.
 //!
-//! Run: `cargo bench --bench proxy_load` (env: `LOAD_REQUESTS`, `LOAD_ROUNDS`,
-//! `LOAD_CONCURRENCY`, `LOAD_PIN=1`, `LOAD_ONLY=2KB:false`, `LOAD_VERBOSE=1`).
+//! Scenarios (`LOAD_SCENARIOS`, comma-separated, default all):
+//! - `pass`: no policy, body check on, monitoring off (`sessions.monitor = false`); the
+//!   same 2 KB, 100 KB or 500 KB body again and again, streamed and not, at each
+//!   concurrency of `LOAD_CONCURRENCY`.
+//! - `session`: no policy as shipped (monitoring on) and, beside it, with monitoring off,
+//!   on growing Claude Code–shaped sessions (20 KB → 500 KB, 4 KB a request, 120 requests
+//!   each) at concurrency 1; the difference between the two is the monitoring cost (the
+//!   session record and diagnosis, written after the response), reported as its own row.
+//! - `shaping`: `anthropic-auto-breakpoints` + `stabilize-volatile` + `memory-pinned` on
+//!   growing 60-request sessions (100 KB → 500 KB), concurrency 1.
+//! - `large`: one 30 MB agent body through a fresh `cachet serve` with every shipped
+//!   policy (`--policies policies/`): wall time and peak memory above the idle process.
+//!
+//! The run ends with a table of issue 12's targets: each figure against the **hyper hop**
+//! measured in the same rounds (median and range over rounds), its limit, and MET or NOT
+//! MET judged on the median. (a) no policy, check on, monitoring off: CPU ≤ 1.2×,
+//! throughput ≥ 0.9×, p50 at c=1 ≤ hyper hop + 0.05 ms; (b) no policy as shipped on the
+//! growing session: CPU ≤ 1.3×, p50 ≤ + 0.05 ms, and the monitoring cost beside it; (c) full
+//! shaping: CPU ≤ 2×, p50 ≤ + 0.2 ms; (d) streaming first byte ≤ + 0.5 ms; (e) the large
+//! body with every shipped policy: under 1 s, extra peak memory under 3× the body.
+//!
+//! CPU per request is the hop process's on-CPU time (per-thread `schedstat`, nanoseconds)
+//! from the first measured request until the process is idle again after the last one, so
+//! work a hop does after its responses (cachet's session log) is counted. TTFB is the time
+//! to the first byte of the response body.
+//!
+//! Run: `cargo bench --bench proxy_load` (a few minutes with the defaults). Env:
+//! `LOAD_SCENARIOS` (default `pass,session,shaping,large`), `LOAD_REQUESTS` (per round, pass
+//! scenario, default 2000; 500 KB cases send a quarter), `LOAD_ROUNDS` (default 3),
+//! `LOAD_CONCURRENCY` (list, default `1,8`), `LOAD_SESSIONS` (sessions per round: default 4
+//! in `session`, 3 in `shaping`), `LOAD_PIN=1` (driver and upstream on CPU 0, each hop on
+//! CPU 1), `LOAD_ONLY=2KB:false` (one pass case), `LOAD_VERBOSE=1` (every round),
+//! `LOAD_BUFFERED_HOP=1` (a third bare hop in `pass`: the hyper client with the request body
+//! read whole first), `LOAD_LARGE_MB` (default 30), `BENCH_CACHET_RUST_LOG` (cachet's
+//! `RUST_LOG`; unset: the shipped level), and an A/B variant of cachet measured beside the
+//! scenario's own: `LOAD_B_CONFIG` (TOML dotted keys added to its configuration, e.g.
+//! `log.level = "warn"`), `LOAD_B_LOG` (its `RUST_LOG`) and `LOAD_B_ENV` (its environment:
+//! space-separated `NAME=value`).
 
-use std::convert::Infallible;
+#[path = "load/bodies.rs"]
+mod bodies;
+#[path = "load/procfs.rs"]
+mod procfs;
+#[path = "load/roles.rs"]
+mod roles;
+
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::{StreamExt, TryStreamExt};
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::{Request, Response};
+use futures_util::StreamExt;
 
-type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+use bodies::{plain_body, session_id, AgentSession};
+use procfs::{cpu_between, cpu_reading, minor_faults, peak_rss_mib, rss_mib};
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    match std::env::var("BENCH_ROLE").as_deref() {
-        Ok("upstream") => rt.block_on(serve(None)),
-        Ok("bare-hop") => rt.block_on(serve(Some(std::env::var("BENCH_UPSTREAM").unwrap()))),
-        _ => {
+    match std::env::var("BENCH_ROLE") {
+        Ok(role) => rt.block_on(roles::serve(&role, std::env::var("BENCH_UPSTREAM").ok())),
+        Err(_) => {
             if std::env::args().any(|a| a == "--list") {
                 return; // `cargo bench -- --list` compatibility
             }
@@ -42,100 +82,111 @@ fn main() {
     }
 }
 
-/// The fake upstream (no `upstream`) or the bare hop (forwarding to `upstream`).
-async fn serve(upstream: Option<String>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    println!("{}", listener.local_addr().unwrap());
-    let client = reqwest::Client::builder().build().unwrap();
-    loop {
-        let (stream, _) = listener.accept().await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let (client, upstream) = (client.clone(), upstream.clone());
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let (client, upstream) = (client.clone(), upstream.clone());
-                async move {
-                    Ok::<_, Infallible>(match upstream {
-                        None => answer(req).await,
-                        Some(u) => hop(&client, &u, req).await,
-                    })
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
-        });
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A process the driver measures.
+struct Hop {
+    name: String,
+    addr: String,
+    child: Child,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Hop {
+    fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
-const JSON_REPLY: &str = "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"Done.\"}],\"model\":\"claude-sonnet-4-5\",\"stop_reason\":\"end_turn\",\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":4000,\"output_tokens\":3}}";
-
-fn sse_reply() -> String {
-    let mut s = String::from("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":12,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":4000,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
-    for i in 0..10 {
-        s.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"word{i} \"}}}}\n\n"));
-    }
-    s.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":11}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
-    s
-}
-
-async fn answer(req: Request<Incoming>) -> Response<Body> {
-    let stream = req.headers().contains_key("x-bench-stream");
-    let _ = req.into_body().collect().await;
-    if stream {
-        // One chunk per event, as a provider sends them.
-        let events: Vec<Result<Frame<Bytes>, std::io::Error>> = sse_reply()
-            .split_inclusive("\n\n")
-            .map(|e| Ok(Frame::data(Bytes::from(e.to_string()))))
-            .collect();
-        let mut r = Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
-            events,
-        ))));
-        r.headers_mut()
-            .insert("content-type", "text/event-stream".parse().unwrap());
-        r
-    } else {
-        let mut r = Response::new(
-            Full::new(Bytes::from_static(JSON_REPLY.as_bytes()))
-                .map_err(|e| match e {})
-                .boxed(),
-        );
-        r.headers_mut()
-            .insert("content-type", "application/json".parse().unwrap());
-        r
+impl Drop for Hop {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// The bare hop: forward method, path, headers and body; stream the answer back.
-async fn hop(client: &reqwest::Client, upstream: &str, req: Request<Incoming>) -> Response<Body> {
-    let (parts, body) = req.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    let mut headers = parts.headers.clone();
-    for h in ["host", "connection", "content-length", "transfer-encoding"] {
-        headers.remove(h);
-    }
-    let url = format!("{upstream}{}", parts.uri.path());
-    let resp = client
-        .request(parts.method, url)
-        .headers(headers)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let stream = resp
-        .bytes_stream()
-        .map_ok(Frame::data)
-        .map_err(std::io::Error::other);
-    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
-    *r.status_mut() = status;
-    for (k, v) in headers.iter() {
-        if k != "transfer-encoding" && k != "connection" && k != "content-length" {
-            r.headers_mut().append(k.clone(), v.clone());
+/// How processes are started: pinned to a CPU or not.
+#[derive(Clone, Copy)]
+struct Launcher {
+    pin: bool,
+}
+
+impl Launcher {
+    fn command(&self, cpu: &str, program: &Path) -> Command {
+        if self.pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpu]).arg(program);
+            c
+        } else {
+            Command::new(program)
         }
     }
-    r
+
+    fn role(&self, cpu: &str, role: &str, upstream: Option<&str>) -> Hop {
+        let me = std::env::current_exe().unwrap();
+        let mut cmd = self.command(cpu, &me);
+        cmd.env("BENCH_ROLE", role);
+        if let Some(u) = upstream {
+            cmd.env("BENCH_UPSTREAM", u);
+        }
+        let (child, addr) = spawn_role(&mut cmd);
+        Hop {
+            name: role.to_string(),
+            addr,
+            child,
+            _dir: None,
+        }
+    }
+
+    /// `cachet serve` with `config` (TOML dotted keys), `args` and its own session store.
+    fn cachet(
+        &self,
+        name: &str,
+        upstream: &str,
+        config: &[String],
+        args: &[&str],
+        log: Option<String>,
+        env: &[(String, String)],
+    ) -> Hop {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cachet.toml");
+        let mut text = config.join("\n");
+        text.push_str(&format!(
+            "\nsessions.store = \"{}/\"\n",
+            dir.path().join("store").display()
+        ));
+        std::fs::write(&file, text).unwrap();
+        let mut cmd = self.command("1", Path::new(env!("CARGO_BIN_EXE_cachet")));
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--anthropic-upstream",
+            upstream,
+            "--config",
+        ])
+        .arg(&file)
+        .args(args);
+        match log.or_else(|| std::env::var("BENCH_CACHET_RUST_LOG").ok()) {
+            Some(level) => cmd.env("RUST_LOG", level),
+            None => cmd.env_remove("RUST_LOG"),
+        };
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        let (child, addr) = spawn_role(&mut cmd);
+        Hop {
+            name: name.to_string(),
+            addr,
+            child,
+            _dir: Some(dir),
+        }
+    }
 }
 
 fn spawn_role(cmd: &mut Command) -> (Child, String) {
@@ -151,174 +202,372 @@ fn spawn_role(cmd: &mut Command) -> (Child, String) {
     let addr = line
         .split("http://")
         .nth(1)
-        .map(|s| s.split(' ').next().unwrap().to_string())
+        .map(|s| s.split(' ').next().unwrap().trim().to_string())
         .unwrap_or_else(|| line.trim().to_string());
     (child, addr)
 }
 
-/// Fields of `/proc/{pid}/stat` after the command name (field 3 of proc(5) is index 0).
-fn proc_stat(pid: u32) -> Vec<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
+/// The processes every scenario shares: the launcher, the fake upstream and the two bare
+/// hops (`bare[0]` the hyper hop, `bare[1]` the reqwest hop).
+struct Rig<'a> {
+    launch: Launcher,
+    up_url: String,
+    up_addr: String,
+    bare: [&'a Hop; 2],
 }
 
-/// Minor page faults so far (each one a page the kernel had to map, usually zeroed).
-fn minor_faults(pid: u32) -> f64 {
-    proc_stat(pid)
-        .get(7)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+/// What one measured run sends.
+struct Work {
+    /// Sent first, unmeasured (connections, caches).
+    warm: Vec<Bytes>,
+    /// Request `i` sends `bodies[i % len]`.
+    bodies: Vec<Bytes>,
+    requests: usize,
+    stream: bool,
 }
 
-/// CPU seconds (user + system) used so far by a process.
-fn cpu_seconds(pid: u32) -> f64 {
-    let fields = proc_stat(pid);
-    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-        + fields
-            .get(12)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-    ticks / 100.0 // USER_HZ is 100 on Linux
-}
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
-}
-
-fn request_body(size: usize) -> String {
-    // A realistic Anthropic agent request: system, tools, and a history filling up `size`.
-    let mut messages = Vec::new();
-    let mut total = 0;
-    let mut i = 0;
-    while total < size {
-        let text = format!("Turn {i}: please look at src/module_{i}.rs and explain the control flow around line {}. ", i * 7).repeat(4);
-        total += text.len() + 40;
-        let role = if i % 2 == 0 { "user" } else { "assistant" };
-        messages.push(serde_json::json!({"role": role, "content": text}));
-        i += 1;
-    }
-    if messages.len() % 2 == 0 {
-        messages.push(serde_json::json!({"role": "user", "content": "continue"}));
-    }
-    serde_json::json!({
-        "model": "claude-sonnet-4-5", "max_tokens": 1024,
-        "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
-        "tools": [{"name": "bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}],
-        "messages": messages,
-    })
-    .to_string()
-}
-
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct RunResult {
     p50_ms: f64,
     p99_ms: f64,
+    ttfb_p50_ms: f64,
+    wall_s: f64,
     rps: f64,
+    /// Until the process is idle after the last response.
     cpu_ms_per_req: f64,
+    /// Until the last response ended.
+    cpu_in_run_ms_per_req: f64,
     faults_per_req: f64,
 }
 
-async fn run(
-    addr: &str,
-    body: &Bytes,
+async fn send(
+    client: &reqwest::Client,
+    url: &str,
+    body: Bytes,
     stream: bool,
-    requests: usize,
-    concurrency: usize,
-    pid: Option<u32>,
-) -> RunResult {
+) -> (Duration, Duration) {
+    let t = Instant::now();
+    let mut rb = client
+        .post(url)
+        .header("x-api-key", "bench")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(body);
+    if stream {
+        rb = rb.header("x-bench-stream", "1");
+    }
+    let resp = rb.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut s = resp.bytes_stream();
+    let mut first = None;
+    while let Some(c) = s.next().await {
+        c.unwrap();
+        first.get_or_insert_with(|| t.elapsed());
+    }
+    let total = t.elapsed();
+    (total, first.unwrap_or(total))
+}
+
+/// Wait until a process has used less than 1 ms of CPU in 100 ms (at most 10 s).
+async fn settle(pid: u32) {
+    let mut before = cpu_reading(pid);
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = cpu_reading(pid);
+        if cpu_between(&before, &now) < 0.001 {
+            return;
+        }
+        before = now;
+    }
+}
+
+async fn run(addr: &str, work: &Work, concurrency: usize, pid: Option<u32>) -> RunResult {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()
         .unwrap();
     let url = format!("http://{addr}/v1/messages");
-    let send = |client: reqwest::Client, url: String, body: Bytes| async move {
-        let t = Instant::now();
-        let mut rb = client
-            .post(url)
-            .header("x-api-key", "bench")
-            .header("anthropic-version", "2023-06-01")
-            .body(body);
-        if stream {
-            rb = rb.header("x-bench-stream", "1");
-        }
-        let resp = rb.send().await.unwrap();
-        assert_eq!(resp.status(), 200);
-        let mut s = resp.bytes_stream();
-        while let Some(c) = s.next().await {
-            c.unwrap();
-        }
-        t.elapsed()
-    };
-    // Warm up connections and caches.
-    futures_util::stream::iter(0..concurrency * 4)
-        .map(|_| send(client.clone(), url.clone(), body.clone()))
+    futures_util::stream::iter(work.warm.iter().cloned())
+        .map(|b| send(&client, &url, b, work.stream))
         .buffer_unordered(concurrency)
         .collect::<Vec<_>>()
         .await;
-    let cpu0 = pid.map(cpu_seconds).unwrap_or(0.0);
+    if let Some(pid) = pid {
+        settle(pid).await;
+    }
+    let cpu0 = pid.map(cpu_reading);
     let faults0 = pid.map(minor_faults).unwrap_or(0.0);
     let t0 = Instant::now();
-    let mut lat: Vec<Duration> = futures_util::stream::iter(0..requests)
-        .map(|_| send(client.clone(), url.clone(), body.clone()))
+    let n = work.bodies.len();
+    let mut lat: Vec<(Duration, Duration)> = futures_util::stream::iter(0..work.requests)
+        .map(|i| send(&client, &url, work.bodies[i % n].clone(), work.stream))
         .buffer_unordered(concurrency)
         .collect()
         .await;
     let wall = t0.elapsed().as_secs_f64();
-    let cpu = pid.map(cpu_seconds).unwrap_or(0.0) - cpu0;
+    let cpu_run = pid.map(cpu_reading);
+    if let Some(pid) = pid {
+        settle(pid).await;
+    }
+    let cpu_end = pid.map(cpu_reading);
     let faults = pid.map(minor_faults).unwrap_or(0.0) - faults0;
+    let per_req = |a: &Option<procfs::CpuReading>, b: &Option<procfs::CpuReading>| match (a, b) {
+        (Some(a), Some(b)) => cpu_between(a, b) * 1000.0 / work.requests as f64,
+        _ => 0.0,
+    };
     lat.sort();
-    let pct =
-        |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)].as_secs_f64() * 1000.0;
+    let pct = |v: &[Duration], p: f64| {
+        v[((v.len() as f64 * p) as usize).min(v.len() - 1)].as_secs_f64() * 1000.0
+    };
+    let totals: Vec<Duration> = lat.iter().map(|l| l.0).collect();
+    let mut firsts: Vec<Duration> = lat.iter().map(|l| l.1).collect();
+    firsts.sort();
     RunResult {
-        p50_ms: pct(0.50),
-        p99_ms: pct(0.99),
-        rps: requests as f64 / wall,
-        cpu_ms_per_req: cpu * 1000.0 / requests as f64,
-        faults_per_req: faults / requests as f64,
+        p50_ms: pct(&totals, 0.50),
+        p99_ms: pct(&totals, 0.99),
+        ttfb_p50_ms: pct(&firsts, 0.50),
+        wall_s: wall,
+        rps: work.requests as f64 / wall,
+        cpu_ms_per_req: per_req(&cpu0, &cpu_end),
+        cpu_in_run_ms_per_req: per_req(&cpu0, &cpu_run),
+        faults_per_req: faults / work.requests as f64,
     }
 }
 
-async fn drive() {
-    let requests: usize = std::env::var("LOAD_REQUESTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let rounds_per_case: usize = std::env::var("LOAD_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-        .max(1);
-    let concurrency: usize = std::env::var("LOAD_CONCURRENCY")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8);
-    let me = std::env::current_exe().unwrap();
-    // `LOAD_PIN=1`: the driver and the fake upstream share CPU 0 and each hop runs alone on
-    // CPU 1, so a hop's CPU time is not inflated by contention with the load it is measured
-    // under (and each hop's runtime sizes itself to that one CPU).
-    let pin = std::env::var("LOAD_PIN").is_ok_and(|v| v == "1");
-    let on_cpu = |cpu: &str, program: &std::path::Path| {
-        if pin {
-            let mut c = Command::new("taskset");
-            c.args(["-c", cpu]).arg(program);
-            c
-        } else {
-            Command::new(program)
+/// One round per entry: the direct run, then each hop's.
+type Rounds = Vec<(RunResult, Vec<RunResult>)>;
+
+/// Run `rounds` rounds of `work(round)` direct and through every hop, rotating the order.
+async fn measure(
+    upstream: &str,
+    hops: &[&Hop],
+    rounds: usize,
+    concurrency: usize,
+    work: &dyn Fn(usize) -> Work,
+) -> Rounds {
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        let w = work(round);
+        let direct = run(upstream, &w, concurrency, None).await;
+        let mut results = vec![RunResult::default(); hops.len()];
+        for k in 0..hops.len() {
+            let i = (round + k) % hops.len();
+            results[i] = run(&hops[i].addr, &w, concurrency, Some(hops[i].pid())).await;
         }
+        if std::env::var("LOAD_VERBOSE").is_ok() {
+            for (hop, r) in hops.iter().zip(&results) {
+                eprintln!(
+                    "round {round}: {}: {:.0} req/s, p50 {:.3} ms, {:.3} ms CPU/req ({:.3} until the last response), {:.1} faults/req",
+                    hop.name, r.rps, r.p50_ms, r.cpu_ms_per_req, r.cpu_in_run_ms_per_req, r.faults_per_req
+                );
+            }
+        }
+        out.push((direct, results));
+    }
+    out
+}
+
+/// Median and range of a per-round value.
+#[derive(Clone)]
+struct Spread {
+    median: f64,
+    low: f64,
+    high: f64,
+}
+
+impl Spread {
+    fn of(mut v: Vec<f64>) -> Spread {
+        v.sort_by(|a, b| a.total_cmp(b));
+        Spread {
+            median: v[v.len() / 2],
+            low: v[0],
+            high: v[v.len() - 1],
+        }
+    }
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.median.abs() < 10.0 {
+            write!(f, "{:.2} ({:.2}–{:.2})", self.median, self.low, self.high)
+        } else {
+            write!(f, "{:.0} ({:.0}–{:.0})", self.median, self.low, self.high)
+        }
+    }
+}
+
+/// A target of issue 12, judged on the median over rounds.
+#[derive(Clone, Copy)]
+enum Limit {
+    AtMost(f64),
+    AtLeast(f64),
+    Below(f64),
+    /// A figure reported beside the targets, with no limit of its own.
+    Info,
+}
+
+impl Limit {
+    fn verdict(self, median: f64) -> &'static str {
+        let met = match self {
+            Limit::AtMost(l) => median <= l,
+            Limit::AtLeast(l) => median >= l,
+            Limit::Below(l) => median < l,
+            Limit::Info => return "",
+        };
+        if met {
+            "MET"
+        } else {
+            "NOT MET"
+        }
+    }
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Limit::AtMost(l) => write!(f, "≤ {l}"),
+            Limit::AtLeast(l) => write!(f, "≥ {l}"),
+            Limit::Below(l) => write!(f, "< {l}"),
+            Limit::Info => write!(f, "–"),
+        }
+    }
+}
+
+/// Every target figure of the run, printed as one table at the end.
+static TARGETS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn target(group: &str, case: &str, figure: &str, value: Spread, limit: Limit) {
+    let row = format!(
+        "| {group} | {case} | {figure} | {:.3} ({:.3}–{:.3}) | {limit} | {} |",
+        value.median,
+        value.low,
+        value.high,
+        limit.verdict(value.median)
+    );
+    TARGETS.lock().unwrap().push(row);
+}
+
+fn print_targets() {
+    let rows = TARGETS.lock().unwrap();
+    if rows.is_empty() {
+        return;
+    }
+    println!("\n### targets (median over rounds, range in brackets; judged on the median)\n");
+    println!(
+        "| target | case | figure | value (range) | limit | verdict |\n|---|---|---|---|---|---|"
+    );
+    for row in rows.iter() {
+        println!("{row}");
+    }
+}
+
+/// Per round, hop `h`'s CPU per request over the hyper hop's (index 0).
+fn cpu_ratio(rounds: &Rounds, h: usize) -> Spread {
+    Spread::of(
+        rounds
+            .iter()
+            .map(|(_, r)| r[h].cpu_ms_per_req / r[0].cpu_ms_per_req)
+            .collect(),
+    )
+}
+
+fn rps_ratio(rounds: &Rounds, h: usize) -> Spread {
+    Spread::of(rounds.iter().map(|(_, r)| r[h].rps / r[0].rps).collect())
+}
+
+/// Per round, hop `h`'s p50 minus the hyper hop's: what it adds beyond the bare hop.
+fn p50_delta(rounds: &Rounds, h: usize) -> Spread {
+    Spread::of(
+        rounds
+            .iter()
+            .map(|(_, r)| r[h].p50_ms - r[0].p50_ms)
+            .collect(),
+    )
+}
+
+fn ttfb_delta(rounds: &Rounds, h: usize) -> Spread {
+    Spread::of(
+        rounds
+            .iter()
+            .map(|(_, r)| r[h].ttfb_p50_ms - r[0].ttfb_p50_ms)
+            .collect(),
+    )
+}
+
+const HEADER: &str = "| case | hop | direct p50 ms | +p50 ms | p50 − hyper p50 ms (range) | +p99 ms | +TTFB p50 ms | req/s | CPU ms/req | CPU × hyper (range) | req/s × hyper (range) | CPU × reqwest (range) | req/s × reqwest (range) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+
+/// Table rows for one case: every hop, with ratios against the hyper hop (index 0) and the
+/// reqwest hop (index 1).
+fn report(case: &str, hops: &[&Hop], rounds: &Rounds) {
+    let spread = |f: &dyn Fn(&RunResult, &[RunResult]) -> f64| {
+        Spread::of(rounds.iter().map(|(d, r)| f(d, r)).collect())
     };
-    if pin {
+    for (h, hop) in hops.iter().enumerate() {
+        let ratio = |base: usize, f: fn(&RunResult) -> f64| {
+            if base == h {
+                "1".to_string()
+            } else {
+                spread(&|_, r| f(&r[h]) / f(&r[base])).to_string()
+            }
+        };
+        println!(
+            "| {case} | {} | {:.3} | {:.3} | {} | {:.3} | {:.3} | {:.0} | {:.3} | {} | {} | {} | {} |",
+            hop.name,
+            spread(&|d, _| d.p50_ms).median,
+            spread(&|d, r| r[h].p50_ms - d.p50_ms).median,
+            if h == 0 {
+                "0".to_string()
+            } else {
+                let s = spread(&|_, r| r[h].p50_ms - r[0].p50_ms);
+                format!("{:+.3} ({:+.3}–{:+.3})", s.median, s.low, s.high)
+            },
+            spread(&|d, r| r[h].p99_ms - d.p99_ms).median,
+            spread(&|d, r| r[h].ttfb_p50_ms - d.ttfb_p50_ms).median,
+            spread(&|_, r| r[h].rps).median,
+            spread(&|_, r| r[h].cpu_ms_per_req).median,
+            ratio(0, |r| r.cpu_ms_per_req),
+            ratio(0, |r| r.rps),
+            ratio(1, |r| r.cpu_ms_per_req),
+            ratio(1, |r| r.rps),
+        );
+    }
+}
+
+/// The A/B variant of cachet (`LOAD_B_CONFIG`, `LOAD_B_LOG`, `LOAD_B_ENV`), started with
+/// the scenario's own configuration plus its keys.
+fn variant_b(launch: Launcher, upstream: &str, config: &[String], args: &[&str]) -> Option<Hop> {
+    let extra = std::env::var("LOAD_B_CONFIG").ok();
+    let log = std::env::var("LOAD_B_LOG").ok();
+    // `NAME=value` pairs, space-separated (e.g. glibc's `MALLOC_TRIM_THRESHOLD_=...`).
+    let env: Vec<(String, String)> = std::env::var("LOAD_B_ENV")
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if extra.is_none() && log.is_none() && env.is_empty() {
+        return None;
+    }
+    let mut config = config.to_vec();
+    config.extend(extra);
+    Some(launch.cachet("cachet B", upstream, &config, args, log, &env))
+}
+
+async fn drive() {
+    let requests: usize = env_or("LOAD_REQUESTS", 2000);
+    let rounds: usize = env_or("LOAD_ROUNDS", 3).max(1);
+    let concurrencies: Vec<usize> = std::env::var("LOAD_CONCURRENCY")
+        .unwrap_or_else(|_| "1,8".into())
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    let scenarios =
+        std::env::var("LOAD_SCENARIOS").unwrap_or_else(|_| "pass,session,shaping,large".into());
+    let wants = |s: &str| scenarios.split(',').any(|x| x.trim() == s);
+    let launch = Launcher {
+        pin: std::env::var("LOAD_PIN").is_ok_and(|v| v == "1"),
+    };
+    if launch.pin {
         let status = Command::new("taskset")
             .args(["-a", "-cp", "0", &std::process::id().to_string()])
             .stdout(Stdio::null())
@@ -326,142 +575,406 @@ async fn drive() {
             .expect("LOAD_PIN=1 needs taskset");
         assert!(status.success(), "taskset could not pin the driver");
     }
-    let (mut up, up_addr) = spawn_role(on_cpu("0", &me).env("BENCH_ROLE", "upstream"));
-    let up_url = format!("http://{up_addr}");
-    let (mut bare, bare_addr) = spawn_role(
-        on_cpu("1", &me)
-            .env("BENCH_ROLE", "bare-hop")
-            .env("BENCH_UPSTREAM", &up_url),
+    let upstream = launch.role("0", "upstream", None);
+    let up_url = format!("http://{}", upstream.addr);
+    let hyper = launch.role("1", "hyper-hop", Some(&up_url));
+    let reqwest = launch.role("1", "reqwest-hop", Some(&up_url));
+    let buffered = std::env::var("LOAD_BUFFERED_HOP")
+        .is_ok_and(|v| v == "1")
+        .then(|| launch.role("1", "hyper-buffered-hop", Some(&up_url)));
+    println!(
+        "rounds: {rounds}, pinned: {}, concurrency: {concurrencies:?}; medians over rounds, ratios within each round, range in brackets",
+        launch.pin
     );
-    let cachet_role = |config: Option<&std::path::Path>| {
-        let mut cmd = on_cpu("1", std::path::Path::new(env!("CARGO_BIN_EXE_cachet")));
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--anthropic-upstream",
-            &up_url,
-        ])
-        .env(
-            "RUST_LOG",
-            std::env::var("BENCH_CACHET_RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        );
-        if let Some(config) = config {
-            cmd.arg("--config").arg(config);
-        }
-        spawn_role(&mut cmd)
+
+    let rig = Rig {
+        launch,
+        up_url,
+        up_addr: upstream.addr.clone(),
+        bare: [&hyper, &reqwest],
     };
-    // The default (every generation body checked before it is forwarded), and the plain
-    // pass-through with the usage tap (`server.check_body = false`).
-    let (mut cachet, cachet_addr) = cachet_role(None);
-    let unchecked_dir = tempfile::tempdir().unwrap();
-    let unchecked_config = unchecked_dir.path().join("cachet.toml");
-    std::fs::write(&unchecked_config, "[server]\ncheck_body = false\n").unwrap();
-    let (mut unchecked, unchecked_addr) = cachet_role(Some(&unchecked_config));
-    let hops: [(&str, &str, u32); 3] = [
-        ("bare", &bare_addr, bare.id()),
-        ("cachet", &cachet_addr, cachet.id()),
-        (
-            "cachet, check_body = false",
-            &unchecked_addr,
-            unchecked.id(),
-        ),
-    ];
-    println!("requests per round: {requests}, rounds per case: {rounds_per_case} (medians; ratios within each round), concurrency: {concurrency}, pinned: {pin}");
-    println!("| body | stream | cachet | direct p50 ms | bare +p50 ms | cachet +p50 ms | bare +p99 ms | cachet +p99 ms | bare req/s | cachet req/s | throughput ratio (range) | bare CPU ms/req | cachet CPU ms/req | CPU ratio (range) |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    if wants("pass") {
+        pass(&rig, buffered.as_ref(), requests, rounds, &concurrencies).await;
+    }
+    if wants("session") {
+        session(&rig, rounds).await;
+    }
+    if wants("shaping") {
+        shaping(&rig, rounds).await;
+    }
+    if wants("large") {
+        large(&rig, rounds).await;
+    }
+    print_targets();
+}
+
+/// No policy, body check on, monitoring off: the same body again and again.
+async fn pass(
+    rig: &Rig<'_>,
+    buffered: Option<&Hop>,
+    requests: usize,
+    rounds: usize,
+    concurrencies: &[usize],
+) {
+    let (launch, up_url, up_addr, bare) = (
+        rig.launch,
+        rig.up_url.as_str(),
+        rig.up_addr.as_str(),
+        rig.bare,
+    );
+    let config = vec!["sessions.monitor = false".to_string()];
+    let cachet = launch.cachet("cachet", up_url, &config, &[], None, &[]);
+    let b = variant_b(launch, up_url, &config, &[]);
+    let mut hops = vec![bare[0], bare[1], &cachet];
+    hops.extend(b.as_ref());
+    hops.extend(buffered);
+    println!("\n### pass: no policy, body check on, monitoring off\n\n{HEADER}");
     for (label, size) in [
         ("2 KB", 2 * 1024),
         ("100 KB", 100 * 1024),
         ("500 KB", 500 * 1024),
     ] {
-        let body = Bytes::from(request_body(size));
+        let body = plain_body(size);
         let n = if size > 200 * 1024 {
             requests / 4
         } else {
             requests
         };
         for stream in [false, true] {
-            // `LOAD_ONLY=2KB:false` runs one case (for profiling).
             if let Ok(only) = std::env::var("LOAD_ONLY") {
                 if only != format!("{}:{stream}", label.replace(' ', "")) {
                     continue;
                 }
             }
-            // Each round runs direct, then the three hops back to back in an order that
-            // rotates from round to round, so that drifting load from the rest of the machine
-            // falls on all alike. Ratios are taken within a round and the table gives their
-            // median; latencies are medians over rounds.
-            let mut rounds: Vec<(RunResult, [Option<RunResult>; 3])> = Vec::new();
-            for round in 0..rounds_per_case {
-                let direct = run(&up_addr, &body, stream, n, concurrency, None).await;
-                let mut results: [Option<RunResult>; 3] = [None, None, None];
-                for k in 0..hops.len() {
-                    let i = (round + k) % hops.len();
-                    let (_, addr, pid) = hops[i];
-                    results[i] = Some(run(addr, &body, stream, n, concurrency, Some(pid)).await);
-                }
-                if std::env::var("LOAD_VERBOSE").is_ok() {
-                    for ((name, _, _), r) in hops.iter().zip(&results) {
-                        let r = r.as_ref().expect("every hop ran");
-                        eprintln!(
-                            "round {round}: {name}: {:.0} req/s, {:.3} ms CPU/req, {:.1} faults/req",
-                            r.rps, r.cpu_ms_per_req, r.faults_per_req
-                        );
-                    }
-                }
-                rounds.push((direct, results));
-            }
-            for (hop, (name, _, _)) in hops.iter().enumerate().skip(1) {
-                let pick = |r: &(RunResult, [Option<RunResult>; 3]), i: usize| {
-                    r.1[i].clone().expect("every hop ran")
+            for &c in concurrencies {
+                let work = |_| Work {
+                    warm: vec![body.clone(); c * 4],
+                    bodies: vec![body.clone()],
+                    requests: n,
+                    stream,
                 };
-                let values = |f: &dyn Fn(&RunResult, &RunResult, &RunResult) -> f64| {
-                    let mut v: Vec<f64> = rounds
-                        .iter()
-                        .map(|r| f(&r.0, &pick(r, 0), &pick(r, hop)))
-                        .collect();
-                    v.sort_by(|a, b| a.total_cmp(b));
-                    v
-                };
-                let median = |f: &dyn Fn(&RunResult, &RunResult, &RunResult) -> f64| {
-                    let v = values(f);
-                    v[v.len() / 2]
-                };
-                let cpu_ratios = values(&|_, b, c| c.cpu_ms_per_req / b.cpu_ms_per_req);
-                let rps_ratios = values(&|_, b, c| c.rps / b.rps);
-                let variant = name.strip_prefix("cachet, ").unwrap_or("default");
-                println!(
-                    "| {label} | {stream} | {variant} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {:.2} ({:.2}–{:.2}) | {:.3} | {:.3} | {:.2} ({:.2}–{:.2}) |",
-                    median(&|d, _, _| d.p50_ms),
-                    median(&|d, b, _| b.p50_ms - d.p50_ms),
-                    median(&|d, _, c| c.p50_ms - d.p50_ms),
-                    median(&|d, b, _| b.p99_ms - d.p99_ms),
-                    median(&|d, _, c| c.p99_ms - d.p99_ms),
-                    median(&|_, b, _| b.rps),
-                    median(&|_, _, c| c.rps),
-                    rps_ratios[rps_ratios.len() / 2],
-                    rps_ratios[0],
-                    rps_ratios[rps_ratios.len() - 1],
-                    median(&|_, b, _| b.cpu_ms_per_req),
-                    median(&|_, _, c| c.cpu_ms_per_req),
-                    cpu_ratios[cpu_ratios.len() / 2],
-                    cpu_ratios[0],
-                    cpu_ratios[cpu_ratios.len() - 1],
+                let r = measure(up_addr, &hops, rounds, c, &work).await;
+                let mode = if stream { "stream" } else { "non-stream" };
+                let case = format!("{label} {mode} c={c}");
+                report(&case, &hops, &r);
+                const T: &str = "(a) no policy, check on, monitoring off";
+                target(
+                    T,
+                    &case,
+                    "CPU/req × hyper hop",
+                    cpu_ratio(&r, 2),
+                    Limit::AtMost(1.2),
                 );
+                target(
+                    T,
+                    &case,
+                    "req/s × hyper hop",
+                    rps_ratio(&r, 2),
+                    Limit::AtLeast(0.9),
+                );
+                if c == 1 {
+                    target(
+                        T,
+                        &case,
+                        "p50 − hyper hop p50 (ms)",
+                        p50_delta(&r, 2),
+                        Limit::AtMost(0.05),
+                    );
+                }
+                if stream {
+                    target(
+                        "(d) streaming first byte",
+                        &case,
+                        "TTFB p50 − hyper hop TTFB p50 (ms)",
+                        ttfb_delta(&r, 2),
+                        Limit::AtMost(0.5),
+                    );
+                }
             }
         }
     }
-    println!(
-        "peak RSS: bare hop {:.1} MiB, cachet {:.1} MiB, cachet with check_body = false {:.1} MiB",
-        peak_rss_mib(bare.id()),
-        peak_rss_mib(cachet.id()),
-        peak_rss_mib(unchecked.id())
+    for hop in &hops {
+        println!("peak RSS {}: {:.1} MiB", hop.name, peak_rss_mib(hop.pid()));
+    }
+}
+
+/// Requests of `sessions` growing agent sessions, one after the other, fresh ids per round.
+fn agent_work(
+    tag: &str,
+    round: usize,
+    sessions: usize,
+    start: usize,
+    tail: usize,
+    steps: usize,
+) -> Work {
+    let mut bodies = Vec::new();
+    for n in 0..sessions {
+        bodies.extend(
+            AgentSession::new(&session_id(tag, round, n + 1), start, tail, false).requests(steps),
+        );
+    }
+    let warm = AgentSession::new(&session_id(tag, round, 0), 20 * 1024, tail, false).requests(4);
+    Work {
+        warm,
+        requests: bodies.len(),
+        bodies,
+        stream: false,
+    }
+}
+
+/// No policy as shipped (monitoring on) on growing agent sessions, beside monitoring off.
+async fn session(rig: &Rig<'_>, rounds: usize) {
+    let (launch, up_url, up_addr, bare) = (
+        rig.launch,
+        rig.up_url.as_str(),
+        rig.up_addr.as_str(),
+        rig.bare,
     );
-    for child in [&mut up, &mut bare, &mut cachet, &mut unchecked] {
-        let _ = child.kill();
-        let _ = child.wait();
+    let on = launch.cachet("cachet", up_url, &[], &[], None, &[]);
+    let off = launch.cachet(
+        "cachet, monitor = false",
+        up_url,
+        &["sessions.monitor = false".to_string()],
+        &[],
+        None,
+        &[],
+    );
+    let b = variant_b(launch, up_url, &[], &[]);
+    let mut hops = vec![bare[0], bare[1], &on, &off];
+    hops.extend(b.as_ref());
+    let sessions = env_or("LOAD_SESSIONS", 4);
+    let work = |round| agent_work("session", round, sessions, 20 * 1024, 4 * 1024, 120);
+    let sizes = {
+        let w = work(0);
+        (
+            w.bodies[0].len(),
+            w.bodies[119.min(w.bodies.len() - 1)].len(),
+            w.requests,
+        )
+    };
+    println!(
+        "\n### session: no policy, monitoring on (as shipped) and off, growing agent sessions ({} → {} bytes, {} requests a round), c=1\n\n{HEADER}",
+        sizes.0, sizes.1, sizes.2
+    );
+    let r = measure(up_addr, &hops, rounds, 1, &work).await;
+    report("agent session c=1", &hops, &r);
+    let cost = Spread::of(
+        r.iter()
+            .map(|(_, x)| x[2].cpu_ms_per_req - x[3].cpu_ms_per_req)
+            .collect(),
+    );
+    let share = Spread::of(
+        r.iter()
+            .map(|(_, x)| (x[2].cpu_ms_per_req - x[3].cpu_ms_per_req) / x[0].cpu_ms_per_req)
+            .collect(),
+    );
+    let after = Spread::of(
+        r.iter()
+            .map(|(_, x)| x[2].cpu_ms_per_req - x[2].cpu_in_run_ms_per_req)
+            .collect(),
+    );
+    println!("\n| monitoring cost (record + diagnosis) | CPU ms/req, monitor on − off (range) | × hyper hop CPU (range) | CPU ms/req used after the last response ended (range) |\n|---|---|---|---|");
+    println!("| agent session c=1 | {cost} | {share} | {after} |");
+    const T: &str = "(b) no policy as shipped (monitoring on)";
+    let case = "growing agent session c=1";
+    target(
+        T,
+        case,
+        "CPU/req × hyper hop",
+        cpu_ratio(&r, 2),
+        Limit::AtMost(1.3),
+    );
+    target(
+        T,
+        case,
+        "p50 − hyper hop p50 (ms)",
+        p50_delta(&r, 2),
+        Limit::AtMost(0.05),
+    );
+    target(
+        T,
+        case,
+        "monitoring cost: CPU ms/req on − off",
+        cost,
+        Limit::Info,
+    );
+    target(
+        T,
+        case,
+        "monitoring cost × hyper hop CPU/req",
+        share,
+        Limit::Info,
+    );
+}
+
+/// Full shaping on growing 60-request agent sessions (100 KB → 500 KB).
+async fn shaping(rig: &Rig<'_>, rounds: usize) {
+    let (launch, up_url, up_addr, bare) = (
+        rig.launch,
+        rig.up_url.as_str(),
+        rig.up_addr.as_str(),
+        rig.bare,
+    );
+    let args = [
+        "--policy",
+        "policies/anthropic-auto-breakpoints.toml",
+        "--policy",
+        "policies/stabilize-volatile.toml",
+        "--policy",
+        "policies/memory-pinned.toml",
+    ];
+    let cachet = launch.cachet("cachet, full shaping", up_url, &[], &args, None, &[]);
+    let b = variant_b(launch, up_url, &[], &args);
+    let mut hops = vec![bare[0], bare[1], &cachet];
+    hops.extend(b.as_ref());
+    let sessions = env_or("LOAD_SESSIONS", 3);
+    let work = |round| agent_work("shaping", round, sessions, 100 * 1024, 6800, 60);
+    let sizes = {
+        let w = work(0);
+        (
+            w.bodies[0].len(),
+            w.bodies[59.min(w.bodies.len() - 1)].len(),
+            w.requests,
+        )
+    };
+    println!(
+        "\n### shaping: anthropic-auto-breakpoints + stabilize-volatile + memory-pinned, growing agent sessions ({} → {} bytes, {} requests a round), c=1\n\n{HEADER}",
+        sizes.0, sizes.1, sizes.2
+    );
+    let r = measure(up_addr, &hops, rounds, 1, &work).await;
+    report("agent session c=1", &hops, &r);
+    const T: &str = "(c) full shaping";
+    let case = "growing 60-request agent sessions c=1";
+    target(
+        T,
+        case,
+        "CPU/req × hyper hop",
+        cpu_ratio(&r, 2),
+        Limit::AtMost(2.0),
+    );
+    target(
+        T,
+        case,
+        "p50 − hyper hop p50 (ms)",
+        p50_delta(&r, 2),
+        Limit::AtMost(0.2),
+    );
+    for hop in &hops {
+        println!("peak RSS {}: {:.1} MiB", hop.name, peak_rss_mib(hop.pid()));
+    }
+}
+
+/// A 30 MB body through a fresh cachet with every shipped policy, and without policies
+/// (monitoring on) to tell the policies' share.
+async fn large(rig: &Rig<'_>, rounds: usize) {
+    let (launch, up_url, up_addr, hyper) = (
+        rig.launch,
+        rig.up_url.as_str(),
+        rig.up_addr.as_str(),
+        rig.bare[0],
+    );
+    let mb: usize = env_or("LOAD_LARGE_MB", 30);
+    let body = AgentSession::new(&session_id("large", 0, 1), 20 * 1024, 6800, false)
+        .grown_to(mb * 1000 * 1000);
+    let body_mib = body.len() as f64 / (1024.0 * 1024.0);
+    let policies: PathBuf = ["policies"].iter().collect();
+    let policies = policies.to_str().unwrap().to_string();
+    println!(
+        "\n### large: one {:.1} MB agent body, fresh process each round\n",
+        body.len() as f64 / 1e6
+    );
+    println!("| cachet | direct s | hyper hop s | cachet s (range) | cachet CPU s (range) | extra peak MiB (range) | × body size |\n|---|---|---|---|---|---|---|");
+    let configs: [(&str, Vec<&str>); 2] = [
+        (
+            "every shipped policy (`--policies policies/`)",
+            vec!["--policies", &policies],
+        ),
+        ("no policy (monitoring on)", vec![]),
+    ];
+    for (label, args) in configs {
+        let (mut direct, mut bare, mut walls, mut cpu, mut extra) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let cachet = launch.cachet("cachet", up_url, &[], &args, None, &[]);
+            let once = |body: Bytes, warm: Vec<Bytes>| Work {
+                warm,
+                bodies: vec![body],
+                requests: 1,
+                stream: false,
+            };
+            // Warm the process (tokenizer, notes index, connections) with small requests.
+            let warm =
+                AgentSession::new(&session_id("large-warm", round, 0), 20 * 1024, 6800, false)
+                    .requests(2);
+            direct.push(
+                run(up_addr, &once(body.clone(), vec![]), 1, None)
+                    .await
+                    .wall_s,
+            );
+            bare.push(
+                run(
+                    &hyper.addr,
+                    &once(body.clone(), vec![]),
+                    1,
+                    Some(hyper.pid()),
+                )
+                .await
+                .wall_s,
+            );
+            run(
+                &cachet.addr,
+                &once(warm[1].clone(), warm[..1].to_vec()),
+                1,
+                Some(cachet.pid()),
+            )
+            .await;
+            let idle = rss_mib(cachet.pid());
+            let r = run(
+                &cachet.addr,
+                &once(body.clone(), vec![]),
+                1,
+                Some(cachet.pid()),
+            )
+            .await;
+            let peak = peak_rss_mib(cachet.pid());
+            walls.push(r.wall_s);
+            cpu.push(r.cpu_ms_per_req / 1000.0);
+            extra.push(peak - idle);
+            if std::env::var("LOAD_VERBOSE").is_ok() {
+                eprintln!(
+                    "round {round}: {label}: {:.3} s, idle {idle:.1} MiB, peak {peak:.1} MiB",
+                    r.wall_s
+                );
+            }
+        }
+        let extra = Spread::of(extra);
+        let walls = Spread::of(walls);
+        let group = format!("(e) {:.0} MB body", body.len() as f64 / 1e6);
+        if args.is_empty() {
+            target(&group, label, "wall s", walls.clone(), Limit::Info);
+        } else {
+            let times = Spread {
+                median: extra.median / body_mib,
+                low: extra.low / body_mib,
+                high: extra.high / body_mib,
+            };
+            target(&group, label, "wall s", walls.clone(), Limit::Below(1.0));
+            target(
+                &group,
+                label,
+                "extra peak RSS × body size",
+                times,
+                Limit::Below(3.0),
+            );
+        }
+        println!(
+            "| {label} | {:.3} | {:.3} | {} | {} | {} | {:.2} |",
+            Spread::of(direct).median,
+            Spread::of(bare).median,
+            walls,
+            Spread::of(cpu),
+            extra,
+            extra.median / body_mib,
+        );
     }
 }

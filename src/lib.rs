@@ -12,6 +12,8 @@
 //! - `cache_model`, `emulator`: provider prompt-cache accounting and the emulator.
 //! - `metrics`, `admin`: Prometheus metrics and the admin listener.
 //! - `telemetry`: logs (a span per request) and OpenTelemetry export.
+//! - `memo`: bounded memos of what is derived from one message's bytes (kinds, keys,
+//!   markers, token counts), since agents resend their history on every request.
 
 pub mod cache_model;
 pub mod cli;
@@ -25,6 +27,7 @@ pub mod hooks;
 pub mod inject;
 pub mod json_check;
 pub mod measure;
+pub mod memo;
 pub mod metrics;
 pub mod models;
 pub mod patch;

@@ -2,6 +2,14 @@ use clap::Parser;
 
 use cachet::cli::{Cli, Command};
 
+/// jemalloc rather than glibc's allocator: glibc gave each request's body buffer back to the
+/// kernel when it was freed, and the next request paid page faults to get it again (12% of
+/// cachet's CPU on 100 KB bodies). jemalloc keeps freed pages for reuse and returns them
+/// over seconds. Figures in BENCHMARKS.md ("Against a hyper-client hop").
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

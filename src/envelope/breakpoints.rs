@@ -133,12 +133,24 @@ impl Envelope {
             out.push((blocks::object_block(&b, 0..b.len()).marker, None));
         }
         for (i, m) in self.cached.iter().take(history).enumerate() {
-            for block in blocks::message_blocks(self.bytes_of(&m.raw)) {
-                out.push((block.marker, Some(i as u32)));
+            for marker in message_markers(self.bytes_of(&m.raw)) {
+                out.push((marker, Some(i as u32)));
             }
         }
         out
     }
+}
+
+/// The marker of each content block of a history message, remembered by a hash of its
+/// bytes: the history is resent whole on every request, and finding the blocks scans it.
+fn message_markers(raw: &[u8]) -> Vec<Option<Ttl>> {
+    static SEEN: crate::memo::Memo<Vec<Option<Ttl>>> = crate::memo::Memo::new(65_536);
+    SEEN.get_or_insert_with(crate::memo::key(b"markers", raw), || {
+        blocks::message_blocks(raw)
+            .into_iter()
+            .map(|block| block.marker)
+            .collect()
+    })
 }
 
 /// Answers "is the prompt up to slot k at least the model's minimum?". Tokens never
@@ -192,26 +204,10 @@ impl<'s, 'a> MinPrefix<'s, 'a> {
 /// the prompt (tools, system, first messages), which agents resend unchanged, and BPE
 /// counting is far slower than hashing.
 fn count_cached(text: &[u8]) -> u64 {
-    use std::collections::HashMap;
-    use std::hash::{Hash, Hasher};
-    use std::sync::{Mutex, OnceLock};
-    const CAPACITY: usize = 8192;
-    static SEEN: OnceLock<Mutex<HashMap<u64, u64>>> = OnceLock::new();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
-    let key = hasher.finish();
-    let seen = SEEN.get_or_init(Default::default);
-    if let Some(n) = seen.lock().ok().and_then(|m| m.get(&key).copied()) {
-        return n;
-    }
-    let n = crate::tokens::count(&String::from_utf8_lossy(text));
-    if let Ok(mut m) = seen.lock() {
-        if m.len() >= CAPACITY {
-            m.clear();
-        }
-        m.insert(key, n);
-    }
-    n
+    static SEEN: crate::memo::Memo<u64> = crate::memo::Memo::new(8192);
+    SEEN.get_or_insert_with(crate::memo::key(b"tokens", text), || {
+        crate::tokens::count(&String::from_utf8_lossy(text))
+    })
 }
 
 /// Decide the marker changes for `mode`.
@@ -356,4 +352,38 @@ fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
         wanted[k] = Some(t);
     }
     wanted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The remembered markers are the scan's, for every message of Claude Code's and pi's
+    /// tool loops (asked twice: the second answer comes from the memo), and a message
+    /// that differs only by its marker is not answered from the other's entry.
+    #[test]
+    fn remembered_markers_equal_the_scan_on_real_clients() {
+        let mut marked = 0;
+        for body in [
+            include_str!("../../tests/data/clients/claude_code_tool_loop.json"),
+            include_str!("../../tests/data/clients/pi_anthropic_tool_loop.json"),
+        ] {
+            let body: serde_json::Value = serde_json::from_str(body).unwrap();
+            for message in body["messages"].as_array().unwrap() {
+                let raw = serde_json::to_vec(message).unwrap();
+                let scanned: Vec<Option<Ttl>> = blocks::message_blocks(&raw)
+                    .into_iter()
+                    .map(|b| b.marker)
+                    .collect();
+                marked += scanned.iter().flatten().count();
+                assert_eq!(message_markers(&raw), scanned);
+                assert_eq!(message_markers(&raw), scanned);
+            }
+        }
+        assert!(marked > 0, "the fixtures carry markers");
+        let plain = br#"{"role":"user","content":[{"type":"text","text":"go"}]}"#;
+        let marked = br#"{"role":"user","content":[{"type":"text","text":"go","cache_control":{"type":"ephemeral"}}]}"#;
+        assert_eq!(message_markers(plain), vec![None]);
+        assert_eq!(message_markers(marked), vec![Some(Ttl::FiveMinutes)]);
+    }
 }

@@ -1,8 +1,11 @@
 //! Memory sources: a file (read on every fetch, so edits show up), a notes folder ranked
 //! against the latest user prompt, or an HTTP memory service.
+//!
+//! File and notes fetches read the disk (and may rebuild the notes index), so on the proxy
+//! they run on the blocking pool, never on a worker thread that serves other requests.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -43,14 +46,14 @@ pub enum SourceError {
 /// A source with the state it keeps between fetches (the notes index).
 pub struct Source {
     spec: SourceSpec,
-    notes: Mutex<Option<NotesIndex>>,
+    notes: Arc<Mutex<Option<NotesIndex>>>,
 }
 
 impl Source {
     pub fn new(spec: SourceSpec) -> Self {
         Source {
             spec,
-            notes: Mutex::new(None),
+            notes: Arc::default(),
         }
     }
 
@@ -61,28 +64,27 @@ impl Source {
     /// The content for `prompt` from a file or notes source, without I/O beyond the local
     /// disk. A `url` source answers [`SourceError::UrlOffline`].
     pub fn fetch_local(&self, prompt: &str) -> Result<String, SourceError> {
-        match &self.spec {
-            SourceSpec::File(path) => {
-                std::fs::read_to_string(path).map_err(|error| SourceError::File {
+        fetch_local(&self.spec, &self.notes, prompt)
+    }
+
+    /// [`Source::fetch_local`] on the blocking pool (a runtime's worker thread stays free
+    /// while the disk is read or the index rebuilt).
+    async fn fetch_local_blocking(&self, prompt: &str) -> Result<String, SourceError> {
+        let (spec, notes, prompt) = (self.spec.clone(), self.notes.clone(), prompt.to_string());
+        match tokio::task::spawn_blocking(move || fetch_local(&spec, &notes, &prompt)).await {
+            Ok(result) => result,
+            // The task panicked or the runtime is shutting down: the turn goes without.
+            Err(e) => Err(match &self.spec {
+                SourceSpec::File(path) => SourceError::File {
                     path: path.clone(),
-                    error,
-                })
-            }
-            SourceSpec::Notes { dir, top_k } => {
-                let mut guard = self.notes.lock().unwrap_or_else(|p| p.into_inner());
-                if guard.as_ref().is_none_or(NotesIndex::is_stale) {
-                    let index = NotesIndex::build(dir).map_err(|error| SourceError::Notes {
-                        dir: dir.clone(),
-                        error,
-                    })?;
-                    *guard = Some(index);
-                }
-                Ok(guard
-                    .as_ref()
-                    .map(|index| index.retrieve(prompt, *top_k))
-                    .unwrap_or_default())
-            }
-            SourceSpec::Url { .. } => Err(SourceError::UrlOffline),
+                    error: std::io::Error::other(e.to_string()),
+                },
+                SourceSpec::Notes { dir, .. } => SourceError::Notes {
+                    dir: dir.clone(),
+                    error: std::io::Error::other(e.to_string()),
+                },
+                SourceSpec::Url { .. } => SourceError::UrlOffline,
+            }),
         }
     }
 
@@ -95,7 +97,7 @@ impl Source {
         client: &reqwest::Client,
     ) -> Result<String, SourceError> {
         let SourceSpec::Url { url, timeout_ms } = &self.spec else {
-            return self.fetch_local(prompt);
+            return self.fetch_local_blocking(prompt).await;
         };
         let fail = |message: String| SourceError::Url {
             url: url.clone(),
@@ -114,6 +116,37 @@ impl Source {
         }
         let body = response.text().await.map_err(|e| fail(describe(e)))?;
         Ok(text_of_answer(&body))
+    }
+}
+
+/// A file or notes fetch (a `url` source answers [`SourceError::UrlOffline`]).
+fn fetch_local(
+    spec: &SourceSpec,
+    notes: &Mutex<Option<NotesIndex>>,
+    prompt: &str,
+) -> Result<String, SourceError> {
+    match spec {
+        SourceSpec::File(path) => {
+            std::fs::read_to_string(path).map_err(|error| SourceError::File {
+                path: path.clone(),
+                error,
+            })
+        }
+        SourceSpec::Notes { dir, top_k } => {
+            let mut guard = notes.lock().unwrap_or_else(|p| p.into_inner());
+            if guard.as_ref().is_none_or(NotesIndex::is_stale) {
+                let index = NotesIndex::build(dir).map_err(|error| SourceError::Notes {
+                    dir: dir.clone(),
+                    error,
+                })?;
+                *guard = Some(index);
+            }
+            Ok(guard
+                .as_ref()
+                .map(|index| index.retrieve(prompt, *top_k))
+                .unwrap_or_default())
+        }
+        SourceSpec::Url { .. } => Err(SourceError::UrlOffline),
     }
 }
 
@@ -179,6 +212,48 @@ mod tests {
             .fetch_local("feature flags")
             .unwrap()
             .contains("flags.toml"));
+    }
+
+    /// A memory file whose read blocks (a FIFO nobody has opened for writing yet) must
+    /// leave the runtime's thread free: here the writer is a task on the same
+    /// single-threaded runtime, and it runs only if the read went to the blocking pool.
+    #[test]
+    fn a_blocked_file_read_leaves_the_runtime_thread_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("memory.fifo");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the file.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let source = Source::new(SourceSpec::File(fifo.clone()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer_path = fifo.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let client = reqwest::Client::new();
+            let text = rt.block_on(async {
+                let write = async {
+                    tokio::task::yield_now().await;
+                    // Opening the write end waits for the reader: on the blocking pool.
+                    let _ = tokio::task::spawn_blocking(move || {
+                        std::fs::write(writer_path, "remember the pool size")
+                    })
+                    .await;
+                };
+                tokio::join!(source.fetch("pool", "s1", &client), write).0
+            });
+            let _ = tx.send(text.map_err(|e| e.to_string()));
+        });
+        // Not a speed bound: only a guard so that the old behaviour fails instead of hanging.
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(text) => assert_eq!(text.unwrap(), "remember the pool size"),
+            Err(_) => {
+                let _ = std::fs::write(&fifo, "unblock");
+                panic!("reading the memory file held the runtime's only thread");
+            }
+        }
     }
 
     #[test]

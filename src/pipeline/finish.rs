@@ -37,6 +37,9 @@ pub struct Identified {
     /// Prefix hashes of the client's history.
     pub history: session::PrefixHashes,
     pub turn_index: u64,
+    /// The body as parsed to identify it, when it went out as the client sent it: the
+    /// session record reads the same envelope instead of parsing the bytes again.
+    pub sent: Option<Envelope>,
 }
 
 /// What is left to do once the response has ended.
@@ -231,6 +234,7 @@ impl Pipeline {
                 session: after.ctx.id.clone(),
                 history: after.ctx.history.clone(),
                 turn_index: after.vars.turn_index,
+                sent: None,
             }),
             After::Observe => {
                 // A body that does not parse went out unchecked; the provider answered it.
@@ -244,6 +248,7 @@ impl Pipeline {
                     session,
                     history,
                     turn_index: env.turn_index(),
+                    sent: Some(env),
                 })
             }
         }
@@ -251,7 +256,14 @@ impl Pipeline {
 
     /// Off the request path, in order per session: `context(turn_end)`, then the session
     /// log entry with its lane and diagnosis.
-    pub(super) async fn after_response(self: &Arc<Self>, job: Finished, identified: Identified) {
+    pub(super) async fn after_response(
+        self: &Arc<Self>,
+        job: Finished,
+        mut identified: Identified,
+    ) {
+        let parsed = identified.sent.take();
+        // An unshaped request's session is loaded here, just before it is recorded.
+        let loaded_now = matches!(job.shaped.after, After::Observe);
         let Finished {
             ctx,
             model,
@@ -271,6 +283,7 @@ impl Pipeline {
                     session,
                     history,
                     turn_index,
+                    ..
                 } = identified;
                 let session_ctx = match session::prepare(store.as_ref(), session, history).await {
                     Ok(c) => c,
@@ -311,7 +324,10 @@ impl Pipeline {
         let Some(store) = self.store.clone() else {
             return;
         };
-        let sent = match Envelope::parse(ctx.route.provider, ctx.route.endpoint, shaped.body) {
+        let sent = match parsed.map_or_else(
+            || Envelope::parse(ctx.route.provider, ctx.route.endpoint, shaped.body),
+            Ok,
+        ) {
             Ok(env) => env,
             Err(e) => {
                 // Only a body sent unchecked gets here; the provider has answered it.
@@ -322,12 +338,15 @@ impl Pipeline {
         let shape = PromptShape::of(&sent, uncached_tail);
         // The log as it is now: entries of this session's earlier answers may have been
         // written since this request was shaped (the queue writes them in order).
-        let log = match store.load(&session_ctx.id.id).await {
-            Ok(log) => log,
-            Err(e) => {
-                let _ = self.store_failed("load", &e);
-                session_ctx.log.clone()
-            }
+        let log = match loaded_now {
+            true => session_ctx.log.clone(),
+            false => match store.load(&session_ctx.id.id).await {
+                Ok(log) => log,
+                Err(e) => {
+                    let _ = self.store_failed("load", &e);
+                    session_ctx.log.clone()
+                }
+            },
         };
         let log = &log;
         let lane =

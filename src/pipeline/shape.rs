@@ -281,12 +281,18 @@ impl Pipeline {
                         .with_label_values(&[&transform.transformer, op.name(), "replayed"])
                         .inc();
                 }
-                shaping.events.push(PatchEvent::new(
-                    &transform.transformer,
-                    "replay",
-                    PatchOutcome::Replayed,
-                    &transform.patch,
-                ));
+                let earlier = shaping.events.iter_mut().find(|e| {
+                    e.outcome == PatchOutcome::Replayed && e.transformer == transform.transformer
+                });
+                match earlier {
+                    Some(event) => event.add_replay(&transform.patch),
+                    None => shaping.events.push(PatchEvent::new(
+                        &transform.transformer,
+                        "replay",
+                        PatchOutcome::Replayed,
+                        &transform.patch,
+                    )),
+                }
             }
             Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
         }

@@ -51,13 +51,23 @@ pub struct MsgKind {
 }
 
 impl MsgKind {
-    /// Classify a message (a Responses input item) from its raw JSON bytes.
+    /// Classify a message (a Responses input item) from its raw JSON bytes. Remembered
+    /// across requests by a hash of the bytes: an agent resends its history every time,
+    /// and the scan reads every block of every message.
     pub fn of(endpoint: Endpoint, b: &[u8]) -> MsgKind {
-        match endpoint {
+        static SEEN: crate::memo::Memo<MsgKind> = crate::memo::Memo::new(65_536);
+        let classify = || match endpoint {
             Endpoint::Chat => openai_chat::message_kind(b),
             Endpoint::Responses => openai_responses::message_kind(b),
             _ => anthropic::message_kind(b),
-        }
+        };
+        // Chat and Responses read other fields than Messages: the API is part of the key.
+        let api: &[u8] = match endpoint {
+            Endpoint::Chat => b"chat",
+            Endpoint::Responses => b"responses",
+            _ => b"messages",
+        };
+        SEEN.get_or_insert_with(crate::memo::key(api, b), classify)
     }
 
     /// The client's own instructions inside the history: Anthropic `role: "system"`
@@ -181,6 +191,76 @@ mod tests {
         assert_eq!(
             tool_name(Endpoint::Messages, escaped).as_deref(),
             Some("read\n")
+        );
+    }
+}
+
+#[cfg(test)]
+mod memo_tests {
+    use super::*;
+
+    /// The remembered kind is the classification itself, for every message of real
+    /// clients' requests on each API, asked twice (the second answer comes from the memo),
+    /// and the API is part of the key: a message classified for one API is not answered
+    /// for another.
+    #[test]
+    fn remembered_kinds_equal_the_classification_on_real_clients() {
+        let fixtures: [(&str, Endpoint, &str); 5] = [
+            (
+                include_str!("../../tests/data/clients/claude_code_tool_loop.json"),
+                Endpoint::Messages,
+                "messages",
+            ),
+            (
+                include_str!("../../tests/data/clients/pi_anthropic_tool_loop.json"),
+                Endpoint::Messages,
+                "messages",
+            ),
+            (
+                include_str!("../../tests/data/clients/pi_chat_tool_loop.json"),
+                Endpoint::Chat,
+                "messages",
+            ),
+            (
+                include_str!("../../tests/data/clients/pi_responses_tool_loop.json"),
+                Endpoint::Responses,
+                "input",
+            ),
+            (
+                include_str!("../../tests/data/clients/codex_tool_loop.json"),
+                Endpoint::Responses,
+                "input",
+            ),
+        ];
+        let mut seen = 0;
+        for (body, endpoint, field) in fixtures {
+            let body: serde_json::Value = serde_json::from_str(body).unwrap();
+            for message in body[field].as_array().unwrap() {
+                let raw = serde_json::to_vec(message).unwrap();
+                let direct = match endpoint {
+                    Endpoint::Chat => openai_chat::message_kind(&raw),
+                    Endpoint::Responses => openai_responses::message_kind(&raw),
+                    _ => anthropic::message_kind(&raw),
+                };
+                assert_eq!(MsgKind::of(endpoint, &raw), direct);
+                assert_eq!(MsgKind::of(endpoint, &raw), direct);
+                seen += 1;
+            }
+        }
+        assert!(seen > 20, "{seen} messages");
+        // One byte string read as a Chat message and as a Responses item: two answers.
+        let tool = br#"{"role":"tool","tool_call_id":"c1","content":"ok"}"#;
+        assert_ne!(
+            openai_chat::message_kind(tool),
+            openai_responses::message_kind(tool)
+        );
+        assert_eq!(
+            MsgKind::of(Endpoint::Chat, tool),
+            openai_chat::message_kind(tool)
+        );
+        assert_eq!(
+            MsgKind::of(Endpoint::Responses, tool),
+            openai_responses::message_kind(tool)
         );
     }
 }

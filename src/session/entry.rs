@@ -179,6 +179,20 @@ pub struct PatchEvent {
     /// Why it was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// How many patches the event stands for. A request replays every patch its session
+    /// persisted (one per turn for pinned memory): those are one event per transformer,
+    /// with their count and distinct op names, so an entry does not grow with the
+    /// session's age.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl PatchEvent {
@@ -193,6 +207,22 @@ impl PatchEvent {
                 .filter_map(|op| op.invalidate_cache_reason().map(str::to_owned))
                 .collect(),
             error: None,
+            count: 1,
+        }
+    }
+
+    /// Fold another replay of this event's transformer into it.
+    pub fn add_replay(&mut self, ops: &[Op]) {
+        self.count = self.count.saturating_add(1);
+        for op in ops {
+            if !self.ops.iter().any(|o| o == op.name()) {
+                self.ops.push(op.name().to_owned());
+            }
+            if let Some(reason) = op.invalidate_cache_reason() {
+                if !self.invalidate.iter().any(|r| r == reason) {
+                    self.invalidate.push(reason.to_owned());
+                }
+            }
         }
     }
 }

@@ -110,26 +110,14 @@ pub fn key_of_bytes(bytes: &[u8]) -> MessageKey {
 /// resend the same bytes for every old message on every request, so keys are remembered
 /// by a 128-bit hash of the raw bytes and only new messages are parsed.
 pub fn key_of_raw(raw: &[u8]) -> MessageKey {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    const CAPACITY: usize = 65_536;
-    static SEEN: OnceLock<Mutex<HashMap<u128, MessageKey>>> = OnceLock::new();
-    let fast = xxhash_rust::xxh3::xxh3_128(raw);
-    let seen = SEEN.get_or_init(Default::default);
-    if let Some(key) = seen.lock().ok().and_then(|m| m.get(&fast).copied()) {
-        return key;
-    }
-    let key = match serde_json::from_slice::<Value>(raw) {
-        Ok(value) => message_key(&value),
-        Err(_) => key_of_bytes(raw),
-    };
-    if let Ok(mut m) = seen.lock() {
-        if m.len() >= CAPACITY {
-            m.clear();
-        }
-        m.insert(fast, key);
-    }
-    key
+    static SEEN: crate::memo::Memo<MessageKey> = crate::memo::Memo::new(65_536);
+    SEEN.get_or_insert_with(
+        crate::memo::key(b"message", raw),
+        || match serde_json::from_slice::<Value>(raw) {
+            Ok(value) => message_key(&value),
+            Err(_) => key_of_bytes(raw),
+        },
+    )
 }
 
 #[cfg(test)]

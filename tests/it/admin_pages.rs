@@ -214,6 +214,7 @@ fn patch(transformer: &str, reason: &str, outcome: PatchOutcome) -> PatchEvent {
         ops: vec!["system_part_set".into()],
         invalidate: Vec::new(),
         error: None,
+        count: 1,
     }
 }
 

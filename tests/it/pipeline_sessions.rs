@@ -255,3 +255,73 @@ async fn forked_or_compacted_histories_get_no_stale_patch() {
     assert!(html.contains("message 2 edited"), "{html}");
     proxy.shutdown().await;
 }
+
+/// A handler that persists a patch on every turn (pinned memory does) has all of them
+/// replayed on every later request. The request entry says so in one event per
+/// transformer with a count, so that an entry does not grow with the session's age and the
+/// log does not grow with the square of its turns.
+#[tokio::test]
+async fn replays_are_one_event_per_transformer_whatever_the_session_age() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The first request of each turn (an odd-length history ends with the turn's prompt,
+    // and the first request of a turn is the only one of it here) pins a note of its own.
+    let hook = start_hook_server(|e| {
+        let turn = e["state"]["envelope"]["meta"]["turn_index"].as_u64()?;
+        Some(json!({
+            "patch": [{"op": "messages_insert", "at": "before_last_user_prompt",
+                       "messages": [{"role": "user", "content": format!("note {turn}")}],
+                       "invalidateCacheReason": "pin a note"}],
+            "transformerName": "notes"}))
+    })
+    .await;
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![hook_policy(dir.path(), &hook.url)],
+        &dir.path().join("store"),
+    ))
+    .await;
+    const TURNS: usize = 6;
+    let mut history = vec![user("one")];
+    for turn in 0..TURNS {
+        assert_eq!(post_anthropic(&proxy, "aged", &body(&history)).await.0, 200);
+        history.push(assistant(&format!("answer {turn}")));
+        history.push(user(&format!("next {turn}")));
+        wait_for_requests(&proxy, "aged", turn as u64 + 1).await;
+    }
+    let log = wait_for_requests(&proxy, "aged", TURNS as u64).await;
+    let requests: Vec<&Value> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "request")
+        .collect();
+    assert_eq!(requests.len(), TURNS);
+    let last = requests.last().unwrap();
+    let replays: Vec<&Value> = last["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["outcome"] == "replayed")
+        .collect();
+    assert_eq!(replays.len(), 1, "one event for the transformer: {last:#}");
+    assert_eq!(
+        replays[0]["count"],
+        (TURNS - 1) as u64,
+        "it counts every earlier turn's note: {last:#}"
+    );
+    // The upstream got every note, in place.
+    let sent: Value = serde_json::from_slice(&upstream.requests().last().unwrap().body).unwrap();
+    let notes = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("note "))
+        })
+        .count();
+    assert_eq!(notes, TURNS);
+    proxy.shutdown().await;
+}

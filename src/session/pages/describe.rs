@@ -11,6 +11,9 @@ use crate::session::entry::PatchEvent;
 /// `memory (before_request): system_part_set, messages_insert; invalidates: memory`.
 pub fn patch(p: &PatchEvent) -> String {
     let mut text = format!("{} ({}): {}", p.transformer, p.reason, p.ops.join(", "));
+    if p.count > 1 {
+        text.push_str(&format!(" ({} patches)", p.count));
+    }
     if !p.invalidate.is_empty() {
         text.push_str("; invalidates the cache: ");
         text.push_str(&p.invalidate.join(", "));

@@ -271,6 +271,7 @@ fn events(r: &RequestView<'_>) -> Markup {
             div.ev title=(describe::patch(p)) {
                 span class={ "tag " (p.outcome.label()) } { (p.outcome.label()) }
                 (p.transformer) " (" (p.reason) "): " (p.ops.join(", "))
+                @if p.count > 1 { " ×" (p.count) }
                 @if !p.invalidate.is_empty() {
                     span.inv { "invalidates the cache: " (p.invalidate.join("; ")) }
                 }

@@ -153,7 +153,7 @@ impl Totals {
         }
         self.breaks += usize::from(rec.diagnosis.is_some());
         self.expired_gaps += usize::from(r.gap.is_some_and(|g| g.expired()));
-        self.patches += r.patches.len();
+        self.patches += r.patches.iter().map(|p| p.count as usize).sum::<usize>();
         self.first = Some(self.first.map_or(rec.time, |t| t.min(rec.time)));
         self.last = Some(self.last.map_or(rec.time, |t| t.max(rec.time)));
         self.lanes.insert(rec.lane);

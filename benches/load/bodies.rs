@@ -1,0 +1,227 @@
+//! Request bodies the load driver sends.
+//!
+//! - [`plain_body`]: one Anthropic request of a given size (system, one tool, a history of
+//!   text turns), sent again and again: the pass-through cases.
+//! - [`AgentSession`]: a growing Claude Code–shaped session. Each request is the previous
+//!   one plus a small tail (the assistant's tool call and its result, or now and then a new
+//!   prompt), with `cache_control` on the system prompt and on the last block of the last
+//!   message, and the session id in `metadata.user_id`, as Claude Code sends them.
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+/// A request of about `size` bytes whose history is plain text turns.
+pub fn plain_body(size: usize) -> Bytes {
+    let mut messages = Vec::new();
+    let mut total = 0;
+    let mut i = 0;
+    while total < size {
+        let text = format!("Turn {i}: please look at src/module_{i}.rs and explain the control flow around line {}. ", i * 7).repeat(4);
+        total += text.len() + 40;
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        messages.push(json!({"role": role, "content": text}));
+        i += 1;
+    }
+    if messages.len() % 2 == 0 {
+        messages.push(json!({"role": "user", "content": "continue"}));
+    }
+    Bytes::from(
+        json!({
+            "model": "claude-sonnet-4-5", "max_tokens": 1024,
+            "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": "bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}],
+            "messages": messages,
+        })
+        .to_string(),
+    )
+}
+
+/// Claude Code's system prompt: its identity block, then the long instructions with the
+/// `<env>` block (today's date) and the git status at the end.
+fn system_prompt() -> Value {
+    let mut long = String::from("You are an interactive CLI tool that helps users with software engineering tasks. Use the instructions below and the tools available to you to assist the user.\n\n");
+    for i in 0..60 {
+        long.push_str(&format!("# Section {i}\n- Follow the conventions of the code base; read surrounding code before editing (rule {i}).\n- Prefer small, verifiable changes and run the tests after each one.\n\n"));
+    }
+    long.push_str("<env>\nWorking directory: /home/dev/project\nIs directory a git repo: Yes\nPlatform: linux\nToday's date: 2025-06-01\n</env>\n");
+    long.push_str("gitStatus: This is the git status at the start of the conversation.\nCurrent branch: main\nStatus:\nM src/lib.rs\n?? notes.txt\n");
+    json!([
+        {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": long, "cache_control": {"type": "ephemeral"}},
+    ])
+}
+
+/// A dozen tools with JSON-schema inputs, as Claude Code declares them.
+fn tools() -> Value {
+    let names = [
+        "Task",
+        "Bash",
+        "Glob",
+        "Grep",
+        "LS",
+        "Read",
+        "Edit",
+        "MultiEdit",
+        "Write",
+        "NotebookEdit",
+        "WebFetch",
+        "TodoWrite",
+    ];
+    Value::Array(
+        names
+            .iter()
+            .map(|name| {
+                json!({
+                    "name": name,
+                    "description": format!("{name}: ").to_string() + &"Performs the operation the name says, with the parameters below; read the usage notes before calling it. ".repeat(8),
+                    "input_schema": {
+                        "type": "object",
+                        "properties": {
+                            "file_path": {"type": "string", "description": "The absolute path to the file"},
+                            "command": {"type": "string", "description": "The command to run"},
+                            "limit": {"type": "number", "description": "How many lines to read"},
+                        },
+                        "required": ["file_path"],
+                        "additionalProperties": false,
+                        "$schema": "http://json-schema.org/draft-07/schema#",
+                    }
+                })
+            })
+            .collect(),
+    )
+}
+
+/// A tool result of about `bytes` bytes: source code, dense with `\n` and `\"` escapes.
+fn code(step: usize, bytes: usize) -> String {
+    let mut s = String::with_capacity(bytes + 80);
+    let mut line = 0;
+    while s.len() < bytes {
+        s.push_str(&format!(
+            "{:>5}\tlet value_{step}_{line} = parse(\"field_{line}\", &input)?; // step {step}\n",
+            line + 1
+        ));
+        line += 1;
+    }
+    s
+}
+
+/// One agent session that grows request by request.
+pub struct AgentSession {
+    session: String,
+    system: Value,
+    tools: Value,
+    messages: Vec<Value>,
+    step: usize,
+    /// Bytes each step adds, about.
+    tail: usize,
+    stream: bool,
+}
+
+impl AgentSession {
+    /// A session `id` (distinct per session: fresh state in cachet) whose first request is
+    /// about `start` bytes and whose every next request adds about `tail` bytes.
+    pub fn new(id: &str, start: usize, tail: usize, stream: bool) -> AgentSession {
+        let mut s = AgentSession {
+            session: id.to_string(),
+            system: system_prompt(),
+            tools: tools(),
+            messages: vec![json!({"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>\nAs you answer the user's questions, you can use the following context: the code base is a Rust proxy.\n</system-reminder>"},
+                {"type": "text", "text": "The test `parses_nested_fields` fails after the last refactor. Find out why and fix it, then run the whole suite."},
+            ]})],
+            step: 0,
+            tail,
+            stream,
+        };
+        let base = s.body().len();
+        // Earlier exchanges, without a request of their own, up to `start`.
+        if start > base {
+            let steps = (start - base) / tail.max(1);
+            for _ in 0..steps {
+                s.grow();
+            }
+        }
+        s
+    }
+
+    /// Add one exchange: the assistant's tool call and its result, or every tenth step the
+    /// assistant's answer and a new prompt from the user.
+    pub fn grow(&mut self) {
+        let step = self.step;
+        self.step += 1;
+        let id = format!("toolu_{:024x}", step as u128 * 7919 + 17);
+        if step % 10 == 9 {
+            self.messages.push(json!({"role": "assistant", "content": [
+                {"type": "text", "text": format!("Step {step} is done: the parser now keeps nested fields. {}", "The change is small and the tests pass. ".repeat(self.tail / 200))},
+            ]}));
+            self.messages.push(json!({"role": "user", "content": [
+                {"type": "text", "text": format!("Good. Now look at module {step} and check the error handling there; also logging and retry.")},
+            ]}));
+        } else {
+            self.messages.push(json!({"role": "assistant", "content": [
+                {"type": "text", "text": format!("Let me read src/module_{step}.rs.")},
+                {"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": format!("/home/dev/project/src/module_{step}.rs")}},
+            ]}));
+            self.messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": code(step, self.tail.saturating_sub(300))},
+            ]}));
+        }
+    }
+
+    /// The request as Claude Code sends it now: a marker on the last block of the last
+    /// message only.
+    pub fn body(&self) -> Bytes {
+        let mut messages = self.messages.clone();
+        if let Some(Value::Array(blocks)) = messages.last_mut().and_then(|m| m.get_mut("content")) {
+            if let Some(Value::Object(last)) = blocks.last_mut() {
+                last.insert("cache_control".into(), json!({"type": "ephemeral"}));
+            }
+        }
+        Bytes::from(
+            json!({
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 32000,
+                "stream": self.stream,
+                "metadata": {"user_id": format!("user_{:064x}_account__session_{}", 42, self.session)},
+                "system": self.system,
+                "tools": self.tools,
+                "messages": messages,
+            })
+            .to_string(),
+        )
+    }
+
+    /// The next `n` requests, each the previous one plus a step.
+    pub fn requests(&mut self, n: usize) -> Vec<Bytes> {
+        (0..n)
+            .map(|_| {
+                let body = self.body();
+                self.grow();
+                body
+            })
+            .collect()
+    }
+
+    /// A request of at least `size` bytes, grown step by step.
+    pub fn grown_to(mut self, size: usize) -> Bytes {
+        loop {
+            let body = self.body();
+            if body.len() >= size {
+                return body;
+            }
+            let per = self.tail.max(1);
+            for _ in 0..((size - body.len()) / per).max(1) {
+                self.grow();
+            }
+        }
+    }
+}
+
+/// A UUID-shaped session id, distinct per `(round, n)` and per run.
+pub fn session_id(tag: &str, round: usize, n: usize) -> String {
+    let pid = std::process::id();
+    format!(
+        "{pid:08x}-{round:04x}-4{n:03x}-8000-{:012x}",
+        tag.len() as u64 * 1_000_003 + tag.bytes().map(u64::from).sum::<u64>()
+    )
+}
