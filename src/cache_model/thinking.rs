@@ -46,11 +46,10 @@ pub fn retention(request: &Map<String, Value>, model: &str) -> Option<Keep> {
 
 /// For each message, whether its thinking blocks stay in the prompt.
 pub fn kept_by_message(request: &Map<String, Value>, messages: &[Value], model: &str) -> Vec<bool> {
-    let turns = match retention(request, model) {
-        None | Some(Keep::All) => return vec![true; messages.len()],
-        Some(Keep::Turns(n)) => n,
-    };
-    // The turn each message belongs to: the number of user prompts up to it.
+    let keep = retention(request, model);
+    if matches!(keep, None | Some(Keep::All)) {
+        return vec![true; messages.len()];
+    }
     let kinds: Vec<MsgKind> = messages
         .iter()
         .map(|m| {
@@ -60,14 +59,30 @@ pub fn kept_by_message(request: &Map<String, Value>, messages: &[Value], model: 
             )
         })
         .collect();
-    let starts = turns::prompt_starts(&kinds);
+    kept_by_kind(keep, &kinds)
+}
+
+/// For each message of these kinds, whether its thinking blocks stay in the prompt, under
+/// `keep` (from [`retention`]).
+pub fn kept_by_kind(keep: Option<Keep>, kinds: &[MsgKind]) -> Vec<bool> {
+    let turns = match keep {
+        None | Some(Keep::All) => return vec![true; kinds.len()],
+        Some(Keep::Turns(n)) => n,
+    };
+    // The turn each message belongs to: the number of user prompts up to it.
+    let starts = turns::prompt_starts(kinds);
     let prompts = starts.len();
-    let turn_of: Vec<usize> = (0..messages.len())
-        .map(|i| starts.iter().filter(|&&s| s <= i).count())
-        .collect();
     // The current turn is the last one; the N most recent turns keep their thinking.
     let first_kept = (prompts + 1).saturating_sub(turns);
-    turn_of.into_iter().map(|t| t >= first_kept).collect()
+    let mut turn = 0;
+    (0..kinds.len())
+        .map(|i| {
+            while turn < prompts && starts[turn] <= i {
+                turn += 1;
+            }
+            turn >= first_kept
+        })
+        .collect()
 }
 
 fn thinking_on(thinking: Option<&Value>) -> bool {
@@ -99,4 +114,60 @@ fn clear_thinking_edit(request: &Map<String, Value>) -> Option<Keep> {
         }
         _ => Keep::Turns(1),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{kept_by_kind, Keep};
+    use crate::providers::{turns, MsgKind};
+
+    /// The rule as first written: each message's turn counted from scratch.
+    fn kept_by_counting(keep: Option<Keep>, kinds: &[MsgKind]) -> Vec<bool> {
+        let turns = match keep {
+            None | Some(Keep::All) => return vec![true; kinds.len()],
+            Some(Keep::Turns(n)) => n,
+        };
+        let starts = turns::prompt_starts(kinds);
+        let first_kept = (starts.len() + 1).saturating_sub(turns);
+        (0..kinds.len())
+            .map(|i| starts.iter().filter(|&&s| s <= i).count() >= first_kept)
+            .collect()
+    }
+
+    fn arb_kind() -> impl Strategy<Value = MsgKind> {
+        prop_oneof![
+            // A user prompt, a tool result (with or without appended text), an assistant
+            // message (with or without a call), a system message.
+            Just((false, "user", false, true)),
+            Just((false, "user", true, false)),
+            Just((false, "user", true, true)),
+            Just((true, "assistant", false, true)),
+            Just((true, "assistant", false, false)),
+            Just((false, "system", false, true)),
+        ]
+        .prop_map(|(from_model, role, tool_result, other_content)| MsgKind {
+            role: role.into(),
+            from_model,
+            calls_tool: from_model && !other_content,
+            tool_result,
+            other_content,
+            ..MsgKind::default()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn one_pass_turn_counting_equals_counting_per_message(
+            kinds in prop::collection::vec(arb_kind(), 0..40),
+            keep in prop_oneof![
+                Just(None),
+                Just(Some(Keep::All)),
+                (0usize..5).prop_map(|n| Some(Keep::Turns(n))),
+            ],
+        ) {
+            prop_assert_eq!(kept_by_kind(keep, &kinds), kept_by_counting(keep, &kinds));
+        }
+    }
 }

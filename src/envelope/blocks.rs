@@ -35,6 +35,8 @@ pub(crate) struct Block {
     /// Whether a marker may sit here (not thinking, not empty text).
     pub markable: bool,
     pub marker: Option<Ttl>,
+    /// A `thinking` or `redacted_thinking` block.
+    pub thinking: bool,
 }
 
 fn marker_json(ttl: Ttl) -> &'static str {
@@ -57,6 +59,7 @@ pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
         span: span.clone(),
         markable: b.get(span.start) == Some(&b'{'),
         marker: None,
+        thinking: false,
     };
     let Ok(entries) = scan::entries(b, span.start) else {
         block.markable = false;
@@ -69,6 +72,7 @@ pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
             let ty = scan::decode_str(b, &e.value).unwrap_or_default();
             if ty == "thinking" || ty == "redacted_thinking" {
                 block.markable = false;
+                block.thinking = true;
             }
         } else if scan::key_is(b, &e.key, "text") && &b[e.value.clone()] == b"\"\"" {
             block.markable = false;
@@ -94,6 +98,7 @@ pub(crate) fn message_blocks(b: &[u8]) -> Vec<Block> {
             markable: content.len() > 2,
             span: content,
             marker: None,
+            thinking: false,
         }],
         Some(b'[') => scan::elements(b, content.start)
             .unwrap_or_default()

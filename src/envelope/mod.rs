@@ -221,6 +221,15 @@ impl Envelope {
             .collect()
     }
 
+    /// Whether history message `i` carries a thinking block (Anthropic).
+    pub fn history_has_thinking(&self, i: usize) -> bool {
+        self.cached.get(i).is_some_and(|m| {
+            blocks::message_blocks(self.bytes_of(&m.raw))
+                .iter()
+                .any(|b| b.thinking)
+        })
+    }
+
     /// Index in the history where the current turn's prompt starts (see
     /// [`crate::providers::turns`]): the `before_last_user_prompt` insertion point.
     pub fn last_user_prompt_index(&self) -> Option<usize> {

@@ -173,36 +173,32 @@ pub fn agrees_with_provider(ours: Option<&Diagnosis>, theirs: &serde_json::Value
 /// Where the provider starts dropping thinking blocks from this request's prompt, by the
 /// cache model's thinking-retention rule: the first message of the most recent turn whose
 /// thinking it drops (older turns' were already dropped from the previous request's
-/// prompt). The cached prefix ends there whatever the client sent.
-pub fn thinking_stripped_from(endpoint: Endpoint, body: &[u8]) -> Option<usize> {
-    use crate::providers::{turns, MsgKind};
-    if endpoint != Endpoint::Messages {
+/// prompt). The cached prefix ends there whatever the client sent. Read from the envelope:
+/// only the two options the rule looks at are parsed, never the whole body.
+pub fn thinking_stripped_from(env: &crate::envelope::Envelope) -> Option<usize> {
+    use crate::providers::turns;
+    if env.endpoint() != Endpoint::Messages {
         return None;
     }
-    let request: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
-    let messages = request.get("messages")?.as_array()?;
-    let model = request.get("model").and_then(|m| m.as_str()).unwrap_or("");
-    let kept = crate::cache_model::thinking::kept_by_message(&request, messages, model);
-    let has_thinking = |m: &serde_json::Value| {
-        m.get("content")
-            .and_then(|c| c.as_array())
-            .is_some_and(|blocks| {
-                blocks.iter().any(|b| {
-                    matches!(
-                        b.get("type").and_then(|t| t.as_str()),
-                        Some("thinking" | "redacted_thinking")
-                    )
-                })
-            })
-    };
-    let kinds: Vec<MsgKind> = messages
-        .iter()
-        .map(|m| MsgKind::of(endpoint, &serde_json::to_vec(m).unwrap_or_default()))
-        .collect();
+    let mut request = serde_json::Map::new();
+    for key in ["thinking", "context_management"] {
+        if let Some(value) = env
+            .option_raw(key)
+            .and_then(|raw| serde_json::from_slice(raw).ok())
+        {
+            request.insert(key.to_string(), value);
+        }
+    }
+    let keep = crate::cache_model::thinking::retention(&request, &env.meta.model);
+    if matches!(keep, None | Some(crate::cache_model::thinking::Keep::All)) {
+        return None;
+    }
+    let kinds = env.history_kinds();
+    let kept = crate::cache_model::thinking::kept_by_kind(keep, &kinds);
     let starts = turns::prompt_starts(&kinds);
-    let turn_of = |i: usize| starts.iter().filter(|&&s| s <= i).count();
-    let stripped: Vec<usize> = (0..messages.len())
-        .filter(|&i| !kept[i] && has_thinking(&messages[i]))
+    let turn_of = |i: usize| starts.partition_point(|&s| s <= i);
+    let stripped: Vec<usize> = (0..kinds.len())
+        .filter(|&i| !kept[i] && env.history_has_thinking(i))
         .collect();
     let newest = stripped.iter().map(|&i| turn_of(i)).max()?;
     stripped.into_iter().find(|&i| turn_of(i) == newest)
@@ -493,3 +489,7 @@ fn openai_miss(
     }
     Some(d)
 }
+
+#[cfg(test)]
+#[path = "breaks_tests.rs"]
+mod tests;

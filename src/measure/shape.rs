@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::envelope::{Envelope, Ttl};
-use crate::providers::{Endpoint, Section};
-use crate::session::normalize::{key_of_bytes, key_of_raw, message_key, MessageKey};
+use crate::providers::{tool_name, Endpoint, Section};
+use crate::session::normalize::{key_of_bytes, key_of_raw, MessageKey};
 
 /// A named element of the prefix: a tool (by name) or a system part (by part name).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,10 +86,6 @@ pub struct PromptShape {
     pub marks: Vec<Mark>,
 }
 
-fn json_of(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes).unwrap_or(Value::Null)
-}
-
 fn list_key(items: &[Named]) -> Option<MessageKey> {
     if items.is_empty() {
         return None;
@@ -108,13 +104,9 @@ impl PromptShape {
         let endpoint = env.endpoint();
         let tools: Vec<Named> = env
             .tools_raw()
-            .map(|raw| {
-                let v = json_of(raw);
-                let name = tool_name(endpoint, &v).unwrap_or_default();
-                Named {
-                    name,
-                    key: message_key(&v),
-                }
+            .map(|raw| Named {
+                name: tool_name(endpoint, raw).unwrap_or_default(),
+                key: key_of_raw(raw),
             })
             .collect();
         let system: Vec<Named> = env
@@ -179,15 +171,6 @@ impl SentRequest {
             .take(self.shape.messages.len())
             .collect()
     }
-}
-
-/// The name of a tool definition in the provider's shape.
-fn tool_name(endpoint: Endpoint, v: &Value) -> Option<String> {
-    let name = match endpoint {
-        Endpoint::Chat => v.pointer("/function/name").or_else(|| v.get("name")),
-        _ => v.get("name"),
-    };
-    name.and_then(Value::as_str).map(str::to_owned)
 }
 
 /// Markers of the tools, system blocks and the first `history` messages, by block.
@@ -270,6 +253,17 @@ mod tests {
         );
         assert_eq!(a.marks[1].message, Some(0));
         assert!(b.marks.is_empty());
+    }
+
+    /// A tool's key from its raw bytes is [`message_key`] of the parsed tool, on each
+    /// client's tool shapes.
+    #[test]
+    fn tool_keys_from_bytes_equal_message_key() {
+        use crate::session::normalize::message_key;
+        for raw in crate::providers::TOOL_SHAPES {
+            let v: Value = serde_json::from_str(raw).unwrap();
+            assert_eq!(key_of_raw(raw.as_bytes()), message_key(&v), "{raw}");
+        }
     }
 
     #[test]

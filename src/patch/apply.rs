@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::ops::{HandlerResult, Op, PartSpec, Selector};
 use super::refusal::{ApplyReport, OpOutcome, PatchRefusal, RefusalReason};
 use crate::envelope::{neutral_to_provider, Element, Envelope, SystemPart};
-use crate::providers::{check_boundary, Endpoint, MsgKind};
+use crate::providers::{check_boundary, tool_name, Endpoint, MsgKind};
 
 type OpResult = Result<(), RefusalReason>;
 
@@ -181,16 +181,6 @@ fn replace_parts(env: &mut Envelope, parts: &[PartSpec]) {
         })
         .collect();
     env.system_dirty = true;
-}
-
-/// The name of a tool definition in the provider's shape.
-pub(crate) fn tool_name(endpoint: Endpoint, raw: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(raw).ok()?;
-    let name = match endpoint {
-        Endpoint::Chat => v.pointer("/function/name").or_else(|| v.get("name")),
-        _ => v.get("name"),
-    };
-    name.and_then(Value::as_str).map(str::to_owned)
 }
 
 /// A tool from a patch: neutral `{name, description, parameters}` or the provider's shape.

@@ -162,10 +162,7 @@ impl Pipeline {
         shaped: Shaped,
         usage: Option<crate::usage::Usage>,
     ) {
-        let model = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_else(|| "unknown".into());
+        let model = requested_model(&body);
         let ctx = super::shape::replayed_ctx(route, headers, body, &model, at_ms);
         let result = TapResult {
             usage,
@@ -446,10 +443,7 @@ impl Pipeline {
             usage,
             time_ms: now_ms,
             min_tokens,
-            thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(
-                shape.endpoint,
-                sent.original_body(),
-            ),
+            thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(sent),
         };
         let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
             crate::measure::shape::tokens_through(sent, block)
@@ -566,5 +560,69 @@ async fn previous_shape(
             .filter_map(|k| session::record::decode_key(k))
             .collect(),
         marks: prev.marks.clone(),
+    }
+}
+
+/// The `model` string of a request body, or `unknown`. Only that field is built: serde
+/// skips the rest of the body without making a `Value` of it.
+fn requested_model(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Model {
+        model: Option<String>,
+    }
+    // A derived struct also reads a JSON array positionally; a body must be an object.
+    let is_object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    is_object
+        .then(|| serde_json::from_slice::<Model>(body).ok())
+        .flatten()
+        .and_then(|m| m.model)
+        .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    /// As the whole-body reading answered, on bodies as clients send them and odd ones.
+    /// (A body naming `model` twice, which no client sends, reads `unknown` here where
+    /// a `Value` kept the last one.)
+    #[test]
+    fn requested_model_equals_the_value_reading() {
+        fn from_value(body: &[u8]) -> String {
+            serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or_else(|| "unknown".into())
+        }
+        let fixtures =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/clients"))
+                .unwrap()
+                .map(|e| std::fs::read(e.unwrap().path()).unwrap());
+        let odd: Vec<Vec<u8>> = [
+            r#"{"messages":[{"role":"user","content":"hi","model":"inner"}],"model":"claude-opus-4-5"}"#,
+            r#" {"model":"gpt-\u0035"} "#,
+            r#"{"model":7,"messages":[]}"#,
+            r#"{"model":null}"#,
+            r#"{"messages":[]}"#,
+            r#"["claude-opus-4-5"]"#,
+            r#""model""#,
+            r#"{"model":"x""#,
+            "",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        let mut named = 0;
+        for body in fixtures.chain(odd) {
+            let ours = super::requested_model(&body);
+            assert_eq!(
+                ours,
+                from_value(&body),
+                "{}",
+                String::from_utf8_lossy(&body)
+            );
+            named += usize::from(ours != "unknown");
+        }
+        assert!(named >= 10, "the client fixtures name their models");
     }
 }

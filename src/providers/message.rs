@@ -97,6 +97,24 @@ pub fn check_boundary(
     }
 }
 
+/// The name of a tool definition (its raw JSON) in the provider's shape: Chat's is under
+/// `function` (when that is an object), else at the top, as the other providers put it.
+/// Only a string is a name.
+pub fn tool_name(endpoint: Endpoint, raw: &[u8]) -> Option<String> {
+    let start = scan::skip_ws(raw, 0);
+    let nested = || {
+        let function = scan::field(raw, start, "function")?;
+        (raw.get(function.start) == Some(&b'{'))
+            .then(|| scan::field(raw, function.start, "name"))
+            .flatten()
+    };
+    let name = match endpoint {
+        Endpoint::Chat => nested().or_else(|| scan::field(raw, start, "name"))?,
+        _ => scan::field(raw, start, "name")?,
+    };
+    scan::decode_str(raw, &name)
+}
+
 /// The text a message carries for a reader (retrieval, display): string content, or its
 /// text parts joined by newlines.
 pub fn text_of(endpoint: Endpoint, b: &[u8]) -> String {
@@ -113,6 +131,68 @@ pub fn text_of(endpoint: Endpoint, b: &[u8]) -> String {
         .filter_map(|part| scan::str_field(b, part.start, "text"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Tool definitions as clients send them, and odd ones.
+#[cfg(test)]
+pub(crate) const TOOL_SHAPES: [&str; 14] = [
+    // Claude Code / Anthropic SDK.
+    r#"{"name":"Read","description":"Reads a file","input_schema":{"type":"object","properties":{"file_path":{"type":"string"}}},"cache_control":{"type":"ephemeral"}}"#,
+    r#"{"type":"web_search_20250305","name":"web_search","max_uses":5}"#,
+    // OpenAI Chat (pi, SDK).
+    r#"{"type":"function","function":{"name":"read","description":"Read","parameters":{"type":"object"}}}"#,
+    // Codex / Responses.
+    r#"{"type":"function","name":"shell","description":"Runs","strict":false,"parameters":{"type":"object"}}"#,
+    r#"{"type":"local_shell"}"#,
+    // Odd ones: escaped names, names that are not strings, `function` not an object.
+    r#" { "name" : "re\u0061d\n" , "function" : { "name" : "inner" } } "#,
+    r#"{"function":{"description":"no name"},"name":"outer"}"#,
+    r#"{"function":{"name":7},"name":"outer"}"#,
+    r#"{"function":["name"],"name":"outer"}"#,
+    r#"{"function":"f","name":null}"#,
+    r#"{"name":{"first":"x"}}"#,
+    r#"{}"#,
+    r#"[1,2]"#,
+    r#""read""#,
+];
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::{tool_name, Endpoint, TOOL_SHAPES};
+
+    /// Tool names read from bytes are what the whole-value reading found (`/function/name`,
+    /// else `name`, for Chat; `name` for the others; only strings).
+    #[test]
+    fn tool_name_from_bytes_equals_the_value_reading() {
+        fn from_value(endpoint: Endpoint, v: &Value) -> Option<String> {
+            let name = match endpoint {
+                Endpoint::Chat => v.pointer("/function/name").or_else(|| v.get("name")),
+                _ => v.get("name"),
+            };
+            name.and_then(Value::as_str).map(str::to_owned)
+        }
+        for endpoint in [Endpoint::Messages, Endpoint::Chat, Endpoint::Responses] {
+            for raw in TOOL_SHAPES {
+                let v: Value = serde_json::from_str(raw).unwrap();
+                assert_eq!(
+                    tool_name(endpoint, raw.as_bytes()),
+                    from_value(endpoint, &v),
+                    "{endpoint:?} {raw}"
+                );
+            }
+        }
+        let chat = TOOL_SHAPES[2].as_bytes();
+        assert_eq!(tool_name(Endpoint::Chat, chat).as_deref(), Some("read"));
+        assert_eq!(tool_name(Endpoint::Messages, chat), None);
+        let escaped = TOOL_SHAPES[5].as_bytes();
+        assert_eq!(tool_name(Endpoint::Chat, escaped).as_deref(), Some("inner"));
+        assert_eq!(
+            tool_name(Endpoint::Messages, escaped).as_deref(),
+            Some("read\n")
+        );
+    }
 }
 
 #[cfg(test)]

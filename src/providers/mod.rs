@@ -21,7 +21,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use serde_json::Value;
 
-pub use message::{check_boundary, text_of, MsgKind};
+#[cfg(test)]
+pub(crate) use message::TOOL_SHAPES;
+pub use message::{check_boundary, text_of, tool_name, MsgKind};
 
 /// A section of the prompt, in the providers' cache-key vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -272,10 +272,7 @@ impl SessionLanes {
                 usage,
                 time_ms,
                 min_tokens: min_tokens(&sent.shape.model),
-                thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(
-                    sent.shape.endpoint,
-                    sent.env.original_body(),
-                ),
+                thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(&sent.env),
             };
             let mut d = diagnose(&previous, &current, &|block| {
                 crate::measure::shape::tokens_through(&sent.env, block)

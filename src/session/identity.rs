@@ -7,6 +7,9 @@
 //! 4. Codex's `session-id` header (`session_id` in versions before 0.169);
 //! 5. otherwise a fingerprint of the system prompt, the tools and the first user message.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
 use http::HeaderMap;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -149,9 +152,73 @@ fn safe_id(id: &str) -> String {
     }
 }
 
+/// Fingerprints remembered, by the 128-bit hash of their inputs (see [`fingerprint`]).
+/// Bounded: cleared when full, as a miss costs only one canonical computation.
+const FINGERPRINTS_KEPT: usize = 4096;
+static FINGERPRINTS: OnceLock<Mutex<HashMap<u128, String>>> = OnceLock::new();
+
 /// `fp-` and 32 hex digits of sha256 over the canonical system prompt (its parts' texts,
 /// without what does not key the cache), the tools and the first user message.
+///
+/// An agent without a session id sends the same system prompt, tools and first message on
+/// every request of a session, so the fingerprint is remembered by a 128-bit hash of
+/// exactly what [`canonical_fingerprint`] reads: the keyed system texts, each tool's raw
+/// bytes and the first user message's raw bytes, each tagged and length-prefixed so that
+/// no two different inputs feed the hash the same bytes. Only inputs not seen before are
+/// parsed and canonicalised.
+///
+/// Assumption: xxh3-128 (seeded per process) does not collide on the inputs one process
+/// sees. Under it the memo answers exactly what the canonical path would; a lookup among
+/// the 4,096 entries kept meets an accidental collision with probability below 2^-116. A
+/// crafted one would only make a request take another input's id inside its own client's
+/// namespace (see `pipeline::identify`), where it could name any session by header anyway.
 pub fn fingerprint(env: &Envelope) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    static SEED: OnceLock<u64> = OnceLock::new();
+    let endpoint = env.endpoint();
+    let first_user = first_user_message(env);
+    let seed = *SEED.get_or_init(|| RandomState::new().hash_one(0u8));
+    let mut hasher = xxhash_rust::xxh3::Xxh3::with_seed(seed);
+    let mut piece = |tag: u8, bytes: &[u8]| {
+        hasher.update(&[tag]);
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
+    for part in env.system_parts() {
+        if !endpoint.is_cache_neutral_system_text(&part.text) {
+            piece(b's', part.text.as_bytes());
+        }
+    }
+    for tool in env.tools_raw() {
+        piece(b't', tool);
+    }
+    if let Some(m) = first_user {
+        piece(b'u', m);
+    }
+    let fast = hasher.digest128();
+    let seen = FINGERPRINTS.get_or_init(Default::default);
+    if let Some(found) = seen.lock().ok().and_then(|m| m.get(&fast).cloned()) {
+        return found;
+    }
+    let id = canonical_fingerprint(env);
+    if let Ok(mut m) = seen.lock() {
+        if m.len() >= FINGERPRINTS_KEPT {
+            m.clear();
+        }
+        m.insert(fast, id.clone());
+    }
+    id
+}
+
+/// The first user message of the history, as the fingerprint reads it.
+fn first_user_message(env: &Envelope) -> Option<&[u8]> {
+    let endpoint = env.endpoint();
+    env.history_raw()
+        .find(|m| MsgKind::of(endpoint, m).role == "user")
+}
+
+/// [`fingerprint`] computed from scratch: what the memo must always agree with.
+pub(crate) fn canonical_fingerprint(env: &Envelope) -> String {
     let endpoint = env.endpoint();
     let system: Vec<Value> = env
         .system_parts()
@@ -163,9 +230,7 @@ pub fn fingerprint(env: &Envelope) -> String {
         .tools_raw()
         .map(|t| serde_json::from_slice(t).unwrap_or(Value::Null))
         .collect();
-    let first_user = env
-        .history_raw()
-        .find(|m| MsgKind::of(endpoint, m).role == "user")
+    let first_user = first_user_message(env)
         .and_then(|m| serde_json::from_slice::<Value>(m).ok())
         .and_then(|m| m.get("content").cloned())
         .unwrap_or(Value::Null);

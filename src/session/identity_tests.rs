@@ -237,3 +237,108 @@ fn responses_fingerprint_uses_instructions_and_first_input() {
     assert_eq!(fp(&a), fp(&b));
     assert_ne!(fp(&a), fp(&c));
 }
+
+/// Bodies without a session id as each client sends them (the recorded fixtures), and
+/// variants that only change what does not key the cache or only later turns.
+fn fingerprint_cases() -> Vec<(Provider, Endpoint, Value)> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/clients/");
+    let load = |name: &str| -> Value {
+        let mut v: Value =
+            serde_json::from_slice(&std::fs::read(format!("{dir}{name}")).unwrap()).unwrap();
+        let obj = v.as_object_mut().unwrap();
+        obj.remove("metadata");
+        obj.remove("prompt_cache_key");
+        v
+    };
+    let mut cases = Vec::new();
+    for name in [
+        "claude_code.json",
+        "claude_code_tool_loop.json",
+        "anthropic_sdk.json",
+        "pi_anthropic.json",
+        "pi_anthropic_tool_loop.json",
+    ] {
+        let body = load(name);
+        // Claude Code's billing header changes on every request and never keys the cache.
+        let mut billing = body.clone();
+        if let Some(Value::Array(system)) = billing.get_mut("system") {
+            system.insert(
+                0,
+                json!({"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.330.bbb; cc_entrypoint=cli;"}),
+            );
+        }
+        let mut later = body.clone();
+        later["messages"].as_array_mut().unwrap().extend([
+            json!({"role": "assistant", "content": [{"type": "text", "text": "done"}]}),
+            json!({"role": "user", "content": [{"type": "text", "text": "thanks", "cache_control": {"type": "ephemeral"}}]}),
+        ]);
+        let mut tool_added = body.clone();
+        let tools = tool_added
+            .as_object_mut()
+            .unwrap()
+            .entry("tools")
+            .or_insert_with(|| json!([]));
+        tools.as_array_mut().unwrap().push(
+            json!({"name": "grep", "description": "Search", "input_schema": {"type": "object"}}),
+        );
+        for v in [body, billing, later, tool_added] {
+            cases.push((Provider::Anthropic, Endpoint::Messages, v));
+        }
+    }
+    for (name, endpoint) in [
+        ("openai_chat_sdk.json", Endpoint::Chat),
+        ("pi_chat_tool_loop.json", Endpoint::Chat),
+        ("codex_responses.json", Endpoint::Responses),
+        ("codex_tool_loop.json", Endpoint::Responses),
+        ("pi_responses.json", Endpoint::Responses),
+        ("pi_responses_tool_loop.json", Endpoint::Responses),
+    ] {
+        cases.push((Provider::OpenAi, endpoint, load(name)));
+    }
+    cases
+}
+
+/// The memo answers what the canonical path computes, on first sight and when remembered,
+/// and cache-neutral variants (Claude Code's billing header, later turns, markers) get the
+/// base request's id while one more tool does not.
+#[test]
+fn remembered_fingerprint_equals_the_canonical_one() {
+    let cases = fingerprint_cases();
+    let mut ids = Vec::new();
+    for (provider, endpoint, body) in &cases {
+        let env =
+            Envelope::parse(*provider, *endpoint, bytes::Bytes::from(body.to_string())).unwrap();
+        let canonical = canonical_fingerprint(&env);
+        assert_eq!(fingerprint(&env), canonical);
+        assert_eq!(fingerprint(&env), canonical, "remembered");
+        ids.push(canonical);
+    }
+    for group in ids[..20].chunks(4) {
+        let [base, billing, later, more_tools] = group else {
+            unreachable!()
+        };
+        assert_eq!(billing, base);
+        assert_eq!(later, base);
+        assert_ne!(more_tools, base);
+    }
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    assert!(distinct.len() >= 12, "{ids:?}");
+}
+
+/// Only the bytes that reach the canonical form key the memo: a billing header alone
+/// changing hits the same entry, and many distinct inputs never grow it past its bound.
+#[test]
+fn fingerprint_memo_is_bounded() {
+    for i in 0..FINGERPRINTS_KEPT + 100 {
+        let body = json!({"system": format!("agent {i}"), "messages": [{"role": "user", "content": "hi"}]});
+        let env = Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            bytes::Bytes::from(body.to_string()),
+        )
+        .unwrap();
+        assert_eq!(fingerprint(&env), canonical_fingerprint(&env));
+        let len = FINGERPRINTS.get().unwrap().lock().unwrap().len();
+        assert!(len <= FINGERPRINTS_KEPT, "{len}");
+    }
+}

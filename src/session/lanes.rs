@@ -85,20 +85,15 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
 
 /// The latest request of every lane in a session's log, most recently active first.
 pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
-    let mut heads: Vec<LaneHead> = Vec::new();
-    for entry in log.entries().rev() {
-        if let Entry::Request(r) = entry {
-            if !heads.iter().any(|h| h.lane == r.lane) {
-                heads.push(LaneHead {
-                    lane: r.lane,
-                    tools_key: r.tools_key.as_deref().and_then(decode_key),
-                    system_key: r.system_key.as_deref().and_then(decode_key),
-                    conversation: r.conversation.clone(),
-                });
-            }
-        }
-    }
-    heads
+    log.lane_heads()
+        .into_iter()
+        .map(|r| LaneHead {
+            lane: r.lane,
+            tools_key: r.tools_key.as_deref().and_then(decode_key),
+            system_key: r.system_key.as_deref().and_then(decode_key),
+            conversation: r.conversation.clone(),
+        })
+        .collect()
 }
 
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::entry::{ContextTransform, Entry};
+use super::entry::{ContextTransform, Entry, RequestRecord};
 
 /// A session's entries in log order, however they are held: a loaded [`SessionLog`], or a
 /// plain slice (tests, tools). What reads a log takes this.
@@ -21,6 +21,19 @@ pub trait Entries {
             Entry::ContextTransform(t) => Some(t),
             _ => None,
         })
+    }
+
+    /// The latest request of every lane, most recently recorded first.
+    fn lane_heads(&self) -> Vec<&RequestRecord> {
+        let mut heads: Vec<&RequestRecord> = Vec::new();
+        for entry in self.entries().rev() {
+            if let Entry::Request(r) = entry {
+                if !heads.iter().any(|h| h.lane == r.lane) {
+                    heads.push(r);
+                }
+            }
+        }
+        heads
     }
 }
 
@@ -50,6 +63,10 @@ impl Entries for SessionLog {
     fn transforms(&self) -> impl Iterator<Item = &ContextTransform> + '_ {
         SessionLog::transforms(self)
     }
+
+    fn lane_heads(&self) -> Vec<&RequestRecord> {
+        SessionLog::lane_heads(self)
+    }
 }
 
 #[derive(Clone, Default)]
@@ -58,6 +75,8 @@ pub struct SessionLog {
     /// Positions of the `context_transform` entries, so replay planning does not walk the
     /// request records.
     transforms: imbl::Vector<usize>,
+    /// Position of each lane's latest request, so lane assignment does not walk the log.
+    lanes: imbl::OrdMap<u32, usize>,
     /// Approximate bytes held (the entries' JSON size), for the cache's budget.
     bytes: usize,
 }
@@ -94,14 +113,31 @@ impl SessionLog {
             })
     }
 
+    /// The latest request of every lane, most recently recorded first: O(lanes), where
+    /// the walk of [`Entries::lane_heads`] is O(log).
+    pub fn lane_heads(&self) -> Vec<&RequestRecord> {
+        let mut at: Vec<usize> = self.lanes.values().copied().collect();
+        at.sort_unstable_by(|a, b| b.cmp(a));
+        at.into_iter()
+            .filter_map(|i| match self.entries.get(i).map(Arc::as_ref) {
+                Some(Entry::Request(r)) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// This log with `tail` appended; `self` is left as it was and shares every entry with
     /// the result.
     pub fn extended(&self, tail: Vec<Entry>) -> SessionLog {
         let mut out = self.clone();
         for entry in tail {
             out.bytes += json_size(&entry);
-            if matches!(entry, Entry::ContextTransform(_)) {
-                out.transforms.push_back(out.entries.len());
+            match &entry {
+                Entry::ContextTransform(_) => out.transforms.push_back(out.entries.len()),
+                Entry::Request(r) => {
+                    out.lanes.insert(r.lane, out.entries.len());
+                }
+                _ => {}
             }
             out.entries.push_back(Arc::new(entry));
         }
@@ -221,5 +257,55 @@ mod tests {
         assert_eq!(log.get(1_999), Some(&request(1_999)));
         assert!(log.weight() > 2_000 * 100);
         assert_eq!(log.iter().next_back(), Some(&request(1_999)));
+    }
+
+    /// The lanes kept on append give what walking the whole log gives: each lane's latest
+    /// request, most recent first, however the log was grown (one load, or request by
+    /// request as the cache extends it).
+    #[test]
+    fn lane_heads_kept_on_append_equal_the_walk_of_the_log() {
+        use proptest::prelude::*;
+        use proptest::test_runner::TestRunner;
+        let entry = (any::<bool>(), 0u32..5).prop_map(|(transform, lane)| (transform, lane));
+        let mut runner = TestRunner::default();
+        runner
+            .run(
+                &(prop::collection::vec(entry, 0..60), 1usize..8),
+                |(items, chunk)| {
+                    let entries: Vec<Entry> = items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &(transform, lane))| {
+                            if transform {
+                                request(i as u64)
+                            } else {
+                                Entry::Request(RequestRecord {
+                                    request_index: i as u64,
+                                    lane,
+                                    ..RequestRecord::default()
+                                })
+                            }
+                        })
+                        .collect();
+                    let walked: Vec<(u32, u64)> = Entries::lane_heads(&entries)
+                        .iter()
+                        .map(|r| (r.lane, r.request_index))
+                        .collect();
+                    let mut grown = SessionLog::new();
+                    for part in entries.chunks(chunk) {
+                        grown = grown.extended(part.to_vec());
+                    }
+                    for log in [SessionLog::from(entries.clone()), grown] {
+                        let kept: Vec<(u32, u64)> = log
+                            .lane_heads()
+                            .iter()
+                            .map(|r| (r.lane, r.request_index))
+                            .collect();
+                        prop_assert_eq!(&kept, &walked);
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
     }
 }

@@ -1,0 +1,284 @@
+//! `thinking_stripped_from` reads the envelope; it must answer exactly as the rule read from
+//! a whole-body `serde_json::Value` did, on Claude Code-shaped requests.
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::thinking_stripped_from;
+use crate::envelope::Envelope;
+use crate::providers::{turns, Endpoint, MsgKind, Provider};
+
+/// The rule as it was computed from a whole-body parse, kept as the reference.
+fn from_value(endpoint: Endpoint, body: &[u8]) -> Option<usize> {
+    if endpoint != Endpoint::Messages {
+        return None;
+    }
+    let request: serde_json::Map<String, Value> = serde_json::from_slice(body).ok()?;
+    let messages = request.get("messages")?.as_array()?;
+    let model = request.get("model").and_then(|m| m.as_str()).unwrap_or("");
+    let kept = crate::cache_model::thinking::kept_by_message(&request, messages, model);
+    let has_thinking = |m: &Value| {
+        m.get("content")
+            .and_then(|c| c.as_array())
+            .is_some_and(|blocks| {
+                blocks.iter().any(|b| {
+                    matches!(
+                        b.get("type").and_then(|t| t.as_str()),
+                        Some("thinking" | "redacted_thinking")
+                    )
+                })
+            })
+    };
+    let kinds: Vec<MsgKind> = messages
+        .iter()
+        .map(|m| MsgKind::of(endpoint, &serde_json::to_vec(m).unwrap_or_default()))
+        .collect();
+    let starts = turns::prompt_starts(&kinds);
+    let turn_of = |i: usize| starts.iter().filter(|&&s| s <= i).count();
+    let stripped: Vec<usize> = (0..messages.len())
+        .filter(|&i| !kept[i] && has_thinking(&messages[i]))
+        .collect();
+    let newest = stripped.iter().map(|&i| turn_of(i)).max()?;
+    stripped.into_iter().find(|&i| turn_of(i) == newest)
+}
+
+/// Claude Code's recorded tool-loop request: its system, tools, metadata and options.
+fn claude_code_body() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/clients/claude_code_tool_loop.json"
+    );
+    serde_json::from_slice(&std::fs::read(path).expect("fixture")).expect("fixture JSON")
+}
+
+fn via_envelope(body: &[u8]) -> Option<usize> {
+    let env = Envelope::parse(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        Bytes::copy_from_slice(body),
+    )
+    .expect("a valid request");
+    thinking_stripped_from(&env)
+}
+
+/// One step of a tool loop: the assistant's call (with or without thinking first) and the
+/// user message carrying its result, the way Claude Code sends them.
+#[derive(Debug, Clone)]
+struct Step {
+    thinking: Option<bool>,
+    text: bool,
+    result_text: bool,
+    marker: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Turn {
+    prompt_blocks: bool,
+    reminder: bool,
+    steps: Vec<Step>,
+    /// The turn's final answer (absent on the current turn while it loops).
+    answer: Option<Option<bool>>,
+}
+
+fn thinking_block(redacted: bool, n: usize) -> Value {
+    if redacted {
+        json!({"type": "redacted_thinking", "data": format!("EmwKAhgB{n}")})
+    } else {
+        json!({"type": "thinking", "thinking": format!("Step {n}: read the file first."), "signature": format!("sig-{n}")})
+    }
+}
+
+fn messages_of(turns: &[Turn]) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut n = 0;
+    for (t, turn) in turns.iter().enumerate() {
+        let prompt = format!("Turn {t}: list the files and explain flow.rs");
+        out.push(if turn.prompt_blocks {
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>\nAs you answer, use the context.\n</system-reminder>"},
+                {"type": "text", "text": prompt},
+            ]})
+        } else {
+            json!({"role": "user", "content": prompt})
+        });
+        if turn.reminder {
+            out.push(json!({"role": "system", "content": "# Environment\nPrimary working directory: /home/dev/project"}));
+        }
+        for step in &turn.steps {
+            n += 1;
+            let mut blocks = Vec::new();
+            if let Some(redacted) = step.thinking {
+                blocks.push(thinking_block(redacted, n));
+            }
+            if step.text {
+                blocks.push(json!({"type": "text", "text": "Reading it."}));
+            }
+            let id = format!("toolu_{n:020}");
+            blocks.push(json!({"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": "src/session/flow.rs"}}));
+            out.push(json!({"role": "assistant", "content": blocks}));
+            let mut result = json!({"type": "tool_result", "tool_use_id": id, "content": format!("{n}\tfn flow() {{}}")});
+            if step.marker {
+                result["cache_control"] = json!({"type": "ephemeral"});
+            }
+            let mut content = vec![result];
+            if step.result_text {
+                content.push(json!({"type": "text", "text": "<system-reminder>The file changed.</system-reminder>"}));
+            }
+            out.push(json!({"role": "user", "content": content}));
+        }
+        if let Some(thinking) = turn.answer {
+            n += 1;
+            let mut blocks = Vec::new();
+            if let Some(redacted) = thinking {
+                blocks.push(thinking_block(redacted, n));
+            }
+            blocks.push(json!({"type": "text", "text": "flow.rs parses the flags."}));
+            out.push(json!({"role": "assistant", "content": blocks}));
+        }
+    }
+    out
+}
+
+fn arb_step() -> impl Strategy<Value = Step> {
+    (
+        prop::option::of(any::<bool>()),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(thinking, text, result_text, marker)| Step {
+            thinking,
+            text,
+            result_text,
+            marker,
+        })
+}
+
+fn arb_turns() -> impl Strategy<Value = Vec<Turn>> {
+    let turn = (
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec(arb_step(), 0..4),
+        prop::option::of(prop::option::of(any::<bool>())),
+    )
+        .prop_map(|(prompt_blocks, reminder, steps, answer)| Turn {
+            prompt_blocks,
+            reminder,
+            steps,
+            answer,
+        });
+    prop::collection::vec(turn, 1..5)
+}
+
+fn arb_thinking() -> impl Strategy<Value = Option<Value>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(json!({"type": "adaptive", "display": "omitted"}))),
+        Just(Some(json!({"type": "enabled", "budget_tokens": 8000}))),
+        Just(Some(json!({"type": "disabled"}))),
+    ]
+}
+
+fn arb_context_management() -> impl Strategy<Value = Option<Value>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(
+            json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]})
+        )),
+        (1usize..4).prop_map(|n| Some(json!({"edits": [
+            {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": n}}
+        ]}))),
+        Just(Some(
+            json!({"edits": [{"type": "clear_thinking_20251015"}]})
+        )),
+        Just(Some(
+            json!({"edits": [{"type": "clear_tool_uses_20250919"}]})
+        )),
+        Just(Some(json!({"edits": [
+            {"type": "clear_tool_uses_20250919"},
+            {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 2}}
+        ]}))),
+    ]
+}
+
+fn arb_model() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        Just("claude-opus-5-5"),
+        Just("claude-opus-4-5"),
+        Just("claude-sonnet-4-5"),
+        Just("claude-haiku-4-5-20251001"),
+        Just("claude-unknown-model"),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn thinking_stripped_from_the_envelope_equals_the_whole_body_rule(
+        turns in arb_turns(),
+        thinking in arb_thinking(),
+        context_management in arb_context_management(),
+        model in arb_model(),
+        pretty in any::<bool>(),
+    ) {
+        let mut body = claude_code_body();
+        let obj = body.as_object_mut().expect("an object");
+        obj.insert("model".into(), json!(model));
+        obj.insert("messages".into(), Value::Array(messages_of(&turns)));
+        obj.remove("thinking");
+        obj.remove("context_management");
+        if let Some(t) = thinking {
+            obj.insert("thinking".into(), t);
+        }
+        if let Some(c) = context_management {
+            obj.insert("context_management".into(), c);
+        }
+        let bytes = if pretty {
+            serde_json::to_vec_pretty(&body).expect("serialise")
+        } else {
+            serde_json::to_vec(&body).expect("serialise")
+        };
+        prop_assert_eq!(via_envelope(&bytes), from_value(Endpoint::Messages, &bytes));
+    }
+}
+
+/// The property above must meet requests where thinking is dropped: on an older model the
+/// previous turn's thinking goes, and the answer is that turn's first thinking message.
+#[test]
+fn an_older_model_drops_the_previous_turns_thinking() {
+    let step = Step {
+        thinking: Some(false),
+        text: false,
+        result_text: true,
+        marker: false,
+    };
+    let turns = vec![
+        Turn {
+            prompt_blocks: true,
+            reminder: true,
+            steps: vec![step.clone(), step.clone()],
+            answer: Some(Some(false)),
+        },
+        Turn {
+            prompt_blocks: false,
+            reminder: false,
+            steps: vec![step],
+            answer: None,
+        },
+    ];
+    let mut body = claude_code_body();
+    body["model"] = json!("claude-sonnet-4-5");
+    body["messages"] = Value::Array(messages_of(&turns));
+    body.as_object_mut().unwrap().remove("context_management");
+    let bytes = serde_json::to_vec(&body).unwrap();
+    // user prompt, system reminder, then the first assistant call at index 2.
+    assert_eq!(via_envelope(&bytes), Some(2));
+    assert_eq!(from_value(Endpoint::Messages, &bytes), Some(2));
+    // With every turn's thinking kept, nothing is dropped.
+    body["context_management"] =
+        json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]});
+    let bytes = serde_json::to_vec(&body).unwrap();
+    assert_eq!(via_envelope(&bytes), None);
+}
