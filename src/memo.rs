@@ -7,9 +7,10 @@
 //! a JSON scan, a canonical serialisation or a BPE run.
 //!
 //! Keys are 128-bit xxh3 hashes of the input bytes (plus whatever else the function reads,
-//! mixed in by the caller). Two different inputs sharing one is taken as impossible (about
-//! 2^-128 per pair), so a hit is the function's own answer. The memo holds at most
-//! `capacity` answers and starts over when full: a bound on memory, never a wrong answer.
+//! mixed in by the caller), seeded per process so that no client can craft two inputs that
+//! share one. Two different inputs sharing one is taken as impossible (about 2^-128 per
+//! pair), so a hit is the function's own answer. The memo holds at most `capacity` answers
+//! and starts over when full: a bound on memory, never a wrong answer.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -27,6 +28,19 @@ impl<V: Clone> Memo<V> {
             capacity,
             map: OnceLock::new(),
         }
+    }
+
+    /// Answers held now.
+    pub fn len(&self) -> usize {
+        self.map
+            .get()
+            .and_then(|m| m.lock().ok().map(|m| m.len()))
+            .unwrap_or(0)
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The value remembered for `key`, or `compute()` remembered under it.
@@ -48,10 +62,18 @@ impl<V: Clone> Memo<V> {
     }
 }
 
+/// A hasher for memo keys built from several pieces, seeded for this process.
+pub fn hasher() -> xxhash_rust::xxh3::Xxh3 {
+    use std::hash::{BuildHasher, RandomState};
+    static SEED: OnceLock<u64> = OnceLock::new();
+    let seed = *SEED.get_or_init(|| RandomState::new().hash_one(0u8));
+    xxhash_rust::xxh3::Xxh3::with_seed(seed)
+}
+
 /// The memo key of `bytes` read under a context `tag` (a function that depends on more
 /// than the bytes, such as the provider API, passes it here).
 pub fn key(tag: &[u8], bytes: &[u8]) -> u128 {
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut hasher = hasher();
     hasher.update(&(tag.len() as u64).to_le_bytes());
     hasher.update(tag);
     hasher.update(bytes);
@@ -82,8 +104,7 @@ mod tests {
         for k in 0..10u128 {
             assert_eq!(memo.get_or_insert_with(k, || k as u64), k as u64);
         }
-        let len = memo.map.get().unwrap().lock().unwrap().len();
-        assert!(len <= 3, "{len}");
+        assert!(memo.len() <= 3, "{}", memo.len());
     }
 
     #[test]

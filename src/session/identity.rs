@@ -7,9 +7,6 @@
 //! 4. Codex's `session-id` header (`session_id` in versions before 0.169);
 //! 5. otherwise a fingerprint of the system prompt, the tools and the first user message.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-
 use http::HeaderMap;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -155,7 +152,7 @@ fn safe_id(id: &str) -> String {
 /// Fingerprints remembered, by the 128-bit hash of their inputs (see [`fingerprint`]).
 /// Bounded: cleared when full, as a miss costs only one canonical computation.
 const FINGERPRINTS_KEPT: usize = 4096;
-static FINGERPRINTS: OnceLock<Mutex<HashMap<u128, String>>> = OnceLock::new();
+static FINGERPRINTS: crate::memo::Memo<String> = crate::memo::Memo::new(FINGERPRINTS_KEPT);
 
 /// `fp-` and 32 hex digits of sha256 over the canonical system prompt (its parts' texts,
 /// without what does not key the cache), the tools and the first user message.
@@ -173,12 +170,9 @@ static FINGERPRINTS: OnceLock<Mutex<HashMap<u128, String>>> = OnceLock::new();
 /// crafted one would only make a request take another input's id inside its own client's
 /// namespace (see `pipeline::identify`), where it could name any session by header anyway.
 pub fn fingerprint(env: &Envelope) -> String {
-    use std::hash::{BuildHasher, RandomState};
-    static SEED: OnceLock<u64> = OnceLock::new();
     let endpoint = env.endpoint();
     let first_user = first_user_message(env);
-    let seed = *SEED.get_or_init(|| RandomState::new().hash_one(0u8));
-    let mut hasher = xxhash_rust::xxh3::Xxh3::with_seed(seed);
+    let mut hasher = crate::memo::hasher();
     let mut piece = |tag: u8, bytes: &[u8]| {
         hasher.update(&[tag]);
         hasher.update(&(bytes.len() as u64).to_le_bytes());
@@ -195,19 +189,7 @@ pub fn fingerprint(env: &Envelope) -> String {
     if let Some(m) = first_user {
         piece(b'u', m);
     }
-    let fast = hasher.digest128();
-    let seen = FINGERPRINTS.get_or_init(Default::default);
-    if let Some(found) = seen.lock().ok().and_then(|m| m.get(&fast).cloned()) {
-        return found;
-    }
-    let id = canonical_fingerprint(env);
-    if let Ok(mut m) = seen.lock() {
-        if m.len() >= FINGERPRINTS_KEPT {
-            m.clear();
-        }
-        m.insert(fast, id.clone());
-    }
-    id
+    FINGERPRINTS.get_or_insert_with(hasher.digest128(), || canonical_fingerprint(env))
 }
 
 /// The first user message of the history, as the fingerprint reads it.
