@@ -121,7 +121,7 @@ impl Pipeline {
     ) {
         let mut event = PatchEvent::new(&refusal.transformer, reason, PatchOutcome::Refused, ops);
         event.error = Some(refusal.message.clone());
-        shaping.events.push(event);
+        PatchEvent::push_folded(&mut shaping.events, event);
         self.count_refused(refusal, ops);
     }
 

@@ -255,12 +255,15 @@ impl Pipeline {
                     .with_label_values(&[&stale.transformer, op.name(), "stale"])
                     .inc();
             }
-            shaping.events.push(PatchEvent::new(
-                &stale.transformer,
-                "replay",
-                PatchOutcome::Stale,
-                &stale.patch,
-            ));
+            PatchEvent::push_folded(
+                &mut shaping.events,
+                PatchEvent::new(
+                    &stale.transformer,
+                    "replay",
+                    PatchOutcome::Stale,
+                    &stale.patch,
+                ),
+            );
         }
         for transform in plan.apply {
             self.replay_transform(shaping, transform);
@@ -281,18 +284,15 @@ impl Pipeline {
                         .with_label_values(&[&transform.transformer, op.name(), "replayed"])
                         .inc();
                 }
-                let earlier = shaping.events.iter_mut().find(|e| {
-                    e.outcome == PatchOutcome::Replayed && e.transformer == transform.transformer
-                });
-                match earlier {
-                    Some(event) => event.add_replay(&transform.patch),
-                    None => shaping.events.push(PatchEvent::new(
+                PatchEvent::push_folded(
+                    &mut shaping.events,
+                    PatchEvent::new(
                         &transform.transformer,
                         "replay",
                         PatchOutcome::Replayed,
                         &transform.patch,
-                    )),
-                }
+                    ),
+                );
             }
             Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
         }

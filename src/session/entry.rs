@@ -211,17 +211,31 @@ impl PatchEvent {
         }
     }
 
-    /// Fold another replay of this event's transformer into it.
-    pub fn add_replay(&mut self, ops: &[Op]) {
-        self.count = self.count.saturating_add(1);
-        for op in ops {
-            if !self.ops.iter().any(|o| o == op.name()) {
-                self.ops.push(op.name().to_owned());
+    /// Add `event` to a request's `events`. Replays (applied, stale or refused again) of
+    /// one transformer with one outcome are folded into one event with their count and
+    /// distinct ops: a session replays every patch it ever persisted on every request, so
+    /// listing each would make entries grow with the session's age.
+    pub fn push_folded(events: &mut Vec<PatchEvent>, event: PatchEvent) {
+        let same = |e: &&mut PatchEvent| {
+            event.reason == "replay"
+                && e.reason == event.reason
+                && e.outcome == event.outcome
+                && e.transformer == event.transformer
+                && e.error == event.error
+        };
+        let Some(earlier) = events.iter_mut().find(same) else {
+            events.push(event);
+            return;
+        };
+        earlier.count = earlier.count.saturating_add(event.count);
+        for op in event.ops {
+            if !earlier.ops.contains(&op) {
+                earlier.ops.push(op);
             }
-            if let Some(reason) = op.invalidate_cache_reason() {
-                if !self.invalidate.iter().any(|r| r == reason) {
-                    self.invalidate.push(reason.to_owned());
-                }
+        }
+        for reason in event.invalidate {
+            if !earlier.invalidate.contains(&reason) {
+                earlier.invalidate.push(reason);
             }
         }
     }

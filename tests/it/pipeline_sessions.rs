@@ -323,5 +323,36 @@ async fn replays_are_one_event_per_transformer_whatever_the_session_age() {
         })
         .count();
     assert_eq!(notes, TURNS);
+    // The agent compacts: a new history, on which none of the notes applies. They are all
+    // stale now, and on every request from here on: still one event.
+    let compacted = vec![
+        user("summary of the work so far"),
+        assistant("ok"),
+        user("go on"),
+    ];
+    for k in 0..2u64 {
+        let mut history = compacted.clone();
+        if k == 1 {
+            history.push(assistant("went on"));
+            history.push(user("and now?"));
+        }
+        assert_eq!(post_anthropic(&proxy, "aged", &body(&history)).await.0, 200);
+        wait_for_requests(&proxy, "aged", TURNS as u64 + 1 + k).await;
+    }
+    let log = wait_for_requests(&proxy, "aged", TURNS as u64 + 2).await;
+    let last = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|e| e["type"] == "request")
+        .unwrap();
+    let stale: Vec<&Value> = last["patches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["outcome"] == "stale")
+        .collect();
+    assert_eq!(stale.len(), 1, "one stale event: {last:#}");
+    assert_eq!(stale[0]["count"], TURNS as u64, "{last:#}");
     proxy.shutdown().await;
 }
