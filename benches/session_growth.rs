@@ -29,8 +29,8 @@
 //! a change)).
 
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use serde_json::{json, Value};
+
+#[path = "load/child.rs"]
+mod child;
+#[path = "load/procfs.rs"]
+mod procfs;
 
 type Body = http_body_util::Full<Bytes>;
 
@@ -546,77 +551,14 @@ fn append_text(m: &mut Value, extra: &str) {
 // ---------------------------------------------------------------------------------------
 // cachet as a child process, and what it costs.
 
-struct Proc {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn_cachet(args: &[String], dir: &std::path::Path) -> Proc {
-    let binary = std::env::var("SG_CACHET").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cachet").into());
-    let mut child = Command::new(binary)
-        .args(args)
-        .current_dir(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("cachet starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_default()
-        .trim_end_matches('/')
-        .to_string();
-    Proc { child, addr }
-}
-
-/// CPU time of every live thread of `pid`, in ns (`schedstat`'s first field).
-fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
-/// (current, peak) RSS in MiB.
-fn rss_mib(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 /// Wait until cachet is idle again (its threads ran less than 20 µs in the last ms): an
 /// agent's next request comes seconds after an answer, when the answer's session entry is
 /// long written. Sending it at once would measure a queue that only grows.
 async fn settle(pid: u32) {
-    let mut last = cpu_ns(pid);
+    let mut last = procfs::cpu_ns(pid);
     for _ in 0..5_000 {
         tokio::time::sleep(Duration::from_millis(1)).await;
-        let now = cpu_ns(pid);
+        let now = procfs::cpu_ns(pid);
         if now - last < 20_000 {
             return;
         }
@@ -675,7 +617,12 @@ async fn run(client: Client, shaping: bool, corpus: &Corpus, upstream: &str) {
             args.push(root().join("policies").join(p).to_string_lossy().into());
         }
     }
-    let proxy = spawn_cachet(&args, store.path());
+    let proxy = child::spawn_cachet(
+        &child::cachet_binary("SG_CACHET"),
+        &args,
+        store.path(),
+        Stdio::inherit(),
+    );
     let pid = proxy.child.id();
     let template = Template::of(client);
     let http = reqwest::Client::builder()
@@ -744,10 +691,10 @@ async fn run(client: Client, shaping: bool, corpus: &Corpus, upstream: &str) {
             let body_kb = body.len() as f64 / 1024.0;
             let measured = sampled(cycle);
             if measured && (r == early.start || r == late.start) {
-                mark = cpu_ns(pid);
+                mark = procfs::cpu_ns(pid);
                 answered = 0;
             }
-            let before = cpu_ns(pid);
+            let before = procfs::cpu_ns(pid);
             let resp = http
                 .post(&url)
                 .headers(headers.clone())
@@ -771,11 +718,11 @@ async fn run(client: Client, shaping: bool, corpus: &Corpus, upstream: &str) {
                 }
             };
             errors += u64::from(!ok);
-            answered += cpu_ns(pid) - before;
+            answered += procfs::cpu_ns(pid) - before;
             settle(pid).await;
             if measured && (r + 1 == early.end || r + 1 == late.end) {
                 let w = Window {
-                    cpu_ms_per_req: (cpu_ns(pid) - mark) as f64 / 1e6 / WINDOW as f64,
+                    cpu_ms_per_req: (procfs::cpu_ns(pid) - mark) as f64 / 1e6 / WINDOW as f64,
                     answered_ms_per_req: answered as f64 / 1e6 / WINDOW as f64,
                     messages: history.messages,
                     body_kb,
@@ -788,13 +735,13 @@ async fn run(client: Client, shaping: bool, corpus: &Corpus, upstream: &str) {
             }
         }
         if sampled(cycle) {
-            row.rss = rss_mib(pid).0;
+            row.rss = procfs::rss_mib(pid);
             print_row(&row, per_cycle);
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
     let total = cycles * per_cycle;
-    let (_, peak) = rss_mib(pid);
+    let peak = procfs::peak_rss_mib(pid);
     println!(
         "\n{total} requests in {cycles} cycles of {per_cycle}: {elapsed:.0} s, {errors} errors, peak RSS {peak:.0} MiB"
     );

@@ -15,13 +15,27 @@
 //! `SOAK_ONLY=streams|mixed`, `SOAK_POLICIES=off|on`, `SOAK_CONFIG=FILE` for a
 //! `cachet.toml` of the proxy, e.g. `[sessions] monitor = false`).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+
+#[path = "load/child.rs"]
+mod child;
+#[path = "load/procfs.rs"]
+mod procfs;
+
+/// `cachet ARGS` as a child process, its stderr discarded.
+fn spawn(args: &[String], dir: &std::path::Path) -> child::Proc {
+    child::spawn_cachet(
+        &child::cachet_binary("SOAK_CACHET"),
+        args,
+        dir,
+        Stdio::null(),
+    )
+}
 
 /// Four shipped policies: markers, volatile-line stabilising, pinned memory, OpenAI key.
 const POLICIES: [&str; 4] = [
@@ -47,56 +61,6 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(drive());
-}
-
-struct Proc {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Start `cachet ARGS` and read the first `http://ADDR` it prints.
-fn spawn(args: &[String], dir: &std::path::Path) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cachet"))
-        .args(args)
-        .current_dir(dir)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cachet starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_default()
-        .trim_end_matches('/')
-        .to_string();
-    Proc { child, addr }
-}
-
-/// (current RSS, peak RSS) of a process, in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 #[derive(Default)]
@@ -161,9 +125,9 @@ async fn drive() {
             let counts = Arc::new(Counts::default());
             let deadline = Instant::now() + Duration::from_secs(secs);
             let sampler = tokio::spawn(async move {
-                let mut last = (0, 0);
+                let mut last = 0.0;
                 while Instant::now() < deadline {
-                    last = rss_kib(pid);
+                    last = procfs::rss_mib(pid);
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
                 last
@@ -196,14 +160,14 @@ async fn drive() {
             for t in tasks {
                 let _ = t.await;
             }
-            let (last, _) = sampler.await.unwrap();
-            let (_, peak) = rss_kib(pid);
+            let last = sampler.await.unwrap();
+            let peak = procfs::peak_rss_mib(pid);
             println!(
                 "| {load} | {label} | {} | {} | {:.1} | {:.1} |",
                 counts.requests.load(Ordering::Relaxed),
                 counts.errors.load(Ordering::Relaxed),
-                last as f64 / 1024.0,
-                peak as f64 / 1024.0
+                last,
+                peak
             );
             drop(proxy);
         }

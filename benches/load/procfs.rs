@@ -1,4 +1,6 @@
 //! What the driver reads about a process from /proc: CPU time, page faults, memory.
+//! Shared by the benchmarks; each uses a part.
+#![allow(dead_code)]
 
 /// Fields of `/proc/{pid}/stat` after the command name (field 3 of proc(5) is index 0).
 fn proc_stat(pid: u32) -> Vec<String> {
@@ -42,6 +44,11 @@ fn thread_ns(pid: u32) -> Vec<(u32, u64)> {
         Some((tid, s.split_whitespace().next()?.parse().ok()?))
     })
     .collect()
+}
+
+/// CPU time of every live thread of `pid` so far, in nanoseconds.
+pub fn cpu_ns(pid: u32) -> u64 {
+    thread_ns(pid).iter().map(|(_, ns)| ns).sum()
 }
 
 /// A CPU-time reading of one process: per-thread nanoseconds (precise) and the process's
