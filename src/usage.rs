@@ -169,6 +169,39 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
     }
 }
 
+/// The fields a stream event is read for, at its top level and in its `message`
+/// (Anthropic) or `response` (Responses) object. Everything else is skipped by the parser
+/// without being built: a Responses `response.completed` event carries the whole output.
+#[derive(Debug, Default, serde::Deserialize)]
+struct HeadFields {
+    model: Option<Value>,
+    id: Option<Value>,
+    usage: Option<Value>,
+    diagnostics: Option<Value>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+struct EventFields {
+    model: Option<Value>,
+    id: Option<Value>,
+    usage: Option<Value>,
+    diagnostics: Option<Value>,
+    message: Option<HeadFields>,
+    response: Option<HeadFields>,
+}
+
+impl EventFields {
+    /// The event's own top-level fields (a Chat chunk, an Anthropic `message_delta`).
+    fn top(&self) -> HeadFields {
+        HeadFields {
+            model: self.model.clone(),
+            id: self.id.clone(),
+            usage: self.usage.clone(),
+            diagnostics: self.diagnostics.clone(),
+        }
+    }
+}
+
 /// Reads usage from a stream's SSE events, one event at a time.
 #[derive(Debug, Default)]
 pub struct StreamUsage {
@@ -195,56 +228,45 @@ impl StreamUsage {
         if !relevant || data == b"[DONE]" {
             return;
         }
-        let Ok(v) = serde_json::from_slice::<Value>(data) else {
+        let Ok(v) = serde_json::from_slice::<EventFields>(data) else {
             return;
         };
-        let model = match endpoint {
-            Endpoint::Messages => v.get("message").and_then(|m| m.get("model")),
-            Endpoint::Responses => v.get("response").and_then(|r| r.get("model")),
-            _ => v.get("model"),
+        let top = v.top();
+        let head = match endpoint {
+            Endpoint::Messages => v.message.as_ref(),
+            Endpoint::Responses => v.response.as_ref(),
+            _ => Some(&top),
         };
+        let model = head.and_then(|h| h.model.as_ref());
         if let Some(model) = model.and_then(Value::as_str) {
             self.model = Some(model.to_string());
         }
-        let head = match endpoint {
-            Endpoint::Messages => v.get("message"),
-            Endpoint::Responses => v.get("response"),
-            _ => Some(&v),
-        };
-        if let Some(id) = head.and_then(|h| h.get("id")).and_then(Value::as_str) {
+        if let Some(id) = head.and_then(|h| h.id.as_ref()).and_then(Value::as_str) {
             self.id.get_or_insert_with(|| id.to_string());
         }
         if let Some(d) = head
-            .and_then(|h| h.get("diagnostics"))
+            .and_then(|h| h.diagnostics.as_ref())
             .filter(|d| d.is_object())
         {
             self.diagnostics = Some(d.clone());
         }
+        let usage = match endpoint {
+            Endpoint::Messages if event == "message_start" => {
+                v.message.as_ref().and_then(|m| m.usage.as_ref())
+            }
+            Endpoint::Messages | Endpoint::Chat => v.usage.as_ref(),
+            Endpoint::Responses => v.response.as_ref().and_then(|r| r.usage.as_ref()),
+            _ => None,
+        };
+        let Some(usage) = usage.filter(|u| u.is_object()) else {
+            return;
+        };
         match endpoint {
             Endpoint::Messages => {
-                let usage = if event == "message_start" {
-                    v.get("message").and_then(|m| m.get("usage"))
-                } else {
-                    v.get("usage")
-                };
-                if let Some(usage) = usage.filter(|u| u.is_object()) {
-                    merge_anthropic(self.usage.get_or_insert_with(Usage::default), usage);
-                }
+                merge_anthropic(self.usage.get_or_insert_with(Usage::default), usage);
             }
-            Endpoint::Chat => {
-                if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
-                    self.usage = Some(from_openai_chat(usage));
-                }
-            }
-            Endpoint::Responses => {
-                if let Some(usage) = v
-                    .get("response")
-                    .and_then(|r| r.get("usage"))
-                    .filter(|u| u.is_object())
-                {
-                    self.usage = Some(from_openai_responses(usage));
-                }
-            }
+            Endpoint::Chat => self.usage = Some(from_openai_chat(usage)),
+            Endpoint::Responses => self.usage = Some(from_openai_responses(usage)),
             _ => {}
         }
     }
@@ -272,6 +294,123 @@ impl StreamUsage {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The stream reading of before the typed event: a `Value` of the whole event.
+    fn read_as_value(endpoint: Endpoint, event: &str, data: &[u8]) -> ResponseFacts {
+        let mut facts = ResponseFacts::default();
+        let Ok(v) = serde_json::from_slice::<Value>(data) else {
+            return facts;
+        };
+        let (head, usage) = match endpoint {
+            Endpoint::Messages if event == "message_start" => (
+                v.get("message"),
+                v.get("message").and_then(|m| m.get("usage")),
+            ),
+            Endpoint::Messages => (v.get("message"), v.get("usage")),
+            Endpoint::Responses => (
+                v.get("response"),
+                v.get("response").and_then(|r| r.get("usage")),
+            ),
+            _ => (Some(&v), v.get("usage")),
+        };
+        facts.model = head
+            .and_then(|h| h.get("model"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        facts.id = head
+            .and_then(|h| h.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        facts.diagnostics = head
+            .and_then(|h| h.get("diagnostics"))
+            .filter(|d| d.is_object())
+            .cloned();
+        facts.usage = usage.filter(|u| u.is_object()).map(|u| match endpoint {
+            Endpoint::Messages => {
+                let mut out = Usage::default();
+                merge_anthropic(&mut out, u);
+                out
+            }
+            Endpoint::Chat => from_openai_chat(u),
+            _ => from_openai_responses(u),
+        });
+        facts
+    }
+
+    /// Events are read for their few fields without building the rest (a Responses
+    /// `response.completed` carries the whole output), and give what a `Value` of the whole
+    /// event gave, on each API's shapes (platform.claude.com streaming docs; OpenAI
+    /// Chat chunks with `stream_options.include_usage`; Responses streaming events).
+    #[test]
+    fn typed_event_fields_read_what_the_whole_value_read() {
+        let output: Vec<Value> = (0..50)
+            .map(|i| json!({"type": "message", "id": format!("msg_{i}"), "role": "assistant",
+                "content": [{"type": "output_text", "text": "word ".repeat(200), "annotations": []}]}))
+            .collect();
+        let cases: Vec<(Endpoint, &str, Value)> = vec![
+            (
+                Endpoint::Messages,
+                "message_start",
+                json!({"type": "message_start", "message": {
+                "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-opus-5-5",
+                "content": [], "stop_reason": null,
+                "usage": {"input_tokens": 4, "cache_read_input_tokens": 9541,
+                          "cache_creation_input_tokens": 310, "output_tokens": 1,
+                          "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 300}},
+                "diagnostics": {"cache_miss_reason": {"type": "system_changed"}}}}),
+            ),
+            (
+                Endpoint::Messages,
+                "message_delta",
+                json!({"type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+                "usage": {"output_tokens": 220}}),
+            ),
+            (
+                Endpoint::Chat,
+                "",
+                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk",
+                "model": "gpt-5.6", "choices": [],
+                "usage": {"prompt_tokens": 2048, "completion_tokens": 12,
+                          "prompt_tokens_details": {"cached_tokens": 1920}}}),
+            ),
+            (
+                Endpoint::Chat,
+                "",
+                json!({"id": "chatcmpl-1", "model": "gpt-5.6", "usage": null,
+                "choices": [{"index": 0, "delta": {"content": "usage"}}]}),
+            ),
+            (
+                Endpoint::Responses,
+                "response.completed",
+                json!({"type": "response.completed",
+                "sequence_number": 99, "response": {"id": "resp_1", "object": "response",
+                "model": "gpt-5.6-codex", "status": "completed", "output": output,
+                "usage": {"input_tokens": 30000, "output_tokens": 500,
+                          "input_tokens_details": {"cached_tokens": 28000, "cache_write_tokens": 1000},
+                          "output_tokens_details": {"reasoning_tokens": 100}}}}),
+            ),
+            (
+                Endpoint::Responses,
+                "response.failed",
+                json!({"type": "response.failed",
+                "response": {"id": "resp_2", "model": "gpt-5.6", "status": "failed",
+                "error": {"code": "server_error"}, "usage": null}}),
+            ),
+        ];
+        for (endpoint, event, data) in cases {
+            let data = serde_json::to_vec(&data).unwrap();
+            let mut s = StreamUsage::default();
+            s.on_event(endpoint, event, &data);
+            let want = read_as_value(endpoint, event, &data);
+            let got = s.facts();
+            assert_eq!(
+                (got.usage, got.model, got.id, got.diagnostics),
+                (want.usage, want.model, want.id, want.diagnostics),
+                "{endpoint:?} {event}"
+            );
+        }
+    }
 
     #[test]
     fn anthropic_cache_tokens_sit_beside_input() {
