@@ -13,8 +13,9 @@ use http::HeaderMap;
 use prometheus::IntCounter;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use super::time::date_of;
@@ -34,12 +35,18 @@ pub struct Recorder {
 }
 
 /// The writer task, to await at shutdown so every queued record is on disk.
-pub struct RecorderTask(JoinHandle<()>);
+pub struct RecorderTask {
+    task: JoinHandle<()>,
+    close: Arc<Notify>,
+}
 
 impl RecorderTask {
-    /// Wait until every record sent before all `Recorder` clones were dropped is written.
+    /// Stop taking records and wait until every record queued so far is written. Senders
+    /// may still be alive (the pipeline holds one until the process ends); what they send
+    /// from now on is dropped and counted.
     pub async fn finish(self) {
-        let _ = self.0.await;
+        self.close.notify_one();
+        let _ = self.task.await;
     }
 }
 
@@ -62,20 +69,33 @@ impl Recorder {
             .map_err(|e| std::io::Error::other(format!("trace recorder: {e}")))?;
         std::fs::create_dir_all(dir)?;
         let (tx, rx) = mpsc::channel(queue.max(1));
-        let task = runtime.spawn(write_loop(dir.to_path_buf(), rx, failed.clone()));
+        let close = Arc::new(Notify::new());
+        let task = runtime.spawn(write_loop(
+            dir.to_path_buf(),
+            rx,
+            close.clone(),
+            failed.clone(),
+        ));
         let recorder = Recorder {
             tx,
             dropped,
             failed,
         };
-        Ok((recorder, RecorderTask(task)))
+        Ok((recorder, RecorderTask { task, close }))
     }
 
     /// Queue a record without waiting; dropped (counted and logged) when the queue is full.
     pub fn record(&self, record: Record) {
-        if self.tx.try_send(record).is_err() {
-            self.dropped.inc();
-            tracing::warn!("trace record dropped: the trace writer fell behind");
+        match self.tx.try_send(record) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.dropped.inc();
+                tracing::warn!("trace record dropped: the trace writer fell behind");
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.dropped.inc();
+                tracing::warn!("trace record dropped: recording has stopped for shutdown");
+            }
         }
     }
 
@@ -90,9 +110,25 @@ impl Recorder {
     }
 }
 
-async fn write_loop(dir: PathBuf, mut rx: mpsc::Receiver<Record>, failed: IntCounter) {
+async fn write_loop(
+    dir: PathBuf,
+    mut rx: mpsc::Receiver<Record>,
+    close: Arc<Notify>,
+    failed: IntCounter,
+) {
     let mut open: Option<(String, tokio::fs::File)> = None;
-    while let Some(record) = rx.recv().await {
+    let mut closing = false;
+    loop {
+        let record = tokio::select! {
+            record = rx.recv() => record,
+            // At shutdown: no new records, and the ones queued are still received below.
+            _ = close.notified(), if !closing => {
+                closing = true;
+                rx.close();
+                continue;
+            }
+        };
+        let Some(record) = record else { break };
         let date = date_of(record.time_ms);
         if open.as_ref().is_none_or(|(d, _)| *d != date) {
             let path = dir.join(format!("{date}.jsonl"));
@@ -215,6 +251,48 @@ pub fn redact_body(body: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Shutdown finishes the writer while senders are still alive (the pipeline holds
+    /// one until the process ends), and every record queued before is on disk. The guard
+    /// is not a speed bound: it makes a writer that waits for the last sender fail
+    /// instead of hanging.
+    #[test]
+    fn finish_writes_what_was_queued_without_waiting_for_every_sender() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async {
+                let (recorder, task) = Recorder::start(&path, 8).unwrap();
+                let route = Route {
+                    provider: crate::providers::Provider::Anthropic,
+                    endpoint: crate::providers::Endpoint::Messages,
+                };
+                let body = serde_json::json!({"model": "m", "max_tokens": 5});
+                for i in 0..3 {
+                    let record = capture(i, "s", route, "/v1/messages", &HeaderMap::new(), &body);
+                    recorder.record(record);
+                }
+                task.finish().await;
+                let _ = tx.send(());
+                drop(recorder);
+            });
+        });
+        if rx.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
+            panic!("the trace writer waited for a sender that lives until the process ends");
+        }
+        let written: usize = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|f| {
+                std::fs::read_to_string(f.unwrap().path())
+                    .unwrap()
+                    .lines()
+                    .count()
+            })
+            .sum();
+        assert_eq!(written, 3);
+    }
 
     #[test]
     fn starting_outside_a_runtime_is_an_error() {
