@@ -338,15 +338,16 @@ impl Pipeline {
         let shape = PromptShape::of(&sent, uncached_tail);
         // The log as it is now: entries of this session's earlier answers may have been
         // written since this request was shaped (the queue writes them in order).
-        let log = match loaded_now {
-            true => session_ctx.log.clone(),
-            false => match store.load(&session_ctx.id.id).await {
+        let log = if loaded_now {
+            session_ctx.log.clone()
+        } else {
+            match store.load(&session_ctx.id.id).await {
                 Ok(log) => log,
                 Err(e) => {
                     let _ = self.store_failed("load", &e);
                     session_ctx.log.clone()
                 }
-            },
+            }
         };
         let log = &log;
         let lane =

@@ -50,24 +50,24 @@ pub struct MsgKind {
     pub other_content: bool,
 }
 
+/// A message's kind, read by its API's module.
+fn classify(endpoint: Endpoint, b: &[u8]) -> MsgKind {
+    match endpoint {
+        Endpoint::Chat => openai_chat::message_kind(b),
+        Endpoint::Responses => openai_responses::message_kind(b),
+        _ => anthropic::message_kind(b),
+    }
+}
+
 impl MsgKind {
     /// Classify a message (a Responses input item) from its raw JSON bytes. Remembered
     /// across requests by a hash of the bytes: an agent resends its history every time,
     /// and the scan reads every block of every message.
     pub fn of(endpoint: Endpoint, b: &[u8]) -> MsgKind {
         static SEEN: crate::memo::Memo<MsgKind> = crate::memo::Memo::new(65_536);
-        let classify = || match endpoint {
-            Endpoint::Chat => openai_chat::message_kind(b),
-            Endpoint::Responses => openai_responses::message_kind(b),
-            _ => anthropic::message_kind(b),
-        };
-        // Chat and Responses read other fields than Messages: the API is part of the key.
-        let api: &[u8] = match endpoint {
-            Endpoint::Chat => b"chat",
-            Endpoint::Responses => b"responses",
-            _ => b"messages",
-        };
-        SEEN.get_or_insert_with(crate::memo::key(api, b), classify)
+        // Each API reads other fields: the endpoint is part of the key.
+        let key = crate::memo::key(endpoint.label().as_bytes(), b);
+        SEEN.get_or_insert_with(key, || classify(endpoint, b))
     }
 
     /// The client's own instructions inside the history: Anthropic `role: "system"`
@@ -237,11 +237,7 @@ mod memo_tests {
             let body: serde_json::Value = serde_json::from_str(body).unwrap();
             for message in body[field].as_array().unwrap() {
                 let raw = serde_json::to_vec(message).unwrap();
-                let direct = match endpoint {
-                    Endpoint::Chat => openai_chat::message_kind(&raw),
-                    Endpoint::Responses => openai_responses::message_kind(&raw),
-                    _ => anthropic::message_kind(&raw),
-                };
+                let direct = classify(endpoint, &raw);
                 assert_eq!(MsgKind::of(endpoint, &raw), direct);
                 assert_eq!(MsgKind::of(endpoint, &raw), direct);
                 seen += 1;
