@@ -275,6 +275,32 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Entries for tests of the session log and its stores.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::*;
+
+    /// The `i`-th persisted memory patch of a session (a `context_transform` entry).
+    pub fn memory_patch(i: u64) -> Entry {
+        Entry::ContextTransform(ContextTransform {
+            version: ENTRY_VERSION,
+            time: i,
+            transformer: "memory".into(),
+            reason: "before_request".into(),
+            anchor: Anchor::of(&[]),
+            patch: vec![Op::SystemPartSet {
+                part_name: "memory".into(),
+                text: format!("fact {i}"),
+                before: None,
+                after: None,
+                invalidate_cache_reason: Some("memory".into()),
+            }],
+            display: None,
+            request_index: Some(i),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -215,28 +215,8 @@ fn json_size(entry: &Entry) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::patch::ops::Op;
-    use crate::session::anchor::Anchor;
-    use crate::session::entry::ENTRY_VERSION;
 
-    fn request(i: u64) -> Entry {
-        Entry::ContextTransform(ContextTransform {
-            version: ENTRY_VERSION,
-            time: i,
-            transformer: "memory".into(),
-            reason: "before_request".into(),
-            anchor: Anchor::of(&[]),
-            patch: vec![Op::SystemPartSet {
-                part_name: "memory".into(),
-                text: format!("fact {i}"),
-                before: None,
-                after: None,
-                invalidate_cache_reason: Some("memory".into()),
-            }],
-            display: None,
-            request_index: Some(i),
-        })
-    }
+    use crate::session::entry::fixtures::memory_patch;
 
     /// A session that grows one entry per request: each new snapshot shares every earlier
     /// entry with the previous one (no entry is copied), and the previous one is unchanged.
@@ -244,7 +224,7 @@ mod tests {
     fn a_growing_log_shares_its_entries_instead_of_copying_them() {
         let mut log = SessionLog::new();
         for i in 0..2_000u64 {
-            let next = log.extended(vec![request(i)]);
+            let next = log.extended(vec![memory_patch(i)]);
             assert_eq!(log.len() as u64, i);
             assert_eq!(next.len() as u64, i + 1);
             for probe in [0, log.len() / 2, log.len().saturating_sub(1)] {
@@ -254,9 +234,9 @@ mod tests {
             }
             log = next;
         }
-        assert_eq!(log.get(1_999), Some(&request(1_999)));
+        assert_eq!(log.get(1_999), Some(&memory_patch(1_999)));
         assert!(log.weight() > 2_000 * 100);
-        assert_eq!(log.iter().next_back(), Some(&request(1_999)));
+        assert_eq!(log.iter().next_back(), Some(&memory_patch(1_999)));
     }
 
     /// The lanes kept on append give what walking the whole log gives: each lane's latest
@@ -277,7 +257,7 @@ mod tests {
                         .enumerate()
                         .map(|(i, &(transform, lane))| {
                             if transform {
-                                request(i as u64)
+                                memory_patch(i as u64)
                             } else {
                                 Entry::Request(RequestRecord {
                                     request_index: i as u64,

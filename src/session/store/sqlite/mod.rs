@@ -263,28 +263,7 @@ impl Drop for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::patch::ops::Op;
-    use crate::session::anchor::Anchor;
-    use crate::session::entry::{ContextTransform, ENTRY_VERSION};
-
-    fn patch(i: u64) -> Entry {
-        Entry::ContextTransform(ContextTransform {
-            version: ENTRY_VERSION,
-            time: i,
-            transformer: "memory".into(),
-            reason: "before_request".into(),
-            anchor: Anchor::of(&[]),
-            patch: vec![Op::SystemPartSet {
-                part_name: "memory".into(),
-                text: format!("fact {i}"),
-                before: None,
-                after: None,
-                invalidate_cache_reason: Some("memory".into()),
-            }],
-            display: None,
-            request_index: Some(i),
-        })
-    }
+    use crate::session::entry::fixtures::memory_patch;
 
     /// 32 sessions persisting patches at once: every append is synced before it returns,
     /// and one synced commit (one fsync) covers many of them.
@@ -300,7 +279,10 @@ mod tests {
                 let store = store.clone();
                 tokio::spawn(async move {
                     for i in 0..EACH {
-                        store.append(&format!("s{s}"), &[patch(i)]).await.unwrap();
+                        store
+                            .append(&format!("s{s}"), &[memory_patch(i)])
+                            .await
+                            .unwrap();
                     }
                 })
             })
