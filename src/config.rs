@@ -39,6 +39,10 @@ pub struct ServerConfig {
     /// it (a 400 otherwise). Off, requests no policy matches go through unread, and the model
     /// label comes from the response.
     pub check_body: bool,
+    /// Read agents' bodies incrementally: remember recent bodies' history prefixes, and
+    /// check and scan only what a request adds to the body it repeats. Off, every body is
+    /// read whole (the same results, more CPU).
+    pub incremental: bool,
     /// Time a client has to send its whole request body once the head is in (a 408 after).
     pub body_read_timeout_ms: u64,
     /// Proxy connections served at once; further clients wait in the listen backlog.
@@ -70,6 +74,7 @@ impl Default for ServerConfig {
             shutdown_grace_secs: 30,
             header_read_timeout_ms: 30_000,
             check_body: true,
+            incremental: true,
             body_read_timeout_ms: 30_000,
             max_connections: 1024,
             client_keys: Vec::new(),

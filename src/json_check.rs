@@ -34,42 +34,98 @@ enum Container {
 
 /// Check that `body` is one JSON value surrounded by optional whitespace, and call
 /// `on_field` for each field of it when it is an object.
-pub fn check(body: &[u8], mut on_field: impl FnMut(Field)) -> Result<(), Invalid> {
+pub fn check(body: &[u8], on_field: impl FnMut(Field)) -> Result<(), Invalid> {
+    let start = State {
+        pos: skip_ws(body, 0),
+        stack: Vec::with_capacity(16),
+        top_key: None,
+        value_read: false,
+    };
+    run(body, start, on_field)
+}
+
+/// Where a known prefix of an object body ends: just after an element of the array that is
+/// the value of a top-level field.
+pub struct Resume<'a> {
+    /// The end of the element (the last byte read).
+    pub pos: usize,
+    /// The top-level fields before the array's, in order.
+    pub fields_before: &'a [Field],
+    /// The array's field: its key (between the quotes) and where its value starts.
+    pub array_key: Range<usize>,
+    pub array_start: usize,
+}
+
+/// [`check`] of a body whose bytes up to `resume.pos` are known to be a prefix the check
+/// accepts (they repeat a checked body's): the check goes on from the state it would have
+/// reached there, and reports the same fields.
+pub fn check_resumed(
+    body: &[u8],
+    resume: &Resume<'_>,
+    mut on_field: impl FnMut(Field),
+) -> Result<(), Invalid> {
+    for field in resume.fields_before {
+        on_field(field.clone());
+    }
+    let state = State {
+        pos: resume.pos,
+        stack: vec![Container::Object, Container::Array],
+        top_key: Some((resume.array_key.clone(), resume.array_start)),
+        value_read: true,
+    };
+    run(body, state, on_field)
+}
+
+/// The check's state between two bytes.
+struct State {
+    pos: usize,
+    stack: Vec<Container>,
+    /// The key of the top-level field whose value is being read, and where the value starts.
+    top_key: Option<(Range<usize>, usize)>,
+    /// A value has just ended at `pos`.
+    value_read: bool,
+}
+
+fn run(body: &[u8], state: State, mut on_field: impl FnMut(Field)) -> Result<(), Invalid> {
     let b = body;
     let err = |offset: usize| Err(Invalid { offset });
-    let mut stack: Vec<Container> = Vec::with_capacity(16);
-    // The key of the top-level field whose value is being read.
-    let mut top_key: Option<(Range<usize>, usize)> = None;
-    let mut pos = skip_ws(b, 0);
+    let State {
+        mut pos,
+        mut stack,
+        mut top_key,
+        mut value_read,
+    } = state;
 
     'value: loop {
-        // A value starts at `pos`.
-        match b.get(pos) {
-            Some(b'{') => {
-                pos = skip_ws(b, pos + 1);
-                if b.get(pos) == Some(&b'}') {
-                    pos += 1;
-                } else {
-                    stack.push(Container::Object);
-                    pos = key(b, pos, stack.len() == 1, &mut top_key)?;
-                    continue 'value;
+        // A value starts at `pos`, unless the check resumes just after one.
+        if !std::mem::take(&mut value_read) {
+            match b.get(pos) {
+                Some(b'{') => {
+                    pos = skip_ws(b, pos + 1);
+                    if b.get(pos) == Some(&b'}') {
+                        pos += 1;
+                    } else {
+                        stack.push(Container::Object);
+                        pos = key(b, pos, stack.len() == 1, &mut top_key)?;
+                        continue 'value;
+                    }
                 }
-            }
-            Some(b'[') => {
-                pos = skip_ws(b, pos + 1);
-                if b.get(pos) == Some(&b']') {
-                    pos += 1;
-                } else {
-                    stack.push(Container::Array);
-                    continue 'value;
+                Some(b'[') => {
+                    pos = skip_ws(b, pos + 1);
+                    if b.get(pos) == Some(&b']') {
+                        pos += 1;
+                    } else {
+                        stack.push(Container::Array);
+                        continue 'value;
+                    }
                 }
+                Some(b'"') => pos = skip_string(b, pos + 1)?,
+                Some(b't') => pos = literal(b, pos, b"true")?,
+                Some(b'f') => pos = literal(b, pos, b"false")?,
+                Some(b'n') => pos = literal(b, pos, b"null")?,
+                Some(b'-' | b'0'..=b'9') => pos = number(b, pos)?,
+                _ => return err(pos),
             }
-            Some(b'"') => pos = skip_string(b, pos + 1)?,
-            Some(b't') => pos = literal(b, pos, b"true")?,
-            Some(b'f') => pos = literal(b, pos, b"false")?,
-            Some(b'n') => pos = literal(b, pos, b"null")?,
-            Some(b'-' | b'0'..=b'9') => pos = number(b, pos)?,
-            _ => return err(pos),
         }
 
         // A value ended at `pos`: what may follow depends on the enclosing container.

@@ -26,6 +26,7 @@ pub mod error;
 pub mod hooks;
 pub mod inject;
 pub mod json_check;
+pub mod known_prefix;
 pub mod measure;
 pub mod memo;
 pub mod metrics;

@@ -143,6 +143,9 @@ pub struct Metrics {
     pub keep_warm: IntCounterVec,
     /// Trace records (`--record`) not written, by cause: `queue_full`, `write_failed`.
     pub trace_records_dropped: IntCounterVec,
+    /// Generation bodies by how they were read: `incremental` (from where they stop
+    /// repeating a remembered body) or `full`.
+    pub body_reads: IntCounterVec,
     in_flight: IntGauge,
     models: LabelSet,
     route_timers: [[OnceLock<RouteTimers>; ENDPOINTS.len()]; PROVIDERS.len()],
@@ -321,6 +324,15 @@ impl Metrics {
                     &["cause"]);
                 for cause in ["queue_full", "write_failed"] {
                     c.with_label_values(&[cause]);
+                }
+                c
+            },
+            body_reads: {
+                let c = counter(r, "cachet_body_reads_total",
+                    "Generation request bodies by how they were read: incremental (only what follows the history messages of a remembered body they repeat) or full.",
+                    &["path"]);
+                for path in ["incremental", "full"] {
+                    c.with_label_values(&[path]);
                 }
                 c
             },

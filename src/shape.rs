@@ -14,12 +14,23 @@ use serde_json::value::RawValue;
 
 use crate::error::ApiError;
 use crate::json_check;
+use crate::known_prefix::PrefixMatch;
 use crate::providers::Endpoint;
 
 /// Check that a body is JSON of the API's shape; returns the model.
 pub fn check(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
+    check_known(endpoint, body, None)
+}
+
+/// [`check`] of a body that repeats a remembered, checked body's first history messages
+/// (`known`): the JSON check resumes after them (see [`crate::known_prefix`]).
+pub fn check_known(
+    endpoint: Endpoint,
+    body: &[u8],
+    known: Option<&PrefixMatch>,
+) -> Result<String, ApiError> {
     let head = if is_object(body) {
-        fast_head(body)
+        fast_head(body, known.filter(|m| m.known.checked))
     } else {
         None
     };
@@ -48,10 +59,10 @@ struct RequestHead<'a> {
 /// The head of an object body, from one `json_check` pass; `None` when the body is invalid
 /// or serde_json would read the head differently (escaped keys, repeated fields, a model
 /// that is not a plain string).
-fn fast_head(body: &[u8]) -> Option<Head<'_>> {
+fn fast_head<'b>(body: &'b [u8], known: Option<&PrefixMatch>) -> Option<Head<'b>> {
     let mut fields: [Option<Range<usize>>; 3] = [None, None, None];
     let mut unusual = false;
-    json_check::check(body, |field| {
+    let on_field = |field: json_check::Field| {
         let key = &body[field.key];
         let slot = match key {
             b"model" => 0,
@@ -63,8 +74,30 @@ fn fast_head(body: &[u8]) -> Option<Head<'_>> {
             }
         };
         unusual |= fields[slot].replace(field.value).is_some();
-    })
-    .ok()?;
+    };
+    let checked = match known {
+        Some(m) => {
+            let inner = |key: &Range<usize>| key.start + 1..key.end - 1;
+            let before: Vec<json_check::Field> = m
+                .known
+                .before
+                .iter()
+                .map(|e| json_check::Field {
+                    key: inner(&e.key),
+                    value: e.value.clone(),
+                })
+                .collect();
+            let resume = json_check::Resume {
+                pos: m.resume_at(),
+                fields_before: &before,
+                array_key: inner(&m.known.key),
+                array_start: m.known.array_start,
+            };
+            json_check::check_resumed(body, &resume, on_field)
+        }
+        None => json_check::check(body, on_field),
+    };
+    checked.ok()?;
     if unusual {
         return None;
     }

@@ -151,7 +151,32 @@ impl Envelope {
         endpoint: Endpoint,
         body: Bytes,
     ) -> Result<Envelope, crate::error::ApiError> {
-        parse::parse(provider, endpoint, body)
+        parse::parse(provider, endpoint, body, None)
+    }
+
+    /// [`Envelope::parse`] of a body that repeats a remembered one's first history
+    /// messages (`known`): only what follows them is scanned.
+    pub fn parse_known(
+        provider: Provider,
+        endpoint: Endpoint,
+        body: Bytes,
+        known: Option<&crate::known_prefix::PrefixMatch>,
+    ) -> Result<Envelope, crate::error::ApiError> {
+        parse::parse(provider, endpoint, body, known)
+    }
+
+    /// The client's history array as scanned, for [`crate::known_prefix::KnownPrefixes`]:
+    /// its key, where it starts, the top-level entries before it and its elements.
+    pub fn scanned(&self) -> Option<crate::known_prefix::Scanned<'_>> {
+        let array = self.messages_orig.span.as_ref()?;
+        let at = self.top.iter().position(|e| e.value == *array)?;
+        Some(crate::known_prefix::Scanned {
+            body: &self.body,
+            key: self.top[at].key.clone(),
+            array_start: array.start,
+            before: &self.top[..at],
+            elems: &self.messages_orig.elems,
+        })
     }
 
     pub fn provider(&self) -> Provider {

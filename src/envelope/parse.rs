@@ -6,6 +6,7 @@ use bytes::Bytes;
 use super::scan::{self, Span};
 use super::{Element, Envelope, Meta, OrigArray, SystemForm, SystemPart};
 use crate::error::ApiError;
+use crate::known_prefix::PrefixMatch;
 use crate::providers::{Endpoint, Provider};
 
 /// The name of the n-th part the client's own system prompt arrives as.
@@ -25,10 +26,13 @@ fn is_split_key(endpoint: Endpoint, key: &str) -> bool {
     }
 }
 
+/// Parse a body; with `known`, its history array's first elements are taken from the
+/// remembered body it repeats (see [`crate::known_prefix`]) instead of being scanned again.
 pub(crate) fn parse(
     provider: Provider,
     endpoint: Endpoint,
     body: Bytes,
+    known: Option<&PrefixMatch>,
 ) -> Result<Envelope, ApiError> {
     if !matches!(
         endpoint,
@@ -48,7 +52,12 @@ pub(crate) fn parse(
     let (top, end) = scan::entries_with(b, start, |key, vstart| {
         if b.get(vstart) == Some(&b'[') {
             if let Some(name) = scan::decode_str(b, key).filter(|k| is_split_key(endpoint, k)) {
-                let (elems, end) = scan::elements_end(b, vstart)?;
+                let resumed =
+                    known.filter(|m| m.known.key == *key && m.known.array_start == vstart);
+                let (elems, end) = match resumed {
+                    Some(m) => scan::elements_end_after(b, m.elems())?,
+                    None => scan::elements_end(b, vstart)?,
+                };
                 arrays.push((name, elems));
                 return Ok(end);
             }

@@ -267,6 +267,27 @@ pub fn elements_end(b: &[u8], start: usize) -> Result<(Vec<Span>, usize), ScanEr
     Ok((out, end))
 }
 
+/// [`elements_end`] of an array whose first elements are known (the same bytes as a body
+/// scanned before): the scan goes on after the last of them.
+pub fn elements_end_after(b: &[u8], known: &[Span]) -> Result<(Vec<Span>, usize), ScanError> {
+    let mut out = known.to_vec();
+    let Some(mut end) = known.last().map(|s| s.end) else {
+        return err(0, "no known element to resume after");
+    };
+    loop {
+        let next = skip_ws(b, end);
+        match b.get(next) {
+            Some(b',') => {
+                let start = skip_ws(b, next + 1);
+                end = value_end(b, start)?;
+                out.push(start..end);
+            }
+            Some(b']') => return Ok((out, next + 1)),
+            _ => return err(next, "expected ',' or ']' in an array"),
+        }
+    }
+}
+
 /// The entries of the object at `span` (relative to `b`).
 pub fn entries(b: &[u8], start: usize) -> Result<Vec<Entry>, ScanError> {
     let mut out = Vec::new();

@@ -238,7 +238,8 @@ impl Pipeline {
             }),
             After::Observe => {
                 // A body that does not parse went out unchecked; the provider answered it.
-                let env = Envelope::parse(ctx.route.provider, ctx.route.endpoint, ctx.body.clone())
+                let env = self
+                    .parse_remembering(ctx.route, ctx.body.clone(), ctx.known.as_ref(), ctx.checked)
                     .ok()?;
                 let history = session::PrefixHashes::of_raw(env.history_raw());
                 let session = self
@@ -325,7 +326,11 @@ impl Pipeline {
             return;
         };
         let sent = match parsed.map_or_else(
-            || Envelope::parse(ctx.route.provider, ctx.route.endpoint, shaped.body),
+            || {
+                // The body as shaped repeats the previous shaped body of its session.
+                let known = self.known.find(&shaped.body);
+                self.parse_remembering(ctx.route, shaped.body, known.as_ref(), false)
+            },
             Ok,
         ) {
             Ok(env) => env,

@@ -34,6 +34,7 @@ use crate::config::{Config, StoreFailure};
 use crate::envelope::Client;
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookClient;
+use crate::known_prefix::{self, KnownPrefixes, PrefixMatch};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::providers::{Endpoint, Route};
@@ -73,6 +74,9 @@ pub struct Pipeline {
     after_queue: std::sync::OnceLock<queue::AfterQueue>,
     /// When each session last sent a request, for keep-warm timers.
     arrivals: keep_warm::Arrivals,
+    /// Recent bodies' history prefixes, so a request is read from where it stops
+    /// repeating one (`server.incremental`).
+    known: KnownPrefixes,
 }
 
 impl RequestCtx {
@@ -119,6 +123,10 @@ pub struct RequestCtx {
     pub telemetry: RequestTelemetry,
     /// Offline replay: the recorded arrival time, which stands for the clock.
     pub replayed_at_ms: Option<u64>,
+    /// The remembered body this one repeats the first history messages of, if any.
+    pub known: Option<PrefixMatch>,
+    /// The whole body passed the body check.
+    pub checked: bool,
 }
 
 impl RequestCtx {
@@ -146,6 +154,7 @@ impl Pipeline {
             None
         };
         let injections = Some(inject::Injections::new(policies.iter())?).filter(|i| !i.is_empty());
+        let known = KnownPrefixes::new(config.server.incremental);
         Ok(Pipeline {
             telemetry: Arc::new(Telemetry::new(&config.telemetry, metrics.clone())?),
             client: crate::transport::forward::build_client(&config.upstream)?,
@@ -162,6 +171,7 @@ impl Pipeline {
             response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
             clock,
             arrivals: Default::default(),
+            known,
         })
     }
 
@@ -215,6 +225,8 @@ impl Pipeline {
             parts,
             telemetry,
             replayed_at_ms: None,
+            known: None,
+            checked: false,
         };
         let mut trace = None;
         let phases = async {
@@ -289,14 +301,52 @@ impl Pipeline {
     /// monitoring reads it after the response and never refuses what it cannot read.
     fn check_body(&self, ctx: &mut RequestCtx) -> Result<(), ApiError> {
         let reads_body = !self.policies.is_empty();
-        if is_generation_like(ctx.route.endpoint) && (self.config.server.check_body || reads_body) {
-            ctx.model = crate::shape::check(ctx.route.endpoint, &ctx.body)?;
+        let checks = self.config.server.check_body || reads_body;
+        if is_generation_like(ctx.route.endpoint) && (checks || self.config.sessions.monitor) {
+            ctx.known = self.find_known(&ctx.body);
+        }
+        if is_generation_like(ctx.route.endpoint) && checks {
+            ctx.model =
+                crate::shape::check_known(ctx.route.endpoint, &ctx.body, ctx.known.as_ref())?;
+            ctx.checked = true;
             ctx.telemetry.record_model(&ctx.model);
         }
         if ctx.route.endpoint.is_generation() {
             ctx.client = crate::envelope::detect_client(&ctx.parts.headers, &ctx.body);
         }
         Ok(())
+    }
+
+    /// The remembered body `body` repeats the first history messages of; counted by the
+    /// path the body is read on.
+    fn find_known(&self, body: &[u8]) -> Option<PrefixMatch> {
+        let found = self.known.find(body);
+        let path = match found {
+            Some(_) => known_prefix::Path::Incremental,
+            None => known_prefix::Path::Full,
+        };
+        self.metrics
+            .body_reads
+            .with_label_values(&[path.label()])
+            .inc();
+        found
+    }
+
+    /// Parse a body into its envelope, from where it stops repeating a remembered one, and
+    /// remember it for the next request. `checked`: the whole body passed the body check.
+    pub(super) fn parse_remembering(
+        &self,
+        route: crate::providers::Route,
+        body: Bytes,
+        known: Option<&PrefixMatch>,
+        checked: bool,
+    ) -> Result<crate::envelope::Envelope, ApiError> {
+        let env =
+            crate::envelope::Envelope::parse_known(route.provider, route.endpoint, body, known)?;
+        if let Some(scanned) = env.scanned() {
+            self.known.remember(scanned, known, checked);
+        }
+        Ok(env)
     }
 
     /// The trace record of a request as the client sent it, when recording. A body that

@@ -104,7 +104,8 @@ impl Pipeline {
         let body = ctx.body.clone();
         let model = ctx.model.as_str();
         // One parse serves the envelope, the session identity and the anchors.
-        let mut env = Envelope::parse(route.provider, route.endpoint, body.clone())?;
+        let mut env =
+            self.parse_remembering(route, body.clone(), ctx.known.as_ref(), ctx.checked)?;
         let history = PrefixHashes::of_raw(env.history_raw());
         let id = self
             .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
@@ -370,5 +371,7 @@ pub(super) fn replayed_ctx(
         key: None,
         telemetry: crate::telemetry::RequestTelemetry::none(),
         replayed_at_ms: Some(at_ms),
+        known: None,
+        checked: false,
     }
 }

@@ -5,6 +5,7 @@ pub mod browser;
 pub mod otlp;
 pub mod prometheus;
 pub mod redis;
+pub mod sessions;
 pub mod traffic;
 
 use std::convert::Infallible;

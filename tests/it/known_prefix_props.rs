@@ -1,0 +1,104 @@
+//! The incremental read of a body (from where it stops repeating a remembered body, see
+//! `cachet::known_prefix`) answers exactly what the full read answers: the same body check
+//! verdict (model or error) and the same envelope (every span, and the same compiled bytes),
+//! on generated sessions of real clients' shapes that extend, fork, truncate, edit, move
+//! the client's cache marker, change a field before the history, reformat, and break the
+//! JSON after the repeated part.
+
+use bytes::Bytes;
+use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
+use cachet::known_prefix::KnownPrefixes;
+use cachet::providers::{Endpoint, Provider};
+use proptest::prelude::*;
+
+use crate::support::sessions::{fixture, session, step, Step, CLIENTS};
+
+/// What a read answers, for comparison: the check's verdict, and the envelope's structure
+/// and compiled bytes (with the client's markers, and with `auto` markers).
+fn read(
+    provider: Provider,
+    endpoint: Endpoint,
+    body: &[u8],
+    known: &KnownPrefixes,
+    incremental: bool,
+) -> (String, String, Vec<Bytes>) {
+    let found = if incremental { known.find(body) } else { None };
+    let checked = cachet::shape::check_known(endpoint, body, found.as_ref());
+    let verdict = match &checked {
+        Ok(model) => format!("ok {model}"),
+        Err(e) => format!("error {}", e.message),
+    };
+    let parsed = Envelope::parse_known(
+        provider,
+        endpoint,
+        Bytes::copy_from_slice(body),
+        found.as_ref(),
+    );
+    let (structure, compiled) = match &parsed {
+        Err(e) => (format!("error {}", e.message), Vec::new()),
+        Ok(env) => {
+            let auto = CompileOptions {
+                breakpoints: BreakpointMode::Auto {
+                    ttl: Ttl::FiveMinutes,
+                },
+                ..Default::default()
+            };
+            let compiled = vec![
+                env.compile_with_markers(&CompileOptions::default()),
+                env.compile_with_markers(&auto),
+            ];
+            (format!("{env:?}"), compiled)
+        }
+    };
+    if incremental {
+        if let Ok(env) = &parsed {
+            if let Some(scanned) = env.scanned() {
+                known.remember(scanned, found.as_ref(), checked.is_ok());
+            }
+        }
+    }
+    (verdict, structure, compiled)
+}
+
+fn same_reads(client: usize, steps: &[Step]) -> Result<usize, TestCaseError> {
+    let (name, provider, endpoint) = CLIENTS[client];
+    let bodies = session(&fixture(name), endpoint, steps);
+    let known = KnownPrefixes::new(true);
+    let mut incremental = 0;
+    for (i, body) in bodies.iter().enumerate() {
+        incremental += usize::from(known.find(body).is_some());
+        let full = read(provider, endpoint, body, &KnownPrefixes::new(false), false);
+        let inc = read(provider, endpoint, body, &known, true);
+        prop_assert_eq!(&inc.0, &full.0, "{} body {}: check verdict", name, i);
+        prop_assert_eq!(&inc.1, &full.1, "{} body {}: envelope", name, i);
+        prop_assert!(inc.2 == full.2, "{} body {}: compiled bytes", name, i);
+    }
+    Ok(incremental)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn incremental_reads_equal_full_reads(
+        client in 0..CLIENTS.len(),
+        steps in prop::collection::vec(step(), 1..14),
+    ) {
+        same_reads(client, &steps)?;
+    }
+}
+
+/// The incremental path is taken: an append-only session of each client reads every body
+/// after the first from where the previous one ended (so the property above compares
+/// something), and a fork reads from the body it forks.
+#[test]
+fn append_only_sessions_are_read_incrementally() {
+    for (client, (name, ..)) in CLIENTS.iter().enumerate() {
+        let steps = vec![Step::Extend(1); 8];
+        let incremental = same_reads(client, &steps).unwrap();
+        assert_eq!(incremental, 7, "{name}");
+        let mut forked = steps.clone();
+        forked.push(Step::Fork(3));
+        assert_eq!(same_reads(client, &forked).unwrap(), 8, "{name}");
+    }
+}

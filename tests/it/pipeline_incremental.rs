@@ -1,0 +1,201 @@
+//! `server.incremental` changes how much of a body cachet reads, never what it does: on a
+//! generated session of each real client's shape (extend, fork, truncate, edit, marker
+//! moves, a reformatted body, a broken one), with every shipped policy and with none
+//! (monitoring), cachet reading incrementally forwards the same bytes, answers the same
+//! statuses, and writes the same session log (diagnosis included) as cachet reading every
+//! body whole.
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use cachet::providers::Endpoint;
+use serde_json::Value;
+
+use crate::support::sessions::{fixture, session, Step, CLIENTS};
+use crate::support::*;
+
+const POLICIES: &[&str] = &[
+    "anthropic-auto-breakpoints",
+    "stabilize-volatile",
+    "memory-pinned",
+    "openai-cache-key",
+];
+
+fn steps() -> Vec<Step> {
+    use Step::*;
+    vec![
+        Extend(1),
+        Extend(1),
+        Extend(2),
+        MoveMarker,
+        Extend(1),
+        Fork(2),
+        Extend(1),
+        Truncate(1),
+        Extend(1),
+        Edit(1),
+        Extend(1),
+        Reformat,
+        Extend(1),
+        Corrupt(9),
+        Extend(2),
+    ]
+}
+
+fn path(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Chat => "/v1/chat/completions",
+        Endpoint::Responses => "/v1/responses",
+        _ => "/v1/messages",
+    }
+}
+
+/// What one run produced: per request the status and the bytes the upstream received (or
+/// its cache accounting, against the emulator), the session log without its clock times,
+/// and how many bodies were read incrementally.
+#[derive(Debug, PartialEq)]
+struct Run {
+    statuses: Vec<u16>,
+    forwarded: Vec<Bytes>,
+    accounted: Vec<String>,
+    log: Value,
+    incremental_reads: u64,
+}
+
+fn without_times(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.remove("time");
+            map.values_mut().for_each(without_times);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_times),
+        _ => {}
+    }
+}
+
+async fn run(which: usize, policies: &[&str], incremental: bool, emulated: bool) -> Run {
+    let (name, _, endpoint) = CLIENTS[which];
+    let bodies = session(&fixture(name), endpoint, &steps());
+    let emulator = start_emulator().await;
+    let fake = FakeUpstream::start(Script::json(
+        200,
+        r#"{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":10,"output_tokens":1}}"#,
+    ))
+    .await;
+    let upstream = if emulated { emulator.url() } else { fake.url() };
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PathBuf> = policies
+        .iter()
+        .map(|p| PathBuf::from(format!("{}/policies/{p}.toml", env!("CARGO_MANIFEST_DIR"))))
+        .collect();
+    let mut config = policy_config(&upstream, files, &dir.path().join("store"));
+    config.server.incremental = incremental;
+    let clock = cachet::session::SessionClock::default();
+    let proxy = cachet::transport::server::spawn_with(
+        config,
+        cachet::transport::server::ServeOptions {
+            clock: clock.clone(),
+        },
+    )
+    .await
+    .unwrap();
+    let mut statuses = Vec::new();
+    for body in &bodies {
+        let mut req = client()
+            .post(format!("http://{}{}", proxy.addr, path(endpoint)))
+            .header("x-cachet-session", "generated")
+            .header("content-type", "application/json");
+        req = match endpoint {
+            Endpoint::Messages => req
+                .header("x-api-key", "k")
+                .header("anthropic-version", "2023-06-01"),
+            _ => req.header("authorization", "Bearer sk-test"),
+        };
+        let r = req.body(body.clone()).send().await.unwrap();
+        statuses.push(r.status().as_u16());
+        r.bytes().await.unwrap();
+        let answered = statuses.iter().filter(|s| **s < 400).count() as u64;
+        if answered > 0 && *statuses.last().unwrap() < 400 {
+            wait_for_requests(&proxy, "generated", answered).await;
+        }
+        let step = std::time::Duration::from_secs(5);
+        emulator.advance_clock(step);
+        clock.advance(step);
+    }
+    let answered = statuses.iter().filter(|s| **s < 400).count() as u64;
+    let mut log = wait_for_requests(&proxy, "generated", answered).await;
+    without_times(&mut log);
+    let metrics = metrics_text(&proxy).await;
+    let incremental_reads = metric_sum(
+        &metrics,
+        "cachet_body_reads_total",
+        &[("path", "incremental")],
+    ) as u64;
+    proxy.shutdown().await;
+    let accounted = emulator
+        .accounted()
+        .iter()
+        .map(|a| format!("{:?} {}", a.accounting, a.output_tokens))
+        .collect();
+    emulator.shutdown().await;
+    Run {
+        statuses,
+        forwarded: fake.requests().into_iter().map(|r| r.body).collect(),
+        accounted,
+        log,
+        incremental_reads,
+    }
+}
+
+async fn same_as_full_reads(client: usize) {
+    let name = CLIENTS[client].0;
+    for policies in [&[][..], POLICIES] {
+        for emulated in [false, true] {
+            let full = run(client, policies, false, emulated).await;
+            let mut inc = run(client, policies, true, emulated).await;
+            assert_eq!(full.incremental_reads, 0, "{name}");
+            assert!(
+                inc.incremental_reads >= 8,
+                "{name} {policies:?}: only {} bodies read incrementally",
+                inc.incremental_reads
+            );
+            assert!(
+                full.statuses.contains(&400)
+                    && full.statuses.iter().filter(|s| **s == 200).count() >= 12,
+                "{name}: the session has answered requests and a refused one: {:?}",
+                full.statuses
+            );
+            let answered = full.statuses.iter().filter(|s| **s == 200).count();
+            match emulated {
+                false => assert_eq!(full.forwarded.len(), answered, "{name}"),
+                true => {
+                    assert_eq!(full.accounted.len(), answered, "{name}");
+                    let diagnosed = full.log["entries"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|e| !e["diagnosis"].is_null())
+                        .count();
+                    assert!(diagnosed > 0, "{name}: the edit and the fork are diagnosed");
+                }
+            }
+            inc.incremental_reads = full.incremental_reads;
+            assert_eq!(inc, full, "{name} with {policies:?}, emulated: {emulated}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn claude_code() {
+    same_as_full_reads(0).await;
+}
+
+#[tokio::test]
+async fn pi_on_chat() {
+    same_as_full_reads(3).await;
+}
+
+#[tokio::test]
+async fn codex() {
+    same_as_full_reads(5).await;
+}
