@@ -18,9 +18,11 @@
 //! bounded: past [`BUDGET_BYTES`] of remembered spans and hashes the store starts over.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::envelope::scan::{self, Entry, Span};
+use crate::envelope::Envelope;
+use crate::session::PrefixHashes;
 
 /// Bodies remembered under one first message: a conversation's forks share it.
 const PER_LEAD: usize = 8;
@@ -42,13 +44,17 @@ pub struct Known {
     hashes: Vec<u128>,
     /// The body passed the full body check (`json_check`), so its prefixes are valid JSON.
     pub checked: bool,
+    /// The prefix hashes of its history (the session layer's anchors), once computed, and
+    /// the element the history starts at (after leading system messages).
+    history: OnceLock<(usize, PrefixHashes)>,
 }
 
 impl Known {
     fn weight(&self) -> usize {
         std::mem::size_of::<Known>()
             + self.before.len() * std::mem::size_of::<Entry>()
-            + self.elems.len() * (std::mem::size_of::<Span>() + std::mem::size_of::<u128>())
+            // A span, a hash link, and the anchors' message key and rolling hash.
+            + self.elems.len() * (std::mem::size_of::<Span>() + std::mem::size_of::<u128>() + 64)
     }
 }
 
@@ -70,6 +76,35 @@ impl PrefixMatch {
     pub fn resume_at(&self) -> usize {
         self.elems().last().map_or(0, |s| s.end)
     }
+}
+
+/// The prefix hashes of `env`'s history (for session identity and anchors), taking those
+/// of the messages it repeats from the remembered body `found` when they were computed;
+/// remembered on `this`, the entry of `env`'s own body, for the next request.
+pub fn history_hashes(
+    env: &Envelope,
+    found: Option<&PrefixMatch>,
+    this: Option<&Arc<Known>>,
+) -> PrefixHashes {
+    let offset = env.history_origins().next().flatten();
+    let earlier = found.and_then(|m| Some((m.known.history.get()?, m.messages)));
+    let hashes = match (earlier, offset) {
+        (Some(((at, earlier), matched)), Some(offset)) if *at == offset => {
+            // History message j is element j + offset of both bodies while both are the
+            // repeated elements.
+            let same = env
+                .history_origins()
+                .enumerate()
+                .take_while(|(j, origin)| *origin == Some(j + offset) && j + offset < matched)
+                .count();
+            PrefixHashes::of_raw_after(earlier, same, env.history_raw())
+        }
+        _ => PrefixHashes::of_raw(env.history_raw()),
+    };
+    if let (Some(this), Some(offset)) = (this, offset) {
+        let _ = this.history.set((offset, hashes.clone()));
+    }
+    hashes
 }
 
 /// What a parsed body's history looks like, for [`KnownPrefixes::remember`].
@@ -166,9 +201,14 @@ impl KnownPrefixes {
 
     /// Remember a body whose history array was scanned (with the match it was read
     /// with, whose hashes it reuses); `checked` says the whole body passed the body check.
-    pub fn remember(&self, scanned: Scanned<'_>, found: Option<&PrefixMatch>, checked: bool) {
+    pub fn remember(
+        &self,
+        scanned: Scanned<'_>,
+        found: Option<&PrefixMatch>,
+        checked: bool,
+    ) -> Option<Arc<Known>> {
         if !self.enabled || scanned.elems.is_empty() {
-            return;
+            return None;
         }
         let reused = found.filter(|m| {
             m.known.key == scanned.key
@@ -184,9 +224,7 @@ impl KnownPrefixes {
             .checked_sub(1)
             .map_or(0, |i| scanned.elems[i].end);
         for span in &scanned.elems[hashes.len()..] {
-            let Some(bytes) = scanned.body.get(at..span.end) else {
-                return;
-            };
+            let bytes = scanned.body.get(at..span.end)?;
             hashes.push(link(hashes.last().copied(), bytes));
             at = span.end;
         }
@@ -197,10 +235,9 @@ impl KnownPrefixes {
             elems: scanned.elems.to_vec(),
             hashes,
             checked,
+            history: OnceLock::new(),
         });
-        let Ok(mut store) = self.inner.lock() else {
-            return;
-        };
+        let mut store = self.inner.lock().ok()?;
         let weight = known.weight();
         if store.weight + weight > BUDGET_BYTES {
             *store = Store::default();
@@ -218,11 +255,12 @@ impl KnownPrefixes {
             }
             !superseded
         });
-        list.insert(0, known);
+        list.insert(0, known.clone());
         if list.len() > PER_LEAD {
             freed += list.drain(PER_LEAD..).map(|k| k.weight()).sum::<usize>();
         }
         store.weight = (store.weight + weight).saturating_sub(freed);
+        Some(known)
     }
 }
 

@@ -233,6 +233,14 @@ impl Envelope {
         self.cached.iter().map(|m| self.bytes_of(&m.raw))
     }
 
+    /// Where each history message sat in the client's array (`None`: not the client's).
+    pub fn history_origins(&self) -> impl Iterator<Item = Option<usize>> + '_ {
+        self.cached.iter().map(|m| match m.raw {
+            Raw::Orig(_) if !m.injected => m.origin,
+            _ => None,
+        })
+    }
+
     /// The raw bytes of each message of the uncached tail.
     pub fn uncached_raw(&self) -> impl Iterator<Item = &[u8]> {
         self.uncached.iter().map(|m| self.bytes_of(&m.raw))

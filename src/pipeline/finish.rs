@@ -238,10 +238,14 @@ impl Pipeline {
             }),
             After::Observe => {
                 // A body that does not parse went out unchecked; the provider answered it.
-                let env = self
+                let (env, remembered) = self
                     .parse_remembering(ctx.route, ctx.body.clone(), ctx.known.as_ref(), ctx.checked)
                     .ok()?;
-                let history = session::PrefixHashes::of_raw(env.history_raw());
+                let history = crate::known_prefix::history_hashes(
+                    &env,
+                    ctx.known.as_ref(),
+                    remembered.as_ref(),
+                );
                 let session = self
                     .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
                     .await;
@@ -330,6 +334,7 @@ impl Pipeline {
                 // The body as shaped repeats the previous shaped body of its session.
                 let known = self.known.find(&shaped.body);
                 self.parse_remembering(ctx.route, shaped.body, known.as_ref(), false)
+                    .map(|(env, _)| env)
             },
             Ok,
         ) {

@@ -340,13 +340,13 @@ impl Pipeline {
         body: Bytes,
         known: Option<&PrefixMatch>,
         checked: bool,
-    ) -> Result<crate::envelope::Envelope, ApiError> {
+    ) -> Result<(crate::envelope::Envelope, Option<Arc<known_prefix::Known>>), ApiError> {
         let env =
             crate::envelope::Envelope::parse_known(route.provider, route.endpoint, body, known)?;
-        if let Some(scanned) = env.scanned() {
-            self.known.remember(scanned, known, checked);
-        }
-        Ok(env)
+        let remembered = env
+            .scanned()
+            .and_then(|scanned| self.known.remember(scanned, known, checked));
+        Ok((env, remembered))
     }
 
     /// The trace record of a request as the client sent it, when recording. A body that

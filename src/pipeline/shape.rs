@@ -11,6 +11,7 @@ use super::history::HistoryMap;
 use super::{Pipeline, RequestCtx};
 use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
 use crate::error::ApiError;
+use crate::known_prefix;
 use crate::policy::{self, ContextReason, Policy, RequestFacts, TemplateVars};
 use crate::session::{self, PatchEvent, PatchOutcome, PrefixHashes, SessionContext};
 
@@ -104,9 +105,9 @@ impl Pipeline {
         let body = ctx.body.clone();
         let model = ctx.model.as_str();
         // One parse serves the envelope, the session identity and the anchors.
-        let mut env =
+        let (mut env, remembered) =
             self.parse_remembering(route, body.clone(), ctx.known.as_ref(), ctx.checked)?;
-        let history = PrefixHashes::of_raw(env.history_raw());
+        let history = known_prefix::history_hashes(&env, ctx.known.as_ref(), remembered.as_ref());
         let id = self
             .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
             .await;

@@ -33,7 +33,7 @@ impl Anchor {
 }
 
 /// Rolling hashes of every prefix of one history, computed once per request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PrefixHashes {
     keys: Vec<MessageKey>,
     /// `prefix[n]` is the rolling hash of the first `n` messages; `len == keys.len() + 1`.
@@ -56,10 +56,27 @@ impl PrefixHashes {
         let mut current = [0u8; 32];
         prefix.push(current);
         for key in &keys {
-            let mut hasher = Sha256::new();
-            hasher.update(current);
-            hasher.update(key);
-            current = hasher.finalize().into();
+            current = chain(&current, key);
+            prefix.push(current);
+        }
+        PrefixHashes { keys, prefix }
+    }
+
+    /// [`PrefixHashes::of_raw`] of a history whose first `reused` messages are those of
+    /// `earlier` (the same bytes): their keys and prefix hashes are taken, the rest computed.
+    pub fn of_raw_after<'a>(
+        earlier: &PrefixHashes,
+        reused: usize,
+        messages: impl Iterator<Item = &'a [u8]>,
+    ) -> PrefixHashes {
+        let reused = reused.min(earlier.len());
+        let mut keys = earlier.keys[..reused].to_vec();
+        let mut prefix = earlier.prefix[..=reused].to_vec();
+        let mut current = prefix[reused];
+        for raw in messages.skip(reused) {
+            let key = super::normalize::key_of_raw(raw);
+            current = chain(&current, &key);
+            keys.push(key);
             prefix.push(current);
         }
         PrefixHashes { keys, prefix }
@@ -103,6 +120,14 @@ impl PrefixHashes {
         let mut decoded = [0u8; 32];
         hex::decode_to_slice(&anchor.hash, &mut decoded).is_ok() && decoded == *hash
     }
+}
+
+/// The rolling hash of a prefix one message longer.
+fn chain(current: &[u8; 32], key: &MessageKey) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(current);
+    hasher.update(key);
+    hasher.finalize().into()
 }
 
 #[cfg(test)]

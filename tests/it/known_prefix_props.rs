@@ -1,6 +1,7 @@
 //! The incremental read of a body (from where it stops repeating a remembered body, see
 //! `cachet::known_prefix`) answers exactly what the full read answers: the same body check
-//! verdict (model or error) and the same envelope (every span, and the same compiled bytes),
+//! verdict (model or error), the same envelope (every span, and the same compiled bytes)
+//! and the same history prefix hashes (session identity and anchors),
 //! on generated sessions of real clients' shapes that extend, fork, truncate, edit, move
 //! the client's cache marker, change a field before the history, reformat, and break the
 //! JSON after the repeated part.
@@ -9,6 +10,7 @@ use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
 use cachet::known_prefix::KnownPrefixes;
 use cachet::providers::{Endpoint, Provider};
+use cachet::session::PrefixHashes;
 use proptest::prelude::*;
 
 use crate::support::sessions::{fixture, session, step, Step, CLIENTS};
@@ -50,11 +52,21 @@ fn read(
             (format!("{env:?}"), compiled)
         }
     };
-    if incremental {
-        if let Ok(env) = &parsed {
-            if let Some(scanned) = env.scanned() {
-                known.remember(scanned, found.as_ref(), checked.is_ok());
+    // The session layer's prefix hashes (identity and anchors), as the pipeline takes them.
+    let mut structure = structure;
+    if let Ok(env) = &parsed {
+        let history = match incremental {
+            true => {
+                let remembered = env
+                    .scanned()
+                    .and_then(|scanned| known.remember(scanned, found.as_ref(), checked.is_ok()));
+                cachet::known_prefix::history_hashes(env, found.as_ref(), remembered.as_ref())
             }
+            false => PrefixHashes::of_raw(env.history_raw()),
+        };
+        structure.push_str(&format!("\n{:?} {:?}", history.keys(), history.full()));
+        for n in 0..=history.len() {
+            structure.push_str(&format!(" {:?}", history.anchor_at(n)));
         }
     }
     (verdict, structure, compiled)
