@@ -28,7 +28,7 @@ impl Ttl {
 }
 
 /// One cacheable block: a tool definition, a system block or a message content block.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Block {
     /// The block's object (or, for string content, the string literal).
     pub span: Span,
@@ -90,6 +90,16 @@ pub fn is_markable(block: &[u8]) -> bool {
 
 /// The content blocks of an Anthropic message (string content is one block).
 pub(crate) fn message_blocks(b: &[u8]) -> Vec<Block> {
+    // Agents resend every message on every request: its blocks are remembered by a hash
+    // of its bytes (an xxh3 pass instead of a JSON scan of each block).
+    static SEEN: crate::memo::Memo<Vec<Block>> = crate::memo::Memo::new(65_536);
+    SEEN.get_or_insert_with(crate::memo::key(b"message-blocks", b), || {
+        scan_message_blocks(b)
+    })
+}
+
+/// [`message_blocks`], read from the bytes.
+fn scan_message_blocks(b: &[u8]) -> Vec<Block> {
     let Some(content) = scan::field(b, scan::skip_ws(b, 0), "content") else {
         return Vec::new();
     };
@@ -239,6 +249,40 @@ pub fn count_markers(payload: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Remembered blocks are the scanned ones, for every message of the client fixtures
+    /// (asked twice: the second answer comes from the memo), and for odd messages.
+    #[test]
+    fn remembered_message_blocks_equal_scanned_ones() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/clients");
+        let mut messages: Vec<Vec<u8>> = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let body = std::fs::read(entry.unwrap().path()).unwrap();
+            for key in ["messages", "input"] {
+                if let Some(array) = scan::field(&body, scan::skip_ws(&body, 0), key) {
+                    for span in scan::elements(&body, array.start).unwrap_or_default() {
+                        messages.push(body[span].to_vec());
+                    }
+                }
+            }
+        }
+        assert!(messages.len() > 30, "the fixtures hold messages");
+        messages.extend(
+            [
+                &br#"{"role":"user","content":""}"#[..],
+                br#"{"content":[1,"x",{}]}"#,
+                b"{}",
+                b"[",
+                b"",
+            ]
+            .map(<[u8]>::to_vec),
+        );
+        for m in &messages {
+            for _ in 0..2 {
+                assert_eq!(message_blocks(m), scan_message_blocks(m));
+            }
+        }
+    }
 
     #[test]
     fn markers_are_added_changed_and_removed_by_splicing() {
