@@ -1,47 +1,55 @@
 //! Incremental reading of agents' bodies: what cachet already knows of a recent body's
 //! history, up to a message boundary, so that the next request of the same conversation is
-//! checked and scanned only from where it stops matching.
+//! checked and scanned only from where it stops repeating it.
 //!
 //! Agents resend their whole history on every request, and each request is the previous
-//! one plus a small tail. Once a body has been scanned, [`KnownPrefixes`] remembers, for
-//! its history array (`messages`, or Responses `input`): the top-level entries before it,
-//! the span of each message, and a hash of the body up to the end of each message. A new
-//! body is matched against the bodies with the same bytes up to the end of its first
-//! message (found by a light scan of the body's start): the longest run of
-//! messages whose prefix hashes agree is taken as read. The body check resumes there in the
-//! state the full check would have reached (`json_check::check_resumed`) and the envelope
-//! scan continues after the known elements (`scan::elements_end_after`); only what follows
-//! is read. A body that extends nothing remembered takes the full path, and is counted.
+//! one plus a small tail. Once a body has been scanned, [`KnownPrefixes`] keeps it (the
+//! client's own `Bytes`, not a copy) with what the scan found of its history array
+//! (`messages`, or Responses `input`): the top-level entries before it and the span of each
+//! message. A new body is compared with the kept bodies whose first message ends at the same
+//! offset after the same bytes (found by a light scan of the body's start): one `memcmp`
+//! says how far it repeats each, and the longest run of whole messages is taken as read.
+//! The body check resumes there in the state the full check would have reached
+//! (`json_check::check_resumed`), the envelope scan continues after the known elements
+//! (`scan::elements_end_after`), and the session layer's prefix hashes of those messages
+//! are taken as they were ([`history_hashes`]); only what follows is read. A body that
+//! extends nothing kept takes the full path, and is counted.
 //!
-//! Prefixes are compared by a 128-bit xxh3 hash seeded per process ([`crate::memo`]): two
-//! different prefixes sharing one is taken as impossible, as for every memo. Memory is
-//! bounded: past [`BUDGET_BYTES`] of remembered spans and hashes the store starts over.
+//! Memory is bounded: each conversation keeps only its latest body, and past
+//! [`BUDGET_BYTES`] of kept bodies, spans and hashes the store starts over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
 
 use crate::envelope::scan::{self, Entry, Span};
 use crate::envelope::Envelope;
 use crate::session::PrefixHashes;
 
-/// Bodies remembered under one first message: a conversation's forks share it.
+/// Bodies kept under one lead: a conversation's forks share it.
 const PER_LEAD: usize = 8;
 
-/// Memory the store may hold (spans, hashes and entries) before it starts over.
-pub const BUDGET_BYTES: usize = 16 << 20;
+/// Bytes before the end of a body's first message that make its lead.
+const LEAD_BYTES: usize = 4096;
+
+/// Memory the store may hold (bodies, spans, entries and anchors) before it starts over.
+pub const BUDGET_BYTES: usize = 64 << 20;
 
 /// What is known of one body, up to the end of its last history message.
 #[derive(Debug)]
 pub struct Known {
+    /// The body as the client sent it.
+    body: Bytes,
+    /// Its lead (see [`first_link`]).
+    lead: u128,
     /// The history array's key (quotes included) and where its value (`[`) starts.
     pub key: Span,
     pub array_start: usize,
     /// Top-level entries before the history array.
     pub before: Vec<Entry>,
-    /// The history's element spans, and the hash of the body up to each one's end (a
-    /// chain: each link hashes the previous link and the bytes since).
+    /// The history's element spans.
     pub elems: Vec<Span>,
-    hashes: Vec<u128>,
     /// The body passed the full body check (`json_check`), so its prefixes are valid JSON.
     pub checked: bool,
     /// The prefix hashes of its history (the session layer's anchors), once computed, and
@@ -52,9 +60,10 @@ pub struct Known {
 impl Known {
     fn weight(&self) -> usize {
         std::mem::size_of::<Known>()
+            + self.body.len()
             + self.before.len() * std::mem::size_of::<Entry>()
-            // A span, a hash link, and the anchors' message key and rolling hash.
-            + self.elems.len() * (std::mem::size_of::<Span>() + std::mem::size_of::<u128>() + 64)
+            // A span, and the anchors' message key and rolling hash.
+            + self.elems.len() * (std::mem::size_of::<Span>() + 64)
     }
 }
 
@@ -109,14 +118,14 @@ pub fn history_hashes(
 
 /// What a parsed body's history looks like, for [`KnownPrefixes::remember`].
 pub struct Scanned<'a> {
-    pub body: &'a [u8],
+    pub body: &'a Bytes,
     pub key: Span,
     pub array_start: usize,
     pub before: &'a [Entry],
     pub elems: &'a [Span],
 }
 
-/// Recently read bodies, by their first bytes.
+/// Recently read bodies, by their leads.
 #[derive(Default)]
 pub struct KnownPrefixes {
     enabled: bool,
@@ -145,9 +154,108 @@ impl Path {
     }
 }
 
-/// The end of a body's first history message and the first link of its hash chain: the
-/// key of the bodies it may extend (those with the same bytes up to there). Found by a
-/// light scan of the top-level keys up to the history array and of its first element.
+impl KnownPrefixes {
+    /// A store; a disabled one keeps nothing and every body takes the full path.
+    pub fn new(enabled: bool) -> Self {
+        KnownPrefixes {
+            enabled,
+            inner: Mutex::default(),
+        }
+    }
+
+    /// The kept body `body` repeats the most whole history messages of, if any.
+    pub fn find(&self, body: &[u8]) -> Option<PrefixMatch> {
+        if !self.enabled {
+            return None;
+        }
+        let first = first_link(body)?;
+        let candidates = self.inner.lock().ok()?.by_lead.get(&first.1).cloned()?;
+        candidates
+            .into_iter()
+            .filter_map(|known| matched(known, body, first))
+            .max_by_key(|m| m.messages)
+    }
+
+    /// Keep a body whose history array was scanned, in place of the one it was read from
+    /// (`found`); `checked` says the whole body passed the body check.
+    pub fn remember(
+        &self,
+        scanned: Scanned<'_>,
+        found: Option<&PrefixMatch>,
+        checked: bool,
+    ) -> Option<Arc<Known>> {
+        if !self.enabled || scanned.elems.is_empty() {
+            return None;
+        }
+        let (first, lead) = first_link(scanned.body)?;
+        // Only when the light scan finds the history array the envelope split.
+        if first != scanned.elems[0].end {
+            return None;
+        }
+        let known = Arc::new(Known {
+            body: scanned.body.clone(),
+            lead,
+            key: scanned.key,
+            array_start: scanned.array_start,
+            before: scanned.before.to_vec(),
+            elems: scanned.elems.to_vec(),
+            checked,
+            history: OnceLock::new(),
+        });
+        let weight = known.weight();
+        let mut store = self.inner.lock().ok()?;
+        if store.weight + weight > BUDGET_BYTES {
+            *store = Store::default();
+        }
+        let list = store.by_lead.entry(lead).or_default();
+        let mut freed = 0;
+        list.retain(|k| {
+            let superseded = found.is_some_and(|m| Arc::ptr_eq(k, &m.known));
+            if superseded {
+                freed += k.weight();
+            }
+            !superseded
+        });
+        list.insert(0, known.clone());
+        if list.len() > PER_LEAD {
+            freed += list.drain(PER_LEAD..).map(|k| k.weight()).sum::<usize>();
+        }
+        store.weight = (store.weight + weight).saturating_sub(freed);
+        Some(known)
+    }
+}
+
+/// How far `body` repeats `known`: the longest run of whole history messages whose bytes,
+/// and all before them, are the same; `None` when not even the first message is.
+fn matched(known: Arc<Known>, body: &[u8], first: (usize, u128)) -> Option<PrefixMatch> {
+    if known.elems.first()?.end != first.0 || known.lead != first.1 {
+        return None;
+    }
+    let last = known.elems.last()?.end;
+    let same = common_prefix(&known.body[..last], body);
+    let messages = known.elems.partition_point(|s| s.end <= same);
+    (messages > 0).then_some(PrefixMatch { known, messages })
+}
+
+/// The length of the longest common prefix of two byte strings (`memcmp` by pages).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const PAGE: usize = 4096;
+    let n = a.len().min(b.len());
+    let mut at = 0;
+    while at + PAGE <= n && a[at..at + PAGE] == b[at..at + PAGE] {
+        at += PAGE;
+    }
+    at + a[at..n]
+        .iter()
+        .zip(&b[at..n])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// The end of a body's first history message, and its lead: a hash of where that message
+/// ends and of the bytes before it (up to [`LEAD_BYTES`]), which picks the kept bodies it
+/// may repeat. Found by a light scan of the top-level keys up to the history array and of
+/// its first element.
 fn first_link(body: &[u8]) -> Option<(usize, u128)> {
     let mut at = scan::skip_ws(body, 0);
     if body.get(at) != Some(&b'{') {
@@ -166,7 +274,9 @@ fn first_link(body: &[u8]) -> Option<(usize, u128)> {
                 return None;
             }
             let end = scan::value_end(body, first).ok()?;
-            return Some((end, link(None, &body[..end])));
+            let from = end.saturating_sub(LEAD_BYTES);
+            let lead = crate::memo::key(&(end as u64).to_le_bytes(), &body[from..end]);
+            return Some((end, lead));
         }
         let next = scan::skip_ws(body, scan::value_end(body, value).ok()?);
         (body.get(next) == Some(&b',')).then_some(())?;
@@ -177,123 +287,59 @@ fn first_link(body: &[u8]) -> Option<(usize, u128)> {
 /// Top-level keys whose array is a history (`messages`; Responses `input`).
 const HISTORY_KEYS: [&[u8]; 2] = [b"messages", b"input"];
 
-impl KnownPrefixes {
-    /// A store; a disabled one remembers nothing and every body takes the full path.
-    pub fn new(enabled: bool) -> Self {
-        KnownPrefixes {
-            enabled,
-            inner: Mutex::default(),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::{Endpoint, Provider};
+
+    fn body(conversation: usize, messages: usize, size: usize) -> Bytes {
+        let history: Vec<String> = (0..messages)
+            .map(|i| {
+                let text = format!("{conversation}:{i} ").repeat(size / 8 + 1);
+                serde_json::json!({"role": "user", "content": text}).to_string()
+            })
+            .collect();
+        Bytes::from(format!(
+            r#"{{"model":"m","messages":[{}]}}"#,
+            history.join(",")
+        ))
     }
 
-    /// The remembered body `body` extends furthest, if any.
-    pub fn find(&self, body: &[u8]) -> Option<PrefixMatch> {
-        if !self.enabled {
-            return None;
-        }
-        let first = first_link(body)?;
-        let candidates = self.inner.lock().ok()?.by_lead.get(&first.1).cloned()?;
-        candidates
-            .into_iter()
-            .filter_map(|known| matched(known, body, first))
-            .max_by_key(|m| m.messages)
+    fn read(known: &KnownPrefixes, body: Bytes) -> Option<PrefixMatch> {
+        let found = known.find(&body);
+        let env = Envelope::parse_known(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            body,
+            found.as_ref(),
+        )
+        .unwrap();
+        known.remember(env.scanned().unwrap(), found.as_ref(), true);
+        found
     }
 
-    /// Remember a body whose history array was scanned (with the match it was read
-    /// with, whose hashes it reuses); `checked` says the whole body passed the body check.
-    pub fn remember(
-        &self,
-        scanned: Scanned<'_>,
-        found: Option<&PrefixMatch>,
-        checked: bool,
-    ) -> Option<Arc<Known>> {
-        if !self.enabled || scanned.elems.is_empty() {
-            return None;
-        }
-        let reused = found.filter(|m| {
-            m.known.key == scanned.key
-                && m.known.array_start == scanned.array_start
-                && scanned.elems.starts_with(m.elems())
-        });
-        let mut hashes = match reused {
-            Some(m) => m.known.hashes[..m.messages].to_vec(),
-            None => Vec::with_capacity(scanned.elems.len()),
-        };
-        let mut at = hashes
-            .len()
-            .checked_sub(1)
-            .map_or(0, |i| scanned.elems[i].end);
-        for span in &scanned.elems[hashes.len()..] {
-            let bytes = scanned.body.get(at..span.end)?;
-            hashes.push(link(hashes.last().copied(), bytes));
-            at = span.end;
-        }
-        let known = Arc::new(Known {
-            key: scanned.key,
-            array_start: scanned.array_start,
-            before: scanned.before.to_vec(),
-            elems: scanned.elems.to_vec(),
-            hashes,
-            checked,
-            history: OnceLock::new(),
-        });
-        let mut store = self.inner.lock().ok()?;
-        let weight = known.weight();
-        if store.weight + weight > BUDGET_BYTES {
-            *store = Store::default();
-        }
-        let lead = known.hashes[0];
-        let list = store.by_lead.entry(lead).or_default();
-        // The body this one extends is superseded by it.
-        let mut freed = 0;
-        list.retain(|k| {
-            let superseded = k.key == known.key
-                && k.array_start == known.array_start
-                && known.hashes.starts_with(&k.hashes);
-            if superseded {
-                freed += k.weight();
-            }
-            !superseded
-        });
-        list.insert(0, known.clone());
-        if list.len() > PER_LEAD {
-            freed += list.drain(PER_LEAD..).map(|k| k.weight()).sum::<usize>();
-        }
-        store.weight = (store.weight + weight).saturating_sub(freed);
-        Some(known)
+    fn held(known: &KnownPrefixes) -> (usize, usize) {
+        let store = known.inner.lock().unwrap();
+        (store.by_lead.values().map(Vec::len).sum(), store.weight)
     }
-}
 
-/// How far `body` repeats `known`: the longest run of its messages whose prefix hashes
-/// agree, or `None` when not even the first (`first`: the body's own) does.
-fn matched(known: Arc<Known>, body: &[u8], first: (usize, u128)) -> Option<PrefixMatch> {
-    // The first message is the lead both were found by.
-    if known.elems.first()?.end != first.0 || known.hashes.first() != Some(&first.1) {
-        return None;
-    }
-    let mut at = first.0;
-    let mut messages = 1;
-    let mut previous = Some(first.1);
-    for (span, hash) in known.elems.iter().zip(&known.hashes).skip(1) {
-        let Some(bytes) = body.get(at..span.end) else {
-            break;
-        };
-        if link(previous, bytes) != *hash {
-            break;
+    /// A conversation keeps only its latest body, and the store never holds more than its
+    /// budget, however many conversations pass.
+    #[test]
+    fn memory_is_one_body_per_conversation_within_the_budget() {
+        let known = KnownPrefixes::new(true);
+        for n in 1..=20 {
+            let found = read(&known, body(0, n, 1000));
+            assert_eq!(found.map(|m| m.messages), (n > 1).then_some(n - 1));
         }
-        previous = Some(*hash);
-        at = span.end;
-        messages += 1;
+        assert_eq!(held(&known).0, 1);
+        for conversation in 1..200 {
+            read(&known, body(conversation, 2, 1 << 20));
+            assert!(held(&known).1 <= BUDGET_BYTES);
+        }
+        assert!(
+            held(&known).0 >= 2,
+            "conversations are kept until the budget is spent"
+        );
     }
-    Some(PrefixMatch { known, messages })
-}
-
-/// The next link of a body's prefix-hash chain: the previous link and the bytes since.
-fn link(previous: Option<u128>, bytes: &[u8]) -> u128 {
-    let mut hasher = crate::memo::hasher();
-    if let Some(previous) = previous {
-        hasher.update(&previous.to_le_bytes());
-    }
-    hasher.update(bytes);
-    hasher.digest128()
 }
