@@ -15,8 +15,8 @@
 //! are taken as they were ([`history_hashes`]); only what follows is read. A body that
 //! extends nothing kept takes the full path, and is counted.
 //!
-//! Memory is bounded: each conversation keeps only its latest body, and past
-//! [`BUDGET_BYTES`] of kept bodies, spans and hashes the store starts over.
+//! Memory is bounded: each conversation keeps only its latest body, and past its budget of
+//! kept bodies, spans and hashes (half of `sessions.cache_bytes`) the store starts over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 
 use crate::envelope::scan::{self, Entry, Span};
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, OrigKinds};
 use crate::session::PrefixHashes;
 
 /// Bodies kept under one lead: a conversation's forks share it.
@@ -32,9 +32,6 @@ const PER_LEAD: usize = 8;
 
 /// Bytes before the end of a body's first message that make its lead.
 const LEAD_BYTES: usize = 4096;
-
-/// Memory the store may hold (bodies, spans, entries and anchors) before it starts over.
-pub const BUDGET_BYTES: usize = 64 << 20;
 
 /// What is known of one body, up to the end of its last history message.
 #[derive(Debug)]
@@ -52,6 +49,8 @@ pub struct Known {
     pub elems: Vec<Span>,
     /// The body passed the full body check (`json_check`), so its prefixes are valid JSON.
     pub checked: bool,
+    /// The kinds of its elements, once its envelope computed them.
+    pub kinds: OrigKinds,
     /// The prefix hashes of its history (the session layer's anchors), once computed, and
     /// the element the history starts at (after leading system messages).
     history: OnceLock<(usize, PrefixHashes)>,
@@ -62,8 +61,8 @@ impl Known {
         std::mem::size_of::<Known>()
             + self.body.len()
             + self.before.len() * std::mem::size_of::<Entry>()
-            // A span, and the anchors' message key and rolling hash.
-            + self.elems.len() * (std::mem::size_of::<Span>() + 64)
+            // A span, a kind, and the anchors' message key and rolling hash.
+            + self.elems.len() * (std::mem::size_of::<Span>() + 64 + 64)
     }
 }
 
@@ -118,6 +117,7 @@ pub fn history_hashes(
 
 /// What a parsed body's history looks like, for [`KnownPrefixes::remember`].
 pub struct Scanned<'a> {
+    pub kinds: OrigKinds,
     pub body: &'a Bytes,
     pub key: Span,
     pub array_start: usize,
@@ -129,6 +129,8 @@ pub struct Scanned<'a> {
 #[derive(Default)]
 pub struct KnownPrefixes {
     enabled: bool,
+    /// Memory the store may hold (bodies, spans, entries and anchors) before it starts over.
+    budget: usize,
     inner: Mutex<Store>,
 }
 
@@ -155,10 +157,12 @@ impl Path {
 }
 
 impl KnownPrefixes {
-    /// A store; a disabled one keeps nothing and every body takes the full path.
-    pub fn new(enabled: bool) -> Self {
+    /// A store of at most `budget` bytes; a disabled one keeps nothing and every body takes
+    /// the full path.
+    pub fn new(enabled: bool, budget: usize) -> Self {
         KnownPrefixes {
             enabled,
+            budget,
             inner: Mutex::default(),
         }
     }
@@ -200,11 +204,15 @@ impl KnownPrefixes {
             before: scanned.before.to_vec(),
             elems: scanned.elems.to_vec(),
             checked,
+            kinds: scanned.kinds,
             history: OnceLock::new(),
         });
         let weight = known.weight();
+        if weight > self.budget {
+            return None;
+        }
         let mut store = self.inner.lock().ok()?;
-        if store.weight + weight > BUDGET_BYTES {
+        if store.weight + weight > self.budget {
             *store = Store::default();
         }
         let list = store.by_lead.entry(lead).or_default();
@@ -327,18 +335,22 @@ mod tests {
     /// budget, however many conversations pass.
     #[test]
     fn memory_is_one_body_per_conversation_within_the_budget() {
-        let known = KnownPrefixes::new(true);
+        const BUDGET: usize = 16 << 20;
+        let known = KnownPrefixes::new(true, BUDGET);
         for n in 1..=20 {
             let found = read(&known, body(0, n, 1000));
             assert_eq!(found.map(|m| m.messages), (n > 1).then_some(n - 1));
         }
         assert_eq!(held(&known).0, 1);
+        let mut most = 0;
         for conversation in 1..200 {
             read(&known, body(conversation, 2, 1 << 20));
-            assert!(held(&known).1 <= BUDGET_BYTES);
+            let (bodies, weight) = held(&known);
+            assert!(weight <= BUDGET);
+            most = most.max(bodies);
         }
         assert!(
-            held(&known).0 >= 2,
+            most >= 4,
             "conversations are kept until the budget is spent"
         );
     }

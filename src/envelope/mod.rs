@@ -142,6 +142,43 @@ pub struct Envelope {
     /// Option edits in order: key and new raw value (`None` removes the key).
     pub(crate) option_edits: Vec<(String, Option<Bytes>)>,
     pub meta: Meta,
+    /// What each element of the client's messages array is, computed once when first
+    /// asked, and shared with [`crate::known_prefix`] so the next request of the
+    /// conversation takes the kinds of the messages it repeats.
+    pub(crate) orig_kinds: OrigKinds,
+}
+
+/// The kinds of a body's messages-array elements, once computed; and those of the kept body
+/// it repeats the first elements of. A cache of what the bytes say: it takes no part in an
+/// envelope's identity (its `Debug` shows nothing).
+#[derive(Clone, Default)]
+pub struct OrigKinds {
+    pub(crate) own: std::sync::Arc<std::sync::OnceLock<Vec<MsgKind>>>,
+    inherited: Option<(std::sync::Arc<std::sync::OnceLock<Vec<MsgKind>>>, usize)>,
+}
+
+impl OrigKinds {
+    /// Kinds that take the first `repeated` of `kept`'s.
+    pub(crate) fn after(kept: &OrigKinds, repeated: usize) -> OrigKinds {
+        OrigKinds {
+            own: Default::default(),
+            inherited: Some((kept.own.clone(), repeated)),
+        }
+    }
+
+    /// The same kinds, for keeping with the body.
+    pub(crate) fn share(&self) -> OrigKinds {
+        OrigKinds {
+            own: self.own.clone(),
+            inherited: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for OrigKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OrigKinds")
+    }
 }
 
 impl Envelope {
@@ -171,6 +208,7 @@ impl Envelope {
         let array = self.messages_orig.span.as_ref()?;
         let at = self.top.iter().position(|e| e.value == *array)?;
         Some(crate::known_prefix::Scanned {
+            kinds: self.orig_kinds.share(),
             body: &self.body,
             key: self.top[at].key.clone(),
             array_start: array.start,
@@ -246,12 +284,54 @@ impl Envelope {
         self.uncached.iter().map(|m| self.bytes_of(&m.raw))
     }
 
-    /// What each history message is, in order.
-    pub fn history_kinds(&self) -> Vec<MsgKind> {
-        self.cached
-            .iter()
-            .map(|m| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)))
-            .collect()
+    /// What each history message is, in order: borrowed from the client's elements while
+    /// the history is theirs, untouched.
+    pub fn history_kinds(&self) -> std::borrow::Cow<'_, [MsgKind]> {
+        let orig = self.orig_kinds();
+        let offset = self.cached.first().and_then(|m| m.origin).unwrap_or(0);
+        let untouched = self.cached.iter().enumerate().all(|(i, m)| {
+            m.origin == Some(offset + i) && !m.injected && matches!(m.raw, Raw::Orig(_))
+        });
+        match orig.get(offset..offset + self.cached.len()) {
+            Some(kinds) if untouched => std::borrow::Cow::Borrowed(kinds),
+            _ => self.cached.iter().map(|m| self.kind_of(m)).collect(),
+        }
+    }
+
+    /// What one message is.
+    pub(crate) fn kind_of(&self, m: &Element) -> MsgKind {
+        let orig = match (&m.raw, m.origin) {
+            (Raw::Orig(span), Some(o)) if !m.injected => self
+                .orig_kinds()
+                .get(o)
+                .filter(|_| self.messages_orig.elems.get(o) == Some(span)),
+            _ => None,
+        };
+        orig.cloned()
+            .unwrap_or_else(|| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)))
+    }
+
+    /// The kinds of the client's messages-array elements: those it repeats of a kept
+    /// body are that body's, the rest are read.
+    fn orig_kinds(&self) -> &[MsgKind] {
+        self.orig_kinds.own.get_or_init(|| {
+            let elems = &self.messages_orig.elems;
+            let mut kinds: Vec<MsgKind> = self
+                .orig_kinds
+                .inherited
+                .as_ref()
+                .and_then(|(kinds, n)| {
+                    kinds
+                        .get()
+                        .map(|k| k[..(*n).min(k.len()).min(elems.len())].to_vec())
+                })
+                .unwrap_or_default();
+            kinds.reserve(elems.len() - kinds.len());
+            for span in &elems[kinds.len()..] {
+                kinds.push(MsgKind::of(self.endpoint, &self.body[span.clone()]));
+            }
+            kinds
+        })
     }
 
     /// Whether history message `i` carries a thinking block (Anthropic).
@@ -280,9 +360,8 @@ impl Envelope {
         let range = turns::last_prompt_range(&self.history_kinds())?;
         let texts: Vec<String> = self.cached[range.clone()]
             .iter()
-            .map(|m| self.bytes_of(&m.raw))
-            .filter(|b| MsgKind::of(self.endpoint, b).is_user_content())
-            .map(|b| crate::providers::text_of(self.endpoint, b))
+            .filter(|m| self.kind_of(m).is_user_content())
+            .map(|m| crate::providers::text_of(self.endpoint, self.bytes_of(&m.raw)))
             .collect();
         Some((range.start, texts.join("\n")))
     }

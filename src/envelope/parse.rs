@@ -119,6 +119,9 @@ pub(crate) fn parse(
         messages_dirty: false,
         option_edits: Vec::new(),
         meta: Meta::new(provider, endpoint, model),
+        orig_kinds: known
+            .map(|m| super::OrigKinds::after(&m.known.kinds, m.elems().len()))
+            .unwrap_or_default(),
     };
     match endpoint {
         Endpoint::Chat => {

@@ -101,6 +101,12 @@ impl PromptShape {
     /// The shape of a request whose body parsed into `env`, the last `tail` messages of
     /// which are the request-only tail.
     pub fn of(env: &Envelope, tail: usize) -> PromptShape {
+        Self::with_history_keys(env, tail, env.history_raw().map(key_of_raw).collect())
+    }
+
+    /// [`PromptShape::of`] with the history's message keys known (the session layer's
+    /// prefix hashes hold them).
+    pub fn with_history_keys(env: &Envelope, tail: usize, history: Vec<MessageKey>) -> PromptShape {
         let endpoint = env.endpoint();
         let tools: Vec<Named> = env
             .tools_raw()
@@ -120,7 +126,6 @@ impl PromptShape {
                 key: key_of_bytes(p.text.as_bytes()),
             })
             .collect();
-        let history: Vec<MessageKey> = env.history_raw().map(key_of_raw).collect();
         let cut = history.len().saturating_sub(tail);
         let (messages, tail) = (history[..cut].to_vec(), history[cut..].to_vec());
         let marks = marks_of(env, cut);

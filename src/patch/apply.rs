@@ -234,7 +234,7 @@ fn check_sequence(
     new: &[Element],
     next: Option<&Element>,
 ) -> OpResult {
-    let kind = |e: &Element| MsgKind::of(env.endpoint, env.bytes_of(&e.raw));
+    let kind = |e: &Element| env.kind_of(e);
     let mut kinds: Vec<Option<MsgKind>> = Vec::with_capacity(new.len() + 2);
     kinds.push(prev.map(kind));
     kinds.extend(new.iter().map(|e| Some(kind(e))));

@@ -329,23 +329,28 @@ impl Pipeline {
         let Some(store) = self.store.clone() else {
             return;
         };
+        // The history keys of what was sent: an observed request's are its session's; a
+        // shaped body repeats the previous shaped body of its session, whose keys are kept.
         let sent = match parsed.map_or_else(
             || {
-                // The body as shaped repeats the previous shaped body of its session.
                 let known = self.known.find(&shaped.body);
-                self.parse_remembering(ctx.route, shaped.body, known.as_ref(), false)
-                    .map(|(env, _)| env)
+                let (env, remembered) =
+                    self.parse_remembering(ctx.route, shaped.body, known.as_ref(), false)?;
+                let history =
+                    crate::known_prefix::history_hashes(&env, known.as_ref(), remembered.as_ref());
+                Ok::<_, crate::error::ApiError>((env, history.keys().to_vec()))
             },
-            Ok,
+            |env| Ok((env, session_ctx.history.keys().to_vec())),
         ) {
-            Ok(env) => env,
+            Ok(sent) => sent,
             Err(e) => {
                 // Only a body sent unchecked gets here; the provider has answered it.
                 tracing::debug!("request not recorded: {}", e.message);
                 return;
             }
         };
-        let shape = PromptShape::of(&sent, uncached_tail);
+        let (sent, keys) = sent;
+        let shape = PromptShape::with_history_keys(&sent, uncached_tail, keys);
         // The log as it is now: entries of this session's earlier answers may have been
         // written since this request was shaped (the queue writes them in order).
         let log = if loaded_now {

@@ -154,7 +154,9 @@ impl Pipeline {
             None
         };
         let injections = Some(inject::Injections::new(policies.iter())?).filter(|i| !i.is_empty());
-        let known = KnownPrefixes::new(config.server.incremental);
+        // Kept bodies count against the sessions' memory budget: half of it at most.
+        let known_budget = usize::try_from(config.sessions.cache_bytes / 2).unwrap_or(usize::MAX);
+        let known = KnownPrefixes::new(config.server.incremental, known_budget);
         Ok(Pipeline {
             telemetry: Arc::new(Telemetry::new(&config.telemetry, metrics.clone())?),
             client: crate::transport::forward::build_client(&config.upstream)?,

@@ -1,7 +1,7 @@
 //! The incremental read of a body (from where it stops repeating a remembered body, see
 //! `cachet::known_prefix`) answers exactly what the full read answers: the same body check
 //! verdict (model or error), the same envelope (every span, and the same compiled bytes)
-//! and the same history prefix hashes (session identity and anchors),
+//! the same message kinds and the same history prefix hashes (session identity and anchors),
 //! on generated sessions of real clients' shapes that extend, fork, truncate, edit, move
 //! the client's cache marker, change a field before the history, reformat, and break the
 //! JSON after the repeated part.
@@ -49,7 +49,15 @@ fn read(
                 env.compile_with_markers(&CompileOptions::default()),
                 env.compile_with_markers(&auto),
             ];
-            (format!("{env:?}"), compiled)
+            // Message kinds (taken from the kept body for the messages it repeats) and
+            // what is read from them.
+            let kinds = format!(
+                "{:?} {} {:?}",
+                env.history_kinds(),
+                env.turn_index(),
+                env.latest_user_prompt()
+            );
+            (format!("{env:?}\n{kinds}"), compiled)
         }
     };
     // The session layer's prefix hashes (identity and anchors), as the pipeline takes them.
@@ -75,11 +83,17 @@ fn read(
 fn same_reads(client: usize, steps: &[Step]) -> Result<usize, TestCaseError> {
     let (name, provider, endpoint) = CLIENTS[client];
     let bodies = session(&fixture(name), endpoint, steps);
-    let known = KnownPrefixes::new(true);
+    let known = KnownPrefixes::new(true, 64 << 20);
     let mut incremental = 0;
     for (i, body) in bodies.iter().enumerate() {
         incremental += usize::from(known.find(body).is_some());
-        let full = read(provider, endpoint, body, &KnownPrefixes::new(false), false);
+        let full = read(
+            provider,
+            endpoint,
+            body,
+            &KnownPrefixes::new(false, 0),
+            false,
+        );
         let inc = read(provider, endpoint, body, &known, true);
         prop_assert_eq!(&inc.0, &full.0, "{} body {}: check verdict", name, i);
         prop_assert_eq!(&inc.1, &full.1, "{} body {}: envelope", name, i);

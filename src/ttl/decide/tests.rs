@@ -153,7 +153,11 @@ fn with_keep_warm_the_late_turns_are_left_to_it() {
 
 #[test]
 fn the_chance_of_ending_a_turn_follows_the_earlier_turns() {
-    let kinds = |turns: &[usize], index: usize| envelope(&requests(turns)[index].0).history_kinds();
+    let kinds = |turns: &[usize], index: usize| {
+        envelope(&requests(turns)[index].0)
+            .history_kinds()
+            .into_owned()
+    };
     // First turn: nothing learned yet.
     assert_eq!(end_chance(&kinds(&[4, 4], 2)), DEFAULT_END_CHANCE);
     // Second turn of 4-request turns: request 4 of 4 very likely ends it, request 2 not.
