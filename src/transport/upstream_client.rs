@@ -42,9 +42,14 @@ impl UpstreamClient {
     /// when `HTTP_PROXY`, `HTTPS_PROXY` or `ALL_PROXY` applies to an upstream (the same
     /// reading of the environment, `NO_PROXY` included, as reqwest's), reqwest is used.
     pub fn build(cfg: &UpstreamConfig) -> anyhow::Result<Self> {
+        Self::build_with_proxies(cfg, &Matcher::from_system())
+    }
+
+    /// [`UpstreamClient::build`] with the proxy settings given rather than read.
+    fn build_with_proxies(cfg: &UpstreamConfig, proxies: &Matcher) -> anyhow::Result<Self> {
         match cfg.client {
             UpstreamClientKind::Reqwest => Ok(UpstreamClient::Reqwest(build_reqwest(cfg)?)),
-            UpstreamClientKind::Hyper => match proxied_upstream(cfg) {
+            UpstreamClientKind::Hyper => match proxied_upstream(cfg, proxies) {
                 Some(host) => {
                     tracing::info!(
                         upstream = %host,
@@ -137,11 +142,10 @@ fn build_hyper(cfg: &UpstreamConfig) -> anyhow::Result<HyperClient> {
 }
 
 /// The host of the first upstream a proxy variable applies to, if any.
-fn proxied_upstream(cfg: &UpstreamConfig) -> Option<String> {
-    let matcher = Matcher::from_system();
+fn proxied_upstream(cfg: &UpstreamConfig, proxies: &Matcher) -> Option<String> {
     [&cfg.anthropic, &cfg.openai].into_iter().find_map(|base| {
         let uri: Uri = base.parse().ok()?;
-        matcher.intercept(&uri)?;
+        proxies.intercept(&uri)?;
         Some(uri.host().unwrap_or("upstream").to_string())
     })
 }
@@ -349,5 +353,53 @@ impl StdError for BodyError {
             BodyError::Reqwest(e) => e.source(),
             BodyError::Hyper(e) => e.source(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hyper_config() -> UpstreamConfig {
+        UpstreamConfig {
+            openai: "http://127.0.0.1:9/v1".into(),
+            client: UpstreamClientKind::Hyper,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_hyper_client_is_built_when_no_proxy_applies() {
+        let none = Matcher::builder().build();
+        let client = UpstreamClient::build_with_proxies(&hyper_config(), &none).unwrap();
+        assert_eq!(client.kind(), UpstreamClientKind::Hyper);
+        // An HTTPS proxy for a host NO_PROXY exempts (and an http upstream it does not
+        // cover) leaves every upstream direct.
+        let exempt = Matcher::builder()
+            .https("http://proxy.internal:3128")
+            .no("api.anthropic.com")
+            .build();
+        let client = UpstreamClient::build_with_proxies(&hyper_config(), &exempt).unwrap();
+        assert_eq!(client.kind(), UpstreamClientKind::Hyper);
+    }
+
+    #[tokio::test]
+    async fn a_proxy_for_an_upstream_falls_back_to_reqwest() {
+        // HTTPS_PROXY covers the default Anthropic upstream (https://api.anthropic.com).
+        let https = Matcher::builder()
+            .https("http://proxy.internal:3128")
+            .build();
+        let client = UpstreamClient::build_with_proxies(&hyper_config(), &https).unwrap();
+        assert_eq!(client.kind(), UpstreamClientKind::Reqwest);
+        // HTTP_PROXY covers the plain-http OpenAI upstream of this configuration.
+        let http = Matcher::builder()
+            .http("http://proxy.internal:3128")
+            .build();
+        let client = UpstreamClient::build_with_proxies(&hyper_config(), &http).unwrap();
+        assert_eq!(client.kind(), UpstreamClientKind::Reqwest);
+        // reqwest chosen outright is reqwest, proxies or not.
+        let cfg = UpstreamConfig::default();
+        let client = UpstreamClient::build_with_proxies(&cfg, &https).unwrap();
+        assert_eq!(client.kind(), UpstreamClientKind::Reqwest);
     }
 }
