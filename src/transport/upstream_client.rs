@@ -1,9 +1,10 @@
 //! The HTTP client that forwards requests upstream (`upstream.client`): reqwest, or
 //! hyper-util's pooled client without reqwest's layers. Both speak HTTP/1.1 and HTTP/2
 //! (ALPN) over rustls with the webpki roots and ring, keep idle connections 90 s, set
-//! `TCP_NODELAY`, bound connecting (TCP and TLS) by `upstream.connect_timeout_ms`, follow
-//! no redirects and decompress nothing. Their errors are mapped to the same client-facing
-//! answers by [`crate::transport::forward::send_error`].
+//! `TCP_NODELAY` and reqwest's TCP keep-alive and user time-out, bound connecting (TCP and
+//! TLS) by `upstream.connect_timeout_ms`, follow no redirects and decompress nothing. Their
+//! errors are mapped to the same client-facing answers by
+//! [`crate::transport::forward::send_error`].
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -26,6 +27,8 @@ use crate::config::{UpstreamClientKind, UpstreamConfig};
 
 /// How long an idle pooled connection is kept (as reqwest's default).
 const POOL_IDLE: Duration = Duration::from_secs(90);
+/// TCP keep-alive time and probe interval (as reqwest's defaults).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 type HyperClient = Client<ConnectTimeout<HttpsConnector<HttpConnector>>, Full<Bytes>>;
@@ -120,6 +123,12 @@ fn build_hyper(cfg: &UpstreamConfig) -> anyhow::Result<HyperClient> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
+    // reqwest's socket defaults, so a dead upstream connection is noticed alike.
+    http.set_keepalive(Some(TCP_KEEPALIVE));
+    http.set_keepalive_interval(Some(TCP_KEEPALIVE));
+    http.set_keepalive_retries(Some(3));
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    http.set_tcp_user_timeout(Some(Duration::from_secs(30)));
     // The same TLS as reqwest's `rustls-tls`: the process's crypto provider if one was
     // installed, else ring; TLS 1.2 and 1.3; the webpki roots; ALPN `h2`, `http/1.1`.
     let provider = rustls::crypto::CryptoProvider::get_default()
