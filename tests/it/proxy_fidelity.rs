@@ -288,3 +288,30 @@ async fn other_v1_paths_are_forwarded_to_their_family() {
         proxy.shutdown().await;
     }
 }
+
+/// The one difference between the upstream clients on the wire (README, `upstream.client`):
+/// reqwest adds `accept: */*` to a request without an `accept` header; the hyper client
+/// sends the client's headers as they came. Everything else the client sent arrives alike.
+#[tokio::test]
+async fn only_reqwest_adds_an_accept_header() {
+    for kind in UPSTREAM_CLIENTS {
+        let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
+        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+        let answer = raw_exchange(
+            proxy.addr,
+            "GET /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{kind:?}: {answer}");
+        let seen = upstream.requests();
+        let headers = &seen[0].headers;
+        assert_eq!(headers["anthropic-version"], "2023-06-01", "{kind:?}");
+        assert_eq!(headers["x-api-key"], "k", "{kind:?}");
+        let accept = headers.get("accept").map(|v| v.to_str().unwrap());
+        match kind {
+            cachet::config::UpstreamClientKind::Reqwest => assert_eq!(accept, Some("*/*")),
+            cachet::config::UpstreamClientKind::Hyper => assert_eq!(accept, None),
+        }
+        proxy.shutdown().await;
+    }
+}
