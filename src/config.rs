@@ -102,6 +102,22 @@ pub struct UpstreamConfig {
     pub anthropic_api_key_env: Option<String>,
     /// Same for OpenAI.
     pub openai_api_key_env: Option<String>,
+    /// The HTTP client that forwards requests upstream (hooks and memory sources always use
+    /// reqwest).
+    pub client: UpstreamClientKind,
+}
+
+/// `upstream.client`: which HTTP client forwards requests upstream. Both speak HTTP/1.1 and
+/// HTTP/2 (ALPN) over rustls with the webpki roots, follow no redirects and decompress nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamClientKind {
+    /// reqwest; honours `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`.
+    #[default]
+    Reqwest,
+    /// hyper-util's pooled client, without reqwest's layers. It speaks to upstreams directly:
+    /// when a proxy variable applies to an upstream, reqwest is used instead.
+    Hyper,
 }
 
 impl Default for UpstreamConfig {
@@ -114,6 +130,7 @@ impl Default for UpstreamConfig {
             idle_timeout_ms: 300_000,
             anthropic_api_key_env: None,
             openai_api_key_env: None,
+            client: UpstreamClientKind::default(),
         }
     }
 }

@@ -83,9 +83,11 @@ impl Pipeline {
                 pipeline.count_keep_warm("skipped");
                 return;
             }
-            let sent = pipeline.client.post(url).headers(headers).body(body);
+            let sent = pipeline
+                .client
+                .send(http::Method::POST, url, headers, body.into());
             let timeout = Duration::from_millis(pipeline.config.upstream.response_timeout_ms);
-            let answer = match tokio::time::timeout(timeout, sent.send()).await {
+            let answer = match tokio::time::timeout(timeout, sent).await {
                 Ok(Ok(resp)) => {
                     let status = resp.status();
                     resp.bytes().await.ok().map(|b| (status, b))

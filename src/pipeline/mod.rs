@@ -52,7 +52,7 @@ pub use shape::Shaped;
 /// hooks, the session store and metrics.
 pub struct Pipeline {
     config: Config,
-    client: reqwest::Client,
+    client: crate::transport::upstream_client::UpstreamClient,
     upstreams: Upstreams,
     metrics: Arc<Metrics>,
     /// Trace recording (`--record DIR`); off by default.

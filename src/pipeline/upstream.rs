@@ -15,11 +15,12 @@ use super::{Pipeline, RequestCtx};
 use crate::error::{ApiError, ErrorKind};
 use crate::replay::trace::Record;
 use crate::tap::{Tap, TapResult, TapStream};
+use crate::transport::upstream_client::UpstreamResponse;
 use crate::transport::{forward, ProxyBody};
 
 /// An upstream response whose headers have arrived.
 pub(super) struct Upstream {
-    response: reqwest::Response,
+    response: UpstreamResponse,
     sent: Instant,
 }
 
@@ -70,11 +71,9 @@ impl Pipeline {
         let sent = Instant::now();
         let request = self
             .client
-            .request(ctx.parts.method.clone(), url)
-            .headers(headers)
-            .body(body);
+            .send(ctx.parts.method.clone(), url, headers, body);
         let timeout = Duration::from_millis(self.config.upstream.response_timeout_ms);
-        let response = match tokio::time::timeout(timeout, request.send()).await {
+        let response = match tokio::time::timeout(timeout, request).await {
             Err(_) => {
                 return Err(ApiError::new(
                     ErrorKind::Timeout,
@@ -116,7 +115,7 @@ impl Pipeline {
             pipeline.finish(ctx, shaped, trace, status, sent, result);
         });
         let idle = Duration::from_millis(self.config.upstream.idle_timeout_ms);
-        let stream = TapStream::new(response.bytes_stream(), tap, sse, idle, on_finish);
+        let stream = TapStream::new(response.into_body(), tap, sse, idle, on_finish);
         let body = StreamBody::new(stream.map_ok(Frame::data)).boxed_unsync();
         let mut resp = Response::new(body);
         *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);

@@ -1,14 +1,13 @@
 //! The upstream side: where a request goes, which headers cross, and how failures to reach
 //! the upstream become provider-format errors (502 unreachable/TLS, 504 time-out).
 
-use std::time::Duration;
-
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::Provider;
 use crate::secret::Secret;
+use crate::transport::upstream_client::{SendError, UpstreamClient};
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus those the HTTP
 /// client sets itself.
@@ -190,18 +189,16 @@ pub fn response_headers(upstream: &HeaderMap) -> HeaderMap {
     copy_end_to_end(upstream)
 }
 
-/// The HTTP client for upstreams: rustls, no redirects, no transparent decompression.
-pub fn build_client(cfg: &UpstreamConfig) -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .tcp_nodelay(true)
-        .build()?)
+/// The HTTP client for upstreams (`upstream.client`): rustls, no redirects, no transparent
+/// decompression.
+pub fn build_client(cfg: &UpstreamConfig) -> anyhow::Result<UpstreamClient> {
+    UpstreamClient::build(cfg)
 }
 
-/// Map a failure to get response headers from the upstream into a client-facing error.
-pub fn send_error(err: &reqwest::Error, host: &str) -> ApiError {
+/// Map a failure to get response headers from the upstream into a client-facing error, the
+/// same for either client: a time-out (connecting included) is a 504, a connection or TLS
+/// handshake that failed a 502 with its innermost cause, anything else a 502. Never the URL.
+pub fn send_error(err: &SendError, host: &str) -> ApiError {
     if err.is_timeout() {
         return ApiError::new(
             ErrorKind::Timeout,
@@ -210,29 +207,15 @@ pub fn send_error(err: &reqwest::Error, host: &str) -> ApiError {
     }
     if err.is_connect() {
         // The source chain says whether it was refused, unresolvable or a TLS failure.
-        let mut cause = String::new();
-        let mut source = std::error::Error::source(err);
-        while let Some(s) = source {
-            cause = s.to_string();
-            source = s.source();
-        }
         return ApiError::new(
             ErrorKind::BadGateway,
-            format!("cannot connect to upstream {host}: {cause}"),
+            format!("cannot connect to upstream {host}: {}", err.root_cause()),
         );
     }
     ApiError::new(
         ErrorKind::BadGateway,
-        format!("upstream {host} failed: {}", without_url(err)),
+        format!("upstream {host} failed: {}", err.describe()),
     )
-}
-
-fn without_url(err: &reqwest::Error) -> String {
-    let mut s = err.to_string();
-    if let Some(url) = err.url() {
-        s = s.replace(url.as_str(), "");
-    }
-    s
 }
 
 #[cfg(test)]

@@ -7,5 +7,6 @@ pub mod forward;
 pub mod http;
 pub mod path_guard;
 pub mod server;
+pub mod upstream_client;
 
 pub use self::http::{error_response, full, ProxyBody};

@@ -116,171 +116,238 @@ async fn oversized_body_gets_413() {
 
 #[tokio::test]
 async fn unreachable_upstream_is_502_and_tls_failure_too() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    }; // closed again: connections are refused
-    let proxy = start_proxy(test_config(&format!("http://127.0.0.1:{port}"))).await;
-    let (s, v) = post(
-        &proxy,
-        "/v1/messages",
-        "{\"model\":\"m\",\"messages\":[]}",
-        true,
-    )
-    .await;
-    assert_eq!(s, 502);
-    assert_eq!(v["error"]["type"], "api_error");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("cannot connect to upstream 127.0.0.1"),
-        "{v}"
-    );
-    proxy.shutdown().await;
+    // Each client's messages, compared at the end: both must answer a failure alike.
+    let mut refused = Vec::new();
+    let mut handshake = Vec::new();
+    for kind in UPSTREAM_CLIENTS {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        }; // closed again: connections are refused
+        let url = format!("http://127.0.0.1:{port}");
+        let proxy = start_proxy(test_config_with(&url, kind)).await;
+        let (s, v) = post(
+            &proxy,
+            "/v1/messages",
+            "{\"model\":\"m\",\"messages\":[]}",
+            true,
+        )
+        .await;
+        assert_eq!(s, 502, "{kind:?}: {v}");
+        assert_eq!(v["error"]["type"], "api_error");
+        let message = v["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            message.starts_with("cannot connect to upstream 127.0.0.1: "),
+            "{kind:?}: {v}"
+        );
+        assert!(!message.contains(&url), "never the URL: {message}");
+        refused.push(message);
+        proxy.shutdown().await;
 
-    // An https upstream that speaks plain HTTP: the TLS handshake fails.
-    let plain = FakeUpstream::start(Script::json(200, "{}")).await;
-    let proxy = start_proxy(test_config(&format!("https://{}", plain.addr))).await;
-    let (s, v) = post(
-        &proxy,
-        "/v1/chat/completions",
-        "{\"model\":\"m\",\"messages\":[]}",
-        false,
-    )
-    .await;
-    assert_eq!(s, 502, "{v}");
-    assert_eq!(v["error"]["type"], "server_error");
-    proxy.shutdown().await;
+        // An https upstream that speaks plain HTTP: the TLS handshake fails.
+        let plain = FakeUpstream::start(Script::json(200, "{}")).await;
+        let proxy = start_proxy(test_config_with(&format!("https://{}", plain.addr), kind)).await;
+        let (s, v) = post(
+            &proxy,
+            "/v1/chat/completions",
+            "{\"model\":\"m\",\"messages\":[]}",
+            false,
+        )
+        .await;
+        assert_eq!(s, 502, "{kind:?}: {v}");
+        assert_eq!(v["error"]["type"], "server_error");
+        let message = v["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            message.starts_with("cannot connect to upstream 127.0.0.1: "),
+            "{kind:?}: {v}"
+        );
+        assert!(
+            !message.contains("sk-openai-secret-456"),
+            "never a key: {message}"
+        );
+        handshake.push(message);
+        proxy.shutdown().await;
+    }
+    assert_eq!(
+        refused[0], refused[1],
+        "refused: same answer from both clients"
+    );
+    assert_eq!(
+        handshake[0], handshake[1],
+        "TLS: same answer from both clients"
+    );
+}
+
+/// `upstream.connect_timeout_ms` bounds the TLS handshake too: an upstream that accepts the
+/// connection and never answers the handshake is a 504 once it has passed, long before the
+/// response time-out.
+#[tokio::test]
+async fn a_stalled_tls_handshake_is_a_connect_timeout_504() {
+    // Connections complete in the kernel's backlog; nothing ever answers the ClientHello.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    for kind in UPSTREAM_CLIENTS {
+        let mut config = test_config_with(&format!("https://{addr}"), kind);
+        config.upstream.connect_timeout_ms = 300;
+        config.upstream.response_timeout_ms = 120_000;
+        let proxy = start_proxy(config).await;
+        let (s, v) = post(
+            &proxy,
+            "/v1/messages",
+            "{\"model\":\"m\",\"messages\":[]}",
+            true,
+        )
+        .await;
+        assert_eq!(s, 504, "{kind:?}: {v}");
+        assert_eq!(v["error"]["type"], "timeout_error");
+        assert_eq!(
+            v["error"]["message"], "upstream 127.0.0.1 did not answer in time",
+            "{kind:?}: the connect time-out, not the response time-out"
+        );
+        proxy.shutdown().await;
+    }
 }
 
 #[tokio::test]
 async fn upstream_timeout_is_504() {
-    let mut script = Script::json(200, "{}");
-    script.hang = true;
-    let upstream = FakeUpstream::start(script).await;
-    let mut config = test_config(&upstream.url());
-    config.upstream.response_timeout_ms = 200;
-    let proxy = start_proxy(config).await;
-    let (s, v) = post(
-        &proxy,
-        "/v1/messages",
-        "{\"model\":\"m\",\"messages\":[]}",
-        true,
-    )
-    .await;
-    assert_eq!(s, 504);
-    assert_eq!(v["error"]["type"], "timeout_error");
-    proxy.shutdown().await;
+    let mut messages = Vec::new();
+    for kind in UPSTREAM_CLIENTS {
+        let mut script = Script::json(200, "{}");
+        script.hang = true;
+        let upstream = FakeUpstream::start(script).await;
+        let mut config = test_config_with(&upstream.url(), kind);
+        config.upstream.response_timeout_ms = 200;
+        let proxy = start_proxy(config).await;
+        let (s, v) = post(
+            &proxy,
+            "/v1/messages",
+            "{\"model\":\"m\",\"messages\":[]}",
+            true,
+        )
+        .await;
+        assert_eq!(s, 504, "{kind:?}: {v}");
+        assert_eq!(v["error"]["type"], "timeout_error");
+        messages.push(v["error"]["message"].clone());
+        proxy.shutdown().await;
+    }
+    assert_eq!(messages[0], messages[1], "same answer from both clients");
 }
 
 #[tokio::test]
 async fn upstream_errors_pass_through_unchanged() {
-    let body = "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow down\"},\"request_id\":\"req_9\"}";
-    let upstream = FakeUpstream::start(
-        Script::json(429, body)
-            .header("retry-after", "7")
-            .header("anthropic-ratelimit-requests-remaining", "0")
-            .header("request-id", "req_9"),
-    )
-    .await;
-    let proxy = start_proxy(test_config(&upstream.url())).await;
-    let r = client()
-        .post(format!("http://{}/v1/messages", proxy.addr))
-        .header("x-api-key", "k")
-        .body("{\"model\":\"m\",\"messages\":[]}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 429);
-    assert_eq!(r.headers()["retry-after"], "7");
-    assert_eq!(r.headers()["anthropic-ratelimit-requests-remaining"], "0");
-    assert_eq!(r.headers()["request-id"], "req_9");
-    assert_eq!(r.text().await.unwrap(), body);
-    let text = metrics_text(&proxy).await;
-    assert_eq!(
-        metric_value(&text, "cachet_requests_total", &[("status", "429")]),
-        Some(1.0)
-    );
-    proxy.shutdown().await;
+    for kind in UPSTREAM_CLIENTS {
+        let body = "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow down\"},\"request_id\":\"req_9\"}";
+        let upstream = FakeUpstream::start(
+            Script::json(429, body)
+                .header("retry-after", "7")
+                .header("anthropic-ratelimit-requests-remaining", "0")
+                .header("request-id", "req_9"),
+        )
+        .await;
+        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+        let r = client()
+            .post(format!("http://{}/v1/messages", proxy.addr))
+            .header("x-api-key", "k")
+            .body("{\"model\":\"m\",\"messages\":[]}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()["retry-after"], "7");
+        assert_eq!(r.headers()["anthropic-ratelimit-requests-remaining"], "0");
+        assert_eq!(r.headers()["request-id"], "req_9");
+        assert_eq!(r.text().await.unwrap(), body);
+        let text = metrics_text(&proxy).await;
+        assert_eq!(
+            metric_value(&text, "cachet_requests_total", &[("status", "429")]),
+            Some(1.0)
+        );
+        proxy.shutdown().await;
+    }
 }
 
 #[tokio::test]
 async fn stream_cut_halfway_ends_with_an_error_event_and_is_counted() {
-    let upstream = FakeUpstream::start(Script::sse(vec![
+    for kind in UPSTREAM_CLIENTS {
+        let upstream = FakeUpstream::start(Script::sse(vec![
         chunk("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n"),
         Step::Cut,
     ]))
     .await;
-    let proxy = start_proxy(test_config(&upstream.url())).await;
-    let r = client()
-        .post(format!("http://{}/v1/messages", proxy.addr))
-        .header("x-api-key", "k")
-        .body("{\"model\":\"m\",\"messages\":[],\"stream\":true}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let text = r.text().await.unwrap();
-    assert!(text.starts_with("event: message_start"));
-    assert!(
-        text.contains("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\""),
-        "{text}"
-    );
-    let m = metrics_text(&proxy).await;
-    assert_eq!(
-        metric_value(
-            &m,
-            "cachet_requests_total",
-            &[("endpoint", "messages"), ("status", "200")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        metric_value(
-            &m,
-            "cachet_stream_errors_total",
-            &[("cause", "upstream_cut")]
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        metric_value(&m, "cachet_input_tokens_total", &[("kind", "uncached")]),
-        Some(5.0),
-        "usage seen before the cut is kept"
-    );
-    proxy.shutdown().await;
+        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+        let r = client()
+            .post(format!("http://{}/v1/messages", proxy.addr))
+            .header("x-api-key", "k")
+            .body("{\"model\":\"m\",\"messages\":[],\"stream\":true}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        assert!(text.starts_with("event: message_start"));
+        assert!(
+            text.contains(
+                "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\""
+            ),
+            "{text}"
+        );
+        let m = metrics_text(&proxy).await;
+        assert_eq!(
+            metric_value(
+                &m,
+                "cachet_requests_total",
+                &[("endpoint", "messages"), ("status", "200")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            metric_value(
+                &m,
+                "cachet_stream_errors_total",
+                &[("cause", "upstream_cut")]
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            metric_value(&m, "cachet_input_tokens_total", &[("kind", "uncached")]),
+            Some(5.0),
+            "usage seen before the cut is kept"
+        );
+        proxy.shutdown().await;
+    }
 }
 
 #[tokio::test]
 async fn client_disconnect_cancels_the_upstream_request() {
-    let gate = Arc::new(Notify::new());
-    let upstream = FakeUpstream::start(Script::sse(vec![
-        chunk("event: ping\ndata: {\"type\":\"ping\"}\n\n"),
-        Step::Wait(gate.clone()),
-        chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
-    ]))
-    .await;
-    let proxy = start_proxy(test_config(&upstream.url())).await;
-    let r = client()
-        .post(format!("http://{}/v1/messages", proxy.addr))
-        .header("x-api-key", "k")
-        .body("{\"model\":\"m\",\"messages\":[]}")
-        .send()
+    for kind in UPSTREAM_CLIENTS {
+        let gate = Arc::new(Notify::new());
+        let upstream = FakeUpstream::start(Script::sse(vec![
+            chunk("event: ping\ndata: {\"type\":\"ping\"}\n\n"),
+            Step::Wait(gate.clone()),
+            chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+        ]))
+        .await;
+        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+        let r = client()
+            .post(format!("http://{}/v1/messages", proxy.addr))
+            .header("x-api-key", "k")
+            .body("{\"model\":\"m\",\"messages\":[]}")
+            .send()
+            .await
+            .unwrap();
+        let mut s = r.bytes_stream();
+        let first = s.next().await.unwrap().unwrap();
+        assert!(first.starts_with(b"event: ping"));
+        drop(s);
+        // The upstream sees its response channel close: the proxy dropped the upstream request.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            upstream.cancelled.notified(),
+        )
         .await
-        .unwrap();
-    let mut s = r.bytes_stream();
-    let first = s.next().await.unwrap().unwrap();
-    assert!(first.starts_with(b"event: ping"));
-    drop(s);
-    // The upstream sees its response channel close: the proxy dropped the upstream request.
-    tokio::time::timeout(
-        std::time::Duration::from_secs(20),
-        upstream.cancelled.notified(),
-    )
-    .await
-    .expect("upstream request was cancelled");
-    proxy.shutdown().await;
+        .expect("upstream request was cancelled");
+        proxy.shutdown().await;
+    }
 }
 
 #[tokio::test]

@@ -191,91 +191,127 @@ async fn streams_are_byte_identical_and_not_buffered() {
         ("/v1/chat/completions", CHAT_REQ, chat, "openai", 2048.0),
         ("/v1/responses", RESPONSES_REQ, responses, "openai", 1024.0),
     ];
-    for (path, req, events, provider, cache_read) in cases {
-        // The upstream sends the first event, then waits until the client has seen it.
-        let gate = Arc::new(Notify::new());
-        let mut steps = vec![chunk(events[0]), Step::Wait(gate.clone())];
-        steps.extend(events[1..].iter().map(|e| chunk(e)));
-        let upstream = FakeUpstream::start(Script::sse(steps)).await;
-        let proxy = start_proxy(test_config(&upstream.url())).await;
-        let resp = client()
-            .post(format!("http://{}{path}", proxy.addr))
-            .header("x-api-key", "k")
-            .body(req)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200);
-        let mut stream = resp.bytes_stream();
-        let mut got = Vec::new();
-        while got.len() < events[0].len() {
-            got.extend_from_slice(&stream.next().await.unwrap().unwrap());
+    // Once with each upstream client: both must stream chunk by chunk.
+    for kind in UPSTREAM_CLIENTS {
+        for (path, req, events, provider, cache_read) in cases.clone() {
+            // The upstream sends the first event, then waits until the client has seen it.
+            let gate = Arc::new(Notify::new());
+            let mut steps = vec![chunk(events[0]), Step::Wait(gate.clone())];
+            steps.extend(events[1..].iter().map(|e| chunk(e)));
+            let upstream = FakeUpstream::start(Script::sse(steps)).await;
+            let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+            let resp = client()
+                .post(format!("http://{}{path}", proxy.addr))
+                .header("x-api-key", "k")
+                .body(req)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            let mut stream = resp.bytes_stream();
+            let mut got = Vec::new();
+            while got.len() < events[0].len() {
+                got.extend_from_slice(&stream.next().await.unwrap().unwrap());
+            }
+            assert_eq!(
+                &got[..],
+                events[0].as_bytes(),
+                "first event arrived alone, before the upstream finished"
+            );
+            gate.notify_one();
+            while let Some(c) = stream.next().await {
+                got.extend_from_slice(&c.unwrap());
+            }
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                events.concat(),
+                "{kind:?} {path}"
+            );
+            assert_eq!(upstream.requests()[0].body, Bytes::from(req));
+            let text = metrics_text(&proxy).await;
+            assert_eq!(
+                metric_value(
+                    &text,
+                    "cachet_input_tokens_total",
+                    &[("provider", provider), ("kind", "cache_read")]
+                ),
+                Some(cache_read),
+                "{path}: {text}"
+            );
+            proxy.shutdown().await;
         }
-        assert_eq!(
-            &got[..],
-            events[0].as_bytes(),
-            "first event arrived alone, before the upstream finished"
-        );
-        gate.notify_one();
-        while let Some(c) = stream.next().await {
-            got.extend_from_slice(&c.unwrap());
-        }
-        assert_eq!(String::from_utf8(got).unwrap(), events.concat(), "{path}");
-        assert_eq!(upstream.requests()[0].body, Bytes::from(req));
-        let text = metrics_text(&proxy).await;
-        assert_eq!(
-            metric_value(
-                &text,
-                "cachet_input_tokens_total",
-                &[("provider", provider), ("kind", "cache_read")]
-            ),
-            Some(cache_read),
-            "{path}: {text}"
-        );
-        proxy.shutdown().await;
     }
 }
 
 #[tokio::test]
 async fn other_v1_paths_are_forwarded_to_their_family() {
-    let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
-    let mut config = test_config(&upstream.url());
-    config.upstream.openai = "http://127.0.0.1:1".into(); // must not be used for Anthropic
-    let proxy = start_proxy(config).await;
-    let r = client()
-        .get(format!("http://{}/v1/models?limit=5", proxy.addr))
-        .header("anthropic-version", "2023-06-01")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.text().await.unwrap(), "{\"data\":[]}");
-    let r = client()
-        .post(format!("http://{}/v1/messages/batches", proxy.addr))
-        .header("x-api-key", "k")
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let got = upstream.requests();
-    assert_eq!(got[0].path_and_query, "/v1/models?limit=5");
-    assert_eq!(got[1].path_and_query, "/v1/messages/batches");
-    let r = client()
-        .head(format!("http://{}/", proxy.addr))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        200,
-        "Claude Code's connectivity probe is answered"
-    );
-    let r = client()
-        .get(format!("http://{}/api/hello", proxy.addr))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    proxy.shutdown().await;
+    for kind in UPSTREAM_CLIENTS {
+        let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
+        let mut config = test_config_with(&upstream.url(), kind);
+        config.upstream.openai = "http://127.0.0.1:1".into(); // must not be used for Anthropic
+        let proxy = start_proxy(config).await;
+        let r = client()
+            .get(format!("http://{}/v1/models?limit=5", proxy.addr))
+            .header("anthropic-version", "2023-06-01")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), "{\"data\":[]}");
+        let r = client()
+            .post(format!("http://{}/v1/messages/batches", proxy.addr))
+            .header("x-api-key", "k")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let got = upstream.requests();
+        assert_eq!(got[0].path_and_query, "/v1/models?limit=5");
+        assert_eq!(got[1].path_and_query, "/v1/messages/batches");
+        let r = client()
+            .head(format!("http://{}/", proxy.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "Claude Code's connectivity probe is answered"
+        );
+        let r = client()
+            .get(format!("http://{}/api/hello", proxy.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        proxy.shutdown().await;
+    }
+}
+
+/// The one difference between the upstream clients on the wire (README, `upstream.client`):
+/// reqwest adds `accept: */*` to a request without an `accept` header; the hyper client
+/// sends the client's headers as they came. Everything else the client sent arrives alike.
+#[tokio::test]
+async fn only_reqwest_adds_an_accept_header() {
+    for kind in UPSTREAM_CLIENTS {
+        let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
+        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+        let answer = raw_exchange(
+            proxy.addr,
+            "GET /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{kind:?}: {answer}");
+        let seen = upstream.requests();
+        let headers = &seen[0].headers;
+        assert_eq!(headers["anthropic-version"], "2023-06-01", "{kind:?}");
+        assert_eq!(headers["x-api-key"], "k", "{kind:?}");
+        let accept = headers.get("accept").map(|v| v.to_str().unwrap());
+        match kind {
+            cachet::config::UpstreamClientKind::Reqwest => assert_eq!(accept, Some("*/*")),
+            cachet::config::UpstreamClientKind::Hyper => assert_eq!(accept, None),
+        }
+        proxy.shutdown().await;
+    }
 }
