@@ -15,8 +15,9 @@
 //! are taken as they were ([`history_hashes`]); only what follows is read. A body that
 //! extends nothing kept takes the full path, and is counted.
 //!
-//! Memory is bounded: each conversation keeps only its latest body, and past its budget of
-//! kept bodies, spans and hashes (half of `sessions.cache_bytes`) the store starts over.
+//! Memory is bounded: each conversation keeps only its latest body, a body over a quarter
+//! of the budget is not kept, and past the budget of kept bodies, spans and hashes (half of
+//! `sessions.cache_bytes`) the store starts over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -207,8 +208,10 @@ impl KnownPrefixes {
             kinds: scanned.kinds,
             history: OnceLock::new(),
         });
+        // An outsized body (a one-off 30 MB paste) is not worth holding a quarter of the
+        // budget: it is read whole again if it comes back.
         let weight = known.weight();
-        if weight > self.budget {
+        if weight > self.budget / 4 {
             return None;
         }
         let mut store = self.inner.lock().ok()?;
@@ -353,5 +356,10 @@ mod tests {
             most >= 4,
             "conversations are kept until the budget is spent"
         );
+        // A body over a quarter of the budget is not kept: its next request is read whole.
+        let before = held(&known);
+        read(&known, body(999, 2, BUDGET / 4));
+        assert_eq!(held(&known), before);
+        assert!(read(&known, body(999, 3, BUDGET / 4)).is_none());
     }
 }
