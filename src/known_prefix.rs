@@ -16,8 +16,8 @@
 //! extends nothing kept takes the full path, and is counted.
 //!
 //! Memory is bounded: each conversation keeps only its latest body, a body over a quarter
-//! of the budget is not kept, and past the budget of kept bodies, spans and hashes (half of
-//! `sessions.cache_bytes`) the store starts over.
+//! of the budget is not kept, and past the budget of kept bodies, spans and hashes (a quarter
+//! of `sessions.cache_bytes`) the store starts over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

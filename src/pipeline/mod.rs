@@ -154,8 +154,8 @@ impl Pipeline {
             None
         };
         let injections = Some(inject::Injections::new(policies.iter())?).filter(|i| !i.is_empty());
-        // Kept bodies count against the sessions' memory budget: half of it at most.
-        let known_budget = usize::try_from(config.sessions.cache_bytes / 2).unwrap_or(usize::MAX);
+        // Kept bodies count against the sessions' memory budget: a quarter of it at most.
+        let known_budget = usize::try_from(config.sessions.cache_bytes / 4).unwrap_or(usize::MAX);
         let known = KnownPrefixes::new(config.server.incremental, known_budget);
         Ok(Pipeline {
             telemetry: Arc::new(Telemetry::new(&config.telemetry, metrics.clone())?),
