@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::support::*;
+use cachet::config::UpstreamClientKind;
 use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -114,6 +115,37 @@ async fn oversized_body_gets_413() {
     proxy.shutdown().await;
 }
 
+/// A request that cannot reach `upstream` (with the given upstream client): a 502 of the
+/// provider's `error_type`, naming the host, never the URL or a key. Returns its message.
+async fn unreachable(upstream: &str, kind: UpstreamClientKind, anthropic: bool) -> String {
+    let proxy = start_proxy(test_config_with(upstream, kind)).await;
+    let path = if anthropic {
+        "/v1/messages"
+    } else {
+        "/v1/chat/completions"
+    };
+    let (s, v) = post(&proxy, path, "{\"model\":\"m\",\"messages\":[]}", anthropic).await;
+    proxy.shutdown().await;
+    assert_eq!(s, 502, "{kind:?}: {v}");
+    let error_type = if anthropic {
+        "api_error"
+    } else {
+        "server_error"
+    };
+    assert_eq!(v["error"]["type"], error_type);
+    let message = v["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.starts_with("cannot connect to upstream 127.0.0.1: "),
+        "{kind:?}: {v}"
+    );
+    assert!(!message.contains(upstream), "never the URL: {message}");
+    assert!(
+        !message.contains("sk-openai-secret-456"),
+        "never a key: {message}"
+    );
+    message
+}
+
 #[tokio::test]
 async fn unreachable_upstream_is_502_and_tls_failure_too() {
     // Each client's messages, compared at the end: both must answer a failure alike.
@@ -124,49 +156,10 @@ async fn unreachable_upstream_is_502_and_tls_failure_too() {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         }; // closed again: connections are refused
-        let url = format!("http://127.0.0.1:{port}");
-        let proxy = start_proxy(test_config_with(&url, kind)).await;
-        let (s, v) = post(
-            &proxy,
-            "/v1/messages",
-            "{\"model\":\"m\",\"messages\":[]}",
-            true,
-        )
-        .await;
-        assert_eq!(s, 502, "{kind:?}: {v}");
-        assert_eq!(v["error"]["type"], "api_error");
-        let message = v["error"]["message"].as_str().unwrap().to_string();
-        assert!(
-            message.starts_with("cannot connect to upstream 127.0.0.1: "),
-            "{kind:?}: {v}"
-        );
-        assert!(!message.contains(&url), "never the URL: {message}");
-        refused.push(message);
-        proxy.shutdown().await;
-
+        refused.push(unreachable(&format!("http://127.0.0.1:{port}"), kind, true).await);
         // An https upstream that speaks plain HTTP: the TLS handshake fails.
         let plain = FakeUpstream::start(Script::json(200, "{}")).await;
-        let proxy = start_proxy(test_config_with(&format!("https://{}", plain.addr), kind)).await;
-        let (s, v) = post(
-            &proxy,
-            "/v1/chat/completions",
-            "{\"model\":\"m\",\"messages\":[]}",
-            false,
-        )
-        .await;
-        assert_eq!(s, 502, "{kind:?}: {v}");
-        assert_eq!(v["error"]["type"], "server_error");
-        let message = v["error"]["message"].as_str().unwrap().to_string();
-        assert!(
-            message.starts_with("cannot connect to upstream 127.0.0.1: "),
-            "{kind:?}: {v}"
-        );
-        assert!(
-            !message.contains("sk-openai-secret-456"),
-            "never a key: {message}"
-        );
-        handshake.push(message);
-        proxy.shutdown().await;
+        handshake.push(unreachable(&format!("https://{}", plain.addr), kind, false).await);
     }
     assert_eq!(
         refused[0], refused[1],
