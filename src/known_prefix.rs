@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 
 use crate::envelope::scan::{self, Entry, Span};
-use crate::envelope::{Envelope, OrigKinds};
+use crate::envelope::{Envelope, OrigFacts};
 use crate::session::PrefixHashes;
 
 /// Bodies kept under one lead: a conversation's forks share it.
@@ -50,8 +50,8 @@ pub struct Known {
     pub elems: Vec<Span>,
     /// The body passed the full body check (`json_check`), so its prefixes are valid JSON.
     pub checked: bool,
-    /// The kinds of its elements, once its envelope computed them.
-    pub kinds: OrigKinds,
+    /// What its elements are and hold, once its envelope read them.
+    pub(crate) facts: OrigFacts,
     /// The prefix hashes of its history (the session layer's anchors), once computed, and
     /// the element the history starts at (after leading system messages).
     history: OnceLock<(usize, PrefixHashes)>,
@@ -62,8 +62,8 @@ impl Known {
         std::mem::size_of::<Known>()
             + self.body.len()
             + self.before.len() * std::mem::size_of::<Entry>()
-            // A span, a kind, and the anchors' message key and rolling hash.
-            + self.elems.len() * (std::mem::size_of::<Span>() + 64 + 64)
+            // A span, a kind, blocks, and the anchors' message key and rolling hash.
+            + self.elems.len() * (std::mem::size_of::<Span>() + 64 + 96 + 64)
     }
 }
 
@@ -118,7 +118,7 @@ pub fn history_hashes(
 
 /// What a parsed body's history looks like, for [`KnownPrefixes::remember`].
 pub struct Scanned<'a> {
-    pub kinds: OrigKinds,
+    pub(crate) facts: OrigFacts,
     pub body: &'a Bytes,
     pub key: Span,
     pub array_start: usize,
@@ -205,7 +205,7 @@ impl KnownPrefixes {
             before: scanned.before.to_vec(),
             elems: scanned.elems.to_vec(),
             checked,
-            kinds: scanned.kinds,
+            facts: scanned.facts,
             history: OnceLock::new(),
         });
         // An outsized body (a one-off 30 MB paste) is not worth holding a quarter of the

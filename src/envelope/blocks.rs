@@ -282,6 +282,13 @@ mod tests {
                 assert_eq!(message_blocks(m), scan_message_blocks(m));
             }
         }
+        // A message that differs only by its marker is not answered from the other's entry.
+        let plain = br#"{"role":"user","content":[{"type":"text","text":"go"}]}"#;
+        let marked = br#"{"role":"user","content":[{"type":"text","text":"go","cache_control":{"type":"ephemeral"}}]}"#;
+        for _ in 0..2 {
+            assert_eq!(message_blocks(plain)[0].marker, None);
+            assert_eq!(message_blocks(marked)[0].marker, Some(Ttl::FiveMinutes));
+        }
     }
 
     #[test]

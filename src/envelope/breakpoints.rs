@@ -99,7 +99,7 @@ fn slots(env: &Envelope) -> Vec<Slot<'_>> {
     }
     for (i, m) in env.cached.iter().enumerate() {
         let b = env.bytes_of(&m.raw);
-        for (j, block) in blocks::message_blocks(b).into_iter().enumerate() {
+        for (j, block) in env.blocks_of(m).iter().cloned().enumerate() {
             let text = &b[block.span.clone()];
             out.push(Slot {
                 loc: Loc::Msg(i, j),
@@ -133,24 +133,12 @@ impl Envelope {
             out.push((blocks::object_block(&b, 0..b.len()).marker, None));
         }
         for (i, m) in self.cached.iter().take(history).enumerate() {
-            for marker in message_markers(self.bytes_of(&m.raw)) {
-                out.push((marker, Some(i as u32)));
+            for block in self.blocks_of(m).iter() {
+                out.push((block.marker, Some(i as u32)));
             }
         }
         out
     }
-}
-
-/// The marker of each content block of a history message, remembered by a hash of its
-/// bytes: the history is resent whole on every request, and finding the blocks scans it.
-fn message_markers(raw: &[u8]) -> Vec<Option<Ttl>> {
-    static SEEN: crate::memo::Memo<Vec<Option<Ttl>>> = crate::memo::Memo::new(65_536);
-    SEEN.get_or_insert_with(crate::memo::key(b"markers", raw), || {
-        blocks::message_blocks(raw)
-            .into_iter()
-            .map(|block| block.marker)
-            .collect()
-    })
 }
 
 /// Answers "is the prompt up to slot k at least the model's minimum?". Tokens never
@@ -352,38 +340,4 @@ fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
         wanted[k] = Some(t);
     }
     wanted
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The remembered markers are the scan's, for every message of Claude Code's and pi's
-    /// tool loops (asked twice: the second answer comes from the memo), and a message
-    /// that differs only by its marker is not answered from the other's entry.
-    #[test]
-    fn remembered_markers_equal_the_scan_on_real_clients() {
-        let mut marked = 0;
-        for body in [
-            include_str!("../../tests/data/clients/claude_code_tool_loop.json"),
-            include_str!("../../tests/data/clients/pi_anthropic_tool_loop.json"),
-        ] {
-            let body: serde_json::Value = serde_json::from_str(body).unwrap();
-            for message in body["messages"].as_array().unwrap() {
-                let raw = serde_json::to_vec(message).unwrap();
-                let scanned: Vec<Option<Ttl>> = blocks::message_blocks(&raw)
-                    .into_iter()
-                    .map(|b| b.marker)
-                    .collect();
-                marked += scanned.iter().flatten().count();
-                assert_eq!(message_markers(&raw), scanned);
-                assert_eq!(message_markers(&raw), scanned);
-            }
-        }
-        assert!(marked > 0, "the fixtures carry markers");
-        let plain = br#"{"role":"user","content":[{"type":"text","text":"go"}]}"#;
-        let marked = br#"{"role":"user","content":[{"type":"text","text":"go","cache_control":{"type":"ephemeral"}}]}"#;
-        assert_eq!(message_markers(plain), vec![None]);
-        assert_eq!(message_markers(marked), vec![Some(Ttl::FiveMinutes)]);
-    }
 }

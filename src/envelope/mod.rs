@@ -12,6 +12,7 @@ mod breakpoints;
 mod client;
 mod compile;
 mod explicit;
+mod facts;
 mod message;
 mod parse;
 pub(crate) mod scan;
@@ -27,6 +28,7 @@ pub use blocks::{content_block_spans, count_markers, is_markable, Ttl};
 pub use breakpoints::{BreakpointMode, MAX_MARKERS};
 pub use client::{detect_client, Client, Meta};
 pub use compile::CompileOptions;
+pub use facts::OrigFacts;
 pub use message::neutral_to_provider;
 pub(crate) use scan::Span;
 
@@ -142,43 +144,9 @@ pub struct Envelope {
     /// Option edits in order: key and new raw value (`None` removes the key).
     pub(crate) option_edits: Vec<(String, Option<Bytes>)>,
     pub meta: Meta,
-    /// What each element of the client's messages array is, computed once when first
-    /// asked, and shared with [`crate::known_prefix`] so the next request of the
-    /// conversation takes the kinds of the messages it repeats.
-    pub(crate) orig_kinds: OrigKinds,
-}
-
-/// The kinds of a body's messages-array elements, once computed; and those of the kept body
-/// it repeats the first elements of. A cache of what the bytes say: it takes no part in an
-/// envelope's identity (its `Debug` shows nothing).
-#[derive(Clone, Default)]
-pub struct OrigKinds {
-    pub(crate) own: std::sync::Arc<std::sync::OnceLock<Vec<MsgKind>>>,
-    inherited: Option<(std::sync::Arc<std::sync::OnceLock<Vec<MsgKind>>>, usize)>,
-}
-
-impl OrigKinds {
-    /// Kinds that take the first `repeated` of `kept`'s.
-    pub(crate) fn after(kept: &OrigKinds, repeated: usize) -> OrigKinds {
-        OrigKinds {
-            own: Default::default(),
-            inherited: Some((kept.own.clone(), repeated)),
-        }
-    }
-
-    /// The same kinds, for keeping with the body.
-    pub(crate) fn share(&self) -> OrigKinds {
-        OrigKinds {
-            own: self.own.clone(),
-            inherited: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for OrigKinds {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OrigKinds")
-    }
+    /// What each element of the client's messages array is and holds, read once when
+    /// first asked (see [`facts`]).
+    pub(crate) orig_facts: OrigFacts,
 }
 
 impl Envelope {
@@ -208,7 +176,7 @@ impl Envelope {
         let array = self.messages_orig.span.as_ref()?;
         let at = self.top.iter().position(|e| e.value == *array)?;
         Some(crate::known_prefix::Scanned {
-            kinds: self.orig_kinds.share(),
+            facts: self.orig_facts.share(),
             body: &self.body,
             key: self.top[at].key.clone(),
             array_start: array.start,
@@ -314,33 +282,32 @@ impl Envelope {
     /// The kinds of the client's messages-array elements: those it repeats of a kept
     /// body are that body's, the rest are read.
     fn orig_kinds(&self) -> &[MsgKind] {
-        self.orig_kinds.own.get_or_init(|| {
-            let elems = &self.messages_orig.elems;
-            let mut kinds: Vec<MsgKind> = self
-                .orig_kinds
-                .inherited
-                .as_ref()
-                .and_then(|(kinds, n)| {
-                    kinds
-                        .get()
-                        .map(|k| k[..(*n).min(k.len()).min(elems.len())].to_vec())
-                })
-                .unwrap_or_default();
-            kinds.reserve(elems.len() - kinds.len());
-            for span in &elems[kinds.len()..] {
-                kinds.push(MsgKind::of(self.endpoint, &self.body[span.clone()]));
-            }
-            kinds
+        let elems = &self.messages_orig.elems;
+        self.orig_facts.kinds.get(elems.len(), |i| {
+            MsgKind::of(self.endpoint, &self.body[elems[i].clone()])
         })
+    }
+
+    /// The content blocks of one history message (spans within its bytes): the client's
+    /// element's, read once per body (or taken from the kept body), else read now.
+    pub(crate) fn blocks_of(&self, m: &Element) -> std::sync::Arc<[blocks::Block]> {
+        let elems = &self.messages_orig.elems;
+        if let (Raw::Orig(span), Some(o)) = (&m.raw, m.origin) {
+            if !m.injected && elems.get(o) == Some(span) {
+                let all = self.orig_facts.blocks.get(elems.len(), |i| {
+                    blocks::message_blocks(&self.body[elems[i].clone()]).into()
+                });
+                return all[o].clone();
+            }
+        }
+        blocks::message_blocks(self.bytes_of(&m.raw)).into()
     }
 
     /// Whether history message `i` carries a thinking block (Anthropic).
     pub fn history_has_thinking(&self, i: usize) -> bool {
-        self.cached.get(i).is_some_and(|m| {
-            blocks::message_blocks(self.bytes_of(&m.raw))
-                .iter()
-                .any(|b| b.thinking)
-        })
+        self.cached
+            .get(i)
+            .is_some_and(|m| self.blocks_of(m).iter().any(|b| b.thinking))
     }
 
     /// Index in the history where the current turn's prompt starts (see

@@ -119,8 +119,8 @@ pub(crate) fn parse(
         messages_dirty: false,
         option_edits: Vec::new(),
         meta: Meta::new(provider, endpoint, model),
-        orig_kinds: known
-            .map(|m| super::OrigKinds::after(&m.known.kinds, m.elems().len()))
+        orig_facts: known
+            .map(|m| super::OrigFacts::after(&m.known.facts, m.elems().len()))
             .unwrap_or_default(),
     };
     match endpoint {

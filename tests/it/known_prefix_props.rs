@@ -1,7 +1,8 @@
 //! The incremental read of a body (from where it stops repeating a remembered body, see
 //! `cachet::known_prefix`) answers exactly what the full read answers: the same body check
 //! verdict (model or error), the same envelope (every span, and the same compiled bytes)
-//! the same message kinds and the same history prefix hashes (session identity and anchors),
+//! the same message kinds, content blocks (markers, thinking) and history prefix hashes
+//! (session identity and anchors),
 //! on generated sessions of real clients' shapes that extend, fork, truncate, edit, move
 //! the client's cache marker, change a field before the history, reformat, and break the
 //! JSON after the repeated part.
@@ -52,10 +53,14 @@ fn read(
             // Message kinds (taken from the kept body for the messages it repeats) and
             // what is read from them.
             let kinds = format!(
-                "{:?} {} {:?}",
+                "{:?} {} {:?} {:?} {:?}",
                 env.history_kinds(),
                 env.turn_index(),
-                env.latest_user_prompt()
+                env.latest_user_prompt(),
+                env.prefix_markers(env.history_len()),
+                (0..env.history_len())
+                    .map(|i| env.history_has_thinking(i))
+                    .collect::<Vec<_>>()
             );
             (format!("{env:?}\n{kinds}"), compiled)
         }
