@@ -15,7 +15,8 @@
 //! are taken as they were ([`history_hashes`]); only what follows is read. A body that
 //! extends nothing kept takes the full path, and is counted.
 //!
-//! Memory is bounded: each conversation keeps only its latest body, a body over a quarter
+//! Memory is bounded: each conversation keeps only its latest body (and, when a policy
+//! shaped it, the latest body as sent, read again for its record), a body over a quarter
 //! of the budget is not kept, and past the budget of kept bodies, spans and hashes (a quarter
 //! of `sessions.cache_bytes`) the store starts over.
 
@@ -175,10 +176,11 @@ impl KnownPrefixes {
         }
         let first = first_link(body)?;
         let candidates = self.inner.lock().ok()?.by_lead.get(&first.1).cloned()?;
+        // On a tie, a body that passed the check: the check resumes only after one.
         candidates
             .into_iter()
             .filter_map(|known| matched(known, body, first))
-            .max_by_key(|m| m.messages)
+            .max_by_key(|m| (m.messages, m.known.checked))
     }
 
     /// Keep a body whose history array was scanned, in place of the one it was read from

@@ -237,15 +237,16 @@ impl Pipeline {
                 sent: None,
             }),
             After::Observe => {
+                let found = match ctx.checked {
+                    true => ctx.known.clone(),
+                    false => self.find_known(&ctx.body),
+                };
                 // A body that does not parse went out unchecked; the provider answered it.
                 let (env, remembered) = self
-                    .parse_remembering(ctx.route, ctx.body.clone(), ctx.known.as_ref(), ctx.checked)
+                    .parse_remembering(ctx.route, ctx.body.clone(), found.as_ref(), ctx.checked)
                     .ok()?;
-                let history = crate::known_prefix::history_hashes(
-                    &env,
-                    ctx.known.as_ref(),
-                    remembered.as_ref(),
-                );
+                let history =
+                    crate::known_prefix::history_hashes(&env, found.as_ref(), remembered.as_ref());
                 let session = self
                     .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
                     .await;

@@ -304,10 +304,10 @@ impl Pipeline {
     fn check_body(&self, ctx: &mut RequestCtx) -> Result<(), ApiError> {
         let reads_body = !self.policies.is_empty();
         let checks = self.config.server.check_body || reads_body;
-        if is_generation_like(ctx.route.endpoint) && (checks || self.config.sessions.monitor) {
-            ctx.known = self.find_known(&ctx.body);
-        }
         if is_generation_like(ctx.route.endpoint) && checks {
+            // Unchecked, the body is first read after the response (monitoring), and looked
+            // up there.
+            ctx.known = self.find_known(&ctx.body);
             ctx.model =
                 crate::shape::check_known(ctx.route.endpoint, &ctx.body, ctx.known.as_ref())?;
             ctx.checked = true;
@@ -321,7 +321,7 @@ impl Pipeline {
 
     /// The remembered body `body` repeats the first history messages of; counted by the
     /// path the body is read on.
-    fn find_known(&self, body: &[u8]) -> Option<PrefixMatch> {
+    pub(super) fn find_known(&self, body: &[u8]) -> Option<PrefixMatch> {
         let found = self.known.find(body);
         let path = match found {
             Some(_) => known_prefix::Path::Incremental,
