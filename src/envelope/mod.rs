@@ -258,7 +258,9 @@ impl Envelope {
         let orig = self.orig_kinds();
         let offset = self.cached.first().and_then(|m| m.origin).unwrap_or(0);
         let untouched = self.cached.iter().enumerate().all(|(i, m)| {
-            m.origin == Some(offset + i) && !m.injected && matches!(m.raw, Raw::Orig(_))
+            m.origin == Some(offset + i)
+                && !m.injected
+                && matches!(&m.raw, Raw::Orig(span) if self.messages_orig.elems.get(offset + i) == Some(span))
         });
         match orig.get(offset..offset + self.cached.len()) {
             Some(kinds) if untouched => std::borrow::Cow::Borrowed(kinds),
