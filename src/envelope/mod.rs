@@ -241,10 +241,18 @@ impl Envelope {
 
     /// Where each history message sat in the client's array (`None`: not the client's).
     pub fn history_origins(&self) -> impl Iterator<Item = Option<usize>> + '_ {
-        self.cached.iter().map(|m| match m.raw {
-            Raw::Orig(_) if !m.injected => m.origin,
+        self.cached.iter().map(|m| self.client_element(m))
+    }
+
+    /// The index of `m` in the client's messages array while it is that element, untouched
+    /// (the facts read of the client's elements hold for it).
+    fn client_element(&self, m: &Element) -> Option<usize> {
+        match (&m.raw, m.origin) {
+            (Raw::Orig(span), Some(o)) if !m.injected => {
+                (self.messages_orig.elems.get(o) == Some(span)).then_some(o)
+            }
             _ => None,
-        })
+        }
     }
 
     /// The raw bytes of each message of the uncached tail.
@@ -257,11 +265,11 @@ impl Envelope {
     pub fn history_kinds(&self) -> std::borrow::Cow<'_, [MsgKind]> {
         let orig = self.orig_kinds();
         let offset = self.cached.first().and_then(|m| m.origin).unwrap_or(0);
-        let untouched = self.cached.iter().enumerate().all(|(i, m)| {
-            m.origin == Some(offset + i)
-                && !m.injected
-                && matches!(&m.raw, Raw::Orig(span) if self.messages_orig.elems.get(offset + i) == Some(span))
-        });
+        let untouched = self
+            .cached
+            .iter()
+            .enumerate()
+            .all(|(i, m)| self.client_element(m) == Some(offset + i));
         match orig.get(offset..offset + self.cached.len()) {
             Some(kinds) if untouched => std::borrow::Cow::Borrowed(kinds),
             _ => self.cached.iter().map(|m| self.kind_of(m)).collect(),
@@ -270,15 +278,10 @@ impl Envelope {
 
     /// What one message is.
     pub(crate) fn kind_of(&self, m: &Element) -> MsgKind {
-        let orig = match (&m.raw, m.origin) {
-            (Raw::Orig(span), Some(o)) if !m.injected => self
-                .orig_kinds()
-                .get(o)
-                .filter(|_| self.messages_orig.elems.get(o) == Some(span)),
-            _ => None,
-        };
-        orig.cloned()
-            .unwrap_or_else(|| MsgKind::of(self.endpoint, self.bytes_of(&m.raw)))
+        match self.client_element(m) {
+            Some(o) => self.orig_kinds()[o].clone(),
+            None => MsgKind::of(self.endpoint, self.bytes_of(&m.raw)),
+        }
     }
 
     /// The kinds of the client's messages-array elements: those it repeats of a kept
@@ -293,16 +296,14 @@ impl Envelope {
     /// The content blocks of one history message (spans within its bytes): the client's
     /// element's, read once per body (or taken from the kept body), else read now.
     pub(crate) fn blocks_of(&self, m: &Element) -> std::sync::Arc<[blocks::Block]> {
+        let Some(o) = self.client_element(m) else {
+            return blocks::message_blocks(self.bytes_of(&m.raw)).into();
+        };
         let elems = &self.messages_orig.elems;
-        if let (Raw::Orig(span), Some(o)) = (&m.raw, m.origin) {
-            if !m.injected && elems.get(o) == Some(span) {
-                let all = self.orig_facts.blocks.get(elems.len(), |i| {
-                    blocks::message_blocks(&self.body[elems[i].clone()]).into()
-                });
-                return all[o].clone();
-            }
-        }
-        blocks::message_blocks(self.bytes_of(&m.raw)).into()
+        let all = self.orig_facts.blocks.get(elems.len(), |i| {
+            blocks::message_blocks(&self.body[elems[i].clone()]).into()
+        });
+        all[o].clone()
     }
 
     /// Whether history message `i` carries a thinking block (Anthropic).

@@ -242,11 +242,9 @@ impl Pipeline {
                     false => self.find_known(&ctx.body),
                 };
                 // A body that does not parse went out unchecked; the provider answered it.
-                let (env, remembered) = self
-                    .parse_remembering(ctx.route, ctx.body.clone(), found.as_ref(), ctx.checked)
+                let (env, history) = self
+                    .read_envelope(ctx.route, ctx.body.clone(), found.as_ref(), ctx.checked)
                     .ok()?;
-                let history =
-                    crate::known_prefix::history_hashes(&env, found.as_ref(), remembered.as_ref());
                 let session = self
                     .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
                     .await;
@@ -335,10 +333,8 @@ impl Pipeline {
         let sent = match parsed.map_or_else(
             || {
                 let known = self.known.find(&shaped.body);
-                let (env, remembered) =
-                    self.parse_remembering(ctx.route, shaped.body, known.as_ref(), false)?;
-                let history =
-                    crate::known_prefix::history_hashes(&env, known.as_ref(), remembered.as_ref());
+                let (env, history) =
+                    self.read_envelope(ctx.route, shaped.body, known.as_ref(), false)?;
                 Ok::<_, crate::error::ApiError>((env, history.keys().to_vec()))
             },
             |env| Ok((env, session_ctx.history.keys().to_vec())),

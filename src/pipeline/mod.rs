@@ -334,21 +334,23 @@ impl Pipeline {
         found
     }
 
-    /// Parse a body into its envelope, from where it stops repeating a remembered one, and
-    /// remember it for the next request. `checked`: the whole body passed the body check.
-    pub(super) fn parse_remembering(
+    /// Parse a body into its envelope and its history's prefix hashes, from where it stops
+    /// repeating the kept body `known`, and keep it for the next request. `checked`: the
+    /// whole body passed the body check.
+    pub(super) fn read_envelope(
         &self,
         route: crate::providers::Route,
         body: Bytes,
         known: Option<&PrefixMatch>,
         checked: bool,
-    ) -> Result<(crate::envelope::Envelope, Option<Arc<known_prefix::Known>>), ApiError> {
+    ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
         let env =
             crate::envelope::Envelope::parse_known(route.provider, route.endpoint, body, known)?;
         let remembered = env
             .scanned()
             .and_then(|scanned| self.known.remember(scanned, known, checked));
-        Ok((env, remembered))
+        let history = known_prefix::history_hashes(&env, known, remembered.as_ref());
+        Ok((env, history))
     }
 
     /// The trace record of a request as the client sent it, when recording. A body that

@@ -11,7 +11,6 @@ use super::history::HistoryMap;
 use super::{Pipeline, RequestCtx};
 use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
 use crate::error::ApiError;
-use crate::known_prefix;
 use crate::policy::{self, ContextReason, Policy, RequestFacts, TemplateVars};
 use crate::session::{self, PatchEvent, PatchOutcome, PrefixHashes, SessionContext};
 
@@ -105,9 +104,8 @@ impl Pipeline {
         let body = ctx.body.clone();
         let model = ctx.model.as_str();
         // One parse serves the envelope, the session identity and the anchors.
-        let (mut env, remembered) =
-            self.parse_remembering(route, body.clone(), ctx.known.as_ref(), ctx.checked)?;
-        let history = known_prefix::history_hashes(&env, ctx.known.as_ref(), remembered.as_ref());
+        let (mut env, history) =
+            self.read_envelope(route, body.clone(), ctx.known.as_ref(), ctx.checked)?;
         let id = self
             .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
             .await;

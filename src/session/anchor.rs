@@ -52,14 +52,13 @@ impl PrefixHashes {
 
     /// From keys already computed (e.g. by the content store).
     pub fn from_keys(keys: Vec<MessageKey>) -> PrefixHashes {
-        let mut prefix = Vec::with_capacity(keys.len() + 1);
-        let mut current = [0u8; 32];
-        prefix.push(current);
-        for key in &keys {
-            current = chain(&current, key);
-            prefix.push(current);
-        }
-        PrefixHashes { keys, prefix }
+        let mut hashes = PrefixHashes {
+            keys: Vec::with_capacity(keys.len()),
+            prefix: Vec::with_capacity(keys.len() + 1),
+        };
+        hashes.prefix.push([0u8; 32]);
+        keys.into_iter().for_each(|key| hashes.push(key));
+        hashes
     }
 
     /// [`PrefixHashes::of_raw`] of a history whose first `reused` messages are those of
@@ -70,16 +69,24 @@ impl PrefixHashes {
         messages: impl Iterator<Item = &'a [u8]>,
     ) -> PrefixHashes {
         let reused = reused.min(earlier.len());
-        let mut keys = earlier.keys[..reused].to_vec();
-        let mut prefix = earlier.prefix[..=reused].to_vec();
-        let mut current = prefix[reused];
+        let mut hashes = PrefixHashes {
+            keys: earlier.keys[..reused].to_vec(),
+            prefix: earlier.prefix[..=reused].to_vec(),
+        };
         for raw in messages.skip(reused) {
-            let key = super::normalize::key_of_raw(raw);
-            current = chain(&current, &key);
-            keys.push(key);
-            prefix.push(current);
+            hashes.push(super::normalize::key_of_raw(raw));
         }
-        PrefixHashes { keys, prefix }
+        hashes
+    }
+
+    /// The history one message longer.
+    fn push(&mut self, key: MessageKey) {
+        let current = self.prefix.last().copied().unwrap_or_default();
+        let mut hasher = Sha256::new();
+        hasher.update(current);
+        hasher.update(key);
+        self.prefix.push(hasher.finalize().into());
+        self.keys.push(key);
     }
 
     /// Number of messages in the history.
@@ -120,14 +127,6 @@ impl PrefixHashes {
         let mut decoded = [0u8; 32];
         hex::decode_to_slice(&anchor.hash, &mut decoded).is_ok() && decoded == *hash
     }
-}
-
-/// The rolling hash of a prefix one message longer.
-fn chain(current: &[u8; 32], key: &MessageKey) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    hasher.update(current);
-    hasher.update(key);
-    hasher.finalize().into()
 }
 
 #[cfg(test)]
