@@ -171,6 +171,23 @@ async fn unreachable_upstream_is_502_and_tls_failure_too() {
     );
 }
 
+/// A request through a proxy with `config` that times out: a 504 `timeout_error`, whose
+/// body is returned.
+async fn timed_out(config: cachet::config::Config, kind: UpstreamClientKind) -> Value {
+    let proxy = start_proxy(config).await;
+    let (s, v) = post(
+        &proxy,
+        "/v1/messages",
+        "{\"model\":\"m\",\"messages\":[]}",
+        true,
+    )
+    .await;
+    proxy.shutdown().await;
+    assert_eq!(s, 504, "{kind:?}: {v}");
+    assert_eq!(v["error"]["type"], "timeout_error");
+    v
+}
+
 /// `upstream.connect_timeout_ms` bounds the TLS handshake too: an upstream that accepts the
 /// connection and never answers the handshake is a 504 once it has passed, long before the
 /// response time-out.
@@ -183,21 +200,11 @@ async fn a_stalled_tls_handshake_is_a_connect_timeout_504() {
         let mut config = test_config_with(&format!("https://{addr}"), kind);
         config.upstream.connect_timeout_ms = 300;
         config.upstream.response_timeout_ms = 120_000;
-        let proxy = start_proxy(config).await;
-        let (s, v) = post(
-            &proxy,
-            "/v1/messages",
-            "{\"model\":\"m\",\"messages\":[]}",
-            true,
-        )
-        .await;
-        assert_eq!(s, 504, "{kind:?}: {v}");
-        assert_eq!(v["error"]["type"], "timeout_error");
+        let v = timed_out(config, kind).await;
         assert_eq!(
             v["error"]["message"], "upstream 127.0.0.1 did not answer in time",
             "{kind:?}: the connect time-out, not the response time-out"
         );
-        proxy.shutdown().await;
     }
 }
 
@@ -210,18 +217,8 @@ async fn upstream_timeout_is_504() {
         let upstream = FakeUpstream::start(script).await;
         let mut config = test_config_with(&upstream.url(), kind);
         config.upstream.response_timeout_ms = 200;
-        let proxy = start_proxy(config).await;
-        let (s, v) = post(
-            &proxy,
-            "/v1/messages",
-            "{\"model\":\"m\",\"messages\":[]}",
-            true,
-        )
-        .await;
-        assert_eq!(s, 504, "{kind:?}: {v}");
-        assert_eq!(v["error"]["type"], "timeout_error");
+        let v = timed_out(config, kind).await;
         messages.push(v["error"]["message"].clone());
-        proxy.shutdown().await;
     }
     assert_eq!(messages[0], messages[1], "same answer from both clients");
 }
