@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Request, Response};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -140,7 +140,7 @@ pub async fn read_body(
     if let Some(len) = declared.filter(|&l| l > limit as u64) {
         return Err(too_large(format!("{len} bytes")));
     }
-    let collected = match tokio::time::timeout(timeout, Limited::new(body, limit).collect()).await {
+    let collected = match tokio::time::timeout(timeout, gather(body, declared, limit)).await {
         Ok(collected) => collected,
         Err(_) => {
             return Err(ApiError::new(
@@ -153,7 +153,7 @@ pub async fn read_body(
         }
     };
     match collected {
-        Ok(collected) => Ok(collected.to_bytes()),
+        Ok(bytes) => Ok(bytes),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             Err(too_large("over the limit".into()))
         }
@@ -161,4 +161,38 @@ pub async fn read_body(
             "could not read the request body: {e}"
         ))),
     }
+}
+
+/// The body in one buffer. A body that arrives in one frame is that frame; a longer one is
+/// copied once into a buffer of its declared length, as its frames arrive, so a large body
+/// never sits in memory twice (frames and their concatenation, or a buffer and its grown
+/// copy).
+async fn gather(
+    body: Incoming,
+    declared: Option<u64>,
+    limit: usize,
+) -> Result<Bytes, Box<dyn std::error::Error + Send + Sync>> {
+    let mut body = Limited::new(body, limit);
+    let mut first: Option<Bytes> = None;
+    let mut gathered: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue; // trailers
+        };
+        match (&mut gathered, first.take()) {
+            (Some(buf), _) => buf.extend_from_slice(&data),
+            (None, None) => first = Some(data),
+            (None, Some(head)) => {
+                let wanted = declared.map_or(0, |n| n.min(limit as u64) as usize);
+                let mut buf = BytesMut::with_capacity(wanted.max(head.len() + data.len()));
+                buf.extend_from_slice(&head);
+                buf.extend_from_slice(&data);
+                gathered = Some(buf);
+            }
+        }
+    }
+    Ok(match gathered {
+        Some(buf) => buf.freeze(),
+        None => first.unwrap_or_default(),
+    })
 }

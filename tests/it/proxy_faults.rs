@@ -115,6 +115,43 @@ async fn oversized_body_gets_413() {
     proxy.shutdown().await;
 }
 
+/// A body that arrives in many frames is forwarded whole and byte for byte, whether the
+/// client declared its length (read into one buffer of that length) or sent it chunked.
+#[tokio::test]
+async fn a_body_in_many_frames_is_forwarded_whole() {
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let body = format!(
+        "{{\"model\":\"m\",\"max_tokens\":8,\"messages\":[{{\"role\":\"user\",\"content\":\"{}\"}}]}}",
+        "0123456789abcdef".repeat(20_000)
+    );
+    for declared in [true, false] {
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> = body
+            .as_bytes()
+            .chunks(7_001)
+            .map(|c| Ok(c.to_vec()))
+            .collect();
+        let mut rb = client()
+            .post(format!("http://{}/v1/messages", proxy.addr))
+            .header("x-api-key", "sk-ant-secret-123")
+            .header("anthropic-version", "2023-06-01")
+            .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+                chunks,
+            )));
+        if declared {
+            rb = rb.header("content-length", body.len());
+        }
+        let r = rb.send().await.unwrap();
+        assert_eq!(r.status(), 200, "declared length: {declared}");
+    }
+    let received = upstream.requests();
+    assert_eq!(received.len(), 2);
+    for r in received {
+        assert_eq!(r.body, body.as_bytes());
+    }
+    proxy.shutdown().await;
+}
+
 /// A request that cannot reach `upstream` (with the given upstream client): a 502 of the
 /// provider's `error_type`, naming the host, never the URL or a key. Returns its message.
 async fn unreachable(upstream: &str, kind: UpstreamClientKind, anthropic: bool) -> String {
