@@ -45,8 +45,9 @@
 //! read whole first), `LOAD_LARGE_MB` (default 30), `BENCH_CACHET_RUST_LOG` (cachet's
 //! `RUST_LOG`; unset: the shipped level), and an A/B variant of cachet measured beside the
 //! scenario's own: `LOAD_B_CONFIG` (TOML dotted keys added to its configuration, e.g.
-//! `log.level = "warn"`), `LOAD_B_LOG` (its `RUST_LOG`) and `LOAD_B_ENV` (its environment:
-//! space-separated `NAME=value`).
+//! `log.level = "warn"`), `LOAD_B_LOG` (its `RUST_LOG`), `LOAD_B_ENV` (its environment:
+//! space-separated `NAME=value`) and `LOAD_B_BIN` (another build of cachet to run as B, e.g.
+//! a copy of `target/release/cachet` from before a change).
 
 #[path = "load/bodies.rs"]
 mod bodies;
@@ -161,7 +162,12 @@ impl Launcher {
             dir.path().join("store").display()
         ));
         std::fs::write(&file, text).unwrap();
-        let mut cmd = self.command("1", Path::new(env!("CARGO_BIN_EXE_cachet")));
+        // The A/B variant may be another build of cachet (`LOAD_B_BIN`).
+        let bin = match std::env::var("LOAD_B_BIN") {
+            Ok(other) if name == VARIANT_B => PathBuf::from(other),
+            _ => PathBuf::from(env!("CARGO_BIN_EXE_cachet")),
+        };
+        let mut cmd = self.command("1", &bin);
         cmd.args([
             "serve",
             "--listen",
@@ -533,8 +539,10 @@ fn report(case: &str, hops: &[&Hop], rounds: &Rounds) {
     }
 }
 
-/// The A/B variant of cachet (`LOAD_B_CONFIG`, `LOAD_B_LOG`, `LOAD_B_ENV`), started with
-/// the scenario's own configuration plus its keys.
+const VARIANT_B: &str = "cachet B";
+
+/// The A/B variant of cachet (`LOAD_B_CONFIG`, `LOAD_B_LOG`, `LOAD_B_ENV`, `LOAD_B_BIN`),
+/// started with the scenario's own configuration plus its keys.
 fn variant_b(launch: Launcher, upstream: &str, config: &[String], args: &[&str]) -> Option<Hop> {
     let extra = std::env::var("LOAD_B_CONFIG").ok();
     let log = std::env::var("LOAD_B_LOG").ok();
@@ -545,12 +553,13 @@ fn variant_b(launch: Launcher, upstream: &str, config: &[String], args: &[&str])
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    if extra.is_none() && log.is_none() && env.is_empty() {
+    let other_build = std::env::var("LOAD_B_BIN").is_ok();
+    if extra.is_none() && log.is_none() && env.is_empty() && !other_build {
         return None;
     }
     let mut config = config.to_vec();
     config.extend(extra);
-    Some(launch.cachet("cachet B", upstream, &config, args, log, &env))
+    Some(launch.cachet(VARIANT_B, upstream, &config, args, log, &env))
 }
 
 async fn drive() {

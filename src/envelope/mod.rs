@@ -239,6 +239,15 @@ impl Envelope {
         self.cached.iter().map(|m| self.bytes_of(&m.raw))
     }
 
+    /// The history messages as [`history_raw`](Self::history_raw) gives them, sharing the
+    /// body's memory rather than borrowing it.
+    pub fn history_shared(&self) -> impl Iterator<Item = Bytes> + '_ {
+        self.cached.iter().map(|m| match &m.raw {
+            Raw::Orig(span) => self.body.slice(span.clone()),
+            Raw::New(bytes) => bytes.clone(),
+        })
+    }
+
     /// Where each history message sat in the client's array (`None`: not the client's).
     pub fn history_origins(&self) -> impl Iterator<Item = Option<usize>> + '_ {
         self.cached.iter().map(|m| self.client_element(m))

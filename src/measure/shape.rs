@@ -170,9 +170,9 @@ impl SentRequest {
     }
 
     /// The raw bytes of the shape's history messages.
-    pub fn history(&self) -> Vec<&[u8]> {
+    pub fn history(&self) -> Vec<bytes::Bytes> {
         self.env
-            .history_raw()
+            .history_shared()
             .take(self.shape.messages.len())
             .collect()
     }

@@ -386,7 +386,7 @@ impl Pipeline {
             self.metrics
                 .count_prefix_break(ctx.route.provider, d.section, d.reason);
         }
-        let history: Vec<&[u8]> = sent.history_raw().take(shape.messages.len()).collect();
+        let history: Vec<bytes::Bytes> = sent.history_shared().take(shape.messages.len()).collect();
         let draft = RequestDraft {
             request_index: session_ctx.request_index,
             turn_index: Some(turn_index),
@@ -423,7 +423,7 @@ impl Pipeline {
             record.time = at;
         }
         let written = store
-            .record(&session_ctx.id.id, &Entry::Request(record), &blobs)
+            .record(&session_ctx.id.id, &Entry::Request(record), blobs)
             .await;
         if let Err(e) = written {
             // The response is already with the client; only the timeline loses an entry.

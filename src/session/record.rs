@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::anchor::PrefixHashes;
 use super::entry::{Entry, PatchEvent, RequestRecord, SentMessages, ENTRY_VERSION};
 use super::log::Entries;
-use super::normalize::{canonical_bytes, key_of_bytes, MessageKey};
+use super::normalize::MessageKey;
 use super::store::{Blob, SessionStore, StoreResult};
 use crate::measure::{Diagnosis, Named, PromptShape};
 use crate::usage::Usage;
@@ -29,7 +29,7 @@ pub struct RequestDraft<'a> {
     /// What the request's prefix keys on (model, tools, system, history, tail, markers).
     pub shape: &'a PromptShape,
     /// The raw bytes of `shape.messages`, in order: the content stored for new messages.
-    pub history: &'a [&'a [u8]],
+    pub history: &'a [bytes::Bytes],
     pub usage: Option<Usage>,
     pub status: Option<u16>,
     pub lane: u32,
@@ -49,7 +49,7 @@ fn list_blob(key: Option<MessageKey>, items: &[Named]) -> Option<(String, Blob)>
         .map(|n| Value::Array(vec![n.name.clone().into(), hex::encode(n.key).into()]))
         .collect();
     let bytes = serde_json::to_vec(&list).unwrap_or_default();
-    Some((hex::encode(key), Blob { key, bytes }))
+    Some((hex::encode(key), Blob::canonical(key, bytes)))
 }
 
 /// The elements of a list blob written by [`compact_request`].
@@ -75,17 +75,13 @@ pub fn compact_request(
     let (extends, base) = find_base(prior, &hashes);
     let full = hashes.full();
     let keys = shape.messages[base..].iter().map(hex::encode).collect();
+    // Made canonical by the store as it writes them.
     let mut blobs: Vec<Blob> = draft
         .history
         .iter()
         .zip(&shape.messages)
         .skip(base)
-        .filter_map(|(raw, key)| {
-            let value: Value = serde_json::from_slice(raw).ok()?;
-            let bytes = canonical_bytes(&value);
-            debug_assert_eq!(key_of_bytes(&bytes), *key);
-            Some(Blob { key: *key, bytes })
-        })
+        .map(|(raw, key)| Blob::sent(*key, raw.clone()))
         .collect();
     let tools = list_blob(shape.tools_key, &shape.tools);
     let system = list_blob(shape.system_key, &shape.system);
@@ -162,7 +158,7 @@ pub async fn record_request(
 ) -> StoreResult<RequestRecord> {
     let (record, blobs) = compact_request(prior, draft);
     store
-        .record(session, &Entry::Request(record.clone()), &blobs)
+        .record(session, &Entry::Request(record.clone()), blobs)
         .await?;
     Ok(record)
 }

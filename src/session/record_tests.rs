@@ -34,7 +34,7 @@ fn record(
     )
     .unwrap();
     let shape = PromptShape::of(&env, tail);
-    let raw: Vec<&[u8]> = env.history_raw().take(shape.messages.len()).collect();
+    let raw: Vec<bytes::Bytes> = env.history_shared().take(shape.messages.len()).collect();
     let draft = RequestDraft {
         request_index: index,
         turn_index: None,

@@ -55,24 +55,26 @@ async fn two_instances_serve_one_session_interchangeably() {
 
     // Content written by one instance is readable by the other, and stored once.
     let key = message_key(&full[0]);
-    let blob = Blob {
-        key,
-        bytes: b"m0".to_vec(),
-    };
-    a.record(
-        "s",
-        &insert_note(&full[..1], "r0", 6),
-        std::slice::from_ref(&blob),
-    )
-    .await
-    .unwrap();
+    let blob = Blob::canonical(key, b"m0".to_vec());
+    let before = a.load("s").await.unwrap().len() as u64;
+    let at = a
+        .record("s", &insert_note(&full[..1], "r0", 6), vec![blob.clone()])
+        .await
+        .unwrap();
+    assert_eq!(at, before, "a record says where it landed");
     assert_eq!(
         b.get_blobs("s", &[key]).await.unwrap(),
         vec![Some(b"m0".to_vec())]
     );
-    b.record("s", &insert_note(&full[..1], "r1", 7), &[blob])
+    let at = b
+        .record("s", &insert_note(&full[..1], "r1", 7), vec![blob])
         .await
         .unwrap();
+    assert_eq!(at, before + 1);
+    // `a` keeps its own record in its cached log; it still sees `b`'s.
+    let (here, there) = (a.load("s").await.unwrap(), b.load("s").await.unwrap());
+    assert_eq!(here.len() as u64, before + 2);
+    assert_eq!(here, there);
     let stats = b.stats().await.unwrap();
     assert_eq!(stats.blobs, 1, "a blob is stored once");
     assert_eq!(stats.blob_bytes, 2);

@@ -27,12 +27,9 @@ async fn entries_survive_closing_and_reopening_the_store() {
         store.append("s1", &written[1..]).await.unwrap();
         assert_eq!(store.next_request_index("s1").await.unwrap(), 0);
         assert_eq!(store.next_request_index("s1").await.unwrap(), 1);
-        let blob = Blob {
-            key: message_key(&h[0]),
-            bytes: b"m0".to_vec(),
-        };
+        let blob = Blob::canonical(message_key(&h[0]), b"m0".to_vec());
         store
-            .record("s1", &insert_note(&h, "r", 2), &[blob])
+            .record("s1", &insert_note(&h, "r", 2), vec![blob])
             .await
             .unwrap();
     }
@@ -114,6 +111,85 @@ async fn the_cache_sees_appends_made_around_it() {
     assert_eq!(log.len(), 3);
     assert_eq!(log, writer.load("s").await.unwrap());
     assert_eq!(cached.load_from("s", 2).await.unwrap().len(), 1);
+}
+
+/// Each request's session load used to ask the store's thread how long the log was, then
+/// read back the record the previous request had just written: two trips per request. A
+/// record now joins the cached log at the position the store gives it, and the store's
+/// thread remembers each log's length.
+#[tokio::test]
+async fn a_request_record_is_not_read_back_by_the_next_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let cached = CachedStore::new(sqlite.clone(), 1 << 20);
+    let h = history(10);
+    cached
+        .append("s", &[system_part(&h[..1], "pinned")])
+        .await
+        .unwrap();
+    assert_eq!(cached.load("s").await.unwrap().len(), 1);
+    let reads = sqlite.reads();
+    for i in 0..6 {
+        let entry = insert_note(&h[..i + 2], "r", i as u64);
+        let at = cached.record("s", &entry, vec![]).await.unwrap();
+        assert_eq!(at, 1 + i as u64, "the record's position in the log");
+        let log = cached.load("s").await.unwrap();
+        assert_eq!(log.len(), 2 + i);
+        assert_eq!(log.iter().last(), Some(&entry));
+    }
+    assert_eq!(
+        sqlite.reads(),
+        reads,
+        "loads after records went to the store"
+    );
+    assert_eq!(
+        cached.load("s").await.unwrap(),
+        sqlite.load("s").await.unwrap()
+    );
+}
+
+/// Records, patches and loads of the same sessions from concurrent tasks: whatever order
+/// the store takes them in, every load is a prefix of the log the store ends with, and the
+/// cache ends equal to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_records_and_patches_leave_the_cache_equal_to_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let cached = Arc::new(CachedStore::new(sqlite.clone(), 1 << 20));
+    let h = history(4);
+    let mut tasks = Vec::new();
+    for task in 0..6u64 {
+        let (cached, h) = (cached.clone(), h.clone());
+        tasks.push(tokio::spawn(async move {
+            let session = format!("s{}", task % 2);
+            let mut seen = Vec::new();
+            for i in 0..25u64 {
+                let entry = insert_note(&h, &format!("t{task} {i}"), i);
+                match (task + i) % 3 {
+                    0 => cached.append(&session, &[entry]).await.unwrap(),
+                    1 => {
+                        let once = format!("t{task} {}", i / 2);
+                        cached.append_once(&session, &once, &[entry]).await.unwrap();
+                    }
+                    _ => drop(cached.record(&session, &entry, vec![]).await.unwrap()),
+                }
+                seen.push((session.clone(), cached.load(&session).await.unwrap()));
+            }
+            seen
+        }));
+    }
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.extend(task.await.unwrap());
+    }
+    for session in ["s0", "s1"] {
+        let stored = sqlite.load(session).await.unwrap();
+        assert_eq!(cached.load(session).await.unwrap(), stored);
+        for (_, log) in seen.iter().filter(|(s, _)| s == session) {
+            let prefix: Vec<_> = stored.iter().take(log.len()).collect();
+            assert_eq!(log.iter().collect::<Vec<_>>(), prefix, "a load is a prefix");
+        }
+    }
 }
 
 #[tokio::test]

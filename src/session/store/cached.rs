@@ -10,13 +10,15 @@
 //! current length on every load and only the missing tail is fetched; appends by other
 //! cachet instances sharing a Redis store are therefore always seen. The grown log shares
 //! every earlier entry with the cached one ([`SessionLog`]): loading costs O(new entries).
-//! Appends go straight to the store and never into the cache, so the cache holds nothing
-//! the store does not.
+//! Writes go to the store first; a request record the store has taken joins the cached log
+//! only when it lands right after it (the store says where it landed), so the cache holds
+//! nothing the store does not, and the next load need not read the record back.
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use moka::future::Cache;
+use moka::ops::compute::Op;
 
 use super::{
     Appended, Blob, Retention, SessionStore, SessionSummary, StoreHealth, StoreResult, StoreStats,
@@ -77,6 +79,25 @@ impl CachedStore {
         self.cache.weighted_size()
     }
 
+    /// The entry just written at position `at` joins the cached log when that log ends
+    /// right before it, so the next load need not read it back. Any other cached log is
+    /// left to the length check of the next load (another write came first, or a load
+    /// still in flight will put back a shorter log).
+    async fn extend_cached_log(&self, session: Arc<str>, at: u64, entry: &Entry) {
+        self.cache
+            .entry(Key::Log(session))
+            .and_compute_with(|cached| {
+                let op = match cached.map(|c| c.into_value()) {
+                    Some(Item::Log(log)) if log.len() as u64 == at => {
+                        Op::Put(Item::Log(log.extended(vec![entry.clone()])))
+                    }
+                    _ => Op::Nop,
+                };
+                std::future::ready(op)
+            })
+            .await;
+    }
+
     async fn cached_log(&self, session: &str) -> Option<SessionLog> {
         match self.cache.get(&Key::Log(session.into())).await {
             Some(Item::Log(log)) => Some(log),
@@ -107,24 +128,21 @@ impl SessionStore for CachedStore {
         &'a self,
         session: &'a str,
         entry: &'a Entry,
-        blobs: &'a [Blob],
-    ) -> BoxFuture<'a, StoreResult<()>> {
+        mut blobs: Vec<Blob>,
+    ) -> BoxFuture<'a, StoreResult<u64>> {
         Box::pin(async move {
             let id: Arc<str> = session.into();
             // Content this session is known to hold needs no second write.
-            let mut missing = Vec::new();
-            for blob in blobs {
-                if !self.cache.contains_key(&Key::Stored(id.clone(), blob.key)) {
-                    missing.push(blob.clone());
-                }
-            }
-            self.inner.record(session, entry, &missing).await?;
-            for blob in missing {
+            blobs.retain(|blob| !self.cache.contains_key(&Key::Stored(id.clone(), blob.key)));
+            let written: Vec<MessageKey> = blobs.iter().map(|blob| blob.key).collect();
+            let at = self.inner.record(session, entry, blobs).await?;
+            for key in written {
                 self.cache
-                    .insert(Key::Stored(id.clone(), blob.key), Item::Stored)
+                    .insert(Key::Stored(id.clone(), key), Item::Stored)
                     .await;
             }
-            Ok(())
+            self.extend_cached_log(id, at, entry).await;
+            Ok(at)
         })
     }
 

@@ -38,7 +38,46 @@ use crate::config::{SessionsConfig, StoreFailure};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blob {
     pub key: MessageKey,
-    pub bytes: Vec<u8>,
+    pub bytes: BlobBytes,
+}
+
+/// A blob's bytes: canonical already, or a message as it was sent (a slice of the request
+/// body), made canonical only as it is written. A store writes sent messages one at a
+/// time, so recording a 30 MB history never holds a second copy of all of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobBytes {
+    Canonical(Vec<u8>),
+    Sent(bytes::Bytes),
+}
+
+impl Blob {
+    pub fn canonical(key: MessageKey, bytes: Vec<u8>) -> Blob {
+        Blob {
+            key,
+            bytes: BlobBytes::Canonical(bytes),
+        }
+    }
+
+    /// A message as sent; its key is that of its canonical form.
+    pub fn sent(key: MessageKey, raw: bytes::Bytes) -> Blob {
+        Blob {
+            key,
+            bytes: BlobBytes::Sent(raw),
+        }
+    }
+
+    /// The bytes to store; `None` for a sent message that is not JSON (nothing is stored).
+    pub fn stored_bytes(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match &self.bytes {
+            BlobBytes::Canonical(bytes) => Some(bytes.as_slice().into()),
+            BlobBytes::Sent(raw) => {
+                let value: serde_json::Value = serde_json::from_slice(raw).ok()?;
+                let bytes = super::normalize::canonical_bytes(&value);
+                debug_assert_eq!(super::normalize::key_of_bytes(&bytes), self.key);
+                Some(bytes.into())
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -135,13 +174,15 @@ pub trait SessionStore: Send + Sync {
 
     /// Record a forwarded request: its content blobs (kept once per session) and its log
     /// entry, in one write. Not synced on its own: it reaches the disk with the next synced
-    /// write (a record shapes no request, so it never waits for a sync).
+    /// write (a record shapes no request, so it never waits for a sync). Returns the
+    /// entry's position in the log. The blobs are handed over, not copied: one message
+    /// can be most of a 30 MB body.
     fn record<'a>(
         &'a self,
         session: &'a str,
         entry: &'a Entry,
-        blobs: &'a [Blob],
-    ) -> BoxFuture<'a, StoreResult<()>>;
+        blobs: Vec<Blob>,
+    ) -> BoxFuture<'a, StoreResult<u64>>;
 
     /// Number of entries in a session's log (0 for an unknown session).
     fn entry_count<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<usize>>;

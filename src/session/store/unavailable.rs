@@ -43,8 +43,8 @@ impl SessionStore for Unavailable {
         &'a self,
         _: &'a str,
         _: &'a Entry,
-        _: &'a [Blob],
-    ) -> BoxFuture<'a, StoreResult<()>> {
+        _: Vec<Blob>,
+    ) -> BoxFuture<'a, StoreResult<u64>> {
         self.fail()
     }
 

@@ -240,19 +240,22 @@ impl SessionStore for RedisStore {
         &'a self,
         session: &'a str,
         entry: &'a Entry,
-        blobs: &'a [Blob],
-    ) -> BoxFuture<'a, StoreResult<()>> {
+        blobs: Vec<Blob>,
+    ) -> BoxFuture<'a, StoreResult<u64>> {
         Box::pin(async move {
             let body = entry.encode();
-            let keys: Vec<String> = blobs.iter().map(|b| hex::encode(b.key)).collect();
+            // One script call takes every blob at once, so all are made canonical here.
+            let stored: Vec<(String, std::borrow::Cow<'_, [u8]>)> = blobs
+                .iter()
+                .filter_map(|b| Some((hex::encode(b.key), b.stored_bytes()?)))
+                .collect();
             let mut args: Vec<&[u8]> = vec![body.as_bytes()];
-            for (key, blob) in keys.iter().zip(blobs) {
+            for (key, bytes) in &stored {
                 args.push(key.as_bytes());
-                args.push(&blob.bytes);
+                args.push(bytes);
             }
-            self.invoke::<i64>(&scripts::RECORD, session, args)
-                .await
-                .map(drop)
+            let at = self.invoke::<i64>(&scripts::RECORD, session, args).await?;
+            Ok(at.max(0) as u64)
         })
     }
 

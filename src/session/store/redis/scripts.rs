@@ -63,7 +63,8 @@ return false
     )
 });
 
-/// `ARGV[4]`: the request entry, `ARGV[5..]`: content key, bytes, key, bytes, …
+/// `ARGV[4]`: the request entry, `ARGV[5..]`: content key, bytes, key, bytes, … Returns
+/// the entry's position in the log.
 pub static RECORD: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
@@ -74,9 +75,9 @@ for i = 5, #ARGV, 2 do
   end
 end
 if added > 0 then redis.call('HINCRBY', KEYS[2], 'blob_bytes', added) end
-append(4, 4)
+local at = append(4, 4)
 touch()
-return 1
+return at
 ",
     )
 });

@@ -61,6 +61,8 @@ impl SqliteStore {
                             broken: Mutex::new(None),
                             errors,
                             synced_commits: Default::default(),
+                            reads: Default::default(),
+                            lengths: Default::default(),
                         });
                         let _ = opened_tx.send(Ok(shared.clone()));
                         writer::run(conn, rx, shared);
@@ -91,13 +93,29 @@ impl SqliteStore {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Reads the store's thread has run so far.
+    pub fn reads(&self) -> u64 {
+        self.shared.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A write, committed with the next batch; `synced`: only once that batch is on disk.
     async fn write<T: Send + 'static>(
         &self,
         synced: bool,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> StoreResult<T> {
-        let (job, reply) = write_job(synced, f);
+        self.write_then(synced, f, |_: &Shared, _: &T| {}).await
+    }
+
+    /// A write, and what the thread notes (in [`Shared`]) once it has committed.
+    async fn write_then<T: Send + 'static>(
+        &self,
+        synced: bool,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        note: impl FnOnce(&Shared, &T) + Send + 'static,
+    ) -> StoreResult<T> {
+        let shared = self.shared.clone();
+        let (job, reply) = write_job(synced, f, move |value| note(&shared, value));
         self.jobs.send(job).await.map_err(closed)?;
         reply.await.map_err(closed)?
     }
@@ -124,8 +142,15 @@ impl SessionStore for SqliteStore {
             if bodies.is_empty() {
                 return Ok(());
             }
-            self.write(true, move |c| ops::append(c, &session, &bodies).map(drop))
-                .await
+            let added = bodies.len();
+            let noted = session.clone();
+            self.write_then(
+                true,
+                move |c| ops::append(c, &session, &bodies),
+                move |shared, first| shared.lengths.set(&noted, *first as usize + added),
+            )
+            .await
+            .map(drop)
         })
     }
 
@@ -137,24 +162,57 @@ impl SessionStore for SqliteStore {
     ) -> BoxFuture<'a, StoreResult<Appended>> {
         let (session, key) = (session.to_owned(), key.to_owned());
         let bodies: Vec<String> = entries.iter().map(Entry::encode).collect();
-        Box::pin(self.write(true, move |c| ops::append_once(c, &session, &key, &bodies)))
+        let noted = session.clone();
+        Box::pin(self.write_then(
+            true,
+            move |c| ops::append_once(c, &session, &key, &bodies),
+            // Its new length is not known here: the next load asks.
+            move |shared, _| shared.lengths.forget(&noted),
+        ))
     }
 
     fn record<'a>(
         &'a self,
         session: &'a str,
         entry: &'a Entry,
-        blobs: &'a [Blob],
-    ) -> BoxFuture<'a, StoreResult<()>> {
+        blobs: Vec<Blob>,
+    ) -> BoxFuture<'a, StoreResult<u64>> {
         let session = session.to_owned();
         let body = entry.encode();
-        let blobs = blobs.to_vec();
-        Box::pin(self.write(false, move |c| ops::record(c, &session, &body, &blobs)))
+        let noted = session.clone();
+        Box::pin(async move {
+            let at = self
+                .write_then(
+                    false,
+                    move |c| ops::record(c, &session, &body, &blobs),
+                    move |shared, at| shared.lengths.set(&noted, *at as usize + 1),
+                )
+                .await?;
+            Ok(at.max(0) as u64)
+        })
     }
 
     fn entry_count<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<usize>> {
-        let session = session.to_owned();
-        Box::pin(self.read(move |c| schema::entry_count(c, &session)))
+        Box::pin(async move {
+            // A closed or lost store answers as its thread would: with an error.
+            if self.jobs.is_closed() {
+                return Err(closed(()));
+            }
+            if let Some(reason) = self.shared.broken() {
+                return Err(StoreError::Unavailable(reason));
+            }
+            if let Some(len) = self.shared.lengths.get(session) {
+                return Ok(len);
+            }
+            let session = session.to_owned();
+            let shared = self.shared.clone();
+            self.read(move |c| {
+                let len = schema::entry_count(c, &session)?;
+                shared.lengths.set(&session, len);
+                Ok(len)
+            })
+            .await
+        })
     }
 
     fn load_from<'a>(
@@ -202,7 +260,15 @@ impl SessionStore for SqliteStore {
             // In slices, so the writes of requests in flight are never held up for long.
             loop {
                 let slice = self
-                    .write(false, move |c| ops::sweep_slice(c, &retention, now_ms))
+                    .write_then(
+                        false,
+                        move |c| ops::sweep_slice(c, &retention, now_ms),
+                        |shared, slice| {
+                            if slice.expired + slice.evicted > 0 {
+                                shared.lengths.clear();
+                            }
+                        },
+                    )
                     .await?;
                 report.expired += slice.expired;
                 report.evicted += slice.evicted;

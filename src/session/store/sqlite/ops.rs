@@ -64,14 +64,15 @@ pub fn append_once(
     Ok(Appended::Written)
 }
 
-/// A request record and the content blobs the session does not hold yet.
+/// A request record and the content blobs the session does not hold yet; returns the
+/// record's position.
 pub fn record(
     conn: &Connection,
     session: &str,
     body: &str,
     blobs: &[Blob],
-) -> rusqlite::Result<()> {
-    append(conn, session, std::slice::from_ref(&body.to_owned()))?;
+) -> rusqlite::Result<i64> {
+    let at = append(conn, session, std::slice::from_ref(&body.to_owned()))?;
     let mut known = conn.prepare_cached(
         "SELECT EXISTS(SELECT 1 FROM session_blobs WHERE session = ?1 AND key = ?2)",
     )?;
@@ -80,16 +81,20 @@ pub fn record(
     let mut added = 0i64;
     for blob in blobs {
         // Checked first, so content already stored is never copied into a statement again.
-        if !known.query_row(params![session, &blob.key[..]], |r| r.get::<_, bool>(0))? {
-            insert.execute(params![session, &blob.key[..], &blob.bytes])?;
-            added += blob.bytes.len() as i64;
+        if known.query_row(params![session, &blob.key[..]], |r| r.get::<_, bool>(0))? {
+            continue;
+        }
+        // Made canonical here, one message at a time.
+        if let Some(bytes) = blob.stored_bytes() {
+            insert.execute(params![session, &blob.key[..], &bytes[..]])?;
+            added += bytes.len() as i64;
         }
     }
     if added > 0 {
         conn.prepare_cached("UPDATE sessions SET blob_bytes = blob_bytes + ?2 WHERE id = ?1")?
             .execute(params![session, added])?;
     }
-    Ok(())
+    Ok(at)
 }
 
 pub fn get_blobs(

@@ -16,6 +16,7 @@
 //! connection is left unclosed rather than checkpointed into, or deleting the log of,
 //! whatever file now has its name.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -43,6 +44,51 @@ pub enum Job {
     Close(oneshot::Sender<()>),
 }
 
+/// Each session's log length as the thread last knew it, so that asking how long a log is
+/// (every session load) needs no trip to the thread. Only the thread writes it: after a
+/// read, and after each write's commit, in job order, so a caller that has heard its write
+/// committed reads at least that length. Cleared when it grows past [`LENGTHS_KEPT`]
+/// sessions and whenever sessions are deleted.
+#[derive(Default)]
+pub struct Lengths(Mutex<HashMap<String, usize>>);
+
+/// Sessions whose lengths are remembered (about 100 bytes each).
+const LENGTHS_KEPT: usize = 16_384;
+
+impl Lengths {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn get(&self, session: &str) -> Option<usize> {
+        self.map().get(session).copied()
+    }
+
+    /// Called on the store's thread only.
+    pub fn set(&self, session: &str, len: usize) {
+        let mut map = self.map();
+        if map.len() >= LENGTHS_KEPT && !map.contains_key(session) {
+            map.clear();
+        }
+        match map.get_mut(session) {
+            Some(known) => *known = len,
+            None => {
+                map.insert(session.to_owned(), len);
+            }
+        }
+    }
+
+    /// Called on the store's thread only.
+    pub fn forget(&self, session: &str) {
+        self.map().remove(session);
+    }
+
+    /// Called on the store's thread only.
+    pub fn clear(&self) {
+        self.map().clear();
+    }
+}
+
 /// What the thread and the store's callers share.
 pub struct Shared {
     pub files: FileWatch,
@@ -51,6 +97,9 @@ pub struct Shared {
     pub errors: Option<IntCounterVec>,
     /// Synced commits so far (each one fsync), for the group-commit figures.
     pub synced_commits: AtomicU64,
+    /// Reads run so far: what a cache in front saves shows here.
+    pub reads: AtomicU64,
+    pub lengths: Lengths,
 }
 
 impl Shared {
@@ -89,10 +138,12 @@ fn sqlite_error(err: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(format!("sqlite: {err}"))
 }
 
-/// A job that runs `f` in a savepoint and reports its result after the commit.
+/// A job that runs `f` in a savepoint and reports its result after the commit; `committed`
+/// runs on the thread first, once the result is on record.
 pub fn write_job<T: Send + 'static>(
     synced: bool,
     f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    committed: impl FnOnce(&T) + Send + 'static,
 ) -> (Job, oneshot::Receiver<StoreResult<T>>) {
     let (tx, rx) = oneshot::channel();
     let run: WriteFn = Box::new(move |conn| {
@@ -102,6 +153,9 @@ pub fn write_job<T: Send + 'static>(
                 Some(r) => r.map_err(sqlite_error),
                 None => Err(StoreError::Unavailable("sqlite: write not run".into())),
             });
+            if let Ok(value) = &outcome {
+                committed(value);
+            }
             let _ = tx.send(outcome);
         })
     });
@@ -153,6 +207,7 @@ pub fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>)
         for job in batch {
             match job {
                 Job::Read(read) => {
+                    shared.reads.fetch_add(1, Ordering::Relaxed);
                     read(match shared.broken() {
                         None => Ok(&conn),
                         Some(reason) => Err(StoreError::Unavailable(reason)),
