@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::blocks;
 use super::breakpoints::{self, BreakpointMode, Plan};
 use super::scan;
-use super::seq::{render, Container, Item};
+use super::seq::{render, render_bound, rendered, Container, Item, Seq};
 use super::{owned_keys, Envelope, SystemForm};
 use crate::providers::Endpoint;
 
@@ -100,48 +100,52 @@ impl Envelope {
         let mut done = Vec::new();
         for (i, e) in self.top.iter().enumerate() {
             let key = scan::decode_str(b, &e.key).unwrap_or_default();
-            let new_value: Option<Option<Vec<u8>>> =
+            let new_value: Option<Option<Section<'_>>> =
                 if owned_keys(self.endpoint).contains(&key.as_str()) {
                     done.push(key.clone());
                     ctx.section(&key)
                 } else if let Some((_, v)) = option_edits.iter().rev().find(|(k, _)| *k == key) {
                     done.push(key.clone());
-                    Some(v.as_ref().map(|v| v.to_vec()))
+                    Some(v.as_ref().map(|v| Section::Bytes(v.to_vec())))
                 } else {
                     None
                 };
             let whole = e.key.start..e.value.end;
-            let bytes = match new_value {
-                None => Cow::Borrowed(&b[whole]),
+            let key_part = &b[e.key.start..e.value.start];
+            items.push(match new_value {
+                None => Item::new(Some(i), Cow::Borrowed(&b[whole])),
                 Some(None) => continue,
-                Some(Some(v)) => {
-                    let mut out = b[e.key.start..e.value.start].to_vec();
+                Some(Some(Section::Bytes(v))) => {
+                    let mut out = key_part.to_vec();
                     out.extend_from_slice(&v);
-                    Cow::Owned(out)
+                    Item::new(Some(i), Cow::Owned(out))
                 }
-            };
-            items.push(Item {
-                origin: Some(i),
-                bytes,
+                Some(Some(Section::Seq(seq))) => Item {
+                    origin: Some(i),
+                    bytes: Cow::Borrowed(key_part),
+                    then: Some(Box::new(seq)),
+                },
             });
         }
         for key in owned_keys(self.endpoint) {
             if !done.iter().any(|d| d == key) {
-                if let Some(Some(v)) = ctx.section(key) {
-                    items.push(Item {
+                match ctx.section(key) {
+                    Some(Some(Section::Bytes(v))) => {
+                        items.push(Item::new(None, Cow::Owned(entry(key, &v))))
+                    }
+                    Some(Some(Section::Seq(seq))) => items.push(Item {
                         origin: None,
-                        bytes: Cow::Owned(entry(key, &v)),
-                    });
+                        bytes: Cow::Owned(entry(key, b"")),
+                        then: Some(Box::new(seq)),
+                    }),
+                    _ => {}
                 }
             }
         }
         for (k, (key, value)) in option_edits.iter().enumerate() {
             let last = !option_edits[k + 1..].iter().any(|(o, _)| o == key);
             if let (true, false, Some(v)) = (last, done.contains(key), value) {
-                items.push(Item {
-                    origin: None,
-                    bytes: Cow::Owned(entry(key, v)),
-                });
+                items.push(Item::new(None, Cow::Owned(entry(key, v))));
             }
         }
         let elems: Vec<scan::Span> = self.top.iter().map(|e| e.key.start..e.value.end).collect();
@@ -150,10 +154,17 @@ impl Envelope {
             span: Some(self.top_span.clone()),
             elems: &elems,
         };
-        let mut out = Vec::with_capacity(b.len() + 256);
+        // Sized once: a buffer that grows doubles, and a 30 MB body one byte longer than
+        // its original would hold 60 MB for as long as it is in flight.
+        let capacity = b.len() - self.top_span.len() + render_bound(&container, &items);
+        let mut out = Vec::with_capacity(capacity);
         out.extend_from_slice(&b[..self.top_span.start]);
         render(&container, b'{', b'}', &items, &mut out);
         out.extend_from_slice(&b[self.top_span.end..]);
+        debug_assert!(
+            out.len() <= capacity,
+            "the compiled body outgrew its estimate"
+        );
         Bytes::from(out)
     }
 }
@@ -200,25 +211,34 @@ struct Ctx<'a> {
     plan: &'a Plan,
 }
 
+/// A top-level value the envelope owns, as compiled.
+enum Section<'a> {
+    Bytes(Vec<u8>),
+    /// Rendered straight into the output when the body is written (the messages: most of
+    /// a large body, not worth a buffer of their own).
+    Seq(Seq<'a>),
+}
+
 impl<'a> Ctx<'a> {
     /// The new value of an envelope-owned top-level key: `None` = unchanged,
     /// `Some(None)` = remove the key.
-    fn section(&self, key: &str) -> Option<Option<Vec<u8>>> {
+    fn section(&self, key: &str) -> Option<Option<Section<'a>>> {
+        let bytes = |v: Option<Option<Vec<u8>>>| v.map(|v| v.map(Section::Bytes));
         let env = self.env;
         match (env.endpoint, key) {
             (_, "model") => None,
-            (_, "tools") => self.tools(),
+            (_, "tools") => bytes(self.tools()),
             (Endpoint::Chat, "messages") => self.messages(),
             (Endpoint::Responses, "input") => self.messages(),
             (Endpoint::Responses, "instructions") => match env.system_form {
                 SystemForm::LeadingMessages { .. } => None,
-                _ => self.text_system(),
+                _ => bytes(self.text_system()),
             },
             (_, "messages") => self.messages(),
             (_, "system") => match env.system_form {
-                SystemForm::Blocks(_) => self.block_system(),
-                _ if !self.plan.system.is_empty() => self.block_system(),
-                _ => self.text_system(),
+                SystemForm::Blocks(_) => bytes(self.block_system()),
+                _ if !self.plan.system.is_empty() => bytes(self.block_system()),
+                _ => bytes(self.text_system()),
             },
             _ => None,
         }
@@ -243,10 +263,7 @@ impl<'a> Ctx<'a> {
                             .map_or(Cow::Borrowed(raw), Cow::Owned),
                         None => Cow::Borrowed(raw),
                     };
-                    Item {
-                        origin: t.origin,
-                        bytes,
-                    }
+                    Item::new(t.origin, bytes)
                 })
                 .collect();
         let c = Container {
@@ -254,9 +271,7 @@ impl<'a> Ctx<'a> {
             span: env.tools_orig.span.clone(),
             elems: &env.tools_orig.elems,
         };
-        let mut out = Vec::new();
-        render(&c, b'[', b']', &items, &mut out);
-        Some(Some(out))
+        Some(Some(rendered(&c, b'[', b']', &items)))
     }
 
     /// A string system prompt (Anthropic `system`, Responses `instructions`).
@@ -298,10 +313,7 @@ impl<'a> Ctx<'a> {
                     .as_ref()
                     .and_then(|e| e.origin)
                     .filter(|_| blocks_form);
-                Item {
-                    origin,
-                    bytes: Cow::Owned(bytes),
-                }
+                Item::new(origin, Cow::Owned(bytes))
             })
             .collect();
         let (span, elems) = match &env.system_form {
@@ -316,12 +328,10 @@ impl<'a> Ctx<'a> {
             span,
             elems: &elems,
         };
-        let mut out = Vec::new();
-        render(&c, b'[', b']', &items, &mut out);
-        Some(Some(out))
+        Some(Some(rendered(&c, b'[', b']', &items)))
     }
 
-    fn messages(&self) -> Option<Option<Vec<u8>>> {
+    fn messages(&self) -> Option<Option<Section<'a>>> {
         let env = self.env;
         let leading = match &env.system_form {
             SystemForm::LeadingMessages { role } => Some(role.as_str()),
@@ -338,20 +348,16 @@ impl<'a> Ctx<'a> {
         if let Some(role) = leading {
             for part in &env.system {
                 let item = match &part.element {
-                    Some(el) if !part.rewritten => Item {
-                        origin: el.origin,
-                        bytes: Cow::Borrowed(env.bytes_of(&el.raw)),
-                    },
-                    Some(el) => Item {
-                        origin: el.origin,
-                        bytes: Cow::Owned(rewritten_message(env.bytes_of(&el.raw), &part.text)),
-                    },
+                    Some(el) if !part.rewritten => {
+                        Item::new(el.origin, Cow::Borrowed(env.bytes_of(&el.raw)))
+                    }
+                    Some(el) => Item::new(
+                        el.origin,
+                        Cow::Owned(rewritten_message(env.bytes_of(&el.raw), &part.text)),
+                    ),
                     None => {
                         let m = serde_json::json!({"role": role, "content": part.text});
-                        Item {
-                            origin: None,
-                            bytes: Cow::Owned(serde_json::to_vec(&m).unwrap_or_default()),
-                        }
+                        Item::new(None, Cow::Owned(serde_json::to_vec(&m).unwrap_or_default()))
                     }
                 };
                 items.push(item);
@@ -365,10 +371,7 @@ impl<'a> Ctx<'a> {
                 }
                 None => Cow::Borrowed(raw),
             };
-            items.push(Item {
-                origin: m.origin,
-                bytes,
-            });
+            items.push(Item::new(m.origin, bytes));
         }
         let anthropic = env.is_anthropic();
         for m in &env.uncached {
@@ -380,19 +383,19 @@ impl<'a> Ctx<'a> {
                 Some(stripped) => Cow::Owned(stripped),
                 None => Cow::Borrowed(raw),
             };
-            items.push(Item {
-                origin: None,
-                bytes,
-            });
+            items.push(Item::new(None, bytes));
         }
         let c = Container {
             src: &env.body,
             span: env.messages_orig.span.clone(),
             elems: &env.messages_orig.elems,
         };
-        let mut out = Vec::new();
-        render(&c, b'[', b']', &items, &mut out);
-        Some(Some(out))
+        Some(Some(Section::Seq(Seq {
+            c,
+            open: b'[',
+            close: b']',
+            items,
+        })))
     }
 }
 

@@ -7,6 +7,37 @@ use super::scan::Span;
 pub(crate) struct Item<'a> {
     pub origin: Option<usize>,
     pub bytes: std::borrow::Cow<'a, [u8]>,
+    /// A container written right after `bytes`: a large section (the messages) rendered
+    /// straight into the output rather than into a buffer of its own and then copied.
+    pub then: Option<Box<Seq<'a>>>,
+}
+
+impl<'a> Item<'a> {
+    pub fn new(origin: Option<usize>, bytes: std::borrow::Cow<'a, [u8]>) -> Item<'a> {
+        Item {
+            origin,
+            bytes,
+            then: None,
+        }
+    }
+}
+
+/// A container to render: the original's layout, its brackets and its new items.
+pub(crate) struct Seq<'a> {
+    pub c: Container<'a>,
+    pub open: u8,
+    pub close: u8,
+    pub items: Vec<Item<'a>>,
+}
+
+impl Seq<'_> {
+    pub fn bound(&self) -> usize {
+        render_bound(&self.c, &self.items)
+    }
+
+    pub fn write(&self, out: &mut Vec<u8>) {
+        render(&self.c, self.open, self.close, &self.items, out);
+    }
 }
 
 /// The original container: its span in `src` and its element spans (for objects, from the
@@ -21,6 +52,26 @@ impl Container<'_> {
     fn gap(&self, i: usize) -> &[u8] {
         &self.src[self.elems[i].end..self.elems[i + 1].start]
     }
+}
+
+/// The most [`render`] can write for `items`: what they hold, a comma each, the brackets,
+/// and whatever of the original container lies between its elements.
+pub(crate) fn render_bound(c: &Container<'_>, items: &[Item<'_>]) -> usize {
+    let between = c.span.as_ref().map_or(0, |span| {
+        span.len() - c.elems.iter().map(|e| e.len()).sum::<usize>()
+    });
+    let item = |i: &Item<'_>| i.bytes.len() + 1 + i.then.as_ref().map_or(0, |s| s.bound());
+    between + items.iter().map(item).sum::<usize>() + 2
+}
+
+/// [`render`] into a buffer of its own, sized once: a buffer that grows doubles, and the
+/// messages of a 30 MB body would take 60 MB.
+pub(crate) fn rendered(c: &Container<'_>, open: u8, close: u8, items: &[Item<'_>]) -> Vec<u8> {
+    let bound = render_bound(c, items);
+    let mut out = Vec::with_capacity(bound);
+    render(c, open, close, items, &mut out);
+    debug_assert!(out.len() <= bound, "rendered past its bound");
+    out
 }
 
 /// Write `open`, the items joined by the original separators where possible (`,`
@@ -47,6 +98,9 @@ pub(crate) fn render(
             }
         }
         out.extend_from_slice(&item.bytes);
+        if let Some(seq) = &item.then {
+            seq.write(out);
+        }
     }
     if let (Some(span), Some(last)) = (&c.span, items.last()) {
         if n > 0 && last.origin == Some(n - 1) {
@@ -61,6 +115,41 @@ mod tests {
     use super::*;
     use std::borrow::Cow;
 
+    /// The buffer sized by `render_bound` never grows, a nested container included, and
+    /// is not much larger than what is written.
+    #[test]
+    fn the_bound_holds_what_is_rendered() {
+        let src = b"[ 1 ,\n 2 ,3 ]";
+        let elems = [2..3, 7..8, 10..11];
+        let c = || Container {
+            src,
+            span: Some(0..src.len()),
+            elems: &elems,
+        };
+        let nested = Seq {
+            c: c(),
+            open: b'[',
+            close: b']',
+            items: vec![
+                Item::new(Some(2), Cow::Borrowed(b"3")),
+                Item::new(None, Cow::Borrowed(b"44")),
+            ],
+        };
+        let items = vec![
+            Item::new(Some(0), Cow::Borrowed(b"1")),
+            Item {
+                origin: None,
+                bytes: Cow::Borrowed(b"\"k\":"),
+                then: Some(Box::new(nested)),
+            },
+            Item::new(Some(1), Cow::Borrowed(b"2")),
+        ];
+        let out = rendered(&c(), b'[', b']', &items);
+        assert_eq!(out, b"[ 1,\"k\":[3,44],2]");
+        let bound = render_bound(&c(), &items);
+        assert!(out.len() <= bound && bound <= out.len() + 2 * src.len());
+    }
+
     #[test]
     fn untouched_neighbours_keep_their_separators() {
         let src = b"[ 1 ,\n 2 ,3 ]";
@@ -70,10 +159,7 @@ mod tests {
             span: Some(0..src.len()),
             elems: &elems,
         };
-        let item = |o: Option<usize>, b: &'static [u8]| Item {
-            origin: o,
-            bytes: Cow::Borrowed(b),
-        };
+        let item = |o: Option<usize>, b: &'static [u8]| Item::new(o, Cow::Borrowed(b));
         let mut out = Vec::new();
         render(
             &c,
