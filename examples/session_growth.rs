@@ -116,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
             client: Some("pi"),
             shape: &req.shape,
             history: &history,
+            hashes: None,
             usage: None,
             status: Some(200),
             lane: 0,

@@ -396,6 +396,7 @@ impl Pipeline {
             client: Some(ctx.client.label()),
             shape: &shape,
             history: &history,
+            hashes: Some(&session_ctx.history),
             usage,
             status: Some(status),
             lane,
@@ -422,12 +423,16 @@ impl Pipeline {
         if let Some(at) = ctx.replayed_at_ms {
             record.time = at;
         }
-        let written = store
-            .record(&session_ctx.id.id, &Entry::Request(record), blobs)
-            .await;
-        if let Err(e) = written {
+        let session = session_ctx.id.id.as_str();
+        let entry = Entry::Request(record);
+        match store.record(session, &entry, blobs).await {
+            Ok(_) => {
+                if let Entry::Request(record) = &entry {
+                    self.sent.remember(session, record, &shape.messages);
+                }
+            }
             // The response is already with the client; only the timeline loses an entry.
-            let _ = self.store_failed("record", &e);
+            Err(e) => drop(self.store_failed("record", &e)),
         }
     }
 
@@ -444,7 +449,7 @@ impl Pipeline {
         sent: &Envelope,
         (usage, now_ms): (crate::usage::Usage, u64),
     ) -> Option<crate::measure::Diagnosis> {
-        let prev_shape = previous_shape(store, session, log, prev, shape).await;
+        let prev_shape = previous_shape(store, &self.sent, session, log, prev, shape).await;
         let min_tokens = crate::measure::breaks::min_tokens(&shape.model);
         let previous = crate::measure::Previous {
             shape: &prev_shape,
@@ -526,6 +531,7 @@ impl Pipeline {
 /// read from the store only when they differ from this request's).
 async fn previous_shape(
     store: &dyn session::SessionStore,
+    sent: &session::record::SentMemo,
     session: &str,
     log: &session::SessionLog,
     prev: &session::RequestRecord,
@@ -566,7 +572,7 @@ async fn previous_shape(
         tools_key,
         system,
         system_key,
-        messages: session::sent_keys(log, prev.request_index).unwrap_or_default(),
+        messages: sent.keys_of(session, log, prev).unwrap_or_default(),
         tail: prev
             .tail
             .iter()

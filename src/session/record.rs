@@ -30,6 +30,9 @@ pub struct RequestDraft<'a> {
     pub shape: &'a PromptShape,
     /// The raw bytes of `shape.messages`, in order: the content stored for new messages.
     pub history: &'a [bytes::Bytes],
+    /// The prefix hashes of `shape.messages`, when the session's anchors already hold them
+    /// (a request sent as the client wrote it); computed otherwise.
+    pub hashes: Option<&'a PrefixHashes>,
     pub usage: Option<Usage>,
     pub status: Option<u16>,
     pub lane: u32,
@@ -71,8 +74,15 @@ pub fn compact_request(
     draft: &RequestDraft<'_>,
 ) -> (RequestRecord, Vec<Blob>) {
     let shape = draft.shape;
-    let hashes = PrefixHashes::from_keys(shape.messages.clone());
-    let (extends, base) = find_base(prior, &hashes);
+    let computed;
+    let hashes = match draft.hashes.filter(|h| h.keys() == shape.messages) {
+        Some(known) => known,
+        None => {
+            computed = PrefixHashes::from_keys(shape.messages.clone());
+            &computed
+        }
+    };
+    let (extends, base) = find_base(prior, hashes);
     let full = hashes.full();
     let keys = shape.messages[base..].iter().map(hex::encode).collect();
     // Made canonical by the store as it writes them.
@@ -194,6 +204,62 @@ pub fn sent_keys(log: &(impl Entries + ?Sized), request_index: u64) -> Option<Ve
         }
     }
     Some(keys)
+}
+
+/// The full key lists of the requests this process recorded last, by session: the next
+/// request's diagnosis compares with them without following the log's chain of deltas
+/// and decoding every key of the history again. A record is recognised by its index and
+/// the hash of all it sent, so a session deleted and begun again never reads a stale
+/// list; anything not here is rebuilt from the log.
+pub struct SentMemo {
+    lists: moka::sync::Cache<String, (u64, String, std::sync::Arc<Vec<MessageKey>>)>,
+}
+
+/// The bytes of key lists kept (a 500 KB history of 250 messages is 8 KB of keys).
+const SENT_MEMO_BYTES: u64 = 8 * 1024 * 1024;
+
+impl Default for SentMemo {
+    fn default() -> Self {
+        let lists = moka::sync::Cache::builder()
+            .max_capacity(SENT_MEMO_BYTES)
+            .weigher(
+                |id: &String, (_, hash, keys): &(u64, String, std::sync::Arc<Vec<MessageKey>>)| {
+                    let bytes = id.len() + hash.len() + keys.len() * 32 + 64;
+                    u32::try_from(bytes).unwrap_or(u32::MAX)
+                },
+            )
+            .build();
+        SentMemo { lists }
+    }
+}
+
+impl SentMemo {
+    /// Remember what `record` sent: `keys`, the whole list its delta stands for.
+    pub fn remember(&self, session: &str, record: &RequestRecord, keys: &[MessageKey]) {
+        let entry = (
+            record.request_index,
+            record.sent.hash.clone(),
+            std::sync::Arc::new(keys.to_vec()),
+        );
+        self.lists.insert(session.to_owned(), entry);
+    }
+
+    /// The keys `record` sent: remembered, or rebuilt from the log ([`sent_keys`]).
+    pub fn keys_of(
+        &self,
+        session: &str,
+        log: &(impl Entries + ?Sized),
+        record: &RequestRecord,
+    ) -> Option<Vec<MessageKey>> {
+        match self.lists.get(session) {
+            Some((index, hash, keys))
+                if index == record.request_index && hash == record.sent.hash =>
+            {
+                Some(keys.as_ref().clone())
+            }
+            _ => sent_keys(log, record.request_index),
+        }
+    }
 }
 
 /// A hex content address.

@@ -82,6 +82,7 @@ pub async fn record_sent(
         client: Some("pi"),
         shape: &req.shape,
         history: &history,
+        hashes: None,
         usage: None,
         status: Some(200),
         lane: 0,
