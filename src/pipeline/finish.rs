@@ -289,7 +289,7 @@ impl Pipeline {
                     turn_index,
                     ..
                 } = identified;
-                let session_ctx = match session::prepare(store.as_ref(), session, history).await {
+                let session_ctx = match session::observed(store.as_ref(), session, history).await {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = self.store_failed("load", &e);
@@ -424,12 +424,21 @@ impl Pipeline {
             record.time = at;
         }
         let session = session_ctx.id.id.as_str();
-        let entry = Entry::Request(record);
-        match store.record(session, &entry, blobs).await {
-            Ok(_) => {
-                if let Entry::Request(record) = &entry {
-                    self.sent.remember(session, record, &shape.messages);
-                }
+        // An observed request's index is taken as its record is written, in the same write.
+        let written = match loaded_now {
+            true => store
+                .record_next(session, Entry::Request(record.clone()), blobs)
+                .await
+                .map(|(index, _)| index),
+            false => store
+                .record(session, &Entry::Request(record.clone()), blobs)
+                .await
+                .map(|_| record.request_index),
+        };
+        match written {
+            Ok(index) => {
+                record.request_index = index;
+                self.sent.remember(session, &record, &shape.messages);
             }
             // The response is already with the client; only the timeline loses an entry.
             Err(e) => drop(self.store_failed("record", &e)),

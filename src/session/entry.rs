@@ -33,6 +33,14 @@ pub enum Entry {
 }
 
 impl Entry {
+    /// The entry with its request index set (a request record; any other entry as it is).
+    pub fn with_request_index(mut self, index: u64) -> Entry {
+        if let Entry::Request(record) = &mut self {
+            record.request_index = index;
+        }
+        self
+    }
+
     /// Decode one stored entry; unreadable ones become [`Entry::Unknown`].
     pub fn decode(text: &str) -> Entry {
         serde_json::from_str(text).unwrap_or(Entry::Unknown)

@@ -42,6 +42,22 @@ pub async fn prepare(
     })
 }
 
+/// Load an observed request's session after its answer. Its request index is not taken
+/// here: nothing read it before the answer, so the store takes it as it writes the record
+/// ([`SessionStore::record_next`]), in one write instead of two. Until then it reads 0.
+pub async fn observed(
+    store: &dyn SessionStore,
+    id: SessionId,
+    hashes: PrefixHashes,
+) -> StoreResult<SessionContext> {
+    Ok(SessionContext {
+        log: store.load(&id.id).await?,
+        id,
+        request_index: 0,
+        history: hashes,
+    })
+}
+
 impl SessionContext {
     /// Which persisted patches apply to this request, and which are stale.
     pub fn plan(&self) -> ReplayPlan<'_> {

@@ -28,7 +28,7 @@ pub use entry::{
     is_persisted_reason, now_ms, ContextTransform, Entry, PatchEvent, PatchOutcome, RequestRecord,
     SentMessages, ENTRY_VERSION,
 };
-pub use flow::{prepare, PersistedOnce, SessionContext};
+pub use flow::{observed, prepare, PersistedOnce, SessionContext};
 pub use identity::{identify, IdSource, SessionId};
 pub use log::{Entries, SessionLog};
 pub use normalize::{message_key, MessageKey};

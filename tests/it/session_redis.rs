@@ -71,20 +71,27 @@ async fn two_instances_serve_one_session_interchangeably() {
         .await
         .unwrap();
     assert_eq!(at, before + 1);
+    // The index taken with a record continues the one counter both instances share.
+    let next = a.next_request_index("s").await.unwrap();
+    let (index, at) = b
+        .record_next("s", insert_note(&full[..1], "r2", 8), vec![])
+        .await
+        .unwrap();
+    assert_eq!((index, at), (next + 1, before + 2));
     // `a` keeps its own record in its cached log; it still sees `b`'s.
     let (here, there) = (a.load("s").await.unwrap(), b.load("s").await.unwrap());
-    assert_eq!(here.len() as u64, before + 2);
+    assert_eq!(here.len() as u64, before + 3);
     assert_eq!(here, there);
     let stats = b.stats().await.unwrap();
     assert_eq!(stats.blobs, 1, "a blob is stored once");
     assert_eq!(stats.blob_bytes, 2);
-    assert_eq!(stats.entries, 9);
+    assert_eq!(stats.entries, 10);
 
     let sessions = b.list_sessions(10).await.unwrap();
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0].id, "s");
-    assert_eq!(sessions[0].entries, 9);
-    assert_eq!(sessions[0].requests, 6);
+    assert_eq!(sessions[0].entries, 10);
+    assert_eq!(sessions[0].requests, 8);
     assert!(sessions[0].created <= sessions[0].updated);
 }
 

@@ -148,6 +148,36 @@ async fn a_request_record_is_not_read_back_by_the_next_load() {
     );
 }
 
+/// An observed request's index is taken in the same write as its record: the indices
+/// continue the session's one counter (shared with requests that took theirs before
+/// forwarding), each record carries its own, and the cache holds what the store holds.
+#[tokio::test]
+async fn a_record_takes_its_request_index_in_the_same_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let cached = CachedStore::new(sqlite.clone(), 1 << 20);
+    let placeholder = Entry::Request(cachet::session::RequestRecord::default());
+    assert_eq!(cached.next_request_index("s").await.unwrap(), 0);
+    let (index, at) = cached
+        .record_next("s", placeholder.clone(), vec![])
+        .await
+        .unwrap();
+    assert_eq!((index, at), (1, 0));
+    assert_eq!(cached.next_request_index("s").await.unwrap(), 2);
+    let (index, at) = cached.record_next("s", placeholder, vec![]).await.unwrap();
+    assert_eq!((index, at), (3, 1));
+    let log = cached.load("s").await.unwrap();
+    let indices: Vec<u64> = log
+        .iter()
+        .map(|e| match e {
+            Entry::Request(r) => r.request_index,
+            _ => u64::MAX,
+        })
+        .collect();
+    assert_eq!(indices, [1, 3]);
+    assert_eq!(log, sqlite.load("s").await.unwrap());
+}
+
 /// Records, patches and loads of the same sessions from concurrent tasks: whatever order
 /// the store takes them in, every load is a prefix of the log the store ends with, and the
 /// cache ends equal to it.

@@ -79,6 +79,15 @@ impl CachedStore {
         self.cache.weighted_size()
     }
 
+    /// Content the session now holds needs no second write.
+    async fn mark_stored(&self, session: &Arc<str>, keys: Vec<MessageKey>) {
+        for key in keys {
+            self.cache
+                .insert(Key::Stored(session.clone(), key), Item::Stored)
+                .await;
+        }
+    }
+
     /// The entry just written at position `at` joins the cached log when that log ends
     /// right before it, so the next load need not read it back. Any other cached log is
     /// left to the length check of the next load (another write came first, or a load
@@ -136,13 +145,30 @@ impl SessionStore for CachedStore {
             blobs.retain(|blob| !self.cache.contains_key(&Key::Stored(id.clone(), blob.key)));
             let written: Vec<MessageKey> = blobs.iter().map(|blob| blob.key).collect();
             let at = self.inner.record(session, entry, blobs).await?;
-            for key in written {
-                self.cache
-                    .insert(Key::Stored(id.clone(), key), Item::Stored)
-                    .await;
-            }
+            self.mark_stored(&id, written).await;
             self.extend_cached_log(id, at, entry).await;
             Ok(at)
+        })
+    }
+
+    fn record_next<'a>(
+        &'a self,
+        session: &'a str,
+        entry: Entry,
+        mut blobs: Vec<Blob>,
+    ) -> BoxFuture<'a, StoreResult<(u64, u64)>> {
+        Box::pin(async move {
+            let id: Arc<str> = session.into();
+            blobs.retain(|blob| !self.cache.contains_key(&Key::Stored(id.clone(), blob.key)));
+            let written: Vec<MessageKey> = blobs.iter().map(|blob| blob.key).collect();
+            let (index, at) = self
+                .inner
+                .record_next(session, entry.clone(), blobs)
+                .await?;
+            self.mark_stored(&id, written).await;
+            let entry = entry.with_request_index(index);
+            self.extend_cached_log(id, at, &entry).await;
+            Ok((index, at))
         })
     }
 

@@ -184,6 +184,25 @@ pub trait SessionStore: Send + Sync {
         blobs: Vec<Blob>,
     ) -> BoxFuture<'a, StoreResult<u64>>;
 
+    /// Take the session's next request index and record a request under it, as
+    /// [`next_request_index`](Self::next_request_index) then [`record`](Self::record) would;
+    /// for requests nothing read the index of before their answer. Returns the index and
+    /// the entry's position. A store that can do both in one write does.
+    fn record_next<'a>(
+        &'a self,
+        session: &'a str,
+        entry: Entry,
+        blobs: Vec<Blob>,
+    ) -> BoxFuture<'a, StoreResult<(u64, u64)>> {
+        Box::pin(async move {
+            let index = self.next_request_index(session).await?;
+            let at = self
+                .record(session, &entry.with_request_index(index), blobs)
+                .await?;
+            Ok((index, at))
+        })
+    }
+
     /// Number of entries in a session's log (0 for an unknown session).
     fn entry_count<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<usize>>;
 

@@ -192,6 +192,26 @@ impl SessionStore for SqliteStore {
         })
     }
 
+    fn record_next<'a>(
+        &'a self,
+        session: &'a str,
+        entry: Entry,
+        blobs: Vec<Blob>,
+    ) -> BoxFuture<'a, StoreResult<(u64, u64)>> {
+        let session = session.to_owned();
+        let noted = session.clone();
+        Box::pin(self.write_then(
+            false,
+            move |c| {
+                let index = ops::next_request_index(c, &session, now_ms())?;
+                let body = entry.with_request_index(index).encode();
+                let at = ops::record(c, &session, &body, &blobs)?;
+                Ok((index, at.max(0) as u64))
+            },
+            move |shared, (_, at)| shared.lengths.set(&noted, *at as usize + 1),
+        ))
+    }
+
     fn entry_count<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<usize>> {
         Box::pin(async move {
             // A closed or lost store answers as its thread would: with an error.
