@@ -238,7 +238,9 @@ impl Pipeline {
             self.read_body(&mut ctx, body).await?;
             self.check_body(&mut ctx)?;
             trace = self.trace_record(&ctx);
-            let shaped = self.shape(&ctx).await?;
+            // Boxed: shaping's state (7.6 KB) would otherwise sit in every request's future
+            // for as long as its answer streams, though it is done before forwarding.
+            let shaped = Box::pin(self.shape(&ctx)).await?;
             let session = ctx.session_for_logs(&shaped);
             ctx.telemetry
                 .record_shaping(session.as_deref(), &shaped.variant);
