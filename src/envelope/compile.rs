@@ -156,7 +156,8 @@ impl Envelope {
         };
         // Sized once: a buffer that grows doubles, and a 30 MB body one byte longer than
         // its original would hold 60 MB for as long as it is in flight.
-        let capacity = b.len() - self.top_span.len() + render_bound(&container, &items);
+        let capacity =
+            b.len().saturating_sub(self.top_span.len()) + render_bound(&container, &items);
         let mut out = Vec::with_capacity(capacity);
         out.extend_from_slice(&b[..self.top_span.start]);
         render(&container, b'{', b'}', &items, &mut out);

@@ -58,7 +58,8 @@ impl Container<'_> {
 /// and whatever of the original container lies between its elements.
 pub(crate) fn render_bound(c: &Container<'_>, items: &[Item<'_>]) -> usize {
     let between = c.span.as_ref().map_or(0, |span| {
-        span.len() - c.elems.iter().map(|e| e.len()).sum::<usize>()
+        span.len()
+            .saturating_sub(c.elems.iter().map(|e| e.len()).sum::<usize>())
     });
     let item = |i: &Item<'_>| i.bytes.len() + 1 + i.then.as_ref().map_or(0, |s| s.bound());
     between + items.iter().map(item).sum::<usize>() + 2
