@@ -79,6 +79,18 @@ impl CachedStore {
         self.cache.weighted_size()
     }
 
+    /// The blobs the session is not known to hold (content it holds needs no second
+    /// write), and their keys, to mark once written.
+    fn unstored(&self, session: &Arc<str>, mut blobs: Vec<Blob>) -> (Vec<Blob>, Vec<MessageKey>) {
+        blobs.retain(|blob| {
+            !self
+                .cache
+                .contains_key(&Key::Stored(session.clone(), blob.key))
+        });
+        let keys = blobs.iter().map(|blob| blob.key).collect();
+        (blobs, keys)
+    }
+
     /// Content the session now holds needs no second write.
     async fn mark_stored(&self, session: &Arc<str>, keys: Vec<MessageKey>) {
         for key in keys {
@@ -137,13 +149,11 @@ impl SessionStore for CachedStore {
         &'a self,
         session: &'a str,
         entry: &'a Entry,
-        mut blobs: Vec<Blob>,
+        blobs: Vec<Blob>,
     ) -> BoxFuture<'a, StoreResult<u64>> {
         Box::pin(async move {
             let id: Arc<str> = session.into();
-            // Content this session is known to hold needs no second write.
-            blobs.retain(|blob| !self.cache.contains_key(&Key::Stored(id.clone(), blob.key)));
-            let written: Vec<MessageKey> = blobs.iter().map(|blob| blob.key).collect();
+            let (blobs, written) = self.unstored(&id, blobs);
             let at = self.inner.record(session, entry, blobs).await?;
             self.mark_stored(&id, written).await;
             self.extend_cached_log(id, at, entry).await;
@@ -155,12 +165,11 @@ impl SessionStore for CachedStore {
         &'a self,
         session: &'a str,
         entry: Entry,
-        mut blobs: Vec<Blob>,
+        blobs: Vec<Blob>,
     ) -> BoxFuture<'a, StoreResult<(u64, u64)>> {
         Box::pin(async move {
             let id: Arc<str> = session.into();
-            blobs.retain(|blob| !self.cache.contains_key(&Key::Stored(id.clone(), blob.key)));
-            let written: Vec<MessageKey> = blobs.iter().map(|blob| blob.key).collect();
+            let (blobs, written) = self.unstored(&id, blobs);
             let (index, at) = self
                 .inner
                 .record_next(session, entry.clone(), blobs)
