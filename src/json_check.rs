@@ -35,13 +35,90 @@ enum Container {
 /// Check that `body` is one JSON value surrounded by optional whitespace, and call
 /// `on_field` for each field of it when it is an object.
 pub fn check(body: &[u8], on_field: impl FnMut(Field)) -> Result<(), Invalid> {
+    check_gathering(body, None, on_field)
+}
+
+/// [`check`], gathering the element spans of one top-level array field into `elements`.
+pub fn check_gathering(
+    body: &[u8],
+    elements: Option<&mut Elements<'_>>,
+    on_field: impl FnMut(Field),
+) -> Result<(), Invalid> {
     let start = State {
         pos: skip_ws(body, 0),
         stack: Vec::with_capacity(16),
         top_key: None,
         value_read: false,
     };
-    run(body, start, on_field)
+    run(body, start, elements, on_field)
+}
+
+/// The element spans of one top-level array field of an object body, gathered by the check
+/// as it passes them (so that a body's history is not scanned a second time): the first
+/// field whose key is one of `keys` and whose value is an array.
+#[derive(Debug)]
+pub struct Elements<'k> {
+    keys: &'k [&'k [u8]],
+    /// The field's key (between the quotes) and where its array starts, once found.
+    pub array: Option<(Range<usize>, usize)>,
+    /// Each element's span, in order.
+    pub spans: Vec<Range<usize>>,
+    /// Inside the array.
+    reading: bool,
+    /// Where the element being read starts.
+    start: Option<usize>,
+}
+
+impl<'k> Elements<'k> {
+    /// Gather the elements of the first array-valued field named one of `keys`.
+    pub fn of_first(keys: &'k [&'k [u8]]) -> Self {
+        Elements {
+            keys,
+            array: None,
+            spans: Vec::new(),
+            reading: false,
+            start: None,
+        }
+    }
+
+    /// A value starts at `pos` with `depth` containers open.
+    #[inline]
+    fn value_starts(&mut self, depth: usize, pos: usize) {
+        if depth == 2 && self.reading {
+            self.start = Some(pos);
+        }
+    }
+
+    /// An array opens at `pos` with `depth` containers open, as the value of `top_key`.
+    #[inline]
+    fn array_opens(&mut self, b: &[u8], depth: usize, top_key: &Option<(Range<usize>, usize)>) {
+        if depth != 1 || self.array.is_some() {
+            return;
+        }
+        if let Some((key, start)) = top_key {
+            if self.keys.contains(&&b[key.clone()]) {
+                self.array = Some((key.clone(), *start));
+                self.reading = true;
+            }
+        }
+    }
+
+    /// A value ended at `pos` with `depth` containers open.
+    #[inline]
+    fn value_ends(&mut self, depth: usize, pos: usize) {
+        if !self.reading {
+            return;
+        }
+        match depth {
+            2 => {
+                if let Some(start) = self.start.take() {
+                    self.spans.push(start..pos);
+                }
+            }
+            1 => self.reading = false,
+            _ => {}
+        }
+    }
 }
 
 /// Where a known prefix of an object body ends: just after an element of the array that is
@@ -59,13 +136,20 @@ pub struct Resume<'a> {
 /// [`check`] of a body whose bytes up to `resume.pos` are known to be a prefix the check
 /// accepts (they repeat a checked body's): the check goes on from the state it would have
 /// reached there, and reports the same fields.
+/// `elements`, when given, gathers the array's elements after `resume.pos` (when it names
+/// the array's key).
 pub fn check_resumed(
     body: &[u8],
     resume: &Resume<'_>,
+    mut elements: Option<&mut Elements<'_>>,
     mut on_field: impl FnMut(Field),
 ) -> Result<(), Invalid> {
     for field in resume.fields_before {
         on_field(field.clone());
+    }
+    if let Some(e) = elements.as_deref_mut() {
+        let top_key = Some((resume.array_key.clone(), resume.array_start));
+        e.array_opens(body, 1, &top_key);
     }
     let state = State {
         pos: resume.pos,
@@ -73,7 +157,7 @@ pub fn check_resumed(
         top_key: Some((resume.array_key.clone(), resume.array_start)),
         value_read: true,
     };
-    run(body, state, on_field)
+    run(body, state, elements, on_field)
 }
 
 /// The check's state between two bytes.
@@ -86,7 +170,12 @@ struct State {
     value_read: bool,
 }
 
-fn run(body: &[u8], state: State, mut on_field: impl FnMut(Field)) -> Result<(), Invalid> {
+fn run(
+    body: &[u8],
+    state: State,
+    mut elements: Option<&mut Elements<'_>>,
+    mut on_field: impl FnMut(Field),
+) -> Result<(), Invalid> {
     let b = body;
     let err = |offset: usize| Err(Invalid { offset });
     let State {
@@ -99,6 +188,9 @@ fn run(body: &[u8], state: State, mut on_field: impl FnMut(Field)) -> Result<(),
     'value: loop {
         // A value starts at `pos`, unless the check resumes just after one.
         if !std::mem::take(&mut value_read) {
+            if let Some(e) = elements.as_deref_mut() {
+                e.value_starts(stack.len(), pos);
+            }
             match b.get(pos) {
                 Some(b'{') => {
                     pos = skip_ws(b, pos + 1);
@@ -111,6 +203,9 @@ fn run(body: &[u8], state: State, mut on_field: impl FnMut(Field)) -> Result<(),
                     }
                 }
                 Some(b'[') => {
+                    if let Some(e) = elements.as_deref_mut() {
+                        e.array_opens(b, stack.len(), &top_key);
+                    }
                     pos = skip_ws(b, pos + 1);
                     if b.get(pos) == Some(&b']') {
                         pos += 1;
@@ -130,6 +225,9 @@ fn run(body: &[u8], state: State, mut on_field: impl FnMut(Field)) -> Result<(),
 
         // A value ended at `pos`: what may follow depends on the enclosing container.
         loop {
+            if let Some(e) = elements.as_deref_mut() {
+                e.value_ends(stack.len(), pos);
+            }
             if stack.len() == 1 {
                 if let Some((key, value_start)) = top_key.take() {
                     on_field(Field {
@@ -483,6 +581,44 @@ mod swar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The check gathers the spans the envelope's scanner finds, of the first array-valued
+    /// field named, from the start and resumed after any element.
+    #[test]
+    fn gathered_elements_are_the_scanners() {
+        let keys: &[&[u8]] = &[b"messages", b"input"];
+        let bodies: &[&str] = &[
+            r#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"text","text":"b"}]}]}"#,
+            r#" { "input" : "text", "messages" : [ 1 , "two" , [3, [4]] , {"a":{"b":[]}} , null ] , "x": [5] } "#,
+            r#"{"tools":[{"n":1}],"messages":[],"input":[{"type":"message"},true]}"#,
+            r#"{"messages":{"not":"an array"},"input":[[],{}]}"#,
+        ];
+        for body in bodies {
+            let b = body.as_bytes();
+            let mut e = Elements::of_first(keys);
+            let mut fields = Vec::new();
+            check_gathering(b, Some(&mut e), |f| fields.push(f)).unwrap();
+            let (key, start) = e.array.clone().expect(body);
+            assert!(keys.contains(&&b[key.clone()]), "{body}");
+            assert_eq!(b[start], b'[');
+            let scanned = crate::envelope::scan::elements(b, start).unwrap();
+            assert_eq!(e.spans, scanned, "{body}");
+            let at = fields.iter().position(|f| f.key == key).unwrap();
+            for known in 1..=scanned.len() {
+                let resume = Resume {
+                    pos: scanned[known - 1].end,
+                    fields_before: &fields[..at],
+                    array_key: key.clone(),
+                    array_start: start,
+                };
+                let mut resumed = Elements::of_first(keys);
+                let mut again = Vec::new();
+                check_resumed(b, &resume, Some(&mut resumed), |f| again.push(f)).unwrap();
+                assert_eq!(resumed.spans, scanned[known..], "{body} after {known}");
+                assert_eq!(again, fields, "{body} after {known}");
+            }
+        }
+    }
 
     fn valid(s: &str) -> bool {
         check(s.as_bytes(), |_| {}).is_ok()

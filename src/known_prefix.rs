@@ -27,6 +27,7 @@ use bytes::Bytes;
 
 use crate::envelope::scan::{self, Entry, Span};
 use crate::envelope::{Envelope, OrigFacts};
+use crate::json_check;
 use crate::session::PrefixHashes;
 
 /// Bodies kept under one lead: a conversation's forks share it.
@@ -125,6 +126,32 @@ pub struct Scanned<'a> {
     pub array_start: usize,
     pub before: &'a [Entry],
     pub elems: &'a [Span],
+}
+
+/// What the body check gathers of a body's history as it passes it, so that a body no
+/// envelope reads (no policy, monitoring off) is kept without a second scan: every
+/// top-level field, and the history array's element spans.
+pub struct Gathered {
+    pub(crate) fields: Vec<json_check::Field>,
+    pub(crate) elements: json_check::Elements<'static>,
+    /// The check's fast path ran to its end (serde_json's fallback gathers nothing).
+    pub(crate) complete: bool,
+}
+
+impl Gathered {
+    pub fn new() -> Self {
+        Gathered {
+            fields: Vec::new(),
+            elements: json_check::Elements::of_first(&HISTORY_KEYS),
+            complete: false,
+        }
+    }
+}
+
+impl Default for Gathered {
+    fn default() -> Self {
+        Gathered::new()
+    }
 }
 
 /// Recently read bodies, by their leads.
@@ -235,6 +262,44 @@ impl KnownPrefixes {
         }
         store.weight = (store.weight + weight).saturating_sub(freed);
         Some(known)
+    }
+}
+
+impl KnownPrefixes {
+    /// Keep a body the check passed whole, from what the check gathered of it, in place of
+    /// the one it was read from (`found`).
+    pub fn remember_checked(
+        &self,
+        body: &Bytes,
+        gathered: Gathered,
+        found: Option<&PrefixMatch>,
+    ) -> Option<Arc<Known>> {
+        if !gathered.complete {
+            return None;
+        }
+        let (key, array_start) = gathered.elements.array?;
+        let quoted = |key: &std::ops::Range<usize>| key.start - 1..key.end + 1;
+        let before: Vec<Entry> = gathered
+            .fields
+            .iter()
+            .take_while(|f| f.key != key)
+            .map(|f| Entry {
+                key: quoted(&f.key),
+                value: f.value.clone(),
+            })
+            .collect();
+        self.remember(
+            Scanned {
+                facts: OrigFacts::default(),
+                body,
+                key: quoted(&key),
+                array_start,
+                before: &before,
+                elems: &gathered.elements.spans,
+            },
+            found,
+            true,
+        )
     }
 }
 

@@ -14,23 +14,26 @@ use serde_json::value::RawValue;
 
 use crate::error::ApiError;
 use crate::json_check;
-use crate::known_prefix::PrefixMatch;
+use crate::known_prefix::{Gathered, PrefixMatch};
 use crate::providers::Endpoint;
 
 /// Check that a body is JSON of the API's shape; returns the model.
 pub fn check(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
-    check_known(endpoint, body, None)
+    check_known(endpoint, body, None, None)
 }
 
 /// [`check`] of a body that repeats a remembered, checked body's first history messages
 /// (`known`): the JSON check resumes after them (see [`crate::known_prefix`]).
+/// `gather`, when given, receives what the check saw of the body's history (see
+/// [`crate::known_prefix::Gathered`]).
 pub fn check_known(
     endpoint: Endpoint,
     body: &[u8],
     known: Option<&PrefixMatch>,
+    gather: Option<&mut Gathered>,
 ) -> Result<String, ApiError> {
     let head = if is_object(body) {
-        fast_head(body, known.filter(|m| m.known.checked))
+        fast_head(body, known.filter(|m| m.known.checked), gather)
     } else {
         None
     };
@@ -59,10 +62,18 @@ struct RequestHead<'a> {
 /// The head of an object body, from one `json_check` pass; `None` when the body is invalid
 /// or serde_json would read the head differently (escaped keys, repeated fields, a model
 /// that is not a plain string).
-fn fast_head<'b>(body: &'b [u8], known: Option<&PrefixMatch>) -> Option<Head<'b>> {
+fn fast_head<'b>(
+    body: &'b [u8],
+    known: Option<&PrefixMatch>,
+    mut gather: Option<&mut Gathered>,
+) -> Option<Head<'b>> {
     let mut fields: [Option<Range<usize>>; 3] = [None, None, None];
     let mut unusual = false;
+    let mut all_fields = gather.as_mut().map(|g| std::mem::take(&mut g.fields));
     let on_field = |field: json_check::Field| {
+        if let Some(all) = all_fields.as_mut() {
+            all.push(field.clone());
+        }
         let key = &body[field.key];
         let slot = match key {
             b"model" => 0,
@@ -93,13 +104,25 @@ fn fast_head<'b>(body: &'b [u8], known: Option<&PrefixMatch>) -> Option<Head<'b>
                 array_key: inner(&m.known.key),
                 array_start: m.known.array_start,
             };
-            json_check::check_resumed(body, &resume, on_field)
+            let elements = gather.as_mut().map(|g| {
+                // The gathered spans start with the known ones: the check reads after them.
+                g.elements.spans = m.elems().to_vec();
+                &mut g.elements
+            });
+            json_check::check_resumed(body, &resume, elements, on_field)
         }
-        None => json_check::check(body, on_field),
+        None => {
+            let elements = gather.as_mut().map(|g| &mut g.elements);
+            json_check::check_gathering(body, elements, on_field)
+        }
     };
     checked.ok()?;
     if unusual {
         return None;
+    }
+    if let (Some(g), Some(all)) = (gather, all_fields) {
+        g.fields = all;
+        g.complete = true;
     }
     let [model, messages, input] = fields.map(|f| f.map(|r| &body[r]));
     let model = match model {

@@ -313,8 +313,20 @@ impl Pipeline {
             // Unchecked, the body is first read after the response (monitoring), and looked
             // up there.
             ctx.known = self.find_known(&ctx.body);
-            ctx.model =
-                crate::shape::check_known(ctx.route.endpoint, &ctx.body, ctx.known.as_ref())?;
+            // With no envelope read to keep the body for the next request, the check keeps
+            // it from what it passed.
+            let keep = self.config.server.incremental && !self.reads_envelopes();
+            let mut gathered = keep.then(known_prefix::Gathered::new);
+            ctx.model = crate::shape::check_known(
+                ctx.route.endpoint,
+                &ctx.body,
+                ctx.known.as_ref(),
+                gathered.as_mut(),
+            )?;
+            if let Some(gathered) = gathered {
+                self.known
+                    .remember_checked(&ctx.body, gathered, ctx.known.as_ref());
+            }
             ctx.checked = true;
             ctx.telemetry.record_model(&ctx.model);
         }
@@ -322,6 +334,12 @@ impl Pipeline {
             ctx.client = crate::envelope::detect_client(&ctx.parts.headers, &ctx.body);
         }
         Ok(())
+    }
+
+    /// Whether a request's envelope may be read (by a policy, or by monitoring after the
+    /// response), which keeps its body for the next request of its conversation.
+    fn reads_envelopes(&self) -> bool {
+        !self.policies.is_empty() || (self.store.is_some() && self.config.sessions.monitor)
     }
 
     /// The remembered body `body` repeats the first history messages of; counted by the

@@ -5,16 +5,28 @@
 //! (session identity and anchors),
 //! on generated sessions of real clients' shapes that extend, fork, truncate, edit, move
 //! the client's cache marker, change a field before the history, reformat, and break the
-//! JSON after the repeated part.
+//! JSON after the repeated part. The same holds whether the remembered body was kept by its
+//! envelope read or by the body check alone (no policy, monitoring off).
 
 use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
-use cachet::known_prefix::KnownPrefixes;
+use cachet::known_prefix::{Gathered, KnownPrefixes};
 use cachet::providers::{Endpoint, Provider};
 use cachet::session::PrefixHashes;
 use proptest::prelude::*;
 
 use crate::support::sessions::{fixture, session, step, Step, CLIENTS};
+
+/// What keeps a read body for the next one.
+#[derive(Clone, Copy, PartialEq)]
+enum Keeper {
+    /// Nothing: every body is read whole.
+    Nothing,
+    /// The envelope read (a policy, or monitoring).
+    Envelope,
+    /// The body check, from what it gathered as it passed the body.
+    Check,
+}
 
 /// What a read answers, for comparison: the check's verdict, and the envelope's structure
 /// and compiled bytes (with the client's markers, and with `auto` markers).
@@ -23,10 +35,15 @@ fn read(
     endpoint: Endpoint,
     body: &[u8],
     known: &KnownPrefixes,
-    incremental: bool,
+    keeper: Keeper,
 ) -> (String, String, Vec<Bytes>) {
+    let incremental = keeper != Keeper::Nothing;
     let found = if incremental { known.find(body) } else { None };
-    let checked = cachet::shape::check_known(endpoint, body, found.as_ref());
+    let mut gathered = (keeper == Keeper::Check).then(Gathered::new);
+    let checked = cachet::shape::check_known(endpoint, body, found.as_ref(), gathered.as_mut());
+    if let (Some(gathered), Ok(_)) = (gathered, &checked) {
+        known.remember_checked(&Bytes::copy_from_slice(body), gathered, found.as_ref());
+    }
     let verdict = match &checked {
         Ok(model) => format!("ok {model}"),
         Err(e) => format!("error {}", e.message),
@@ -68,14 +85,15 @@ fn read(
     // The session layer's prefix hashes (identity and anchors), as the pipeline takes them.
     let mut structure = structure;
     if let Ok(env) = &parsed {
-        let history = match incremental {
-            true => {
+        let history = match keeper {
+            Keeper::Envelope => {
                 let remembered = env
                     .scanned()
                     .and_then(|scanned| known.remember(scanned, found.as_ref(), checked.is_ok()));
                 cachet::known_prefix::history_hashes(env, found.as_ref(), remembered.as_ref())
             }
-            false => PrefixHashes::of_raw(env.history_raw()),
+            Keeper::Check => cachet::known_prefix::history_hashes(env, found.as_ref(), None),
+            Keeper::Nothing => PrefixHashes::of_raw(env.history_raw()),
         };
         structure.push_str(&format!("\n{:?} {:?}", history.keys(), history.full()));
         for n in 0..=history.len() {
@@ -85,24 +103,39 @@ fn read(
     (verdict, structure, compiled)
 }
 
-fn same_reads(client: usize, steps: &[Step]) -> Result<usize, TestCaseError> {
+/// Reads every body of a generated session whole and incrementally (kept by the envelope
+/// read, and by the check alone); returns how many bodies each incremental read found a
+/// kept prefix for.
+fn same_reads(client: usize, steps: &[Step]) -> Result<[usize; 2], TestCaseError> {
     let (name, provider, endpoint) = CLIENTS[client];
     let bodies = session(&fixture(name), endpoint, steps);
-    let known = KnownPrefixes::new(true, 64 << 20);
-    let mut incremental = 0;
+    let kept = [Keeper::Envelope, Keeper::Check].map(|k| (k, KnownPrefixes::new(true, 64 << 20)));
+    let mut incremental = [0; 2];
     for (i, body) in bodies.iter().enumerate() {
-        incremental += usize::from(known.find(body).is_some());
         let full = read(
             provider,
             endpoint,
             body,
             &KnownPrefixes::new(false, 0),
-            false,
+            Keeper::Nothing,
         );
-        let inc = read(provider, endpoint, body, &known, true);
-        prop_assert_eq!(&inc.0, &full.0, "{} body {}: check verdict", name, i);
-        prop_assert_eq!(&inc.1, &full.1, "{} body {}: envelope", name, i);
-        prop_assert!(inc.2 == full.2, "{} body {}: compiled bytes", name, i);
+        for (count, (keeper, known)) in incremental.iter_mut().zip(&kept) {
+            *count += usize::from(known.find(body).is_some());
+            let inc = read(provider, endpoint, body, known, *keeper);
+            let by = match keeper {
+                Keeper::Check => "kept by the check",
+                _ => "kept by the envelope",
+            };
+            prop_assert_eq!(&inc.0, &full.0, "{} body {} {}: check verdict", name, i, by);
+            prop_assert_eq!(&inc.1, &full.1, "{} body {} {}: envelope", name, i, by);
+            prop_assert!(
+                inc.2 == full.2,
+                "{} body {} {}: compiled bytes",
+                name,
+                i,
+                by
+            );
+        }
     }
     Ok(incremental)
 }
@@ -127,9 +160,9 @@ fn append_only_sessions_are_read_incrementally() {
     for (client, (name, ..)) in CLIENTS.iter().enumerate() {
         let steps = vec![Step::Extend(1); 8];
         let incremental = same_reads(client, &steps).unwrap();
-        assert_eq!(incremental, 7, "{name}");
+        assert_eq!(incremental, [7, 7], "{name}");
         let mut forked = steps.clone();
         forked.push(Step::Fork(3));
-        assert_eq!(same_reads(client, &forked).unwrap(), 8, "{name}");
+        assert_eq!(same_reads(client, &forked).unwrap(), [8, 8], "{name}");
     }
 }

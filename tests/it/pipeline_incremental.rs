@@ -1,9 +1,9 @@
 //! `server.incremental` changes how much of a body cachet reads, never what it does: on a
 //! generated session of each real client's shape (extend, fork, truncate, edit, marker
 //! moves, a reformatted body, a broken one), with every shipped policy and with none
-//! (monitoring), cachet reading incrementally forwards the same bytes, answers the same
-//! statuses, and writes the same session log (diagnosis included) as cachet reading every
-//! body whole.
+//! (monitoring, or only the body check), cachet reading incrementally forwards the same
+//! bytes, answers the same statuses, and writes the same session log (diagnosis included)
+//! as cachet reading every body whole.
 
 use std::path::PathBuf;
 
@@ -77,7 +77,7 @@ async fn run(
     which: usize,
     steps: &[Step],
     policies: &[&str],
-    (incremental, check_body): (bool, bool),
+    (incremental, check_body, monitor): (bool, bool, bool),
     emulated: bool,
 ) -> Run {
     let (name, _, endpoint) = CLIENTS[which];
@@ -97,6 +97,7 @@ async fn run(
     let mut config = policy_config(&upstream, files, &dir.path().join("store"));
     config.server.incremental = incremental;
     config.server.check_body = check_body;
+    config.sessions.monitor = monitor;
     let clock = cachet::session::SessionClock::default();
     let proxy = cachet::transport::server::spawn_with(
         config,
@@ -124,7 +125,8 @@ async fn run(
         let r = req.body(body.clone()).send().await.unwrap();
         statuses.push(r.status().as_u16());
         r.bytes().await.unwrap();
-        if serde_json::from_slice::<Value>(body).is_ok() {
+        let kept = monitor || !policies.is_empty();
+        if kept && serde_json::from_slice::<Value>(body).is_ok() {
             logged += 1;
             wait_for_requests(&proxy, "generated", logged).await;
         }
@@ -162,11 +164,31 @@ async fn run(
 async fn same_as_full_reads(client: usize) {
     let name = CLIENTS[client].0;
     // Unchecked bodies (`server.check_body = false`, no policy) are first read after the
-    // response, by monitoring.
-    for (policies, check_body) in [(&[][..], true), (&[][..], false), (POLICIES, true)] {
+    // response, by monitoring. With monitoring off and no policy, the body check alone reads
+    // (and keeps) each body.
+    for (policies, check_body, monitor) in [
+        (&[][..], true, true),
+        (&[][..], false, true),
+        (&[][..], true, false),
+        (POLICIES, true, true),
+    ] {
         for emulated in [false, true] {
-            let full = run(client, &steps(), policies, (false, check_body), emulated).await;
-            let mut inc = run(client, &steps(), policies, (true, check_body), emulated).await;
+            let full = run(
+                client,
+                &steps(),
+                policies,
+                (false, check_body, monitor),
+                emulated,
+            )
+            .await;
+            let mut inc = run(
+                client,
+                &steps(),
+                policies,
+                (true, check_body, monitor),
+                emulated,
+            )
+            .await;
             assert_eq!(full.incremental_reads, 0, "{name}");
             assert!(
                 inc.incremental_reads >= 8,
@@ -189,13 +211,18 @@ async fn same_as_full_reads(client: usize) {
                 true => {
                     let answered = full.statuses.iter().filter(|s| **s == 200).count();
                     assert_eq!(full.accounted.len(), answered, "{name}");
-                    let diagnosed = full.log["entries"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .filter(|e| !e["diagnosis"].is_null())
-                        .count();
-                    assert!(diagnosed > 0, "{name}: the edit and the fork are diagnosed");
+                    match monitor {
+                        true => {
+                            let diagnosed = full.log["entries"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .filter(|e| !e["diagnosis"].is_null())
+                                .count();
+                            assert!(diagnosed > 0, "{name}: the edit and the fork are diagnosed");
+                        }
+                        false => assert!(full.log.is_null(), "{name}: nothing is kept unmonitored"),
+                    }
                 }
             }
             inc.incremental_reads = full.incremental_reads;
@@ -233,8 +260,8 @@ proptest::proptest! {
         for emulated in [false, true] {
             let (full, mut inc) = rt.block_on(async {
                 (
-                    run(client, &steps, POLICIES, (false, true), emulated).await,
-                    run(client, &steps, POLICIES, (true, true), emulated).await,
+                    run(client, &steps, POLICIES, (false, true, true), emulated).await,
+                    run(client, &steps, POLICIES, (true, true, true), emulated).await,
                 )
             });
             inc.incremental_reads = full.incremental_reads;
