@@ -221,11 +221,21 @@ impl KnownPrefixes {
         if !self.enabled || scanned.elems.is_empty() {
             return None;
         }
-        let (first, lead) = first_link(scanned.body)?;
-        // Only when the light scan finds the history array the envelope split.
-        if first != scanned.elems[0].end {
+        // Only when the light scan of a later body ([`first_link`]) would find the history
+        // array the envelope split: the first top-level array named as a history. Its
+        // entries before are known, so this body needs no scan of its own.
+        let b: &[u8] = scanned.body;
+        let history_at = |key: &Span, value: &Span| {
+            HISTORY_KEYS.contains(&&b[key.start + 1..key.end - 1])
+                && b.get(value.start) == Some(&b'[')
+        };
+        let array = scanned.array_start..scanned.array_start + 1;
+        if !history_at(&scanned.key, &array)
+            || scanned.before.iter().any(|e| history_at(&e.key, &e.value))
+        {
             return None;
         }
+        let lead = lead_at(b, scanned.elems[0].end);
         let known = Arc::new(Known {
             body: scanned.body.clone(),
             lead,
@@ -352,14 +362,19 @@ fn first_link(body: &[u8]) -> Option<(usize, u128)> {
                 return None;
             }
             let end = scan::value_end(body, first).ok()?;
-            let from = end.saturating_sub(LEAD_BYTES);
-            let lead = crate::memo::key(&(end as u64).to_le_bytes(), &body[from..end]);
-            return Some((end, lead));
+            return Some((end, lead_at(body, end)));
         }
         let next = scan::skip_ws(body, scan::value_end(body, value).ok()?);
         (body.get(next) == Some(&b',')).then_some(())?;
         at = scan::skip_ws(body, next + 1);
     }
+}
+
+/// The lead of a body whose first history message ends at `end`: that offset and the bytes
+/// before it.
+fn lead_at(body: &[u8], end: usize) -> u128 {
+    let from = end.saturating_sub(LEAD_BYTES);
+    crate::memo::key(&(end as u64).to_le_bytes(), &body[from..end])
 }
 
 /// Top-level keys whose array is a history (`messages`; Responses `input`).
@@ -394,6 +409,62 @@ mod tests {
         .unwrap();
         known.remember(env.scanned().unwrap(), found.as_ref(), true);
         found
+    }
+
+    /// A body is kept exactly when the light scan of a later body would look for it: under
+    /// the lead [`first_link`] gives it, and only when that scan finds the history array
+    /// the envelope split (not an earlier array named as a history, nor a key with escapes).
+    #[test]
+    fn a_body_is_kept_under_the_lead_the_light_scan_finds() {
+        let bodies: &[(Endpoint, &str)] = &[
+            (
+                Endpoint::Messages,
+                r#"{"model":"m","system":"s","tools":[{"name":"t"}],"messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                Endpoint::Messages,
+                r#" { "messages" : [ {"role":"user","content":"a"} , {"role":"assistant","content":"b"} ] , "model":"m" }"#,
+            ),
+            (
+                Endpoint::Responses,
+                r#"{"model":"m","input":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                Endpoint::Chat,
+                r#"{"model":"m","input":[{"x":1}],"messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                Endpoint::Chat,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+        ];
+        for (endpoint, text) in bodies {
+            let body = Bytes::from(*text);
+            let Ok(env) = Envelope::parse_known(Provider::OpenAi, *endpoint, body.clone(), None)
+            else {
+                continue;
+            };
+            let known = KnownPrefixes::new(true, 1 << 20);
+            let kept = env
+                .scanned()
+                .and_then(|scanned| known.remember(scanned, None, true));
+            let light = first_link(&body);
+            match (&kept, light) {
+                (Some(k), Some((end, lead))) => {
+                    assert_eq!((k.elems[0].end, k.lead), (end, lead), "{text}");
+                }
+                (None, Some((end, _))) => {
+                    let split = env.scanned().map(|s| s.elems[0].end);
+                    assert_ne!(
+                        split,
+                        Some(end),
+                        "{text}: not kept though the scan finds it"
+                    );
+                }
+                (Some(_), None) => panic!("{text}: kept where no later body is looked up"),
+                (None, None) => {}
+            }
+        }
     }
 
     fn held(known: &KnownPrefixes) -> (usize, usize) {
