@@ -421,5 +421,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(locking, "exclusive");
+        let checkpoint_every: i64 = store
+            .read(|c| c.query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(checkpoint_every, schema::WAL_PAGES);
     }
 }
