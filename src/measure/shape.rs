@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::envelope::{Envelope, Ttl};
 use crate::providers::{tool_name, Endpoint, Section};
-use crate::session::normalize::{key_of_bytes, key_of_raw, MessageKey};
+use crate::session::normalize::{key_of_bytes, key_of_raw, key_of_repeated_bytes, MessageKey};
 
 /// A named element of the prefix: a tool (by name) or a system part (by part name).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,11 +123,12 @@ impl PromptShape {
                 name: p.name.clone(),
                 // The text is what keys the cache: a string system prompt equals its one
                 // text block, and markers never count.
-                key: key_of_bytes(p.text.as_bytes()),
+                key: key_of_repeated_bytes(p.text.as_bytes()),
             })
             .collect();
         let cut = history.len().saturating_sub(tail);
-        let (messages, tail) = (history[..cut].to_vec(), history[cut..].to_vec());
+        let mut messages = history;
+        let tail = messages.split_off(cut);
         let marks = marks_of(env, cut);
         PromptShape {
             endpoint,

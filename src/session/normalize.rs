@@ -105,6 +105,14 @@ pub fn key_of_bytes(bytes: &[u8]) -> MessageKey {
     Sha256::digest(bytes).into()
 }
 
+/// [`key_of_bytes`] of text that comes back unchanged on every request (a system prompt of
+/// tens of KB), remembered by a 128-bit hash of the bytes instead of hashed with SHA-256
+/// again.
+pub fn key_of_repeated_bytes(bytes: &[u8]) -> MessageKey {
+    static SEEN: crate::memo::Memo<MessageKey> = crate::memo::Memo::new(4096);
+    SEEN.get_or_insert_with(crate::memo::key(b"bytes", bytes), || key_of_bytes(bytes))
+}
+
 /// The content address of a message given as raw JSON: equal to [`message_key`] of its
 /// parsed value (bytes that are not JSON get the hash of the bytes themselves). Agents
 /// resend the same bytes for every old message on every request, so keys are remembered
@@ -124,6 +132,22 @@ pub fn key_of_raw(raw: &[u8]) -> MessageKey {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The remembered key is the SHA-256 key of the same bytes, on the first ask and after.
+    #[test]
+    fn a_remembered_key_is_the_key_of_its_bytes() {
+        let texts: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            b"You are a coding agent.".to_vec(),
+            "x".repeat(40_000).into_bytes(),
+            "x".repeat(40_001).into_bytes(),
+        ];
+        for _ in 0..2 {
+            for text in &texts {
+                assert_eq!(key_of_repeated_bytes(text), key_of_bytes(text));
+            }
+        }
+    }
 
     #[test]
     fn string_content_equals_single_text_block() {
