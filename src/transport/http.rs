@@ -34,8 +34,9 @@ pub struct ConnectionLimits {
 /// Largest read buffer of one connection. hyper grows a connection's buffer while reads fill
 /// it (to 400 KiB by default) and keeps it for the connection's life: with a thousand
 /// connections held open by streams, that alone was most of cachet's memory. At 16 KiB a
-/// 500 KB body took 32 reads and cost a third more CPU than at 64 KiB (BENCHMARKS.md,
-/// "The read buffer"); 64 KiB held the 1,000-streams soak's memory where it was.
+/// 500 KB body took 32 reads and cost up to a third more CPU than at 64 KiB (BENCHMARKS.md,
+/// "The check keeps its bodies, and the read buffer"); 64 KiB left the 1,000-streams
+/// soak's memory where it was.
 const READ_BUFFER: usize = 64 * 1024;
 
 /// Accept loop with graceful shutdown: on the signal, stop accepting and wait (up to
