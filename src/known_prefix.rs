@@ -225,13 +225,15 @@ impl KnownPrefixes {
         // array the envelope split: the first top-level array named as a history. Its
         // entries before are known, so this body needs no scan of its own.
         let b: &[u8] = scanned.body;
-        let history_at = |key: &Span, value: &Span| {
+        let history_at = |key: &Span, value_start: usize| {
             HISTORY_KEYS.contains(&&b[key.start + 1..key.end - 1])
-                && b.get(value.start) == Some(&b'[')
+                && b.get(value_start) == Some(&b'[')
         };
-        let array = scanned.array_start..scanned.array_start + 1;
-        if !history_at(&scanned.key, &array)
-            || scanned.before.iter().any(|e| history_at(&e.key, &e.value))
+        if !history_at(&scanned.key, scanned.array_start)
+            || scanned
+                .before
+                .iter()
+                .any(|e| history_at(&e.key, e.value.start))
         {
             return None;
         }
