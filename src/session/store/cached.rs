@@ -12,8 +12,11 @@
 //! every earlier entry with the cached one ([`SessionLog`]): loading costs O(new entries).
 //! Writes go to the store first; a request record the store has taken joins the cached log
 //! only when it lands right after it (the store says where it landed), so the cache holds
-//! nothing the store does not, and the next load need not read the record back.
+//! nothing the store does not, and the next load need not read the record back. A store
+//! that answers records before committing them says when it lost some
+//! ([`SessionStore::lost_writes`]); the cache then forgets everything it holds.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -62,6 +65,8 @@ fn weigh(key: &Key, item: &Item) -> u32 {
 pub struct CachedStore {
     inner: Arc<dyn SessionStore>,
     cache: Cache<Key, Item>,
+    /// The store's lost writes when the cache last looked.
+    lost_seen: AtomicU64,
 }
 
 impl CachedStore {
@@ -70,6 +75,16 @@ impl CachedStore {
         CachedStore {
             inner,
             cache: Cache::builder().max_capacity(budget).weigher(weigh).build(),
+            lost_seen: AtomicU64::new(0),
+        }
+    }
+
+    /// Records the store answered for but then lost may be in cached logs and marks:
+    /// forget everything when there are new ones.
+    fn forget_lost(&self) {
+        let lost = self.inner.lost_writes();
+        if self.lost_seen.swap(lost, Ordering::Relaxed) != lost {
+            self.cache.invalidate_all();
         }
     }
 
@@ -152,6 +167,7 @@ impl SessionStore for CachedStore {
         blobs: Vec<Blob>,
     ) -> BoxFuture<'a, StoreResult<u64>> {
         Box::pin(async move {
+            self.forget_lost();
             let id: Arc<str> = session.into();
             let (blobs, written) = self.unstored(&id, blobs);
             let at = self.inner.record(session, entry, blobs).await?;
@@ -168,6 +184,7 @@ impl SessionStore for CachedStore {
         blobs: Vec<Blob>,
     ) -> BoxFuture<'a, StoreResult<(u64, u64)>> {
         Box::pin(async move {
+            self.forget_lost();
             let id: Arc<str> = session.into();
             let (blobs, written) = self.unstored(&id, blobs);
             let (index, at) = self
@@ -195,6 +212,7 @@ impl SessionStore for CachedStore {
 
     fn load<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<SessionLog>> {
         Box::pin(async move {
+            self.forget_lost();
             let stored = self.inner.entry_count(session).await?;
             let log = match self.cached_log(session).await {
                 Some(log) if log.len() == stored => return Ok(log),
@@ -218,6 +236,7 @@ impl SessionStore for CachedStore {
         keys: &'a [MessageKey],
     ) -> BoxFuture<'a, StoreResult<Vec<Option<Vec<u8>>>>> {
         Box::pin(async move {
+            self.forget_lost();
             let id: Arc<str> = session.into();
             let mut out: Vec<Option<Vec<u8>>> = Vec::with_capacity(keys.len());
             let mut missing = Vec::new();
@@ -280,6 +299,10 @@ impl SessionStore for CachedStore {
 
     fn health(&self) -> BoxFuture<'_, StoreHealth> {
         self.inner.health()
+    }
+
+    fn lost_writes(&self) -> u64 {
+        self.inner.lost_writes()
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -174,8 +174,9 @@ pub trait SessionStore: Send + Sync {
 
     /// Record a forwarded request: its content blobs (kept once per session) and its log
     /// entry, in one write. Not synced on its own: it reaches the disk with the next synced
-    /// write (a record shapes no request, so it never waits for a sync). Returns the
-    /// entry's position in the log. The blobs are handed over, not copied: one message
+    /// write (a record shapes no request, so it never waits for a sync); a store may also
+    /// answer before its commit, counting any record it then loses in
+    /// [`lost_writes`](Self::lost_writes). Returns the entry's position in the log. The blobs are handed over, not copied: one message
     /// can be most of a 30 MB body.
     fn record<'a>(
         &'a self,
@@ -247,6 +248,13 @@ pub trait SessionStore: Send + Sync {
 
     /// Finish queued writes and release the store; later calls fail as unavailable.
     fn close(&self) -> BoxFuture<'_, ()>;
+
+    /// Records whose callers heard they were written, lost since because their commit
+    /// failed (counted and logged by the store). A cache in front forgets what it took
+    /// from them whenever this grows.
+    fn lost_writes(&self) -> u64 {
+        0
+    }
 }
 
 /// How a store is opened, beyond its spec.

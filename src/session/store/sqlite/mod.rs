@@ -21,7 +21,7 @@ use super::{
 };
 use crate::session::entry::{now_ms, Entry};
 use crate::session::normalize::MessageKey;
-use writer::{read_job, write_job, Job, Shared};
+use writer::{read_job, write_job, Durability, Job, Shared};
 
 pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
@@ -61,6 +61,8 @@ impl SqliteStore {
                             broken: Mutex::new(None),
                             errors,
                             synced_commits: Default::default(),
+                            commits: Default::default(),
+                            lost: Default::default(),
                             reads: Default::default(),
                             lengths: Default::default(),
                         });
@@ -93,29 +95,36 @@ impl SqliteStore {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Commits so far, synced or not: request records share them.
+    pub fn commits(&self) -> u64 {
+        self.shared
+            .commits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Reads the store's thread has run so far.
     pub fn reads(&self) -> u64 {
         self.shared.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A write, committed with the next batch; `synced`: only once that batch is on disk.
+    /// A write, answered as `durability` says.
     async fn write<T: Send + 'static>(
         &self,
-        synced: bool,
+        durability: Durability,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> StoreResult<T> {
-        self.write_then(synced, f, |_: &Shared, _: &T| {}).await
+        self.write_then(durability, f, |_: &Shared, _: &T| {}).await
     }
 
     /// A write, and what the thread notes (in [`Shared`]) once it has committed.
     async fn write_then<T: Send + 'static>(
         &self,
-        synced: bool,
+        durability: Durability,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
         note: impl FnOnce(&Shared, &T) + Send + 'static,
     ) -> StoreResult<T> {
         let shared = self.shared.clone();
-        let (job, reply) = write_job(synced, f, move |value| note(&shared, value));
+        let (job, reply) = write_job(durability, f, move |value| note(&shared, value));
         self.jobs.send(job).await.map_err(closed)?;
         reply.await.map_err(closed)?
     }
@@ -145,7 +154,7 @@ impl SessionStore for SqliteStore {
             let added = bodies.len();
             let noted = session.clone();
             self.write_then(
-                true,
+                Durability::Synced,
                 move |c| ops::append(c, &session, &bodies),
                 move |shared, first| shared.lengths.set(&noted, *first as usize + added),
             )
@@ -164,7 +173,7 @@ impl SessionStore for SqliteStore {
         let bodies: Vec<String> = entries.iter().map(Entry::encode).collect();
         let noted = session.clone();
         Box::pin(self.write_then(
-            true,
+            Durability::Synced,
             move |c| ops::append_once(c, &session, &key, &bodies),
             // Its new length is not known here: the next load asks.
             move |shared, _| shared.lengths.forget(&noted),
@@ -183,7 +192,7 @@ impl SessionStore for SqliteStore {
         Box::pin(async move {
             let at = self
                 .write_then(
-                    false,
+                    Durability::Deferred,
                     move |c| ops::record(c, &session, &body, &blobs),
                     move |shared, at| shared.lengths.set(&noted, *at as usize + 1),
                 )
@@ -201,7 +210,7 @@ impl SessionStore for SqliteStore {
         let session = session.to_owned();
         let noted = session.clone();
         Box::pin(self.write_then(
-            false,
+            Durability::Deferred,
             move |c| {
                 let index = ops::next_request_index(c, &session, now_ms())?;
                 let body = entry.with_request_index(index).encode();
@@ -256,7 +265,7 @@ impl SessionStore for SqliteStore {
 
     fn next_request_index<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
         let session = session.to_owned();
-        Box::pin(self.write(false, move |c| {
+        Box::pin(self.write(Durability::Committed, move |c| {
             ops::next_request_index(c, &session, now_ms())
         }))
     }
@@ -281,7 +290,7 @@ impl SessionStore for SqliteStore {
             loop {
                 let slice = self
                     .write_then(
-                        false,
+                        Durability::Committed,
                         move |c| ops::sweep_slice(c, &retention, now_ms),
                         |shared, slice| {
                             if slice.expired + slice.evicted > 0 {
@@ -299,8 +308,10 @@ impl SessionStore for SqliteStore {
             }
             if report.expired + report.evicted > 0 {
                 // Give the freed pages back to the file system.
-                self.write(false, |c| c.execute_batch("PRAGMA incremental_vacuum"))
-                    .await?;
+                self.write(Durability::Committed, |c| {
+                    c.execute_batch("PRAGMA incremental_vacuum")
+                })
+                .await?;
             }
             Ok(report)
         })
@@ -317,6 +328,10 @@ impl SessionStore for SqliteStore {
                 Err(e) => StoreHealth::failing("sqlite", e.to_string()),
             }
         })
+    }
+
+    fn lost_writes(&self) -> u64 {
+        self.shared.lost.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
@@ -397,18 +412,35 @@ mod tests {
     }
 
     /// Persisted patches commit with `synchronous = FULL` (2), records and counters with
-    /// `NORMAL` (1), whatever order the batches come in; the store is WAL, held exclusively.
+    /// `NORMAL` (1), whatever order the batches come in (a synced write first commits the
+    /// records open before it); the store is WAL, held exclusively.
     #[tokio::test]
     async fn synced_writes_commit_full_and_the_rest_normal() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
         for _ in 0..2 {
-            assert_eq!(store.write(false, synchronous).await.unwrap(), 1);
-            assert_eq!(store.write(true, synchronous).await.unwrap(), 2);
+            assert_eq!(
+                store
+                    .write(Durability::Deferred, synchronous)
+                    .await
+                    .unwrap(),
+                1
+            );
+            assert_eq!(
+                store
+                    .write(Durability::Committed, synchronous)
+                    .await
+                    .unwrap(),
+                1
+            );
+            assert_eq!(
+                store.write(Durability::Synced, synchronous).await.unwrap(),
+                2
+            );
         }
         let (a, b) = tokio::join!(
-            store.write(true, synchronous),
-            store.write(false, synchronous)
+            store.write(Durability::Synced, synchronous),
+            store.write(Durability::Committed, synchronous)
         );
         assert_eq!((a.unwrap(), b.unwrap()), (2, 1));
         let journal: String = store
@@ -426,5 +458,98 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(checkpoint_every, schema::WAL_PAGES);
+    }
+
+    /// One session's records, each awaited before the next as the after-response worker
+    /// does: each is read back at once, they share commits, and all are in the file once
+    /// the store is closed.
+    #[tokio::test]
+    async fn records_are_read_at_once_and_share_commits() {
+        const RECORDS: u64 = 40;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = SqliteStore::open(&path).await.unwrap();
+        for i in 0..RECORDS {
+            let (index, at) = store
+                .record_next("s", memory_patch(i), vec![])
+                .await
+                .unwrap();
+            assert_eq!((index, at), (i, i));
+            // Read by the thread, not from the lengths it remembers.
+            let read = store.read(|c| schema::entry_count(c, "s")).await.unwrap();
+            assert_eq!(read, i as usize + 1);
+        }
+        let commits = store.commits();
+        assert!(
+            commits * 4 <= RECORDS,
+            "{commits} commits for {RECORDS} records"
+        );
+        drop(store);
+        let reopened = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(reopened.entry_count("s").await.unwrap(), RECORDS as usize);
+    }
+
+    /// With nothing queued after them, open records commit once they are due.
+    #[tokio::test]
+    async fn open_records_commit_when_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+        store.record("s", &memory_patch(0), vec![]).await.unwrap();
+        let waited = std::time::Instant::now();
+        while store.commits() == 0 {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(5),
+                "not committed"
+            );
+            tokio::time::sleep(writer::DEFER_AT_MOST / 2).await;
+        }
+    }
+
+    /// Records whose commit fails are counted as lost, and a cache in front forgets the
+    /// content it was told they stored: the next record sends it again.
+    #[tokio::test]
+    async fn records_lost_at_commit_are_counted_and_forgotten() {
+        use crate::session::store::cached::CachedStore;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+        // A deferred foreign key makes the open transaction's commit fail.
+        store
+            .read(|c| {
+                c.execute_batch(
+                    "PRAGMA foreign_keys = ON; CREATE TABLE p (x PRIMARY KEY);
+                     CREATE TABLE t (a REFERENCES p (x) DEFERRABLE INITIALLY DEFERRED);",
+                )
+            })
+            .await
+            .unwrap();
+        let cached = CachedStore::new(store.clone(), 1 << 20);
+        let key = [7u8; 32];
+        let blob = || Blob::canonical(key, b"content".to_vec());
+        cached
+            .record("s", &memory_patch(0), vec![blob()])
+            .await
+            .unwrap();
+        store
+            .write(Durability::Deferred, |c| {
+                c.execute("INSERT INTO t (a) VALUES (1)", []).map(drop)
+            })
+            .await
+            .unwrap();
+        let waited = std::time::Instant::now();
+        while store.lost_writes() < 2 {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(5),
+                "lost {} writes",
+                store.lost_writes()
+            );
+            tokio::time::sleep(writer::DEFER_AT_MOST / 2).await;
+        }
+        assert_eq!(store.entry_count("s").await.unwrap(), 0);
+        cached
+            .record("s", &memory_patch(1), vec![blob()])
+            .await
+            .unwrap();
+        let found = store.get_blobs("s", &[key]).await.unwrap();
+        assert_eq!(found, vec![Some(b"content".to_vec())]);
     }
 }

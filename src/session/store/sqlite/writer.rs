@@ -1,15 +1,25 @@
 //! The embedded store's one connection, on a thread of its own, with group commit.
 //!
 //! Every call becomes a job on one queue. The thread takes whatever has queued up, runs the
-//! reads, then commits the writes in at most two transactions: first those that need no
-//! sync of their own (request counters, request records), with `synchronous = NORMAL`,
-//! then those that must be on disk before the caller goes on (persisted patches), with
-//! `synchronous = FULL`. So one fsync covers every session that was waiting, and a caller
-//! hears back only once its transaction has committed. Each job runs in a savepoint: one
-//! failing job does not undo the others of its batch.
+//! reads, then the writes, by how each must be committed ([`Durability`]):
+//! - request records (monitoring data) run in a transaction left open for at most
+//!   [`DEFER_AT_MOST`], and their callers hear back as soon as they have run: at one commit
+//!   per record, writing the log's frames and checkpointing them was most of the thread's
+//!   work. Reads on the connection see them at once;
+//! - the other writes that need no sync of their own (request counters, sweeps) commit
+//!   with their batch, `synchronous = NORMAL`, taking any open records with them;
+//! - writes that must be on disk before the caller goes on (persisted patches) commit in a
+//!   transaction of their own, `synchronous = FULL`, once the records before them have
+//!   committed. So one fsync covers every session that was waiting.
+//!
+//! Each job runs in a savepoint: one failing job does not undo the others of its batch. A
+//! transaction whose commit fails loses the records in it: they are logged and counted
+//! (`cachet_store_errors_total{operation="record"}`), and [`Shared::lost`] tells a cache in
+//! front to forget what it took from them.
 //!
 //! In WAL mode `NORMAL` survives a crash of cachet but may lose the last commits on power
-//! loss; WAL commits reach the disk in order, so the next synced commit covers them.
+//! loss; WAL commits reach the disk in order, so the next synced commit covers them. A
+//! crash of cachet loses at most the last [`DEFER_AT_MOST`] of request records.
 //!
 //! Before every write batch the database file is checked to be still the one opened (see
 //! [`super::files`]); once it is not, the store refuses everything, and at shutdown the
@@ -19,6 +29,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use prometheus::IntCounterVec;
 use rusqlite::Connection;
@@ -38,9 +49,27 @@ type ReadFn = Box<dyn FnOnce(Result<&Connection, StoreError>) + Send>;
 type WriteFn = Box<dyn FnOnce(Option<&Connection>) -> Finish + Send>;
 type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
+/// How long request records may wait in the open transaction before it commits.
+pub const DEFER_AT_MOST: Duration = Duration::from_millis(10);
+
+/// How a write is committed, and when its caller hears back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Once it has run in the open transaction, which commits (`NORMAL`) within
+    /// [`DEFER_AT_MOST`], or with the next write that commits: request records.
+    Deferred,
+    /// Once its batch has committed with `synchronous = NORMAL`.
+    Committed,
+    /// Once its batch is on disk: committed with `synchronous = FULL`.
+    Synced,
+}
+
 pub enum Job {
     Read(ReadFn),
-    Write { synced: bool, run: WriteFn },
+    Write {
+        durability: Durability,
+        run: WriteFn,
+    },
     Close(oneshot::Sender<()>),
 }
 
@@ -97,6 +126,10 @@ pub struct Shared {
     pub errors: Option<IntCounterVec>,
     /// Synced commits so far (each one fsync), for the group-commit figures.
     pub synced_commits: AtomicU64,
+    /// Commits so far, synced or not.
+    pub commits: AtomicU64,
+    /// Writes whose callers heard they ran, lost since because their commit failed.
+    pub lost: AtomicU64,
     /// Reads run so far: what a cache in front saves shows here.
     pub reads: AtomicU64,
     pub lengths: Lengths,
@@ -141,7 +174,7 @@ fn sqlite_error(err: rusqlite::Error) -> StoreError {
 /// A job that runs `f` in a savepoint and reports its result after the commit; `committed`
 /// runs on the thread first, once the result is on record.
 pub fn write_job<T: Send + 'static>(
-    synced: bool,
+    durability: Durability,
     f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     committed: impl FnOnce(&T) + Send + 'static,
 ) -> (Job, oneshot::Receiver<StoreResult<T>>) {
@@ -159,7 +192,7 @@ pub fn write_job<T: Send + 'static>(
             let _ = tx.send(outcome);
         })
     });
-    (Job::Write { synced, run }, rx)
+    (Job::Write { durability, run }, rx)
 }
 
 pub fn read_job<T: Send + 'static>(
@@ -191,9 +224,30 @@ fn in_savepoint<T>(
 
 /// The thread's loop: batches until the queue closes or a `Close` job arrives.
 pub fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>) {
+    // Waiting for the next job only until the open transaction is due takes a timer; without
+    // one, records commit with their batch.
+    let timer = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .ok();
+    let mut open = Open::default();
     let mut closed = None;
     while closed.is_none() {
-        let Some(first) = jobs.blocking_recv() else {
+        let next = match (open.due_at(), &timer) {
+            (Some(due), Some(timer)) => {
+                let due = tokio::time::Instant::from_std(due);
+                // The timer is made inside the runtime, which drives it.
+                match timer.block_on(async { tokio::time::timeout_at(due, jobs.recv()).await }) {
+                    Ok(job) => job,
+                    Err(_) => {
+                        open.commit(&conn, &shared);
+                        continue;
+                    }
+                }
+            }
+            _ => jobs.blocking_recv(),
+        };
+        let Some(first) = next else {
             break;
         };
         let mut batch = vec![first];
@@ -203,7 +257,7 @@ pub fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>)
                 Err(_) => break,
             }
         }
-        let (mut unsynced, mut synced) = (Vec::new(), Vec::new());
+        let (mut deferred, mut unsynced, mut synced) = (Vec::new(), Vec::new(), Vec::new());
         for job in batch {
             match job {
                 Job::Read(read) => {
@@ -213,16 +267,24 @@ pub fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>)
                         Some(reason) => Err(StoreError::Unavailable(reason)),
                     });
                 }
-                Job::Write { synced: true, run } => synced.push(run),
-                Job::Write { synced: false, run } => unsynced.push(run),
+                Job::Write { durability, run } => match durability {
+                    Durability::Deferred => deferred.push(run),
+                    Durability::Committed => unsynced.push(run),
+                    Durability::Synced => synced.push(run),
+                },
                 // The rest of this batch is still done; jobs queued after it are dropped
                 // with the queue, and their callers hear "closed".
                 Job::Close(done) => closed = Some(done),
             }
         }
-        commit(&conn, &shared, unsynced, false);
-        commit(&conn, &shared, synced, true);
+        open.run(&conn, &shared, deferred);
+        commit(&conn, &shared, &mut open, unsynced, false);
+        commit(&conn, &shared, &mut open, synced, true);
+        if timer.is_none() || open.is_due() {
+            open.commit(&conn, &shared);
+        }
     }
+    open.commit(&conn, &shared);
     jobs.close();
     close(conn, &shared);
     if let Some(done) = closed {
@@ -230,17 +292,118 @@ pub fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>)
     }
 }
 
-/// Run a batch of writes in one transaction and tell each caller how it went.
-fn commit(conn: &Connection, shared: &Shared, writes: Vec<WriteFn>, synced: bool) {
+/// Check the files and begin a transaction committed with `synchronous = sync`.
+fn begin(conn: &Connection, shared: &Shared, sync: &str) -> Result<(), StoreError> {
+    // Not run when the files are gone: SQLite would take the write and lose it silently.
+    shared.check()?;
+    conn.execute_batch(&format!("PRAGMA synchronous = {sync}; BEGIN IMMEDIATE"))
+        .map_err(sqlite_error)
+}
+
+/// The transaction deferred writes have run in, not committed yet.
+#[derive(Default)]
+struct Open {
+    since: Option<Instant>,
+    writes: u64,
+}
+
+impl Open {
+    fn due_at(&self) -> Option<Instant> {
+        self.since.map(|since| since + DEFER_AT_MOST)
+    }
+
+    fn is_due(&self) -> bool {
+        self.writes >= MAX_BATCH as u64 || self.due_at().is_some_and(|due| Instant::now() >= due)
+    }
+
+    /// Run deferred writes in the open transaction (begun when none is), and tell each
+    /// caller how it went at once.
+    fn run(&mut self, conn: &Connection, shared: &Shared, writes: Vec<WriteFn>) {
+        if writes.is_empty() {
+            return;
+        }
+        let ready = match self.since {
+            None => begin(conn, shared, "NORMAL"),
+            // The files are gone: what is open cannot be committed either.
+            Some(_) => shared
+                .check()
+                .inspect_err(|e| self.abandon(conn, shared, e)),
+        };
+        if let Err(e) = ready {
+            for run in writes {
+                run(None)(Err(e.clone()));
+            }
+            return;
+        }
+        self.since.get_or_insert_with(Instant::now);
+        for run in writes {
+            self.writes += 1;
+            run(Some(conn))(Ok(()));
+        }
+    }
+
+    /// The transaction is no longer this one's to commit (a batch commits it).
+    fn take(&mut self) -> u64 {
+        self.since = None;
+        std::mem::take(&mut self.writes)
+    }
+
+    fn commit(&mut self, conn: &Connection, shared: &Shared) {
+        if self.since.is_none() {
+            return;
+        }
+        if let Err(e) = shared.check() {
+            return self.abandon(conn, shared, &e);
+        }
+        let writes = self.take();
+        match conn.execute_batch("COMMIT") {
+            Ok(()) => {
+                shared.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                lost(shared, writes, &sqlite_error(e));
+            }
+        }
+    }
+
+    fn abandon(&mut self, conn: &Connection, shared: &Shared, why: &StoreError) {
+        let writes = self.take();
+        let _ = conn.execute_batch("ROLLBACK");
+        lost(shared, writes, why);
+    }
+}
+
+/// Records whose callers heard they were written did not commit: logged, counted, and
+/// the lengths the thread remembered forgotten.
+fn lost(shared: &Shared, writes: u64, why: &StoreError) {
+    if writes == 0 {
+        return;
+    }
+    tracing::error!("session store lost {writes} request records: {why}");
+    if let Some(errors) = &shared.errors {
+        errors.with_label_values(&["record"]).inc_by(writes);
+    }
+    shared.lengths.clear();
+    shared.lost.fetch_add(writes, Ordering::Relaxed);
+}
+
+/// Run a batch of writes in one transaction (the open one, unless they must be synced) and
+/// tell each caller how it went once it has committed.
+fn commit(conn: &Connection, shared: &Shared, open: &mut Open, writes: Vec<WriteFn>, synced: bool) {
     if writes.is_empty() {
         return;
     }
-    let sync = if synced { "FULL" } else { "NORMAL" };
-    // Not run when the files are gone: SQLite would take the write and lose it silently.
-    let began = shared.check().and_then(|()| {
-        conn.execute_batch(&format!("PRAGMA synchronous = {sync}; BEGIN IMMEDIATE"))
-            .map_err(sqlite_error)
-    });
+    if synced {
+        // `synchronous` cannot change inside a transaction.
+        open.commit(conn, shared);
+    }
+    let began = match open.since {
+        Some(_) => shared
+            .check()
+            .inspect_err(|e| open.abandon(conn, shared, e)),
+        None => begin(conn, shared, if synced { "FULL" } else { "NORMAL" }),
+    };
     if let Err(e) = began {
         for run in writes {
             run(None)(Err(e.clone()));
@@ -248,14 +411,18 @@ fn commit(conn: &Connection, shared: &Shared, writes: Vec<WriteFn>, synced: bool
         return;
     }
     let finishes: Vec<Finish> = writes.into_iter().map(|run| run(Some(conn))).collect();
+    let carried = open.take();
     let committed = conn.execute_batch("COMMIT").map_err(sqlite_error);
     match &committed {
-        Ok(()) if synced => {
-            shared.synced_commits.fetch_add(1, Ordering::Relaxed);
+        Ok(()) => {
+            shared.commits.fetch_add(1, Ordering::Relaxed);
+            if synced {
+                shared.synced_commits.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        Ok(()) => {}
-        Err(_) => {
+        Err(e) => {
             let _ = conn.execute_batch("ROLLBACK");
+            lost(shared, carried, e);
         }
     }
     for finish in finishes {
