@@ -265,7 +265,9 @@ impl SessionStore for SqliteStore {
 
     fn next_request_index<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
         let session = session.to_owned();
-        Box::pin(self.write(Durability::Committed, move |c| {
+        // Deferred like the record it numbers: a persisted patch commits it first, and a
+        // crash that loses it loses every record under it too.
+        Box::pin(self.write(Durability::Deferred, move |c| {
             ops::next_request_index(c, &session, now_ms())
         }))
     }
@@ -461,8 +463,8 @@ mod tests {
     }
 
     /// One session's records, each awaited before the next as the after-response worker
-    /// does: each is read back at once, they share commits, and all are in the file once
-    /// the store is closed.
+    /// does, and a shaped session's indexes and records: each is read back at once, they
+    /// share commits, and all are in the file once the store is closed.
     #[tokio::test]
     async fn records_are_read_at_once_and_share_commits() {
         const RECORDS: u64 = 40;
@@ -479,14 +481,24 @@ mod tests {
             let read = store.read(|c| schema::entry_count(c, "s")).await.unwrap();
             assert_eq!(read, i as usize + 1);
         }
+        // A shaped request takes its index before forwarding, and is recorded after.
+        for i in 0..RECORDS {
+            let index = store.next_request_index("t").await.unwrap();
+            assert_eq!(index, i);
+            let at = store.record("t", &memory_patch(i), vec![]).await.unwrap();
+            assert_eq!(at, i);
+        }
         let commits = store.commits();
         assert!(
-            commits * 4 <= RECORDS,
-            "{commits} commits for {RECORDS} records"
+            commits * 4 <= 2 * RECORDS,
+            "{commits} commits for {} records",
+            2 * RECORDS
         );
         drop(store);
         let reopened = SqliteStore::open(&path).await.unwrap();
         assert_eq!(reopened.entry_count("s").await.unwrap(), RECORDS as usize);
+        assert_eq!(reopened.entry_count("t").await.unwrap(), RECORDS as usize);
+        assert_eq!(reopened.next_request_index("t").await.unwrap(), RECORDS);
     }
 
     /// With nothing queued after them, open records commit once they are due.

@@ -2,12 +2,12 @@
 //!
 //! Every call becomes a job on one queue. The thread takes whatever has queued up, runs the
 //! reads, then the writes, by how each must be committed ([`Durability`]):
-//! - request records (monitoring data) run in a transaction left open for at most
-//!   [`DEFER_AT_MOST`], and their callers hear back as soon as they have run: at one commit
-//!   per record, writing the log's frames and checkpointing them was most of the thread's
-//!   work. Reads on the connection see them at once;
-//! - the other writes that need no sync of their own (request counters, sweeps) commit
-//!   with their batch, `synchronous = NORMAL`, taking any open records with them;
+//! - request records (monitoring data) and request indexes run in a transaction left open
+//!   for at most [`DEFER_AT_MOST`], and their callers hear back as soon as they have run:
+//!   at one commit per request, writing the log's frames and checkpointing them was most
+//!   of the thread's work. Reads on the connection see them at once;
+//! - the other writes that need no sync of their own (sweeps) commit with their batch,
+//!   `synchronous = NORMAL`, taking any open records with them;
 //! - writes that must be on disk before the caller goes on (persisted patches) commit in a
 //!   transaction of their own, `synchronous = FULL`, once the records before them have
 //!   committed. So one fsync covers every session that was waiting.
@@ -19,7 +19,8 @@
 //!
 //! In WAL mode `NORMAL` survives a crash of cachet but may lose the last commits on power
 //! loss; WAL commits reach the disk in order, so the next synced commit covers them. A
-//! crash of cachet loses at most the last [`DEFER_AT_MOST`] of request records.
+//! crash of cachet loses at most the last [`DEFER_AT_MOST`] of request records, with the
+//! indexes they were recorded under.
 //!
 //! Before every write batch the database file is checked to be still the one opened (see
 //! [`super::files`]); once it is not, the store refuses everything, and at shutdown the
@@ -56,9 +57,10 @@ pub const DEFER_AT_MOST: Duration = Duration::from_millis(10);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Durability {
     /// Once it has run in the open transaction, which commits (`NORMAL`) within
-    /// [`DEFER_AT_MOST`], or with the next write that commits: request records.
+    /// [`DEFER_AT_MOST`], or with the next write that commits: request records and
+    /// request indexes.
     Deferred,
-    /// Once its batch has committed with `synchronous = NORMAL`.
+    /// Once its batch has committed with `synchronous = NORMAL`: sweeps.
     Committed,
     /// Once its batch is on disk: committed with `synchronous = FULL`.
     Synced,
