@@ -198,16 +198,14 @@ fn count_cached(text: &[u8]) -> u64 {
     })
 }
 
-/// Decide the marker changes for `mode`.
 /// The mode to apply. A request whose own markers the provider would reject (more than
 /// [`MAX_MARKERS`], or one on a block that cannot carry it) is not silently repaired by
 /// `auto`: it goes as the client sent it and gets the provider's own error. `strip`, which
 /// a policy asks for explicitly, still removes them.
-pub(crate) fn effective_mode(env: &Envelope, mode: BreakpointMode) -> BreakpointMode {
+fn effective_mode(env: &Envelope, slots: &[Slot<'_>], mode: BreakpointMode) -> BreakpointMode {
     if !matches!(mode, BreakpointMode::Auto { .. }) {
         return mode;
     }
-    let slots = slots(env);
     let marked = slots.iter().filter(|s| s.block.marker.is_some()).count()
         + usize::from(env.option_raw("cache_control").is_some());
     let misplaced = slots
@@ -220,13 +218,16 @@ pub(crate) fn effective_mode(env: &Envelope, mode: BreakpointMode) -> Breakpoint
     mode
 }
 
-pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
-    if mode == BreakpointMode::Preserve {
-        return Plan::default();
+/// The mode that applies (see [`effective_mode`]) and the markers it changes, from one
+/// reading of the blocks.
+pub(crate) fn plan(env: &Envelope, requested: BreakpointMode) -> (BreakpointMode, Plan) {
+    if requested == BreakpointMode::Preserve {
+        return (requested, Plan::default());
     }
     let slots = slots(env);
+    let mode = effective_mode(env, &slots, requested);
     let wanted: Vec<Option<Ttl>> = match mode {
-        BreakpointMode::Preserve => return Plan::default(),
+        BreakpointMode::Preserve => return (mode, Plan::default()),
         BreakpointMode::Strip => vec![None; slots.len()],
         BreakpointMode::Auto { ttl } => auto(env, &slots, ttl),
     };
@@ -245,7 +246,7 @@ pub(crate) fn plan(env: &Envelope, mode: BreakpointMode) -> Plan {
             Loc::Msg(i, j) => plan.messages.entry(i).or_default().push((j, want)),
         }
     }
-    plan
+    (mode, plan)
 }
 
 /// The slots (first, last) of the history message the previous request of this

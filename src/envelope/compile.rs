@@ -65,12 +65,11 @@ impl Envelope {
 
     /// Compile the envelope into the provider payload.
     pub fn compile(&self, opts: &CompileOptions) -> Bytes {
-        let mode = if self.is_anthropic() {
-            breakpoints::effective_mode(self, opts.breakpoints)
+        let (mode, plan) = if self.is_anthropic() {
+            breakpoints::plan(self, opts.breakpoints)
         } else {
-            BreakpointMode::Preserve
+            (BreakpointMode::Preserve, breakpoints::Plan::default())
         };
-        let plan = breakpoints::plan(self, mode);
         let mut option_edits = self.option_edits.clone();
         if self.is_anthropic()
             && mode != BreakpointMode::Preserve
