@@ -43,7 +43,7 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
     let Some(fields) = Fields::of(b) else {
         return kind;
     };
-    kind.role = fields.text("role").unwrap_or_default();
+    kind.role = fields.name("role").unwrap_or_default();
     kind.from_model = kind.role == "assistant";
     match fields.get("content") {
         Some(content) if b.get(content.start) == Some(&b'[') => {

@@ -1,6 +1,8 @@
 //! What a message is, in terms every provider module fills in: who said it, whether it
 //! calls a tool or carries a tool's result, and whether it carries anything else.
 
+use std::borrow::Cow;
+
 use super::{anthropic, openai_chat, openai_responses, Endpoint};
 use crate::envelope::scan;
 
@@ -32,14 +34,42 @@ impl<'a> Fields<'a> {
     pub fn text(&self, name: &str) -> Option<String> {
         self.get(name).and_then(|v| scan::decode_str(self.b, &v))
     }
+
+    /// A role or item type: one of the names the APIs define is borrowed, not held, so a
+    /// kind is copied without allocating (a history's kinds are copied on every request).
+    pub fn name(&self, field: &str) -> Option<Cow<'static, str>> {
+        let text = self.text(field)?;
+        Some(match KNOWN_NAMES.iter().find(|known| **known == text) {
+            Some(known) => Cow::Borrowed(known),
+            None => Cow::Owned(text),
+        })
+    }
 }
+
+/// Roles and Responses item types common enough to be worth borrowing; any other name is
+/// kept as sent.
+const KNOWN_NAMES: [&str; 13] = [
+    "user",
+    "assistant",
+    "system",
+    "developer",
+    "tool",
+    "message",
+    "reasoning",
+    "function_call",
+    "function_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+];
 
 /// The facts about one history message that ordering rules, turns and retrieval need.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MsgKind {
-    pub role: String,
+    pub role: Cow<'static, str>,
     /// Responses item `type` (empty for other providers).
-    pub item_type: String,
+    pub item_type: Cow<'static, str>,
     /// Said by the model: an assistant message, or a Responses reasoning or call item.
     pub from_model: bool,
     /// Carries a tool call (Anthropic `tool_use`, Chat `tool_calls`, Responses `*_call`).
@@ -73,7 +103,7 @@ impl MsgKind {
     /// The client's own instructions inside the history: Anthropic `role: "system"`
     /// messages (Claude Code sends them), OpenAI `system`/`developer` messages.
     pub fn is_instruction(&self) -> bool {
-        INSTRUCTION_ROLES.contains(&self.role.as_str())
+        INSTRUCTION_ROLES.contains(&&*self.role)
     }
 
     /// A user message with content of its own (text, images), as opposed to one that only
@@ -160,7 +190,33 @@ pub(crate) const TOOL_SHAPES: [&str; 14] = [
 mod tests {
     use serde_json::Value;
 
-    use super::{tool_name, Endpoint, TOOL_SHAPES};
+    use std::borrow::Cow;
+
+    use super::{tool_name, Endpoint, MsgKind, TOOL_SHAPES};
+
+    /// The names the APIs define are borrowed (a copied kind allocates nothing); any other
+    /// is kept exactly as sent, escapes decoded.
+    #[test]
+    fn known_names_are_borrowed_and_others_kept() {
+        let kind = MsgKind::of(
+            Endpoint::Responses,
+            br#"{"type":"function_call_output","call_id":"c","output":"ok"}"#,
+        );
+        assert!(matches!(
+            kind.item_type,
+            Cow::Borrowed("function_call_output")
+        ));
+        assert!(kind.tool_result);
+        let kind = MsgKind::of(Endpoint::Messages, br#"{"role":"user","content":"hi"}"#);
+        assert!(matches!(kind.role, Cow::Borrowed("user")));
+        let kind = MsgKind::of(
+            Endpoint::Responses,
+            br#"{"type":"apply_patch_call","role":"n\u00e9w"}"#,
+        );
+        assert!(matches!(&kind.item_type, Cow::Owned(t) if t == "apply_patch_call"));
+        assert_eq!(kind.role, "n\u{e9}w");
+        assert!(kind.calls_tool);
+    }
 
     /// Tool names read from bytes are what the whole-value reading found (`/function/name`,
     /// else `name`, for Chat; `name` for the others; only strings).

@@ -25,7 +25,7 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
     let Some(fields) = Fields::of(b) else {
         return kind;
     };
-    kind.role = fields.text("role").unwrap_or_default();
+    kind.role = fields.name("role").unwrap_or_default();
     kind.from_model = kind.role == "assistant";
     kind.tool_result = kind.role == "tool";
     kind.calls_tool = fields

@@ -23,9 +23,11 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
     let Some(fields) = Fields::of(b) else {
         return kind;
     };
-    kind.role = fields.text("role").unwrap_or_default();
-    kind.item_type = fields.text("type").unwrap_or_else(|| "message".into());
-    let t = kind.item_type.as_str();
+    kind.role = fields.name("role").unwrap_or_default();
+    kind.item_type = fields
+        .name("type")
+        .unwrap_or(std::borrow::Cow::Borrowed("message"));
+    let t = &*kind.item_type;
     kind.tool_result = t.ends_with("_call_output");
     kind.calls_tool = t.ends_with("_call");
     kind.from_model =
