@@ -460,6 +460,12 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(checkpoint_every, schema::WAL_PAGES);
+        // 2: MEMORY, so savepoints' statement journals are never temporary files.
+        let temp_store: i64 = store
+            .read(|c| c.query_row("PRAGMA temp_store", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(temp_store, 2);
     }
 
     /// One session's records, each awaited before the next as the after-response worker

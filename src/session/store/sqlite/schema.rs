@@ -82,8 +82,13 @@ pub fn open(path: &Path) -> StoreResult<Connection> {
     // record rewrites a few of the same pages (the session's row, the tail of its log), and
     // a page is copied once per checkpoint however often it changed: 8,000 pages (about
     // 32 MB of log) took about 7% off a monitored request's CPU against SQLite's 1,000.
+    // Each job runs in a savepoint, whose undo pages go to a statement journal; in a
+    // transaction left open for deferred records that journal outgrows SQLite's 64 KiB and
+    // becomes a temporary file, written on every job. In memory, it is dropped with the
+    // transaction.
     conn.execute_batch(&format!(
-        "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = {WAL_PAGES};"
+        "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = {WAL_PAGES}; \
+         PRAGMA temp_store = MEMORY;"
     ))
     .map_err(|e| unavailable(path, e))?;
     migrate(&conn).map_err(|e| in_use_or(path, e))?;
