@@ -1,7 +1,8 @@
 //! Nothing lost silently: an embedded store whose file is deleted or replaced under a
 //! running cachet is detected, counted (`cachet_store_errors_total`), logged and shown by
 //! `GET /readyz`, and later writes fail loudly instead of going to a file that is gone.
-//! Shutting down on a broken store exits cleanly (it ended in SIGBUS).
+//! Shutting down on a broken store exits cleanly (it ended in SIGBUS), and shutting down on
+//! a healthy one commits the records still waiting for their commit.
 
 use std::path::Path;
 
@@ -174,4 +175,50 @@ async fn shutdown_with_a_broken_store_exits_cleanly() {
     let status = serve.child.wait().unwrap();
     assert_eq!(status.signal(), None, "ended by signal: {status:?}");
     assert!(status.success(), "{status:?}");
+}
+
+/// Request records wait in an open transaction for up to 10 ms before they commit: a
+/// SIGTERM right after the last answer still finds every record of every request in the
+/// store, with its request index.
+#[tokio::test]
+async fn records_in_the_open_transaction_survive_a_stop() {
+    const REQUESTS: u64 = 12;
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let mut serve = serve_process(|cmd| {
+        cmd.args(["--anthropic-upstream", &upstream.url(), "--store"])
+            .arg(&store)
+            .env("RUST_LOG", "error");
+    });
+    for i in 0..REQUESTS {
+        let r = client()
+            .post(format!("http://{}/v1/messages", serve.addr))
+            .header("x-api-key", "k")
+            .header("x-cachet-session", "stopped")
+            .json(&body(&format!("prompt {i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &serve.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(serve.child.wait().unwrap().success());
+    let reopened = cachet::session::store::open_store(store.to_str().unwrap())
+        .await
+        .unwrap();
+    let sessions = reopened.list_sessions(10).await.unwrap();
+    assert_eq!(
+        sessions.len(),
+        1,
+        "{:?}",
+        sessions.iter().map(|s| &s.id).collect::<Vec<_>>()
+    );
+    assert_eq!(sessions[0].requests, REQUESTS);
+    assert_eq!(sessions[0].entries, REQUESTS);
 }
