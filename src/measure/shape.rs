@@ -110,10 +110,7 @@ impl PromptShape {
         let endpoint = env.endpoint();
         let tools: Vec<Named> = env
             .tools_raw()
-            .map(|raw| Named {
-                name: tool_name(endpoint, raw).unwrap_or_default(),
-                key: key_of_raw(raw),
-            })
+            .map(|raw| named_tool(endpoint, raw))
             .collect();
         let system: Vec<Named> = env
             .system_parts()
@@ -179,6 +176,17 @@ impl SentRequest {
     }
 }
 
+/// A tool's name and key, remembered by its bytes and API: agents send the same tools on
+/// every request, and finding a name can mean reading past a long schema.
+fn named_tool(endpoint: Endpoint, raw: &[u8]) -> Named {
+    static SEEN: crate::memo::Memo<Named> = crate::memo::Memo::new(4096);
+    let tag = [b"tool ", endpoint.label().as_bytes()].concat();
+    SEEN.get_or_insert_with(crate::memo::key(&tag, raw), || Named {
+        name: tool_name(endpoint, raw).unwrap_or_default(),
+        key: key_of_raw(raw),
+    })
+}
+
 /// Markers of the tools, system blocks and the first `history` messages, by block.
 fn marks_of(env: &Envelope, history: usize) -> Vec<Mark> {
     env.prefix_markers(history)
@@ -220,6 +228,22 @@ mod tests {
     use super::*;
     use crate::providers::Provider;
     use bytes::Bytes;
+
+    /// A remembered tool is its API's reading of the bytes: Chat names a tool by its
+    /// `function`, the others by the top-level name, on the first ask and after.
+    #[test]
+    fn a_remembered_tool_is_read_by_its_api() {
+        let raw = br#"{"type":"function","name":"outer","function":{"name":"inner"}}"#;
+        for _ in 0..2 {
+            let chat = named_tool(Endpoint::Chat, raw);
+            let messages = named_tool(Endpoint::Messages, raw);
+            assert_eq!(
+                (chat.name.as_str(), messages.name.as_str()),
+                ("inner", "outer")
+            );
+            assert_eq!(chat.key, key_of_raw(raw));
+        }
+    }
 
     fn shape(body: &str, tail: usize) -> PromptShape {
         let env = Envelope::parse(
