@@ -53,6 +53,16 @@ fn marker_of(b: &[u8], value: &Span) -> Ttl {
     }
 }
 
+/// [`object_block`] of a whole tool definition or system block, remembered by its bytes:
+/// the head of the prompt comes back unchanged on every request, and finding its marker
+/// means reading past every field (a tool's schema, a system prompt's text).
+pub(crate) fn whole_object_block(b: &[u8]) -> Block {
+    static SEEN: crate::memo::Memo<Block> = crate::memo::Memo::new(4096);
+    SEEN.get_or_insert_with(crate::memo::key(b"object block", b), || {
+        object_block(b, 0..b.len())
+    })
+}
+
 /// Describe the object at `span` as a block.
 pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
     let mut block = Block {
@@ -249,6 +259,24 @@ pub fn count_markers(payload: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A remembered block is the reading of its bytes, on the first ask and after: its
+    /// marker, whether it can carry one, whether it is thinking.
+    #[test]
+    fn a_remembered_object_block_is_the_reading_of_its_bytes() {
+        let objects: [&[u8]; 4] = [
+            br#"{"name":"read","input_schema":{"type":"object"}}"#,
+            br#"{"name":"read","input_schema":{},"cache_control":{"type":"ephemeral","ttl":"1h"}}"#,
+            br#"{"type":"thinking","thinking":"hm","signature":"s"}"#,
+            br#"not an object"#,
+        ];
+        for _ in 0..2 {
+            for b in objects {
+                assert_eq!(whole_object_block(b), object_block(b, 0..b.len()));
+            }
+        }
+        assert_eq!(whole_object_block(objects[1]).marker, Some(Ttl::OneHour));
+    }
 
     /// Remembered blocks are the scanned ones, for every message of the client fixtures
     /// (asked twice: the second answer comes from the memo), and for odd messages.

@@ -78,7 +78,7 @@ fn slots(env: &Envelope) -> Vec<Slot<'_>> {
     let mut out = Vec::new();
     for (i, tool) in env.tools.iter().enumerate() {
         let b = env.bytes_of(&tool.raw);
-        let block = blocks::object_block(b, 0..b.len());
+        let block = blocks::whole_object_block(b);
         out.push(Slot {
             loc: Loc::Tool(i),
             bytes: b.len(),
@@ -88,7 +88,7 @@ fn slots(env: &Envelope) -> Vec<Slot<'_>> {
     }
     for (i, part) in env.system.iter().enumerate() {
         let b = env.system_block_bytes(i);
-        let mut block = blocks::object_block(&b, 0..b.len());
+        let mut block = blocks::whole_object_block(&b);
         block.markable &= !part.text.is_empty();
         out.push(Slot {
             loc: Loc::System(i),
@@ -126,11 +126,11 @@ impl Envelope {
         let mut out = Vec::new();
         for tool in &self.tools {
             let b = self.bytes_of(&tool.raw);
-            out.push((blocks::object_block(b, 0..b.len()).marker, None));
+            out.push((blocks::whole_object_block(b).marker, None));
         }
         for i in 0..self.system.len() {
             let b = self.system_block_bytes(i);
-            out.push((blocks::object_block(&b, 0..b.len()).marker, None));
+            out.push((blocks::whole_object_block(&b).marker, None));
         }
         for (i, m) in self.cached.iter().take(history).enumerate() {
             for block in self.blocks_of(m).iter() {

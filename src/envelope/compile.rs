@@ -46,21 +46,21 @@ impl Envelope {
 
     /// Part `i` as an Anthropic system text block. A rewritten client block keeps every
     /// field but its text: a client's cache marker on it survives the rewrite.
-    pub(crate) fn system_block_bytes(&self, i: usize) -> Vec<u8> {
+    pub(crate) fn system_block_bytes(&self, i: usize) -> std::borrow::Cow<'_, [u8]> {
         let part = &self.system[i];
         if let (SystemForm::Blocks(_), Some(el)) = (&self.system_form, &part.element) {
             let raw = self.bytes_of(&el.raw);
             if !part.rewritten {
-                return raw.to_vec();
+                return raw.into();
             }
             if let Some(out) = scan::replace_field(raw, 0, "text", &json_str(&part.text)) {
-                return out;
+                return out.into();
             }
         }
         let mut out = br#"{"type":"text","text":""#.to_vec();
         out.extend_from_slice(&self.part_interior(i));
         out.extend_from_slice(b"\"}");
-        out
+        out.into()
     }
 
     /// Compile the envelope into the provider payload.
@@ -305,7 +305,7 @@ impl<'a> Ctx<'a> {
             .map(|i| {
                 let raw = env.system_block_bytes(i);
                 let bytes = match self.plan.system.get(&i) {
-                    Some(&want) => blocks::set_object_marker(&raw, want).unwrap_or(raw),
+                    Some(&want) => blocks::set_object_marker(&raw, want).map_or(raw, Cow::Owned),
                     None => raw,
                 };
                 let origin = env.system[i]
@@ -313,7 +313,7 @@ impl<'a> Ctx<'a> {
                     .as_ref()
                     .and_then(|e| e.origin)
                     .filter(|_| blocks_form);
-                Item::new(origin, Cow::Owned(bytes))
+                Item::new(origin, bytes)
             })
             .collect();
         let (span, elems) = match &env.system_form {
