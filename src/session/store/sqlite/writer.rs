@@ -376,13 +376,13 @@ impl Open {
     }
 }
 
-/// Records whose callers heard they were written did not commit: logged, counted, and
-/// the lengths the thread remembered forgotten.
+/// Deferred writes (records, request indexes) whose callers heard they ran did not commit:
+/// logged, counted, and the lengths the thread remembered forgotten.
 fn lost(shared: &Shared, writes: u64, why: &StoreError) {
     if writes == 0 {
         return;
     }
-    tracing::error!("session store lost {writes} request records: {why}");
+    tracing::error!("session store lost {writes} request records and indexes: {why}");
     if let Some(errors) = &shared.errors {
         errors.with_label_values(&["record"]).inc_by(writes);
     }
