@@ -180,8 +180,9 @@ impl SentRequest {
 /// every request, and finding a name can mean reading past a long schema.
 fn named_tool(endpoint: Endpoint, raw: &[u8]) -> Named {
     static SEEN: crate::memo::Memo<Named> = crate::memo::Memo::new(4096);
-    let tag = [b"tool ", endpoint.label().as_bytes()].concat();
-    SEEN.get_or_insert_with(crate::memo::key(&tag, raw), || Named {
+    // Each API names a tool in its own place: the endpoint is part of the key.
+    let key = crate::memo::key(endpoint.label().as_bytes(), raw);
+    SEEN.get_or_insert_with(key, || Named {
         name: tool_name(endpoint, raw).unwrap_or_default(),
         key: key_of_raw(raw),
     })

@@ -176,8 +176,8 @@ pub trait SessionStore: Send + Sync {
     /// entry, in one write. Not synced on its own: it reaches the disk with the next synced
     /// write (a record shapes no request, so it never waits for a sync); a store may also
     /// answer before its commit, counting any record it then loses in
-    /// [`lost_writes`](Self::lost_writes). Returns the entry's position in the log. The blobs are handed over, not copied: one message
-    /// can be most of a 30 MB body.
+    /// [`lost_writes`](Self::lost_writes). Returns the entry's position in the log. The
+    /// blobs are handed over, not copied: one message can be most of a 30 MB body.
     fn record<'a>(
         &'a self,
         session: &'a str,

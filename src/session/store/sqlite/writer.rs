@@ -324,24 +324,29 @@ impl Open {
         if writes.is_empty() {
             return;
         }
-        let ready = match self.since {
-            None => begin(conn, shared, "NORMAL"),
-            // The files are gone: what is open cannot be committed either.
-            Some(_) => shared
-                .check()
-                .inspect_err(|e| self.abandon(conn, shared, e)),
-        };
-        if let Err(e) = ready {
-            for run in writes {
-                run(None)(Err(e.clone()));
-            }
-            return;
+        if let Err(e) = self.enter(conn, shared, "NORMAL") {
+            return refuse(writes, &e);
         }
         self.since.get_or_insert_with(Instant::now);
         for run in writes {
             self.writes += 1;
             run(Some(conn))(Ok(()));
         }
+    }
+
+    /// Join the open transaction, or begin one committed with `synchronous = sync`.
+    fn enter(&mut self, conn: &Connection, shared: &Shared, sync: &str) -> Result<(), StoreError> {
+        match self.since {
+            Some(_) => self.files_still_there(conn, shared),
+            None => begin(conn, shared, sync),
+        }
+    }
+
+    /// Once the files are gone, what is open cannot be committed either: it is abandoned.
+    fn files_still_there(&mut self, conn: &Connection, shared: &Shared) -> Result<(), StoreError> {
+        shared
+            .check()
+            .inspect_err(|e| self.abandon(conn, shared, e))
     }
 
     /// The transaction is no longer this one's to commit (a batch commits it).
@@ -351,11 +356,8 @@ impl Open {
     }
 
     fn commit(&mut self, conn: &Connection, shared: &Shared) {
-        if self.since.is_none() {
+        if self.since.is_none() || self.files_still_there(conn, shared).is_err() {
             return;
-        }
-        if let Err(e) = shared.check() {
-            return self.abandon(conn, shared, &e);
         }
         let writes = self.take();
         match conn.execute_batch("COMMIT") {
@@ -390,6 +392,13 @@ fn lost(shared: &Shared, writes: u64, why: &StoreError) {
     shared.lost.fetch_add(writes, Ordering::Relaxed);
 }
 
+/// Writes that could not run: each caller hears why.
+fn refuse(writes: Vec<WriteFn>, why: &StoreError) {
+    for run in writes {
+        run(None)(Err(why.clone()));
+    }
+}
+
 /// Run a batch of writes in one transaction (the open one, unless they must be synced) and
 /// tell each caller how it went once it has committed.
 fn commit(conn: &Connection, shared: &Shared, open: &mut Open, writes: Vec<WriteFn>, synced: bool) {
@@ -400,17 +409,8 @@ fn commit(conn: &Connection, shared: &Shared, open: &mut Open, writes: Vec<Write
         // `synchronous` cannot change inside a transaction.
         open.commit(conn, shared);
     }
-    let began = match open.since {
-        Some(_) => shared
-            .check()
-            .inspect_err(|e| open.abandon(conn, shared, e)),
-        None => begin(conn, shared, if synced { "FULL" } else { "NORMAL" }),
-    };
-    if let Err(e) = began {
-        for run in writes {
-            run(None)(Err(e.clone()));
-        }
-        return;
+    if let Err(e) = open.enter(conn, shared, if synced { "FULL" } else { "NORMAL" }) {
+        return refuse(writes, &e);
     }
     let finishes: Vec<Finish> = writes.into_iter().map(|run| run(Some(conn))).collect();
     let carried = open.take();
