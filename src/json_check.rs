@@ -67,6 +67,9 @@ pub struct Elements<'k> {
     reading: bool,
     /// Where the element being read starts.
     start: Option<usize>,
+    /// The most containers open where a value started, anywhere the check read (the
+    /// envelope's scanner refuses nesting past 128).
+    pub deepest: usize,
 }
 
 impl<'k> Elements<'k> {
@@ -78,12 +81,14 @@ impl<'k> Elements<'k> {
             spans: Vec::new(),
             reading: false,
             start: None,
+            deepest: 0,
         }
     }
 
     /// A value starts at `pos` with `depth` containers open.
     #[inline]
     fn value_starts(&mut self, depth: usize, pos: usize) {
+        self.deepest = self.deepest.max(depth);
         if depth == 2 && self.reading {
             self.start = Some(pos);
         }

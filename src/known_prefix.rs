@@ -128,9 +128,10 @@ pub struct Scanned<'a> {
     pub elems: &'a [Span],
 }
 
-/// What the body check gathers of a body's history as it passes it, so that a body no
-/// envelope reads (no policy, monitoring off) is kept without a second scan: every
-/// top-level field, and the history array's element spans.
+/// What the body check gathers of a body as it passes it: every top-level field, and the
+/// history array's element spans. The envelope is split from them without a second scan
+/// (by a policy before forwarding, or by monitoring after the response), and a body no
+/// envelope reads (no policy, monitoring off) is kept from them.
 pub struct Gathered {
     pub(crate) fields: Vec<json_check::Field>,
     pub(crate) elements: json_check::Elements<'static>,
@@ -145,6 +146,18 @@ impl Gathered {
             elements: json_check::Elements::of_first(&HISTORY_KEYS),
             complete: false,
         }
+    }
+
+    /// What the check gathered, when it stands for the envelope scanner's reading of the
+    /// same body: the check's fast path ran to its end, and nothing nests as deep as the
+    /// scanner refuses (past 128 levels, which the check accepts), so that such a body is
+    /// still read, and refused, by the scanner.
+    pub(crate) fn as_scanned(
+        &self,
+    ) -> Option<(&[json_check::Field], &json_check::Elements<'static>)> {
+        const SCANNER_DEPTH: usize = 128;
+        (self.complete && self.elements.deepest <= SCANNER_DEPTH)
+            .then_some((&self.fields, &self.elements))
     }
 }
 
@@ -283,13 +296,13 @@ impl KnownPrefixes {
     pub fn remember_checked(
         &self,
         body: &Bytes,
-        gathered: Gathered,
+        gathered: &Gathered,
         found: Option<&PrefixMatch>,
     ) -> Option<Arc<Known>> {
         if !gathered.complete {
             return None;
         }
-        let (key, array_start) = gathered.elements.array?;
+        let (key, array_start) = gathered.elements.array.clone()?;
         let quoted = |key: &std::ops::Range<usize>| key.start - 1..key.end + 1;
         let before: Vec<Entry> = gathered
             .fields
@@ -468,6 +481,49 @@ mod tests {
                 (None, None) => {}
             }
         }
+    }
+
+    /// What the check gathered splits the envelope only where the scanner would have read
+    /// the same: nesting the scanner refuses (past 128 levels, which the check accepts) is
+    /// still read, and refused, by the scanner, in a message and in a top-level field.
+    #[test]
+    fn nesting_the_scanner_refuses_is_left_to_the_scanner() {
+        let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+        for levels in [100, 126, 127, 128, 129, 200] {
+            let bodies = [
+                format!(
+                    r#"{{"model":"m","messages":[{{"role":"user","content":"a","x":{}}}]}}"#,
+                    nested(levels)
+                ),
+                format!(
+                    r#"{{"model":"m","metadata":{},"messages":[{{"role":"user","content":"a"}}]}}"#,
+                    nested(levels)
+                ),
+            ];
+            for text in bodies {
+                let body = Bytes::from(text);
+                let mut gathered = Gathered::new();
+                crate::shape::check_known(Endpoint::Messages, &body, None, Some(&mut gathered))
+                    .unwrap();
+                assert!(gathered.complete);
+                let read = |g: Option<&Gathered>| {
+                    let env = Envelope::parse_checked(
+                        Provider::Anthropic,
+                        Endpoint::Messages,
+                        body.clone(),
+                        None,
+                        g,
+                    );
+                    format!("{:?}", env.map_err(|e| e.message))
+                };
+                assert_eq!(read(Some(&gathered)), read(None), "{levels} levels");
+            }
+        }
+        // Past what the scanner reads, the scanner answers.
+        let deep = Bytes::from(format!(r#"{{"messages":[{}]}}"#, nested(200)));
+        let mut gathered = Gathered::new();
+        crate::shape::check_known(Endpoint::Messages, &deep, None, Some(&mut gathered)).ok();
+        assert!(gathered.as_scanned().is_none());
     }
 
     fn held(known: &KnownPrefixes) -> (usize, usize) {

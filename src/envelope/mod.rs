@@ -156,7 +156,7 @@ impl Envelope {
         endpoint: Endpoint,
         body: Bytes,
     ) -> Result<Envelope, crate::error::ApiError> {
-        parse::parse(provider, endpoint, body, None)
+        parse::parse(provider, endpoint, body, None, None)
     }
 
     /// [`Envelope::parse`] of a body that repeats a remembered one's first history
@@ -167,7 +167,21 @@ impl Envelope {
         body: Bytes,
         known: Option<&crate::known_prefix::PrefixMatch>,
     ) -> Result<Envelope, crate::error::ApiError> {
-        parse::parse(provider, endpoint, body, known)
+        parse::parse(provider, endpoint, body, known, None)
+    }
+
+    /// [`Envelope::parse_known`] of a body the body check passed, from what the check
+    /// gathered of it (`gathered`, see [`crate::known_prefix::Gathered`]): its top-level
+    /// entries and history elements are not scanned again. The same envelope as
+    /// [`Envelope::parse`] gives.
+    pub fn parse_checked(
+        provider: Provider,
+        endpoint: Endpoint,
+        body: Bytes,
+        known: Option<&crate::known_prefix::PrefixMatch>,
+        gathered: Option<&crate::known_prefix::Gathered>,
+    ) -> Result<Envelope, crate::error::ApiError> {
+        parse::parse(provider, endpoint, body, known, gathered)
     }
 
     /// The client's history array as scanned, for [`crate::known_prefix::KnownPrefixes`]:

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use super::scan::{self, Span};
 use super::{Element, Envelope, Meta, OrigArray, SystemForm, SystemPart};
 use crate::error::ApiError;
-use crate::known_prefix::PrefixMatch;
+use crate::json_check;
+use crate::known_prefix::{Gathered, PrefixMatch};
 use crate::providers::{Endpoint, Provider};
 
 /// The name of the n-th part the client's own system prompt arrives as.
@@ -27,12 +28,15 @@ fn is_split_key(endpoint: Endpoint, key: &str) -> bool {
 }
 
 /// Parse a body; with `known`, its history array's first elements are taken from the
-/// remembered body it repeats (see [`crate::known_prefix`]) instead of being scanned again.
+/// remembered body it repeats (see [`crate::known_prefix`]) instead of being scanned again;
+/// with `gathered`, the top-level entries and the history's elements are the ones the body
+/// check found, and only the other arrays split here are scanned.
 pub(crate) fn parse(
     provider: Provider,
     endpoint: Endpoint,
     body: Bytes,
     known: Option<&PrefixMatch>,
+    gathered: Option<&Gathered>,
 ) -> Result<Envelope, ApiError> {
     if !matches!(
         endpoint,
@@ -49,21 +53,24 @@ pub(crate) fn parse(
         return Err(ApiError::invalid("the request body must be a JSON object"));
     }
     let mut arrays: Vec<(String, Vec<Span>)> = Vec::new();
-    let (top, end) = scan::entries_with(b, start, |key, vstart| {
-        if b.get(vstart) == Some(&b'[') {
-            if let Some(name) = scan::decode_str(b, key).filter(|k| is_split_key(endpoint, k)) {
-                let resumed =
-                    known.filter(|m| m.known.key == *key && m.known.array_start == vstart);
-                let (elems, end) = match resumed {
-                    Some(m) => scan::elements_end_after(b, m.elems())?,
-                    None => scan::elements_end(b, vstart)?,
-                };
-                arrays.push((name, elems));
-                return Ok(end);
+    let (top, end) = match gathered.and_then(Gathered::as_scanned) {
+        Some((fields, history)) => from_check(b, endpoint, fields, history, &mut arrays),
+        None => scan::entries_with(b, start, |key, vstart| {
+            if b.get(vstart) == Some(&b'[') {
+                if let Some(name) = split_key(b, endpoint, key) {
+                    let resumed =
+                        known.filter(|m| m.known.key == *key && m.known.array_start == vstart);
+                    let (elems, end) = match resumed {
+                        Some(m) => scan::elements_end_after(b, m.elems())?,
+                        None => scan::elements_end(b, vstart)?,
+                    };
+                    arrays.push((name, elems));
+                    return Ok(end);
+                }
             }
-        }
-        scan::value_end(b, vstart)
-    })
+            scan::value_end(b, vstart)
+        }),
+    }
     .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
     if scan::skip_ws(b, end) != b.len() {
         return Err(ApiError::invalid(
@@ -178,6 +185,50 @@ pub(crate) fn parse(
         }
     }
     Ok(env)
+}
+
+/// The name of a top-level key whose array is split into elements, if it is one.
+fn split_key(b: &[u8], endpoint: Endpoint, key: &Span) -> Option<String> {
+    scan::decode_str(b, key).filter(|k| is_split_key(endpoint, k))
+}
+
+/// The top-level entries, and the elements of the arrays split, of a body the check passed
+/// whole, from what it gathered: the history's elements as the check found them, any other
+/// array split by a scan of its own. Gives what [`scan::entries_with`] gives for that body.
+fn from_check(
+    b: &[u8],
+    endpoint: Endpoint,
+    fields: &[json_check::Field],
+    history: &json_check::Elements<'_>,
+    arrays: &mut Vec<(String, Vec<Span>)>,
+) -> Result<(Vec<scan::Entry>, usize), scan::ScanError> {
+    let top: Vec<scan::Entry> = fields
+        .iter()
+        .map(|f| scan::Entry {
+            key: f.key.start - 1..f.key.end + 1,
+            value: f.value.clone(),
+        })
+        .collect();
+    for entry in &top {
+        let vstart = entry.value.start;
+        if b.get(vstart) != Some(&b'[') {
+            continue;
+        }
+        if let Some(name) = split_key(b, endpoint, &entry.key) {
+            let elems = match &history.array {
+                Some((_, at)) if *at == vstart => history.spans.clone(),
+                _ => scan::elements_end(b, vstart)?.0,
+            };
+            arrays.push((name, elems));
+        }
+    }
+    // The check passed one object with only blanks around it.
+    let end = b.len()
+        - b.iter()
+            .rev()
+            .take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+            .count();
+    Ok((top, end))
 }
 
 fn elements_of(arr: &OrigArray, skip: usize) -> Vec<Element> {

@@ -243,7 +243,7 @@ impl Pipeline {
                 };
                 // A body that does not parse went out unchecked; the provider answered it.
                 let (env, history) = self
-                    .read_envelope(ctx.route, ctx.body.clone(), found.as_ref(), ctx.checked)
+                    .read_envelope(ctx.route, ctx.body.clone(), found.as_ref(), ctx.gathered())
                     .ok()?;
                 let session = self
                     .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
@@ -334,7 +334,7 @@ impl Pipeline {
             || {
                 let known = self.known.find(&shaped.body);
                 let (env, history) =
-                    self.read_envelope(ctx.route, shaped.body, known.as_ref(), false)?;
+                    self.read_envelope(ctx.route, shaped.body, known.as_ref(), None)?;
                 Ok::<_, crate::error::ApiError>((env, history.keys().to_vec()))
             },
             |env| Ok((env, session_ctx.history.keys().to_vec())),

@@ -129,9 +129,17 @@ pub struct RequestCtx {
     pub known: Option<PrefixMatch>,
     /// The whole body passed the body check.
     pub checked: bool,
+    /// What the check gathered of the body (its top-level fields and history elements), so
+    /// that its envelope is split without scanning it again.
+    pub gathered: Option<known_prefix::Gathered>,
 }
 
 impl RequestCtx {
+    /// What the body check gathered of the body, once the whole body passed it.
+    pub fn gathered(&self) -> Option<&known_prefix::Gathered> {
+        self.gathered.as_ref().filter(|_| self.checked)
+    }
+
     /// Now, for this request: the clock, or the recorded time in replay.
     /// When the request is taking place: its recorded time in a replay, else now.
     pub fn now_ms(&self, clock: &session::SessionClock) -> u64 {
@@ -232,6 +240,7 @@ impl Pipeline {
             replayed_at_ms: None,
             known: None,
             checked: false,
+            gathered: None,
         };
         let mut trace = None;
         let phases = async {
@@ -313,20 +322,22 @@ impl Pipeline {
             // Unchecked, the body is first read after the response (monitoring), and looked
             // up there.
             ctx.known = self.find_known(&ctx.body);
-            // With no envelope read to keep the body for the next request, the check keeps
-            // it from what it passed.
-            let keep = self.config.server.incremental && !self.reads_envelopes();
-            let mut gathered = keep.then(known_prefix::Gathered::new);
+            // One pass: what the check reads of the body's top level and history, the
+            // envelope is split from (by a policy now, or by monitoring after the response).
+            let mut gathered = known_prefix::Gathered::new();
             ctx.model = crate::shape::check_known(
                 ctx.route.endpoint,
                 &ctx.body,
                 ctx.known.as_ref(),
-                gathered.as_mut(),
+                Some(&mut gathered),
             )?;
-            if let Some(gathered) = gathered {
+            if self.config.server.incremental && !self.reads_envelopes() {
+                // With no envelope read to keep the body for the next request, the check
+                // keeps it from what it passed.
                 self.known
-                    .remember_checked(&ctx.body, gathered, ctx.known.as_ref());
+                    .remember_checked(&ctx.body, &gathered, ctx.known.as_ref());
             }
+            ctx.gathered = Some(gathered);
             ctx.checked = true;
             ctx.telemetry.record_model(&ctx.model);
         }
@@ -358,17 +369,23 @@ impl Pipeline {
     }
 
     /// Parse a body into its envelope and its history's prefix hashes, from where it stops
-    /// repeating the kept body `known`, and keep it for the next request. `checked`: the
-    /// whole body passed the body check.
+    /// repeating the kept body `known` (or from what the body check gathered of it), and
+    /// keep it for the next request. `checked`: the whole body passed the body check.
     pub(super) fn read_envelope(
         &self,
         route: crate::providers::Route,
         body: Bytes,
         known: Option<&PrefixMatch>,
-        checked: bool,
+        checked: Option<&known_prefix::Gathered>,
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
-        let env =
-            crate::envelope::Envelope::parse_known(route.provider, route.endpoint, body, known)?;
+        let env = crate::envelope::Envelope::parse_checked(
+            route.provider,
+            route.endpoint,
+            body,
+            known,
+            checked,
+        )?;
+        let checked = checked.is_some();
         let remembered = env
             .scanned()
             .and_then(|scanned| self.known.remember(scanned, known, checked));

@@ -105,7 +105,7 @@ impl Pipeline {
         let model = ctx.model.as_str();
         // One parse serves the envelope, the session identity and the anchors.
         let (mut env, history) =
-            self.read_envelope(route, body.clone(), ctx.known.as_ref(), ctx.checked)?;
+            self.read_envelope(route, body.clone(), ctx.known.as_ref(), ctx.gathered())?;
         let id = self
             .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
             .await;
@@ -372,5 +372,6 @@ pub(super) fn replayed_ctx(
         replayed_at_ms: Some(at_ms),
         known: None,
         checked: false,
+        gathered: None,
     }
 }

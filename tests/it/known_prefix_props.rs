@@ -6,7 +6,9 @@
 //! on generated sessions of real clients' shapes that extend, fork, truncate, edit, move
 //! the client's cache marker, change a field before the history, reformat, and break the
 //! JSON after the repeated part. The same holds whether the remembered body was kept by its
-//! envelope read or by the body check alone (no policy, monitoring off).
+//! envelope read or by the body check alone (no policy, monitoring off), and whether the
+//! envelope is split by the scanner or from what the body check gathered as it passed the
+//! body (one pass, as the pipeline reads a checked body).
 
 use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
@@ -29,30 +31,33 @@ enum Keeper {
 }
 
 /// What a read answers, for comparison: the check's verdict, and the envelope's structure
-/// and compiled bytes (with the client's markers, and with `auto` markers).
+/// and compiled bytes (with the client's markers, and with `auto` markers). `one_pass`:
+/// the envelope is split from what the check gathered, not by the scanner.
 fn read(
     provider: Provider,
     endpoint: Endpoint,
     body: &[u8],
     known: &KnownPrefixes,
     keeper: Keeper,
+    one_pass: bool,
 ) -> (String, String, Vec<Bytes>) {
     let incremental = keeper != Keeper::Nothing;
     let found = if incremental { known.find(body) } else { None };
-    let mut gathered = (keeper == Keeper::Check).then(Gathered::new);
+    let mut gathered = (keeper == Keeper::Check || one_pass).then(Gathered::new);
     let checked = cachet::shape::check_known(endpoint, body, found.as_ref(), gathered.as_mut());
-    if let (Some(gathered), Ok(_)) = (gathered, &checked) {
+    if let (Some(gathered), Ok(_), Keeper::Check) = (&gathered, &checked, keeper) {
         known.remember_checked(&Bytes::copy_from_slice(body), gathered, found.as_ref());
     }
     let verdict = match &checked {
         Ok(model) => format!("ok {model}"),
         Err(e) => format!("error {}", e.message),
     };
-    let parsed = Envelope::parse_known(
+    let parsed = Envelope::parse_checked(
         provider,
         endpoint,
         Bytes::copy_from_slice(body),
         found.as_ref(),
+        gathered.as_ref().filter(|_| one_pass && checked.is_ok()),
     );
     let (structure, compiled) = match &parsed {
         Err(e) => (format!("error {}", e.message), Vec::new()),
@@ -103,27 +108,37 @@ fn read(
     (verdict, structure, compiled)
 }
 
-/// Reads every body of a generated session whole and incrementally (kept by the envelope
-/// read, and by the check alone); returns how many bodies each incremental read found a
+/// Reads every body of a generated session whole by the scanner, and compares: whole in
+/// one pass, and incrementally (kept by the envelope read, split by the scanner or in one
+/// pass; kept by the check alone); returns how many bodies each incremental read found a
 /// kept prefix for.
-fn same_reads(client: usize, steps: &[Step]) -> Result<[usize; 2], TestCaseError> {
+fn same_reads(client: usize, steps: &[Step]) -> Result<[usize; 3], TestCaseError> {
     let (name, provider, endpoint) = CLIENTS[client];
     let bodies = session(&fixture(name), endpoint, steps);
-    let kept = [Keeper::Envelope, Keeper::Check].map(|k| (k, KnownPrefixes::new(true, 64 << 20)));
-    let mut incremental = [0; 2];
+    let kept = [
+        (Keeper::Envelope, false),
+        (Keeper::Envelope, true),
+        (Keeper::Check, true),
+    ]
+    .map(|k| (k, KnownPrefixes::new(true, 64 << 20)));
+    let mut incremental = [0; 3];
+    let whole = KnownPrefixes::new(false, 0);
     for (i, body) in bodies.iter().enumerate() {
-        let full = read(
-            provider,
-            endpoint,
-            body,
-            &KnownPrefixes::new(false, 0),
-            Keeper::Nothing,
+        let full = read(provider, endpoint, body, &whole, Keeper::Nothing, false);
+        let one_pass = read(provider, endpoint, body, &whole, Keeper::Nothing, true);
+        prop_assert_eq!(
+            &one_pass,
+            &full,
+            "{} body {} read whole in one pass",
+            name,
+            i
         );
-        for (count, (keeper, known)) in incremental.iter_mut().zip(&kept) {
+        for (count, ((keeper, one_pass), known)) in incremental.iter_mut().zip(&kept) {
             *count += usize::from(known.find(body).is_some());
-            let inc = read(provider, endpoint, body, known, *keeper);
-            let by = match keeper {
-                Keeper::Check => "kept by the check",
+            let inc = read(provider, endpoint, body, known, *keeper, *one_pass);
+            let by = match (keeper, one_pass) {
+                (Keeper::Check, _) => "kept by the check",
+                (_, true) => "kept by the envelope, one pass",
                 _ => "kept by the envelope",
             };
             prop_assert_eq!(&inc.0, &full.0, "{} body {} {}: check verdict", name, i, by);
@@ -160,9 +175,9 @@ fn append_only_sessions_are_read_incrementally() {
     for (client, (name, ..)) in CLIENTS.iter().enumerate() {
         let steps = vec![Step::Extend(1); 8];
         let incremental = same_reads(client, &steps).unwrap();
-        assert_eq!(incremental, [7, 7], "{name}");
+        assert_eq!(incremental, [7, 7, 7], "{name}");
         let mut forked = steps.clone();
         forked.push(Step::Fork(3));
-        assert_eq!(same_reads(client, &forked).unwrap(), [8, 8], "{name}");
+        assert_eq!(same_reads(client, &forked).unwrap(), [8, 8, 8], "{name}");
     }
 }
