@@ -212,9 +212,7 @@ impl SessionStore for SqliteStore {
         Box::pin(self.write_then(
             Durability::Deferred,
             move |c| {
-                let index = ops::next_request_index(c, &session, now_ms())?;
-                let body = entry.with_request_index(index).encode();
-                let at = ops::record(c, &session, &body, &blobs)?;
+                let (index, at) = ops::record_next(c, &session, now_ms(), entry, &blobs)?;
                 Ok((index, at.max(0) as u64))
             },
             move |shared, (_, at)| shared.lengths.set(&noted, *at as usize + 1),
@@ -466,6 +464,61 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(temp_store, 2);
+    }
+
+    /// A record numbered in its own write leaves the store as numbering it first, then
+    /// recording it, would: the session's counters and sizes, the log and the blobs. A
+    /// repeated blob is stored once.
+    #[tokio::test]
+    async fn a_numbered_record_writes_what_numbering_then_recording_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = SqliteStore::open(&dir.path().join("one.db")).await.unwrap();
+        let two = SqliteStore::open(&dir.path().join("two.db")).await.unwrap();
+        let blob = |n: u8| Blob::canonical([n; 32], vec![n; 10 + usize::from(n)]);
+        for i in 0..12u64 {
+            let blobs = vec![blob(i as u8 % 5), blob(7)];
+            let (entry, again) = (memory_patch(i), blobs.clone());
+            let numbered = one
+                .write(Durability::Committed, move |c| {
+                    ops::record_next(c, "s", 5, entry, &again)
+                })
+                .await
+                .unwrap();
+            let entry = memory_patch(i);
+            let separately = two
+                .write(Durability::Committed, move |c| {
+                    let index = ops::next_request_index(c, "s", 5)?;
+                    let body = entry.with_request_index(index).encode();
+                    Ok((index, ops::record(c, "s", &body, &blobs)?))
+                })
+                .await
+                .unwrap();
+            assert_eq!(numbered, separately);
+            // Another session's request index between two records.
+            two.next_request_index("other").await.unwrap();
+        }
+        let contents = |c: &Connection| {
+            let row: [i64; 4] = c.query_row(
+                "SELECT entries, next_request, entry_bytes, blob_bytes FROM sessions WHERE id = 's'",
+                [],
+                |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?]),
+            )?;
+            let log = schema::load_range(c, "s", 0, None)?;
+            let mut blobs =
+                c.prepare("SELECT key, bytes FROM session_blobs WHERE session = 's' ORDER BY key")?;
+            let blobs: Vec<(Vec<u8>, Vec<u8>)> = blobs
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok((row, log, blobs))
+        };
+        let (a, b) = (
+            one.read(contents).await.unwrap(),
+            two.read(contents).await.unwrap(),
+        );
+        assert_eq!(a, b);
+        assert_eq!(a.0[..2], [12, 12]);
+        assert_eq!(a.1.len(), 12);
+        assert_eq!(a.2.len(), 6, "each blob once");
     }
 
     /// One session's records, each awaited before the next as the after-response worker

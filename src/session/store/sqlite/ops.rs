@@ -3,7 +3,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::schema::load_range;
-use crate::session::entry::now_ms;
+use crate::session::entry::{now_ms, Entry};
 use crate::session::normalize::MessageKey;
 use crate::session::store::{Appended, Blob, Retention, SessionSummary, StoreStats, SweepReport};
 
@@ -73,6 +73,52 @@ pub fn record(
     blobs: &[Blob],
 ) -> rusqlite::Result<i64> {
     let at = append(conn, session, std::slice::from_ref(&body.to_owned()))?;
+    let added = store_blobs(conn, session, blobs)?;
+    if added > 0 {
+        conn.prepare_cached("UPDATE sessions SET blob_bytes = blob_bytes + ?2 WHERE id = ?1")?
+            .execute(params![session, added])?;
+    }
+    Ok(at)
+}
+
+/// A request record numbered with the session's next request index, and the content blobs
+/// the session does not hold yet; returns the index and the record's position. Both
+/// counters move in one update of the session's row (the one that moves it in the
+/// by-update index); the sizes follow in a second that touches no index. What
+/// [`next_request_index`] then [`record`] would write.
+pub fn record_next(
+    conn: &Connection,
+    session: &str,
+    now: u64,
+    entry: Entry,
+    blobs: &[Blob],
+) -> rusqlite::Result<(u64, i64)> {
+    let (index, at): (i64, i64) = conn
+        .prepare_cached(
+            "INSERT INTO sessions (id, created_ms, updated_ms, entries, next_request)
+             VALUES (?1, ?2, ?2, 1, 1)
+             ON CONFLICT(id) DO UPDATE SET entries = entries + 1,
+               next_request = next_request + 1, updated_ms = ?2
+             RETURNING next_request - 1, entries - 1",
+        )?
+        .query_row(params![session, now as i64], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+    let index = index.max(0) as u64;
+    let body = entry.with_request_index(index).encode();
+    conn.prepare_cached("INSERT INTO entries (session, seq, body) VALUES (?1, ?2, ?3)")?
+        .execute(params![session, at, body])?;
+    let added = store_blobs(conn, session, blobs)?;
+    conn.prepare_cached(
+        "UPDATE sessions SET entry_bytes = entry_bytes + ?2, blob_bytes = blob_bytes + ?3
+         WHERE id = ?1",
+    )?
+    .execute(params![session, body.len() as i64, added])?;
+    Ok((index, at))
+}
+
+/// Store the blobs the session does not hold yet; returns the bytes added.
+fn store_blobs(conn: &Connection, session: &str, blobs: &[Blob]) -> rusqlite::Result<i64> {
     let mut known = conn.prepare_cached(
         "SELECT EXISTS(SELECT 1 FROM session_blobs WHERE session = ?1 AND key = ?2)",
     )?;
@@ -90,11 +136,7 @@ pub fn record(
             added += bytes.len() as i64;
         }
     }
-    if added > 0 {
-        conn.prepare_cached("UPDATE sessions SET blob_bytes = blob_bytes + ?2 WHERE id = ?1")?
-            .execute(params![session, added])?;
-    }
-    Ok(at)
+    Ok(added)
 }
 
 pub fn get_blobs(
