@@ -70,6 +70,8 @@ pub struct Elements<'k> {
     /// The most containers open where a value started, anywhere the check read (the
     /// envelope's scanner refuses nesting past 128).
     pub deepest: usize,
+    /// The elements of another top-level array, gathered beside these (see [`Self::and_first`]).
+    also: Option<Box<Elements<'k>>>,
 }
 
 impl<'k> Elements<'k> {
@@ -82,6 +84,23 @@ impl<'k> Elements<'k> {
             reading: false,
             start: None,
             deepest: 0,
+            also: None,
+        }
+    }
+
+    /// Gather, besides, the elements of the first array-valued field named one of `keys`
+    /// (another field than this one's).
+    pub fn and_first(mut self, keys: &'k [&'k [u8]]) -> Self {
+        self.also = Some(Box::new(Elements::of_first(keys)));
+        self
+    }
+
+    /// The element spans gathered of the array that starts at `start`, if it is one of
+    /// the arrays gathered.
+    pub fn spans_at(&self, start: usize) -> Option<&[Range<usize>]> {
+        match &self.array {
+            Some((_, at)) if *at == start => Some(&self.spans),
+            _ => self.also.as_deref()?.spans_at(start),
         }
     }
 
@@ -89,22 +108,30 @@ impl<'k> Elements<'k> {
     #[inline]
     fn value_starts(&mut self, depth: usize, pos: usize) {
         self.deepest = self.deepest.max(depth);
-        if depth == 2 && self.reading {
-            self.start = Some(pos);
+        if depth == 2 {
+            if self.reading {
+                self.start = Some(pos);
+            } else if let Some(also) = self.also.as_deref_mut() {
+                also.value_starts(depth, pos);
+            }
         }
     }
 
     /// An array opens at `pos` with `depth` containers open, as the value of `top_key`.
     #[inline]
     fn array_opens(&mut self, b: &[u8], depth: usize, top_key: &Option<(Range<usize>, usize)>) {
-        if depth != 1 || self.array.is_some() {
+        if depth != 1 {
             return;
         }
-        if let Some((key, start)) = top_key {
+        if let (None, Some((key, start))) = (&self.array, top_key) {
             if self.keys.contains(&&b[key.clone()]) {
                 self.array = Some((key.clone(), *start));
                 self.reading = true;
+                return;
             }
+        }
+        if let Some(also) = self.also.as_deref_mut() {
+            also.array_opens(b, depth, top_key);
         }
     }
 
@@ -112,6 +139,9 @@ impl<'k> Elements<'k> {
     #[inline]
     fn value_ends(&mut self, depth: usize, pos: usize) {
         if !self.reading {
+            if let Some(also) = self.also.as_deref_mut() {
+                also.value_ends(depth, pos);
+            }
             return;
         }
         match depth {
@@ -597,10 +627,12 @@ mod tests {
             r#" { "input" : "text", "messages" : [ 1 , "two" , [3, [4]] , {"a":{"b":[]}} , null ] , "x": [5] } "#,
             r#"{"tools":[{"n":1}],"messages":[],"input":[{"type":"message"},true]}"#,
             r#"{"messages":{"not":"an array"},"input":[[],{}]}"#,
+            r#"{"messages":[{"role":"user"}],"tools":[{"name":"a","s":{"t":[1,[2]]}}, {"name":"b"}],"tools":[3],"x":[4]}"#,
+            r#"{"tools":"none","messages":[1,2],"tools":[{"n":[]}]}"#,
         ];
         for body in bodies {
             let b = body.as_bytes();
-            let mut e = Elements::of_first(keys);
+            let mut e = Elements::of_first(keys).and_first(&[b"tools"]);
             let mut fields = Vec::new();
             check_gathering(b, Some(&mut e), |f| fields.push(f)).unwrap();
             let (key, start) = e.array.clone().expect(body);
@@ -608,6 +640,22 @@ mod tests {
             assert_eq!(b[start], b'[');
             let scanned = crate::envelope::scan::elements(b, start).unwrap();
             assert_eq!(e.spans, scanned, "{body}");
+            assert_eq!(e.spans_at(start), Some(&scanned[..]));
+            // The other array gathered beside the history: the first named `tools`.
+            let tools = fields
+                .iter()
+                .find(|f| &b[f.key.clone()] == b"tools" && b[f.value.start] == b'[');
+            for f in fields.iter().filter(|f| b[f.value.start] == b'[') {
+                let gathered = e.spans_at(f.value.start);
+                match (tools, &b[f.key.clone()]) {
+                    (Some(t), _) if t == f => {
+                        let scanned = crate::envelope::scan::elements(b, f.value.start).unwrap();
+                        assert_eq!(gathered, Some(&scanned[..]), "{body}: tools");
+                    }
+                    _ if f.value.start == start => {}
+                    _ => assert_eq!(gathered, None, "{body}: not gathered"),
+                }
+            }
             let at = fields.iter().position(|f| f.key == key).unwrap();
             for known in 1..=scanned.len() {
                 let resume = Resume {

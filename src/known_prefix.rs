@@ -129,7 +129,7 @@ pub struct Scanned<'a> {
 }
 
 /// What the body check gathers of a body as it passes it: every top-level field, and the
-/// history array's element spans. The envelope is split from them without a second scan
+/// element spans of the history array and of the tools. The envelope is split from them without a second scan
 /// (by a policy before forwarding, or by monitoring after the response), and a body no
 /// envelope reads (no policy, monitoring off) is kept from them.
 pub struct Gathered {
@@ -143,7 +143,7 @@ impl Gathered {
     pub fn new() -> Self {
         Gathered {
             fields: Vec::new(),
-            elements: json_check::Elements::of_first(&HISTORY_KEYS),
+            elements: json_check::Elements::of_first(&HISTORY_KEYS).and_first(&TOOLS_KEY),
             complete: false,
         }
     }
@@ -394,6 +394,9 @@ fn lead_at(body: &[u8], end: usize) -> u128 {
 
 /// Top-level keys whose array is a history (`messages`; Responses `input`).
 const HISTORY_KEYS: [&[u8]; 2] = [b"messages", b"input"];
+
+/// The top-level key of the tools array, which the envelope also splits.
+const TOOLS_KEY: [&[u8]; 1] = [b"tools"];
 
 #[cfg(test)]
 mod tests {

@@ -193,8 +193,10 @@ fn split_key(b: &[u8], endpoint: Endpoint, key: &Span) -> Option<String> {
 }
 
 /// The top-level entries, and the elements of the arrays split, of a body the check passed
-/// whole, from what it gathered: the history's elements as the check found them, any other
-/// array split by a scan of its own. Gives what [`scan::entries_with`] gives for that body.
+/// whole, from what it gathered: the history's and the tools' elements as the check found
+/// them (when it read them: a resumed check does not read the fields before the history),
+/// any other array split by a scan of its own. Gives what [`scan::entries_with`] gives for
+/// that body.
 fn from_check(
     b: &[u8],
     endpoint: Endpoint,
@@ -215,9 +217,9 @@ fn from_check(
             continue;
         }
         if let Some(name) = split_key(b, endpoint, &entry.key) {
-            let elems = match &history.array {
-                Some((_, at)) if *at == vstart => history.spans.clone(),
-                _ => scan::elements_end(b, vstart)?.0,
+            let elems = match history.spans_at(vstart) {
+                Some(spans) => spans.to_vec(),
+                None => scan::elements_end(b, vstart)?.0,
             };
             arrays.push((name, elems));
         }
