@@ -418,11 +418,12 @@ mod tests {
 
     fn read(known: &KnownPrefixes, body: Bytes) -> Option<PrefixMatch> {
         let found = known.find(&body);
-        let env = Envelope::parse_known(
+        let env = Envelope::parse_checked(
             Provider::Anthropic,
             Endpoint::Messages,
             body,
             found.as_ref(),
+            None,
         )
         .unwrap();
         known.remember(env.scanned().unwrap(), found.as_ref(), true);
@@ -462,7 +463,8 @@ mod tests {
                 Endpoint::Messages => Provider::Anthropic,
                 _ => Provider::OpenAi,
             };
-            let env = Envelope::parse_known(provider, *endpoint, body.clone(), None).unwrap();
+            let env =
+                Envelope::parse_checked(provider, *endpoint, body.clone(), None, None).unwrap();
             let known = KnownPrefixes::new(true, 1 << 20);
             let kept = env
                 .scanned()

@@ -160,20 +160,10 @@ impl Envelope {
     }
 
     /// [`Envelope::parse`] of a body that repeats a remembered one's first history
-    /// messages (`known`): only what follows them is scanned.
-    pub fn parse_known(
-        provider: Provider,
-        endpoint: Endpoint,
-        body: Bytes,
-        known: Option<&crate::known_prefix::PrefixMatch>,
-    ) -> Result<Envelope, crate::error::ApiError> {
-        parse::parse(provider, endpoint, body, known, None)
-    }
-
-    /// [`Envelope::parse_known`] of a body the body check passed, from what the check
-    /// gathered of it (`gathered`, see [`crate::known_prefix::Gathered`]): its top-level
-    /// entries and history elements are not scanned again. The same envelope as
-    /// [`Envelope::parse`] gives.
+    /// messages (`known`): only what follows them is scanned. When the body check passed
+    /// the body, what it gathered (`gathered`, see [`crate::known_prefix::Gathered`]) stands
+    /// for the scan of the top-level entries, the history and the tools. The same envelope
+    /// as [`Envelope::parse`] gives.
     pub fn parse_checked(
         provider: Provider,
         endpoint: Endpoint,
