@@ -8,6 +8,7 @@ use super::{Element, Envelope, Meta, OrigArray, SystemForm, SystemPart};
 use crate::error::ApiError;
 use crate::json_check;
 use crate::known_prefix::{Gathered, PrefixMatch};
+use crate::memo::{self, Memo};
 use crate::providers::{Endpoint, Provider};
 
 /// The name of the n-th part the client's own system prompt arrives as.
@@ -253,7 +254,7 @@ fn text_system(env: &mut Envelope, span: Span, field: &str) -> Result<(), ApiErr
     if &env.body[span.clone()] == b"null" {
         return Ok(());
     }
-    let text = scan::decode_str(&env.body, &span)
+    let text = system_text(&env.body, &span)
         .ok_or_else(|| ApiError::invalid(format!("{field} must be a string")))?;
     env.system.push(SystemPart::new(
         base_part_name(0),
@@ -274,7 +275,8 @@ fn block_system(env: &mut Envelope, span: Span) -> Result<(), ApiError> {
                 "system[{i}] must be a text block"
             )));
         }
-        let text = scan::str_field(b, block.start, "text")
+        let text = scan::field(b, block.start, "text")
+            .and_then(|span| system_text(b, &span))
             .ok_or_else(|| ApiError::invalid(format!("system[{i}] must be a text block")))?;
         env.system.push(SystemPart::new(
             base_part_name(i),
@@ -285,6 +287,21 @@ fn block_system(env: &mut Envelope, span: Span) -> Result<(), ApiError> {
     env.system_form = SystemForm::Blocks(span);
     Ok(())
 }
+
+/// The decoded text of a system prompt's JSON string at `span`. Agents resend the same
+/// system prompt, often tens of KB with escapes on every line, on every request: a long one
+/// is remembered by its bytes (up to [`REMEMBERED_TEXT`] each, a few at a time).
+fn system_text(b: &[u8], span: &Span) -> Option<String> {
+    static TEXTS: Memo<Option<String>> = Memo::new(32);
+    if !(1024..=REMEMBERED_TEXT).contains(&span.len()) {
+        return scan::decode_str(b, span);
+    }
+    let raw = &b[span.clone()];
+    TEXTS.get_or_insert_with(memo::key(b"system text", raw), || scan::decode_str(b, span))
+}
+
+/// The longest system text remembered.
+const REMEMBERED_TEXT: usize = 64 * 1024;
 
 /// The leading `system`/`developer` messages are the system parts: always for Chat, for
 /// Responses when it sends no `instructions` (what a system role is, is the provider
@@ -332,4 +349,39 @@ fn chat_text(b: &[u8], start: usize) -> String {
         .iter()
         .filter_map(|part| scan::str_field(b, part.start, "text"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A system text read from the memo is the one decoding gives, for short and long texts,
+    /// with and without escapes, and for values that are not strings.
+    #[test]
+    fn a_remembered_system_text_is_its_decoding() {
+        let long = r#"line \"quoted\" \u00e9 \\ tab\t\n"#.repeat(200);
+        let plain = "x".repeat(5000);
+        let huge = r"y\n".repeat(40_000);
+        for raw in [
+            r#""short""#.to_string(),
+            format!(r#""{long}""#),
+            format!(r#""{plain}""#),
+            // The same length as the one before, other bytes.
+            format!(r#""{}""#, "z".repeat(5000)),
+            format!(r#""{huge}""#),
+            format!(r#"["{plain}"]"#),
+            "null".to_string(),
+        ] {
+            let b = raw.as_bytes();
+            let span = 0..b.len();
+            for _ in 0..2 {
+                assert_eq!(
+                    system_text(b, &span),
+                    scan::decode_str(b, &span),
+                    "{}",
+                    &raw[..20.min(raw.len())]
+                );
+            }
+        }
+    }
 }
