@@ -129,9 +129,9 @@ pub struct Scanned<'a> {
 }
 
 /// What the body check gathers of a body as it passes it: every top-level field, and the
-/// element spans of the history array and of the tools. The envelope is split from them without a second scan
-/// (by a policy before forwarding, or by monitoring after the response), and a body no
-/// envelope reads (no policy, monitoring off) is kept from them.
+/// element spans of the history array and of the tools. The envelope is split from them
+/// without a second scan (by a policy before forwarding, or by monitoring after the
+/// response), and a body no envelope reads (no policy, monitoring off) is kept from them.
 pub struct Gathered {
     pub(crate) fields: Vec<json_check::Field>,
     pub(crate) elements: json_check::Elements<'static>,

@@ -30,8 +30,8 @@ fn is_split_key(endpoint: Endpoint, key: &str) -> bool {
 
 /// Parse a body; with `known`, its history array's first elements are taken from the
 /// remembered body it repeats (see [`crate::known_prefix`]) instead of being scanned again;
-/// with `gathered`, the top-level entries and the history's elements are the ones the body
-/// check found, and only the other arrays split here are scanned.
+/// with `gathered`, the top-level entries and the elements of the history and the tools are
+/// the ones the body check found, and only an array it did not read is scanned.
 pub(crate) fn parse(
     provider: Provider,
     endpoint: Endpoint,

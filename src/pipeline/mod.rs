@@ -129,8 +129,9 @@ pub struct RequestCtx {
     pub known: Option<PrefixMatch>,
     /// The whole body passed the body check.
     pub checked: bool,
-    /// What the check gathered of the body (its top-level fields and history elements), so
-    /// that its envelope is split without scanning it again.
+    /// What the check gathered of the body (its top-level fields, history and tools), so
+    /// that its envelope is split without scanning it again; held only while an envelope
+    /// read is still to come.
     pub gathered: Option<known_prefix::Gathered>,
 }
 
@@ -250,6 +251,10 @@ impl Pipeline {
             // Boxed: shaping's state (7.6 KB) would otherwise sit in every request's future
             // for as long as its answer streams, though it is done before forwarding.
             let shaped = Box::pin(self.shape(&ctx)).await?;
+            // Only monitoring reads the body's envelope again, after the response.
+            if !matches!(shaped.after, After::Observe) {
+                ctx.gathered = None;
+            }
             let session = ctx.session_for_logs(&shaped);
             ctx.telemetry
                 .record_shaping(session.as_deref(), &shaped.variant);
@@ -331,13 +336,14 @@ impl Pipeline {
                 ctx.known.as_ref(),
                 Some(&mut gathered),
             )?;
-            if self.config.server.incremental && !self.reads_envelopes() {
+            if self.reads_envelopes() {
+                ctx.gathered = Some(gathered);
+            } else if self.config.server.incremental {
                 // With no envelope read to keep the body for the next request, the check
                 // keeps it from what it passed.
                 self.known
                     .remember_checked(&ctx.body, &gathered, ctx.known.as_ref());
             }
-            ctx.gathered = Some(gathered);
             ctx.checked = true;
             ctx.telemetry.record_model(&ctx.model);
         }
@@ -370,7 +376,8 @@ impl Pipeline {
 
     /// Parse a body into its envelope and its history's prefix hashes, from where it stops
     /// repeating the kept body `known` (or from what the body check gathered of it), and
-    /// keep it for the next request. `checked`: the whole body passed the body check.
+    /// keep it for the next request. `checked`: what the body check gathered, when the whole
+    /// body passed it.
     pub(super) fn read_envelope(
         &self,
         route: crate::providers::Route,
