@@ -327,23 +327,23 @@ impl Pipeline {
             // Unchecked, the body is first read after the response (monitoring), and looked
             // up there.
             ctx.known = self.find_known(&ctx.body);
-            // One pass: what the check reads of the body's top level and history, the
-            // envelope is split from (by a policy now, or by monitoring after the response).
-            let mut gathered = known_prefix::Gathered::new();
+            // One pass: what the check reads of the body's top level, history and tools, the
+            // envelope is split from (by a policy now, or by monitoring after the response);
+            // with no envelope read, the body is kept for the next request from it.
+            let reads = self.reads_envelopes();
+            let keeps = !reads && self.config.server.incremental;
+            let mut gathered = (reads || keeps).then(known_prefix::Gathered::new);
             ctx.model = crate::shape::check_known(
                 ctx.route.endpoint,
                 &ctx.body,
                 ctx.known.as_ref(),
-                Some(&mut gathered),
+                gathered.as_mut(),
             )?;
-            if self.reads_envelopes() {
-                ctx.gathered = Some(gathered);
-            } else if self.config.server.incremental {
-                // With no envelope read to keep the body for the next request, the check
-                // keeps it from what it passed.
+            if let (Some(gathered), true) = (&gathered, keeps) {
                 self.known
-                    .remember_checked(&ctx.body, &gathered, ctx.known.as_ref());
+                    .remember_checked(&ctx.body, gathered, ctx.known.as_ref());
             }
+            ctx.gathered = gathered.filter(|_| reads);
             ctx.checked = true;
             ctx.telemetry.record_model(&ctx.model);
         }
@@ -376,23 +376,23 @@ impl Pipeline {
 
     /// Parse a body into its envelope and its history's prefix hashes, from where it stops
     /// repeating the kept body `known` (or from what the body check gathered of it), and
-    /// keep it for the next request. `checked`: what the body check gathered, when the whole
-    /// body passed it.
+    /// keep it for the next request. `gathered`: what the body check gathered, when the
+    /// whole body passed it.
     pub(super) fn read_envelope(
         &self,
         route: crate::providers::Route,
         body: Bytes,
         known: Option<&PrefixMatch>,
-        checked: Option<&known_prefix::Gathered>,
+        gathered: Option<&known_prefix::Gathered>,
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
         let env = crate::envelope::Envelope::parse_checked(
             route.provider,
             route.endpoint,
             body,
             known,
-            checked,
+            gathered,
         )?;
-        let checked = checked.is_some();
+        let checked = gathered.is_some();
         let remembered = env
             .scanned()
             .and_then(|scanned| self.known.remember(scanned, known, checked));
