@@ -11,9 +11,15 @@
 //! and cachet's RSS: sampled every second (last, and the peak the kernel saw: VmHWM).
 //! Targets: ≤ 64 MiB without policies, ≤ 128 MiB with them (BENCHMARKS.md).
 //!
+//! The streams load also runs once through the load benchmark's bare hyper hop
+//! (`benches/load/roles.rs`, this binary started again as that role) in place of cachet:
+//! what holding the same streams costs a hop that does nothing but forward them. The driver,
+//! and so the hop, use cachet's allocator (jemalloc), so the two RSS figures compare.
+//!
 //! Run: `cargo bench --bench soak` (env: `SOAK_SECS`, `SOAK_STREAMS`, `SOAK_MIXED`,
 //! `SOAK_ONLY=streams|mixed`, `SOAK_POLICIES=off|on`, `SOAK_CONFIG=FILE` for a
-//! `cachet.toml` of the proxy, e.g. `[sessions] monitor = false`).
+//! `cachet.toml` of the proxy, e.g. `[sessions] monitor = false`; `SOAK_HOP=off` leaves
+//! out the bare hop's run, `SOAK_HOP=only` runs nothing else).
 
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +32,12 @@ use futures_util::StreamExt;
 mod child;
 #[path = "load/procfs.rs"]
 mod procfs;
+#[path = "load/roles.rs"]
+mod roles;
+
+/// The same allocator as cachet's binary, for the bare hop's RSS to compare with cachet's.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// `cachet ARGS` as a child process, its stderr discarded.
 fn spawn(args: &[String], dir: &std::path::Path) -> child::Proc {
@@ -53,14 +65,39 @@ fn env_num(name: &str, default: u64) -> u64 {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        return;
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    if let Ok(role) = std::env::var("BENCH_ROLE") {
+        rt.block_on(roles::serve(&role, std::env::var("BENCH_UPSTREAM").ok()));
+        return;
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
     rt.block_on(drive());
+}
+
+/// The load benchmark's bare hyper hop in front of `upstream`: this binary as that role.
+fn spawn_hyper_hop(upstream: &str) -> child::Proc {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("BENCH_ROLE", "hyper-hop")
+        .env("BENCH_UPSTREAM", upstream)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the hop starts");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    child::Proc {
+        child,
+        addr: line.trim().to_string(),
+    }
 }
 
 #[derive(Default)]
@@ -75,15 +112,25 @@ async fn drive() {
     let mixed = env_num("SOAK_MIXED", 64);
     let only = std::env::var("SOAK_ONLY").unwrap_or_default();
     let policies_only = std::env::var("SOAK_POLICIES").unwrap_or_default();
+    let hop = std::env::var("SOAK_HOP").unwrap_or_default();
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let work = tempfile::tempdir().unwrap();
     let emulator = spawn(
         &["emulate".into(), "--listen".into(), "127.0.0.1:0".into()],
         work.path(),
     );
+    let upstream = format!("http://{}", emulator.addr);
     println!("soak: {secs} s per run; streams: {streams} concurrent; mixed: {mixed} clients\n");
-    println!("| load | policies | requests | errors | RSS last (MiB) | RSS peak (MiB) |");
-    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    println!("| proxy | load | policies | requests | errors | RSS last (MiB) | RSS peak (MiB) |");
+    println!("| --- | --- | --- | ---: | ---: | ---: | ---: |");
+    if hop != "off" && (only.is_empty() || only == "streams") {
+        let bare = spawn_hyper_hop(&upstream);
+        let row = soak("streams", &bare, streams, secs).await;
+        println!("| bare hyper hop | streams | – | {row}");
+    }
+    if hop == "only" {
+        return;
+    }
     for with_policies in [false, true] {
         let label = if with_policies { "on" } else { "off" };
         if !policies_only.is_empty() && policies_only != label {
@@ -101,9 +148,9 @@ async fn drive() {
                 "--admin-listen",
                 "127.0.0.1:0",
                 "--anthropic-upstream",
-                &format!("http://{}", emulator.addr),
+                &upstream,
                 "--openai-upstream",
-                &format!("http://{}", emulator.addr),
+                &upstream,
                 "--store",
                 &store.path().to_string_lossy(),
             ]
@@ -121,57 +168,63 @@ async fn drive() {
                 }
             }
             let proxy = spawn(&args, store.path());
-            let pid = proxy.child.id();
-            let counts = Arc::new(Counts::default());
-            let deadline = Instant::now() + Duration::from_secs(secs);
-            let sampler = tokio::spawn(async move {
-                let mut last = 0.0;
-                while Instant::now() < deadline {
-                    last = procfs::rss_mib(pid);
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                last
-            });
             let clients = if load == "streams" { streams } else { mixed };
-            let mut tasks = Vec::new();
-            let http = reqwest::Client::builder()
-                .pool_max_idle_per_host(clients as usize)
-                .build()
-                .unwrap();
-            for worker in 0..clients {
-                let (http, counts, addr) = (http.clone(), counts.clone(), proxy.addr.clone());
-                let stream_load = load == "streams";
-                tasks.push(tokio::spawn(async move {
-                    let mut turn = 0u64;
-                    while Instant::now() < deadline {
-                        let ok = if stream_load {
-                            slow_stream(&http, &addr, worker, turn).await
-                        } else {
-                            mixed_request(&http, &addr, worker, turn).await
-                        };
-                        counts.requests.fetch_add(1, Ordering::Relaxed);
-                        if !ok {
-                            counts.errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                        turn += 1;
-                    }
-                }));
-            }
-            for t in tasks {
-                let _ = t.await;
-            }
-            let last = sampler.await.unwrap();
-            let peak = procfs::peak_rss_mib(pid);
-            println!(
-                "| {load} | {label} | {} | {} | {:.1} | {:.1} |",
-                counts.requests.load(Ordering::Relaxed),
-                counts.errors.load(Ordering::Relaxed),
-                last,
-                peak
-            );
-            drop(proxy);
+            let row = soak(load, &proxy, clients, secs).await;
+            println!("| cachet | {load} | {label} | {row}");
         }
     }
+}
+
+/// `clients` clients of `load` through `proxy` for `secs`; the table's last four cells:
+/// requests, errors, the proxy's last RSS sample and its peak.
+async fn soak(load: &str, proxy: &child::Proc, clients: u64, secs: u64) -> String {
+    let pid = proxy.child.id();
+    let counts = Arc::new(Counts::default());
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let sampler = tokio::spawn(async move {
+        let mut last = 0.0;
+        while Instant::now() < deadline {
+            last = procfs::rss_mib(pid);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        last
+    });
+    let mut tasks = Vec::new();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients as usize)
+        .build()
+        .unwrap();
+    for worker in 0..clients {
+        let (http, counts, addr) = (http.clone(), counts.clone(), proxy.addr.clone());
+        let stream_load = load == "streams";
+        tasks.push(tokio::spawn(async move {
+            let mut turn = 0u64;
+            while Instant::now() < deadline {
+                let ok = if stream_load {
+                    slow_stream(&http, &addr, worker, turn).await
+                } else {
+                    mixed_request(&http, &addr, worker, turn).await
+                };
+                counts.requests.fetch_add(1, Ordering::Relaxed);
+                if !ok {
+                    counts.errors.fetch_add(1, Ordering::Relaxed);
+                }
+                turn += 1;
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let last = sampler.await.unwrap();
+    let peak = procfs::peak_rss_mib(pid);
+    format!(
+        "{} | {} | {:.1} | {:.1} |",
+        counts.requests.load(Ordering::Relaxed),
+        counts.errors.load(Ordering::Relaxed),
+        last,
+        peak
+    )
 }
 
 /// A growing Anthropic conversation of `turn` exchanges, about 2 KB of history per turn.
