@@ -81,23 +81,12 @@ fn main() {
 
 /// The load benchmark's bare hyper hop in front of `upstream`: this binary as that role.
 fn spawn_hyper_hop(upstream: &str) -> child::Proc {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .env("BENCH_ROLE", "hyper-hop")
-        .env("BENCH_UPSTREAM", upstream)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the hop starts");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
+    child::spawn(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .env("BENCH_ROLE", "hyper-hop")
+            .env("BENCH_UPSTREAM", upstream)
+            .stderr(Stdio::null()),
     )
-    .unwrap();
-    child::Proc {
-        child,
-        addr: line.trim().to_string(),
-    }
 }
 
 #[derive(Default)]

@@ -647,8 +647,8 @@ mod tests {
                 .find(|f| &b[f.key.clone()] == b"tools" && b[f.value.start] == b'[');
             for f in fields.iter().filter(|f| b[f.value.start] == b'[') {
                 let gathered = e.spans_at(f.value.start);
-                match (tools, &b[f.key.clone()]) {
-                    (Some(t), _) if t == f => {
+                match tools {
+                    Some(t) if t == f => {
                         let scanned = crate::envelope::scan::elements(b, f.value.start).unwrap();
                         assert_eq!(gathered, Some(&scanned[..]), "{body}: tools");
                     }

@@ -1,5 +1,5 @@
-//! `cachet` as a child process of a benchmark driver: started with its arguments, its
-//! address read from the first line it prints, killed when dropped.
+//! `cachet` (or a benchmark's own role) as a child process of a benchmark driver: started
+//! with its arguments, its address read from the first line it prints, killed when dropped.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -25,24 +25,31 @@ pub fn cachet_binary(env_var: &str) -> String {
 /// Start `binary ARGS` at `RUST_LOG=warn` in `dir` and read the first `http://ADDR` it
 /// prints.
 pub fn spawn_cachet(binary: &str, args: &[String], dir: &std::path::Path, stderr: Stdio) -> Proc {
-    let mut child = Command::new(binary)
-        .args(args)
-        .current_dir(dir)
-        .env("RUST_LOG", "warn")
+    spawn(
+        Command::new(binary)
+            .args(args)
+            .current_dir(dir)
+            .env("RUST_LOG", "warn")
+            .stderr(stderr),
+    )
+}
+
+/// Start `cmd` and read the address it prints first: after `http://` (cachet), or the whole
+/// line (the load benchmark's roles print only `ADDR`).
+pub fn spawn(cmd: &mut Command) -> Proc {
+    let mut child = cmd
         .stdout(Stdio::piped())
-        .stderr(stderr)
         .spawn()
-        .expect("cachet starts");
+        .expect("the process starts");
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_default()
-        .trim_end_matches('/')
-        .to_string();
+    let addr = match line.split("http://").nth(1) {
+        Some(rest) => rest.split_whitespace().next().unwrap_or_default(),
+        None => line.trim(),
+    }
+    .trim_end_matches('/')
+    .to_string();
     Proc { child, addr }
 }
