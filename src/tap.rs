@@ -197,6 +197,10 @@ pub struct TapStream<S> {
     sse: bool,
     endpoint: Endpoint,
     ended: bool,
+    /// Bytes still to come when the upstream declared its body's length. hyper drops a body
+    /// once the declared length is written, without asking for its end: a body dropped with
+    /// nothing left to come ended whole.
+    remaining: Option<u64>,
 }
 
 impl<S> TapStream<S> {
@@ -212,7 +216,33 @@ impl<S> TapStream<S> {
             sse,
             endpoint,
             ended: false,
+            remaining: None,
         }
+    }
+
+    /// The body ends after `length` bytes (the upstream's `content-length`, when the client
+    /// is sent the same one).
+    pub fn with_length(mut self, length: Option<u64>) -> Self {
+        self.remaining = length;
+        self
+    }
+
+    /// The upstream body ended where it should: finish with its outcome. `false` when an
+    /// event stream stopped before its final event, which is a break.
+    fn ended_whole(&mut self) -> bool {
+        let terminal = self
+            .tap
+            .as_ref()
+            .map_or(Some(Terminal::Done), Tap::terminal);
+        let Some(terminal) = terminal else {
+            return false;
+        };
+        self.finish(match terminal {
+            Terminal::Done => Outcome::Complete,
+            Terminal::Error => Outcome::UpstreamError,
+        });
+        self.ended = true;
+        true
     }
 
     fn finish(&mut self, outcome: Outcome) {
@@ -258,6 +288,9 @@ where
                 if let Some(tap) = this.tap.as_mut() {
                     tap.feed(&chunk);
                 }
+                if let Some(remaining) = this.remaining.as_mut() {
+                    *remaining = remaining.saturating_sub(chunk.len() as u64);
+                }
                 Poll::Ready(Some(Ok(chunk)))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -266,16 +299,7 @@ where
                 this.broken(Outcome::UpstreamCut(msg.clone()), &msg)
             }
             Poll::Ready(None) => {
-                let terminal = this
-                    .tap
-                    .as_ref()
-                    .map_or(Some(Terminal::Done), Tap::terminal);
-                if let Some(terminal) = terminal {
-                    this.finish(match terminal {
-                        Terminal::Done => Outcome::Complete,
-                        Terminal::Error => Outcome::UpstreamError,
-                    });
-                    this.ended = true;
+                if this.ended_whole() {
                     Poll::Ready(None)
                 } else {
                     let msg = "upstream stream ended before its final event".to_string();
@@ -307,6 +331,9 @@ where
 
 impl<S> Drop for TapStream<S> {
     fn drop(&mut self) {
+        if self.remaining == Some(0) && self.ended_whole() {
+            return;
+        }
         self.finish(Outcome::ClientGone);
     }
 }
@@ -350,6 +377,42 @@ mod tests {
         assert_eq!(r.outcome, Outcome::Complete);
         assert_eq!(r.usage.unwrap().cache_read, 9);
         assert_eq!(r.events, 2);
+    }
+
+    /// hyper writes a body of declared length and drops it without asking for its end.
+    #[test]
+    fn a_body_of_declared_length_ends_whole_at_its_last_byte() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let body = Bytes::from_static(b"{\"type\":\"message\",\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":9,\"output_tokens\":1}}");
+        let (head, tail) = (body.slice(..10), body.slice(10..));
+        for (taken, outcome) in [(2, Outcome::Complete), (1, Outcome::ClientGone)] {
+            let slot = Arc::new(Mutex::new(None));
+            let s2 = slot.clone();
+            let chunks: Vec<Result<Bytes, String>> = vec![Ok(head.clone()), Ok(tail.clone())];
+            let _runtime = rt.enter();
+            let mut stream = TapStream::new(
+                futures_util::stream::iter(chunks),
+                Tap::new(Endpoint::Messages, false, false),
+                false,
+                Duration::from_secs(60),
+                Box::new(move |r| *s2.lock().unwrap() = Some(r)),
+            )
+            .with_length(Some(body.len() as u64));
+            rt.block_on(async {
+                for _ in 0..taken {
+                    stream.next().await.unwrap().unwrap();
+                }
+            });
+            drop(stream);
+            let result = slot.lock().unwrap().take().unwrap();
+            assert_eq!(result.outcome, outcome, "after {taken} chunks");
+            if outcome == Outcome::Complete {
+                assert_eq!(result.usage.unwrap().cache_read, 9);
+            }
+        }
     }
 
     #[test]

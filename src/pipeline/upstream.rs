@@ -104,18 +104,25 @@ impl Pipeline {
     ) -> Response<ProxyBody> {
         let Upstream { response, sent } = upstream;
         let status = response.status().as_u16();
-        let response_headers = forward::response_headers(response.headers());
-        let sse = response_headers
+        let sse = response
+            .headers()
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        // A broken event stream ends with an event of cachet's own (`TapStream`), so only
+        // other bodies keep the upstream's length.
+        let response_headers = forward::response_headers(response.headers(), !sse);
         let tap = Tap::new(ctx.route.endpoint, sse, shaped.wants_assistant());
         let pipeline = Arc::clone(self);
         let on_finish = Box::new(move |result: TapResult| {
             pipeline.finish(ctx, shaped, trace, status, sent, result);
         });
         let idle = Duration::from_millis(self.config.upstream.idle_timeout_ms);
-        let stream = TapStream::new(response.into_body(), tap, sse, idle, on_finish);
+        let length = response_headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let stream =
+            TapStream::new(response.into_body(), tap, sse, idle, on_finish).with_length(length);
         let body = StreamBody::new(stream.map_ok(Frame::data)).boxed_unsync();
         let mut resp = Response::new(body);
         *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);

@@ -315,3 +315,89 @@ async fn only_reqwest_adds_an_accept_header() {
         proxy.shutdown().await;
     }
 }
+
+/// The client reads the body framed as the provider framed it: a JSON answer the upstream
+/// sent with a `content-length` keeps it, where it used to reach the client re-chunked. An
+/// event stream stays chunked whatever the upstream said, since cachet may close a broken
+/// stream with an error event of its own.
+#[tokio::test]
+async fn a_response_keeps_the_upstreams_content_length() {
+    for kind in UPSTREAM_CLIENTS {
+        let upstream = FakeUpstream::start(
+            Script::json(200, ANTHROPIC_RESP)
+                .header("content-length", &ANTHROPIC_RESP.len().to_string()),
+        )
+        .await;
+        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+        let request = format!(
+            "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{ANTHROPIC_REQ}",
+            ANTHROPIC_REQ.len()
+        );
+        let answer = raw_exchange(proxy.addr, &request).await;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        let head = head.to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{kind:?}: {answer}");
+        assert!(
+            head.contains(&format!("\r\ncontent-length: {}", ANTHROPIC_RESP.len())),
+            "{kind:?}: {head}"
+        );
+        assert!(!head.contains("transfer-encoding"), "{kind:?}: {head}");
+        assert_eq!(body, ANTHROPIC_RESP, "{kind:?}");
+        // hyper stops at the declared length without asking the body for its end: the
+        // answer must still count as whole, not as a client that went away.
+        let text = metrics_text(&proxy).await;
+        assert_eq!(
+            metric_sum(&text, "cachet_stream_errors_total", &[]),
+            0.0,
+            "{kind:?}: {text}"
+        );
+        assert_eq!(
+            metric_value(
+                &text,
+                "cachet_input_tokens_total",
+                &[("provider", "anthropic"), ("kind", "cache_read")]
+            ),
+            Some(2000.0),
+            "{kind:?}"
+        );
+        proxy.shutdown().await;
+
+        // An upstream that breaks off: the client gets fewer bytes than the length said, and
+        // so knows the answer is not whole.
+        let half = &ANTHROPIC_RESP[..ANTHROPIC_RESP.len() / 2];
+        let mut cut =
+            Script::json(200, half).header("content-length", &ANTHROPIC_RESP.len().to_string());
+        cut.steps.push(Step::Cut);
+        let upstream = FakeUpstream::start(cut).await;
+        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+        let answer = raw_exchange(proxy.addr, &request).await;
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        let head = head.to_ascii_lowercase();
+        assert!(
+            head.contains(&format!("\r\ncontent-length: {}", ANTHROPIC_RESP.len())),
+            "{kind:?}: {head}"
+        );
+        assert!(body.len() < ANTHROPIC_RESP.len(), "{kind:?}: {answer}");
+        proxy.shutdown().await;
+
+        let events = anthropic_events().concat();
+        let upstream = FakeUpstream::start(
+            Script::sse(vec![chunk(&events)]).header("content-length", &events.len().to_string()),
+        )
+        .await;
+        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+        let answer = raw_exchange(proxy.addr, &request).await;
+        let head = answer
+            .split_once("\r\n\r\n")
+            .unwrap()
+            .0
+            .to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{kind:?}: {answer}");
+        assert!(!head.contains("content-length"), "{kind:?}: {head}");
+        assert!(
+            head.contains("transfer-encoding: chunked"),
+            "{kind:?}: {head}"
+        );
+        proxy.shutdown().await;
+    }
+}
