@@ -184,16 +184,16 @@ impl Upstreams {
     }
 }
 
-/// Headers for the client: the upstream's end-to-end headers, unchanged. With
-/// `body_as_sent` (cachet passes the body on as it came, adding nothing), the upstream's
-/// `content-length` is kept too: the client reads the framing the provider chose, a body cut
-/// short is an error it sees, and its connection goes back to its pool as soon as the last
-/// byte is in instead of waiting for a final chunk.
-pub fn response_headers(upstream: &HeaderMap, body_as_sent: bool) -> HeaderMap {
+/// Headers for the client: the upstream's end-to-end headers, unchanged. With `keep_length`
+/// (cachet passes the body on as it came, adding nothing), the upstream's `content-length`
+/// is kept too: the client reads the framing the provider chose, a body cut short is one it
+/// can tell is short, and a keep-alive client reuses its connection more often than with a
+/// re-chunked body (BENCHMARKS.md, "Answers framed as the upstream framed them").
+pub fn response_headers(upstream: &HeaderMap, keep_length: bool) -> HeaderMap {
     let mut headers = copy_end_to_end(upstream);
     // A length beside `transfer-encoding` is one the upstream's framing overrode
     // (RFC 9112 §6.3).
-    if body_as_sent && !upstream.contains_key(http::header::TRANSFER_ENCODING) {
+    if keep_length && !upstream.contains_key(http::header::TRANSFER_ENCODING) {
         if let Some(length) = upstream.get(http::header::CONTENT_LENGTH) {
             headers.insert(http::header::CONTENT_LENGTH, length.clone());
         }

@@ -401,3 +401,44 @@ async fn a_response_keeps_the_upstreams_content_length() {
         proxy.shutdown().await;
     }
 }
+
+/// A response to HEAD, a 204 and a 304 carry no body whatever their `content-length` says:
+/// hyper never asks for one, and that is not a client that went away.
+#[tokio::test]
+async fn a_bodiless_answer_is_not_a_broken_one() {
+    for kind in UPSTREAM_CLIENTS {
+        for (status, method) in [(200, "HEAD"), (204, "GET"), (304, "GET")] {
+            let upstream =
+                FakeUpstream::start(Script::json(status, "").header("content-length", "11")).await;
+            let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
+            let answer = raw_exchange(
+                proxy.addr,
+                &format!("{method} /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nconnection: close\r\n\r\n"),
+            )
+            .await;
+            assert!(
+                answer.starts_with(&format!("HTTP/1.1 {status}")),
+                "{kind:?} {method} {status}: {answer}"
+            );
+            if status == 204 {
+                // RFC 9110 §8.6: a 204 never carries a length, even if the upstream sent one.
+                assert!(
+                    !answer.to_ascii_lowercase().contains("content-length"),
+                    "{answer}"
+                );
+            }
+            let mut errors = 0.0;
+            // The answer is counted once hyper drops its body: give it the time.
+            for _ in 0..20 {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let text = metrics_text(&proxy).await;
+                errors = metric_sum(&text, "cachet_stream_errors_total", &[]);
+                if errors > 0.0 {
+                    break;
+                }
+            }
+            assert_eq!(errors, 0.0, "{kind:?} {method} {status}");
+            proxy.shutdown().await;
+        }
+    }
+}
