@@ -378,6 +378,16 @@ async fn a_response_keeps_the_upstreams_content_length() {
             "{kind:?}: {head}"
         );
         assert!(body.len() < ANTHROPIC_RESP.len(), "{kind:?}: {answer}");
+        let text = metrics_text(&proxy).await;
+        assert_eq!(
+            metric_sum(
+                &text,
+                "cachet_stream_errors_total",
+                &[("cause", "upstream_cut")]
+            ),
+            1.0,
+            "{kind:?}: {text}"
+        );
         proxy.shutdown().await;
 
         let events = anthropic_events().concat();
