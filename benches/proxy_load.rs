@@ -51,14 +51,15 @@
 
 #[path = "load/bodies.rs"]
 mod bodies;
+#[path = "load/child.rs"]
+mod child;
 #[path = "load/procfs.rs"]
 mod procfs;
 #[path = "load/roles.rs"]
 mod roles;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -90,24 +91,20 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// A process the driver measures.
+/// A process the driver measures, killed when dropped (before its directory goes).
 struct Hop {
     name: String,
-    addr: String,
-    child: Child,
+    process: child::Proc,
     _dir: Option<tempfile::TempDir>,
 }
 
 impl Hop {
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.child.id()
     }
-}
 
-impl Drop for Hop {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn addr(&self) -> &str {
+        &self.process.addr
     }
 }
 
@@ -135,11 +132,9 @@ impl Launcher {
         if let Some(u) = upstream {
             cmd.env("BENCH_UPSTREAM", u);
         }
-        let (child, addr) = spawn_role(&mut cmd);
         Hop {
             name: role.to_string(),
-            addr,
-            child,
+            process: child::spawn(cmd.stderr(Stdio::null())),
             _dir: None,
         }
     }
@@ -185,32 +180,12 @@ impl Launcher {
             None => cmd.env_remove("RUST_LOG"),
         };
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        let (child, addr) = spawn_role(&mut cmd);
         Hop {
             name: name.to_string(),
-            addr,
-            child,
+            process: child::spawn(cmd.stderr(Stdio::null())),
             _dir: Some(dir),
         }
     }
-}
-
-fn spawn_role(cmd: &mut Command) -> (Child, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .map(|s| s.split(' ').next().unwrap().trim().to_string())
-        .unwrap_or_else(|| line.trim().to_string());
-    (child, addr)
 }
 
 /// The processes every scenario shares: the launcher, the fake upstream and the two bare
@@ -358,7 +333,7 @@ async fn measure(
         let mut results = vec![RunResult::default(); hops.len()];
         for k in 0..hops.len() {
             let i = (round + k) % hops.len();
-            results[i] = run(&hops[i].addr, &w, concurrency, Some(hops[i].pid())).await;
+            results[i] = run(hops[i].addr(), &w, concurrency, Some(hops[i].pid())).await;
         }
         if std::env::var("LOAD_VERBOSE").is_ok() {
             for (hop, r) in hops.iter().zip(&results) {
@@ -585,7 +560,7 @@ async fn drive() {
         assert!(status.success(), "taskset could not pin the driver");
     }
     let upstream = launch.role("0", "upstream", None);
-    let up_url = format!("http://{}", upstream.addr);
+    let up_url = format!("http://{}", upstream.addr());
     let hyper = launch.role("1", "hyper-hop", Some(&up_url));
     let reqwest = launch.role("1", "reqwest-hop", Some(&up_url));
     let buffered = std::env::var("LOAD_BUFFERED_HOP")
@@ -599,7 +574,7 @@ async fn drive() {
     let rig = Rig {
         launch,
         up_url,
-        up_addr: upstream.addr.clone(),
+        up_addr: upstream.addr().to_string(),
         bare: [&hyper, &reqwest],
     };
     if wants("pass") {
@@ -922,7 +897,7 @@ async fn large(rig: &Rig<'_>, rounds: usize) {
             );
             bare.push(
                 run(
-                    &hyper.addr,
+                    hyper.addr(),
                     &once(body.clone(), vec![]),
                     1,
                     Some(hyper.pid()),
@@ -931,7 +906,7 @@ async fn large(rig: &Rig<'_>, rounds: usize) {
                 .wall_s,
             );
             run(
-                &cachet.addr,
+                cachet.addr(),
                 &once(warm[1].clone(), warm[..1].to_vec()),
                 1,
                 Some(cachet.pid()),
@@ -939,7 +914,7 @@ async fn large(rig: &Rig<'_>, rounds: usize) {
             .await;
             let idle = rss_mib(cachet.pid());
             let r = run(
-                &cachet.addr,
+                cachet.addr(),
                 &once(body.clone(), vec![]),
                 1,
                 Some(cachet.pid()),

@@ -1,5 +1,7 @@
 //! `cachet` (or a benchmark's own role) as a child process of a benchmark driver: started
 //! with its arguments, its address read from the first line it prints, killed when dropped.
+//! Each benchmark uses a part of it.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
