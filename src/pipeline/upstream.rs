@@ -110,18 +110,13 @@ impl Pipeline {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         // A broken event stream ends with an event of cachet's own (`TapStream`), so only
-        // other bodies keep the upstream's length; a 204 never has one (RFC 9110 §8.6).
-        let keep_length = !sse && status != 204;
-        let response_headers = forward::response_headers(response.headers(), keep_length);
-        // A response to HEAD, a 204 and a 304 have no body whatever their headers say
-        // (RFC 9110 §9.3.2, §15.3.5, §15.4.5); hyper never asks for one.
-        let bodiless = ctx.parts.method == http::Method::HEAD || matches!(status, 204 | 304);
-        let length = match bodiless {
-            true => Some(0),
-            false => response_headers
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse().ok()),
-        };
+        // other bodies go on as they came.
+        let (response_headers, length) = forward::response_head(
+            response.headers(),
+            status,
+            ctx.parts.method == http::Method::HEAD,
+            !sse,
+        );
         let tap = Tap::new(ctx.route.endpoint, sse, shaped.wants_assistant());
         let pipeline = Arc::clone(self);
         let on_finish = Box::new(move |result: TapResult| {

@@ -184,21 +184,38 @@ impl Upstreams {
     }
 }
 
-/// Headers for the client: the upstream's end-to-end headers, unchanged. With `keep_length`
-/// (cachet passes the body on as it came, adding nothing), the upstream's `content-length`
-/// is kept too: the client reads the framing the provider chose, a body cut short is one it
-/// can tell is short, and a keep-alive client reuses its connection more often than with a
-/// re-chunked body (BENCHMARKS.md, "Answers framed as the upstream framed them").
-pub fn response_headers(upstream: &HeaderMap, keep_length: bool) -> HeaderMap {
+/// What the client is sent ahead of an answer's body: the upstream's end-to-end headers,
+/// unchanged, and how many bytes the body holds when that is known (`None`: until it ends).
+///
+/// With `body_as_sent` (cachet passes the body on as it came, adding nothing), the
+/// upstream's `content-length` is kept too: the client reads the framing the provider
+/// chose, a body cut short is one it can tell is short, and a keep-alive client reuses its
+/// connection more often than with a re-chunked body (BENCHMARKS.md, "Answers framed as the
+/// upstream framed them").
+pub fn response_head(
+    upstream: &HeaderMap,
+    status: u16,
+    head_request: bool,
+    body_as_sent: bool,
+) -> (HeaderMap, Option<u64>) {
     let mut headers = copy_end_to_end(upstream);
     // A length beside `transfer-encoding` is one the upstream's framing overrode
-    // (RFC 9112 §6.3).
-    if keep_length && !upstream.contains_key(http::header::TRANSFER_ENCODING) {
-        if let Some(length) = upstream.get(http::header::CONTENT_LENGTH) {
+    // (RFC 9112 §6.3); a 204 never has one (RFC 9110 §8.6).
+    let kept = match upstream.get(http::header::CONTENT_LENGTH) {
+        Some(length)
+            if body_as_sent
+                && status != 204
+                && !upstream.contains_key(http::header::TRANSFER_ENCODING) =>
+        {
             headers.insert(http::header::CONTENT_LENGTH, length.clone());
+            length.to_str().ok().and_then(|v| v.parse().ok())
         }
-    }
-    headers
+        _ => None,
+    };
+    // A response to HEAD, a 204 and a 304 have no body whatever their headers say
+    // (RFC 9110 §9.3.2, §15.3.5, §15.4.5).
+    let bodiless = head_request || matches!(status, 204 | 304);
+    (headers, if bodiless { Some(0) } else { kept })
 }
 
 /// The HTTP client for upstreams (`upstream.client`): rustls, no redirects, no transparent
