@@ -108,8 +108,9 @@ async fn run(
     .await
     .unwrap();
     let mut statuses = Vec::new();
-    // Every body that is JSON gets a session entry, whatever the upstream answers; a broken
-    // one never does (refused, or forwarded unchecked and not readable after).
+    // Every body that is JSON and forwarded gets a session entry, whatever the upstream
+    // answers; a broken one never does (refused, or forwarded unchecked and not readable
+    // after), nor one cachet refused itself (JSON without the API's shape, with the check on).
     let mut logged = 0;
     for body in &bodies {
         let mut req = client()
@@ -124,9 +125,10 @@ async fn run(
         };
         let r = req.body(body.clone()).send().await.unwrap();
         statuses.push(r.status().as_u16());
+        let refused = r.headers().contains_key("x-cachet-error");
         r.bytes().await.unwrap();
         let kept = monitor || !policies.is_empty();
-        if kept && serde_json::from_slice::<Value>(body).is_ok() {
+        if kept && !refused && serde_json::from_slice::<Value>(body).is_ok() {
             logged += 1;
             wait_for_requests(&proxy, "generated", logged).await;
         }
