@@ -57,8 +57,13 @@ fn copy_end_to_end(from: &HeaderMap) -> HeaderMap {
 /// Resolved upstream endpoints and optional keys held by cachet.
 #[derive(Debug, Clone)]
 pub struct Upstreams {
-    anthropic: String,
-    openai: String,
+    /// The bases, parsed once: a request only sets the path and query on a copy, so its
+    /// scheme, host and port are the configured ones whatever the path holds.
+    anthropic: Option<reqwest::Url>,
+    openai: Option<reqwest::Url>,
+    /// The bases as configured, without a trailing `/`.
+    anthropic_base: String,
+    openai_base: String,
     /// Hosts, for error messages (never the full URL).
     anthropic_host: String,
     openai_host: String,
@@ -94,8 +99,10 @@ impl Upstreams {
         Ok(Upstreams {
             anthropic_path: base_path(&cfg.anthropic),
             openai_path: base_path(&cfg.openai),
-            anthropic: cfg.anthropic.trim_end_matches('/').to_string(),
-            openai: cfg.openai.trim_end_matches('/').to_string(),
+            anthropic: reqwest::Url::parse(cfg.anthropic.trim_end_matches('/')).ok(),
+            openai: reqwest::Url::parse(cfg.openai.trim_end_matches('/')).ok(),
+            anthropic_base: cfg.anthropic.trim_end_matches('/').to_string(),
+            openai_base: cfg.openai.trim_end_matches('/').to_string(),
             anthropic_host: host(&cfg.anthropic, "anthropic"),
             openai_host: host(&cfg.openai, "openai"),
             anthropic_key: key(&cfg.anthropic_api_key_env)?,
@@ -108,9 +115,9 @@ impl Upstreams {
     /// the base's path as it came; should URL parsing normalise it anywhere (a dot segment,
     /// a backslash), the URL would leave or reshape the base path, and it is refused.
     pub fn url(&self, provider: Provider, path_and_query: &str) -> Result<reqwest::Url, ApiError> {
-        let (base, base_path) = match provider {
-            Provider::Anthropic => (&self.anthropic, &self.anthropic_path),
-            Provider::OpenAi => (&self.openai, &self.openai_path),
+        let (base_url, base, base_path) = match provider {
+            Provider::Anthropic => (&self.anthropic, &self.anthropic_base, &self.anthropic_path),
+            Provider::OpenAi => (&self.openai, &self.openai_base, &self.openai_path),
         };
         let (path, query) = match path_and_query.split_once('?') {
             Some((p, q)) => (p, Some(q)),
@@ -120,23 +127,25 @@ impl Upstreams {
             Some(rest) if base.ends_with("/v1") => rest,
             _ => path,
         };
-        let text = match query {
-            Some(q) => format!("{base}{path}?{q}"),
-            None => format!("{base}{path}"),
-        };
         let refused = || {
             ApiError::invalid(
                 "request path cannot be forwarded: it would leave the upstream's base path",
             )
         };
-        let url = reqwest::Url::parse(&text).map_err(|_| refused())?;
+        let joins = path.is_empty() || path.starts_with('/');
+        let Some(mut url) = base_url.clone().filter(|_| joins) else {
+            return Err(refused());
+        };
+        // The path is parsed as it would be in the whole URL (dot segments, backslashes).
         let expected = format!("{base_path}{path}");
+        url.set_path(&expected);
+        url.set_query(query);
         let segments = |p: &str| p.split('/').count();
         let inside = url.path() == expected
-            || (url.path().starts_with(&format!("{base_path}/"))
+            || (url.path().starts_with(base_path.as_str())
+                && url.path()[base_path.len()..].starts_with('/')
                 && segments(url.path()) == segments(&expected));
-        let joins = path.is_empty() || path.starts_with('/');
-        if !inside || !joins {
+        if !inside {
             return Err(refused());
         }
         Ok(url)
