@@ -112,11 +112,13 @@ pub struct UpstreamConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UpstreamClientKind {
-    /// reqwest; honours `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`.
-    #[default]
+    /// reqwest; honours `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`, and adds
+    /// `accept: */*` to a request that has none.
     Reqwest,
-    /// hyper-util's pooled client, without reqwest's layers. It speaks to upstreams directly:
-    /// when a proxy variable applies to an upstream, reqwest is used instead.
+    /// hyper-util's pooled client, without reqwest's layers: the client's headers go as they
+    /// came, at less CPU a request. It speaks to upstreams directly: when a proxy variable
+    /// applies to an upstream, reqwest is used instead.
+    #[default]
     Hyper,
 }
 

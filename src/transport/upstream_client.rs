@@ -407,7 +407,10 @@ mod tests {
         let client = UpstreamClient::build_with_proxies(&hyper_config(), &http).unwrap();
         assert_eq!(client.kind(), UpstreamClientKind::Reqwest);
         // reqwest chosen outright is reqwest, proxies or not.
-        let cfg = UpstreamConfig::default();
+        let cfg = UpstreamConfig {
+            client: UpstreamClientKind::Reqwest,
+            ..Default::default()
+        };
         let client = UpstreamClient::build_with_proxies(&cfg, &https).unwrap();
         assert_eq!(client.kind(), UpstreamClientKind::Reqwest);
     }

@@ -316,6 +316,33 @@ async fn only_reqwest_adds_an_accept_header() {
     }
 }
 
+/// Untouched means the headers too: with the default configuration the upstream gets the
+/// client's headers as they came, with no `accept` added on the way (the hyper client is the
+/// default `upstream.client`).
+#[tokio::test]
+async fn by_default_the_upstream_gets_the_clients_headers_as_they_came() {
+    let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let answer = raw_exchange(
+        proxy.addr,
+        "GET /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nx-custom: 1\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let seen = upstream.requests();
+    let mut names: Vec<&str> = seen[0].headers.keys().map(|n| n.as_str()).collect();
+    names.sort_unstable();
+    // What the client sent, less `host` and `connection` (one hop's), plus the `host` of
+    // the upstream's own address.
+    assert_eq!(
+        names,
+        ["anthropic-version", "host", "x-api-key", "x-custom"],
+        "{:?}",
+        seen[0].headers
+    );
+    proxy.shutdown().await;
+}
+
 /// The client reads the body framed as the provider framed it: a JSON answer the upstream
 /// sent with a `content-length` keeps it, where it used to reach the client re-chunked. An
 /// event stream stays chunked whatever the upstream said, since cachet may close a broken
