@@ -289,30 +289,38 @@ async fn other_v1_paths_are_forwarded_to_their_family() {
     }
 }
 
+/// The headers a `GET /v1/models` with an extra header of the client's reaches the upstream
+/// with, through a cachet of `config` (pointed at the upstream this starts).
+async fn headers_upstream_sees(
+    config: impl FnOnce(&str) -> cachet::config::Config,
+) -> http::HeaderMap {
+    let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
+    let proxy = start_proxy(config(&upstream.url())).await;
+    let answer = raw_exchange(
+        proxy.addr,
+        "GET /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nx-custom: 1\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    proxy.shutdown().await;
+    upstream.requests()[0].headers.clone()
+}
+
 /// The one difference between the upstream clients on the wire (README, `upstream.client`):
 /// reqwest adds `accept: */*` to a request without an `accept` header; the hyper client
 /// sends the client's headers as they came. Everything else the client sent arrives alike.
 #[tokio::test]
 async fn only_reqwest_adds_an_accept_header() {
     for kind in UPSTREAM_CLIENTS {
-        let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
-        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
-        let answer = raw_exchange(
-            proxy.addr,
-            "GET /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nconnection: close\r\n\r\n",
-        )
-        .await;
-        assert!(answer.starts_with("HTTP/1.1 200"), "{kind:?}: {answer}");
-        let seen = upstream.requests();
-        let headers = &seen[0].headers;
+        let headers = headers_upstream_sees(|url| test_config_with(url, kind)).await;
         assert_eq!(headers["anthropic-version"], "2023-06-01", "{kind:?}");
         assert_eq!(headers["x-api-key"], "k", "{kind:?}");
+        assert_eq!(headers["x-custom"], "1", "{kind:?}");
         let accept = headers.get("accept").map(|v| v.to_str().unwrap());
         match kind {
             cachet::config::UpstreamClientKind::Reqwest => assert_eq!(accept, Some("*/*")),
             cachet::config::UpstreamClientKind::Hyper => assert_eq!(accept, None),
         }
-        proxy.shutdown().await;
     }
 }
 
@@ -321,26 +329,16 @@ async fn only_reqwest_adds_an_accept_header() {
 /// default `upstream.client`).
 #[tokio::test]
 async fn by_default_the_upstream_gets_the_clients_headers_as_they_came() {
-    let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
-    let proxy = start_proxy(test_config(&upstream.url())).await;
-    let answer = raw_exchange(
-        proxy.addr,
-        "GET /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nx-custom: 1\r\nconnection: close\r\n\r\n",
-    )
-    .await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let seen = upstream.requests();
-    let mut names: Vec<&str> = seen[0].headers.keys().map(|n| n.as_str()).collect();
+    let headers = headers_upstream_sees(test_config).await;
+    let mut names: Vec<&str> = headers.keys().map(|n| n.as_str()).collect();
     names.sort_unstable();
     // What the client sent, less `host` and `connection` (one hop's), plus the `host` of
     // the upstream's own address.
     assert_eq!(
         names,
         ["anthropic-version", "host", "x-api-key", "x-custom"],
-        "{:?}",
-        seen[0].headers
+        "{headers:?}"
     );
-    proxy.shutdown().await;
 }
 
 /// The client reads the body framed as the provider framed it: a JSON answer the upstream
