@@ -57,21 +57,41 @@ fn copy_end_to_end(from: &HeaderMap) -> HeaderMap {
 /// Resolved upstream endpoints and optional keys held by cachet.
 #[derive(Debug, Clone)]
 pub struct Upstreams {
-    /// The bases, parsed once: a request only sets the path and query on a copy, so its
-    /// scheme, host and port are the configured ones whatever the path holds.
-    anthropic: Option<reqwest::Url>,
-    openai: Option<reqwest::Url>,
-    /// The bases as configured, without a trailing `/`.
-    anthropic_base: String,
-    openai_base: String,
-    /// Hosts, for error messages (never the full URL).
-    anthropic_host: String,
-    openai_host: String,
-    /// The bases' own paths (`/gw/anthropic`, or empty), which no request may leave.
-    anthropic_path: String,
-    openai_path: String,
+    anthropic: Base,
+    openai: Base,
     anthropic_key: Option<Secret>,
     openai_key: Option<Secret>,
+}
+
+/// A configured base URL, parsed once: a request only sets the path and query on a copy, so
+/// its scheme, host and port are the configured ones whatever the path holds.
+#[derive(Debug, Clone)]
+struct Base {
+    /// `None` when the configured base is not a URL: every request to it is refused.
+    url: Option<reqwest::Url>,
+    /// Its own path without a trailing `/` (`/gw/anthropic`, or empty), which no request
+    /// may leave.
+    path: String,
+    /// Its host, for error messages (never the full URL).
+    host: String,
+}
+
+impl Base {
+    fn parse(configured: &str, fallback_host: &str) -> Base {
+        let url = reqwest::Url::parse(configured.trim_end_matches('/')).ok();
+        Base {
+            path: url
+                .as_ref()
+                .map(|u| u.path().trim_end_matches('/').to_string())
+                .unwrap_or_default(),
+            host: url
+                .as_ref()
+                .and_then(|u| u.host_str())
+                .unwrap_or(fallback_host)
+                .to_string(),
+            url,
+        }
+    }
 }
 
 impl Upstreams {
@@ -85,29 +105,19 @@ impl Upstreams {
                 },
             }
         };
-        let host = |url: &str, fallback: &str| {
-            reqwest::Url::parse(url)
-                .ok()
-                .and_then(|u| u.host_str().map(str::to_string))
-                .unwrap_or_else(|| fallback.to_string())
-        };
-        let base_path = |url: &str| {
-            reqwest::Url::parse(url)
-                .map(|u| u.path().trim_end_matches('/').to_string())
-                .unwrap_or_default()
-        };
         Ok(Upstreams {
-            anthropic_path: base_path(&cfg.anthropic),
-            openai_path: base_path(&cfg.openai),
-            anthropic: reqwest::Url::parse(cfg.anthropic.trim_end_matches('/')).ok(),
-            openai: reqwest::Url::parse(cfg.openai.trim_end_matches('/')).ok(),
-            anthropic_base: cfg.anthropic.trim_end_matches('/').to_string(),
-            openai_base: cfg.openai.trim_end_matches('/').to_string(),
-            anthropic_host: host(&cfg.anthropic, "anthropic"),
-            openai_host: host(&cfg.openai, "openai"),
+            anthropic: Base::parse(&cfg.anthropic, "anthropic"),
+            openai: Base::parse(&cfg.openai, "openai"),
             anthropic_key: key(&cfg.anthropic_api_key_env)?,
             openai_key: key(&cfg.openai_api_key_env)?,
         })
+    }
+
+    fn base(&self, provider: Provider) -> &Base {
+        match provider {
+            Provider::Anthropic => &self.anthropic,
+            Provider::OpenAi => &self.openai,
+        }
     }
 
     /// The upstream URL for a client path (with query). A base that already ends in `/v1`
@@ -115,16 +125,14 @@ impl Upstreams {
     /// the base's path as it came; should URL parsing normalise it anywhere (a dot segment,
     /// a backslash), the URL would leave or reshape the base path, and it is refused.
     pub fn url(&self, provider: Provider, path_and_query: &str) -> Result<reqwest::Url, ApiError> {
-        let (base_url, base, base_path) = match provider {
-            Provider::Anthropic => (&self.anthropic, &self.anthropic_base, &self.anthropic_path),
-            Provider::OpenAi => (&self.openai, &self.openai_base, &self.openai_path),
-        };
+        let base = self.base(provider);
+        let base_path = &base.path;
         let (path, query) = match path_and_query.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (path_and_query, None),
         };
         let path = match path.strip_prefix("/v1") {
-            Some(rest) if base.ends_with("/v1") => rest,
+            Some(rest) if base_path.ends_with("/v1") => rest,
             _ => path,
         };
         let refused = || {
@@ -133,7 +141,7 @@ impl Upstreams {
             )
         };
         let joins = path.is_empty() || path.starts_with('/');
-        let Some(mut url) = base_url.clone().filter(|_| joins) else {
+        let Some(mut url) = base.url.clone().filter(|_| joins) else {
             return Err(refused());
         };
         // The path is parsed as it would be in the whole URL (dot segments, backslashes).
@@ -153,10 +161,7 @@ impl Upstreams {
 
     /// Host of the upstream, for error messages (never the full URL).
     pub fn host(&self, provider: Provider) -> &str {
-        match provider {
-            Provider::Anthropic => &self.anthropic_host,
-            Provider::OpenAi => &self.openai_host,
-        }
+        &self.base(provider).host
     }
 
     /// Headers for the upstream request: the client's end-to-end headers, with cachet's own
