@@ -11,6 +11,7 @@ use super::breakpoints::{self, BreakpointMode, Plan};
 use super::scan;
 use super::seq::{render, render_bound, rendered, Container, Item, Seq};
 use super::{owned_keys, Envelope, SystemForm};
+use crate::memo::{self, Memo};
 use crate::providers::Endpoint;
 
 /// How to compile an envelope.
@@ -28,6 +29,22 @@ fn json_str(text: &str) -> Vec<u8> {
     serde_json::to_vec(text).unwrap_or_else(|_| b"\"\"".to_vec())
 }
 
+/// A system text as a JSON string literal. A rewritten system prompt (tens of KB, with an
+/// escape on every line) is encoded for the marker plan, for the body and for the record:
+/// a long one is remembered by its bytes, as its decoding is (`parse::system_text`).
+fn system_literal(text: &str) -> Bytes {
+    static LITERALS: Memo<Bytes> = Memo::new(32);
+    if !(1024..=REMEMBERED_LITERAL).contains(&text.len()) {
+        return json_str(text).into();
+    }
+    LITERALS.get_or_insert_with(memo::key(b"system literal", text.as_bytes()), || {
+        json_str(text).into()
+    })
+}
+
+/// The longest system text whose literal is remembered.
+const REMEMBERED_LITERAL: usize = 64 * 1024;
+
 impl Envelope {
     fn is_anthropic(&self) -> bool {
         matches!(self.endpoint, Endpoint::Messages | Endpoint::CountTokens)
@@ -40,7 +57,7 @@ impl Envelope {
             let b = self.bytes_of(&el.raw);
             return b[1..b.len() - 1].to_vec();
         }
-        let lit = json_str(&part.text);
+        let lit = system_literal(&part.text);
         lit[1..lit.len() - 1].to_vec()
     }
 
@@ -53,7 +70,7 @@ impl Envelope {
             if !part.rewritten {
                 return raw.into();
             }
-            if let Some(out) = scan::replace_field(raw, 0, "text", &json_str(&part.text)) {
+            if let Some(out) = scan::replace_field(raw, 0, "text", &system_literal(&part.text)) {
                 return out.into();
             }
         }
@@ -183,7 +200,7 @@ fn rewritten_message(raw: &[u8], text: &str) -> Vec<u8> {
                 .find_map(|part| scan::field(raw, part.start, "cache_control"))
                 .map(|m| raw[m].to_vec());
             let mut out = br#"[{"type":"text","text":"#.to_vec();
-            out.extend_from_slice(&json_str(text));
+            out.extend_from_slice(&system_literal(text));
             if let Some(marker) = marker {
                 out.extend_from_slice(br#","cache_control":"#);
                 out.extend_from_slice(&marker);
@@ -191,7 +208,7 @@ fn rewritten_message(raw: &[u8], text: &str) -> Vec<u8> {
             out.extend_from_slice(b"}]");
             out
         }
-        _ => json_str(text),
+        _ => system_literal(text).to_vec(),
     };
     scan::replace_field(raw, start, "content", &new_content).unwrap_or_else(|| {
         serde_json::to_vec(&serde_json::json!({"role": "system", "content": text}))
@@ -415,6 +432,47 @@ mod tests {
             body.as_ptr(),
             "no copy for an unpatched envelope"
         );
+    }
+
+    /// A long rewritten system text is encoded once and remembered (`system_literal`): what
+    /// is remembered must be that text's literal, never another's of the same length.
+    #[test]
+    fn a_long_rewritten_system_text_compiles_to_its_own_literal() {
+        let long = |tag: &str| format!("# {tag}\n\"quoted\" \\ tab\t line\n").repeat(80);
+        let body = serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "system": [
+                {"type": "text", "text": "You are an agent."},
+                {"type": "text", "text": long("a"), "cache_control": {"type": "ephemeral"}},
+            ],
+            "messages": [{"role": "user", "content": "hi"}],
+        });
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap());
+        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+        let auto = CompileOptions {
+            breakpoints: BreakpointMode::Auto {
+                ttl: blocks::Ttl::FiveMinutes,
+            },
+            ..Default::default()
+        };
+        for tag in ["b", "c", "b"] {
+            let mut env = env.clone();
+            env.system[1].text = long(tag);
+            env.system[1].rewritten = true;
+            env.system_dirty = true;
+            assert!(
+                env.system[1].text.len() >= 1024,
+                "long enough to be remembered"
+            );
+            for opts in [&auto, &CompileOptions::default(), &auto] {
+                let out: serde_json::Value = serde_json::from_slice(&env.compile(opts)).unwrap();
+                assert_eq!(out["system"][1]["text"], long(tag));
+                assert_eq!(out["system"][0]["text"], "You are an agent.");
+            }
+            let kept: serde_json::Value =
+                serde_json::from_slice(&env.compile(&CompileOptions::default())).unwrap();
+            assert_eq!(kept["system"][1]["cache_control"]["type"], "ephemeral");
+        }
     }
 
     #[test]
