@@ -340,13 +340,17 @@ fn matched(known: Arc<Known>, body: &[u8], first: (usize, u128)) -> Option<Prefi
     (messages > 0).then_some(PrefixMatch { known, messages })
 }
 
-/// The length of the longest common prefix of two byte strings (`memcmp` by pages).
+/// The length of the longest common prefix of two byte strings: `memcmp` by pages, then
+/// by ever smaller runs inside the page that differs (or the last, partial one), so that
+/// at most a few bytes are compared one at a time. Comparing that page byte by byte was
+/// most of a small body's lookup: a body repeated whole never leaves the last page.
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    const PAGE: usize = 4096;
     let n = a.len().min(b.len());
     let mut at = 0;
-    while at + PAGE <= n && a[at..at + PAGE] == b[at..at + PAGE] {
-        at += PAGE;
+    for run in [4096, 256, 16] {
+        while at + run <= n && a[at..at + run] == b[at..at + run] {
+            at += run;
+        }
     }
     at + a[at..n]
         .iter()
@@ -401,6 +405,36 @@ const TOOLS_KEY: [&[u8]; 1] = [b"tools"];
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Against the plain definition, with the first difference on each side of every run's
+    /// boundary and bodies that end inside a run.
+    #[test]
+    fn common_prefix_is_where_the_bytes_first_differ() {
+        let plain = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        let a: Vec<u8> = (0..9000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for len in [
+            0, 1, 15, 16, 17, 255, 256, 257, 4095, 4096, 4097, 4352, 8999, 9000,
+        ] {
+            let same = &a[..len];
+            assert_eq!(common_prefix(&a, same), len);
+            assert_eq!(common_prefix(same, &a), len);
+            for at in [
+                0, 1, 15, 16, 17, 255, 256, 257, 4095, 4096, 4097, 4351, 4352, 8191, 8999,
+            ] {
+                if at >= len {
+                    continue;
+                }
+                let mut b = same.to_vec();
+                b[at] ^= 0x80;
+                assert_eq!(
+                    common_prefix(&a, &b),
+                    plain(&a, &b),
+                    "len {len}, differs at {at}"
+                );
+                assert_eq!(common_prefix(&a, &b), at);
+            }
+        }
+    }
     use crate::providers::{Endpoint, Provider};
 
     fn body(conversation: usize, messages: usize, size: usize) -> Bytes {
