@@ -30,8 +30,8 @@ fn json_str(text: &str) -> Vec<u8> {
 }
 
 /// A system text as a JSON string literal. A rewritten system prompt (tens of KB, with an
-/// escape on every line) is encoded for the marker plan, for the body and for the record:
-/// a long one is remembered by its bytes, as its decoding is (`parse::system_text`).
+/// escape on every line) is encoded for the marker plan and again for the body, on every
+/// request: a long one is remembered by its bytes, as its decoding is (`parse::system_text`).
 fn system_literal(text: &str) -> Bytes {
     static LITERALS: Memo<Bytes> = Memo::new(32);
     if !(1024..=REMEMBERED_LITERAL).contains(&text.len()) {
