@@ -405,6 +405,7 @@ const TOOLS_KEY: [&[u8]; 1] = [b"tools"];
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::{Endpoint, Provider};
 
     /// Against the plain definition, with the first difference on each side of every run's
     /// boundary and bodies that end inside a run.
@@ -435,7 +436,6 @@ mod tests {
             }
         }
     }
-    use crate::providers::{Endpoint, Provider};
 
     fn body(conversation: usize, messages: usize, size: usize) -> Bytes {
         let history: Vec<String> = (0..messages)
