@@ -307,11 +307,16 @@ impl SessionStore for SqliteStore {
                 }
             }
             if report.expired + report.evicted > 0 {
-                // Give the freed pages back to the file system.
-                self.write(Durability::Committed, |c| {
-                    c.execute_batch("PRAGMA incremental_vacuum")
-                })
-                .await?;
+                // Give the freed pages back to the file system, a few MB per write so
+                // that requests' writes do not queue behind all of it.
+                const PAGES_PER_WRITE: u32 = 2048;
+                while self
+                    .write(Durability::Committed, |c| {
+                        schema::give_back_free_pages(c, PAGES_PER_WRITE)
+                    })
+                    .await?
+                    == PAGES_PER_WRITE
+                {}
             }
             Ok(report)
         })

@@ -194,6 +194,20 @@ fn migrate_from_first_layout(conn: &Connection) -> rusqlite::Result<()> {
     )
 }
 
+/// Give up to `at_most` of the database's free pages back to the file system (in a store
+/// cachet created, which has incremental auto-vacuum; an older file reuses them as it
+/// grows). Returns how many it gave back. The pragma frees one page each time it is
+/// stepped, so it is stepped to its end (`execute_batch` would step it once).
+pub fn give_back_free_pages(conn: &Connection, at_most: u32) -> rusqlite::Result<u32> {
+    let mut pragma = conn.prepare(&format!("PRAGMA incremental_vacuum({at_most})"))?;
+    let mut freed = pragma.query([])?;
+    let mut pages = 0;
+    while freed.next()?.is_some() {
+        pages += 1;
+    }
+    Ok(pages)
+}
+
 /// Lookups by session, shared by the store's operations.
 pub fn entry_count(conn: &Connection, session: &str) -> rusqlite::Result<usize> {
     let count: Option<i64> = conn
