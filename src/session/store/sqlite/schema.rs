@@ -1,5 +1,6 @@
-//! The embedded store's tables, how a connection is opened, and its migration from the
-//! first layout (one global `blobs` table, no per-session sizes).
+//! The embedded store's tables, how a connection is opened, and its migration from older
+//! layouts (the first: one global `blobs` table, no per-session sizes; the second: the log
+//! and the content in `WITHOUT ROWID` tables).
 
 use std::path::Path;
 
@@ -12,7 +13,7 @@ use crate::session::store::{StoreError, StoreResult};
 pub const WAL_PAGES: i64 = 8_000;
 
 /// `PRAGMA user_version` of the current layout.
-const VERSION: i64 = 1;
+const VERSION: i64 = 2;
 
 const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS sessions (
@@ -30,13 +31,13 @@ CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER NOT NULL,
     body TEXT NOT NULL,
     PRIMARY KEY (session, seq)
-) WITHOUT ROWID;
+);
 CREATE TABLE IF NOT EXISTS session_blobs (
     session TEXT NOT NULL,
     key BLOB NOT NULL,
     bytes BLOB NOT NULL,
     PRIMARY KEY (session, key)
-) WITHOUT ROWID;
+);
 CREATE TABLE IF NOT EXISTS appended_once (
     session TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -117,10 +118,15 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
             [],
             |r| r.get(0),
         )?;
-        if version < VERSION && had_sessions {
+        if version < 1 && had_sessions {
             migrate_from_first_layout(conn)?;
         }
+        let rebuilt = match had_sessions {
+            true => set_aside_without_rowid_tables(conn)?,
+            false => Vec::new(),
+        };
         conn.execute_batch(TABLES)?;
+        copy_back(conn, &rebuilt)?;
         conn.execute_batch(&format!("PRAGMA user_version = {VERSION}"))
     })();
     match result {
@@ -194,6 +200,54 @@ fn migrate_from_first_layout(conn: &Connection) -> rusqlite::Result<()> {
     )
 }
 
+/// The log and the content tables, with the columns a rebuild copies.
+const ROW_TABLES: [(&str, &str); 2] = [
+    ("entries", "session, seq, body"),
+    ("session_blobs", "session, key, bytes"),
+];
+
+/// The second layout kept the log and the content in `WITHOUT ROWID` tables. Their rows (a
+/// log entry, a message) are far larger than SQLite advises for that layout (a twentieth
+/// of a page, <https://sqlite.org/withoutrowid.html>): most spilled into overflow pages,
+/// and inserts at random keys split pages full of content. Such a table is renamed here,
+/// and [`copy_back`] moves its rows into the rowid table [`TABLES`] creates.
+fn set_aside_without_rowid_tables(conn: &Connection) -> rusqlite::Result<Vec<&'static str>> {
+    let mut set_aside = Vec::new();
+    for (table, _) in ROW_TABLES {
+        let without_rowid: bool = conn
+            .query_row(
+                "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
+                params![table],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(false);
+        if without_rowid {
+            tracing::info!(
+                table,
+                "rebuilding a session store table as a rowid table (once)"
+            );
+            conn.execute_batch(&format!("ALTER TABLE {table} RENAME TO {table}_layout2"))?;
+            set_aside.push(table);
+        }
+    }
+    Ok(set_aside)
+}
+
+fn copy_back(conn: &Connection, tables: &[&str]) -> rusqlite::Result<()> {
+    for (table, columns) in ROW_TABLES.iter().filter(|(t, _)| tables.contains(t)) {
+        conn.execute_batch(&format!(
+            "INSERT INTO {table} ({columns}) SELECT {columns} FROM {table}_layout2;
+             DROP TABLE {table}_layout2;"
+        ))?;
+    }
+    if !tables.is_empty() {
+        // All of them: nothing waits for the store while it opens.
+        give_back_free_pages(conn, u32::MAX)?;
+    }
+    Ok(())
+}
+
 /// Give up to `at_most` of the database's free pages back to the file system (in a store
 /// cachet created, which has incremental auto-vacuum; an older file reuses them as it
 /// grows). Returns how many it gave back. The pragma frees one page each time it is
@@ -231,4 +285,155 @@ pub fn load_range(
         row.get::<_, String>(0)
     })?;
     rows.map(|body| body.map(|b| Entry::decode(&b))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::entry::fixtures::memory_patch;
+    use crate::session::store::sqlite::SqliteStore;
+    use crate::session::store::{Blob, SessionStore};
+    use sha2::Digest;
+
+    /// The log and content tables as a store of the second layout (`user_version` 1)
+    /// created them.
+    const SECOND_LAYOUT: &str = "
+        PRAGMA auto_vacuum = INCREMENTAL;
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
+            entries INTEGER NOT NULL DEFAULT 0, next_request INTEGER NOT NULL DEFAULT 0,
+            entry_bytes INTEGER NOT NULL DEFAULT 0, blob_bytes INTEGER NOT NULL DEFAULT 0);
+        CREATE TABLE entries (session TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL,
+            PRIMARY KEY (session, seq)) WITHOUT ROWID;
+        CREATE TABLE session_blobs (session TEXT NOT NULL, key BLOB NOT NULL,
+            bytes BLOB NOT NULL, PRIMARY KEY (session, key)) WITHOUT ROWID;
+        PRAGMA user_version = 1;";
+
+    /// A message key, as the store gets them: a hash, so keys arrive in no order.
+    fn key(n: u64) -> [u8; 32] {
+        sha2::Sha256::digest(n.to_le_bytes()).into()
+    }
+
+    fn without_rowid(conn: &Connection, table: &str) -> bool {
+        conn.query_row(
+            "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
+            params![table],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    fn files_size(dir: &Path) -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// Messages of agent sessions (a tool result, an answer: a few hundred bytes to a few
+    /// KB each) are most of what the store holds. Once closed, its files take little more
+    /// than the content and log they hold (1.42 times here): in `WITHOUT ROWID` tables,
+    /// most such rows spilled into overflow pages and the files took 1.87 times as much.
+    #[tokio::test]
+    async fn stored_content_takes_little_more_than_its_size_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+        let mut n = 0u64;
+        for request in 0..60u64 {
+            for session in 0..6 {
+                let blobs = (0..3)
+                    .map(|_| {
+                        n += 1;
+                        let len = 300 + (n * 7919 % 3700) as usize;
+                        Blob::canonical(key(n), vec![b'a' + (n % 26) as u8; len])
+                    })
+                    .collect();
+                let id = format!("session-{session}");
+                store
+                    .record_next(&id, memory_patch(request), blobs)
+                    .await
+                    .unwrap();
+            }
+        }
+        let stats = store.stats().await.unwrap();
+        assert_eq!(stats.blobs, n);
+        store.close().await;
+        drop(store);
+        let held = stats.entry_bytes + stats.blob_bytes;
+        let on_disk = files_size(dir.path());
+        assert!(
+            (on_disk as f64) < 1.6 * held as f64,
+            "{on_disk} bytes on disk for {held} bytes of log and content"
+        );
+    }
+
+    /// A store of the second layout opens with its log and content, in rowid tables, and
+    /// goes on numbering where it stopped; opening it again changes nothing.
+    #[tokio::test]
+    async fn a_second_layout_store_keeps_its_log_and_content_in_rowid_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let entries: Vec<Entry> = (0..3).map(memory_patch).collect();
+        let contents: Vec<Vec<u8>> = (0..4).map(|n| vec![b'm'; 500 * (n + 1)]).collect();
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SECOND_LAYOUT).unwrap();
+            conn.execute("INSERT INTO sessions VALUES ('s', 1, 1, 3, 3, 0, 0)", [])
+                .unwrap();
+            for (seq, entry) in entries.iter().enumerate() {
+                conn.execute(
+                    "INSERT INTO entries VALUES ('s', ?1, ?2)",
+                    params![seq as i64, entry.encode()],
+                )
+                .unwrap();
+            }
+            for (n, bytes) in contents.iter().enumerate() {
+                conn.execute(
+                    "INSERT INTO session_blobs VALUES ('s', ?1, ?2)",
+                    params![&key(n as u64)[..], bytes],
+                )
+                .unwrap();
+            }
+        }
+        let keys: Vec<[u8; 32]> = (0..4).map(key).collect();
+        for reopening in 0..2u64 {
+            let store = SqliteStore::open(&path).await.unwrap();
+            let log = store.load("s").await.unwrap();
+            assert_eq!(log.len() as u64, 3 + reopening);
+            assert_eq!(log.to_vec()[..3], entries[..]);
+            let found = store.get_blobs("s", &keys).await.unwrap();
+            assert_eq!(
+                found,
+                contents.iter().cloned().map(Some).collect::<Vec<_>>()
+            );
+            let (version, rowid, leftovers, free_pages) = store
+                .read(|c| {
+                    let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+                    let rowid = ROW_TABLES.iter().all(|(t, _)| !without_rowid(c, t));
+                    let leftovers: i64 = c.query_row(
+                        "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE '%layout2%'",
+                        [],
+                        |r| r.get(0),
+                    )?;
+                    let free: i64 = c.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+                    Ok((version, rowid, leftovers, free))
+                })
+                .await
+                .unwrap();
+            assert_eq!((version, rowid, leftovers), (VERSION, true, 0));
+            assert_eq!(
+                free_pages, 0,
+                "the old tables' pages are given back ({reopening})"
+            );
+            if reopening == 0 {
+                let (index, _) = store
+                    .record_next("s", memory_patch(3), vec![])
+                    .await
+                    .unwrap();
+                assert_eq!(index, 3, "numbering goes on where it stopped");
+            }
+            store.close().await;
+        }
+    }
 }
