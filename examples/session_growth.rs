@@ -132,11 +132,7 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let stats = store.stats().await?;
-    let on_disk: u64 = std::fs::read_dir(dir.path())?
-        .filter_map(Result::ok)
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
+    let on_disk = files_size(dir.path())?;
     println!("requests                     {REQUESTS}");
     println!("messages in final history    {}", 2 * REQUESTS - 1);
     println!(
@@ -156,14 +152,19 @@ async fn main() -> anyhow::Result<()> {
     println!("database files on disk       {on_disk} bytes");
     // Closing checkpoints the write-ahead log into the database file: what stays on disk.
     store.close().await;
-    let closed: u64 = std::fs::read_dir(dir.path())?
-        .filter_map(Result::ok)
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
+    let closed = files_size(dir.path())?;
     println!("database files once closed   {closed} bytes");
     summary("replay planning, all", plan_times);
     summary("replay planning, last 50", late_plan_times);
     summary("recording (fsync included)", record_times);
     Ok(())
+}
+
+/// What the store's files take on disk.
+fn files_size(dir: &std::path::Path) -> std::io::Result<u64> {
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum())
 }

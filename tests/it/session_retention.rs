@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::session_support::{history, insert_note, record_sent};
+use crate::session_support::{files_size, history, insert_note, record_sent};
 use crate::support::redis::RedisServer;
 use cachet::config::SessionsConfig;
 use cachet::session::store::{Maintenance, Retention};
@@ -113,14 +113,6 @@ async fn sqlite_sessions_age_out_with_their_content() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
     ages_out(&store).await;
-}
-
-fn files_size(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok()?.metadata().ok())
-        .map(|m| m.len())
-        .sum()
 }
 
 /// The README's promise: what a sweep deletes leaves the file, over more than one of the

@@ -96,3 +96,12 @@ pub async fn record_sent(
         .await
         .unwrap()
 }
+
+/// What a store's files take on disk (the database, and its log while it is open).
+pub fn files_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}

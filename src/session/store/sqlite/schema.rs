@@ -292,7 +292,7 @@ mod tests {
     use super::*;
     use crate::session::entry::fixtures::memory_patch;
     use crate::session::store::sqlite::SqliteStore;
-    use crate::session::store::{Blob, SessionStore};
+    use crate::session::store::SessionStore;
     use sha2::Digest;
 
     /// The log and content tables as a store of the second layout (`user_version` 1)
@@ -321,51 +321,6 @@ mod tests {
             |r| r.get(0),
         )
         .unwrap()
-    }
-
-    fn files_size(dir: &Path) -> u64 {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| e.ok()?.metadata().ok())
-            .map(|m| m.len())
-            .sum()
-    }
-
-    /// Messages of agent sessions (a tool result, an answer: a few hundred bytes to a few
-    /// KB each) are most of what the store holds. Once closed, its files take little more
-    /// than the content and log they hold (1.42 times here): in `WITHOUT ROWID` tables,
-    /// most such rows spilled into overflow pages and the files took 1.87 times as much.
-    #[tokio::test]
-    async fn stored_content_takes_little_more_than_its_size_on_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
-        let mut n = 0u64;
-        for request in 0..60u64 {
-            for session in 0..6 {
-                let blobs = (0..3)
-                    .map(|_| {
-                        n += 1;
-                        let len = 300 + (n * 7919 % 3700) as usize;
-                        Blob::canonical(key(n), vec![b'a' + (n % 26) as u8; len])
-                    })
-                    .collect();
-                let id = format!("session-{session}");
-                store
-                    .record_next(&id, memory_patch(request), blobs)
-                    .await
-                    .unwrap();
-            }
-        }
-        let stats = store.stats().await.unwrap();
-        assert_eq!(stats.blobs, n);
-        store.close().await;
-        drop(store);
-        let held = stats.entry_bytes + stats.blob_bytes;
-        let on_disk = files_size(dir.path());
-        assert!(
-            (on_disk as f64) < 1.6 * held as f64,
-            "{on_disk} bytes on disk for {held} bytes of log and content"
-        );
     }
 
     /// A store of the second layout opens with its log and content, in rowid tables, and
