@@ -323,6 +323,72 @@ mod tests {
         .unwrap()
     }
 
+    /// A store of the first layout (one global `blobs` table, no sizes, `user_version` 0)
+    /// goes through both migrations: each session gets the content its records name, with
+    /// its sizes, in rowid tables, and the global table goes.
+    #[tokio::test]
+    async fn a_first_layout_store_gets_per_session_content_in_rowid_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let (named, system, unnamed) = (key(1), key(2), key(3));
+        let mut record = crate::session::entry::RequestRecord::default();
+        record.sent.keys = vec![hex::encode(named)];
+        record.system_key = Some(hex::encode(system));
+        let body = Entry::Request(record).encode();
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE sessions (id TEXT PRIMARY KEY, created_ms INTEGER NOT NULL,
+                    updated_ms INTEGER NOT NULL, entries INTEGER NOT NULL DEFAULT 0,
+                    next_request INTEGER NOT NULL DEFAULT 0);
+                 CREATE INDEX sessions_by_update ON sessions(updated_ms);
+                 CREATE TABLE entries (session TEXT NOT NULL, seq INTEGER NOT NULL,
+                    body TEXT NOT NULL, PRIMARY KEY (session, seq)) WITHOUT ROWID;
+                 CREATE TABLE blobs (key BLOB PRIMARY KEY, bytes BLOB NOT NULL) WITHOUT ROWID;
+                 INSERT INTO sessions VALUES ('s', 1, 1, 1, 1);",
+            )
+            .unwrap();
+            conn.execute("INSERT INTO entries VALUES ('s', 0, ?1)", params![body])
+                .unwrap();
+            for (k, bytes) in [(named, "message"), (system, "system"), (unnamed, "other")] {
+                conn.execute(
+                    "INSERT INTO blobs VALUES (?1, ?2)",
+                    params![&k[..], bytes.as_bytes()],
+                )
+                .unwrap();
+            }
+        }
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.load("s").await.unwrap().len(), 1);
+        let found = store
+            .get_blobs("s", &[named, system, unnamed])
+            .await
+            .unwrap();
+        let text = |t: &str| Some(t.as_bytes().to_vec());
+        assert_eq!(found, vec![text("message"), text("system"), None]);
+        let (sizes, rowid, global) = store
+            .read(|c| {
+                let sizes: (i64, i64) = c.query_row(
+                    "SELECT entry_bytes, blob_bytes FROM sessions WHERE id = 's'",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
+                let rowid = ROW_TABLES.iter().all(|(t, _)| !without_rowid(c, t));
+                let global: bool = c.query_row(
+                    "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'blobs')",
+                    [],
+                    |r| r.get(0),
+                )?;
+                Ok((sizes, rowid, global))
+            })
+            .await
+            .unwrap();
+        let stored = ("message".len() + "system".len()) as i64;
+        assert_eq!(sizes, (body.len() as i64, stored));
+        assert!(rowid && !global);
+        store.close().await;
+    }
+
     /// A store of the second layout opens with its log and content, in rowid tables, and
     /// goes on numbering where it stopped; opening it again changes nothing.
     #[tokio::test]
