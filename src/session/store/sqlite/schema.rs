@@ -214,15 +214,7 @@ const ROW_TABLES: [(&str, &str); 2] = [
 fn set_aside_without_rowid_tables(conn: &Connection) -> rusqlite::Result<Vec<&'static str>> {
     let mut set_aside = Vec::new();
     for (table, _) in ROW_TABLES {
-        let without_rowid: bool = conn
-            .query_row(
-                "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
-                params![table],
-                |r| r.get(0),
-            )
-            .optional()?
-            .unwrap_or(false);
-        if without_rowid {
+        if without_rowid(conn, table)? {
             tracing::info!(
                 table,
                 "rebuilding a session store table as a rowid table (once)"
@@ -232,6 +224,18 @@ fn set_aside_without_rowid_tables(conn: &Connection) -> rusqlite::Result<Vec<&'s
         }
     }
     Ok(set_aside)
+}
+
+/// Whether `table` exists and is a `WITHOUT ROWID` table.
+fn without_rowid(conn: &Connection, table: &str) -> rusqlite::Result<bool> {
+    let wr = conn
+        .query_row(
+            "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
+            params![table],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(wr.unwrap_or(false))
 }
 
 fn copy_back(conn: &Connection, tables: &[&str]) -> rusqlite::Result<()> {
@@ -314,15 +318,6 @@ mod tests {
         sha2::Sha256::digest(n.to_le_bytes()).into()
     }
 
-    fn without_rowid(conn: &Connection, table: &str) -> bool {
-        conn.query_row(
-            "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
-            params![table],
-            |r| r.get(0),
-        )
-        .unwrap()
-    }
-
     /// A store of the first layout (one global `blobs` table, no sizes, `user_version` 0)
     /// goes through both migrations: each session gets the content its records name, with
     /// its sizes, in rowid tables, and the global table goes.
@@ -373,7 +368,9 @@ mod tests {
                     [],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )?;
-                let rowid = ROW_TABLES.iter().all(|(t, _)| !without_rowid(c, t));
+                let rowid = ROW_TABLES
+                    .iter()
+                    .all(|(t, _)| !without_rowid(c, t).unwrap());
                 let global: bool = c.query_row(
                     "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'blobs')",
                     [],
@@ -431,7 +428,9 @@ mod tests {
             let (version, rowid, leftovers, free_pages) = store
                 .read(|c| {
                     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-                    let rowid = ROW_TABLES.iter().all(|(t, _)| !without_rowid(c, t));
+                    let rowid = ROW_TABLES
+                        .iter()
+                        .all(|(t, _)| !without_rowid(c, t).unwrap());
                     let leftovers: i64 = c.query_row(
                         "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE '%layout2%'",
                         [],
