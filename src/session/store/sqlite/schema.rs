@@ -121,7 +121,8 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         if version < 1 && had_sessions {
             migrate_from_first_layout(conn)?;
         }
-        let rebuilt = match had_sessions {
+        // `user_version` says the layout: a current store is not looked at again.
+        let rebuilt = match version < VERSION && had_sessions {
             true => set_aside_without_rowid_tables(conn)?,
             false => Vec::new(),
         };
