@@ -49,6 +49,7 @@ pub fn check_gathering(
         stack: Vec::with_capacity(16),
         top_key: None,
         value_read: false,
+        stop_at_top: false,
     };
     run(body, start, elements, on_field)
 }
@@ -135,6 +136,30 @@ impl<'k> Elements<'k> {
         }
     }
 
+    /// A top-level array taken as read at `start`, the value of `key`, with its elements at
+    /// `spans` shifted by `shift`: gathered as [`Self::array_opens`] and the elements' ends
+    /// would have gathered it.
+    fn known_array(
+        &mut self,
+        b: &[u8],
+        key: Range<usize>,
+        start: usize,
+        spans: &[Range<usize>],
+        shift: usize,
+    ) {
+        if self.array.is_none() && self.keys.contains(&&b[key.clone()]) {
+            self.array = Some((key, start));
+            self.spans = spans
+                .iter()
+                .map(|s| s.start + shift..s.end + shift)
+                .collect();
+            return;
+        }
+        if let Some(also) = self.also.as_deref_mut() {
+            also.known_array(b, key, start, spans, shift);
+        }
+    }
+
     /// A value ended at `pos` with `depth` containers open.
     #[inline]
     fn value_ends(&mut self, depth: usize, pos: usize) {
@@ -163,9 +188,28 @@ pub struct Resume<'a> {
     pub pos: usize,
     /// The top-level fields before the array's, in order.
     pub fields_before: &'a [Field],
+    /// The element spans of gathered arrays among `fields_before`, by where each starts.
+    pub arrays_before: &'a [(usize, Vec<Range<usize>>)],
     /// The array's field: its key (between the quotes) and where its value starts.
     pub array_key: Range<usize>,
     pub array_start: usize,
+    /// What followed the array in the checked body, taken as read when the array ends just
+    /// before the same bytes.
+    pub tail: Option<KnownTail<'a>>,
+}
+
+/// The bytes that followed the array in a body the check passed, from just after its `]` to
+/// the end of the body, and what the check found in them. Agents send their tools and
+/// system prompt after the history, the same bytes on every request.
+pub struct KnownTail<'a> {
+    pub bytes: &'a [u8],
+    /// The top-level fields in them, offsets from the start of `bytes`.
+    pub fields: &'a [Field],
+    /// The element spans of the gathered arrays among those fields, by where the array
+    /// starts (offsets from the start of `bytes`).
+    pub arrays: &'a [(usize, Vec<Range<usize>>)],
+    /// The most containers open where a value started in them.
+    pub deepest: usize,
 }
 
 /// [`check`] of a body whose bytes up to `resume.pos` are known to be a prefix the check
@@ -180,6 +224,15 @@ pub fn check_resumed(
     mut on_field: impl FnMut(Field),
 ) -> Result<(), Invalid> {
     for field in resume.fields_before {
+        if let Some(e) = elements.as_deref_mut() {
+            let spans = resume
+                .arrays_before
+                .iter()
+                .find(|(s, _)| *s == field.value.start);
+            if let Some((_, spans)) = spans {
+                e.known_array(body, field.key.clone(), field.value.start, spans, 0);
+            }
+        }
         on_field(field.clone());
     }
     if let Some(e) = elements.as_deref_mut() {
@@ -191,8 +244,53 @@ pub fn check_resumed(
         stack: vec![Container::Object, Container::Array],
         top_key: Some((resume.array_key.clone(), resume.array_start)),
         value_read: true,
+        stop_at_top: false,
     };
-    run(body, state, elements, on_field)
+    run_resumed(body, state, resume.tail.as_ref(), elements, on_field)
+}
+
+/// [`run`] from inside the array, up to its end; then the known tail when the body ends with
+/// its bytes, else the rest of the body.
+fn run_resumed(
+    body: &[u8],
+    state: State,
+    tail: Option<&KnownTail<'_>>,
+    mut elements: Option<&mut Elements<'_>>,
+    mut on_field: impl FnMut(Field),
+) -> Result<(), Invalid> {
+    let Some(tail) = tail else {
+        return run(body, state, elements, on_field);
+    };
+    // The check stops where the array ends, back in the top-level object.
+    let state = State {
+        stop_at_top: true,
+        ..state
+    };
+    let at = match run_until(body, state, elements.as_deref_mut(), &mut on_field)? {
+        Ended::Stopped(state) if body.get(state.pos..) == Some(tail.bytes) => state.pos,
+        Ended::Stopped(state) => return run(body, state, elements, on_field),
+        Ended::Whole => return Ok(()),
+    };
+    // The same bytes in the same state: the check would pass them again, and find the same
+    // fields. (An array it would gather that the tail has no spans for is left to whoever
+    // reads the gathered arrays: they scan an array they were not given.)
+    if let Some(e) = elements.as_deref_mut() {
+        e.deepest = e.deepest.max(tail.deepest);
+    }
+    for field in tail.fields {
+        if let Some(e) = elements.as_deref_mut() {
+            let spans = tail.arrays.iter().find(|(s, _)| *s == field.value.start);
+            if let Some((_, spans)) = spans {
+                let key = at + field.key.start..at + field.key.end;
+                e.known_array(body, key, at + field.value.start, spans, at);
+            }
+        }
+        on_field(Field {
+            key: at + field.key.start..at + field.key.end,
+            value: at + field.value.start..at + field.value.end,
+        });
+    }
+    Ok(())
 }
 
 /// The check's state between two bytes.
@@ -203,14 +301,37 @@ struct State {
     top_key: Option<(Range<usize>, usize)>,
     /// A value has just ended at `pos`.
     value_read: bool,
+    /// Stop when a value of the top-level object has ended (see [`run_until`]).
+    stop_at_top: bool,
+}
+
+/// How [`run_until`] ended.
+enum Ended {
+    /// The body was read to its end and passed.
+    Whole,
+    /// A value of the top-level object ended (its field reported): the state to go on from.
+    Stopped(State),
 }
 
 fn run(
     body: &[u8],
     state: State,
-    mut elements: Option<&mut Elements<'_>>,
+    elements: Option<&mut Elements<'_>>,
     mut on_field: impl FnMut(Field),
 ) -> Result<(), Invalid> {
+    let state = State {
+        stop_at_top: false,
+        ..state
+    };
+    run_until(body, state, elements, &mut on_field).map(|_| ())
+}
+
+fn run_until(
+    body: &[u8],
+    state: State,
+    mut elements: Option<&mut Elements<'_>>,
+    on_field: &mut impl FnMut(Field),
+) -> Result<Ended, Invalid> {
     let b = body;
     let err = |offset: usize| Err(Invalid { offset });
     let State {
@@ -218,6 +339,7 @@ fn run(
         mut stack,
         mut top_key,
         mut value_read,
+        stop_at_top,
     } = state;
 
     'value: loop {
@@ -270,10 +392,19 @@ fn run(
                         value: value_start..pos,
                     });
                 }
+                if stop_at_top {
+                    return Ok(Ended::Stopped(State {
+                        pos,
+                        stack,
+                        top_key: None,
+                        value_read: true,
+                        stop_at_top: false,
+                    }));
+                }
             }
             pos = skip_ws(b, pos);
             match (stack.last(), b.get(pos)) {
-                (None, None) => return Ok(()),
+                (None, None) => return Ok(Ended::Whole),
                 (None, Some(_)) => return err(pos),
                 (Some(Container::Object), Some(b',')) => {
                     pos = key(b, skip_ws(b, pos + 1), stack.len() == 1, &mut top_key)?;
@@ -657,20 +788,120 @@ mod tests {
                 }
             }
             let at = fields.iter().position(|f| f.key == key).unwrap();
+            // What the check found after the array, as a kept body's tail.
+            let array_end = fields[at].value.end;
+            let rel = |r: &Range<usize>| r.start - array_end..r.end - array_end;
+            let tail_fields: Vec<Field> = fields[at + 1..]
+                .iter()
+                .map(|f| Field {
+                    key: rel(&f.key),
+                    value: rel(&f.value),
+                })
+                .collect();
+            let tail_arrays: Vec<(usize, Vec<Range<usize>>)> = fields[at + 1..]
+                .iter()
+                .filter_map(|f| Some((f.value.start - array_end, e.spans_at(f.value.start)?)))
+                .map(|(s, spans)| (s, spans.iter().map(rel).collect()))
+                .collect();
+            let tail = || KnownTail {
+                bytes: &b[array_end..],
+                fields: &tail_fields,
+                arrays: &tail_arrays,
+                deepest: e.deepest,
+            };
             for known in 1..=scanned.len() {
-                let resume = Resume {
-                    pos: scanned[known - 1].end,
-                    fields_before: &fields[..at],
-                    array_key: key.clone(),
-                    array_start: start,
-                };
-                let mut resumed = Elements::of_first(keys);
-                let mut again = Vec::new();
-                check_resumed(b, &resume, Some(&mut resumed), |f| again.push(f)).unwrap();
-                assert_eq!(resumed.spans, scanned[known..], "{body} after {known}");
-                assert_eq!(again, fields, "{body} after {known}");
+                for with_tail in [false, true] {
+                    let resume = Resume {
+                        pos: scanned[known - 1].end,
+                        fields_before: &fields[..at],
+                        arrays_before: &[],
+                        array_key: key.clone(),
+                        array_start: start,
+                        tail: with_tail.then(tail),
+                    };
+                    let mut resumed = Elements::of_first(keys).and_first(&[b"tools"]);
+                    let mut again = Vec::new();
+                    check_resumed(b, &resume, Some(&mut resumed), |f| again.push(f)).unwrap();
+                    assert_eq!(resumed.spans, scanned[known..], "{body} after {known}");
+                    assert_eq!(again, fields, "{body} after {known}");
+                    // The tools after the array are gathered, read or taken as read.
+                    for f in fields[at + 1..].iter().filter(|f| b[f.value.start] == b'[') {
+                        assert_eq!(
+                            resumed.spans_at(f.value.start),
+                            e.spans_at(f.value.start),
+                            "{body} after {known}, tail {with_tail}"
+                        );
+                    }
+                    assert!(resumed.deepest <= e.deepest);
+                }
             }
         }
+    }
+
+    /// A resumed check takes the bytes after the array as read when they are the kept
+    /// body's, and reads them when they are not: a tail passed off as checked (here it is
+    /// not JSON) is not looked at, and the same bytes one byte longer are.
+    #[test]
+    fn a_known_tail_is_taken_as_read_only_when_the_body_ends_with_it() {
+        let body = br#"{"messages":[{"a":1},{"b":2}],"tools":[{"n":1},{"n":2}],"x":tru}"#;
+        let array_end = 29;
+        assert_eq!(&body[array_end - 1..array_end + 1], b"],");
+        // Offsets from the array's end.
+        let fields = [
+            Field {
+                key: 2..7,
+                value: 9..26,
+            },
+            Field {
+                key: 28..29,
+                value: 31..34,
+            },
+        ];
+        let arrays = [(9usize, vec![10..17, 18..25])];
+        let tail = KnownTail {
+            bytes: &body[array_end..],
+            fields: &fields,
+            arrays: &arrays,
+            deepest: 2,
+        };
+        let resume = |tail| Resume {
+            pos: 20,
+            fields_before: &[],
+            arrays_before: &[],
+            array_key: 2..10,
+            array_start: 12,
+            tail,
+        };
+        let mut e = Elements::of_first(&[b"messages"]).and_first(&[b"tools"]);
+        let mut seen = Vec::new();
+        check_resumed(body, &resume(Some(tail)), Some(&mut e), |f| seen.push(f)).unwrap();
+        assert_eq!(e.spans, vec![21..28]);
+        assert_eq!(e.spans_at(38), Some(&[39..46, 47..54][..]));
+        let at = |r: &Range<usize>| r.start + array_end..r.end + array_end;
+        assert_eq!(
+            seen[1..],
+            [
+                Field {
+                    key: at(&fields[0].key),
+                    value: at(&fields[0].value)
+                },
+                Field {
+                    key: at(&fields[1].key),
+                    value: at(&fields[1].value)
+                }
+            ]
+        );
+        // Without the tail, or with a body that does not end with it, the bytes are read.
+        assert!(check_resumed(body, &resume(None), None, |_| {}).is_err());
+        let mut longer = body.to_vec();
+        longer.push(b' ');
+        let tail = KnownTail {
+            bytes: &body[array_end..],
+            fields: &fields,
+            arrays: &arrays,
+            deepest: 2,
+        };
+        assert!(check_resumed(&longer, &resume(Some(tail)), None, |_| {}).is_err());
     }
 
     fn valid(s: &str) -> bool {

@@ -12,8 +12,10 @@
 //! The body check resumes there in the state the full check would have reached
 //! (`json_check::check_resumed`), the envelope scan continues after the known elements
 //! (`scan::elements_end_after`), and the session layer's prefix hashes of those messages
-//! are taken as they were ([`history_hashes`]); only what follows is read. A body that
-//! extends nothing kept takes the full path, and is counted.
+//! are taken as they were ([`history_hashes`]); only what follows is read. What follows
+//! the history (agents send their system prompt and tools there) is taken as read too when
+//! the body ends with the same bytes after its history as the kept body (`Tail`). A body
+//! that extends nothing kept takes the full path, and is counted.
 //!
 //! Memory is bounded: each conversation keeps only its latest body (and, when a policy
 //! shaped it, the latest body as sent, read again for its record), a body over a quarter
@@ -50,6 +52,11 @@ pub struct Known {
     pub before: Vec<Entry>,
     /// The history's element spans.
     pub elems: Vec<Span>,
+    /// The element spans of the split arrays (the tools) among the entries before the
+    /// history, by where each array starts.
+    pub(crate) arrays_before: Vec<(usize, Vec<Span>)>,
+    /// What follows the history array, when known whole.
+    pub(crate) tail: Option<Tail>,
     /// The body passed the full body check (`json_check`), so its prefixes are valid JSON.
     pub checked: bool,
     /// What its elements are and hold, once its envelope read them.
@@ -61,12 +68,97 @@ pub struct Known {
 
 impl Known {
     fn weight(&self) -> usize {
+        let spans = |arrays: &[(usize, Vec<Span>)]| {
+            arrays.iter().map(|(_, a)| a.len()).sum::<usize>() * std::mem::size_of::<Span>()
+        };
+        let tail = self.tail.as_ref().map_or(0, |t| {
+            t.entries.len() * std::mem::size_of::<Entry>() + spans(&t.arrays)
+        });
         std::mem::size_of::<Known>()
             + self.body.len()
             + self.before.len() * std::mem::size_of::<Entry>()
+            + spans(&self.arrays_before)
+            + tail
             // A span, a kind, blocks, and the anchors' message key and rolling hash.
             + self.elems.len() * (std::mem::size_of::<Span>() + 64 + 96 + 64)
     }
+
+    /// The bytes after the history array, when they are known whole.
+    pub(crate) fn tail_bytes(&self) -> Option<&[u8]> {
+        Some(&self.body[self.tail.as_ref()?.at..])
+    }
+}
+
+/// What follows a body's history array: its top-level entries and the element spans of
+/// the split arrays among them (the tools), at offsets from the array's end. Agents send
+/// their tools and system prompt after the history, the same bytes on every request: a body
+/// that ends with the same bytes after its history takes them as read.
+#[derive(Debug)]
+pub(crate) struct Tail {
+    /// Where it starts: just after the history array's `]`.
+    pub at: usize,
+    pub entries: Vec<Entry>,
+    /// By where each array starts.
+    pub arrays: Vec<(usize, Vec<Span>)>,
+    /// The most containers open where a value started in it, as the body check counts
+    /// them (0 when it was not counted: the scanner, which refuses deeper nesting, read it).
+    pub deepest: usize,
+}
+
+impl Tail {
+    /// The entries after the history of `entries`, the history's value ending at `at`, with
+    /// the spans `spans_at` gives of the arrays among them; `None` when an array the
+    /// envelope splits has none.
+    fn of(
+        body: &[u8],
+        at: usize,
+        after: &[Entry],
+        spans_at: impl Fn(usize) -> Option<Vec<Span>>,
+        deepest: usize,
+    ) -> Option<Tail> {
+        let shift = |s: &Span| s.start - at..s.end - at;
+        let mut arrays = Vec::new();
+        for entry in after {
+            if body.get(entry.value.start) == Some(&b'[') && is_tools_key(body, &entry.key) {
+                let spans = spans_at(entry.value.start)?;
+                arrays.push((entry.value.start - at, spans.iter().map(shift).collect()));
+            }
+        }
+        Some(Tail {
+            at,
+            entries: after
+                .iter()
+                .map(|e| Entry {
+                    key: shift(&e.key),
+                    value: shift(&e.value),
+                })
+                .collect(),
+            arrays,
+            deepest,
+        })
+    }
+
+    /// Its entries at `at` in another body.
+    pub(crate) fn entries_at(&self, at: usize) -> impl Iterator<Item = Entry> + '_ {
+        let shift = move |s: &Span| s.start + at..s.end + at;
+        self.entries.iter().map(move |e| Entry {
+            key: shift(&e.key),
+            value: shift(&e.value),
+        })
+    }
+
+    /// The element spans of its array starting at `start` in another body whose tail is at
+    /// `at`.
+    pub(crate) fn spans_at(&self, at: usize, start: usize) -> Option<Vec<Span>> {
+        let (_, spans) = self.arrays.iter().find(|(s, _)| *s + at == start)?;
+        Some(spans.iter().map(|s| s.start + at..s.end + at).collect())
+    }
+}
+
+/// Whether the key span (quotes included) names the tools array, as written: a key with
+/// escapes is no key the body check gathers, and is not kept.
+fn is_tools_key(body: &[u8], key: &Span) -> bool {
+    TOOLS_KEY.contains(&&body[key.start + 1..key.end - 1])
 }
 
 /// A body's match with a remembered one: its first `messages` history elements are the
@@ -124,8 +216,17 @@ pub struct Scanned<'a> {
     pub body: &'a Bytes,
     pub key: Span,
     pub array_start: usize,
+    /// Just after the history array's `]`.
+    pub array_end: usize,
     pub before: &'a [Entry],
     pub elems: &'a [Span],
+    /// The top-level entries after the history.
+    pub after: &'a [Entry],
+    /// The other arrays split (the tools): where each starts and its elements.
+    pub arrays: Vec<(usize, &'a [Span])>,
+    /// The most containers open where a value started, as the body check counts them; 0
+    /// when the scanner read the body (it refuses deeper nesting).
+    pub deepest: usize,
 }
 
 /// What the body check gathers of a body as it passes it: every top-level field, and the
@@ -251,6 +352,23 @@ impl KnownPrefixes {
             return None;
         }
         let lead = lead_at(b, scanned.elems[0].end);
+        let spans_at = |start: usize| {
+            let (_, spans) = scanned.arrays.iter().find(|(at, _)| *at == start)?;
+            Some(spans.to_vec())
+        };
+        let arrays_before = scanned
+            .before
+            .iter()
+            .filter(|e| b.get(e.value.start) == Some(&b'[') && is_tools_key(b, &e.key))
+            .filter_map(|e| Some((e.value.start, spans_at(e.value.start)?)))
+            .collect();
+        let tail = Tail::of(
+            b,
+            scanned.array_end,
+            scanned.after,
+            spans_at,
+            scanned.deepest,
+        );
         let known = Arc::new(Known {
             body: scanned.body.clone(),
             lead,
@@ -258,6 +376,8 @@ impl KnownPrefixes {
             array_start: scanned.array_start,
             before: scanned.before.to_vec(),
             elems: scanned.elems.to_vec(),
+            arrays_before,
+            tail,
             checked,
             facts: scanned.facts,
             history: OnceLock::new(),
@@ -304,14 +424,19 @@ impl KnownPrefixes {
         }
         let (key, array_start) = gathered.elements.array.clone()?;
         let quoted = |key: &std::ops::Range<usize>| key.start - 1..key.end + 1;
-        let before: Vec<Entry> = gathered
+        let entries: Vec<Entry> = gathered
             .fields
             .iter()
-            .take_while(|f| f.key != key)
             .map(|f| Entry {
                 key: quoted(&f.key),
                 value: f.value.clone(),
             })
+            .collect();
+        let at = gathered.fields.iter().position(|f| f.key == key)?;
+        let arrays: Vec<(usize, &[Span])> = entries
+            .iter()
+            .filter_map(|e| Some((e.value.start, gathered.elements.spans_at(e.value.start)?)))
+            .filter(|(start, _)| *start != array_start)
             .collect();
         self.remember(
             Scanned {
@@ -319,8 +444,12 @@ impl KnownPrefixes {
                 body,
                 key: quoted(&key),
                 array_start,
-                before: &before,
+                array_end: entries[at].value.end,
+                before: &entries[..at],
                 elems: &gathered.elements.spans,
+                after: &entries[at + 1..],
+                arrays,
+                deepest: gathered.elements.deepest,
             },
             found,
             true,

@@ -98,11 +98,33 @@ fn fast_head<'b>(
                     value: e.value.clone(),
                 })
                 .collect();
+            let tail_fields: Vec<json_check::Field>;
+            let tail = match (&m.known.tail, m.known.tail_bytes()) {
+                (Some(tail), Some(bytes)) => {
+                    tail_fields = tail
+                        .entries
+                        .iter()
+                        .map(|e| json_check::Field {
+                            key: inner(&e.key),
+                            value: e.value.clone(),
+                        })
+                        .collect();
+                    Some(json_check::KnownTail {
+                        bytes,
+                        fields: &tail_fields,
+                        arrays: &tail.arrays,
+                        deepest: tail.deepest,
+                    })
+                }
+                _ => None,
+            };
             let resume = json_check::Resume {
                 pos: m.resume_at(),
                 fields_before: &before,
+                arrays_before: &m.known.arrays_before,
                 array_key: inner(&m.known.key),
                 array_start: m.known.array_start,
+                tail,
             };
             let elements = gather.as_mut().map(|g| {
                 // The gathered spans start with the known ones: the check reads after them.

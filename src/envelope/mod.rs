@@ -184,8 +184,15 @@ impl Envelope {
             body: &self.body,
             key: self.top[at].key.clone(),
             array_start: array.start,
+            array_end: array.end,
             before: &self.top[..at],
             elems: &self.messages_orig.elems,
+            after: &self.top[at + 1..],
+            arrays: (self.tools_orig.span.as_ref())
+                .map(|span| (span.start, self.tools_orig.elems.as_slice()))
+                .into_iter()
+                .collect(),
+            deepest: 0,
         })
     }
 

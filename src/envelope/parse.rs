@@ -54,22 +54,12 @@ pub(crate) fn parse(
         return Err(ApiError::invalid("the request body must be a JSON object"));
     }
     let mut arrays: Vec<(String, Vec<Span>)> = Vec::new();
-    let (top, end) = match gathered.and_then(Gathered::as_scanned) {
-        Some((fields, history)) => from_check(b, endpoint, fields, history, &mut arrays),
-        None => scan::entries_with(b, start, |key, vstart| {
-            if b.get(vstart) == Some(&b'[') {
-                if let Some(name) = split_key(b, endpoint, key) {
-                    let resumed =
-                        known.filter(|m| m.known.key == *key && m.known.array_start == vstart);
-                    let (elems, end) = match resumed {
-                        Some(m) => scan::elements_end_after(b, m.elems())?,
-                        None => scan::elements_end(b, vstart)?,
-                    };
-                    arrays.push((name, elems));
-                    return Ok(end);
-                }
-            }
-            scan::value_end(b, vstart)
+    let resumed = known.filter(|m| split_key(b, endpoint, &m.known.key).is_some());
+    let (top, end) = match (gathered.and_then(Gathered::as_scanned), resumed) {
+        (Some((fields, history)), _) => from_check(b, endpoint, fields, history, &mut arrays),
+        (None, Some(m)) => scan_resumed(b, endpoint, m, &mut arrays),
+        (None, None) => scan::entries_with(b, start, |key, vstart| {
+            split_value(b, endpoint, key, vstart, &mut arrays)
         }),
     }
     .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
@@ -188,6 +178,88 @@ pub(crate) fn parse(
     Ok(env)
 }
 
+/// The end of the top-level value at `vstart`, named `key`; an array the envelope splits is
+/// split into `arrays` on the way.
+fn split_value(
+    b: &[u8],
+    endpoint: Endpoint,
+    key: &Span,
+    vstart: usize,
+    arrays: &mut Vec<(String, Vec<Span>)>,
+) -> Result<usize, scan::ScanError> {
+    if b.get(vstart) == Some(&b'[') {
+        if let Some(name) = split_key(b, endpoint, key) {
+            let (elems, end) = scan::elements_end(b, vstart)?;
+            arrays.push((name, elems));
+            return Ok(end);
+        }
+    }
+    scan::value_end(b, vstart)
+}
+
+/// What [`scan::entries_with`] gives, for a body that repeats the kept body of `m` up to
+/// the end of its last repeated history message: the entries before the history are the
+/// kept body's (the same bytes at the same offsets), the history is scanned from the end of
+/// the repeated messages, and what follows it is the kept body's when the body ends with
+/// the same bytes, else scanned.
+fn scan_resumed(
+    b: &[u8],
+    endpoint: Endpoint,
+    m: &PrefixMatch,
+    arrays: &mut Vec<(String, Vec<Span>)>,
+) -> Result<(Vec<scan::Entry>, usize), scan::ScanError> {
+    let known = &m.known;
+    let split = |entry: &scan::Entry, known: Option<Vec<Span>>, arrays: &mut Vec<_>| {
+        if b.get(entry.value.start) == Some(&b'[') {
+            if let Some(name) = split_key(b, endpoint, &entry.key) {
+                let elems = match known {
+                    Some(elems) => elems,
+                    None => scan::elements_end(b, entry.value.start)?.0,
+                };
+                arrays.push((name, elems));
+            }
+        }
+        Ok::<_, scan::ScanError>(())
+    };
+    let mut top = known.before.clone();
+    for entry in &known.before {
+        let kept = known
+            .arrays_before
+            .iter()
+            .find(|(s, _)| *s == entry.value.start);
+        split(entry, kept.map(|(_, elems)| elems.clone()), arrays)?;
+    }
+    let (elems, end) = scan::elements_end_after(b, m.elems())?;
+    let history = scan::Entry {
+        key: known.key.clone(),
+        value: known.array_start..end,
+    };
+    split(&history, Some(elems), arrays)?;
+    top.push(history);
+    match (&known.tail, known.tail_bytes()) {
+        (Some(tail), Some(bytes)) if b.get(end..) == Some(bytes) => {
+            for entry in tail.entries_at(end) {
+                split(&entry, tail.spans_at(end, entry.value.start), arrays)?;
+                top.push(entry);
+            }
+            // The kept body ended with one object and blanks after it.
+            Ok((top, object_end(b)))
+        }
+        _ => scan::entries_with_after(b, top, end, |key, vstart| {
+            split_value(b, endpoint, key, vstart, arrays)
+        }),
+    }
+}
+
+/// The end of the one object a body that passed holds: before the blanks that end it.
+fn object_end(b: &[u8]) -> usize {
+    b.len()
+        - b.iter()
+            .rev()
+            .take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+            .count()
+}
+
 /// The name of a top-level key whose array is split into elements, if it is one.
 fn split_key(b: &[u8], endpoint: Endpoint, key: &Span) -> Option<String> {
     scan::decode_str(b, key).filter(|k| is_split_key(endpoint, k))
@@ -226,12 +298,7 @@ fn from_check(
         }
     }
     // The check passed one object with only blanks around it.
-    let end = b.len()
-        - b.iter()
-            .rev()
-            .take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
-            .count();
-    Ok((top, end))
+    Ok((top, object_end(b)))
 }
 
 fn elements_of(arr: &OrigArray, skip: usize) -> Vec<Element> {

@@ -226,11 +226,36 @@ pub fn entries_with(
     if b.get(pos) != Some(&b'{') {
         return err(pos, "expected an object");
     }
-    let mut out = Vec::new();
-    let mut i = skip_ws(b, pos + 1);
+    let i = skip_ws(b, pos + 1);
     if b.get(i) == Some(&b'}') {
-        return Ok((out, i + 1));
+        return Ok((Vec::new(), i + 1));
     }
+    entries_from(b, Vec::new(), i, &mut value)
+}
+
+/// [`entries_with`] of an object whose entries up to the last of `out` are known, that
+/// entry's value ending at `end`: the rest of the entries and the object's end.
+pub fn entries_with_after(
+    b: &[u8],
+    out: Vec<Entry>,
+    end: usize,
+    mut value: impl FnMut(&Span, usize) -> Result<usize, ScanError>,
+) -> Result<(Vec<Entry>, usize), ScanError> {
+    let next = skip_ws(b, end);
+    match b.get(next) {
+        Some(b',') => entries_from(b, out, skip_ws(b, next + 1), &mut value),
+        Some(b'}') => Ok((out, next + 1)),
+        _ => err(next, "expected ',' or '}' in an object"),
+    }
+}
+
+/// The entries of an object from the key at `i` on, after `out`.
+fn entries_from(
+    b: &[u8],
+    mut out: Vec<Entry>,
+    mut i: usize,
+    value: &mut impl FnMut(&Span, usize) -> Result<usize, ScanError>,
+) -> Result<(Vec<Entry>, usize), ScanError> {
     loop {
         if b.get(i) != Some(&b'"') {
             return err(i, "expected an object key");

@@ -34,6 +34,13 @@ pub const CLIENTS: &[(&str, Provider, Endpoint)] = &[
         Provider::OpenAi,
         Endpoint::Responses,
     ),
+    // pi's Anthropic request with its fields in the order of an SDK call that names the
+    // system prompt and the tools before the messages: the tools before the history.
+    (
+        "anthropic_sdk_tools_first.json",
+        Provider::Anthropic,
+        Endpoint::Messages,
+    ),
 ];
 
 pub fn fixture(name: &str) -> Value {
@@ -63,6 +70,9 @@ pub enum Step {
     MoveMarker,
     /// Change the value of the field before the history (the model).
     ChangeModel,
+    /// Change a field after the history (agents send their tools and system prompt there):
+    /// the `n`-th one from the end.
+    ChangeAfter(usize),
     /// The same body pretty-printed, then compact again.
     Reformat,
     /// Send the body with its bytes cut or a stray byte after the repeated part.
@@ -77,9 +87,42 @@ pub fn step() -> impl Strategy<Value = Step> {
         1 => (0usize..16).prop_map(Step::Edit),
         1 => Just(Step::MoveMarker),
         1 => Just(Step::ChangeModel),
+        1 => (0usize..8).prop_map(Step::ChangeAfter),
         1 => Just(Step::Reformat),
         1 => (0usize..1000).prop_map(Step::Corrupt),
     ]
+}
+
+/// Change the `back`-th field from the end among those after the history `key` (keys
+/// keep their order): a string or a tool description grows, a number counts up, a flag
+/// flips; a body with nothing after its history gets a field there.
+fn change_after(body: &mut Value, key: &str, back: usize, tag: usize) {
+    let map = body.as_object_mut().unwrap();
+    let after: Vec<String> = map
+        .keys()
+        .skip_while(|k| *k != key)
+        .skip(1)
+        .cloned()
+        .collect();
+    let Some(name) = after.iter().rev().nth(back % after.len().max(1)) else {
+        map.insert("after_history".into(), json!(tag));
+        return;
+    };
+    let value = map.get_mut(name).unwrap();
+    match value {
+        Value::String(s) => s.push_str(&format!(" ({tag})")),
+        Value::Number(_) => *value = json!(value.as_u64().unwrap_or(0) + 1),
+        Value::Bool(b) => *b = !*b,
+        Value::Array(items) if !items.is_empty() => {
+            let last = items.len() - 1;
+            edit_text(&mut items[last], tag);
+        }
+        Value::Array(items) => items.push(json!(tag)),
+        Value::Object(fields) => {
+            fields.insert(format!("edited_{tag}"), json!(tag));
+        }
+        Value::Null => *value = json!(tag),
+    }
 }
 
 /// Edit a message's first text it holds, wherever the API keeps it.
@@ -165,6 +208,7 @@ pub fn session(base: &Value, endpoint: Endpoint, steps: &[Step]) -> Vec<Vec<u8>>
             Step::ChangeModel => {
                 body["model"] = json!(format!("model-{n}"));
             }
+            Step::ChangeAfter(back) => change_after(&mut body, key, *back, n),
             Step::Reformat => pretty = !pretty,
             Step::Corrupt(at) => {
                 let mut bytes = render(&body, pretty);
