@@ -168,8 +168,9 @@ impl AgentSession {
         }
     }
 
-    /// The request as Claude Code sends it now: a marker on the last block of the last
-    /// message only.
+    /// The request as Claude Code sends it now: its fields in Claude Code's order (the
+    /// history before the system prompt and the tools), a marker on the last block of the
+    /// last message only.
     pub fn body(&self) -> Bytes {
         let mut messages = self.messages.clone();
         if let Some(Value::Array(blocks)) = messages.last_mut().and_then(|m| m.get_mut("content")) {
@@ -180,12 +181,12 @@ impl AgentSession {
         Bytes::from(
             json!({
                 "model": "claude-sonnet-4-5",
-                "max_tokens": 32000,
-                "stream": self.stream,
-                "metadata": {"user_id": format!("user_{:064x}_account__session_{}", 42, self.session)},
+                "messages": messages,
                 "system": self.system,
                 "tools": self.tools,
-                "messages": messages,
+                "metadata": {"user_id": format!("user_{:064x}_account__session_{}", 42, self.session)},
+                "max_tokens": 32000,
+                "stream": self.stream,
             })
             .to_string(),
         )
