@@ -59,6 +59,8 @@ pub struct Known {
     pub(crate) tail: Option<Tail>,
     /// The body passed the full body check (`json_check`), so its prefixes are valid JSON.
     pub checked: bool,
+    /// Whose body it is: the client's as received, or cachet's as sent.
+    kind: Kind,
     /// What its elements are and hold, once its envelope read them.
     pub(crate) facts: OrigFacts,
     /// The prefix hashes of its history (the session layer's anchors), once computed, and
@@ -283,6 +285,16 @@ struct Store {
     weight: usize,
 }
 
+/// Whose body a kept body is. With a policy, a conversation has two latest bodies: the
+/// client's, which its next body repeats, and the one cachet sent after the policy changed
+/// it, which the next body sent repeats (read again for the session log). Each is looked up
+/// and replaced among its own kind, so that keeping one never pushes out the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Received,
+    Sent,
+}
+
 /// How a body was read: `Incremental` when a remembered prefix was taken as read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
@@ -310,8 +322,17 @@ impl KnownPrefixes {
         }
     }
 
-    /// The kept body `body` repeats the most whole history messages of, if any.
+    /// The client's kept body `body` repeats the most whole history messages of, if any.
     pub fn find(&self, body: &[u8]) -> Option<PrefixMatch> {
+        self.find_kind(body, Kind::Received)
+    }
+
+    /// [`Self::find`] among the bodies cachet sent.
+    pub fn find_sent(&self, body: &[u8]) -> Option<PrefixMatch> {
+        self.find_kind(body, Kind::Sent)
+    }
+
+    fn find_kind(&self, body: &[u8], kind: Kind) -> Option<PrefixMatch> {
         if !self.enabled {
             return None;
         }
@@ -320,17 +341,37 @@ impl KnownPrefixes {
         // On a tie, a body that passed the check: the check resumes only after one.
         candidates
             .into_iter()
+            .filter(|known| known.kind == kind)
             .filter_map(|known| matched(known, body, first))
             .max_by_key(|m| (m.messages, m.known.checked))
     }
 
-    /// Keep a body whose history array was scanned, in place of the one it was read from
-    /// (`found`); `checked` says the whole body passed the body check.
+    /// Keep a client's body whose history array was scanned, in place of the one it was read
+    /// from (`found`); `checked` says the whole body passed the body check.
     pub fn remember(
         &self,
         scanned: Scanned<'_>,
         found: Option<&PrefixMatch>,
         checked: bool,
+    ) -> Option<Arc<Known>> {
+        self.keep(scanned, found, checked, Kind::Received)
+    }
+
+    /// Keep a body cachet sent, in place of the one it was read from (`found`).
+    pub fn remember_sent(
+        &self,
+        scanned: Scanned<'_>,
+        found: Option<&PrefixMatch>,
+    ) -> Option<Arc<Known>> {
+        self.keep(scanned, found, false, Kind::Sent)
+    }
+
+    fn keep(
+        &self,
+        scanned: Scanned<'_>,
+        found: Option<&PrefixMatch>,
+        checked: bool,
+        kind: Kind,
     ) -> Option<Arc<Known>> {
         if !self.enabled || scanned.elems.is_empty() {
             return None;
@@ -379,6 +420,7 @@ impl KnownPrefixes {
             arrays_before,
             tail,
             checked,
+            kind,
             facts: scanned.facts,
             history: OnceLock::new(),
         });
@@ -692,6 +734,47 @@ mod tests {
         let mut gathered = Gathered::new();
         crate::shape::check_known(Endpoint::Messages, &deep, None, Some(&mut gathered)).ok();
         assert!(gathered.as_scanned().is_none());
+    }
+
+    /// With a policy, a conversation has two latest bodies: the client's, and the one cachet
+    /// sent (read again for its record). Keeping the sent one does not push out the
+    /// client's: the client's next body finds the client's, which passed the body check, so
+    /// the check resumes after the repeated messages instead of reading the whole body.
+    #[test]
+    fn a_sent_body_does_not_push_out_the_clients_body() {
+        let known = KnownPrefixes::new(true, 16 << 20);
+        let parse = |body: &Bytes, found: Option<&PrefixMatch>| {
+            Envelope::parse_checked(
+                Provider::Anthropic,
+                Endpoint::Messages,
+                body.clone(),
+                found,
+                None,
+            )
+            .unwrap()
+        };
+        // What a policy changed: the same messages, another field after them.
+        let sent = |body: &Bytes| {
+            let text = std::str::from_utf8(body).unwrap();
+            Bytes::from(format!("{},\"x\":1}}", &text[..text.len() - 1]))
+        };
+        for n in 1..6 {
+            let client = body(0, n, 300);
+            let found = known.find(&client);
+            if n > 1 {
+                let found = found.as_ref().expect("the client's previous body");
+                assert!(found.known.checked, "request {n}: the check resumes");
+                assert_eq!(found.messages, n - 1);
+            }
+            let env = parse(&client, found.as_ref());
+            known.remember(env.scanned().unwrap(), found.as_ref(), true);
+            let sent = sent(&client);
+            let found = known.find_sent(&sent);
+            let env = parse(&sent, found.as_ref());
+            known.remember_sent(env.scanned().unwrap(), found.as_ref());
+        }
+        // One body of each kind.
+        assert_eq!(held(&known).0, 2);
     }
 
     fn held(known: &KnownPrefixes) -> (usize, usize) {

@@ -332,9 +332,7 @@ impl Pipeline {
         // shaped body repeats the previous shaped body of its session, whose keys are kept.
         let sent = match parsed.map_or_else(
             || {
-                let known = self.known.find(&shaped.body);
-                let (env, history) =
-                    self.read_envelope(ctx.route, shaped.body, known.as_ref(), None)?;
+                let (env, history) = self.read_sent_envelope(ctx.route, shaped.body)?;
                 Ok::<_, crate::error::ApiError>((env, history.keys().to_vec()))
             },
             |env| Ok((env, session_ctx.history.keys().to_vec())),

@@ -374,16 +374,39 @@ impl Pipeline {
         found
     }
 
-    /// Parse a body into its envelope and its history's prefix hashes, from where it stops
-    /// repeating the kept body `known` (or from what the body check gathered of it), and
-    /// keep it for the next request. `gathered`: what the body check gathered, when the
-    /// whole body passed it.
+    /// Parse a client's body into its envelope and its history's prefix hashes, from where
+    /// it stops repeating the kept body `known` (or from what the body check gathered of
+    /// it), and keep it for the client's next request. `gathered`: what the body check
+    /// gathered, when the whole body passed it.
     pub(super) fn read_envelope(
         &self,
         route: crate::providers::Route,
         body: Bytes,
         known: Option<&PrefixMatch>,
         gathered: Option<&known_prefix::Gathered>,
+    ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
+        self.read_kept(route, body, known, gathered, known_prefix::Kind::Received)
+    }
+
+    /// [`Self::read_envelope`] of a body cachet sent after a policy changed it, read again
+    /// for the session log: from where it repeats the body sent before it, kept beside the
+    /// client's.
+    pub(super) fn read_sent_envelope(
+        &self,
+        route: crate::providers::Route,
+        body: Bytes,
+    ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
+        let known = self.known.find_sent(&body);
+        self.read_kept(route, body, known.as_ref(), None, known_prefix::Kind::Sent)
+    }
+
+    fn read_kept(
+        &self,
+        route: crate::providers::Route,
+        body: Bytes,
+        known: Option<&PrefixMatch>,
+        gathered: Option<&known_prefix::Gathered>,
+        kind: known_prefix::Kind,
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
         let env = crate::envelope::Envelope::parse_checked(
             route.provider,
@@ -393,9 +416,10 @@ impl Pipeline {
             gathered,
         )?;
         let checked = gathered.is_some();
-        let remembered = env
-            .scanned()
-            .and_then(|scanned| self.known.remember(scanned, known, checked));
+        let remembered = env.scanned().and_then(|scanned| match kind {
+            known_prefix::Kind::Received => self.known.remember(scanned, known, checked),
+            known_prefix::Kind::Sent => self.known.remember_sent(scanned, known),
+        });
         let history = known_prefix::history_hashes(&env, known, remembered.as_ref());
         Ok((env, history))
     }
