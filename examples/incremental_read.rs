@@ -109,23 +109,20 @@ fn read_session(bodies: &[Bytes]) -> [Duration; 5] {
             )
             .unwrap();
             lap(1, &mut phases);
-            let env = Envelope::parse_checked(
-                Provider::Anthropic,
-                Endpoint::Messages,
-                body.clone(),
-                found.as_ref(),
-                Some(&gathered),
-            )
-            .unwrap();
+            let split = |gathered: Option<&Gathered>| {
+                let provider = Provider::Anthropic;
+                Envelope::parse_checked(
+                    provider,
+                    Endpoint::Messages,
+                    body.clone(),
+                    found.as_ref(),
+                    gathered,
+                )
+                .unwrap()
+            };
+            let env = split(Some(&gathered));
             lap(2, &mut phases);
-            let scanned = Envelope::parse_checked(
-                Provider::Anthropic,
-                Endpoint::Messages,
-                body.clone(),
-                found.as_ref(),
-                None,
-            )
-            .unwrap();
+            let scanned = split(None);
             std::hint::black_box(&scanned);
             lap(3, &mut phases);
             known.remember(env.scanned().unwrap(), found.as_ref(), true);

@@ -89,26 +89,21 @@ fn fast_head<'b>(
     let checked = match known {
         Some(m) => {
             let inner = |key: &Range<usize>| key.start + 1..key.end - 1;
-            let before: Vec<json_check::Field> = m
-                .known
-                .before
-                .iter()
-                .map(|e| json_check::Field {
-                    key: inner(&e.key),
-                    value: e.value.clone(),
-                })
-                .collect();
+            // The kept entries' keys include their quotes; the check's fields do not.
+            let as_fields = |entries: &[crate::envelope::scan::Entry]| -> Vec<json_check::Field> {
+                entries
+                    .iter()
+                    .map(|e| json_check::Field {
+                        key: inner(&e.key),
+                        value: e.value.clone(),
+                    })
+                    .collect()
+            };
+            let before = as_fields(&m.known.before);
             let tail_fields: Vec<json_check::Field>;
             let tail = match (&m.known.tail, m.known.tail_bytes()) {
                 (Some(tail), Some(bytes)) => {
-                    tail_fields = tail
-                        .entries
-                        .iter()
-                        .map(|e| json_check::Field {
-                            key: inner(&e.key),
-                            value: e.value.clone(),
-                        })
-                        .collect();
+                    tail_fields = as_fields(&tail.entries);
                     Some(json_check::KnownTail {
                         bytes,
                         fields: &tail_fields,
