@@ -85,9 +85,10 @@ impl Known {
             + self.elems.len() * (std::mem::size_of::<Span>() + 64 + 96 + 64)
     }
 
-    /// The bytes after the history array, when they are known whole.
-    pub(crate) fn tail_bytes(&self) -> Option<&[u8]> {
-        Some(&self.body[self.tail.as_ref()?.at..])
+    /// What follows the history array, when known whole, and its bytes.
+    pub(crate) fn tail(&self) -> Option<(&Tail, &[u8])> {
+        let tail = self.tail.as_ref()?;
+        Some((tail, &self.body[tail.at..]))
     }
 }
 

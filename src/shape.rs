@@ -100,19 +100,16 @@ fn fast_head<'b>(
                     .collect()
             };
             let before = as_fields(&m.known.before);
-            let tail_fields: Vec<json_check::Field>;
-            let tail = match (&m.known.tail, m.known.tail_bytes()) {
-                (Some(tail), Some(bytes)) => {
-                    tail_fields = as_fields(&tail.entries);
-                    Some(json_check::KnownTail {
-                        bytes,
-                        fields: &tail_fields,
-                        arrays: &tail.arrays,
-                        deepest: tail.deepest,
-                    })
-                }
-                _ => None,
-            };
+            let tail_fields = m
+                .known
+                .tail()
+                .map_or_else(Vec::new, |(t, _)| as_fields(&t.entries));
+            let tail = m.known.tail().map(|(tail, bytes)| json_check::KnownTail {
+                bytes,
+                fields: &tail_fields,
+                arrays: &tail.arrays,
+                deepest: tail.deepest,
+            });
             let resume = json_check::Resume {
                 pos: m.resume_at(),
                 fields_before: &before,

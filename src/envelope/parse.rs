@@ -236,8 +236,8 @@ fn scan_resumed(
     };
     split(&history, Some(elems), arrays)?;
     top.push(history);
-    match (&known.tail, known.tail_bytes()) {
-        (Some(tail), Some(bytes)) if b.get(end..) == Some(bytes) => {
+    match known.tail() {
+        Some((tail, bytes)) if b.get(end..) == Some(bytes) => {
             for entry in tail.entries_at(end) {
                 split(&entry, tail.spans_at(end, entry.value.start), arrays)?;
                 top.push(entry);
