@@ -319,6 +319,13 @@ mod tests {
         sha2::Sha256::digest(n.to_le_bytes()).into()
     }
 
+    /// Whether the log and the content are both rowid tables.
+    fn all_rowid(conn: &Connection) -> bool {
+        ROW_TABLES
+            .iter()
+            .all(|(t, _)| !without_rowid(conn, t).unwrap())
+    }
+
     /// A store of the first layout (one global `blobs` table, no sizes, `user_version` 0)
     /// goes through both migrations: each session gets the content its records name, with
     /// its sizes, in rowid tables, and the global table goes.
@@ -369,9 +376,7 @@ mod tests {
                     [],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )?;
-                let rowid = ROW_TABLES
-                    .iter()
-                    .all(|(t, _)| !without_rowid(c, t).unwrap());
+                let rowid = all_rowid(c);
                 let global: bool = c.query_row(
                     "SELECT EXISTS(SELECT 1 FROM sqlite_master WHERE name = 'blobs')",
                     [],
@@ -429,9 +434,7 @@ mod tests {
             let (version, rowid, leftovers, free_pages) = store
                 .read(|c| {
                     let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-                    let rowid = ROW_TABLES
-                        .iter()
-                        .all(|(t, _)| !without_rowid(c, t).unwrap());
+                    let rowid = all_rowid(c);
                     let leftovers: i64 = c.query_row(
                         "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE '%layout2%'",
                         [],
