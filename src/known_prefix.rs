@@ -7,8 +7,9 @@
 //! client's own `Bytes`, not a copy) with what the scan found of its history array
 //! (`messages`, or Responses `input`): the top-level entries before it and the span of each
 //! message. A new body is compared with the kept bodies whose first message ends at the same
-//! offset after the same bytes (found by a light scan of the body's start): one `memcmp`
-//! says how far it repeats each, and the longest run of whole messages is taken as read.
+//! offset after the same bytes (found by a light scan of the body's start, or, when the
+//! body starts with the system prompt and tools of a recent kept body, by one `memcmp` of
+//! them and a scan of its first message only): one `memcmp` says how far it repeats each, and the longest run of whole messages is taken as read.
 //! The body check resumes there in the state the full check would have reached
 //! (`json_check::check_resumed`), the envelope scan continues after the known elements
 //! (`scan::elements_end_after`), and the session layer's prefix hashes of those messages
@@ -18,7 +19,8 @@
 //! that extends nothing kept takes the full path, and is counted.
 //!
 //! Memory is bounded: each conversation keeps only its latest body (and, when a policy
-//! shaped it, the latest body as sent, read again for its record), a body over a quarter
+//! shaped it, the latest body as sent, read again for its record), at most four heads are
+//! kept (copied, counted in the budget), a body over a quarter
 //! of the budget is not kept, and past the budget of kept bodies, spans and hashes (a quarter
 //! of `sessions.cache_bytes`) the store starts over.
 
@@ -37,6 +39,11 @@ const PER_LEAD: usize = 8;
 
 /// Bytes before the end of a body's first message that make its lead.
 const LEAD_BYTES: usize = 4096;
+
+/// Heads kept (see [`Store::heads`]), and the shortest worth keeping: the light scan
+/// walks a shorter one in well under a microsecond.
+const HEADS: usize = 4;
+const HEAD_WORTH: usize = 1024;
 
 /// What is known of one body, up to the end of its last history message.
 #[derive(Debug)]
@@ -283,7 +290,29 @@ pub struct KnownPrefixes {
 #[derive(Default)]
 struct Store {
     by_lead: HashMap<u128, Vec<Arc<Known>>>,
+    /// The bytes of recent kept bodies up to their first history message's first byte,
+    /// latest first, when that is at least [`HEAD_WORTH`]: a client that sends its system
+    /// prompt and tools before the history (an SDK call in field order) sends the same
+    /// tens of KB there on every request, which a `memcmp` passes faster than a scan.
+    heads: Vec<Bytes>,
     weight: usize,
+}
+
+impl Store {
+    /// Remember `body`'s head, the bytes up to and including `first` (its first history
+    /// message's first byte), unless a kept head already starts it.
+    fn keep_head(&mut self, body: &[u8], first: usize) {
+        if first < HEAD_WORTH || self.heads.iter().any(|h| body.starts_with(h)) {
+            return;
+        }
+        let head = Bytes::copy_from_slice(&body[..=first]);
+        self.weight += head.len();
+        self.heads.insert(0, head);
+        if self.heads.len() > HEADS {
+            let freed: usize = self.heads.drain(HEADS..).map(|h| h.len()).sum();
+            self.weight = self.weight.saturating_sub(freed);
+        }
+    }
 }
 
 /// Whose body a kept body is. With a policy, a conversation has two latest bodies: the
@@ -337,7 +366,8 @@ impl KnownPrefixes {
         if !self.enabled {
             return None;
         }
-        let first = first_link(body)?;
+        let heads = self.inner.lock().ok()?.heads.clone();
+        let first = first_link_after(&heads, body).or_else(|| first_link(body))?;
         let candidates = self.inner.lock().ok()?.by_lead.get(&first.1).cloned()?;
         // On a tie, a body that passed the check: the check resumes only after one.
         candidates
@@ -435,6 +465,7 @@ impl KnownPrefixes {
         if store.weight + weight > self.budget {
             *store = Store::default();
         }
+        store.keep_head(b, scanned.elems[0].start);
         let list = store.by_lead.entry(lead).or_default();
         let mut freed = 0;
         list.retain(|k| {
@@ -559,6 +590,17 @@ fn first_link(body: &[u8]) -> Option<(usize, u128)> {
         (body.get(next) == Some(&b',')).then_some(())?;
         at = scan::skip_ws(body, next + 1);
     }
+}
+
+/// [`first_link`] of a body that starts with one of `heads`: the light scan would read the
+/// same bytes up to the first message's first byte, and the kept body's first message
+/// starts there too (the head ends with that byte, so whitespace before it cannot differ),
+/// so only the first message is scanned.
+fn first_link_after(heads: &[Bytes], body: &[u8]) -> Option<(usize, u128)> {
+    let head = heads.iter().find(|h| body.starts_with(h))?;
+    let first = head.len() - 1;
+    let end = scan::value_end(body, first).ok()?;
+    Some((end, lead_at(body, end)))
 }
 
 /// The lead of a body whose first history message ends at `end`: that offset and the bytes
@@ -692,6 +734,79 @@ mod tests {
                 (None, None) => {}
             }
         }
+    }
+
+    /// A kept head (a client's system prompt and tools before its history) finds the first
+    /// message exactly where the light scan does, on a body that repeats it, extends it or
+    /// changes its first message; a body that differs anywhere in it, even by whitespace
+    /// before the first message, is scanned.
+    #[test]
+    fn a_kept_head_finds_the_first_message_where_the_scan_does() {
+        let sdk: serde_json::Value = serde_json::from_str(include_str!(
+            "../tests/data/clients/anthropic_sdk_tools_first.json"
+        ))
+        .unwrap();
+        let with = |edit: &dyn Fn(&mut Vec<serde_json::Value>)| {
+            let mut body = sdk.clone();
+            edit(body["messages"].as_array_mut().unwrap());
+            Bytes::from(body.to_string())
+        };
+        let kept = with(&|_| {});
+        let known = KnownPrefixes::new(true, 1 << 20);
+        let env = Envelope::parse_checked(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            kept.clone(),
+            None,
+            None,
+        )
+        .unwrap();
+        known.remember(env.scanned().unwrap(), None, true).unwrap();
+        let heads = known.inner.lock().unwrap().heads.clone();
+        assert_eq!(heads.len(), 1, "a tools-first head is kept");
+
+        let extended = with(&|m| m.push(serde_json::json!({"role": "user", "content": "more"})));
+        let first_changed = with(&|m| m[0] = serde_json::json!({"role": "user", "content": "x"}));
+        let spaced = Bytes::from(String::from_utf8(kept.to_vec()).unwrap().replacen(
+            r#""messages":["#,
+            r#""messages":[ "#,
+            1,
+        ));
+        let emptied = with(&|m| m.clear());
+        let cut = kept.slice(..heads[0].len() + 3);
+        for (name, body, shortcut) in [
+            ("repeated", &kept, true),
+            ("extended", &extended, true),
+            ("first message changed", &first_changed, true),
+            ("whitespace before the first message", &spaced, false),
+            ("no history", &emptied, false),
+            ("cut inside the first message", &cut, false),
+        ] {
+            let after = first_link_after(&heads, body);
+            assert_eq!(after.is_some(), shortcut, "{name}");
+            if after.is_some() {
+                assert_eq!(after, first_link(body), "{name}");
+            }
+        }
+        assert_eq!(
+            known.find(&extended).unwrap().messages,
+            sdk["messages"].as_array().unwrap().len()
+        );
+
+        // A client that sends its history first has no head worth keeping.
+        let claude_code =
+            Bytes::from_static(include_bytes!("../tests/data/clients/claude_code.json"));
+        let env = Envelope::parse_checked(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            claude_code,
+            None,
+            None,
+        )
+        .unwrap();
+        let known = KnownPrefixes::new(true, 1 << 20);
+        known.remember(env.scanned().unwrap(), None, true).unwrap();
+        assert!(known.inner.lock().unwrap().heads.is_empty());
     }
 
     /// What the check gathered splits the envelope only where the scanner would have read
