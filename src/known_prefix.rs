@@ -294,6 +294,8 @@ struct Store {
     /// latest first, when that is at least [`HEAD_WORTH`]: a client that sends its system
     /// prompt and tools before the history (an SDK call in field order) sends the same
     /// tens of KB there on every request, which a `memcmp` passes faster than a scan.
+    /// Taken from a body that repeats no kept one (a conversation's first): the bodies
+    /// read after it share its head.
     heads: Vec<Bytes>,
     weight: usize,
 }
@@ -465,7 +467,10 @@ impl KnownPrefixes {
         if store.weight + weight > self.budget {
             *store = Store::default();
         }
-        store.keep_head(b, scanned.elems[0].start);
+        // A body read after a kept one shares its head, kept then.
+        if found.is_none() {
+            store.keep_head(b, scanned.elems[0].start);
+        }
         let list = store.by_lead.entry(lead).or_default();
         let mut freed = 0;
         list.retain(|k| {
