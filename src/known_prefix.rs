@@ -9,7 +9,8 @@
 //! message. A new body is compared with the kept bodies whose first message ends at the same
 //! offset after the same bytes (found by a light scan of the body's start, or, when the
 //! body starts with the system prompt and tools of a recent kept body, by one `memcmp` of
-//! them and a scan of its first message only): one `memcmp` says how far it repeats each, and the longest run of whole messages is taken as read.
+//! them and a scan of its first message only): one `memcmp` says how far it repeats each,
+//! and the longest run of whole messages is taken as read.
 //! The body check resumes there in the state the full check would have reached
 //! (`json_check::check_resumed`), the envelope scan continues after the known elements
 //! (`scan::elements_end_after`), and the session layer's prefix hashes of those messages
@@ -20,9 +21,9 @@
 //!
 //! Memory is bounded: each conversation keeps only its latest body (and, when a policy
 //! shaped it, the latest body as sent, read again for its record), at most four heads are
-//! kept (copied, counted in the budget), a body over a quarter
-//! of the budget is not kept, and past the budget of kept bodies, spans and hashes (a quarter
-//! of `sessions.cache_bytes`) the store starts over.
+//! kept (copied, counted in the budget), a body over a quarter of the budget is not kept,
+//! and past the budget of kept bodies, heads, spans and hashes (a quarter of
+//! `sessions.cache_bytes`) the store starts over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
