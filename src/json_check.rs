@@ -223,18 +223,14 @@ pub fn check_resumed(
     mut elements: Option<&mut Elements<'_>>,
     mut on_field: impl FnMut(Field),
 ) -> Result<(), Invalid> {
-    for field in resume.fields_before {
-        if let Some(e) = elements.as_deref_mut() {
-            let spans = resume
-                .arrays_before
-                .iter()
-                .find(|(s, _)| *s == field.value.start);
-            if let Some((_, spans)) = spans {
-                e.known_array(body, field.key.clone(), field.value.start, spans, 0);
-            }
-        }
-        on_field(field.clone());
-    }
+    replay_fields(
+        body,
+        resume.fields_before,
+        resume.arrays_before,
+        0,
+        elements.as_deref_mut(),
+        &mut on_field,
+    );
     if let Some(e) = elements.as_deref_mut() {
         let top_key = Some((resume.array_key.clone(), resume.array_start));
         e.array_opens(body, 1, &top_key);
@@ -277,20 +273,31 @@ fn run_resumed(
     if let Some(e) = elements.as_deref_mut() {
         e.deepest = e.deepest.max(tail.deepest);
     }
-    for field in tail.fields {
+    replay_fields(body, tail.fields, tail.arrays, at, elements, &mut on_field);
+    Ok(())
+}
+
+/// Report fields taken as read, at `shift` from their offsets, and gather the arrays among
+/// them whose element spans are known, as the check passing them would have.
+fn replay_fields(
+    body: &[u8],
+    fields: &[Field],
+    arrays: &[(usize, Vec<Range<usize>>)],
+    shift: usize,
+    mut elements: Option<&mut Elements<'_>>,
+    on_field: &mut impl FnMut(Field),
+) {
+    let at = |r: &Range<usize>| r.start + shift..r.end + shift;
+    for field in fields {
+        let (key, value) = (at(&field.key), at(&field.value));
         if let Some(e) = elements.as_deref_mut() {
-            let spans = tail.arrays.iter().find(|(s, _)| *s == field.value.start);
+            let spans = arrays.iter().find(|(s, _)| *s == field.value.start);
             if let Some((_, spans)) = spans {
-                let key = at + field.key.start..at + field.key.end;
-                e.known_array(body, key, at + field.value.start, spans, at);
+                e.known_array(body, key.clone(), value.start, spans, shift);
             }
         }
-        on_field(Field {
-            key: at + field.key.start..at + field.key.end,
-            value: at + field.value.start..at + field.value.end,
-        });
+        on_field(Field { key, value });
     }
-    Ok(())
 }
 
 /// The check's state between two bytes.
