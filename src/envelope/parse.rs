@@ -187,12 +187,10 @@ fn split_value(
     vstart: usize,
     arrays: &mut Vec<(String, Vec<Span>)>,
 ) -> Result<usize, scan::ScanError> {
-    if b.get(vstart) == Some(&b'[') {
-        if let Some(name) = split_key(b, endpoint, key) {
-            let (elems, end) = scan::elements_end(b, vstart)?;
-            arrays.push((name, elems));
-            return Ok(end);
-        }
+    if let Some(name) = split_array(b, endpoint, key, vstart) {
+        let (elems, end) = scan::elements_end(b, vstart)?;
+        arrays.push((name, elems));
+        return Ok(end);
     }
     scan::value_end(b, vstart)
 }
@@ -209,37 +207,29 @@ fn scan_resumed(
     arrays: &mut Vec<(String, Vec<Span>)>,
 ) -> Result<(Vec<scan::Entry>, usize), scan::ScanError> {
     let known = &m.known;
-    let split = |entry: &scan::Entry, known: Option<Vec<Span>>, arrays: &mut Vec<_>| {
-        if b.get(entry.value.start) == Some(&b'[') {
-            if let Some(name) = split_key(b, endpoint, &entry.key) {
-                let elems = match known {
-                    Some(elems) => elems,
-                    None => scan::elements_end(b, entry.value.start)?.0,
-                };
-                arrays.push((name, elems));
-            }
-        }
-        Ok::<_, scan::ScanError>(())
-    };
     let mut top = known.before.clone();
     for entry in &known.before {
-        let kept = known
-            .arrays_before
-            .iter()
-            .find(|(s, _)| *s == entry.value.start);
-        split(entry, kept.map(|(_, elems)| elems.clone()), arrays)?;
+        let kept = || {
+            let (_, elems) = known
+                .arrays_before
+                .iter()
+                .find(|(s, _)| *s == entry.value.start)?;
+            Some(elems.clone())
+        };
+        split_entry(b, endpoint, entry, kept, arrays)?;
     }
     let (elems, end) = scan::elements_end_after(b, m.elems())?;
     let history = scan::Entry {
         key: known.key.clone(),
         value: known.array_start..end,
     };
-    split(&history, Some(elems), arrays)?;
+    split_entry(b, endpoint, &history, || Some(elems), arrays)?;
     top.push(history);
     match known.tail() {
         Some((tail, bytes)) if b.get(end..) == Some(bytes) => {
             for entry in tail.entries_at(end) {
-                split(&entry, tail.spans_at(end, entry.value.start), arrays)?;
+                let kept = || tail.spans_at(end, entry.value.start);
+                split_entry(b, endpoint, &entry, kept, arrays)?;
                 top.push(entry);
             }
             // The kept body ended with one object and blanks after it.
@@ -258,6 +248,31 @@ fn object_end(b: &[u8]) -> usize {
             .rev()
             .take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
             .count()
+}
+
+/// Split `entry`'s value into `arrays` when it is an array the envelope splits: into the
+/// element spans `known` gives, when it knows them, else into those scanned.
+fn split_entry(
+    b: &[u8],
+    endpoint: Endpoint,
+    entry: &scan::Entry,
+    known: impl FnOnce() -> Option<Vec<Span>>,
+    arrays: &mut Vec<(String, Vec<Span>)>,
+) -> Result<(), scan::ScanError> {
+    if let Some(name) = split_array(b, endpoint, &entry.key, entry.value.start) {
+        let elems = match known() {
+            Some(elems) => elems,
+            None => scan::elements_end(b, entry.value.start)?.0,
+        };
+        arrays.push((name, elems));
+    }
+    Ok(())
+}
+
+/// The name of the top-level key `key` when its value, at `vstart`, is an array the
+/// envelope splits into elements.
+fn split_array(b: &[u8], endpoint: Endpoint, key: &Span, vstart: usize) -> Option<String> {
+    (b.get(vstart) == Some(&b'[')).then(|| split_key(b, endpoint, key))?
 }
 
 /// The name of a top-level key whose array is split into elements, if it is one.
@@ -285,17 +300,8 @@ fn from_check(
         })
         .collect();
     for entry in &top {
-        let vstart = entry.value.start;
-        if b.get(vstart) != Some(&b'[') {
-            continue;
-        }
-        if let Some(name) = split_key(b, endpoint, &entry.key) {
-            let elems = match history.spans_at(vstart) {
-                Some(spans) => spans.to_vec(),
-                None => scan::elements_end(b, vstart)?.0,
-            };
-            arrays.push((name, elems));
-        }
+        let known = || history.spans_at(entry.value.start).map(<[Span]>::to_vec);
+        split_entry(b, endpoint, entry, known, arrays)?;
     }
     // The check passed one object with only blanks around it.
     Ok((top, object_end(b)))
