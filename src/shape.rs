@@ -100,11 +100,9 @@ fn fast_head<'b>(
                     .collect()
             };
             let before = as_fields(&m.known.before);
-            let tail_fields = m
-                .known
-                .tail()
-                .map_or_else(Vec::new, |(t, _)| as_fields(&t.entries));
-            let tail = m.known.tail().map(|(tail, bytes)| json_check::KnownTail {
+            let known_tail = m.known.tail();
+            let tail_fields = known_tail.map_or_else(Vec::new, |(t, _)| as_fields(&t.entries));
+            let tail = known_tail.map(|(tail, bytes)| json_check::KnownTail {
                 bytes,
                 fields: &tail_fields,
                 arrays: &tail.arrays,
