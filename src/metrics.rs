@@ -26,7 +26,7 @@ const MAX_HOOK_LABELS: usize = 64;
 /// still count, through the label lookups.
 const MAX_CACHED_COUNTERS: usize = 1024;
 /// Session store operations, counted from zero so a rate over them always has data.
-const STORE_OPERATIONS: [&str; 4] = ["open", "load", "append", "record"];
+const STORE_OPERATIONS: [&str; 5] = ["open", "load", "append", "record", "request_index"];
 
 const PROVIDERS: [Provider; 2] = [Provider::Anthropic, Provider::OpenAi];
 const ENDPOINTS: [Endpoint; 6] = [

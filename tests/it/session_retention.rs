@@ -46,6 +46,9 @@ fn retention(days: u64, max_bytes: u64) -> Retention {
 async fn ages_out(store: &dyn SessionStore) {
     let kept = session(store, "kept", 1000).await;
     let _ = session(store, "other", 1000).await;
+    for index in 0..2 {
+        assert_eq!(store.next_request_index("kept").await.unwrap(), index);
+    }
     let now = now_ms();
     let thirty = retention(30, 0);
     let report = store.sweep(&thirty, now + 29 * DAY_MS).await.unwrap();
@@ -67,6 +70,11 @@ async fn ages_out(store: &dyn SessionStore) {
         "content goes with its session"
     );
     assert!(store.list_sessions(10).await.unwrap().is_empty());
+    assert_eq!(
+        store.next_request_index("kept").await.unwrap(),
+        0,
+        "a deleted session's requests are counted from 0 again"
+    );
 }
 
 async fn evicts_the_least_recently_active_over_the_size_limit(store: &dyn SessionStore) {

@@ -65,6 +65,7 @@ impl SqliteStore {
                             lost: Default::default(),
                             reads: Default::default(),
                             lengths: Default::default(),
+                            next_requests: Default::default(),
                         });
                         let _ = opened_tx.send(Ok(shared.clone()));
                         writer::run(conn, rx, shared);
@@ -129,6 +130,38 @@ impl SqliteStore {
         reply.await.map_err(closed)?
     }
 
+    /// A write whose caller goes on without waiting for it to run (only for room in the
+    /// queue); a failure is logged and counted under `operation`.
+    async fn queue(
+        &self,
+        durability: Durability,
+        operation: &'static str,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    ) -> StoreResult<()> {
+        let errors = self.shared.errors.clone();
+        let (job, _) = write_job(
+            durability,
+            move |c| {
+                f(c).inspect_err(|e| {
+                    tracing::error!("session store: {operation} failed: {e}");
+                    if let Some(errors) = &errors {
+                        errors.with_label_values(&[operation]).inc();
+                    }
+                })
+            },
+            |_| {},
+        );
+        self.jobs.send(job).await.map_err(closed)
+    }
+
+    /// Refused as the thread would refuse it: closed, or broken.
+    fn refusal(&self) -> Option<StoreError> {
+        if self.jobs.is_closed() {
+            return Some(closed(()));
+        }
+        self.shared.broken().map(StoreError::Unavailable)
+    }
+
     async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -137,6 +170,22 @@ impl SqliteStore {
         self.jobs.send(job).await.map_err(closed)?;
         reply.await.map_err(closed)?
     }
+}
+
+/// On the store's thread: `write` with the session's next request index when the thread
+/// knows it, else with `None`, for the database to count it; the index written is then
+/// remembered, and the next one is known.
+fn numbered<T>(
+    shared: &Shared,
+    session: &str,
+    write: impl FnOnce(Option<u64>) -> rusqlite::Result<(u64, T)>,
+) -> rusqlite::Result<(u64, T)> {
+    let taken = shared.next_requests.take_next(session);
+    let (index, written) = write(taken)?;
+    if taken.is_none() {
+        shared.next_requests.set(session, index + 1);
+    }
+    Ok((index, written))
 }
 
 impl SessionStore for SqliteStore {
@@ -209,10 +258,13 @@ impl SessionStore for SqliteStore {
     ) -> BoxFuture<'a, StoreResult<(u64, u64)>> {
         let session = session.to_owned();
         let noted = session.clone();
+        let shared = self.shared.clone();
         Box::pin(self.write_then(
             Durability::Deferred,
             move |c| {
-                let (index, at) = ops::record_next(c, &session, now_ms(), entry, &blobs)?;
+                let (index, at) = numbered(&shared, &session, |taken| {
+                    ops::record_next(c, &session, now_ms(), entry, &blobs, taken)
+                })?;
                 Ok((index, at.max(0) as u64))
             },
             move |shared, (_, at)| shared.lengths.set(&noted, *at as usize + 1),
@@ -222,11 +274,8 @@ impl SessionStore for SqliteStore {
     fn entry_count<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<usize>> {
         Box::pin(async move {
             // A closed or lost store answers as its thread would: with an error.
-            if self.jobs.is_closed() {
-                return Err(closed(()));
-            }
-            if let Some(reason) = self.shared.broken() {
-                return Err(StoreError::Unavailable(reason));
+            if let Some(refused) = self.refusal() {
+                return Err(refused);
             }
             if let Some(len) = self.shared.lengths.get(session) {
                 return Ok(len);
@@ -263,11 +312,29 @@ impl SessionStore for SqliteStore {
 
     fn next_request_index<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<u64>> {
         let session = session.to_owned();
-        // Deferred like the record it numbers: a persisted patch commits it first, and a
-        // crash that loses it loses every record under it too.
-        Box::pin(self.write(Durability::Deferred, move |c| {
-            ops::next_request_index(c, &session, now_ms())
-        }))
+        Box::pin(async move {
+            if let Some(refused) = self.refusal() {
+                return Err(refused);
+            }
+            // Known to the thread: taken here, and the counter's write queued. Deferred like
+            // the record it numbers: a persisted patch commits it first, and a crash that
+            // loses it loses every record under it too.
+            if let Some(index) = self.shared.next_requests.take_next(&session) {
+                self.queue(Durability::Deferred, "request_index", move |c| {
+                    ops::next_request_index(c, &session, now_ms(), Some(index)).map(drop)
+                })
+                .await?;
+                return Ok(index);
+            }
+            let shared = self.shared.clone();
+            self.write(Durability::Deferred, move |c| {
+                numbered(&shared, &session, |taken| {
+                    Ok((ops::next_request_index(c, &session, now_ms(), taken)?, ()))
+                })
+                .map(|(index, ())| index)
+            })
+            .await
+        })
     }
 
     fn list_sessions(&self, limit: usize) -> BoxFuture<'_, StoreResult<Vec<SessionSummary>>> {
@@ -295,6 +362,7 @@ impl SessionStore for SqliteStore {
                         |shared, slice| {
                             if slice.expired + slice.evicted > 0 {
                                 shared.lengths.clear();
+                                shared.next_requests.clear();
                             }
                         },
                     )
@@ -485,14 +553,14 @@ mod tests {
             let (entry, again) = (memory_patch(i), blobs.clone());
             let numbered = one
                 .write(Durability::Committed, move |c| {
-                    ops::record_next(c, "s", 5, entry, &again)
+                    ops::record_next(c, "s", 5, entry, &again, None)
                 })
                 .await
                 .unwrap();
             let entry = memory_patch(i);
             let separately = two
                 .write(Durability::Committed, move |c| {
-                    let index = ops::next_request_index(c, "s", 5)?;
+                    let index = ops::next_request_index(c, "s", 5, None)?;
                     let body = entry.with_request_index(index).encode();
                     Ok((index, ops::record(c, "s", &body, &blobs)?))
                 })
@@ -563,6 +631,138 @@ mod tests {
         assert_eq!(reopened.entry_count("s").await.unwrap(), RECORDS as usize);
         assert_eq!(reopened.entry_count("t").await.unwrap(), RECORDS as usize);
         assert_eq!(reopened.next_request_index("t").await.unwrap(), RECORDS);
+    }
+
+    /// A shaped request takes its index before forwarding. Once the thread has counted a
+    /// session, the next index is taken without a trip to it: here the thread is held up
+    /// by another write (as by a commit) while the index is taken.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_counted_session_takes_its_request_index_without_waiting_for_the_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+        assert_eq!(store.next_request_index("s").await.unwrap(), 0);
+        let (inside_tx, inside_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let held = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .write(Durability::Deferred, move |_| {
+                        inside_tx.send(()).unwrap();
+                        release_rx.recv().unwrap();
+                        Ok(())
+                    })
+                    .await
+            }
+        });
+        inside_rx.recv().unwrap();
+        let taken = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            store.next_request_index("s"),
+        )
+        .await
+        .expect("the index waited for the store's thread");
+        assert_eq!(taken.unwrap(), 1);
+        release_tx.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        // The database's counter caught up: a record numbered by the thread comes next, and
+        // a reopened store goes on from there.
+        let (index, _) = store
+            .record_next("s", memory_patch(0), vec![])
+            .await
+            .unwrap();
+        assert_eq!(index, 2);
+        drop(Arc::into_inner(store).unwrap());
+        let reopened = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(reopened.next_request_index("s").await.unwrap(), 3);
+    }
+
+    /// The counter's write, which no caller waits for, still reports a failure: it is
+    /// counted under `request_index` (and logged).
+    #[tokio::test]
+    async fn a_queued_counter_write_that_fails_is_counted() {
+        let errors = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("store_errors", "store errors"),
+            &["operation"],
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            errors: Some(errors.clone()),
+            ..Default::default()
+        };
+        let store = SqliteStore::open_with(&dir.path().join("s.db"), &options)
+            .await
+            .unwrap();
+        assert_eq!(store.next_request_index("s").await.unwrap(), 0);
+        store
+            .write(Durability::Committed, |c| {
+                c.execute_batch(
+                    "CREATE TRIGGER no_count BEFORE UPDATE OF next_request ON sessions
+                     BEGIN SELECT RAISE(ABORT, 'not counted'); END;",
+                )
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.next_request_index("s").await.unwrap(), 1);
+        // Deferred writes run in the order they were queued: this one after the counter's.
+        store.write(Durability::Deferred, |_| Ok(())).await.unwrap();
+        assert_eq!(errors.with_label_values(&["request_index"]).get(), 1);
+    }
+
+    /// Shaped requests (an index, then a record) and observed ones (a record that takes its
+    /// own index) of the same sessions at once: each index is given once, none is skipped,
+    /// and a reopened store counts on from the last.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn request_indexes_taken_both_ways_at_once_are_given_once() {
+        const SESSIONS: usize = 3;
+        const TASKS: usize = 6;
+        const EACH: usize = 30;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut taken = vec![Vec::new(); SESSIONS];
+                    for i in 0..EACH {
+                        let s = (t + i) % SESSIONS;
+                        let session = format!("s{s}");
+                        let index = if (t + i / 3) % 2 == 0 {
+                            let index = store.next_request_index(&session).await.unwrap();
+                            store
+                                .record(&session, &memory_patch(index), vec![])
+                                .await
+                                .unwrap();
+                            index
+                        } else {
+                            let entry = memory_patch(i as u64);
+                            store.record_next(&session, entry, vec![]).await.unwrap().0
+                        };
+                        taken[s].push(index);
+                        tokio::task::yield_now().await;
+                    }
+                    taken
+                })
+            })
+            .collect();
+        let mut taken = vec![Vec::new(); SESSIONS];
+        for task in tasks {
+            for (s, indexes) in task.await.unwrap().into_iter().enumerate() {
+                taken[s].extend(indexes);
+            }
+        }
+        drop(Arc::into_inner(store).unwrap());
+        let reopened = SqliteStore::open(&path).await.unwrap();
+        for (s, mut indexes) in taken.into_iter().enumerate() {
+            indexes.sort_unstable();
+            let count = indexes.len() as u64;
+            assert_eq!(indexes, (0..count).collect::<Vec<_>>(), "session s{s}");
+            let session = format!("s{s}");
+            assert_eq!(reopened.next_request_index(&session).await.unwrap(), count);
+        }
     }
 
     /// With nothing queued after them, open records commit once they are due.

@@ -85,26 +85,30 @@ pub fn record(
 /// the session does not hold yet; returns the index and the record's position. Both
 /// counters move in one update of the session's row (the one that moves it in the
 /// by-update index); the sizes follow in a second that touches no index. What
-/// [`next_request_index`] then [`record`] would write.
+/// [`next_request_index`] then [`record`] would write; `taken` as there.
 pub fn record_next(
     conn: &Connection,
     session: &str,
     now: u64,
     entry: Entry,
     blobs: &[Blob],
+    taken: Option<u64>,
 ) -> rusqlite::Result<(u64, i64)> {
-    let (index, at): (i64, i64) = conn
+    let (counted, at): (i64, i64) = conn
         .prepare_cached(
             "INSERT INTO sessions (id, created_ms, updated_ms, entries, next_request)
-             VALUES (?1, ?2, ?2, 1, 1)
+             VALUES (?1, ?2, ?2, 1, COALESCE(?3, 0) + 1)
              ON CONFLICT(id) DO UPDATE SET entries = entries + 1,
-               next_request = next_request + 1, updated_ms = ?2
+               next_request = CASE WHEN ?3 IS NULL THEN next_request + 1
+                                   ELSE max(next_request, ?3 + 1) END,
+               updated_ms = ?2
              RETURNING next_request - 1, entries - 1",
         )?
-        .query_row(params![session, now as i64], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })?;
-    let index = index.max(0) as u64;
+        .query_row(
+            params![session, now as i64, taken.map(|i| i as i64)],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
+    let index = taken.unwrap_or(counted.max(0) as u64);
     let body = entry.with_request_index(index).encode();
     conn.prepare_cached("INSERT INTO entries (session, seq, body) VALUES (?1, ?2, ?3)")?
         .execute(params![session, at, body])?;
@@ -154,17 +158,30 @@ pub fn get_blobs(
         .collect()
 }
 
-pub fn next_request_index(conn: &Connection, session: &str, now: u64) -> rusqlite::Result<u64> {
-    let index: i64 = conn
+/// Count the session's request index: the database's next one when `taken` is `None`, else
+/// `taken`, an index the store's memory gave, which the database's counter is moved past
+/// (it may not have reached it yet: counters queued before this one have, in job order).
+pub fn next_request_index(
+    conn: &Connection,
+    session: &str,
+    now: u64,
+    taken: Option<u64>,
+) -> rusqlite::Result<u64> {
+    let counted: i64 = conn
         .prepare_cached(
             "INSERT INTO sessions (id, created_ms, updated_ms, next_request)
-             VALUES (?1, ?2, ?2, 1)
+             VALUES (?1, ?2, ?2, COALESCE(?3, 0) + 1)
              ON CONFLICT(id) DO UPDATE
-               SET next_request = next_request + 1, updated_ms = ?2
+               SET next_request = CASE WHEN ?3 IS NULL THEN next_request + 1
+                                       ELSE max(next_request, ?3 + 1) END,
+                   updated_ms = ?2
              RETURNING next_request - 1",
         )?
-        .query_row(params![session, now as i64], |row| row.get(0))?;
-    Ok(index.max(0) as u64)
+        .query_row(
+            params![session, now as i64, taken.map(|i| i as i64)],
+            |row| row.get(0),
+        )?;
+    Ok(taken.unwrap_or(counted.max(0) as u64))
 }
 
 pub fn list_sessions(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<SessionSummary>> {

@@ -75,36 +75,39 @@ pub enum Job {
     Close(oneshot::Sender<()>),
 }
 
-/// Each session's log length as the thread last knew it, so that asking how long a log is
-/// (every session load) needs no trip to the thread. Only the thread writes it: after a
-/// read, and after each write's commit, in job order, so a caller that has heard its write
-/// committed reads at least that length. Cleared when it grows past [`LENGTHS_KEPT`]
-/// sessions and whenever sessions are deleted.
-#[derive(Default)]
-pub struct Lengths(Mutex<HashMap<String, usize>>);
+/// What the thread knows of each session, so that callers need no trip to it for that.
+/// Forgotten all at once when it grows past [`SESSIONS_KEPT`] sessions, whenever sessions
+/// are deleted, and when writes are lost.
+pub struct PerSession<T>(Mutex<HashMap<String, T>>);
 
-/// Sessions whose lengths are remembered (about 100 bytes each).
-const LENGTHS_KEPT: usize = 16_384;
+/// Sessions remembered (about 100 bytes each).
+const SESSIONS_KEPT: usize = 16_384;
 
-impl Lengths {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+impl<T> Default for PerSession<T> {
+    fn default() -> Self {
+        PerSession(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T: Copy> PerSession<T> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, T>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, session: &str) -> Option<usize> {
+    pub fn get(&self, session: &str) -> Option<T> {
         self.map().get(session).copied()
     }
 
     /// Called on the store's thread only.
-    pub fn set(&self, session: &str, len: usize) {
+    pub fn set(&self, session: &str, value: T) {
         let mut map = self.map();
-        if map.len() >= LENGTHS_KEPT && !map.contains_key(session) {
+        if map.len() >= SESSIONS_KEPT && !map.contains_key(session) {
             map.clear();
         }
         match map.get_mut(session) {
-            Some(known) => *known = len,
+            Some(known) => *known = value,
             None => {
-                map.insert(session.to_owned(), len);
+                map.insert(session.to_owned(), value);
             }
         }
     }
@@ -117,6 +120,18 @@ impl Lengths {
     /// Called on the store's thread only.
     pub fn clear(&self) {
         self.map().clear();
+    }
+}
+
+impl PerSession<u64> {
+    /// The session's next request index, counted past, when it is known. Called on any
+    /// thread: the count moves under the lock, so each index is given once.
+    pub fn take_next(&self, session: &str) -> Option<u64> {
+        let mut map = self.map();
+        let next = map.get_mut(session)?;
+        let index = *next;
+        *next += 1;
+        Some(index)
     }
 }
 
@@ -134,7 +149,17 @@ pub struct Shared {
     pub lost: AtomicU64,
     /// Reads run so far: what a cache in front saves shows here.
     pub reads: AtomicU64,
-    pub lengths: Lengths,
+    /// Each session's log length as the thread last knew it, so that asking how long a log
+    /// is (every session load) needs no trip to the thread. Only the thread writes it:
+    /// after a read, and after each write's commit, in job order, so a caller that has
+    /// heard its write committed reads at least that length.
+    pub lengths: PerSession<usize>,
+    /// Each session's next request index, once the thread has taken one from the database.
+    /// A shaped request takes its index here without a trip to the thread, and queues the
+    /// counter's write; the thread takes from here too, so an index is given once
+    /// whichever side takes it, and the database's counter, written in job order, has
+    /// caught up whenever the thread reads it again (after this was forgotten).
+    pub next_requests: PerSession<u64>,
 }
 
 impl Shared {
@@ -379,7 +404,7 @@ impl Open {
 }
 
 /// Deferred writes (records, request indexes) whose callers heard they ran did not commit:
-/// logged, counted, and the lengths the thread remembered forgotten.
+/// logged, counted, and what the thread remembered of sessions forgotten.
 fn lost(shared: &Shared, writes: u64, why: &StoreError) {
     if writes == 0 {
         return;
@@ -389,6 +414,7 @@ fn lost(shared: &Shared, writes: u64, why: &StoreError) {
         errors.with_label_values(&["record"]).inc_by(writes);
     }
     shared.lengths.clear();
+    shared.next_requests.clear();
     shared.lost.fetch_add(writes, Ordering::Relaxed);
 }
 
