@@ -3,6 +3,7 @@
 //! memory-mapped files ([`schema::open`]), and watched for being deleted or replaced
 //! ([`files`]).
 
+mod counters;
 mod files;
 mod ops;
 mod schema;
@@ -130,30 +131,6 @@ impl SqliteStore {
         reply.await.map_err(closed)?
     }
 
-    /// A write whose caller goes on without waiting for it to run (only for room in the
-    /// queue); a failure is logged and counted under `operation`.
-    async fn queue(
-        &self,
-        durability: Durability,
-        operation: &'static str,
-        f: impl FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
-    ) -> StoreResult<()> {
-        let errors = self.shared.errors.clone();
-        let (job, _) = write_job(
-            durability,
-            move |c| {
-                f(c).inspect_err(|e| {
-                    tracing::error!("session store: {operation} failed: {e}");
-                    if let Some(errors) = &errors {
-                        errors.with_label_values(&[operation]).inc();
-                    }
-                })
-            },
-            |_| {},
-        );
-        self.jobs.send(job).await.map_err(closed)
-    }
-
     /// Refused as the thread would refuse it: closed, or broken.
     fn refusal(&self) -> Option<StoreError> {
         if self.jobs.is_closed() {
@@ -170,22 +147,6 @@ impl SqliteStore {
         self.jobs.send(job).await.map_err(closed)?;
         reply.await.map_err(closed)?
     }
-}
-
-/// On the store's thread: `write` with the session's next request index when the thread
-/// knows it, else with `None`, for the database to count it; the index written is then
-/// remembered, and the next one is known.
-fn numbered<T>(
-    shared: &Shared,
-    session: &str,
-    write: impl FnOnce(Option<u64>) -> rusqlite::Result<(u64, T)>,
-) -> rusqlite::Result<(u64, T)> {
-    let taken = shared.next_requests.take_next(session);
-    let (index, written) = write(taken)?;
-    if taken.is_none() {
-        shared.next_requests.set(session, index + 1);
-    }
-    Ok((index, written))
 }
 
 impl SessionStore for SqliteStore {
@@ -262,8 +223,9 @@ impl SessionStore for SqliteStore {
         Box::pin(self.write_then(
             Durability::Deferred,
             move |c| {
-                let (index, at) = numbered(&shared, &session, |taken| {
-                    ops::record_next(c, &session, now_ms(), entry, &blobs, taken)
+                let now = now_ms();
+                let (index, at) = shared.next_requests.numbered(c, &session, now, |taken| {
+                    ops::record_next(c, &session, now, entry, &blobs, taken)
                 })?;
                 Ok((index, at.max(0) as u64))
             },
@@ -316,22 +278,23 @@ impl SessionStore for SqliteStore {
             if let Some(refused) = self.refusal() {
                 return Err(refused);
             }
-            // Known to the thread: taken here, and the counter's write queued. Deferred like
-            // the record it numbers: a persisted patch commits it first, and a crash that
-            // loses it loses every record under it too.
-            if let Some(index) = self.shared.next_requests.take_next(&session) {
-                self.queue(Durability::Deferred, "request_index", move |c| {
-                    ops::next_request_index(c, &session, now_ms(), Some(index)).map(drop)
-                })
-                .await?;
+            // Counted before: taken here, without waking the thread, which writes the
+            // count with its next batch.
+            if let Some(index) = self.shared.next_requests.take(&session) {
                 return Ok(index);
             }
+            // Deferred like the record it numbers: a persisted patch commits it first, and a
+            // crash that loses it loses every record under it too.
             let shared = self.shared.clone();
             self.write(Durability::Deferred, move |c| {
-                numbered(&shared, &session, |taken| {
-                    Ok((ops::next_request_index(c, &session, now_ms(), taken)?, ()))
-                })
-                .map(|(index, ())| index)
+                let now = now_ms();
+                shared
+                    .next_requests
+                    .numbered(c, &session, now, |taken| match taken {
+                        Some(index) => Ok((index, ())),
+                        None => Ok((ops::next_request_index(c, &session, now)?, ())),
+                    })
+                    .map(|(index, ())| index)
             })
             .await
         })
@@ -362,7 +325,7 @@ impl SessionStore for SqliteStore {
                         |shared, slice| {
                             if slice.expired + slice.evicted > 0 {
                                 shared.lengths.clear();
-                                shared.next_requests.clear();
+                                shared.next_requests.forget();
                             }
                         },
                     )
@@ -560,7 +523,7 @@ mod tests {
             let entry = memory_patch(i);
             let separately = two
                 .write(Durability::Committed, move |c| {
-                    let index = ops::next_request_index(c, "s", 5, None)?;
+                    let index = ops::next_request_index(c, "s", 5)?;
                     let body = entry.with_request_index(index).encode();
                     Ok((index, ops::record(c, "s", &body, &blobs)?))
                 })
@@ -666,20 +629,34 @@ mod tests {
         assert_eq!(taken.unwrap(), 1);
         release_tx.send(()).unwrap();
         held.await.unwrap().unwrap();
-        // The database's counter caught up: a record numbered by the thread comes next, and
-        // a reopened store goes on from there.
+        // The thread's next batch writes the count first.
+        let count = store
+            .write(Durability::Deferred, |c| {
+                c.query_row(
+                    "SELECT next_request FROM sessions WHERE id = 's'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .await
+            .unwrap();
+        assert_eq!(count, 2);
+        // A record numbered by the thread comes next, then one more index from memory,
+        // which no write follows: the store writes it as it closes, and a reopened store
+        // goes on from there.
         let (index, _) = store
             .record_next("s", memory_patch(0), vec![])
             .await
             .unwrap();
         assert_eq!(index, 2);
+        assert_eq!(store.next_request_index("s").await.unwrap(), 3);
         drop(Arc::into_inner(store).unwrap());
         let reopened = SqliteStore::open(&path).await.unwrap();
-        assert_eq!(reopened.next_request_index("s").await.unwrap(), 3);
+        assert_eq!(reopened.next_request_index("s").await.unwrap(), 4);
     }
 
-    /// The counter's write, which no caller waits for, still reports a failure: it is
-    /// counted under `request_index` (and logged).
+    /// The count of an index taken in memory, written with the next batch, still reports
+    /// a failure: it is counted under `request_index` (and logged).
     #[tokio::test]
     async fn a_queued_counter_write_that_fails_is_counted() {
         let errors = prometheus::IntCounterVec::new(
@@ -706,7 +683,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(store.next_request_index("s").await.unwrap(), 1);
-        // Deferred writes run in the order they were queued: this one after the counter's.
+        // The next batch writes the count first.
         store.write(Durability::Deferred, |_| Ok(())).await.unwrap();
         assert_eq!(errors.with_label_values(&["request_index"]).get(), 1);
     }

@@ -85,7 +85,8 @@ pub fn record(
 /// the session does not hold yet; returns the index and the record's position. Both
 /// counters move in one update of the session's row (the one that moves it in the
 /// by-update index); the sizes follow in a second that touches no index. What
-/// [`next_request_index`] then [`record`] would write; `taken` as there.
+/// [`next_request_index`] then [`record`] would write; with the index `taken` in memory
+/// instead when there is one, which the counter is moved past.
 pub fn record_next(
     conn: &Connection,
     session: &str,
@@ -158,30 +159,30 @@ pub fn get_blobs(
         .collect()
 }
 
-/// Count the session's request index: the database's next one when `taken` is `None`, else
-/// `taken`, an index the store's memory gave, which the database's counter is moved past
-/// (it may not have reached it yet: counters queued before this one have, in job order).
-pub fn next_request_index(
-    conn: &Connection,
-    session: &str,
-    now: u64,
-    taken: Option<u64>,
-) -> rusqlite::Result<u64> {
-    let counted: i64 = conn
+pub fn next_request_index(conn: &Connection, session: &str, now: u64) -> rusqlite::Result<u64> {
+    let index: i64 = conn
         .prepare_cached(
             "INSERT INTO sessions (id, created_ms, updated_ms, next_request)
-             VALUES (?1, ?2, ?2, COALESCE(?3, 0) + 1)
+             VALUES (?1, ?2, ?2, 1)
              ON CONFLICT(id) DO UPDATE
-               SET next_request = CASE WHEN ?3 IS NULL THEN next_request + 1
-                                       ELSE max(next_request, ?3 + 1) END,
-                   updated_ms = ?2
+               SET next_request = next_request + 1, updated_ms = ?2
              RETURNING next_request - 1",
         )?
-        .query_row(
-            params![session, now as i64, taken.map(|i| i as i64)],
-            |row| row.get(0),
-        )?;
-    Ok(taken.unwrap_or(counted.max(0) as u64))
+        .query_row(params![session, now as i64], |row| row.get(0))?;
+    Ok(index.max(0) as u64)
+}
+
+/// Move the session's request counter to `next`, for indexes taken in memory
+/// ([`super::counters`]); never back.
+pub fn count_past(conn: &Connection, session: &str, now: u64, next: u64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, created_ms, updated_ms, next_request)
+         VALUES (?1, ?2, ?2, ?3)
+         ON CONFLICT(id) DO UPDATE
+           SET next_request = max(next_request, ?3), updated_ms = ?2",
+    )?
+    .execute(params![session, now as i64, next as i64])
+    .map(drop)
 }
 
 pub fn list_sessions(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<SessionSummary>> {

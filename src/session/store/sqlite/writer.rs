@@ -2,7 +2,8 @@
 //!
 //! Every call becomes a job on one queue. The thread takes whatever has queued up, runs the
 //! reads, then the writes, by how each must be committed ([`Durability`]):
-//! - request records (monitoring data) and request indexes run in a transaction left open
+//! - request records (monitoring data) and request indexes (counted here, or taken in memory
+//!   and written first in the next batch: [`super::counters`]) run in a transaction left open
 //!   for at most [`DEFER_AT_MOST`], and their callers hear back as soon as they have run:
 //!   at one commit per request, writing the log's frames and checkpointing them was most
 //!   of the thread's work. Reads on the connection see them at once;
@@ -36,7 +37,9 @@ use prometheus::IntCounterVec;
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
+use super::counters::RequestCounters;
 use super::files::FileWatch;
+use crate::session::entry::now_ms;
 use crate::session::store::{StoreError, StoreResult};
 
 /// At most this many jobs per batch, so one batch's transaction stays short.
@@ -123,18 +126,6 @@ impl<T: Copy> PerSession<T> {
     }
 }
 
-impl PerSession<u64> {
-    /// The session's next request index, counted past, when it is known. Called on any
-    /// thread: the count moves under the lock, so each index is given once.
-    pub fn take_next(&self, session: &str) -> Option<u64> {
-        let mut map = self.map();
-        let next = map.get_mut(session)?;
-        let index = *next;
-        *next += 1;
-        Some(index)
-    }
-}
-
 /// What the thread and the store's callers share.
 pub struct Shared {
     pub files: FileWatch,
@@ -154,12 +145,8 @@ pub struct Shared {
     /// after a read, and after each write's commit, in job order, so a caller that has
     /// heard its write committed reads at least that length.
     pub lengths: PerSession<usize>,
-    /// Each session's next request index, once the thread has taken one from the database.
-    /// A shaped request takes its index here without a trip to the thread, and queues the
-    /// counter's write; the thread takes from here too, so an index is given once
-    /// whichever side takes it, and the database's counter, written in job order, has
-    /// caught up whenever the thread reads it again (after this was forgotten).
-    pub next_requests: PerSession<u64>,
+    /// Each counted session's next request index ([`super::counters`]).
+    pub next_requests: RequestCounters,
 }
 
 impl Shared {
@@ -304,6 +291,9 @@ pub fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>)
                 Job::Close(done) => closed = Some(done),
             }
         }
+        if shared.next_requests.any_unwritten() {
+            deferred.insert(0, counts_write(&shared));
+        }
         open.run(&conn, &shared, deferred);
         commit(&conn, &shared, &mut open, unsynced, false);
         commit(&conn, &shared, &mut open, synced, true);
@@ -311,12 +301,33 @@ pub fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>)
             open.commit(&conn, &shared);
         }
     }
+    if shared.next_requests.any_unwritten() {
+        open.run(&conn, &shared, vec![counts_write(&shared)]);
+    }
     open.commit(&conn, &shared);
     jobs.close();
     close(conn, &shared);
     if let Some(done) = closed {
         let _ = done.send(());
     }
+}
+
+/// The request counts taken in memory since the last batch, written first in this one.
+/// Its commit is the open transaction's (a lost one is counted there); a failure to run
+/// is logged and counted here.
+fn counts_write(shared: &Arc<Shared>) -> WriteFn {
+    let shared = shared.clone();
+    Box::new(move |conn| {
+        let result = conn.map(|c| in_savepoint(c, |c| shared.next_requests.write(c, now_ms())));
+        Box::new(move |_| {
+            if let Some(Err(e)) = result {
+                tracing::error!("session store: writing request counters failed: {e}");
+                if let Some(errors) = &shared.errors {
+                    errors.with_label_values(&["request_index"]).inc();
+                }
+            }
+        })
+    })
 }
 
 /// Check the files and begin a transaction committed with `synchronous = sync`.
@@ -414,7 +425,7 @@ fn lost(shared: &Shared, writes: u64, why: &StoreError) {
         errors.with_label_values(&["record"]).inc_by(writes);
     }
     shared.lengths.clear();
-    shared.next_requests.clear();
+    shared.next_requests.rewrite();
     shared.lost.fetch_add(writes, Ordering::Relaxed);
 }
 
