@@ -658,7 +658,7 @@ mod tests {
     /// The count of an index taken in memory, written with the next batch, still reports
     /// a failure: it is counted under `request_index` (and logged).
     #[tokio::test]
-    async fn a_queued_counter_write_that_fails_is_counted() {
+    async fn a_count_that_fails_to_be_written_is_counted() {
         let errors = prometheus::IntCounterVec::new(
             prometheus::Opts::new("store_errors", "store errors"),
             &["operation"],

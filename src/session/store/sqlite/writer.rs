@@ -78,39 +78,36 @@ pub enum Job {
     Close(oneshot::Sender<()>),
 }
 
-/// What the thread knows of each session, so that callers need no trip to it for that.
-/// Forgotten all at once when it grows past [`SESSIONS_KEPT`] sessions, whenever sessions
-/// are deleted, and when writes are lost.
-pub struct PerSession<T>(Mutex<HashMap<String, T>>);
+/// Each session's log length as the thread last knew it, so that asking how long a log is
+/// (every session load) needs no trip to the thread. Only the thread writes it: after a
+/// read, and after each write's commit, in job order, so a caller that has heard its write
+/// committed reads at least that length. Cleared when it grows past [`LENGTHS_KEPT`]
+/// sessions and whenever sessions are deleted.
+#[derive(Default)]
+pub struct Lengths(Mutex<HashMap<String, usize>>);
 
-/// Sessions remembered (about 100 bytes each).
-const SESSIONS_KEPT: usize = 16_384;
+/// Sessions whose lengths are remembered (about 100 bytes each).
+const LENGTHS_KEPT: usize = 16_384;
 
-impl<T> Default for PerSession<T> {
-    fn default() -> Self {
-        PerSession(Mutex::new(HashMap::new()))
-    }
-}
-
-impl<T: Copy> PerSession<T> {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, T>> {
+impl Lengths {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, session: &str) -> Option<T> {
+    pub fn get(&self, session: &str) -> Option<usize> {
         self.map().get(session).copied()
     }
 
     /// Called on the store's thread only.
-    pub fn set(&self, session: &str, value: T) {
+    pub fn set(&self, session: &str, len: usize) {
         let mut map = self.map();
-        if map.len() >= SESSIONS_KEPT && !map.contains_key(session) {
+        if map.len() >= LENGTHS_KEPT && !map.contains_key(session) {
             map.clear();
         }
         match map.get_mut(session) {
-            Some(known) => *known = value,
+            Some(known) => *known = len,
             None => {
-                map.insert(session.to_owned(), value);
+                map.insert(session.to_owned(), len);
             }
         }
     }
@@ -140,11 +137,7 @@ pub struct Shared {
     pub lost: AtomicU64,
     /// Reads run so far: what a cache in front saves shows here.
     pub reads: AtomicU64,
-    /// Each session's log length as the thread last knew it, so that asking how long a log
-    /// is (every session load) needs no trip to the thread. Only the thread writes it:
-    /// after a read, and after each write's commit, in job order, so a caller that has
-    /// heard its write committed reads at least that length.
-    pub lengths: PerSession<usize>,
+    pub lengths: Lengths,
     /// Each counted session's next request index ([`super::counters`]).
     pub next_requests: RequestCounters,
 }
@@ -415,7 +408,8 @@ impl Open {
 }
 
 /// Deferred writes (records, request indexes) whose callers heard they ran did not commit:
-/// logged, counted, and what the thread remembered of sessions forgotten.
+/// logged, counted, the lengths the thread remembered forgotten, and the request counts
+/// it remembered written again.
 fn lost(shared: &Shared, writes: u64, why: &StoreError) {
     if writes == 0 {
         return;
