@@ -35,8 +35,8 @@ impl RequestCounters {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The session's next request index, counted past, when it is known. Called on any
-    /// thread: the count moves under the lock.
+    /// The session's next request index, counted past, when it is known; the count is
+    /// left for the thread to write. Called on any thread: the count moves under the lock.
     pub fn take(&self, session: &str) -> Option<u64> {
         let Counters { next, unwritten } = &mut *self.lock();
         let next = next.get_mut(session)?;
@@ -51,9 +51,20 @@ impl RequestCounters {
         Some(index)
     }
 
+    /// As [`take`](Self::take), for a write that moves the database's counter itself.
+    fn take_written(&self, session: &str) -> Option<u64> {
+        let mut counters = self.lock();
+        let next = counters.next.get_mut(session)?;
+        let index = *next;
+        *next += 1;
+        Some(index)
+    }
+
     /// On the store's thread: `write` with the session's next index when it is known, else
     /// with `None`, for the database to count it (after any count of the session not
-    /// written yet); the index written is remembered, and the next one is known.
+    /// written yet); the index written is remembered, and the next one is known. `write`
+    /// moves the database's counter past the index either way, so a record that takes its
+    /// own index writes its count in its own statement, not in a second one.
     pub fn numbered<T>(
         &self,
         conn: &Connection,
@@ -61,7 +72,7 @@ impl RequestCounters {
         now: u64,
         write: impl FnOnce(Option<u64>) -> rusqlite::Result<(u64, T)>,
     ) -> rusqlite::Result<(u64, T)> {
-        let taken = self.take(session);
+        let taken = self.take_written(session);
         if taken.is_none() {
             // Its memory was forgotten after a count was taken from it.
             let pending = self.lock().unwritten.remove(session);
@@ -126,7 +137,7 @@ mod tests {
     fn by_the_thread(counters: &RequestCounters, conn: &Connection, session: &str) -> u64 {
         counters
             .numbered(conn, session, 1, |taken| match taken {
-                Some(index) => Ok((index, ())),
+                Some(index) => Ok((index, ops::count_past(conn, session, 1, index + 1)?)),
                 None => Ok((ops::next_request_index(conn, session, 1)?, ())),
             })
             .unwrap()

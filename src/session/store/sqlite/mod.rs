@@ -291,7 +291,7 @@ impl SessionStore for SqliteStore {
                 shared
                     .next_requests
                     .numbered(c, &session, now, |taken| match taken {
-                        Some(index) => Ok((index, ())),
+                        Some(index) => Ok((index, ops::count_past(c, &session, now, index + 1)?)),
                         None => Ok((ops::next_request_index(c, &session, now)?, ())),
                     })
                     .map(|(index, ())| index)
@@ -686,6 +686,25 @@ mod tests {
         // The next batch writes the count first.
         store.write(Durability::Deferred, |_| Ok(())).await.unwrap();
         assert_eq!(errors.with_label_values(&["request_index"]).get(), 1);
+    }
+
+    /// A record that takes its own index moves the counter in its own statement: a session
+    /// no policy shapes leaves no count for the next batch to write again. An index taken
+    /// in memory does.
+    #[tokio::test]
+    async fn records_that_take_their_own_index_leave_no_count_to_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+        for i in 0..3 {
+            let (index, _) = store
+                .record_next("s", memory_patch(i), vec![])
+                .await
+                .unwrap();
+            assert_eq!(index, i);
+            assert!(!store.shared.next_requests.any_unwritten());
+        }
+        assert_eq!(store.next_request_index("s").await.unwrap(), 3);
+        assert!(store.shared.next_requests.any_unwritten());
     }
 
     /// Shaped requests (an index, then a record) and observed ones (a record that takes its
