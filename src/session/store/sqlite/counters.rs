@@ -91,6 +91,16 @@ impl RequestCounters {
         Ok((index, written))
     }
 
+    /// On the store's thread: the session's next request index, from memory when it is
+    /// known (the database's counter moved past it here), else counted by the database.
+    pub fn next_index(&self, conn: &Connection, session: &str, now: u64) -> rusqlite::Result<u64> {
+        self.numbered(conn, session, now, |taken| match taken {
+            Some(index) => Ok((index, ops::count_past(conn, session, now, index + 1)?)),
+            None => Ok((ops::next_request_index(conn, session, now)?, ())),
+        })
+        .map(|(index, ())| index)
+    }
+
     /// On the store's thread, in a write transaction: give the database every count taken
     /// since the last time. What fails is not tried again.
     pub fn write(&self, conn: &Connection, now: u64) -> rusqlite::Result<()> {
@@ -135,13 +145,7 @@ mod tests {
     }
 
     fn by_the_thread(counters: &RequestCounters, conn: &Connection, session: &str) -> u64 {
-        counters
-            .numbered(conn, session, 1, |taken| match taken {
-                Some(index) => Ok((index, ops::count_past(conn, session, 1, index + 1)?)),
-                None => Ok((ops::next_request_index(conn, session, 1)?, ())),
-            })
-            .unwrap()
-            .0
+        counters.next_index(conn, session, 1).unwrap()
     }
 
     /// An index taken in memory, then the memory forgotten (sessions deleted, or too many

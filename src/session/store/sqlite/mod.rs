@@ -287,14 +287,7 @@ impl SessionStore for SqliteStore {
             // crash that loses it loses every record under it too.
             let shared = self.shared.clone();
             self.write(Durability::Deferred, move |c| {
-                let now = now_ms();
-                shared
-                    .next_requests
-                    .numbered(c, &session, now, |taken| match taken {
-                        Some(index) => Ok((index, ops::count_past(c, &session, now, index + 1)?)),
-                        None => Ok((ops::next_request_index(c, &session, now)?, ())),
-                    })
-                    .map(|(index, ())| index)
+                shared.next_requests.next_index(c, &session, now_ms())
             })
             .await
         })
