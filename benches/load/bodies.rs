@@ -163,7 +163,7 @@ impl AgentSession {
                 {"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": format!("/home/dev/project/src/module_{step}.rs")}},
             ]}));
             self.messages.push(json!({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": id, "content": code(step, self.tail.saturating_sub(300))},
+                {"type": "tool_result", "tool_use_id": id, "content": format!("// {}\n{}", self.session, code(step, self.tail.saturating_sub(300)))},
             ]}));
         }
     }
