@@ -122,10 +122,50 @@ pub fn key_of_raw(raw: &[u8]) -> MessageKey {
     SEEN.get_or_insert_with(
         crate::memo::key(b"message", raw),
         || match serde_json::from_slice::<Value>(raw) {
-            Ok(value) => message_key(&value),
+            Ok(value) => {
+                let bytes = canonical_bytes(&value);
+                let key = key_of_bytes(&bytes);
+                keep_canonical(key, bytes);
+                key
+            }
             Err(_) => key_of_bytes(raw),
         },
     )
+}
+
+/// Canonical bytes of messages keyed lately (new ones: [`key_of_raw`] parsed them), for a
+/// store to take as it writes them: each new message is parsed and made canonical once, to
+/// be keyed, not a second time to be stored. Bounded in bytes, and what no store takes
+/// within seconds is dropped; a message not found here is made canonical again.
+fn recent_canonical() -> &'static moka::sync::Cache<MessageKey, std::sync::Arc<Vec<u8>>> {
+    static RECENT: std::sync::OnceLock<moka::sync::Cache<MessageKey, std::sync::Arc<Vec<u8>>>> =
+        std::sync::OnceLock::new();
+    RECENT.get_or_init(|| {
+        moka::sync::Cache::builder()
+            .max_capacity(RECENT_CANONICAL_BYTES)
+            .weigher(|_, bytes: &std::sync::Arc<Vec<u8>>| {
+                u32::try_from(bytes.len()).unwrap_or(u32::MAX)
+            })
+            .time_to_live(std::time::Duration::from_secs(10))
+            .build()
+    })
+}
+
+/// At most this many bytes of canonical messages wait for a store; a message larger than
+/// a sixteenth of it is not kept.
+const RECENT_CANONICAL_BYTES: u64 = 1 << 20;
+
+fn keep_canonical(key: MessageKey, bytes: Vec<u8>) {
+    if (bytes.len() as u64) <= RECENT_CANONICAL_BYTES / 16 {
+        recent_canonical().insert(key, std::sync::Arc::new(bytes));
+    }
+}
+
+/// The canonical bytes of the message keyed `key`, when it was keyed lately; taken, so a
+/// message is handed over once.
+pub fn take_canonical(key: &MessageKey) -> Option<Vec<u8>> {
+    let bytes = recent_canonical().remove(key)?;
+    Some(std::sync::Arc::try_unwrap(bytes).unwrap_or_else(|shared| shared.to_vec()))
 }
 
 #[cfg(test)]
@@ -147,6 +187,45 @@ mod tests {
                 assert_eq!(key_of_repeated_bytes(text), key_of_bytes(text));
             }
         }
+    }
+
+    /// A Claude Code tool result as the agent sends it (escapes, non-ASCII, a marker), with
+    /// a nonce so no other test keyed it first.
+    fn tool_result(nonce: &str, filler: usize) -> Vec<u8> {
+        format!(
+            r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"toolu_01{nonce}","content":"fn main() {{\n    println!(\"é {}\");\n}}","cache_control":{{"type":"ephemeral"}}}}]}}"#,
+            "x".repeat(filler)
+        )
+        .into_bytes()
+    }
+
+    /// A new message keyed from its raw bytes is handed to the store canonical already, once:
+    /// the bytes the store takes are the canonical bytes of the parsed message. A sent blob
+    /// whose raw bytes are not JSON shows where they came from (made canonical again, it
+    /// would store nothing).
+    #[test]
+    fn a_new_message_is_stored_as_it_was_keyed_without_a_second_parse() {
+        use crate::session::store::Blob;
+        let raw = tool_result("kept", 10);
+        let expected = canonical_bytes(&serde_json::from_slice(&raw).unwrap());
+        let key = key_of_raw(&raw);
+        let blob = Blob::sent(key, bytes::Bytes::from_static(b"not json"));
+        assert_eq!(blob.stored_bytes().as_deref(), Some(&expected[..]));
+        // Taken: a second write of the same blob makes its bytes canonical itself.
+        assert_eq!(blob.stored_bytes(), None);
+        let blob = Blob::sent(key, bytes::Bytes::from(raw));
+        assert_eq!(blob.stored_bytes().as_deref(), Some(&expected[..]));
+    }
+
+    /// Memory stays bounded: a message larger than a sixteenth of the budget is not kept.
+    #[test]
+    fn a_large_new_message_is_not_kept_for_the_store() {
+        let raw = tool_result("large", (RECENT_CANONICAL_BYTES / 16) as usize);
+        let key = key_of_raw(&raw);
+        assert_eq!(take_canonical(&key), None);
+        let small = tool_result("small", 10);
+        let key = key_of_raw(&small);
+        assert!(take_canonical(&key).is_some());
     }
 
     #[test]

@@ -71,6 +71,10 @@ impl Blob {
         match &self.bytes {
             BlobBytes::Canonical(bytes) => Some(bytes.as_slice().into()),
             BlobBytes::Sent(raw) => {
+                // Keying a new message made it canonical moments ago.
+                if let Some(bytes) = super::normalize::take_canonical(&self.key) {
+                    return Some(bytes.into());
+                }
                 let value: serde_json::Value = serde_json::from_slice(raw).ok()?;
                 let bytes = super::normalize::canonical_bytes(&value);
                 debug_assert_eq!(super::normalize::key_of_bytes(&bytes), self.key);
