@@ -5,7 +5,8 @@
 //! - [`AgentSession`]: a growing Claude Code–shaped session. Each request is the previous
 //!   one plus a small tail (the assistant's tool call and its result, or now and then a new
 //!   prompt), with `cache_control` on the system prompt and on the last block of the last
-//!   message, and the session id in `metadata.user_id`, as Claude Code sends them.
+//!   message, and the session id in `metadata.user_id`, as Claude Code sends them. Each
+//!   session's tool results are its own (they start with its id), as real agents' are.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
