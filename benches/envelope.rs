@@ -1,6 +1,7 @@
 //! Envelope benchmarks: parse + one patch + compile for 2 KB, 100 KB and 500 KB Anthropic
 //! bodies; the identity round trip; and, in the same run, serde_json parsing the body to a
-//! `Value` and serialising it again (the cost cachet avoids by splicing).
+//! `Value` and serialising it again (the cost cachet avoids by splicing); and the canonical
+//! form of a new message, from a `Value` and copied from its raw bytes.
 
 use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
@@ -147,6 +148,30 @@ fn benches(c: &mut Criterion) {
                 })
             },
         );
+    }
+    group.finish();
+
+    // The canonical form of a new message (what its content address hashes and the store
+    // keeps): from a `Value` of it, and written as it is parsed.
+    let mut group = c.benchmark_group("canonical_form");
+    for (name, lines) in [("2KB", 40), ("20KB", 400)] {
+        let output = (0..lines)
+            .map(|i| format!("{i:>5}\tlet value = compute(\"input\", {i}); // é\n"))
+            .collect::<String>();
+        let message = serde_json::to_vec(&json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01A", "content": output,
+             "cache_control": {"type": "ephemeral"}}]}))
+        .expect("serialisable");
+        group.throughput(Throughput::Bytes(message.len() as u64));
+        group.bench_with_input(BenchmarkId::new("from_value", name), &message, |b, raw| {
+            b.iter(|| {
+                let value: Value = serde_json::from_slice(raw).expect("valid");
+                black_box(cachet::session::normalize::canonical_bytes(&value))
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("from_raw", name), &message, |b, raw| {
+            b.iter(|| black_box(cachet::session::normalize::canonical_bytes_of_raw(raw)))
+        });
     }
     group.finish();
 }

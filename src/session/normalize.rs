@@ -96,6 +96,226 @@ fn write_scalar(value: &Value, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
+/// The canonical bytes of a value given as raw JSON: equal to [`canonical_bytes`] of the
+/// parsed value, and `None` where parsing it fails.
+pub fn canonical_bytes_of_raw(raw: &[u8]) -> Option<Vec<u8>> {
+    copy_canonical(raw).or_else(|| {
+        let value: Value = serde_json::from_slice(raw).ok()?;
+        Some(canonical_bytes(&value))
+    })
+}
+
+/// [`canonical_bytes_of_raw`] by copying: agents' messages are mostly long strings that
+/// serde_json would unescape into a `String` and escape again to the same bytes. A string
+/// written as serde_json writes strings (escapes only where it escapes, as it spells them)
+/// is copied as it is. `None` for anything else (another escape, an escaped key, a body
+/// nested deeper than [`COPY_DEPTH`], or bytes that are not JSON): the caller parses.
+fn copy_canonical(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut reader = RawReader { raw, at: 0 };
+    let mut out = Vec::with_capacity(raw.len() + 32);
+    reader.value(&mut out, 0)?;
+    reader.skip_space();
+    (reader.at == raw.len()).then_some(out)
+}
+
+/// Nesting deeper than this is left to serde_json (whose own limit is 128).
+const COPY_DEPTH: usize = 64;
+
+struct RawReader<'a> {
+    raw: &'a [u8],
+    at: usize,
+}
+
+/// What a value was, for the one rule that depends on it (a `content` string).
+#[derive(PartialEq)]
+enum Read {
+    String,
+    Other,
+}
+
+impl<'a> RawReader<'a> {
+    fn skip_space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.raw.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.skip_space();
+        (self.raw.get(self.at) == Some(&byte)).then(|| self.at += 1)
+    }
+
+    fn value(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<Read> {
+        if depth > COPY_DEPTH {
+            return None;
+        }
+        self.skip_space();
+        match *self.raw.get(self.at)? {
+            b'"' => {
+                let string = self.string()?;
+                out.extend_from_slice(string);
+                Some(Read::String)
+            }
+            b'{' => self.object(out, depth).map(|()| Read::Other),
+            b'[' => {
+                self.at += 1;
+                out.push(b'[');
+                self.skip_space();
+                if self.raw.get(self.at) == Some(&b']') {
+                    self.at += 1;
+                } else {
+                    loop {
+                        self.value(out, depth + 1)?;
+                        self.skip_space();
+                        match *self.raw.get(self.at)? {
+                            b',' => out.push(b','),
+                            b']' => break,
+                            _ => return None,
+                        }
+                        self.at += 1;
+                    }
+                    self.at += 1;
+                }
+                out.push(b']');
+                Some(Read::Other)
+            }
+            _ => {
+                // A literal or a number: written as a `Value` writes it (`1e2` is `100.0`).
+                let start = self.at;
+                while let Some(b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z') =
+                    self.raw.get(self.at)
+                {
+                    self.at += 1;
+                }
+                let token = &self.raw[start..self.at];
+                match token {
+                    b"true" | b"false" | b"null" => out.extend_from_slice(token),
+                    _ => {
+                        let number: Value = serde_json::from_slice(token).ok()?;
+                        number.is_number().then_some(())?;
+                        write_scalar(&number, out);
+                    }
+                }
+                Some(Read::Other)
+            }
+        }
+    }
+
+    /// A string at the cursor, quotes included, when serde_json would write it back as it
+    /// is: valid UTF-8, no raw control character, and only the escapes serde_json writes
+    /// (`\"`, `\\`, `\b`, `\f`, `\n`, `\r`, `\t`, and `\u00xx` in lower case for the other
+    /// control characters).
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let start = self.at;
+        let mut at = start + 1;
+        // One pass, byte by byte: agents' strings escape every few bytes (code, logs), too
+        // often for a search to pay.
+        loop {
+            match *self.raw.get(at)? {
+                b'"' => break,
+                b'\\' => match *self.raw.get(at + 1)? {
+                    b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => at += 2,
+                    b'u' => {
+                        let code = control_escape(self.raw.get(at + 2..at + 6)?)?;
+                        // Only what has no short form of its own.
+                        if matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) {
+                            return None;
+                        }
+                        at += 6;
+                    }
+                    _ => return None,
+                },
+                0..0x20 => return None,
+                _ => at += 1,
+            }
+        }
+        let string = &self.raw[start..=at];
+        std::str::from_utf8(string).ok()?;
+        self.at = at + 1;
+        Some(string)
+    }
+
+    fn object(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+        self.at += 1;
+        // Each field's key (its text, unescaped since it holds no escape) and where its
+        // canonical value lies in `values`.
+        let mut fields: Vec<(&'a str, std::ops::Range<usize>, Read)> = Vec::new();
+        let mut values = Vec::new();
+        self.skip_space();
+        if self.raw.get(self.at) == Some(&b'}') {
+            self.at += 1;
+        } else {
+            loop {
+                self.skip_space();
+                if self.raw.get(self.at) != Some(&b'"') {
+                    return None;
+                }
+                let key = self.string()?;
+                let key = std::str::from_utf8(&key[1..key.len() - 1]).ok()?;
+                if key.contains('\\') {
+                    return None;
+                }
+                self.eat(b':')?;
+                let start = values.len();
+                let read = self.value(&mut values, depth + 1)?;
+                if key != "cache_control" {
+                    fields.push((key, start..values.len(), read));
+                }
+                self.skip_space();
+                match *self.raw.get(self.at)? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        // Sorted by key (a stable sort); of a key given twice the last value counts, as in
+        // a `Value`.
+        fields.sort_by(|a, b| a.0.cmp(b.0));
+        out.push(b'{');
+        let mut first = true;
+        for (i, (key, range, read)) in fields.iter().enumerate() {
+            if fields.get(i + 1).is_some_and(|next| next.0 == *key) {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write_text(key, out);
+            out.push(b':');
+            let value = &values[range.clone()];
+            if *read == Read::String && *key == "content" {
+                out.extend_from_slice(br#"[{"text":"#);
+                out.extend_from_slice(value);
+                out.extend_from_slice(br#","type":"text"}]"#);
+            } else {
+                out.extend_from_slice(value);
+            }
+        }
+        out.push(b'}');
+        Some(())
+    }
+}
+
+/// The character of a `\\u` escape's four hex digits, when it is a control character
+/// written as serde_json writes one (`00`, then two lower-case hex digits).
+fn control_escape(hex: &[u8]) -> Option<u8> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let code = match hex {
+        [b'0', b'0', high, low] => digit(*high)? * 16 + digit(*low)?,
+        _ => return None,
+    };
+    (code < 0x20).then_some(code)
+}
+
 /// The content address of a message (or any value).
 pub fn message_key(msg: &Value) -> MessageKey {
     key_of_bytes(&canonical_bytes(msg))
@@ -121,14 +341,13 @@ pub fn key_of_raw(raw: &[u8]) -> MessageKey {
     static SEEN: crate::memo::Memo<MessageKey> = crate::memo::Memo::new(65_536);
     SEEN.get_or_insert_with(
         crate::memo::key(b"message", raw),
-        || match serde_json::from_slice::<Value>(raw) {
-            Ok(value) => {
-                let bytes = canonical_bytes(&value);
+        || match canonical_bytes_of_raw(raw) {
+            Some(bytes) => {
                 let key = key_of_bytes(&bytes);
                 keep_canonical(key, bytes);
                 key
             }
-            Err(_) => key_of_bytes(raw),
+            None => key_of_bytes(raw),
         },
     )
 }
@@ -217,6 +436,15 @@ mod tests {
         assert_eq!(blob.stored_bytes().as_deref(), Some(&expected[..]));
     }
 
+    /// The messages agents send are copied, not parsed: a Claude Code tool result as it
+    /// sends it (escapes, non-ASCII, a marker) takes the copy.
+    #[test]
+    fn an_agents_message_is_made_canonical_by_copying() {
+        let raw = tool_result("copied", 100);
+        let value: Value = serde_json::from_slice(&raw).unwrap();
+        assert_eq!(copy_canonical(&raw), Some(canonical_bytes(&value)));
+    }
+
     /// Memory stays bounded: a message larger than a sixteenth of the budget is not kept.
     #[test]
     fn a_large_new_message_is_not_kept_for_the_store() {
@@ -283,6 +511,125 @@ mod tests {
         assert_eq!(key_of_raw(a), message_key(&v));
         assert_eq!(key_of_raw(b), key_of_raw(a));
         assert_ne!(key_of_raw(b"not json"), key_of_raw(a));
+    }
+
+    /// Written from the raw bytes, the canonical form is the one of the parsed value: key
+    /// order, a key given twice (the last counts), escapes in keys and strings, numbers as
+    /// a `Value` writes them, markers at any depth; and what is not JSON is refused.
+    #[test]
+    fn canonical_bytes_of_raw_json_equal_those_of_its_value() {
+        let samples: [&[u8]; 17] = [
+            // Escapes serde_json does not write, each alone (one would hide the next).
+            br#""\/x""#,
+            br#""\u00e9""#,
+            br#""\u001F""#,
+            br#""\u0009""#,
+            br#""\u000a""#,
+            br#"{"a":"\u001f","b":"\u0007\u001b"}"#,
+            br#"{"x":[ 1 , {"y" : [ ] } ,"z" ] , "content" : "a\tb" }"#,
+            br#"{"role":"user","content":"hi"}"#,
+            br#" { "content" : [ {"type":"text","text":"a\nb \"q\" \u00e9 \ud83d\ude00","cache_control":{"type":"ephemeral"}} ], "role":"user" } "#,
+            br#"{"b":1,"a":2,"b":3,"\u0063ontent":"escaped key"}"#,
+            br#"{"n":[1E2,-0,-0.0,1.50,12345678901234567890,123456789012345678901234,-9223372036854775808,2.5e-7]}"#,
+            br#"{"type":"tool_use","id":"toolu_1","input":{"z":null,"y":true,"x":false,"content":{"k":"v"}}}"#,
+            br#"[{"content":"x","cache_control":{"type":"ephemeral"}},"content",[]]"#,
+            br#""plain""#,
+            br#"{}"#,
+            br#"{"content":"a","content":["b"]}"#,
+            br#"{"content":["a"],"content":"b"}"#,
+        ];
+        for raw in samples {
+            let value: Value = serde_json::from_slice(raw).unwrap();
+            assert_eq!(
+                canonical_bytes_of_raw(raw),
+                Some(canonical_bytes(&value)),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+        let bad: [&[u8]; 9] = [
+            b"not json",
+            br#"{"a":1"#,
+            br#"{"a":1} x"#,
+            br#""\ud800""#,
+            b"",
+            b"\"a\x01b\"",
+            b"\"\xff\"",
+            br#"{"a":1,}"#,
+            br#"[1 2]"#,
+        ];
+        for raw in bad {
+            assert_eq!(
+                canonical_bytes_of_raw(raw).is_some(),
+                serde_json::from_slice::<Value>(raw).is_ok(),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+        }
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// JSON values with the keys the canonical form treats apart.
+        fn json() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                any::<f64>()
+                    .prop_filter("finite", |f| f.is_finite())
+                    .prop_map(Value::from),
+                "\\PC{0,12}".prop_map(Value::from),
+                "[a\"\\\\\n\u{7f}\u{e9}\u{1F600}]{0,6}".prop_map(Value::from),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                let key = prop_oneof![
+                    Just("content".to_string()),
+                    Just("cache_control".to_string()),
+                    Just("type".to_string()),
+                    "[a-z\"\u{e9}]{0,4}",
+                ];
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                    prop::collection::vec((key, inner), 0..5)
+                        .prop_map(|fields| Value::Object(fields.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// Whether an object key anywhere in `value` is written with an escape.
+        fn has_escaped_key(value: &Value) -> bool {
+            match value {
+                Value::Object(map) => map.iter().any(|(key, inner)| {
+                    key.chars().any(|c| c == '"' || c == '\\' || c < ' ') || has_escaped_key(inner)
+                }),
+                Value::Array(items) => items.iter().any(has_escaped_key),
+                _ => false,
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn raw_and_parsed_give_the_same_canonical_bytes(value in json(), pretty in any::<bool>()) {
+                let raw = if pretty {
+                    serde_json::to_vec_pretty(&value).unwrap()
+                } else {
+                    serde_json::to_vec(&value).unwrap()
+                };
+                let parsed: Value = serde_json::from_slice(&raw).unwrap();
+                let expected = canonical_bytes(&parsed);
+                // serde_json escapes as it writes, so only an escaped key sends it back.
+                if let Some(copied) = copy_canonical(&raw) {
+                    prop_assert_eq!(&copied, &expected);
+                } else {
+                    prop_assert!(has_escaped_key(&parsed), "{}", String::from_utf8_lossy(&raw));
+                }
+                prop_assert_eq!(canonical_bytes_of_raw(&raw), Some(expected));
+            }
+        }
     }
 
     #[test]

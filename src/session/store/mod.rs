@@ -75,8 +75,7 @@ impl Blob {
                 if let Some(bytes) = super::normalize::take_canonical(&self.key) {
                     return Some(bytes.into());
                 }
-                let value: serde_json::Value = serde_json::from_slice(raw).ok()?;
-                let bytes = super::normalize::canonical_bytes(&value);
+                let bytes = super::normalize::canonical_bytes_of_raw(raw)?;
                 debug_assert_eq!(super::normalize::key_of_bytes(&bytes), self.key);
                 Some(bytes.into())
             }
