@@ -336,7 +336,7 @@ pub fn key_of_repeated_bytes(bytes: &[u8]) -> MessageKey {
 /// The content address of a message given as raw JSON: equal to [`message_key`] of its
 /// parsed value (bytes that are not JSON get the hash of the bytes themselves). Agents
 /// resend the same bytes for every old message on every request, so keys are remembered
-/// by a 128-bit hash of the raw bytes and only new messages are parsed.
+/// by a 128-bit hash of the raw bytes and only new messages are made canonical.
 pub fn key_of_raw(raw: &[u8]) -> MessageKey {
     static SEEN: crate::memo::Memo<MessageKey> = crate::memo::Memo::new(65_536);
     SEEN.get_or_insert_with(
