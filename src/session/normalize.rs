@@ -301,7 +301,7 @@ impl<'a> RawReader<'a> {
     }
 }
 
-/// The character of a `\\u` escape's four hex digits, when it is a control character
+/// The character of a `\u` escape's four hex digits, when it is a control character
 /// written as serde_json writes one (`00`, then two lower-case hex digits).
 fn control_escape(hex: &[u8]) -> Option<u8> {
     let digit = |b: u8| match b {
