@@ -453,7 +453,7 @@ fn key(
     Ok(value)
 }
 
-fn skip_ws(b: &[u8], mut pos: usize) -> usize {
+pub(crate) fn skip_ws(b: &[u8], mut pos: usize) -> usize {
     while let Some(b' ' | b'\n' | b'\t' | b'\r') = b.get(pos) {
         pos += 1;
     }
@@ -575,7 +575,7 @@ fn skip_string_with(b: &[u8], mut pos: usize, escape_masks: bool) -> Result<usiz
 /// The first position at or after `pos` holding `"`, `\`, a control character (below 0x20)
 /// or a non-ASCII byte, or `b.len()`.
 #[inline]
-fn find_special(b: &[u8], pos: usize) -> usize {
+pub(crate) fn find_special(b: &[u8], pos: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
     let pos = x86::skip_plain(b, pos);
     #[cfg(not(target_arch = "x86_64"))]

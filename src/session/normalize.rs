@@ -135,9 +135,7 @@ enum Read {
 
 impl<'a> RawReader<'a> {
     fn skip_space(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.raw.get(self.at) {
-            self.at += 1;
-        }
+        self.at = crate::json_check::skip_ws(self.raw, self.at);
     }
 
     fn eat(&mut self, byte: u8) -> Option<()> {
@@ -208,9 +206,9 @@ impl<'a> RawReader<'a> {
     fn string(&mut self) -> Option<&'a [u8]> {
         let start = self.at;
         let mut at = start + 1;
-        // One pass, byte by byte: agents' strings escape every few bytes (code, logs), too
-        // often for a search to pay.
         loop {
+            // The body check's scan to the next quote, backslash, control or non-ASCII byte.
+            at = crate::json_check::find_special(self.raw, at);
             match *self.raw.get(at)? {
                 b'"' => break,
                 b'\\' => match *self.raw.get(at + 1)? {
