@@ -104,7 +104,7 @@ impl SessionContext {
             .into_iter()
             .map(Entry::ContextTransform)
             .collect();
-        store.append(&self.id.id, &entries).await
+        store.append(&self.id.id, &entries).await.map(drop)
     }
 
     /// Append a patch unless one was already persisted for this session under `key` (by a
@@ -119,7 +119,7 @@ impl SessionContext {
     ) -> StoreResult<PersistedOnce> {
         let entry = [Entry::ContextTransform(transform)];
         Ok(match store.append_once(&self.id.id, key, &entry).await? {
-            Appended::Written => PersistedOnce::Ours,
+            Appended::Written { .. } => PersistedOnce::Ours,
             Appended::Existing(entries) => PersistedOnce::Theirs(
                 entries
                     .into_iter()

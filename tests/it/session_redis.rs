@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::session_support::{history, insert_note, system_part};
+use crate::session_support::{appends_say_where_they_landed, history, insert_note, system_part};
 use crate::support::redis::RedisServer;
 use cachet::session::{
     message_key, open_store, plan_replay, Blob, PrefixHashes, RedisStore, SessionStore, StoreError,
@@ -165,4 +165,16 @@ async fn rediss_connects_with_tls() {
         matches!(untrusted, Some(StoreError::Unavailable(_))),
         "a certificate from an unknown CA is refused"
     );
+}
+
+#[tokio::test]
+async fn redis_appends_say_where_they_landed() {
+    let server = RedisServer::start();
+    let raw = RedisStore::connect(&server.url(), &StoreOptions::default())
+        .await
+        .unwrap();
+    appends_say_where_they_landed(&raw, "p").await;
+    // And through the cache in front, as cachet opens it.
+    let cached = open_store(&server.url()).await.unwrap();
+    appends_say_where_they_landed(cached.as_ref(), "q").await;
 }

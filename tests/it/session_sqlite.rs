@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::session_support::{files_size, history, insert_note, system_part};
+use crate::session_support::{
+    appends_say_where_they_landed, files_size, history, insert_note, system_part,
+};
 use cachet::measure::SentRequest;
 use cachet::providers::{Endpoint, Provider};
 use cachet::session::{
@@ -148,6 +150,71 @@ async fn a_request_record_is_not_read_back_by_the_next_load() {
     );
 }
 
+/// A persisted patch (a memory pinned, a note inserted) is written before the request it
+/// shaped is forwarded, and the next request of the session loads the log again. The patch
+/// joins the cached log at the position the store gives it, like a record, so that load
+/// does not go to the store's thread to read it back.
+#[tokio::test]
+async fn a_persisted_patch_is_not_read_back_by_the_next_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let cached = CachedStore::new(sqlite.clone(), 1 << 20);
+    let h = history(12);
+    cached
+        .append("s", &[system_part(&h[..1], "pinned")])
+        .await
+        .unwrap();
+    assert_eq!(cached.load("s").await.unwrap().len(), 1);
+    let reads = sqlite.reads();
+    let mut expected = 1;
+    for i in 0..4 {
+        let note = insert_note(&h[..i + 2], &format!("note {i}"), i as u64);
+        let record = insert_note(&h[..i + 2], "r", i as u64);
+        if i % 2 == 0 {
+            cached
+                .append("s", std::slice::from_ref(&note))
+                .await
+                .unwrap();
+        } else {
+            let once = format!("once {i}");
+            let appended = cached
+                .append_once("s", &once, std::slice::from_ref(&note))
+                .await
+                .unwrap();
+            assert!(matches!(
+                appended,
+                cachet::session::Appended::Written { .. }
+            ));
+        }
+        expected += 1;
+        let log = cached.load("s").await.unwrap();
+        assert_eq!(log.len(), expected);
+        assert_eq!(log.iter().last(), Some(&note));
+        cached.record("s", &record, vec![]).await.unwrap();
+        expected += 1;
+        assert_eq!(cached.load("s").await.unwrap().len(), expected);
+    }
+    assert_eq!(
+        sqlite.reads(),
+        reads,
+        "loads after persisted patches went to the store"
+    );
+    assert_eq!(
+        cached.load("s").await.unwrap(),
+        sqlite.load("s").await.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn embedded_appends_say_where_they_landed() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    appends_say_where_they_landed(sqlite.as_ref(), "p").await;
+    let other = dir.path().join("cached.db");
+    let cached = CachedStore::new(Arc::new(SqliteStore::open(&other).await.unwrap()), 1 << 20);
+    appends_say_where_they_landed(&cached, "p").await;
+}
+
 /// An observed request's index is taken in the same write as its record: the indices
 /// continue the session's one counter (shared with requests that took theirs before
 /// forwarding), each record carries its own, and the cache holds what the store holds.
@@ -196,7 +263,7 @@ async fn concurrent_records_and_patches_leave_the_cache_equal_to_the_store() {
             for i in 0..25u64 {
                 let entry = insert_note(&h, &format!("t{task} {i}"), i);
                 match (task + i) % 3 {
-                    0 => cached.append(&session, &[entry]).await.unwrap(),
+                    0 => drop(cached.append(&session, &[entry]).await.unwrap()),
                     1 => {
                         let once = format!("t{task} {}", i / 2);
                         cached.append_once(&session, &once, &[entry]).await.unwrap();

@@ -10,9 +10,9 @@
 //! current length on every load and only the missing tail is fetched; appends by other
 //! cachet instances sharing a Redis store are therefore always seen. The grown log shares
 //! every earlier entry with the cached one ([`SessionLog`]): loading costs O(new entries).
-//! Writes go to the store first; a request record the store has taken joins the cached log
-//! only when it lands right after it (the store says where it landed), so the cache holds
-//! nothing the store does not, and the next load need not read the record back. A store
+//! Writes go to the store first; a request record or a persisted patch the store has taken
+//! joins the cached log only when it lands right after it (the store says where it landed),
+//! so the cache holds nothing the store does not, and the next load need not read it back. A store
 //! that answers records before committing them says when it lost some
 //! ([`SessionStore::lost_writes`]); the cache then forgets everything it holds.
 
@@ -115,17 +115,17 @@ impl CachedStore {
         }
     }
 
-    /// The entry just written at position `at` joins the cached log when that log ends
-    /// right before it, so the next load need not read it back. Any other cached log is
+    /// The entries just written from position `at` join the cached log when that log ends
+    /// right before them, so the next load need not read them back. Any other cached log is
     /// left to the length check of the next load (another write came first, or a load
     /// still in flight will put back a shorter log).
-    async fn extend_cached_log(&self, session: Arc<str>, at: u64, entry: &Entry) {
+    async fn extend_cached_log(&self, session: Arc<str>, at: u64, entries: &[Entry]) {
         self.cache
             .entry(Key::Log(session))
             .and_compute_with(|cached| {
                 let op = match cached.map(|c| c.into_value()) {
                     Some(Item::Log(log)) if log.len() as u64 == at => {
-                        Op::Put(Item::Log(log.extended(vec![entry.clone()])))
+                        Op::Put(Item::Log(log.extended(entries.to_vec())))
                     }
                     _ => Op::Nop,
                 };
@@ -147,8 +147,15 @@ impl SessionStore for CachedStore {
         &'a self,
         session: &'a str,
         entries: &'a [Entry],
-    ) -> BoxFuture<'a, StoreResult<()>> {
-        self.inner.append(session, entries)
+    ) -> BoxFuture<'a, StoreResult<Option<u64>>> {
+        Box::pin(async move {
+            self.forget_lost();
+            let at = self.inner.append(session, entries).await?;
+            if let Some(at) = at {
+                self.extend_cached_log(session.into(), at, entries).await;
+            }
+            Ok(at)
+        })
     }
 
     fn append_once<'a>(
@@ -157,7 +164,14 @@ impl SessionStore for CachedStore {
         key: &'a str,
         entries: &'a [Entry],
     ) -> BoxFuture<'a, StoreResult<Appended>> {
-        self.inner.append_once(session, key, entries)
+        Box::pin(async move {
+            self.forget_lost();
+            let appended = self.inner.append_once(session, key, entries).await?;
+            if let Appended::Written { at } = appended {
+                self.extend_cached_log(session.into(), at, entries).await;
+            }
+            Ok(appended)
+        })
     }
 
     fn record<'a>(
@@ -172,7 +186,8 @@ impl SessionStore for CachedStore {
             let (blobs, written) = self.unstored(&id, blobs);
             let at = self.inner.record(session, entry, blobs).await?;
             self.mark_stored(&id, written).await;
-            self.extend_cached_log(id, at, entry).await;
+            self.extend_cached_log(id, at, std::slice::from_ref(entry))
+                .await;
             Ok(at)
         })
     }
@@ -193,7 +208,8 @@ impl SessionStore for CachedStore {
                 .await?;
             self.mark_stored(&id, written).await;
             let entry = entry.with_request_index(index);
-            self.extend_cached_log(id, at, &entry).await;
+            self.extend_cached_log(id, at, std::slice::from_ref(&entry))
+                .await;
             Ok((index, at))
         })
     }

@@ -120,8 +120,9 @@ pub struct StoreStats {
 /// What [`SessionStore::append_once`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Appended {
-    /// The entries were appended: this caller made the patch.
-    Written,
+    /// The entries were appended, the first at position `at` in the log: this caller made
+    /// the patch.
+    Written { at: u64 },
     /// Another request already appended under the same key; these are its entries.
     Existing(Vec<Entry>),
 }
@@ -157,12 +158,13 @@ impl StoreHealth {
 /// A durable session store.
 pub trait SessionStore: Send + Sync {
     /// Append entries to a session's log, in order, atomically; durable (on disk, or
-    /// acknowledged by Redis) when the future resolves. For persisted patches.
+    /// acknowledged by Redis) when the future resolves. For persisted patches. Returns the
+    /// first entry's position in the log (`None` when there were no entries).
     fn append<'a>(
         &'a self,
         session: &'a str,
         entries: &'a [Entry],
-    ) -> BoxFuture<'a, StoreResult<()>>;
+    ) -> BoxFuture<'a, StoreResult<Option<u64>>>;
 
     /// Append entries unless entries were already appended for this session under `key`:
     /// one atomic check-and-append across requests and cachet instances, so concurrent

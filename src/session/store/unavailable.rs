@@ -26,7 +26,7 @@ impl Unavailable {
 }
 
 impl SessionStore for Unavailable {
-    fn append<'a>(&'a self, _: &'a str, _: &'a [Entry]) -> BoxFuture<'a, StoreResult<()>> {
+    fn append<'a>(&'a self, _: &'a str, _: &'a [Entry]) -> BoxFuture<'a, StoreResult<Option<u64>>> {
         self.fail()
     }
 

@@ -105,3 +105,28 @@ pub fn files_size(dir: &std::path::Path) -> u64 {
         .map(|m| m.len())
         .sum()
 }
+
+/// A store's appends say where their first entry landed (the cache in front joins them to
+/// its copy of the log there), and a key appended once answers the earlier entries.
+pub async fn appends_say_where_they_landed(
+    store: &dyn cachet::session::SessionStore,
+    session: &str,
+) {
+    use cachet::session::Appended;
+    let h = history(6);
+    let notes: Vec<Entry> = (0..4)
+        .map(|i| insert_note(&h[..i + 2], &format!("n{i}"), i as u64))
+        .collect();
+    assert_eq!(store.append(session, &[]).await.unwrap(), None);
+    assert_eq!(store.append(session, &notes[..2]).await.unwrap(), Some(0));
+    match store.append_once(session, "k", &notes[2..3]).await.unwrap() {
+        Appended::Written { at } => assert_eq!(at, 2),
+        other => panic!("appended once, answered {other:?}"),
+    }
+    match store.append_once(session, "k", &notes[3..]).await.unwrap() {
+        Appended::Existing(earlier) => assert_eq!(earlier, notes[2..3]),
+        other => panic!("a key appended twice, answered {other:?}"),
+    }
+    assert_eq!(store.append(session, &notes[3..]).await.unwrap(), Some(3));
+    assert_eq!(store.load(session).await.unwrap(), notes);
+}

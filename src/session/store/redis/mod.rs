@@ -202,16 +202,15 @@ impl SessionStore for RedisStore {
         &'a self,
         session: &'a str,
         entries: &'a [Entry],
-    ) -> BoxFuture<'a, StoreResult<()>> {
+    ) -> BoxFuture<'a, StoreResult<Option<u64>>> {
         Box::pin(async move {
             if entries.is_empty() {
-                return Ok(());
+                return Ok(None);
             }
             let bodies: Vec<String> = entries.iter().map(Entry::encode).collect();
             let args = bodies.iter().map(|b| b.as_bytes()).collect();
-            self.invoke::<i64>(&scripts::APPEND, session, args)
-                .await
-                .map(drop)
+            let length = self.invoke::<i64>(&scripts::APPEND, session, args).await?;
+            Ok(Some((length - bodies.len() as i64).max(0) as u64))
         })
     }
 
@@ -225,14 +224,17 @@ impl SessionStore for RedisStore {
             let bodies: Vec<String> = entries.iter().map(Entry::encode).collect();
             let mut args: Vec<&[u8]> = vec![key.as_bytes()];
             args.extend(bodies.iter().map(|b| b.as_bytes()));
-            let earlier: Option<Vec<String>> =
-                self.invoke(&scripts::APPEND_ONCE, session, args).await?;
-            Ok(match earlier {
-                None => Appended::Written,
-                Some(bodies) => {
-                    Appended::Existing(bodies.iter().map(|b| Entry::decode(b)).collect())
-                }
-            })
+            // The first entry's position when appended, else the entries appended earlier.
+            let answer: redis::Value = self.invoke(&scripts::APPEND_ONCE, session, args).await?;
+            if let redis::Value::Int(at) = answer {
+                return Ok(Appended::Written {
+                    at: at.max(0) as u64,
+                });
+            }
+            let earlier: Vec<String> = redis::from_redis_value(&answer).map_err(unavailable)?;
+            Ok(Appended::Existing(
+                earlier.iter().map(|b| Entry::decode(b)).collect(),
+            ))
         })
     }
 

@@ -43,8 +43,8 @@ return first + #ARGV - 3
     )
 });
 
-/// `ARGV[4]`: the key, `ARGV[5..]`: entries. Returns nil when appended, else the entries
-/// appended earlier under the key.
+/// `ARGV[4]`: the key, `ARGV[5..]`: entries. Returns the first entry's position when
+/// appended, else the entries appended earlier under the key.
 pub static APPEND_ONCE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
@@ -58,7 +58,7 @@ end
 local first = append(5, #ARGV)
 redis.call('HSET', KEYS[4], ARGV[4], first .. ':' .. (#ARGV - 4))
 touch()
-return false
+return first
 ",
     )
 });

@@ -154,22 +154,23 @@ impl SessionStore for SqliteStore {
         &'a self,
         session: &'a str,
         entries: &'a [Entry],
-    ) -> BoxFuture<'a, StoreResult<()>> {
+    ) -> BoxFuture<'a, StoreResult<Option<u64>>> {
         let session = session.to_owned();
         let bodies: Vec<String> = entries.iter().map(Entry::encode).collect();
         Box::pin(async move {
             if bodies.is_empty() {
-                return Ok(());
+                return Ok(None);
             }
             let added = bodies.len();
             let noted = session.clone();
-            self.write_then(
-                Durability::Synced,
-                move |c| ops::append(c, &session, &bodies),
-                move |shared, first| shared.lengths.set(&noted, *first as usize + added),
-            )
-            .await
-            .map(drop)
+            let first = self
+                .write_then(
+                    Durability::Synced,
+                    move |c| ops::append(c, &session, &bodies),
+                    move |shared, first| shared.lengths.set(&noted, *first as usize + added),
+                )
+                .await?;
+            Ok(Some(first.max(0) as u64))
         })
     }
 
@@ -181,12 +182,16 @@ impl SessionStore for SqliteStore {
     ) -> BoxFuture<'a, StoreResult<Appended>> {
         let (session, key) = (session.to_owned(), key.to_owned());
         let bodies: Vec<String> = entries.iter().map(Entry::encode).collect();
+        let added = bodies.len();
         let noted = session.clone();
         Box::pin(self.write_then(
             Durability::Synced,
             move |c| ops::append_once(c, &session, &key, &bodies),
-            // Its new length is not known here: the next load asks.
-            move |shared, _| shared.lengths.forget(&noted),
+            move |shared, appended| match appended {
+                Appended::Written { at } => shared.lengths.set(&noted, *at as usize + added),
+                // Its length is not known here: the next load asks.
+                Appended::Existing(_) => shared.lengths.forget(&noted),
+            },
         ))
     }
 

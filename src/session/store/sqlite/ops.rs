@@ -61,7 +61,9 @@ pub fn append_once(
         "INSERT INTO appended_once (session, key, first_seq, count) VALUES (?1, ?2, ?3, ?4)",
     )?
     .execute(params![session, key, first, bodies.len() as i64])?;
-    Ok(Appended::Written)
+    Ok(Appended::Written {
+        at: first.max(0) as u64,
+    })
 }
 
 /// A request record and the content blobs the session does not hold yet; returns the
