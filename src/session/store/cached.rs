@@ -12,8 +12,8 @@
 //! every earlier entry with the cached one ([`SessionLog`]): loading costs O(new entries).
 //! Writes go to the store first; a request record or a persisted patch the store has taken
 //! joins the cached log only when it lands right after it (the store says where it landed),
-//! so the cache holds nothing the store does not, and the next load need not read it back. A store
-//! that answers records before committing them says when it lost some
+//! so the cache holds nothing the store does not, and the next load need not read it back.
+//! A store that answers records before committing them says when it lost some
 //! ([`SessionStore::lost_writes`]); the cache then forgets everything it holds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
