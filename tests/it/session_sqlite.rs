@@ -7,6 +7,7 @@ use crate::session_support::{
     appends_say_where_they_landed, files_size, history, insert_note, system_part,
 };
 use cachet::measure::SentRequest;
+use cachet::patch::ops::Op;
 use cachet::providers::{Endpoint, Provider};
 use cachet::session::{
     message_key, open_store, plan_replay, record_request, sent_keys, session_json, sessions_json,
@@ -164,6 +165,51 @@ async fn records_and_persisted_patches_are_not_read_back_by_the_next_load() {
         cached.load("s").await.unwrap(),
         sqlite.load("s").await.unwrap()
     );
+}
+
+/// serde_json reads some floats back one unit in the last place away from what it wrote
+/// (without its `float_roundtrip` feature, `9.797527801591091` reads as
+/// `9.797527801591093`). A persisted patch is replayed into the bytes cachet forwards, so
+/// the cache must hold it as the store gives it back: as every other instance, and this
+/// one once the cache lets it go, will replay it.
+#[tokio::test]
+async fn a_persisted_patch_is_cached_as_the_store_reads_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let cached = CachedStore::new(sqlite.clone(), 1 << 20);
+    let h = history(4);
+    assert!(cached.load("s").await.unwrap().is_empty());
+    // A patch that inserts a tool call (as a hook may return one), its input a float.
+    let with_float = |index: u64, threshold: f64| {
+        let mut entry = insert_note(&h, "unused", index);
+        if let Entry::ContextTransform(t) = &mut entry {
+            t.patch = vec![Op::MessagesInsert {
+                at: cachet::patch::Selector::End,
+                messages: vec![json!({"role": "assistant", "content": [{
+                    "type": "tool_use", "id": "toolu_01", "name": "set_threshold",
+                    "input": {"threshold": threshold}
+                }]})],
+                invalidate_cache_reason: Some("a tool call for later turns".into()),
+            }];
+        }
+        entry
+    };
+    let patch = with_float(0, 9.797527801591091);
+    cached
+        .append("s", std::slice::from_ref(&patch))
+        .await
+        .unwrap();
+    cached
+        .append_once("s", "k", &[with_float(1, 9.944424804330529)])
+        .await
+        .unwrap();
+    let stored = sqlite.load("s").await.unwrap();
+    assert_ne!(
+        stored.iter().next(),
+        Some(&patch),
+        "the float reads back changed"
+    );
+    assert_eq!(cached.load("s").await.unwrap(), stored);
 }
 
 #[tokio::test]
@@ -465,7 +511,6 @@ async fn a_500_request_session_stores_each_message_once() {
 /// The steps the pipeline takes, across three requests of one session and one of another.
 #[tokio::test]
 async fn prepare_plan_persist_across_requests() {
-    use cachet::patch::ops::Op;
     use cachet::session::{identify, prepare, IdSource};
     use http::HeaderMap;
 

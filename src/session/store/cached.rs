@@ -62,6 +62,14 @@ fn weigh(key: &Key, item: &Item) -> u32 {
     u32::try_from(OVERHEAD + key_bytes + item_bytes).unwrap_or(u32::MAX)
 }
 
+/// Entries as a load from the store will give them. A persisted patch is replayed into the
+/// bytes forwarded, and serde_json reads some floats back one unit in the last place away
+/// from what it wrote: the cache holds what every instance, and this one once the cache
+/// lets the log go, replays. (Records are not replayed; they join the cache as written.)
+fn as_read_back(entries: &[Entry]) -> Vec<Entry> {
+    entries.iter().map(|e| Entry::decode(&e.encode())).collect()
+}
+
 pub struct CachedStore {
     inner: Arc<dyn SessionStore>,
     cache: Cache<Key, Item>,
@@ -119,13 +127,13 @@ impl CachedStore {
     /// right before them, so the next load need not read them back. Any other cached log is
     /// left to the length check of the next load (another write came first, or a load
     /// still in flight will put back a shorter log).
-    async fn extend_cached_log(&self, session: Arc<str>, at: u64, entries: &[Entry]) {
+    async fn extend_cached_log(&self, session: Arc<str>, at: u64, entries: Vec<Entry>) {
         self.cache
             .entry(Key::Log(session))
             .and_compute_with(|cached| {
                 let op = match cached.map(|c| c.into_value()) {
                     Some(Item::Log(log)) if log.len() as u64 == at => {
-                        Op::Put(Item::Log(log.extended(entries.to_vec())))
+                        Op::Put(Item::Log(log.extended(entries)))
                     }
                     _ => Op::Nop,
                 };
@@ -152,7 +160,8 @@ impl SessionStore for CachedStore {
             self.forget_lost();
             let at = self.inner.append(session, entries).await?;
             if let Some(at) = at {
-                self.extend_cached_log(session.into(), at, entries).await;
+                self.extend_cached_log(session.into(), at, as_read_back(entries))
+                    .await;
             }
             Ok(at)
         })
@@ -168,7 +177,8 @@ impl SessionStore for CachedStore {
             self.forget_lost();
             let appended = self.inner.append_once(session, key, entries).await?;
             if let Appended::Written { at } = appended {
-                self.extend_cached_log(session.into(), at, entries).await;
+                self.extend_cached_log(session.into(), at, as_read_back(entries))
+                    .await;
             }
             Ok(appended)
         })
@@ -186,8 +196,7 @@ impl SessionStore for CachedStore {
             let (blobs, written) = self.unstored(&id, blobs);
             let at = self.inner.record(session, entry, blobs).await?;
             self.mark_stored(&id, written).await;
-            self.extend_cached_log(id, at, std::slice::from_ref(entry))
-                .await;
+            self.extend_cached_log(id, at, vec![entry.clone()]).await;
             Ok(at)
         })
     }
@@ -208,8 +217,7 @@ impl SessionStore for CachedStore {
                 .await?;
             self.mark_stored(&id, written).await;
             let entry = entry.with_request_index(index);
-            self.extend_cached_log(id, at, std::slice::from_ref(&entry))
-                .await;
+            self.extend_cached_log(id, at, vec![entry]).await;
             Ok((index, at))
         })
     }
