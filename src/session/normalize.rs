@@ -11,17 +11,33 @@ use sha2::{Digest, Sha256};
 /// A content address: sha256 of a message's canonical bytes.
 pub type MessageKey = [u8; 32];
 
+/// The key dropped everywhere: markers do not change what the provider caches.
+fn is_dropped(key: &str) -> bool {
+    key == "cache_control"
+}
+
+/// The key whose string value stands for one text block.
+const TEXT_CONTENT: &str = "content";
+
+/// A `content` string, its JSON written by `write_string`, as the one-text-block array it
+/// is equivalent to.
+fn write_text_blocks(out: &mut Vec<u8>, write_string: impl FnOnce(&mut Vec<u8>)) {
+    out.extend_from_slice(br#"[{"text":"#);
+    write_string(out);
+    out.extend_from_slice(br#","type":"text"}]"#);
+}
+
 /// The canonical form of any JSON value, following the rules in the module comment.
 pub fn canonical(value: &Value) -> Value {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().filter(|k| *k != "cache_control").collect();
+            let mut keys: Vec<&String> = map.keys().filter(|k| !is_dropped(k)).collect();
             keys.sort();
             let mut out = Map::with_capacity(keys.len());
             for key in keys {
                 let inner = &map[key.as_str()];
-                let normalised = match (key.as_str(), inner) {
-                    ("content", Value::String(text)) => text_blocks(text),
+                let normalised = match inner {
+                    Value::String(text) if key == TEXT_CONTENT => text_blocks(text),
                     _ => canonical(inner),
                 };
                 out.insert(key.clone(), normalised);
@@ -53,7 +69,7 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut fields: Vec<(&String, &Value)> =
-                map.iter().filter(|(k, _)| *k != "cache_control").collect();
+                map.iter().filter(|(k, _)| !is_dropped(k)).collect();
             fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
             out.push(b'{');
             for (i, (key, inner)) in fields.into_iter().enumerate() {
@@ -62,11 +78,9 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
                 }
                 write_text(key, out);
                 out.push(b':');
-                match (key.as_str(), inner) {
-                    ("content", Value::String(text)) => {
-                        out.extend_from_slice(br#"[{"text":"#);
-                        write_text(text, out);
-                        out.extend_from_slice(br#","type":"text"}]"#);
+                match inner {
+                    Value::String(text) if *key == TEXT_CONTENT => {
+                        write_text_blocks(out, |out| write_text(text, out));
                     }
                     _ => write_canonical(inner, out),
                 }
@@ -256,7 +270,7 @@ impl<'a> RawReader<'a> {
                 self.eat(b':')?;
                 let start = values.len();
                 let read = self.value(&mut values, depth + 1)?;
-                if key != "cache_control" {
+                if !is_dropped(key) {
                     fields.push((key, start..values.len(), read));
                 }
                 self.skip_space();
@@ -286,10 +300,8 @@ impl<'a> RawReader<'a> {
             write_text(key, out);
             out.push(b':');
             let value = &values[range.clone()];
-            if *read == Read::String && *key == "content" {
-                out.extend_from_slice(br#"[{"text":"#);
-                out.extend_from_slice(value);
-                out.extend_from_slice(br#","type":"text"}]"#);
+            if *read == Read::String && *key == TEXT_CONTENT {
+                write_text_blocks(out, |out| out.extend_from_slice(value));
             } else {
                 out.extend_from_slice(value);
             }
@@ -350,7 +362,7 @@ pub fn key_of_raw(raw: &[u8]) -> MessageKey {
     )
 }
 
-/// Canonical bytes of messages keyed lately (new ones: [`key_of_raw`] parsed them), for a
+/// Canonical bytes of messages keyed lately (new ones: [`key_of_raw`] made them), for a
 /// store to take as it writes them: each new message is parsed and made canonical once, to
 /// be keyed, not a second time to be stored. Bounded in bytes, and what no store takes
 /// within seconds is dropped; a message not found here is made canonical again.
