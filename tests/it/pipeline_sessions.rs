@@ -356,3 +356,58 @@ async fn replays_are_one_event_per_transformer_whatever_the_session_age() {
     assert_eq!(stale[0]["count"], TURNS as u64, "{last:#}");
     proxy.shutdown().await;
 }
+
+/// A hook's numbers reach the provider as the hook wrote them, on the request that persists
+/// them and on every replay. serde_json's default float parsing reads some literals one
+/// unit in the last place off (`9.797527801591091` became `9.797527801591093`), which both
+/// changed what the hook asked for and, for a float parsed exactly elsewhere (a policy's
+/// TOML), changed the replayed bytes after the first request: a prefix break of cachet's
+/// own making.
+#[tokio::test]
+async fn a_persisted_float_is_forwarded_as_written_on_every_request() {
+    const FLOATS: [&str; 2] = ["9.797527801591091", "9.944424804330529"];
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_hook_server(|e| {
+        (e["state"]["envelope"]["meta"]["request_index"] == 0).then(|| {
+            // Rust reads its literals exactly, and the hook server writes them back as they
+            // are here.
+            let input = json!({"threshold": 9.797527801591091, "ratio": 9.944424804330529});
+            json!({
+                "patch": [{"op": "messages_insert", "at": "before_last_user_prompt",
+                           "messages": [
+                               {"role": "assistant", "content": [{"type": "tool_use",
+                                "id": "toolu_01", "name": "set_threshold", "input": input}]},
+                               {"role": "user", "content": [{"type": "tool_result",
+                                "tool_use_id": "toolu_01", "content": "set"}]}],
+                           "invalidateCacheReason": "pin the threshold"}],
+                "transformerName": "threshold"})
+        })
+    })
+    .await;
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![hook_policy(dir.path(), &hook.url)],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let mut history = vec![user("one")];
+    for turn in 0..3 {
+        assert_eq!(
+            post_anthropic(&proxy, "floats", &body(&history)).await.0,
+            200
+        );
+        history.push(assistant(&format!("answer {turn}")));
+        history.push(user(&format!("next {turn}")));
+        wait_for_requests(&proxy, "floats", turn as u64 + 1).await;
+    }
+    let sent = upstream.requests();
+    assert_eq!(sent.len(), 3);
+    for (i, r) in sent.iter().enumerate() {
+        let text = String::from_utf8_lossy(&r.body);
+        for float in FLOATS {
+            assert!(text.contains(float), "request {i} lost {float}: {text}");
+        }
+    }
+    proxy.shutdown().await;
+}

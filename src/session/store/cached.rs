@@ -62,14 +62,6 @@ fn weigh(key: &Key, item: &Item) -> u32 {
     u32::try_from(OVERHEAD + key_bytes + item_bytes).unwrap_or(u32::MAX)
 }
 
-/// Entries as a load from the store will give them. A persisted patch is replayed into the
-/// bytes forwarded, and serde_json reads some floats back one unit in the last place away
-/// from what it wrote: the cache holds what every instance, and this one once the cache
-/// lets the log go, replays. (Records are not replayed; they join the cache as written.)
-fn as_read_back(entries: &[Entry]) -> Vec<Entry> {
-    entries.iter().map(|e| Entry::decode(&e.encode())).collect()
-}
-
 pub struct CachedStore {
     inner: Arc<dyn SessionStore>,
     cache: Cache<Key, Item>,
@@ -160,7 +152,7 @@ impl SessionStore for CachedStore {
             self.forget_lost();
             let at = self.inner.append(session, entries).await?;
             if let Some(at) = at {
-                self.extend_cached_log(session.into(), at, as_read_back(entries))
+                self.extend_cached_log(session.into(), at, entries.to_vec())
                     .await;
             }
             Ok(at)
@@ -177,7 +169,7 @@ impl SessionStore for CachedStore {
             self.forget_lost();
             let appended = self.inner.append_once(session, key, entries).await?;
             if let Appended::Written { at } = appended {
-                self.extend_cached_log(session.into(), at, as_read_back(entries))
+                self.extend_cached_log(session.into(), at, entries.to_vec())
                     .await;
             }
             Ok(appended)
