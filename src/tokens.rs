@@ -1,16 +1,163 @@
-//! Token counting with a real BPE tokenizer (`o200k_base` via tiktoken-rs).
+//! Token counting with a real BPE tokenizer (`o200k_base`, the vocabulary of tiktoken-rs).
 //!
 //! Anthropic's tokenizer is not public; cachet's emulator and marker placement count every
 //! provider's text with `o200k_base`. Counts are therefore close to, not equal to, what
 //! Claude models report — good enough for cache thresholds and for comparing policies.
+//!
+//! tiktoken-rs's `CoreBPE` keeps its 200,000 tokens three times over (two hash maps and a
+//! sorted list, each token a heap allocation of its own): 33 MB of heap for as long as the
+//! process lives (BENCHMARKS.md, "What the policies add to 1,000 streams"). Counting needs
+//! only the bytes-to-rank lookup, so the vocabulary is taken from tiktoken-rs once and kept
+//! as one buffer of token bytes, their ends, and a table of ranks hashed by bytes (about
+//! 4 MB); the pre-split and the byte-pair merge are tiktoken's, and the tests hold every
+//! count and id equal to tiktoken-rs's.
 
+use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
-use tiktoken_rs::CoreBPE;
+use fancy_regex::Regex;
+use hashbrown::HashTable;
 
-fn bpe() -> &'static CoreBPE {
-    static BPE: OnceLock<CoreBPE> = OnceLock::new();
-    BPE.get_or_init(|| tiktoken_rs::o200k_base().expect("embedded o200k_base vocabulary loads"))
+type Rank = u32;
+
+/// The number of ordinary tokens of `o200k_base` (ranks 0 to 199,997; the special tokens
+/// come after and are never produced by ordinary text).
+const ORDINARY_TOKENS: Rank = 199_998;
+
+/// o200k's pre-tokenizer, as tiktoken defines it.
+const PATTERN: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    "|",
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    "|",
+    r"\p{N}{1,3}",
+    "|",
+    r" ?[^\s\p{L}\p{N}]+[\r\n/]*",
+    "|",
+    r"\s*[\r\n]+",
+    "|",
+    r"\s+(?!\S)",
+    "|",
+    r"\s+",
+);
+
+struct Vocab {
+    /// Every token's bytes, in rank order.
+    bytes: Vec<u8>,
+    /// Where each rank's bytes end in `bytes` (they start where the previous rank's end).
+    ends: Vec<u32>,
+    /// Ranks, hashed by their bytes.
+    ranks: HashTable<Rank>,
+    hasher: hashbrown::DefaultHashBuilder,
+    pieces: Regex,
+}
+
+impl Vocab {
+    fn load() -> Vocab {
+        let core = tiktoken_rs::o200k_base().expect("embedded o200k_base vocabulary loads");
+        let mut bytes = Vec::with_capacity(1 << 21);
+        let mut ends = Vec::with_capacity(ORDINARY_TOKENS as usize);
+        for token in core._decode_native_and_split((0..ORDINARY_TOKENS).collect()) {
+            bytes.extend_from_slice(&token);
+            ends.push(bytes.len() as u32);
+        }
+        drop(core);
+        bytes.shrink_to_fit();
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        let mut ranks = HashTable::with_capacity(ends.len());
+        let mut vocab = Vocab {
+            bytes,
+            ends,
+            ranks: HashTable::new(),
+            hasher,
+            pieces: Regex::new(PATTERN).expect("the o200k pattern compiles"),
+        };
+        for rank in 0..ORDINARY_TOKENS {
+            let hash = vocab.hasher.hash_one(vocab.token(rank));
+            ranks.insert_unique(hash, rank, |&r| vocab.hasher.hash_one(vocab.token(r)));
+        }
+        vocab.ranks = ranks;
+        vocab
+    }
+
+    fn token(&self, rank: Rank) -> &[u8] {
+        let end = self.ends[rank as usize] as usize;
+        let start = match rank {
+            0 => 0,
+            _ => self.ends[rank as usize - 1] as usize,
+        };
+        &self.bytes[start..end]
+    }
+
+    fn rank(&self, piece: &[u8]) -> Option<Rank> {
+        let hash = self.hasher.hash_one(piece);
+        self.ranks.find(hash, |&r| self.token(r) == piece).copied()
+    }
+
+    /// The ranks of `text`, as tiktoken's `encode_ordinary` gives them: each piece of the
+    /// pre-split is one token when it is one, else merged pair by pair, the lowest rank
+    /// first.
+    fn encode(&self, text: &str, out: &mut Vec<Rank>) {
+        for found in self.pieces.find_iter(text) {
+            // The pattern has no construct that backtracks without bound, and text comes in
+            // pieces of at most `CHUNK_BYTES`: an error here is not expected, and counting
+            // what is left by its bytes keeps the count an upper bound.
+            let piece = match found {
+                Ok(m) => m.as_str().as_bytes(),
+                Err(_) => return,
+            };
+            match self.rank(piece) {
+                Some(rank) => out.push(rank),
+                None => self.merge(piece, out),
+            }
+        }
+    }
+
+    /// tiktoken's byte-pair merge of one piece that is not a token itself (so at least two
+    /// bytes long: every single byte is a token).
+    fn merge(&self, piece: &[u8], out: &mut Vec<Rank>) {
+        if piece.len() < 2 {
+            out.extend(self.rank(piece));
+            return;
+        }
+        let rank_of = |range: std::ops::Range<usize>| self.rank(&piece[range]).unwrap_or(Rank::MAX);
+        // (start, rank of the pair starting there)
+        let mut parts: Vec<(usize, Rank)> = Vec::with_capacity(piece.len() + 1);
+        let mut min: (Rank, usize) = (Rank::MAX, usize::MAX);
+        for i in 0..piece.len() - 1 {
+            let rank = rank_of(i..i + 2);
+            if rank < min.0 {
+                min = (rank, i);
+            }
+            parts.push((i, rank));
+        }
+        parts.push((piece.len() - 1, Rank::MAX));
+        parts.push((piece.len(), Rank::MAX));
+        let pair_rank = |parts: &[(usize, Rank)], i: usize| match parts.get(i + 3) {
+            Some(&(end, _)) => rank_of(parts[i].0..end),
+            None => Rank::MAX,
+        };
+        while min.0 != Rank::MAX {
+            let i = min.1;
+            if i > 0 {
+                parts[i - 1].1 = pair_rank(&parts, i - 1);
+            }
+            parts[i].1 = pair_rank(&parts, i);
+            parts.remove(i + 1);
+            min = (Rank::MAX, usize::MAX);
+            for (i, &(_, rank)) in parts[..parts.len() - 1].iter().enumerate() {
+                if rank < min.0 {
+                    min = (rank, i);
+                }
+            }
+        }
+        out.extend(parts.windows(2).map(|w| rank_of(w[0].0..w[1].0)));
+    }
+}
+
+fn vocab() -> &'static Vocab {
+    static VOCAB: OnceLock<Vocab> = OnceLock::new();
+    VOCAB.get_or_init(Vocab::load)
 }
 
 /// Longest piece handed to the tokenizer at once. Its pre-tokenizer and byte-pair merge
@@ -20,8 +167,13 @@ const CHUNK_BYTES: usize = 1024;
 
 /// Number of tokens in `text`.
 pub fn count(text: &str) -> u64 {
+    let mut ranks = Vec::new();
     chunks(text)
-        .map(|piece| bpe().encode_ordinary(piece).len() as u64)
+        .map(|piece| {
+            ranks.clear();
+            vocab().encode(piece, &mut ranks);
+            ranks.len() as u64
+        })
         .sum()
 }
 
@@ -29,7 +181,7 @@ pub fn count(text: &str) -> u64 {
 pub fn encode(text: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for piece in chunks(text) {
-        out.extend(bpe().encode_ordinary(piece));
+        vocab().encode(piece, &mut out);
     }
     out
 }
@@ -63,6 +215,60 @@ fn chunks(text: &str) -> impl Iterator<Item = &str> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
+    fn reference() -> &'static tiktoken_rs::CoreBPE {
+        static CORE: std::sync::OnceLock<tiktoken_rs::CoreBPE> = std::sync::OnceLock::new();
+        CORE.get_or_init(|| tiktoken_rs::o200k_base().unwrap())
+    }
+
+    /// The ids of `text`, piece by piece, from tiktoken-rs itself.
+    fn reference_encode(text: &str) -> Vec<u32> {
+        super::chunks(text)
+            .flat_map(|piece| reference().encode_ordinary(piece))
+            .collect()
+    }
+
+    /// Real text of every kind this repository holds (prose, tables, Rust, TOML, JSON in
+    /// tests): the same ids as tiktoken-rs, so the same counts.
+    #[test]
+    fn ids_are_tiktokens_on_this_repository() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = vec![root.join("README.md"), root.join("BENCHMARKS.md")];
+        for dir in ["src", "src/envelope", "policies", "tests/it"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                files.push(entry.unwrap().path());
+            }
+        }
+        let mut tokens = 0;
+        for file in files.iter().filter(|f| f.is_file()) {
+            let text = std::fs::read_to_string(file).unwrap();
+            let ours = super::encode(&text);
+            assert_eq!(ours, reference_encode(&text), "{}", file.display());
+            assert_eq!(super::count(&text), ours.len() as u64);
+            tokens += ours.len();
+        }
+        assert!(tokens > 100_000, "{tokens}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        /// Any text, mixing scripts, digits, contractions, punctuation and every kind of
+        /// white space the pre-split treats apart.
+        #[test]
+        fn ids_are_tiktokens_on_any_text(
+            text in proptest::collection::vec(prop_oneof![
+                Just("'s".to_string()), Just("'LL".to_string()), Just(" ".to_string()),
+                Just("\r\n".to_string()), Just("\n\n".to_string()), Just("\t".to_string()),
+                Just("   ".to_string()), Just("12345".to_string()), Just("éà".to_string()),
+                Just("日本語".to_string()), Just("🙂".to_string()), Just("->".to_string()),
+                "[a-zA-Z]{1,12}", "[ -~]{1,8}", "\\PC{1,4}", "[0-9]{1,7}",
+            ], 0..80).prop_map(|parts| parts.concat())
+        ) {
+            prop_assert_eq!(super::encode(&text), reference_encode(&text));
+        }
+    }
+
     #[test]
     fn counts_are_bpe_not_bytes() {
         assert_eq!(super::count(""), 0);
@@ -90,7 +296,7 @@ mod tests {
         assert!(pieces.len() > 1 && pieces.iter().all(|p| p.len() <= super::CHUNK_BYTES));
         assert_eq!(pieces.concat(), text);
         // Cutting before a space changes nothing for ordinary prose.
-        let whole = super::bpe().encode_ordinary(&text).len() as u64;
+        let whole = reference().encode_ordinary(&text).len() as u64;
         assert_eq!(super::count(&text), whole);
         assert_eq!(super::encode(&text).len() as u64, whole);
         let accents = "é".repeat(3000);
