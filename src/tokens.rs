@@ -98,13 +98,25 @@ impl Vocab {
     /// pre-split is one token when it is one, else merged pair by pair, the lowest rank
     /// first.
     fn encode(&self, text: &str, out: &mut Vec<Rank>) {
+        let mut done = 0;
         for found in self.pieces.find_iter(text) {
-            // The pattern has no construct that backtracks without bound, and text comes in
-            // pieces of at most `CHUNK_BYTES`: an error here is not expected, and counting
-            // what is left by its bytes keeps the count an upper bound.
+            // fancy-regex gives up past its backtracking limit, which text in pieces of at
+            // most `CHUNK_BYTES` does not reach. Were it to, the rest is taken a byte a
+            // token (every byte is one): a count too high rather than too low, where
+            // tiktoken-rs would panic.
             let piece = match found {
-                Ok(m) => m.as_str().as_bytes(),
-                Err(_) => return,
+                Ok(m) => {
+                    done = m.end();
+                    m.as_str().as_bytes()
+                }
+                Err(_) => {
+                    out.extend(
+                        text.as_bytes()[done..]
+                            .iter()
+                            .filter_map(|b| self.rank(&[*b])),
+                    );
+                    return;
+                }
             };
             match self.rank(piece) {
                 Some(rank) => out.push(rank),
@@ -267,6 +279,26 @@ mod tests {
         ) {
             prop_assert_eq!(super::encode(&text), reference_encode(&text));
         }
+    }
+
+    /// Should the pre-split give up (fancy-regex's backtracking limit), the rest of the text
+    /// counts a byte a token: never fewer tokens than tiktoken-rs counts, and no panic.
+    #[test]
+    fn a_pre_split_that_gives_up_counts_the_rest_by_bytes() {
+        let mut vocab = super::Vocab::load();
+        vocab.pieces = fancy_regex::RegexBuilder::new(super::PATTERN)
+            .backtrack_limit(1)
+            .build()
+            .unwrap();
+        let text = "fn main() {\n    let x = 1;   \n}\n";
+        let mut ids = Vec::new();
+        vocab.encode(text, &mut ids);
+        let reference = reference_encode(text);
+        assert_ne!(ids, reference, "the limit is reached");
+        assert!(
+            ids.len() > reference.len() && ids.len() <= text.len(),
+            "{ids:?}"
+        );
     }
 
     #[test]
