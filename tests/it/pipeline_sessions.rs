@@ -33,6 +33,21 @@ events = ["context:before_request"]
     )
 }
 
+/// A proxy in front of `upstream` with the `memo` hook policy calling `hook`, its session
+/// store in `dir`.
+async fn hooked_proxy(
+    upstream: &str,
+    dir: &std::path::Path,
+    hook: &str,
+) -> cachet::transport::server::ProxyHandle {
+    start_proxy(policy_config(
+        upstream,
+        vec![hook_policy(dir, hook)],
+        &dir.join("store"),
+    ))
+    .await
+}
+
 #[tokio::test]
 async fn a_persisted_system_part_reappears_in_its_session_only() {
     let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
@@ -45,12 +60,7 @@ async fn a_persisted_system_part_reappears_in_its_session_only() {
             "transformerName": "memo-hook"}))
     })
     .await;
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![hook_policy(dir.path(), &hook.url)],
-        &dir.path().join("store"),
-    ))
-    .await;
+    let proxy = hooked_proxy(&upstream.url(), dir.path(), &hook.url).await;
     let mut history = vec![user("one")];
     for turn in 0..3 {
         assert_eq!(post_anthropic(&proxy, "s1", &body(&history)).await.0, 200);
@@ -107,12 +117,7 @@ async fn a_persisted_insert_stays_in_place_and_keeps_the_cache_warm() {
         })
     })
     .await;
-    let proxy = start_proxy(policy_config(
-        &emulator.url(),
-        vec![hook_policy(dir.path(), &hook.url)],
-        &dir.path().join("store"),
-    ))
-    .await;
+    let proxy = hooked_proxy(&emulator.url(), dir.path(), &hook.url).await;
     let mut history = vec![
         json!({"role": "user", "content": [{"type": "text", "text": "Refactor the parser.", "cache_control": {"type": "ephemeral"}}]}),
     ];
@@ -152,12 +157,7 @@ async fn forked_or_compacted_histories_get_no_stale_patch() {
                        "invalidateCacheReason": "note"}]}))
     })
     .await;
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![hook_policy(dir.path(), &hook.url)],
-        &dir.path().join("store"),
-    ))
-    .await;
+    let proxy = hooked_proxy(&upstream.url(), dir.path(), &hook.url).await;
     let turns = [
         user("u1"),
         assistant("a1"),
@@ -275,12 +275,7 @@ async fn replays_are_one_event_per_transformer_whatever_the_session_age() {
             "transformerName": "notes"}))
     })
     .await;
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![hook_policy(dir.path(), &hook.url)],
-        &dir.path().join("store"),
-    ))
-    .await;
+    let proxy = hooked_proxy(&upstream.url(), dir.path(), &hook.url).await;
     const TURNS: usize = 6;
     let mut history = vec![user("one")];
     for turn in 0..TURNS {
@@ -385,12 +380,7 @@ async fn a_persisted_float_is_forwarded_as_written_on_every_request() {
         })
     })
     .await;
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![hook_policy(dir.path(), &hook.url)],
-        &dir.path().join("store"),
-    ))
-    .await;
+    let proxy = hooked_proxy(&upstream.url(), dir.path(), &hook.url).await;
     let mut history = vec![user("one")];
     for turn in 0..3 {
         assert_eq!(
