@@ -119,13 +119,13 @@ impl CachedStore {
     /// right before them, so the next load need not read them back. Any other cached log is
     /// left to the length check of the next load (another write came first, or a load
     /// still in flight will put back a shorter log).
-    async fn extend_cached_log(&self, session: Arc<str>, at: u64, entries: Vec<Entry>) {
+    async fn extend_cached_log(&self, session: Arc<str>, at: u64, entries: &[Entry]) {
         self.cache
             .entry(Key::Log(session))
             .and_compute_with(|cached| {
                 let op = match cached.map(|c| c.into_value()) {
                     Some(Item::Log(log)) if log.len() as u64 == at => {
-                        Op::Put(Item::Log(log.extended(entries)))
+                        Op::Put(Item::Log(log.extended(entries.to_vec())))
                     }
                     _ => Op::Nop,
                 };
@@ -152,8 +152,7 @@ impl SessionStore for CachedStore {
             self.forget_lost();
             let at = self.inner.append(session, entries).await?;
             if let Some(at) = at {
-                self.extend_cached_log(session.into(), at, entries.to_vec())
-                    .await;
+                self.extend_cached_log(session.into(), at, entries).await;
             }
             Ok(at)
         })
@@ -169,8 +168,7 @@ impl SessionStore for CachedStore {
             self.forget_lost();
             let appended = self.inner.append_once(session, key, entries).await?;
             if let Appended::Written { at } = appended {
-                self.extend_cached_log(session.into(), at, entries.to_vec())
-                    .await;
+                self.extend_cached_log(session.into(), at, entries).await;
             }
             Ok(appended)
         })
@@ -188,7 +186,8 @@ impl SessionStore for CachedStore {
             let (blobs, written) = self.unstored(&id, blobs);
             let at = self.inner.record(session, entry, blobs).await?;
             self.mark_stored(&id, written).await;
-            self.extend_cached_log(id, at, vec![entry.clone()]).await;
+            self.extend_cached_log(id, at, std::slice::from_ref(entry))
+                .await;
             Ok(at)
         })
     }
@@ -209,7 +208,8 @@ impl SessionStore for CachedStore {
                 .await?;
             self.mark_stored(&id, written).await;
             let entry = entry.with_request_index(index);
-            self.extend_cached_log(id, at, vec![entry]).await;
+            self.extend_cached_log(id, at, std::slice::from_ref(&entry))
+                .await;
             Ok((index, at))
         })
     }
