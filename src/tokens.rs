@@ -65,28 +65,21 @@ impl Vocab {
         bytes.shrink_to_fit();
         let hasher = hashbrown::DefaultHashBuilder::default();
         let mut ranks = HashTable::with_capacity(ends.len());
-        let mut vocab = Vocab {
+        let hash_of = |rank: Rank| hasher.hash_one(token(&bytes, &ends, rank));
+        for rank in 0..ORDINARY_TOKENS {
+            ranks.insert_unique(hash_of(rank), rank, |&r| hash_of(r));
+        }
+        Vocab {
             bytes,
             ends,
-            ranks: HashTable::new(),
+            ranks,
             hasher,
             pieces: Regex::new(PATTERN).expect("the o200k pattern compiles"),
-        };
-        for rank in 0..ORDINARY_TOKENS {
-            let hash = vocab.hasher.hash_one(vocab.token(rank));
-            ranks.insert_unique(hash, rank, |&r| vocab.hasher.hash_one(vocab.token(r)));
         }
-        vocab.ranks = ranks;
-        vocab
     }
 
     fn token(&self, rank: Rank) -> &[u8] {
-        let end = self.ends[rank as usize] as usize;
-        let start = match rank {
-            0 => 0,
-            _ => self.ends[rank as usize - 1] as usize,
-        };
-        &self.bytes[start..end]
+        token(&self.bytes, &self.ends, rank)
     }
 
     fn rank(&self, piece: &[u8]) -> Option<Rank> {
@@ -165,6 +158,16 @@ impl Vocab {
         }
         out.extend(parts.windows(2).map(|w| rank_of(w[0].0..w[1].0)));
     }
+}
+
+/// The bytes of `rank`: they end at `ends[rank]` and start where the previous rank's end.
+fn token<'a>(bytes: &'a [u8], ends: &[u32], rank: Rank) -> &'a [u8] {
+    let end = ends[rank as usize] as usize;
+    let start = match rank {
+        0 => 0,
+        _ => ends[rank as usize - 1] as usize,
+    };
+    &bytes[start..end]
 }
 
 fn vocab() -> &'static Vocab {
