@@ -8,8 +8,9 @@ use bytes::Bytes;
 
 use super::blocks;
 use super::breakpoints::{self, BreakpointMode, Plan};
+use super::payload::{Payload, Splicer};
 use super::scan;
-use super::seq::{render, render_bound, rendered, Container, Item, Seq};
+use super::seq::{render, rendered, Container, Item, Seq, Sink};
 use super::{owned_keys, Envelope, SystemForm};
 use crate::memo::{self, Memo};
 use crate::providers::Endpoint;
@@ -80,8 +81,13 @@ impl Envelope {
         out.into()
     }
 
-    /// Compile the envelope into the provider payload.
+    /// Compile the envelope into the provider payload, in one buffer.
     pub fn compile(&self, opts: &CompileOptions) -> Bytes {
+        self.compile_payload(opts).to_bytes()
+    }
+
+    /// Compile the envelope into the provider payload, as a splice of the client's body.
+    pub fn compile_payload(&self, opts: &CompileOptions) -> Payload {
         let (mode, plan) = if self.is_anthropic() {
             breakpoints::plan(self, opts.breakpoints)
         } else {
@@ -105,7 +111,7 @@ impl Envelope {
                 memchr::memmem::find(self.bytes_of(&m.raw), b"\"cache_control\"").is_some()
             });
         if !self.is_patched() && plan.is_empty() && option_edits.is_empty() && !tail_markers {
-            return self.body.clone();
+            return Payload::from(self.body.clone());
         }
         let ctx = Ctx {
             env: self,
@@ -170,19 +176,11 @@ impl Envelope {
             span: Some(self.top_span.clone()),
             elems: &elems,
         };
-        // Sized once: a buffer that grows doubles, and a 30 MB body one byte longer than
-        // its original would hold 60 MB for as long as it is in flight.
-        let capacity =
-            b.len().saturating_sub(self.top_span.len()) + render_bound(&container, &items);
-        let mut out = Vec::with_capacity(capacity);
-        out.extend_from_slice(&b[..self.top_span.start]);
+        let mut out = Splicer::new(&self.body);
+        out.put(&b[..self.top_span.start]);
         render(&container, b'{', b'}', &items, &mut out);
-        out.extend_from_slice(&b[self.top_span.end..]);
-        debug_assert!(
-            out.len() <= capacity,
-            "the compiled body outgrew its estimate"
-        );
-        Bytes::from(out)
+        out.put(&b[self.top_span.end..]);
+        out.finish()
     }
 }
 
@@ -473,6 +471,50 @@ mod tests {
                 serde_json::from_slice(&env.compile(&CompileOptions::default())).unwrap();
             assert_eq!(kept["system"][1]["cache_control"]["type"], "ephemeral");
         }
+    }
+
+    /// A marker placed on a long history changes a few bytes: the payload is the client's
+    /// bytes around them, shared rather than copied, and the same bytes as one buffer.
+    #[test]
+    fn a_marker_on_a_long_history_shares_the_clients_bytes() {
+        let turn = |i: usize| {
+            [
+                serde_json::json!({"role": "user", "content": format!("question {i} {}", "x".repeat(900))}),
+                serde_json::json!({"role": "assistant", "content": [{"type": "text", "text": format!("answer {i}")}]}),
+            ]
+        };
+        let body = serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": [{"type": "text", "text": "You are an agent.".repeat(20)}],
+            "messages": (0..40).flat_map(turn).collect::<Vec<_>>(),
+        });
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap());
+        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
+        let auto = CompileOptions {
+            breakpoints: BreakpointMode::Auto {
+                ttl: blocks::Ttl::FiveMinutes,
+            },
+            ..Default::default()
+        };
+        let payload = env.compile_payload(&auto);
+        let whole = env.compile(&auto);
+        assert_ne!(whole, body, "markers were placed");
+        assert!(payload.is(&whole) && payload.len() == whole.len());
+        let range = body.as_ptr_range();
+        let copied: usize = payload
+            .pieces()
+            .iter()
+            .filter(|p| !range.contains(&p.as_ptr()))
+            .map(Bytes::len)
+            .sum();
+        assert!(
+            copied * 20 < body.len(),
+            "{copied} of {} bytes copied, in {} pieces",
+            body.len(),
+            payload.pieces().len()
+        );
+        assert!(payload.pieces().len() <= 12, "{}", payload.pieces().len());
     }
 
     #[test]

@@ -20,7 +20,7 @@
 use bytes::Bytes;
 
 use super::scan::{self, Span};
-use super::{BreakpointMode, CompileOptions, Envelope};
+use super::{BreakpointMode, CompileOptions, Envelope, Payload};
 use crate::providers::Endpoint;
 
 const MARKER: &str = r#""prompt_cache_breakpoint":{"mode":"explicit"}"#;
@@ -30,8 +30,8 @@ const MIN_PREFIX_BYTES: usize = 1024;
 impl Envelope {
     /// Compile with `opts`, then place OpenAI explicit breakpoints where `auto` asks for
     /// them (Anthropic markers are placed by [`Envelope::compile`] itself).
-    pub fn compile_with_markers(&self, opts: &CompileOptions) -> Bytes {
-        let compiled = self.compile(opts);
+    pub fn compile_with_markers(&self, opts: &CompileOptions) -> Payload {
+        let compiled = self.compile_payload(opts);
         match opts.breakpoints {
             BreakpointMode::Auto { .. } => self.explicit_breakpoints(compiled),
             _ => compiled,
@@ -40,14 +40,15 @@ impl Envelope {
 
     /// `compiled` (this envelope compiled) with explicit breakpoints added, for models that
     /// take them; otherwise `compiled` as it is.
-    fn explicit_breakpoints(&self, compiled: Bytes) -> Bytes {
+    fn explicit_breakpoints(&self, compiled: Payload) -> Payload {
         if !matches!(self.endpoint, Endpoint::Chat | Endpoint::Responses) {
             return compiled;
         }
         let Some(limit) = crate::models::explicit_breakpoints(&self.meta.model) else {
             return compiled;
         };
-        let b: &[u8] = &compiled;
+        let whole = compiled.to_bytes();
+        let b: &[u8] = &whole;
         let key = if self.endpoint == Endpoint::Chat {
             "messages"
         } else {
@@ -108,7 +109,7 @@ impl Envelope {
             at = span.end;
         }
         out.extend_from_slice(&b[at..]);
-        Bytes::from(out)
+        Payload::from(Bytes::from(out))
     }
 
     /// How many items at the start of the compiled array are the system prompt: Chat's
@@ -203,7 +204,7 @@ mod tests {
             },
             ..Default::default()
         });
-        serde_json::from_slice(&out).unwrap()
+        serde_json::from_slice(&out.to_bytes()).unwrap()
     }
 
     fn marked(v: &Value) -> Vec<String> {

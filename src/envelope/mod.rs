@@ -15,6 +15,7 @@ mod explicit;
 mod facts;
 mod message;
 mod parse;
+mod payload;
 pub(crate) mod scan;
 mod seq;
 pub mod splice;
@@ -30,6 +31,7 @@ pub use client::{detect_client, Client, Meta};
 pub use compile::CompileOptions;
 pub use facts::OrigFacts;
 pub use message::neutral_to_provider;
+pub use payload::Payload;
 pub(crate) use scan::Span;
 
 /// The bytes of one element: a range of the client's body, or bytes cachet produced.
@@ -401,5 +403,7 @@ pub fn reshape(
     body: Bytes,
     opts: &CompileOptions,
 ) -> Result<Bytes, crate::error::ApiError> {
-    Ok(Envelope::parse(provider, endpoint, body)?.compile_with_markers(opts))
+    Ok(Envelope::parse(provider, endpoint, body)?
+        .compile_with_markers(opts)
+        .to_bytes())
 }

@@ -3,6 +3,26 @@
 
 use super::scan::Span;
 
+/// Where rendered bytes go: one buffer, or a splice of the client's body
+/// ([`super::payload::Splicer`]).
+pub(crate) trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+
+    fn push(&mut self, byte: u8) {
+        self.put(&[byte]);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+
+    fn push(&mut self, byte: u8) {
+        Vec::push(self, byte);
+    }
+}
+
 /// One element to write: its original index (if it is one of the client's) and its bytes.
 pub(crate) struct Item<'a> {
     pub origin: Option<usize>,
@@ -35,7 +55,7 @@ impl Seq<'_> {
         render_bound(&self.c, &self.items)
     }
 
-    pub fn write(&self, out: &mut Vec<u8>) {
+    pub fn write(&self, out: &mut impl Sink) {
         render(&self.c, self.open, self.close, &self.items, out);
     }
 }
@@ -82,30 +102,30 @@ pub(crate) fn render(
     open: u8,
     close: u8,
     items: &[Item<'_>],
-    out: &mut Vec<u8>,
+    out: &mut impl Sink,
 ) {
     out.push(open);
     let n = c.elems.len();
     if let (Some(span), Some(first)) = (&c.span, items.first()) {
         if first.origin == Some(0) && n > 0 {
-            out.extend_from_slice(&c.src[span.start + 1..c.elems[0].start]);
+            out.put(&c.src[span.start + 1..c.elems[0].start]);
         }
     }
     for (k, item) in items.iter().enumerate() {
         if k > 0 {
             match (items[k - 1].origin, item.origin) {
-                (Some(a), Some(b)) if b == a + 1 && b < n => out.extend_from_slice(c.gap(a)),
+                (Some(a), Some(b)) if b == a + 1 && b < n => out.put(c.gap(a)),
                 _ => out.push(b','),
             }
         }
-        out.extend_from_slice(&item.bytes);
+        out.put(&item.bytes);
         if let Some(seq) = &item.then {
             seq.write(out);
         }
     }
     if let (Some(span), Some(last)) = (&c.span, items.last()) {
         if n > 0 && last.origin == Some(n - 1) {
-            out.extend_from_slice(&c.src[c.elems[n - 1].end..span.end - 1]);
+            out.put(&c.src[c.elems[n - 1].end..span.end - 1]);
         }
     }
     out.push(close);

@@ -317,7 +317,7 @@ impl Pipeline {
                 {
                     let id = after.ctx.id.id.clone();
                     let tail = after.uncached_tail;
-                    self.arm_keep_warm(&ctx, &id, &shaped.body, tail, assistant, secs);
+                    self.arm_keep_warm(&ctx, &id, &shaped.body.to_bytes(), tail, assistant, secs);
                 }
                 ttl_decision = after.ttl_decision.take();
                 patches = std::mem::take(&mut after.patches);
@@ -332,7 +332,8 @@ impl Pipeline {
         // shaped body repeats the previous shaped body of its session, whose keys are kept.
         let sent = match parsed.map_or_else(
             || {
-                let (env, history) = self.read_sent_envelope(ctx.route, shaped.body)?;
+                // Pieced together here, after the response: the splice was sent as it is.
+                let (env, history) = self.read_sent_envelope(ctx.route, shaped.body.to_bytes())?;
                 Ok::<_, crate::error::ApiError>((env, history.keys().to_vec()))
             },
             |env| Ok((env, session_ctx.history.keys().to_vec())),

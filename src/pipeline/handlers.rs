@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::history::HistoryMap;
 use super::Pipeline;
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, Payload};
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookOutcome;
 use crate::patch::{HandlerResult, Op, PatchRefusal, Selector};
@@ -277,10 +277,10 @@ impl Pipeline {
     pub(super) async fn run_payload(
         &self,
         policies: &[&Policy],
-        payload: bytes::Bytes,
+        payload: Payload,
         vars: &TemplateVars,
         route: crate::providers::Route,
-    ) -> Result<bytes::Bytes, ApiError> {
+    ) -> Result<Payload, ApiError> {
         let edits: Vec<_> = policies
             .iter()
             .flat_map(|p| p.payload.iter().cloned())
@@ -292,6 +292,8 @@ impl Pipeline {
         if edits.is_empty() && hooks.is_empty() {
             return Ok(payload);
         }
+        // The edits read and splice the body whole.
+        let payload = payload.to_bytes();
         let original: Value = serde_json::from_slice(&payload).map_err(|e| {
             ApiError::new(
                 ErrorKind::Internal,
@@ -336,8 +338,8 @@ impl Pipeline {
             }
         }
         // What the edits left alone keeps its bytes (DESIGN §2).
-        Ok(bytes::Bytes::from(crate::envelope::splice::splice(
-            &payload, &original, &value,
+        Ok(Payload::from(bytes::Bytes::from(
+            crate::envelope::splice::splice(&payload, &original, &value),
         )))
     }
 }

@@ -83,9 +83,12 @@ impl Pipeline {
                 pipeline.count_keep_warm("skipped");
                 return;
             }
-            let sent = pipeline
-                .client
-                .send(http::Method::POST, url, headers, body.into());
+            let sent = pipeline.client.send(
+                http::Method::POST,
+                url,
+                headers,
+                bytes::Bytes::from(body).into(),
+            );
             let timeout = Duration::from_millis(pipeline.config.upstream.response_timeout_ms);
             let answer = match tokio::time::timeout(timeout, sent).await {
                 Ok(Ok(resp)) => {

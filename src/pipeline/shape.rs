@@ -9,14 +9,15 @@ use super::finish::{After, ShapedAfter};
 use super::handlers::{Persisted, Shaping};
 use super::history::HistoryMap;
 use super::{Pipeline, RequestCtx};
-use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
+use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Payload, Ttl};
 use crate::error::ApiError;
 use crate::policy::{self, ContextReason, Policy, RequestFacts, TemplateVars};
 use crate::session::{self, PatchEvent, PatchOutcome, PrefixHashes, SessionContext};
 
 /// What to forward, and what to do once the response has ended.
 pub struct Shaped {
-    pub body: Bytes,
+    /// The body to send: the client's, or a splice of it.
+    pub body: Payload,
     pub variant: String,
     pub after: After,
     /// A beta the request must name in `anthropic-beta` (cachet asked for the provider's
@@ -27,7 +28,7 @@ pub struct Shaped {
 impl Shaped {
     fn passthrough(body: Bytes, after: After) -> Self {
         Shaped {
-            body,
+            body: Payload::from(body),
             variant: "none".into(),
             after,
             anthropic_beta: None,
@@ -184,7 +185,7 @@ impl Pipeline {
             anthropic_beta: diagnosis_lane
                 .is_some()
                 .then_some(crate::providers::anthropic::CACHE_DIAGNOSIS_BETA),
-            body: body.clone(),
+            body,
             variant: variant.clone(),
             after: After::Shaped(Box::new(ShapedAfter {
                 ctx: session_ctx,

@@ -12,6 +12,7 @@ use hyper::body::Frame;
 
 use super::shape::Shaped;
 use super::{Pipeline, RequestCtx};
+use crate::envelope::Payload;
 use crate::error::{ApiError, ErrorKind};
 use crate::replay::trace::Record;
 use crate::tap::{Tap, TapResult, TapStream};
@@ -48,7 +49,7 @@ impl Pipeline {
         // A compressed body goes as the client sent it unless shaping changed it; a changed
         // one goes plain.
         let body = match &ctx.encoded {
-            Some(encoded) if shaped.body == ctx.body => encoded.clone(),
+            Some(encoded) if shaped.body.is(&ctx.body) => Payload::from(encoded.clone()),
             Some(_) => {
                 headers.remove(http::header::CONTENT_ENCODING);
                 shaped.body.clone()

@@ -139,7 +139,7 @@ async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<(Shaped, 
         .await
         .map_err(|e| anyhow!("{}", e.message))?;
     let shaped = Shaped {
-        body: serde_json::from_slice(&prepared.body)?,
+        body: serde_json::from_slice(&prepared.body.to_bytes())?,
         uncached_tail: prepared.uncached_tail(),
         variant: (prepared.variant != "none").then(|| prepared.variant.clone()),
         keep_warm_after_ms: prepared

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::Stream;
 use http::{HeaderMap, Method, StatusCode, Uri};
-use http_body_util::{BodyDataStream, BodyExt, Full};
+use http_body_util::{BodyDataStream, BodyExt};
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -24,6 +24,7 @@ use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::{UpstreamClientKind, UpstreamConfig};
+use crate::envelope::Payload;
 
 /// How long an idle pooled connection is kept (as reqwest's default).
 const POOL_IDLE: Duration = Duration::from_secs(90);
@@ -31,7 +32,7 @@ const POOL_IDLE: Duration = Duration::from_secs(90);
 const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 
 type BoxError = Box<dyn StdError + Send + Sync>;
-type HyperClient = Client<ConnectTimeout<HttpsConnector<HttpConnector>>, Full<Bytes>>;
+type HyperClient = Client<ConnectTimeout<HttpsConnector<HttpConnector>>, PayloadBody>;
 
 /// The upstream client the pipeline forwards through.
 #[derive(Clone)]
@@ -79,13 +80,14 @@ impl UpstreamClient {
         method: Method,
         url: reqwest::Url,
         headers: HeaderMap,
-        body: Bytes,
+        body: Payload,
     ) -> Result<UpstreamResponse, SendError> {
         match self {
+            // reqwest sends a body of pieces chunked; one buffer keeps its length.
             UpstreamClient::Reqwest(client) => client
                 .request(method, url)
                 .headers(headers)
-                .body(body)
+                .body(body.to_bytes())
                 .send()
                 .await
                 .map(UpstreamResponse::Reqwest)
@@ -96,7 +98,7 @@ impl UpstreamClient {
                     .as_str()
                     .parse()
                     .map_err(|e: http::uri::InvalidUri| SendError::Uri(e.to_string()))?;
-                let mut request = http::Request::new(Full::new(body));
+                let mut request = http::Request::new(PayloadBody::new(body));
                 *request.method_mut() = method;
                 *request.uri_mut() = uri;
                 *request.headers_mut() = headers;
@@ -308,6 +310,47 @@ impl UpstreamResponse {
                 .map(|c| c.to_bytes())
                 .map_err(BodyError::Hyper),
         }
+    }
+}
+
+/// A request body sent piece by piece, its length known: the upstream connection writes
+/// the pieces as they are (a vectored write on a plain connection), so a spliced body is
+/// never copied together on its way out.
+pub struct PayloadBody {
+    pieces: std::vec::IntoIter<Bytes>,
+    left: u64,
+}
+
+impl PayloadBody {
+    pub fn new(payload: Payload) -> PayloadBody {
+        PayloadBody {
+            left: payload.len() as u64,
+            pieces: payload.into_pieces().into_iter(),
+        }
+    }
+}
+
+impl hyper::body::Body for PayloadBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let next = self.pieces.next();
+        if let Some(piece) = &next {
+            self.left -= piece.len() as u64;
+        }
+        Poll::Ready(next.map(|piece| Ok(hyper::body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.left)
     }
 }
 

@@ -495,7 +495,7 @@ fn gpt_5_6_auto_breakpoints_read_what_the_end_of_the_prompt_alone_does_not() {
             .unwrap();
             env.apply(&ops, "clock").unwrap();
         }
-        serde_json::from_slice(&env.compile_with_markers(&opts(mode))).unwrap()
+        serde_json::from_slice(&env.compile_with_markers(&opts(mode)).to_bytes()).unwrap()
     };
     let reads = |bodies: &[Value]| -> Vec<u64> {
         let mut cache = CacheModel::new(CacheModelConfig::default());

@@ -69,8 +69,9 @@ fn read(
                 ..Default::default()
             };
             let compiled = vec![
-                env.compile_with_markers(&CompileOptions::default()),
-                env.compile_with_markers(&auto),
+                env.compile_with_markers(&CompileOptions::default())
+                    .to_bytes(),
+                env.compile_with_markers(&auto).to_bytes(),
             ];
             // Message kinds (taken from the kept body for the messages it repeats) and
             // what is read from them.

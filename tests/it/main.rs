@@ -35,6 +35,7 @@ mod pipeline_inject_record;
 mod pipeline_monitoring;
 mod pipeline_policies;
 mod pipeline_sessions;
+mod pipeline_splice;
 mod pipeline_stabilize;
 mod policy_check;
 mod policy_shipped;
