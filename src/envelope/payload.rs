@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::seq::Sink;
 
@@ -91,23 +91,32 @@ impl PartialEq for Payload {
     }
 }
 
-/// Writes a compiled body as a [`Payload`]: bytes that lie in the client's body are kept as
-/// a range of it while what is written next continues it, and shared once the run is long;
-/// everything else is copied into a buffer of its own.
-pub(crate) struct Splicer<'a> {
-    src: &'a Bytes,
-    out: Payload,
-    run: Option<Range<usize>>,
-    own: BytesMut,
+/// Writes a compiled body as a [`Payload`]. What it is given is kept as written (runs of
+/// the client's body, other slices) and laid out when finished: a long run is shared as a
+/// slice of the client's `Bytes`, and everything else is copied into one buffer of exactly
+/// its size, so that a body in flight holds nothing it does not send.
+pub(crate) struct Splicer<'s> {
+    src: &'s Bytes,
+    parts: Vec<Part<'s>>,
 }
 
-impl<'a> Splicer<'a> {
-    pub fn new(src: &'a Bytes) -> Splicer<'a> {
+enum Part<'s> {
+    /// A range of the client's body.
+    Src(Range<usize>),
+    Other(&'s [u8]),
+}
+
+/// A piece of the finished payload: shared from the client's body, or copied.
+enum Layout {
+    Shared(Range<usize>),
+    Copied(Range<usize>),
+}
+
+impl<'s> Splicer<'s> {
+    pub fn new(src: &'s Bytes) -> Splicer<'s> {
         Splicer {
             src,
-            out: Payload::default(),
-            run: None,
-            own: BytesMut::new(),
+            parts: Vec::new(),
         }
     }
 
@@ -119,47 +128,58 @@ impl<'a> Splicer<'a> {
         (end <= self.src.len()).then_some(start..end)
     }
 
-    /// Close the run of the client's bytes being written: shared when long enough, else
-    /// copied with what surrounds it.
-    fn end_run(&mut self) {
-        let Some(run) = self.run.take() else { return };
-        if run.len() >= SHARED_RUN {
-            self.end_own();
-            self.out.push(self.src.slice(run));
-        } else {
-            self.own.extend_from_slice(&self.src[run]);
+    pub fn finish(self) -> Payload {
+        let shared = |part: &Part<'_>| matches!(part, Part::Src(run) if run.len() >= SHARED_RUN);
+        let copied: usize = self
+            .parts
+            .iter()
+            .filter(|part| !shared(part))
+            .map(|part| match part {
+                Part::Src(run) => run.len(),
+                Part::Other(bytes) => bytes.len(),
+            })
+            .sum();
+        let mut buffer = Vec::with_capacity(copied);
+        let mut layout = Vec::new();
+        let mut mark = 0;
+        for part in &self.parts {
+            match part {
+                Part::Src(run) if shared(part) => {
+                    if buffer.len() > mark {
+                        layout.push(Layout::Copied(mark..buffer.len()));
+                        mark = buffer.len();
+                    }
+                    layout.push(Layout::Shared(run.clone()));
+                }
+                Part::Src(run) => buffer.extend_from_slice(&self.src[run.clone()]),
+                Part::Other(bytes) => buffer.extend_from_slice(bytes),
+            }
         }
-    }
-
-    fn end_own(&mut self) {
-        if !self.own.is_empty() {
-            let own = self.own.split().freeze();
-            self.out.push(own);
+        if buffer.len() > mark {
+            layout.push(Layout::Copied(mark..buffer.len()));
         }
-    }
-
-    pub fn finish(mut self) -> Payload {
-        self.end_run();
-        self.end_own();
-        self.out
+        let buffer = Bytes::from(buffer);
+        let mut out = Payload::default();
+        for piece in layout {
+            out.push(match piece {
+                Layout::Shared(run) => self.src.slice(run),
+                Layout::Copied(range) => buffer.slice(range),
+            });
+        }
+        out
     }
 }
 
-impl Sink for Splicer<'_> {
-    fn put(&mut self, bytes: &[u8]) {
+impl<'s> Sink<'s> for Splicer<'s> {
+    fn put(&mut self, bytes: &'s [u8]) {
         if bytes.is_empty() {
             return;
         }
-        match (self.in_src(bytes), &mut self.run) {
-            (Some(range), Some(run)) if run.end == range.start => run.end = range.end,
-            (Some(range), _) => {
-                self.end_run();
-                self.run = Some(range);
-            }
-            (None, _) => {
-                self.end_run();
-                self.own.extend_from_slice(bytes);
-            }
+        let range = self.in_src(bytes);
+        match (range, self.parts.last_mut()) {
+            (Some(range), Some(Part::Src(run))) if run.end == range.start => run.end = range.end,
+            (Some(range), _) => self.parts.push(Part::Src(range)),
+            (None, _) => self.parts.push(Part::Other(bytes)),
         }
     }
 }

@@ -4,23 +4,39 @@
 use super::scan::Span;
 
 /// Where rendered bytes go: one buffer, or a splice of the client's body
-/// ([`super::payload::Splicer`]).
-pub(crate) trait Sink {
-    fn put(&mut self, bytes: &[u8]);
+/// ([`super::payload::Splicer`], which keeps what it is given until it is finished, hence
+/// the lifetime).
+pub(crate) trait Sink<'s> {
+    fn put(&mut self, bytes: &'s [u8]);
 
     fn push(&mut self, byte: u8) {
-        self.put(&[byte]);
+        self.put(byte_slice(byte));
     }
 }
 
-impl Sink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) {
+impl<'s> Sink<'s> for Vec<u8> {
+    fn put(&mut self, bytes: &'s [u8]) {
         self.extend_from_slice(bytes);
     }
 
     fn push(&mut self, byte: u8) {
         Vec::push(self, byte);
     }
+}
+
+/// A byte as a slice that lives as long as the program.
+fn byte_slice(byte: u8) -> &'static [u8] {
+    static BYTES: [u8; 256] = {
+        let mut all = [0u8; 256];
+        let mut i = 0;
+        while i < 256 {
+            all[i] = i as u8;
+            i += 1;
+        }
+        all
+    };
+    let at = usize::from(byte);
+    &BYTES[at..at + 1]
 }
 
 /// One element to write: its original index (if it is one of the client's) and its bytes.
@@ -50,12 +66,12 @@ pub(crate) struct Seq<'a> {
     pub items: Vec<Item<'a>>,
 }
 
-impl Seq<'_> {
+impl<'s> Seq<'s> {
     pub fn bound(&self) -> usize {
         render_bound(&self.c, &self.items)
     }
 
-    pub fn write(&self, out: &mut impl Sink) {
+    pub fn write(&'s self, out: &mut impl Sink<'s>) {
         render(&self.c, self.open, self.close, &self.items, out);
     }
 }
@@ -68,8 +84,8 @@ pub(crate) struct Container<'a> {
     pub elems: &'a [Span],
 }
 
-impl Container<'_> {
-    fn gap(&self, i: usize) -> &[u8] {
+impl<'a> Container<'a> {
+    fn gap(&self, i: usize) -> &'a [u8] {
         &self.src[self.elems[i].end..self.elems[i + 1].start]
     }
 }
@@ -97,12 +113,12 @@ pub(crate) fn rendered(c: &Container<'_>, open: u8, close: u8, items: &[Item<'_>
 
 /// Write `open`, the items joined by the original separators where possible (`,`
 /// otherwise), and `close`.
-pub(crate) fn render(
-    c: &Container<'_>,
+pub(crate) fn render<'s>(
+    c: &Container<'s>,
     open: u8,
     close: u8,
-    items: &[Item<'_>],
-    out: &mut impl Sink,
+    items: &'s [Item<'s>],
+    out: &mut impl Sink<'s>,
 ) {
     out.push(open);
     let n = c.elems.len();
