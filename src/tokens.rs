@@ -170,9 +170,21 @@ fn token<'a>(bytes: &'a [u8], ends: &[u32], rank: Rank) -> &'a [u8] {
     &bytes[start..end]
 }
 
+static VOCAB: OnceLock<Vocab> = OnceLock::new();
+
 fn vocab() -> &'static Vocab {
-    static VOCAB: OnceLock<Vocab> = OnceLock::new();
     VOCAB.get_or_init(Vocab::load)
+}
+
+/// Load the vocabulary now (about 200 ms of CPU, once per process), so that the first count
+/// does not: call it where blocking is allowed (`spawn_blocking`).
+pub fn warm() {
+    vocab();
+}
+
+/// Whether the vocabulary is loaded, so that a count costs only its text.
+pub fn is_warm() -> bool {
+    VOCAB.get().is_some()
 }
 
 /// Longest piece handed to the tokenizer at once. Its pre-tokenizer and byte-pair merge
@@ -190,6 +202,23 @@ pub fn count(text: &str) -> u64 {
             ranks.len() as u64
         })
         .sum()
+}
+
+/// [`count`], stopping at the first piece that reaches `enough`: the exact count below it,
+/// at least `enough` otherwise. Whether a long prompt reaches a minimum of a few thousand
+/// tokens is known without tokenising all of it.
+pub fn count_up_to(text: &str, enough: u64) -> u64 {
+    let mut ranks = Vec::new();
+    let mut total = 0;
+    for piece in chunks(text) {
+        if total >= enough {
+            break;
+        }
+        ranks.clear();
+        vocab().encode(piece, &mut ranks);
+        total += ranks.len() as u64;
+    }
+    total
 }
 
 /// The token ids of `text` (as many as [`count`] says), for token-level prefix matching.
@@ -242,6 +271,26 @@ mod tests {
         super::chunks(text)
             .flat_map(|piece| reference().encode_ordinary(piece))
             .collect()
+    }
+
+    /// Counting up to a bound is the exact count below it, and stops within one piece of
+    /// it above: README.md is not tokenised whole to learn it holds 4,096 tokens.
+    #[test]
+    fn a_count_up_to_a_bound_stops_within_a_piece_of_it() {
+        let text = include_str!("../README.md");
+        let full = super::count(text);
+        assert!(full > 20_000, "{full}");
+        for enough in [0, 1, 100, 1024, 4096, full - 1, full, full + 1, u64::MAX] {
+            let counted = super::count_up_to(text, enough);
+            assert!(counted <= full, "{enough}: {counted}");
+            match enough >= full {
+                true => assert_eq!(counted, full, "{enough}"),
+                false => assert!(
+                    counted >= enough && counted < enough + super::CHUNK_BYTES as u64,
+                    "{enough}: {counted}"
+                ),
+            }
+        }
     }
 
     /// Real text of every kind this repository holds (prose, tables, Rust, TOML, JSON in

@@ -261,8 +261,9 @@ const OPENAI_STEP: u64 = 128;
 const OPENAI_IDLE_SECS: u64 = 300;
 
 /// Diagnose `cur` against the previous request of its lane. `tokens_through(block)` is
-/// the number of prompt tokens up to and including a block of `cur` (asked only for
-/// markers, and only when nothing was read). `None`: nothing was lost.
+/// the number of prompt tokens up to and including a block of `cur`, or any number at or
+/// above `cur.min_tokens` once that is reached (asked only for markers, and only when
+/// nothing was read or written). `None`: nothing was lost.
 pub fn diagnose(
     prev: &Previous<'_>,
     cur: &Current<'_>,

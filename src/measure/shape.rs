@@ -203,25 +203,26 @@ fn marks_of(env: &Envelope, history: usize) -> Vec<Mark> {
         .collect()
 }
 
-/// Prompt tokens up to and including block `block` (counted as [`Mark::block`] counts).
-pub fn tokens_through(env: &Envelope, block: u32) -> u64 {
-    let mut texts: Vec<Vec<u8>> = Vec::new();
-    texts.extend(env.tools_raw().map(<[u8]>::to_vec));
-    texts.extend(
-        env.system_parts()
-            .iter()
-            .map(|p| p.text.as_bytes().to_vec()),
-    );
-    for raw in env.history_raw() {
-        for span in crate::envelope::content_block_spans(raw) {
-            texts.push(raw[span].to_vec());
+/// Prompt tokens up to and including block `block` (counted as [`Mark::block`] counts),
+/// block by block and no further than `enough`: exact below it, at least `enough` once
+/// reached. The diagnosis asks whether a prefix is below the model's minimum, and a prompt
+/// of hundreds of KB is not tokenised after every response to learn that it is not.
+pub fn tokens_through(env: &Envelope, block: u32, enough: u64) -> u64 {
+    let tools = env.tools_raw();
+    let system = env.system_parts().iter().map(|p| p.text.as_bytes());
+    let history = env.history_raw().flat_map(|raw| {
+        crate::envelope::content_block_spans(raw)
+            .into_iter()
+            .map(move |span| &raw[span])
+    });
+    let mut total = 0;
+    for text in tools.chain(system).chain(history).take(block as usize) {
+        if total >= enough {
+            break;
         }
+        total += crate::tokens::count_up_to(&String::from_utf8_lossy(text), enough - total);
     }
-    texts
-        .iter()
-        .take(block as usize)
-        .map(|t| crate::tokens::count(&String::from_utf8_lossy(t)))
-        .sum()
+    total
 }
 
 #[cfg(test)]
@@ -229,6 +230,33 @@ mod tests {
     use super::*;
     use crate::providers::Provider;
     use bytes::Bytes;
+
+    /// The diagnosis asks whether a marker's prefix reaches the model's minimum: counting
+    /// stops once it does, within a piece of it, however long the prompt; below it the
+    /// count is exact.
+    #[test]
+    fn tokens_are_counted_only_as_far_as_asked() {
+        let text = |i: usize| format!("step {i}: {}", "the quick brown fox jumps. ".repeat(200));
+        let messages: Vec<serde_json::Value> = (0..60)
+            .map(|i| serde_json::json!({"role": "user", "content": [{"type": "text", "text": text(i)}]}))
+            .collect();
+        let body = serde_json::json!({"model": "claude-sonnet-4-5", "system": "Be brief.", "messages": messages});
+        let env = Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap();
+        let blocks = 61;
+        let all = tokens_through(&env, blocks, u64::MAX);
+        let each = crate::tokens::count(&text(0));
+        assert!(all > 50 * each, "{all}");
+        let asked = tokens_through(&env, blocks, 2048);
+        assert!((2048..2048 + 1024).contains(&asked), "{asked} of {all}");
+        let first = tokens_through(&env, 2, 2048);
+        assert_eq!(first, tokens_through(&env, 2, u64::MAX));
+        assert!(first < 2048, "{first}");
+    }
 
     /// A remembered tool is its API's reading of the bytes: Chat names a tool by its
     /// `function`, the others by the top-level name, on the first ask and after.

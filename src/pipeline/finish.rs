@@ -471,8 +471,12 @@ impl Pipeline {
             min_tokens,
             thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(sent),
         };
+        if usage.cache_read == 0 && usage.cache_write == 0 && !crate::tokens::is_warm() {
+            // The diagnosis may count tokens: the vocabulary loads off the runtime's threads.
+            let _ = tokio::task::spawn_blocking(crate::tokens::warm).await;
+        }
         let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
-            crate::measure::shape::tokens_through(sent, block)
+            crate::measure::shape::tokens_through(sent, block, min_tokens)
         })?;
         // A message that differs only by the thinking blocks it lost is a dropped thought,
         // not an edit.

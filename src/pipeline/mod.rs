@@ -165,6 +165,11 @@ impl Pipeline {
             None
         };
         let injections = Some(inject::Injections::new(policies.iter())?).filter(|i| !i.is_empty());
+        if policies.places_markers() {
+            // Marker placement counts tokens on the request path: the tokenizer's vocabulary
+            // loads now, off the runtime's threads, not on the first request it shapes.
+            tokio::task::spawn_blocking(crate::tokens::warm);
+        }
         // Kept bodies count against the sessions' memory budget: a quarter of it at most.
         let known_budget = usize::try_from(config.sessions.cache_bytes / 4).unwrap_or(usize::MAX);
         let known = KnownPrefixes::new(config.server.incremental, known_budget);

@@ -47,6 +47,22 @@ impl PolicySet {
     pub fn is_empty(&self) -> bool {
         self.policies.is_empty()
     }
+
+    /// Whether a policy may have cachet place Anthropic cache markers: `auto` breakpoints,
+    /// or a context-hook injection (alone or as an A/B arm), which marks the history before
+    /// it. Marker placement counts tokens on the request path.
+    pub fn places_markers(&self) -> bool {
+        use super::model::{BreakpointMode, InjectMode};
+        self.policies.iter().any(|p| {
+            let context_hook = p.inject.iter().any(|i| {
+                i.mode == InjectMode::ContextHook
+                    || i.ab.iter().any(|(arm, _)| *arm == InjectMode::ContextHook)
+            });
+            context_hook
+                || p.breakpoints
+                    .is_some_and(|b| b.mode == BreakpointMode::Auto)
+        })
+    }
 }
 
 /// Load every file in `files` and every `*.toml` in `dirs` (a file reached twice counts

@@ -378,3 +378,35 @@ fn ttl_auto_and_keep_warm_are_accepted_only_together_with_auto_mode() {
         vec!["p.toml:6:24: breakpoints.keep_warm_after_secs: 300 is not between 1 and 299: the keep-warm must read the prefix before its 5-minute entry expires"]
     );
 }
+
+/// The policies that have cachet place markers load the tokenizer at start, since placing
+/// them counts tokens on the request path; the others leave it unloaded.
+#[test]
+fn the_policies_that_place_markers_are_known_at_load() {
+    let shipped = |name: &str| {
+        let path = PathBuf::from(format!(
+            "{}/policies/{name}.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ));
+        load_policies(&[path], &[]).unwrap()
+    };
+    for (name, places) in [
+        ("anthropic-auto-breakpoints", true),
+        ("memory-context-hook", true),
+        ("memory-pinned", false),
+        ("memory-system-prompt", false),
+        ("openai-cache-key", false),
+        ("stabilize-volatile", false),
+    ] {
+        assert_eq!(shipped(name).places_markers(), places, "{name}");
+    }
+    let ab = r#"
+name = "a"
+[[inject]]
+source = { url = "http://127.0.0.1:7000/recall" }
+mode = "ab"
+ab = { "system-prompt" = 50, "context-hook" = 50 }
+"#;
+    let p = parse_policy(Path::new("p.toml"), ab).unwrap();
+    assert!(PolicySet::new(vec![p]).places_markers());
+}

@@ -275,7 +275,7 @@ impl SessionLanes {
                 thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(&sent.env),
             };
             let mut d = diagnose(&previous, &current, &|block| {
-                crate::measure::shape::tokens_through(&sent.env, block)
+                crate::measure::shape::tokens_through(&sent.env, block, current.min_tokens)
             })?;
             let at = d.message_index.unwrap_or(0);
             if let (Some(before), Some(now)) = (
