@@ -194,14 +194,7 @@ const CHUNK_BYTES: usize = 1024;
 
 /// Number of tokens in `text`.
 pub fn count(text: &str) -> u64 {
-    let mut ranks = Vec::new();
-    chunks(text)
-        .map(|piece| {
-            ranks.clear();
-            vocab().encode(piece, &mut ranks);
-            ranks.len() as u64
-        })
-        .sum()
+    count_up_to(text, u64::MAX)
 }
 
 /// [`count`], stopping at the first piece that reaches `enough`: the exact count below it,

@@ -439,13 +439,25 @@ const LOOKBACK: u32 = anthropic::LOOKBACK_BLOCKS as u32;
 
 /// Nothing read although the prompt is long enough, because every marker sits on a prefix
 /// below the model's minimum.
+/// Whether diagnosing `cur` may count its prompt's tokens ([`below_minimum`]): an
+/// Anthropic request with markers, at least the minimum long, that read and wrote nothing.
+pub fn may_count_tokens(cur: &Current<'_>) -> bool {
+    let usage = &cur.usage;
+    matches!(
+        cur.shape.endpoint,
+        Endpoint::Messages | Endpoint::CountTokens
+    ) && usage.cache_read == 0
+        && usage.cache_write == 0
+        && usage.total_input() >= cur.min_tokens
+        && !cur.shape.marks.is_empty()
+}
+
 fn below_minimum(
     cur: &Current<'_>,
     tokens_through: &dyn Fn(u32) -> u64,
     base: &impl Fn(Section, BreakReason, String) -> Diagnosis,
 ) -> Option<Diagnosis> {
-    let usage = &cur.usage;
-    if usage.cache_read > 0 || usage.cache_write > 0 || usage.total_input() < cur.min_tokens {
+    if !may_count_tokens(cur) {
         return None;
     }
     let last = cur.shape.marks.last()?;

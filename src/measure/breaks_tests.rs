@@ -282,3 +282,57 @@ fn an_older_model_drops_the_previous_turns_thinking() {
     let bytes = serde_json::to_vec(&body).unwrap();
     assert_eq!(via_envelope(&bytes), None);
 }
+
+/// Only an Anthropic request with markers, at least the minimum long, that read and wrote
+/// nothing has its tokens counted (and so loads the tokenizer): a zero-cache OpenAI answer,
+/// common on short prompts, never does.
+#[test]
+fn only_an_anthropic_request_with_markers_that_cached_nothing_counts_tokens() {
+    use super::{may_count_tokens, Current};
+    use crate::measure::PromptShape;
+    use crate::usage::Usage;
+    let shape_of = |provider, endpoint, body: &Value| {
+        let body = Bytes::from(serde_json::to_vec(body).unwrap());
+        PromptShape::of(&Envelope::parse(provider, endpoint, body).unwrap(), 0)
+    };
+    let asks = |shape: &PromptShape, usage: Usage| {
+        may_count_tokens(&Current {
+            shape,
+            usage,
+            time_ms: 0,
+            min_tokens: 1024,
+            thinking_stripped_from: None,
+        })
+    };
+    let nothing_cached = Usage {
+        uncached: 5000,
+        ..Default::default()
+    };
+    let claude_code = shape_of(Provider::Anthropic, Endpoint::Messages, &claude_code_body());
+    assert!(
+        !claude_code.marks.is_empty(),
+        "Claude Code marks its prompt"
+    );
+    assert!(asks(&claude_code, nothing_cached));
+    let read = Usage {
+        cache_read: 4000,
+        ..nothing_cached
+    };
+    assert!(!asks(&claude_code, read));
+    let short = Usage {
+        uncached: 500,
+        ..Default::default()
+    };
+    assert!(!asks(&claude_code, short));
+    let unmarked = json!({"model": "claude-sonnet-4-5", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hi"}]});
+    assert!(!asks(
+        &shape_of(Provider::Anthropic, Endpoint::Messages, &unmarked),
+        nothing_cached
+    ));
+    let chat = json!({"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]});
+    assert!(!asks(
+        &shape_of(Provider::OpenAi, Endpoint::Chat, &chat),
+        nothing_cached
+    ));
+}

@@ -471,8 +471,8 @@ impl Pipeline {
             min_tokens,
             thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(sent),
         };
-        if usage.cache_read == 0 && usage.cache_write == 0 && !crate::tokens::is_warm() {
-            // The diagnosis may count tokens: the vocabulary loads off the runtime's threads.
+        if crate::measure::breaks::may_count_tokens(&current) && !crate::tokens::is_warm() {
+            // The vocabulary loads off the runtime's threads.
             let _ = tokio::task::spawn_blocking(crate::tokens::warm).await;
         }
         let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
