@@ -279,6 +279,9 @@ impl Pipeline {
         let complete = result.outcome == Outcome::Complete && (200..300).contains(&status);
         let mut patches = Vec::new();
         let mut ttl_decision = None;
+        // The body as sent, in one buffer: the splice that went upstream is pieced together
+        // here, after the response, once for keep-warm and the session log alike.
+        let mut sent_body: Option<bytes::Bytes> = None;
         let (session_ctx, uncached_tail, variant, turn_index) = match shaped.after {
             After::Nothing => return,
             After::Observe => {
@@ -317,7 +320,8 @@ impl Pipeline {
                 {
                     let id = after.ctx.id.id.clone();
                     let tail = after.uncached_tail;
-                    self.arm_keep_warm(&ctx, &id, &shaped.body.to_bytes(), tail, assistant, secs);
+                    let sent = sent_body.get_or_insert_with(|| shaped.body.to_bytes());
+                    self.arm_keep_warm(&ctx, &id, sent, tail, assistant, secs);
                 }
                 ttl_decision = after.ttl_decision.take();
                 patches = std::mem::take(&mut after.patches);
@@ -332,8 +336,8 @@ impl Pipeline {
         // shaped body repeats the previous shaped body of its session, whose keys are kept.
         let sent = match parsed.map_or_else(
             || {
-                // Pieced together here, after the response: the splice was sent as it is.
-                let (env, history) = self.read_sent_envelope(ctx.route, shaped.body.to_bytes())?;
+                let sent = sent_body.take().unwrap_or_else(|| shaped.body.to_bytes());
+                let (env, history) = self.read_sent_envelope(ctx.route, sent)?;
                 Ok::<_, crate::error::ApiError>((env, history.keys().to_vec()))
             },
             |env| Ok((env, session_ctx.history.keys().to_vec())),
