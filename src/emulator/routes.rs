@@ -150,13 +150,10 @@ fn family(path: &str, req: &Request<Incoming>) -> Provider {
     let h = req.headers();
     if path.starts_with("/v1/chat/") || path.starts_with("/v1/responses") {
         Provider::OpenAi
-    } else if path.starts_with("/v1/messages")
-        || h.contains_key("anthropic-version")
-        || h.contains_key("x-api-key")
-    {
+    } else if path.starts_with("/v1/messages") {
         Provider::Anthropic
     } else {
-        Provider::OpenAi
+        crate::providers::family_named_by(h)
     }
 }
 

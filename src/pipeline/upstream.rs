@@ -137,7 +137,7 @@ impl Pipeline {
 /// Name a beta in `anthropic-beta`, after the ones the client named.
 fn add_beta(headers: &mut http::HeaderMap, beta: &str) {
     let current = headers
-        .get("anthropic-beta")
+        .get(crate::providers::ANTHROPIC_BETA)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if current.split(',').any(|b| b.trim() == beta) {
@@ -149,6 +149,6 @@ fn add_beta(headers: &mut http::HeaderMap, beta: &str) {
         format!("{current},{beta}")
     };
     if let Ok(v) = http::HeaderValue::from_str(&value) {
-        headers.insert("anthropic-beta", v);
+        headers.insert(crate::providers::ANTHROPIC_BETA, v);
     }
 }

@@ -46,7 +46,7 @@ pub fn credential(headers: &HeaderMap) -> Credential {
         .filter_map(bearer_token)
         .any(|token| token.starts_with(ANTHROPIC_OAUTH_PREFIX));
     let oauth_beta = headers
-        .get_all("anthropic-beta")
+        .get_all(super::ANTHROPIC_BETA)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))

@@ -18,7 +18,7 @@ pub mod openai_responses;
 pub mod turns;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderName, Method};
 use serde_json::Value;
 
 #[cfg(test)]
@@ -177,17 +177,36 @@ pub struct Route {
     pub endpoint: Endpoint,
 }
 
+/// The API version header every Anthropic client sends.
+pub const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+/// Anthropic's API key header (OpenAI's key goes in `authorization: Bearer`).
+pub const ANTHROPIC_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// The betas an Anthropic request opts into, comma-separated.
+pub const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+/// The upstream's id of a request, what a provider's support asks for: Anthropic's
+/// `request-id`, OpenAI's `x-request-id`.
+pub const REQUEST_ID_HEADERS: [HeaderName; 2] = [
+    HeaderName::from_static("request-id"),
+    HeaderName::from_static("x-request-id"),
+];
+
+/// The family a request's headers name, where its path does not: Anthropic's version or
+/// key header, else OpenAI. Every answer that cannot go by the path (model lists, paths
+/// outside `/v1/`, refusals at the edge) goes by this.
+pub fn family_named_by(headers: &HeaderMap) -> Provider {
+    // Pre-parsed names: a lookup by `&str` parses the name on every request.
+    if headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(ANTHROPIC_KEY) {
+        Provider::Anthropic
+    } else {
+        Provider::OpenAi
+    }
+}
+
 /// Classify a request by method, path (without query) and headers.
 /// Returns `None` for paths outside `/v1/`.
 pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
     let path = path.trim_end_matches('/');
-    let anthropic_headers =
-        headers.contains_key("anthropic-version") || headers.contains_key("x-api-key");
-    let family = if anthropic_headers {
-        Provider::Anthropic
-    } else {
-        Provider::OpenAi
-    };
+    let family = family_named_by(headers);
     let route = |provider, endpoint| Some(Route { provider, endpoint });
     match (method, path) {
         (&Method::POST, "/v1/messages") => route(Provider::Anthropic, Endpoint::Messages),

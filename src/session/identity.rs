@@ -7,7 +7,7 @@
 //! 4. Codex's `session-id` header (`session_id` in versions before 0.169);
 //! 5. otherwise a fingerprint of the system prompt, the tools and the first user message.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -56,10 +56,14 @@ pub struct SessionId {
     pub source: IdSource,
 }
 
-const CACHET_HEADER: &str = "x-cachet-session";
-const CLAUDE_CODE_HEADER: &str = "x-claude-code-session-id";
+const CACHET_HEADER: HeaderName = HeaderName::from_static("x-cachet-session");
+pub(crate) const CLAUDE_CODE_HEADER: HeaderName =
+    HeaderName::from_static("x-claude-code-session-id");
 /// Codex 0.169 sends `session-id`; older versions `session_id`.
-const CODEX_HEADERS: [&str; 2] = ["session-id", "session_id"];
+const CODEX_HEADERS: [HeaderName; 2] = [
+    HeaderName::from_static("session-id"),
+    HeaderName::from_static("session_id"),
+];
 
 /// Longest id used as given; longer ones, or ones with other characters, are hashed.
 const MAX_ID_LEN: usize = 128;
@@ -71,9 +75,9 @@ pub fn identify(headers: &HeaderMap, env: &Envelope) -> SessionId {
         env.option_raw(key)
             .and_then(|raw| serde_json::from_slice::<String>(raw).ok())
     };
-    let found = header(headers, CACHET_HEADER)
+    let found = header(headers, &CACHET_HEADER)
         .map(|id| (id, IdSource::Header))
-        .or_else(|| header(headers, CLAUDE_CODE_HEADER).map(|id| (id, IdSource::ClaudeCodeHeader)))
+        .or_else(|| header(headers, &CLAUDE_CODE_HEADER).map(|id| (id, IdSource::ClaudeCodeHeader)))
         .or_else(|| {
             (env.provider() == Provider::Anthropic)
                 .then(|| metadata_session(env))
@@ -113,7 +117,7 @@ pub fn named_in_headers(headers: &HeaderMap) -> Option<String> {
         .map(|id| safe_id(&id))
 }
 
-fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+fn header(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
     non_empty(headers.get(name).and_then(|v| v.to_str().ok()))
 }
 

@@ -184,13 +184,12 @@ impl RequestTelemetry {
         }
     }
 
-    /// The upstream's request id (`request-id` from Anthropic, `x-request-id` from OpenAI):
-    /// what a provider's support asks for.
+    /// The upstream's request id ([`crate::providers::REQUEST_ID_HEADERS`]).
     pub fn record_upstream(&mut self, headers: &HeaderMap) {
         let Some(i) = &mut self.inner else { return };
-        let id = ["request-id", "x-request-id"]
+        let id = crate::providers::REQUEST_ID_HEADERS
             .iter()
-            .find_map(|name| headers.get(*name)?.to_str().ok());
+            .find_map(|name| headers.get(name)?.to_str().ok());
         if let Some(id) = id {
             i.request_id = i.note("request_id", id);
         }

@@ -115,8 +115,9 @@ impl ClientKeys {
 /// The credentials a request carries: `x-api-key`, and the token of `authorization: Bearer`.
 fn candidates(headers: &HeaderMap) -> Vec<(HeaderName, String)> {
     let mut out = Vec::new();
-    if let Some(v) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
-        out.push((HeaderName::from_static("x-api-key"), v.trim().to_string()));
+    let key = crate::providers::ANTHROPIC_KEY;
+    if let Some(v) = headers.get(&key).and_then(|v| v.to_str().ok()) {
+        out.push((key, v.trim().to_string()));
     }
     if let Some(v) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         let v = v.trim();

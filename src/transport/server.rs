@@ -234,13 +234,10 @@ fn edge_refusal(
 
 /// The provider family a request that cannot be routed speaks, for its error's format.
 fn provider_hint(path: &str, headers: &http::HeaderMap) -> Provider {
-    if path.starts_with("/v1/messages")
-        || headers.contains_key("anthropic-version")
-        || headers.contains_key("x-api-key")
-    {
+    if path.starts_with("/v1/messages") {
         Provider::Anthropic
     } else {
-        Provider::OpenAi
+        crate::providers::family_named_by(headers)
     }
 }
 
@@ -251,11 +248,7 @@ fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
     if matches!(path, "/" | "/api/hello") && matches!(*req.method(), Method::HEAD | Method::GET) {
         return Response::new(full("cachet\n"));
     }
-    let provider = if req.headers().contains_key("anthropic-version") {
-        Provider::Anthropic
-    } else {
-        Provider::OpenAi
-    };
+    let provider = crate::providers::family_named_by(req.headers());
     let err = ApiError::new(
         ErrorKind::NotFound,
         format!("no route for {} {path}", req.method()),

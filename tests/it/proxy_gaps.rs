@@ -195,3 +195,42 @@ async fn no_route_answers_are_logged_at_info() {
     assert!(line.contains("INFO"), "{line}");
     assert!(!text.contains("sk-dummy-secret"));
 }
+
+/// Every answer cachet gives itself speaks the family the request's headers name, by one
+/// rule (`providers::family_named_by`): a client that sends only `x-api-key` (Anthropic's
+/// key header) to a path outside `/v1/`, or to one the edge refuses, gets an Anthropic
+/// error, as it would at `/v1/models`.
+#[tokio::test]
+async fn answers_outside_v1_speak_the_family_the_headers_name() {
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let cases = [
+        ("x-api-key: sk-ant-dummy\r\n", true),
+        ("anthropic-version: 2023-06-01\r\n", true),
+        ("authorization: Bearer sk-dummy\r\n", false),
+        ("", false),
+    ];
+    for (headers, anthropic) in cases {
+        // Outside `/v1/` (a base URL without it), and a path the edge refuses, sent as is.
+        for path in ["/messages", "/v1/%2e%2e/admin"] {
+            let answer = raw_exchange(
+                proxy.addr,
+                &format!(
+                    "POST {path} HTTP/1.1\r\nhost: x\r\n{headers}content-length: 2\r\nconnection: close\r\n\r\n{{}}"
+                ),
+            )
+            .await;
+            assert!(
+                answer.starts_with("HTTP/1.1 4"),
+                "{path} {headers}: {answer}"
+            );
+            let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+            let body: Value = serde_json::from_str(body).unwrap();
+            let anthropic_shape = body["type"] == "error" && body["error"]["type"].is_string();
+            let openai_shape = body.get("type").is_none() && body["error"]["message"].is_string();
+            assert_eq!(anthropic_shape, anthropic, "{path} {headers}: {body}");
+            assert_eq!(openai_shape, !anthropic, "{path} {headers}: {body}");
+        }
+    }
+    proxy.shutdown().await;
+}
