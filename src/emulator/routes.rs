@@ -371,11 +371,7 @@ fn json_response(
     );
     if let Ok(id) = HeaderValue::from_str(request_id) {
         if !request_id.is_empty() {
-            let name = match provider {
-                Provider::Anthropic => "request-id",
-                Provider::OpenAi => "x-request-id",
-            };
-            headers.insert(name, id);
+            headers.insert(crate::providers::request_id_header(provider), id);
         }
     }
     resp

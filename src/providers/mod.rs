@@ -190,6 +190,15 @@ pub const REQUEST_ID_HEADERS: [HeaderName; 2] = [
     HeaderName::from_static("x-request-id"),
 ];
 
+/// The header a provider names its request id in (see [`REQUEST_ID_HEADERS`]).
+pub fn request_id_header(provider: Provider) -> HeaderName {
+    let [anthropic, openai] = REQUEST_ID_HEADERS;
+    match provider {
+        Provider::Anthropic => anthropic,
+        Provider::OpenAi => openai,
+    }
+}
+
 /// The family a request's headers name, where its path does not: Anthropic's version or
 /// key header, else OpenAI. Every answer that cannot go by the path (model lists, paths
 /// outside `/v1/`, refusals at the edge) goes by this.
