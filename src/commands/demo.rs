@@ -339,9 +339,7 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     config.server.listen = bind_proxy(args.listen).await;
     config.server.admin_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.server.shutdown_grace_secs = 5;
-    if !args.once {
-        crate::telemetry::init_logging(&config);
-    }
+    let _logs = (!args.once).then(|| crate::telemetry::init_logging(&config));
     let stable = stabilized_run(&config).await?;
     let proxy = crate::transport::server::spawn(config).await?;
     let url = format!("http://{}", proxy.addr);

@@ -65,7 +65,8 @@ pub async fn shutdown_signal() {
 
 pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = config_from_args(&args)?;
-    crate::telemetry::init_logging(&config);
+    // Held until cachet stops: dropping it writes the log lines still waiting.
+    let _logs = crate::telemetry::init_logging(&config);
     crate::models::install_user_table(config.models.as_deref()).map_err(anyhow::Error::msg)?;
     let handle = server::spawn(config).await?;
     println!(

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 pub use config::{OtlpConfig, TelemetryConfig};
-pub use logs::init_logging;
+pub use logs::{init_logging, LogGuard};
 pub use request::{Finished, RequestTelemetry};
 
 use crate::metrics::Metrics;
