@@ -3,8 +3,8 @@
 //!
 //! Lines below `warn` (the per-request `request done` line) wait in memory for at most
 //! [`FLUSH_EVERY`] and leave together in one write, as nginx's and Envoy's buffered access
-//! logs do: one `write` to stderr per request cost more of a 2 KB request's CPU than
-//! formatting the line (BENCHMARKS.md, "The request line, written in batches"). A `warn` or
+//! logs do: a `write` to stderr per request was a measurable part of a 2 KB request's CPU
+//! (BENCHMARKS.md, "The request line, written in batches"). A `warn` or
 //! `error` line is written at once, after the lines before it. What is waiting is written
 //! when the [`LogGuard`] is dropped (cachet stopping); a process killed outright loses at
 //! most the last [`FLUSH_EVERY`] of lines below `warn`.
