@@ -437,8 +437,6 @@ fn anthropic_miss(
 /// Blocks a marker looks back over, the marked one included.
 const LOOKBACK: u32 = anthropic::LOOKBACK_BLOCKS as u32;
 
-/// Nothing read although the prompt is long enough, because every marker sits on a prefix
-/// below the model's minimum.
 /// Whether diagnosing `cur` may count its prompt's tokens ([`below_minimum`]): an
 /// Anthropic request with markers, at least the minimum long, that read and wrote nothing.
 pub fn may_count_tokens(cur: &Current<'_>) -> bool {
@@ -452,6 +450,8 @@ pub fn may_count_tokens(cur: &Current<'_>) -> bool {
         && !cur.shape.marks.is_empty()
 }
 
+/// Nothing read although the prompt is long enough, because every marker sits on a prefix
+/// below the model's minimum.
 fn below_minimum(
     cur: &Current<'_>,
     tokens_through: &dyn Fn(u32) -> u64,
