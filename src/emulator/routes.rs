@@ -145,22 +145,10 @@ fn recover<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
     lock.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Which family answers: by path for generation endpoints, by headers otherwise.
-fn family(path: &str, req: &Request<Incoming>) -> Provider {
-    let h = req.headers();
-    if path.starts_with("/v1/chat/") || path.starts_with("/v1/responses") {
-        Provider::OpenAi
-    } else if path.starts_with("/v1/messages") {
-        Provider::Anthropic
-    } else {
-        crate::providers::family_named_by(h)
-    }
-}
-
 pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
     let seq = shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
     let path = req.uri().path().trim_end_matches('/').to_string();
-    let provider = family(&path, &req);
+    let provider = crate::providers::family_of(&path, req.headers());
     let request_id = format!("req_emu{seq:020}");
     // The same edge rule as the proxy: no path that climbs out of where it points.
     if let Err(err) = crate::transport::path_guard::check(req.uri().path()) {

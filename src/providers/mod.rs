@@ -199,9 +199,31 @@ pub fn request_id_header(provider: Provider) -> HeaderName {
     }
 }
 
+/// The family a request speaks: the one its path names, else the one its headers name
+/// ([`family_named_by`]). Routing, the errors cachet answers itself (refusals at the edge,
+/// paths outside `/v1/`) and the emulator all go by this one rule.
+pub fn family_of(path: &str, headers: &HeaderMap) -> Provider {
+    family_named_by_path(path).unwrap_or_else(|| family_named_by(headers))
+}
+
+/// The family whose API a path is under: Anthropic's `/v1/messages`, OpenAI's `/v1/chat/`
+/// and `/v1/responses` (whole segments: `/v1/messagesx` names none).
+fn family_named_by_path(path: &str) -> Option<Provider> {
+    let under = |api: &str| {
+        path.strip_prefix(api)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    if under("/v1/messages") {
+        Some(Provider::Anthropic)
+    } else if under("/v1/chat") || under("/v1/responses") {
+        Some(Provider::OpenAi)
+    } else {
+        None
+    }
+}
+
 /// The family a request's headers name, where its path does not: Anthropic's version or
-/// key header, else OpenAI. Every answer that cannot go by the path (model lists, paths
-/// outside `/v1/`, refusals at the edge) goes by this.
+/// key header, else OpenAI.
 pub fn family_named_by(headers: &HeaderMap) -> Provider {
     // Pre-parsed names: a lookup by `&str` parses the name on every request.
     if headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(ANTHROPIC_KEY) {
@@ -215,7 +237,7 @@ pub fn family_named_by(headers: &HeaderMap) -> Provider {
 /// Returns `None` for paths outside `/v1/`.
 pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
     let path = path.trim_end_matches('/');
-    let family = family_named_by(headers);
+    let family = family_of(path, headers);
     let route = |provider, endpoint| Some(Route { provider, endpoint });
     match (method, path) {
         (&Method::POST, "/v1/messages") => route(Provider::Anthropic, Endpoint::Messages),
@@ -233,6 +255,34 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rout
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_path_names_the_family_by_whole_segments_before_the_headers() {
+        let mut anthropic = HeaderMap::new();
+        anthropic.insert("anthropic-version", "2023-06-01".parse().unwrap());
+        let none = HeaderMap::new();
+        for (path, by_path) in [
+            ("/v1/messages", Some(Provider::Anthropic)),
+            ("/v1/messages/batches/msgbatch_1", Some(Provider::Anthropic)),
+            ("/v1/chat/completions/chatcmpl-1", Some(Provider::OpenAi)),
+            ("/v1/chat", Some(Provider::OpenAi)),
+            ("/v1/responses/resp_1/cancel", Some(Provider::OpenAi)),
+            ("/v1/messagesx", None),
+            ("/v1/chatter", None),
+            ("/v1/models", None),
+            ("/messages", None),
+        ] {
+            for headers in [&anthropic, &none] {
+                let expected = by_path.unwrap_or_else(|| family_named_by(headers));
+                assert_eq!(family_of(path, headers), expected, "{path}");
+            }
+        }
+        // Routing goes by the same rule.
+        let r = classify(&Method::GET, "/v1/messages/batches", &none).unwrap();
+        assert_eq!(r.provider, Provider::Anthropic);
+        let r = classify(&Method::GET, "/v1/responses/resp_1", &anthropic).unwrap();
+        assert_eq!(r.provider, Provider::OpenAi);
+    }
 
     #[test]
     fn known_routes_and_family_fallback() {

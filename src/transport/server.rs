@@ -183,7 +183,7 @@ struct Edge {
 async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBody> {
     let path = req.uri().path();
     if let Err(err) = path_guard::check(path) {
-        let provider = provider_hint(path, req.headers());
+        let provider = crate::providers::family_of(path, req.headers());
         return edge_refusal(&edge.pipeline, provider, Endpoint::Other, &err);
     }
     let Some(route) = classify(req.method(), path, req.headers()) else {
@@ -232,15 +232,6 @@ fn edge_refusal(
     resp
 }
 
-/// The provider family a request that cannot be routed speaks, for its error's format.
-fn provider_hint(path: &str, headers: &http::HeaderMap) -> Provider {
-    if path.starts_with("/v1/messages") {
-        Provider::Anthropic
-    } else {
-        crate::providers::family_named_by(headers)
-    }
-}
-
 /// Answers for paths outside `/v1/`: Claude Code probes `HEAD /` (or `/api/hello`) before
 /// its first request.
 fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
@@ -248,7 +239,7 @@ fn local_response(req: &Request<Incoming>) -> Response<ProxyBody> {
     if matches!(path, "/" | "/api/hello") && matches!(*req.method(), Method::HEAD | Method::GET) {
         return Response::new(full("cachet\n"));
     }
-    let provider = crate::providers::family_named_by(req.headers());
+    let provider = crate::providers::family_of(path, req.headers());
     let err = ApiError::new(
         ErrorKind::NotFound,
         format!("no route for {} {path}", req.method()),

@@ -196,6 +196,85 @@ async fn no_route_answers_are_logged_at_info() {
     assert!(!text.contains("sk-dummy-secret"));
 }
 
+/// Whether an answer is in Anthropic's error shape (`{"type":"error","error":{"type":..}}`)
+/// rather than OpenAI's (`{"error":{"message":..}}`); panics on neither.
+fn anthropic_error_shape(answer: &str, what: &str) -> bool {
+    let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+    let body: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{what}: {e}: {body}"));
+    let anthropic = body["type"] == "error" && body["error"]["type"].is_string();
+    let openai = body.get("type").is_none() && body["error"]["message"].is_string();
+    assert_ne!(anthropic, openai, "{what}: {body}");
+    anthropic
+}
+
+/// The family a request speaks is the one its path names, else the one its headers name,
+/// by one rule (`providers::family_of`) that routing, the edge's refusals and the emulator
+/// share: a refused path under `/v1/chat/` answers in OpenAI's format even with
+/// `anthropic-version`, and `GET /v1/messages/batches` (Anthropic's Message Batches API)
+/// goes to the Anthropic family even with only a bearer token.
+#[tokio::test]
+async fn answers_speak_the_family_the_path_names_before_the_headers() {
+    const KEY_ENV: &str = "CACHET_IT_PATH_FAMILY_KEY";
+    std::env::set_var(KEY_ENV, "ck-path-family-0123456789");
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let mut config = test_config(&upstream.url());
+    config
+        .server
+        .client_keys
+        .push(cachet::config::ClientKeyConfig {
+            name: "team".into(),
+            key_env: KEY_ENV.into(),
+        });
+    let proxy = start_proxy(config).await;
+    let emulator = start_emulator().await;
+    let anthropic_headers = "anthropic-version: 2023-06-01\r\n";
+    let openai_headers = "authorization: Bearer sk-dummy\r\n";
+    // (method and path, headers that name the other family, the path's family is Anthropic)
+    let cases = [
+        (
+            "POST /v1/chat/completions/%2e%2e/admin",
+            anthropic_headers,
+            false,
+        ),
+        ("POST /v1/responses/%2e%2e/admin", anthropic_headers, false),
+        ("POST /v1/messages/%2e%2e/admin", openai_headers, true),
+        ("GET /v1/messages/batches", openai_headers, true),
+        (
+            "GET /v1/chat/completions/chatcmpl-1",
+            anthropic_headers,
+            false,
+        ),
+        ("GET /v1/responses/resp_1", anthropic_headers, false),
+    ];
+    for (request, headers, anthropic) in cases {
+        let raw = format!(
+            "{request} HTTP/1.1\r\nhost: x\r\n{headers}content-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        // The proxy refuses the path, or the request (no cachet client key) before routing it.
+        let answer = raw_exchange(proxy.addr, &raw).await;
+        assert!(answer.starts_with("HTTP/1.1 4"), "{request}: {answer}");
+        assert_eq!(
+            anthropic_error_shape(&answer, request),
+            anthropic,
+            "{request}"
+        );
+        if request.contains("%2e") {
+            let answer = raw_exchange(emulator.addr, &raw).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 4"),
+                "emulator {request}: {answer}"
+            );
+            assert_eq!(
+                anthropic_error_shape(&answer, request),
+                anthropic,
+                "emulator {request}"
+            );
+        }
+    }
+    assert!(upstream.requests().is_empty(), "nothing is forwarded");
+    proxy.shutdown().await;
+}
+
 /// Every answer cachet gives itself speaks the family the request's headers name, by one
 /// rule (`providers::family_named_by`): a client that sends only `x-api-key` (Anthropic's
 /// key header) to a path outside `/v1/`, or to one the edge refuses, gets an Anthropic
