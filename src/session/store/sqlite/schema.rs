@@ -93,8 +93,14 @@ pub fn open(path: &Path) -> StoreResult<Connection> {
     ))
     .map_err(|e| unavailable(path, e))?;
     migrate(&conn).map_err(|e| in_use_or(path, e))?;
+    // Room for every statement the store prepares (about twenty): past rusqlite's default
+    // of 16 the least recently used is compiled again when next asked for.
+    conn.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
     Ok(conn)
 }
+
+/// Prepared statements kept compiled on the store's connection.
+const STATEMENTS_KEPT: usize = 64;
 
 fn in_use_or(path: &Path, err: rusqlite::Error) -> StoreError {
     if err.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) {

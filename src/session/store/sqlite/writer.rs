@@ -216,10 +216,12 @@ fn in_savepoint<T>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
 ) -> rusqlite::Result<T> {
-    conn.execute_batch("SAVEPOINT job")?;
+    // Prepared once and kept: `execute_batch` compiles its SQL again on every call, and
+    // every job of every batch opens and releases a savepoint.
+    conn.prepare_cached("SAVEPOINT job")?.execute([])?;
     match f(conn) {
         Ok(value) => {
-            conn.execute_batch("RELEASE job")?;
+            conn.prepare_cached("RELEASE job")?.execute([])?;
             Ok(value)
         }
         Err(e) => {
