@@ -250,7 +250,7 @@ async fn answers_speak_the_family_the_path_names_before_the_headers() {
         let raw = format!(
             "{request} HTTP/1.1\r\nhost: x\r\n{headers}content-length: 0\r\nconnection: close\r\n\r\n"
         );
-        // The proxy refuses the path, or the request (no cachet client key) before routing it.
+        // The proxy refuses the path, or the request (no cachet client key) before forwarding it.
         let answer = raw_exchange(proxy.addr, &raw).await;
         assert!(answer.starts_with("HTTP/1.1 4"), "{request}: {answer}");
         assert_eq!(
@@ -275,10 +275,10 @@ async fn answers_speak_the_family_the_path_names_before_the_headers() {
     proxy.shutdown().await;
 }
 
-/// Every answer cachet gives itself speaks the family the request's headers name, by one
-/// rule (`providers::family_named_by`): a client that sends only `x-api-key` (Anthropic's
-/// key header) to a path outside `/v1/`, or to one the edge refuses, gets an Anthropic
-/// error, as it would at `/v1/models`.
+/// Where the path names no family, every answer cachet gives itself speaks the family the
+/// request's headers name (`providers::family_named_by`): a client that sends only
+/// `x-api-key` (Anthropic's key header) to a path outside `/v1/`, or to one the edge
+/// refuses, gets an Anthropic error, as it would at `/v1/models`.
 #[tokio::test]
 async fn answers_outside_v1_speak_the_family_the_headers_name() {
     let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
