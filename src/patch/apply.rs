@@ -28,6 +28,19 @@ impl Envelope {
     /// Apply a whole patch or nothing of it.
     pub fn apply(&mut self, ops: &[Op], transformer: &str) -> Result<ApplyReport, PatchRefusal> {
         let mut work = self.clone();
+        let report = work.apply_in_place(ops, transformer)?;
+        *self = work;
+        Ok(report)
+    }
+
+    /// [`Envelope::apply`] on this envelope itself: a refused op leaves the ops before it
+    /// applied, so the caller applies to a copy it drops on refusal. Replaying a session's
+    /// persisted patches copies the envelope once for all of them, not once per patch.
+    pub(crate) fn apply_in_place(
+        &mut self,
+        ops: &[Op],
+        transformer: &str,
+    ) -> Result<ApplyReport, PatchRefusal> {
         let mut report = ApplyReport {
             transformer: transformer.to_owned(),
             ops: Vec::new(),
@@ -51,14 +64,13 @@ impl Envelope {
             if op.check_reason().is_err() {
                 return Err(refuse(RefusalReason::MissingInvalidateReason));
             }
-            apply_op(&mut work, op).map_err(refuse)?;
+            apply_op(self, op).map_err(refuse)?;
             report.ops.push(OpOutcome {
                 op: op.name(),
                 scope: op.scope(),
                 invalidate_reason: op.invalidate_cache_reason().map(str::to_owned),
             });
         }
-        *self = work;
         Ok(report)
     }
 }
@@ -251,7 +263,11 @@ fn check_sequence(
 
 fn insert(env: &mut Envelope, at: &Selector, messages: &[Value]) -> OpResult {
     let len = env.cached.len();
-    let prompt = env.last_user_prompt_index();
+    // Only this selector needs the history's turns; a replayed insert has its index.
+    let prompt = match at {
+        Selector::BeforeLastUserPrompt => env.last_user_prompt_index(),
+        Selector::Index(_) | Selector::End => None,
+    };
     let index = at.position(len, prompt).ok_or_else(|| {
         RefusalReason::BadSelector(match at {
             Selector::BeforeLastUserPrompt => "the history has no user prompt".into(),

@@ -32,7 +32,8 @@ pub struct Shaping<'a> {
 }
 
 impl Shaping<'_> {
-    /// Apply ops one at a time (so each insert position is known), all or nothing.
+    /// Apply ops one at a time (so each insert position is known), all or nothing: to a
+    /// copy of the envelope, kept only when every op applied.
     /// Returns the ops with message positions as client positions.
     pub fn apply(
         &mut self,
@@ -50,7 +51,7 @@ impl Shaping<'_> {
                 }
                 _ => None,
             };
-            env.apply(std::slice::from_ref(op), transformer)?;
+            env.apply_in_place(std::slice::from_ref(op), transformer)?;
             let mut stored = op.clone();
             if let (Op::MessagesInsert { at, .. }, Some(pos)) = (&mut stored, insert_at) {
                 let client = map.client_index_at(pos);
@@ -85,7 +86,7 @@ impl Shaping<'_> {
                     insert_at = Some(pos);
                 }
             }
-            env.apply(std::slice::from_ref(&live), transformer)?;
+            env.apply_in_place(std::slice::from_ref(&live), transformer)?;
             map.applied(&live, insert_at);
         }
         *self.env = env;
@@ -347,4 +348,46 @@ impl Pipeline {
 /// Invalidate reasons are free text from policies and hooks: keep the label bounded.
 fn bounded(reason: &str) -> String {
     reason.chars().take(80).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::CompileOptions;
+    use crate::providers::{Endpoint, Provider};
+
+    const BODY: &str = r#"{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"Base."}],"messages":[{"role":"user","content":"first"},{"role":"assistant","content":"ok"},{"role":"user","content":"second"}],"max_tokens":100}"#;
+
+    /// A patch whose first op applies and whose second is refused: the ops run one at a
+    /// time on one copy of the envelope, and the refusal leaves the shaped envelope and its
+    /// position map as they were, replayed or applied.
+    #[test]
+    fn a_refused_op_after_an_applied_one_leaves_the_envelope_as_it_was() {
+        let ops = crate::patch::parse_ops(
+            &serde_json::json!([
+                {"op": "system_part_set", "partName": "memory", "text": "notes", "invalidateCacheReason": "new notes"},
+                {"op": "tools_remove", "names": ["bash"]}
+            ]),
+            "t",
+        )
+        .unwrap();
+        let mut env = Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            bytes::Bytes::from_static(BODY.as_bytes()),
+        )
+        .unwrap();
+        let mut map = HistoryMap::new(env.history_len());
+        let mut shaping = Shaping {
+            env: &mut env,
+            map: &mut map,
+            events: Vec::new(),
+        };
+        let refusal = shaping.replay(&ops, "t").unwrap_err();
+        assert_eq!(refusal.op_index, Some(0), "each op is replayed on its own");
+        assert!(shaping.apply(&ops, "t", false).is_err());
+        assert!(!env.is_patched());
+        assert_eq!(env.compile(&CompileOptions::default()), BODY.as_bytes());
+        assert_eq!(map.len(), 3);
+    }
 }
