@@ -34,8 +34,8 @@ impl Envelope {
     }
 
     /// [`Envelope::apply`] on this envelope itself: a refused op leaves the ops before it
-    /// applied, so the caller applies to a copy it drops on refusal. Replaying a session's
-    /// persisted patches copies the envelope once for all of them, not once per patch.
+    /// applied, so the caller applies to a copy it drops on refusal. Shaping applies a
+    /// patch's ops one at a time this way, on one copy per patch rather than one per op.
     pub(crate) fn apply_in_place(
         &mut self,
         ops: &[Op],
