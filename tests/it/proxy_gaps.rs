@@ -182,10 +182,7 @@ async fn no_route_answers_are_logged_at_info() {
         .unwrap();
     assert_eq!(resp.status(), 404);
     // Stop it with SIGTERM and wait: every line it logged is then in the file.
-    std::process::Command::new("kill")
-        .args(["-TERM", &serve.child.id().to_string()])
-        .status()
-        .unwrap();
+    terminate(&serve.child);
     serve.child.wait().unwrap();
     let text = std::fs::read_to_string(&log_path).unwrap();
     let line = text
@@ -303,12 +300,8 @@ async fn answers_outside_v1_speak_the_family_the_headers_name() {
                 answer.starts_with("HTTP/1.1 4"),
                 "{path} {headers}: {answer}"
             );
-            let (_, body) = answer.split_once("\r\n\r\n").unwrap();
-            let body: Value = serde_json::from_str(body).unwrap();
-            let anthropic_shape = body["type"] == "error" && body["error"]["type"].is_string();
-            let openai_shape = body.get("type").is_none() && body["error"]["message"].is_string();
-            assert_eq!(anthropic_shape, anthropic, "{path} {headers}: {body}");
-            assert_eq!(openai_shape, !anthropic, "{path} {headers}: {body}");
+            let what = format!("{path} {headers}");
+            assert_eq!(anthropic_error_shape(&answer, &what), anthropic, "{what}");
         }
     }
     proxy.shutdown().await;

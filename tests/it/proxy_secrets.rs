@@ -92,10 +92,7 @@ async fn secrets_never_appear_in_logs_metrics_or_errors() {
         );
 
         // Stopped as a service manager stops it, so that the lines it batches are written.
-        std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
+        terminate(&child);
         let _ = child.wait();
         let mut logs = String::new();
         child

@@ -167,11 +167,7 @@ async fn shutdown_with_a_broken_store_exits_cleanly() {
             .set_len(0)
             .unwrap();
     }
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &serve.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    assert!(terminate(&serve.child).success());
     let status = serve.child.wait().unwrap();
     assert_eq!(status.signal(), None, "ended by signal: {status:?}");
     assert!(status.success(), "{status:?}");
@@ -203,11 +199,7 @@ async fn records_in_the_open_transaction_survive_a_stop() {
         assert_eq!(r.status(), 200);
         r.bytes().await.unwrap();
     }
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &serve.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    assert!(terminate(&serve.child).success());
     assert!(serve.child.wait().unwrap().success());
     let reopened = cachet::session::store::open_store(store.to_str().unwrap())
         .await

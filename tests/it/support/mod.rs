@@ -394,6 +394,14 @@ pub async fn wait_for_requests(proxy: &ProxyHandle, session: &str, n: u64) -> se
     panic!("session {session} never reached {n} requests");
 }
 
+/// Send SIGTERM to a child, as a service manager stops cachet; the status of `kill`.
+pub fn terminate(child: &std::process::Child) -> std::process::ExitStatus {
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+}
+
 /// A `cachet serve` child process on port 0: its proxy and admin addresses, read from the
 /// line it prints. `cmd` gets `serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0` first.
 pub struct ServeProcess {
