@@ -237,7 +237,8 @@ pub fn family_named_by(headers: &HeaderMap) -> Provider {
 /// Returns `None` for paths outside `/v1/`.
 pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
     let path = path.trim_end_matches('/');
-    let family = family_of(path, headers);
+    // Only the routes that do not name their provider read the family.
+    let family = || family_of(path, headers);
     let route = |provider, endpoint| Some(Route { provider, endpoint });
     match (method, path) {
         (&Method::POST, "/v1/messages") => route(Provider::Anthropic, Endpoint::Messages),
@@ -246,8 +247,8 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rout
         }
         (&Method::POST, "/v1/chat/completions") => route(Provider::OpenAi, Endpoint::Chat),
         (&Method::POST, "/v1/responses") => route(Provider::OpenAi, Endpoint::Responses),
-        (&Method::GET, "/v1/models") => route(family, Endpoint::Models),
-        (_, p) if p.starts_with("/v1/") || p == "/v1" => route(family, Endpoint::Other),
+        (&Method::GET, "/v1/models") => route(family(), Endpoint::Models),
+        (_, p) if p.starts_with("/v1/") || p == "/v1" => route(family(), Endpoint::Other),
         _ => None,
     }
 }
