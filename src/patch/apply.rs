@@ -75,6 +75,18 @@ impl Envelope {
     }
 }
 
+impl Envelope {
+    /// The history position `at` resolves to in this envelope. Only
+    /// `before_last_user_prompt` reads the history's turns: a replayed insert has its index.
+    pub(crate) fn position_of(&self, at: Selector) -> Option<usize> {
+        let prompt = match at {
+            Selector::BeforeLastUserPrompt => self.last_user_prompt_index(),
+            Selector::Index(_) | Selector::End => None,
+        };
+        at.position(self.history_len(), prompt)
+    }
+}
+
 fn apply_op(env: &mut Envelope, op: &Op) -> OpResult {
     match op {
         Op::SystemPartSet {
@@ -263,12 +275,7 @@ fn check_sequence(
 
 fn insert(env: &mut Envelope, at: &Selector, messages: &[Value]) -> OpResult {
     let len = env.cached.len();
-    // Only this selector needs the history's turns; a replayed insert has its index.
-    let prompt = match at {
-        Selector::BeforeLastUserPrompt => env.last_user_prompt_index(),
-        Selector::Index(_) | Selector::End => None,
-    };
-    let index = at.position(len, prompt).ok_or_else(|| {
+    let index = env.position_of(*at).ok_or_else(|| {
         RefusalReason::BadSelector(match at {
             Selector::BeforeLastUserPrompt => "the history has no user prompt".into(),
             Selector::Index(n) => {

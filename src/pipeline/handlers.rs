@@ -46,9 +46,7 @@ impl Shaping<'_> {
         let mut client_ops = Vec::with_capacity(ops.len());
         for op in ops {
             let insert_at = match op {
-                Op::MessagesInsert { at, .. } => {
-                    at.position(env.history_len(), env.last_user_prompt_index())
-                }
+                Op::MessagesInsert { at, .. } => env.position_of(*at),
                 _ => None,
             };
             env.apply_in_place(std::slice::from_ref(op), transformer)?;
