@@ -250,21 +250,13 @@ impl Pipeline {
     fn replay(&self, ctx: &SessionContext, shaping: &mut Shaping<'_>) {
         let plan = ctx.plan();
         for stale in &plan.stale {
-            for op in &stale.patch {
+            for (op, n) in &stale.ops {
                 self.metrics
                     .patches
-                    .with_label_values(&[&stale.transformer, op.name(), "stale"])
-                    .inc();
+                    .with_label_values(&[&stale.transformer, op, "stale"])
+                    .inc_by(*n as u64);
             }
-            PatchEvent::push_folded(
-                &mut shaping.events,
-                PatchEvent::new(
-                    &stale.transformer,
-                    "replay",
-                    PatchOutcome::Stale,
-                    &stale.patch,
-                ),
-            );
+            PatchEvent::push_folded(&mut shaping.events, stale.event(PatchOutcome::Stale));
         }
         for transform in plan.apply {
             self.replay_transform(shaping, transform);

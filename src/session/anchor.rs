@@ -30,6 +30,14 @@ impl Anchor {
     pub fn matches(&self, history: &[Value]) -> bool {
         PrefixHashes::new(history).matches(self)
     }
+
+    /// The message count and the rolling hash as bytes; `None` when the hash is not valid
+    /// hex of 32 bytes (such an anchor matches no history).
+    pub fn decoded(&self) -> Option<(usize, [u8; 32])> {
+        let mut hash = [0u8; 32];
+        hex::decode_to_slice(&self.hash, &mut hash).ok()?;
+        Some((self.count, hash))
+    }
 }
 
 /// Rolling hashes of every prefix of one history, computed once per request.
@@ -119,13 +127,16 @@ impl PrefixHashes {
         }
     }
 
+    /// The rolling hash of the first `count` messages, if the history is that long.
+    pub fn hash_at(&self, count: usize) -> Option<&[u8; 32]> {
+        self.prefix.get(count)
+    }
+
     /// Whether this history starts with the anchored prefix. O(1).
     pub fn matches(&self, anchor: &Anchor) -> bool {
-        let Some(hash) = self.prefix.get(anchor.count) else {
-            return false;
-        };
-        let mut decoded = [0u8; 32];
-        hex::decode_to_slice(&anchor.hash, &mut decoded).is_ok() && decoded == *hash
+        anchor
+            .decoded()
+            .is_some_and(|(count, hash)| self.hash_at(count) == Some(&hash))
     }
 }
 

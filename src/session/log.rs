@@ -5,10 +5,20 @@
 //! its snapshot from the cached one plus those `k`: a persistent vector (`imbl`) of shared
 //! entries, where appending copies no earlier entry. Loading a session therefore costs
 //! O(new entries), whatever its length.
+//!
+//! What a request reads of the log is kept as it grows, in persistent maps shared the same
+//! way: each lane's latest request, the persisted patches by anchor and their count per
+//! transformer, the latest request of each client history, and the gaps between requests.
+//! So planning a replay, assigning a lane and deciding a lifetime do not walk the log
+//! either; each has the walk it replaces beside it ([`Entries`]), and a test that the two
+//! agree.
 
 use std::sync::Arc;
 
+use super::anchor::PrefixHashes;
 use super::entry::{ContextTransform, Entry, RequestRecord};
+use super::replay::{walk_plan, ReplayPlan, Tallies};
+use crate::ttl::Learned;
 
 /// A session's entries in log order, however they are held: a loaded [`SessionLog`], or a
 /// plain slice (tests, tools). What reads a log takes this.
@@ -35,6 +45,25 @@ pub trait Entries {
         }
         heads
     }
+
+    /// Which persisted patches apply to `history`, and the tally of the stale ones.
+    fn replay_plan(&self, history: &PrefixHashes) -> ReplayPlan<'_> {
+        walk_plan(self.transforms(), history)
+    }
+
+    /// The latest request with a turn index whose client history `history` continues:
+    /// one that starts it and is shorter.
+    fn latest_continued(&self, history: &PrefixHashes) -> Option<&RequestRecord> {
+        self.entries().rev().find_map(|e| match e {
+            Entry::Request(r) if r.turn_index.is_some() && continues(history, r) => Some(r),
+            _ => None,
+        })
+    }
+}
+
+/// Whether `history` continues the client history `r` was made of.
+fn continues(history: &PrefixHashes, r: &RequestRecord) -> bool {
+    r.conversation.history.count < history.len() && history.matches(&r.conversation.history)
 }
 
 impl Entries for [Entry] {
@@ -67,18 +96,55 @@ impl Entries for SessionLog {
     fn lane_heads(&self) -> Vec<&RequestRecord> {
         SessionLog::lane_heads(self)
     }
+
+    fn replay_plan(&self, history: &PrefixHashes) -> ReplayPlan<'_> {
+        SessionLog::replay_plan(self, history)
+    }
+
+    fn latest_continued(&self, history: &PrefixHashes) -> Option<&RequestRecord> {
+        SessionLog::latest_continued(self, history)
+    }
 }
+
+/// An anchor as an index looks it up: message count and rolling hash.
+type AnchorKey = (usize, [u8; 32]);
+
+/// How many of the latest entries [`SessionLog::latest_continued`] reads before it looks
+/// the history's prefixes up: the request an agent's next one continues is nearly always
+/// among them.
+const RECENT: usize = 8;
 
 #[derive(Clone, Default)]
 pub struct SessionLog {
     entries: imbl::Vector<Arc<Entry>>,
+    /// What requests read of the entries, kept as they are appended; shared between
+    /// snapshots until one grows.
+    index: Arc<Index>,
+    /// Approximate bytes held (the entries' JSON size), for the cache's budget.
+    bytes: usize,
+}
+
+/// Positions and summaries of a log's entries, each kept on append.
+#[derive(Clone, Default)]
+struct Index {
     /// Positions of the `context_transform` entries, so replay planning does not walk the
     /// request records.
     transforms: imbl::Vector<usize>,
     /// Position of each lane's latest request, so lane assignment does not walk the log.
     lanes: imbl::OrdMap<u32, usize>,
-    /// Approximate bytes held (the entries' JSON size), for the cache's budget.
-    bytes: usize,
+    /// Positions of the `context_transform` entries by anchor, and the anchors' message
+    /// counts, so replay planning looks up the history's prefixes instead of reading
+    /// every patch.
+    anchored: imbl::HashMap<AnchorKey, imbl::Vector<usize>>,
+    anchor_counts: imbl::OrdSet<usize>,
+    /// Every persisted patch counted per transformer: the stale ones are these less those
+    /// that apply.
+    tallies: Tallies,
+    /// Position of the latest request (with a turn index) of each client history, so the
+    /// request a history continues is found without walking the log.
+    histories: imbl::HashMap<AnchorKey, usize>,
+    /// The gaps between requests, learned as the log grew (`ttl = "auto"`).
+    learned: Learned,
 }
 
 impl SessionLog {
@@ -105,7 +171,8 @@ impl SessionLog {
 
     /// The persisted patches, in log order.
     pub fn transforms(&self) -> impl Iterator<Item = &ContextTransform> + '_ {
-        self.transforms
+        self.index
+            .transforms
             .iter()
             .filter_map(|&i| match self.entries.get(i).map(Arc::as_ref) {
                 Some(Entry::ContextTransform(t)) => Some(t),
@@ -116,7 +183,7 @@ impl SessionLog {
     /// The latest request of every lane, most recently recorded first: O(lanes), where
     /// the walk of [`Entries::lane_heads`] is O(log).
     pub fn lane_heads(&self) -> Vec<&RequestRecord> {
-        let mut at: Vec<usize> = self.lanes.values().copied().collect();
+        let mut at: Vec<usize> = self.index.lanes.values().copied().collect();
         at.sort_unstable_by(|a, b| b.cmp(a));
         at.into_iter()
             .filter_map(|i| match self.entries.get(i).map(Arc::as_ref) {
@@ -126,16 +193,92 @@ impl SessionLog {
             .collect()
     }
 
+    /// Which persisted patches apply to `history` (in log order), and the tally of the
+    /// stale ones: O(the anchors' distinct lengths up to the history's), not O(patches).
+    pub fn replay_plan(&self, history: &PrefixHashes) -> ReplayPlan<'_> {
+        let mut at: Vec<usize> = Vec::new();
+        for &count in self.index.anchor_counts.range(..=history.len()) {
+            let Some(&hash) = history.hash_at(count) else {
+                continue;
+            };
+            if let Some(positions) = self.index.anchored.get(&(count, hash)) {
+                at.extend(positions.iter().copied());
+            }
+        }
+        at.sort_unstable();
+        let apply: Vec<&ContextTransform> = at
+            .into_iter()
+            .filter_map(|i| match self.entries.get(i).map(Arc::as_ref) {
+                Some(Entry::ContextTransform(t)) => Some(t),
+                _ => None,
+            })
+            .collect();
+        ReplayPlan {
+            stale: self.index.tallies.without(&apply),
+            apply,
+        }
+    }
+
+    /// The latest request with a turn index whose client history `history` continues
+    /// (see [`Entries::latest_continued`]): the last few entries are read, then each of
+    /// the history's shorter prefixes is looked up.
+    pub fn latest_continued(&self, history: &PrefixHashes) -> Option<&RequestRecord> {
+        let recent = self.entries.len().saturating_sub(RECENT);
+        let found = self
+            .entries
+            .iter()
+            .skip(recent)
+            .rev()
+            .find_map(|e| match e.as_ref() {
+                Entry::Request(r) if r.turn_index.is_some() && continues(history, r) => Some(r),
+                _ => None,
+            });
+        if found.is_some() {
+            return found;
+        }
+        // None of the recent entries matched, so a match's position is older than them.
+        let at = (0..history.len())
+            .filter_map(|count| {
+                let hash = *history.hash_at(count)?;
+                self.index.histories.get(&(count, hash)).copied()
+            })
+            .max()?;
+        match self.entries.get(at).map(Arc::as_ref) {
+            Some(Entry::Request(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The gaps between requests learned from this log.
+    pub fn learned(&self) -> &Learned {
+        &self.index.learned
+    }
+
     /// This log with `tail` appended; `self` is left as it was and shares every entry with
     /// the result.
     pub fn extended(&self, tail: Vec<Entry>) -> SessionLog {
         let mut out = self.clone();
+        let index = Arc::make_mut(&mut out.index);
         for entry in tail {
             out.bytes += json_size(&entry);
+            let at = out.entries.len();
             match &entry {
-                Entry::ContextTransform(_) => out.transforms.push_back(out.entries.len()),
+                Entry::ContextTransform(t) => {
+                    index.transforms.push_back(at);
+                    index.tallies.add(t);
+                    if let Some(key) = t.anchor.decoded() {
+                        index.anchored.entry(key).or_default().push_back(at);
+                        index.anchor_counts.insert(key.0);
+                    }
+                }
                 Entry::Request(r) => {
-                    out.lanes.insert(r.lane, out.entries.len());
+                    index.lanes.insert(r.lane, at);
+                    index.learned.observe(r);
+                    if r.turn_index.is_some() {
+                        if let Some(key) = r.conversation.history.decoded() {
+                            index.histories.insert(key, at);
+                        }
+                    }
                 }
                 _ => {}
             }

@@ -15,7 +15,7 @@ mod gaps;
 pub mod keep_warm;
 
 pub use decide::{decide, Inputs, TtlDecision};
-pub use gaps::{lifetime_ms, Gaps};
+pub use gaps::{lifetime_ms, Gaps, Learned};
 
 /// The decision for one shaped request of a policy with `ttl = "auto"` (and keep-warm
 /// after `keep_warm_after_secs`, when on): `None` for APIs whose markers have no lifetime
