@@ -314,6 +314,19 @@ impl SessionLog {
     }
 }
 
+#[cfg(test)]
+impl SessionLog {
+    /// `entries` as one load gives them, and as the cache grows them `chunk` at a time:
+    /// what a test of the kept indexes checks both of.
+    pub(crate) fn loaded_and_grown(entries: &[Entry], chunk: usize) -> [SessionLog; 2] {
+        let mut grown = SessionLog::new();
+        for part in entries.chunks(chunk) {
+            grown = grown.extended(part.to_vec());
+        }
+        [SessionLog::from(entries.to_vec()), grown]
+    }
+}
+
 impl From<Vec<Entry>> for SessionLog {
     fn from(entries: Vec<Entry>) -> SessionLog {
         SessionLog::new().extended(entries)
@@ -414,11 +427,7 @@ mod tests {
                         .iter()
                         .map(|r| (r.lane, r.request_index))
                         .collect();
-                    let mut grown = SessionLog::new();
-                    for part in entries.chunks(chunk) {
-                        grown = grown.extended(part.to_vec());
-                    }
-                    for log in [SessionLog::from(entries.clone()), grown] {
+                    for log in SessionLog::loaded_and_grown(&entries, chunk) {
                         let kept: Vec<(u32, u64)> = log
                             .lane_heads()
                             .iter()

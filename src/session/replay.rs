@@ -293,11 +293,7 @@ mod tests {
                         walked.apply.len() + walked.stale.iter().map(|t| t.patches).sum::<usize>(),
                         entries.transforms().count()
                     );
-                    let mut grown = SessionLog::new();
-                    for part in entries.chunks(chunk) {
-                        grown = grown.extended(part.to_vec());
-                    }
-                    for log in [SessionLog::from(entries.clone()), grown] {
+                    for log in SessionLog::loaded_and_grown(&entries, chunk) {
                         let kept = plan_replay(&log, &history);
                         prop_assert_eq!(&kept.apply, &walked.apply);
                         prop_assert_eq!(&kept.stale, &walked.stale);

@@ -315,11 +315,7 @@ mod tests {
                     let current = history_of(c, n);
                     let (walked_gaps, walked_previous) =
                         Gaps::learn_from(&walked, &entries, &current, now, 3);
-                    let mut grown = SessionLog::new();
-                    for part in entries.chunks(chunk) {
-                        grown = grown.extended(part.to_vec());
-                    }
-                    for log in [SessionLog::from(entries.clone()), grown] {
+                    for log in SessionLog::loaded_and_grown(&entries, chunk) {
                         prop_assert_eq!(log.learned(), &walked);
                         let (gaps, previous) = Gaps::learn(&log, &current, now, 3);
                         prop_assert_eq!(&gaps, &walked_gaps);
