@@ -349,6 +349,14 @@ async fn replays_are_one_event_per_transformer_whatever_the_session_age() {
         .collect();
     assert_eq!(stale.len(), 1, "one stale event: {last:#}");
     assert_eq!(stale[0]["count"], TURNS as u64, "{last:#}");
+    // The metric still counts every stale op of both compacted requests, one by one.
+    let text = metrics_text(&proxy).await;
+    let stale_ops = metric_sum(
+        &text,
+        "cachet_patches_total",
+        &[("transformer", "notes"), ("outcome", "stale")],
+    );
+    assert_eq!(stale_ops, 2.0 * TURNS as f64, "{text}");
     proxy.shutdown().await;
 }
 
