@@ -174,10 +174,21 @@ impl SessionLog {
         self.index
             .transforms
             .iter()
-            .filter_map(|&i| match self.entries.get(i).map(Arc::as_ref) {
-                Some(Entry::ContextTransform(t)) => Some(t),
-                _ => None,
-            })
+            .filter_map(|&i| self.transform_at(i))
+    }
+
+    fn transform_at(&self, i: usize) -> Option<&ContextTransform> {
+        match self.entries.get(i).map(Arc::as_ref) {
+            Some(Entry::ContextTransform(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn request_at(&self, i: usize) -> Option<&RequestRecord> {
+        match self.entries.get(i).map(Arc::as_ref) {
+            Some(Entry::Request(r)) => Some(r),
+            _ => None,
+        }
     }
 
     /// The latest request of every lane, most recently recorded first: O(lanes), where
@@ -185,12 +196,7 @@ impl SessionLog {
     pub fn lane_heads(&self) -> Vec<&RequestRecord> {
         let mut at: Vec<usize> = self.index.lanes.values().copied().collect();
         at.sort_unstable_by(|a, b| b.cmp(a));
-        at.into_iter()
-            .filter_map(|i| match self.entries.get(i).map(Arc::as_ref) {
-                Some(Entry::Request(r)) => Some(r),
-                _ => None,
-            })
-            .collect()
+        at.into_iter().filter_map(|i| self.request_at(i)).collect()
     }
 
     /// Which persisted patches apply to `history` (in log order), and the tally of the
@@ -208,10 +214,7 @@ impl SessionLog {
         at.sort_unstable();
         let apply: Vec<&ContextTransform> = at
             .into_iter()
-            .filter_map(|i| match self.entries.get(i).map(Arc::as_ref) {
-                Some(Entry::ContextTransform(t)) => Some(t),
-                _ => None,
-            })
+            .filter_map(|i| self.transform_at(i))
             .collect();
         ReplayPlan {
             stale: self.index.tallies.without(&apply),
@@ -223,16 +226,11 @@ impl SessionLog {
     /// (see [`Entries::latest_continued`]): the last few entries are read, then each of
     /// the history's shorter prefixes is looked up.
     pub fn latest_continued(&self, history: &PrefixHashes) -> Option<&RequestRecord> {
-        let recent = self.entries.len().saturating_sub(RECENT);
-        let found = self
-            .entries
-            .iter()
-            .skip(recent)
+        let recent = self.entries.len().saturating_sub(RECENT)..self.entries.len();
+        let found = recent
             .rev()
-            .find_map(|e| match e.as_ref() {
-                Entry::Request(r) if r.turn_index.is_some() && continues(history, r) => Some(r),
-                _ => None,
-            });
+            .filter_map(|i| self.request_at(i))
+            .find(|r| r.turn_index.is_some() && continues(history, r));
         if found.is_some() {
             return found;
         }
@@ -243,10 +241,7 @@ impl SessionLog {
                 self.index.histories.get(&(count, hash)).copied()
             })
             .max()?;
-        match self.entries.get(at).map(Arc::as_ref) {
-            Some(Entry::Request(r)) => Some(r),
-            _ => None,
-        }
+        self.request_at(at)
     }
 
     /// The gaps between requests learned from this log.
@@ -258,6 +253,9 @@ impl SessionLog {
     /// the result.
     pub fn extended(&self, tail: Vec<Entry>) -> SessionLog {
         let mut out = self.clone();
+        if tail.is_empty() {
+            return out;
+        }
         let index = Arc::make_mut(&mut out.index);
         for entry in tail {
             out.bytes += json_size(&entry);
