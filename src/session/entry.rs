@@ -307,6 +307,17 @@ pub(crate) mod fixtures {
             request_index: Some(i),
         })
     }
+
+    /// The first `n` messages of generated conversation `c`: user and assistant in turn,
+    /// each message's text naming its conversation and place.
+    pub fn conversation(c: usize, n: usize) -> Vec<serde_json::Value> {
+        (0..n)
+            .map(|i| {
+                serde_json::json!({"role": if i % 2 == 0 { "user" } else { "assistant" },
+                    "content": format!("c{c} m{i}")})
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -55,15 +55,18 @@ pub trait Entries {
     /// one that starts it and is shorter.
     fn latest_continued(&self, history: &PrefixHashes) -> Option<&RequestRecord> {
         self.entries().rev().find_map(|e| match e {
-            Entry::Request(r) if r.turn_index.is_some() && continues(history, r) => Some(r),
+            Entry::Request(r) if continues(history, r) => Some(r),
             _ => None,
         })
     }
 }
 
-/// Whether `history` continues the client history `r` was made of.
+/// Whether `r` has a turn index and `history` continues the client history it was made
+/// of.
 fn continues(history: &PrefixHashes, r: &RequestRecord) -> bool {
-    r.conversation.history.count < history.len() && history.matches(&r.conversation.history)
+    r.turn_index.is_some()
+        && r.conversation.history.count < history.len()
+        && history.matches(&r.conversation.history)
 }
 
 impl Entries for [Entry] {
@@ -230,7 +233,7 @@ impl SessionLog {
         let found = recent
             .rev()
             .filter_map(|i| self.request_at(i))
-            .find(|r| r.turn_index.is_some() && continues(history, r));
+            .find(|r| continues(history, r));
         if found.is_some() {
             return found;
         }

@@ -145,6 +145,7 @@ mod tests {
     use super::*;
     use crate::patch::ops::Op;
     use crate::session::anchor::Anchor;
+    use crate::session::entry::fixtures::conversation;
     use crate::session::entry::{Entry, RequestRecord, SentMessages, ENTRY_VERSION};
     use crate::session::log::SessionLog;
     use serde_json::{json, Value};
@@ -244,12 +245,6 @@ mod tests {
             );
         }
         Entry::ContextTransform(transform)
-    }
-
-    fn conversation(c: usize, n: usize) -> Vec<Value> {
-        (0..n)
-            .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("c{c} m{i}")}))
-            .collect()
     }
 
     /// The plan a loaded log makes from what it keeps (patches by anchor, tallies per

@@ -94,10 +94,6 @@ impl Learned {
         }
         learned
     }
-
-    pub fn gaps(&self) -> &Gaps {
-        &self.gaps
-    }
 }
 
 impl Gaps {
@@ -204,9 +200,9 @@ fn share(late: usize, all: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::entry::fixtures::conversation;
     use crate::session::lanes::Conversation;
     use crate::session::Entry;
-    use serde_json::json;
 
     fn history(n: usize) -> PrefixHashes {
         history_of(0, n)
@@ -214,10 +210,7 @@ mod tests {
 
     /// The first `n` messages of conversation `c`.
     fn history_of(c: usize, n: usize) -> PrefixHashes {
-        let messages: Vec<serde_json::Value> = (0..n)
-            .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("c{c} m{i}")}))
-            .collect();
-        PrefixHashes::new(&messages)
+        PrefixHashes::new(&conversation(c, n))
     }
 
     fn record(n: usize, turn: u64, time_s: u64, lane: u32) -> Entry {
