@@ -8,7 +8,7 @@ use crate::usage::Usage;
 
 /// A session's entries with totals, or `None` when the session is unknown.
 pub async fn session_json(store: &dyn SessionStore, id: &str) -> StoreResult<Option<Value>> {
-    let log = store.load(id).await?;
+    let log = store.load_from(id, 0).await?;
     if log.is_empty() {
         return Ok(None);
     }

@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::anchor::{Anchor, PrefixHashes};
-use super::entry::{Entry, RequestRecord};
+use super::entry::RequestRecord;
 use super::log::Entries;
 use super::record::decode_key;
 use crate::measure::PromptShape;
@@ -98,10 +98,7 @@ pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
 
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.
 pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&RequestRecord> {
-    log.entries().rev().find_map(|e| match e {
-        Entry::Request(r) if r.lane == lane && r.usage.is_some() => Some(r),
-        _ => None,
-    })
+    log.previous_answered(lane)
 }
 
 #[cfg(test)]

@@ -12,18 +12,28 @@
 //! So planning a replay, assigning a lane and deciding a lifetime do not walk the log
 //! either; each has the walk it replaces beside it ([`Entries`]), and a test that the two
 //! agree.
+//!
+//! Because requests read the log only through those indexes and its latest entries, a
+//! loaded log holds whole only what they can reach: every persisted patch, the latest
+//! [`KEPT_REQUESTS`] request records, and each lane's latest and latest answered request.
+//! Older request records stay in the store (pages and exports read it there); the
+//! snapshot keeps a slot for each, so positions are the store's. A session's memory then
+//! follows its live history, not its age.
 
 use std::sync::Arc;
 
 use super::anchor::PrefixHashes;
 use super::entry::{ContextTransform, Entry, RequestRecord};
+use super::normalize::MessageKey;
 use super::replay::{walk_plan, ReplayPlan, Tallies};
+use crate::measure::MarkTtl;
 use crate::ttl::Learned;
+use crate::usage::Usage;
 
 /// A session's entries in log order, however they are held: a loaded [`SessionLog`], or a
 /// plain slice (tests, tools). What reads a log takes this.
 pub trait Entries {
-    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_;
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_;
 
     /// The persisted patches, in log order.
     fn transforms(&self) -> impl Iterator<Item = &ContextTransform> + '_ {
@@ -53,11 +63,50 @@ pub trait Entries {
 
     /// The latest request with a turn index whose client history `history` continues:
     /// one that starts it and is shorter.
-    fn latest_continued(&self, history: &PrefixHashes) -> Option<&RequestRecord> {
+    fn latest_continued(&self, history: &PrefixHashes) -> Option<Continued> {
         self.entries().rev().find_map(|e| match e {
-            Entry::Request(r) if continues(history, r) => Some(r),
+            Entry::Request(r) if continues(history, r) => Some(Continued::of(r)),
             _ => None,
         })
+    }
+
+    /// The latest request of `lane` that got an answer: what a diagnosis compares with.
+    fn previous_answered(&self, lane: u32) -> Option<&RequestRecord> {
+        self.entries().rev().find_map(|e| match e {
+            Entry::Request(r) if r.lane == lane && r.usage.is_some() => Some(r),
+            _ => None,
+        })
+    }
+
+    /// The whole list of message keys request `request_index` sent, following its chain
+    /// of bases; `None` when a base is missing.
+    fn sent_keys(&self, request_index: u64) -> Option<Vec<MessageKey>> {
+        super::record::walk_sent_keys(self, request_index)
+    }
+}
+
+/// What a request reads of the earlier request its client history continues: when it
+/// was, its turn, how long its history was, the lifetime of its last marker and what it
+/// was billed (`ttl = "auto"`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Continued {
+    pub time: u64,
+    pub turn_index: Option<u64>,
+    /// Messages in its client history.
+    pub history_count: usize,
+    pub last_mark_ttl: Option<MarkTtl>,
+    pub usage: Option<Usage>,
+}
+
+impl Continued {
+    pub fn of(r: &RequestRecord) -> Continued {
+        Continued {
+            time: r.time,
+            turn_index: r.turn_index,
+            history_count: r.conversation.history.count,
+            last_mark_ttl: r.marks.last().map(|m| m.ttl),
+            usage: r.usage,
+        }
     }
 }
 
@@ -70,25 +119,25 @@ fn continues(history: &PrefixHashes, r: &RequestRecord) -> bool {
 }
 
 impl Entries for [Entry] {
-    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
         self.iter()
     }
 }
 
 impl<const N: usize> Entries for [Entry; N] {
-    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
         self.iter()
     }
 }
 
 impl Entries for Vec<Entry> {
-    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
         self.iter()
     }
 }
 
 impl Entries for SessionLog {
-    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
+    fn entries(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
         self.iter()
     }
 
@@ -104,8 +153,16 @@ impl Entries for SessionLog {
         SessionLog::replay_plan(self, history)
     }
 
-    fn latest_continued(&self, history: &PrefixHashes) -> Option<&RequestRecord> {
+    fn latest_continued(&self, history: &PrefixHashes) -> Option<Continued> {
         SessionLog::latest_continued(self, history)
+    }
+
+    fn previous_answered(&self, lane: u32) -> Option<&RequestRecord> {
+        SessionLog::previous_answered(self, lane)
+    }
+
+    fn sent_keys(&self, request_index: u64) -> Option<Vec<MessageKey>> {
+        SessionLog::sent_keys(self, request_index)
     }
 }
 
@@ -117,13 +174,24 @@ type AnchorKey = (usize, [u8; 32]);
 /// among them.
 const RECENT: usize = 8;
 
+/// How many of the latest request records a loaded log holds whole. A new record's base
+/// is one of the latest few requests of the snapshot its request loaded
+/// ([`crate::session::record`]), so this leaves room for many requests of one session
+/// recorded while another was in flight; it also covers [`RECENT`].
+pub const KEPT_REQUESTS: usize = 64;
+
+/// What a slot of the log and an entry of the index of client histories cost, about.
+const SLOT_BYTES: usize = 16;
+const HISTORY_BYTES: usize = 160;
+
 #[derive(Clone, Default)]
 pub struct SessionLog {
-    entries: imbl::Vector<Arc<Entry>>,
+    /// One slot per stored entry; `None` for a request record no request reads any more.
+    entries: imbl::Vector<Option<Arc<Entry>>>,
     /// What requests read of the entries, kept as they are appended; shared between
     /// snapshots until one grows.
     index: Arc<Index>,
-    /// Approximate bytes held (the entries' JSON size), for the cache's budget.
+    /// Approximate bytes held (the held entries' JSON size), for the cache's budget.
     bytes: usize,
 }
 
@@ -143,11 +211,46 @@ struct Index {
     /// Every persisted patch counted per transformer: the stale ones are these less those
     /// that apply.
     tallies: Tallies,
-    /// Position of the latest request (with a turn index) of each client history, so the
-    /// request a history continues is found without walking the log.
-    histories: imbl::HashMap<AnchorKey, usize>,
+    /// Position and summary of the latest request (with a turn index) of each client
+    /// history, so the request a history continues is found without walking the log, and
+    /// read after its record has left memory.
+    histories: imbl::HashMap<AnchorKey, (usize, Continued)>,
     /// The gaps between requests, learned as the log grew (`ttl = "auto"`).
     learned: Learned,
+    /// Position of each lane's latest request that got an answer.
+    answered: imbl::OrdMap<u32, usize>,
+    /// Positions of the latest [`KEPT_REQUESTS`] request records, oldest first.
+    recent: imbl::Vector<usize>,
+    /// The whole list of message keys each held request record sent (`None` when its
+    /// chain of bases is broken), by request index, with the record's position: built from
+    /// its base's list as it is appended, so no chain of deltas is walked.
+    sent: imbl::HashMap<u64, (usize, Option<imbl::Vector<MessageKey>>)>,
+}
+
+impl Index {
+    /// Whether requests can still read the request record at `at`.
+    fn holds(&self, at: usize) -> bool {
+        self.recent.front().is_some_and(|&oldest| at >= oldest)
+            || self.lanes.values().any(|&p| p == at)
+            || self.answered.values().any(|&p| p == at)
+    }
+
+    /// The whole key list `r` sent, from its base's list and its own keys (see
+    /// [`crate::session::record::walk_sent_keys`], the walk this replaces).
+    fn sent_list(&self, r: &RequestRecord) -> Option<imbl::Vector<MessageKey>> {
+        let mut keys = match r.sent.extends {
+            Some(base) if r.sent.base > 0 => self.sent.get(&base)?.1.clone()?,
+            _ => imbl::Vector::new(),
+        };
+        if keys.len() < r.sent.base {
+            return None;
+        }
+        keys.truncate(r.sent.base);
+        for hex_key in &r.sent.keys {
+            keys.push_back(super::record::decode_key(hex_key)?);
+        }
+        Some(keys)
+    }
 }
 
 impl SessionLog {
@@ -163,13 +266,19 @@ impl SessionLog {
         self.entries.is_empty()
     }
 
+    /// Entry `index`, when this snapshot holds it.
     pub fn get(&self, index: usize) -> Option<&Entry> {
-        self.entries.get(index).map(Arc::as_ref)
+        self.entries.get(index)?.as_deref()
     }
 
-    /// Entries in log order (reversible).
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> + ExactSizeIterator + '_ {
-        self.entries.iter().map(Arc::as_ref)
+    /// The entries held, in log order (reversible).
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
+        self.entries.iter().filter_map(Option::as_deref)
+    }
+
+    /// How many entries this snapshot holds whole.
+    pub fn held(&self) -> usize {
+        self.iter().count()
     }
 
     /// The persisted patches, in log order.
@@ -181,14 +290,14 @@ impl SessionLog {
     }
 
     fn transform_at(&self, i: usize) -> Option<&ContextTransform> {
-        match self.entries.get(i).map(Arc::as_ref) {
+        match self.get(i) {
             Some(Entry::ContextTransform(t)) => Some(t),
             _ => None,
         }
     }
 
     fn request_at(&self, i: usize) -> Option<&RequestRecord> {
-        match self.entries.get(i).map(Arc::as_ref) {
+        match self.get(i) {
             Some(Entry::Request(r)) => Some(r),
             _ => None,
         }
@@ -228,23 +337,36 @@ impl SessionLog {
     /// The latest request with a turn index whose client history `history` continues
     /// (see [`Entries::latest_continued`]): the last few entries are read, then each of
     /// the history's shorter prefixes is looked up.
-    pub fn latest_continued(&self, history: &PrefixHashes) -> Option<&RequestRecord> {
+    pub fn latest_continued(&self, history: &PrefixHashes) -> Option<Continued> {
         let recent = self.entries.len().saturating_sub(RECENT)..self.entries.len();
         let found = recent
             .rev()
             .filter_map(|i| self.request_at(i))
             .find(|r| continues(history, r));
-        if found.is_some() {
-            return found;
+        if let Some(r) = found {
+            return Some(Continued::of(r));
         }
         // None of the recent entries matched, so a match's position is older than them.
-        let at = (0..history.len())
+        (0..history.len())
             .filter_map(|count| {
                 let hash = *history.hash_at(count)?;
                 self.index.histories.get(&(count, hash)).copied()
             })
-            .max()?;
-        self.request_at(at)
+            .max_by_key(|&(at, _)| at)
+            .map(|(_, continued)| continued)
+    }
+
+    /// The latest request of `lane` that got an answer (see
+    /// [`Entries::previous_answered`]): O(1).
+    pub fn previous_answered(&self, lane: u32) -> Option<&RequestRecord> {
+        self.request_at(*self.index.answered.get(&lane)?)
+    }
+
+    /// The whole list of message keys request `request_index` sent, when this snapshot
+    /// holds its record (see [`Entries::sent_keys`]): no chain is walked.
+    pub fn sent_keys(&self, request_index: u64) -> Option<Vec<MessageKey>> {
+        let (_, keys) = self.index.sent.get(&request_index)?;
+        keys.as_ref().map(|keys| keys.iter().copied().collect())
     }
 
     /// The gaps between requests learned from this log.
@@ -273,43 +395,52 @@ impl SessionLog {
                     }
                 }
                 Entry::Request(r) => {
-                    index.lanes.insert(r.lane, at);
                     index.learned.observe(r);
                     if r.turn_index.is_some() {
                         if let Some(key) = r.conversation.history.decoded() {
-                            index.histories.insert(key, at);
+                            index.histories.insert(key, (at, Continued::of(r)));
+                        }
+                    }
+                    let list = index.sent_list(r);
+                    index.sent.insert(r.request_index, (at, list));
+                    // Records requests can no longer reach leave memory.
+                    let mut released = Vec::with_capacity(3);
+                    released.extend(index.lanes.insert(r.lane, at));
+                    if r.usage.is_some() {
+                        released.extend(index.answered.insert(r.lane, at));
+                    }
+                    index.recent.push_back(at);
+                    if index.recent.len() > KEPT_REQUESTS {
+                        released.extend(index.recent.pop_front());
+                    }
+                    for gone in released {
+                        if !index.holds(gone) {
+                            out.bytes -= release(&mut out.entries, index, gone);
                         }
                     }
                 }
                 _ => {}
             }
-            out.entries.push_back(Arc::new(entry));
+            out.entries.push_back(Some(Arc::new(entry)));
         }
         out
     }
 
-    /// Entries from `start` on, as owned values.
-    pub fn tail_from(&self, start: usize) -> Vec<Entry> {
-        self.entries
-            .iter()
-            .skip(start)
-            .map(|e| Entry::clone(e))
-            .collect()
-    }
-
+    /// The entries held, as owned values.
     pub fn to_vec(&self) -> Vec<Entry> {
-        self.tail_from(0)
+        self.iter().cloned().collect()
     }
 
-    /// Approximate bytes this snapshot holds.
+    /// Approximate bytes this snapshot holds: the held entries' JSON, a slot per entry
+    /// and an index entry per client history, which stay as the session ages.
     pub fn weight(&self) -> usize {
-        self.bytes
+        self.bytes + SLOT_BYTES * self.entries.len() + HISTORY_BYTES * self.index.histories.len()
     }
 
     /// Whether entry `index` of both snapshots is the same allocation (not a copy).
     pub fn shares_entry(&self, other: &SessionLog, index: usize) -> bool {
         match (self.entries.get(index), other.entries.get(index)) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (Some(Some(a)), Some(Some(b))) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -350,6 +481,25 @@ impl std::fmt::Debug for SessionLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.iter()).finish()
     }
+}
+
+/// Let the request record at `at` go from `entries` and its key list from `index`: the
+/// bytes it held.
+fn release(entries: &mut imbl::Vector<Option<Arc<Entry>>>, index: &mut Index, at: usize) -> usize {
+    let Some(Some(entry)) = entries.get(at).cloned() else {
+        return 0;
+    };
+    if let Entry::Request(r) = entry.as_ref() {
+        if index
+            .sent
+            .get(&r.request_index)
+            .is_some_and(|(p, _)| *p == at)
+        {
+            index.sent.remove(&r.request_index);
+        }
+    }
+    entries.set(at, None);
+    json_size(&entry)
 }
 
 /// The size of an entry's JSON, counted without building the string.
@@ -440,5 +590,193 @@ mod tests {
                 },
             )
             .unwrap();
+    }
+
+    /// A request record of a generated session (see the property test below).
+    fn generated_request(i: u64, g: &GeneratedRequest, earlier: &[u64]) -> Entry {
+        let (conversation, messages, turn, lane, answered, extends, base, new_keys) = *g;
+        let extends = extends.and_then(|back| earlier.iter().rev().nth(back).copied());
+        Entry::Request(RequestRecord {
+            request_index: i,
+            time: i * 1_000,
+            turn_index: turn,
+            lane,
+            usage: answered.then(|| Usage {
+                cache_read: i,
+                ..Usage::default()
+            }),
+            conversation: super::super::lanes::Conversation::of(&PrefixHashes::new(
+                &crate::session::entry::fixtures::conversation(conversation, messages),
+            )),
+            sent: crate::session::SentMessages {
+                count: base + new_keys,
+                hash: format!("h{i}"),
+                extends,
+                base,
+                keys: (0..new_keys)
+                    .map(|k| hex::encode([(i as u8).wrapping_add(k as u8); 32]))
+                    .collect(),
+            },
+            ..RequestRecord::default()
+        })
+    }
+
+    /// (conversation, messages, turn, lane, answered, which recent request it extends,
+    /// base, new keys)
+    type GeneratedRequest = (
+        usize,
+        usize,
+        Option<u64>,
+        u32,
+        bool,
+        Option<usize>,
+        usize,
+        usize,
+    );
+
+    /// A loaded log holds whole only the entries requests can reach, and answers every
+    /// question a request asks of it as walking the whole log does: lane heads, the
+    /// previous answered request of each lane, the keys a request sent, the request a
+    /// history continues, the persisted patches and the latest entries. On generated
+    /// sessions longer than what is held, of several lanes and conversations, with
+    /// requests that extend a recent one, start over, or name a base that is too short,
+    /// loaded at once or grown a few entries at a time.
+    #[test]
+    fn a_held_log_answers_requests_as_the_whole_log_does() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let request = (
+            // Most requests on lane 0, so the other lanes' heads grow old.
+            (
+                0usize..3,
+                0usize..12,
+                prop::option::of(0u64..5),
+                prop_oneof![12 => Just(0u32), 1 => 1u32..4],
+            ),
+            (
+                prop::bool::weighted(0.7),
+                prop::option::of(0usize..10),
+                0usize..6,
+                0usize..4,
+            ),
+        )
+            .prop_map(|((c, n, turn, lane), (answered, extends, base, keys))| {
+                (c, n, turn, lane, answered, extends, base, keys)
+            });
+        let item = prop_oneof![1 => Just(None), 5 => request.prop_map(Some)];
+        let mut runner = TestRunner::new(Config {
+            cases: 64,
+            ..Config::default()
+        });
+        runner
+            .run(
+                &(
+                    prop::collection::vec(item, 0..4 * KEPT_REQUESTS),
+                    1usize..9,
+                    (0usize..3, 0usize..14),
+                ),
+                |(items, chunk, (c, n))| {
+                    let mut earlier = Vec::new();
+                    let entries: Vec<Entry> = items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, item)| match item {
+                            None => memory_patch(i as u64),
+                            Some(g) => {
+                                let entry = generated_request(i as u64, g, &earlier);
+                                earlier.push(i as u64);
+                                entry
+                            }
+                        })
+                        .collect();
+                    let requests: Vec<&RequestRecord> = entries
+                        .iter()
+                        .filter_map(|e| match e {
+                            Entry::Request(r) => Some(r),
+                            _ => None,
+                        })
+                        .collect();
+                    let history =
+                        PrefixHashes::new(&crate::session::entry::fixtures::conversation(c, n));
+                    let lanes = 4;
+                    for log in SessionLog::loaded_and_grown(&entries, chunk) {
+                        prop_assert_eq!(log.len(), entries.len());
+                        prop_assert_eq!(log.lane_heads(), Entries::lane_heads(&entries));
+                        for lane in 0..lanes {
+                            prop_assert_eq!(
+                                log.previous_answered(lane),
+                                Entries::previous_answered(&entries, lane)
+                            );
+                        }
+                        // What a diagnosis asks: the keys of a lane's previous answered
+                        // request, and of any recent one.
+                        let asked = (0..lanes)
+                            .filter_map(|lane| log.previous_answered(lane))
+                            .chain(requests.iter().rev().take(KEPT_REQUESTS).copied());
+                        for r in asked {
+                            prop_assert_eq!(
+                                log.sent_keys(r.request_index),
+                                Entries::sent_keys(&entries, r.request_index)
+                            );
+                        }
+                        prop_assert_eq!(
+                            log.latest_continued(&history),
+                            Entries::latest_continued(&entries, &history)
+                        );
+                        prop_assert!(log.transforms().eq(Entries::transforms(&entries)));
+                        // Every entry from the oldest of the latest requests on is held.
+                        let from = requests
+                            .iter()
+                            .rev()
+                            .nth(KEPT_REQUESTS - 1)
+                            .map_or(0, |r| r.request_index as usize);
+                        let held: Vec<&Entry> = log.iter().collect();
+                        let latest = &entries[from..];
+                        prop_assert!(held.ends_with(&latest.iter().collect::<Vec<_>>()));
+                        // And nothing else but patches and lane heads.
+                        let transforms = entries.transforms().count();
+                        prop_assert!(log.held() <= transforms + KEPT_REQUESTS + 2 * lanes as usize);
+                        prop_assert_eq!(log.bytes, log.iter().map(json_size).sum::<usize>());
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+
+    /// A session of 20,000 requests on one lane holds the same few entries as one of 200:
+    /// what it holds follows what requests read, not the session's age.
+    #[test]
+    fn a_long_session_holds_what_a_short_one_holds() {
+        // The first request sends 5 messages; each next one keeps 3 of its previous one's
+        // and adds 2.
+        let first: GeneratedRequest = (0, 4, Some(1), 0, true, None, 0, 5);
+        let next: GeneratedRequest = (0, 4, Some(1), 0, true, Some(0), 3, 2);
+        let grown = |n: u64| {
+            let mut log = SessionLog::new();
+            let mut earlier = Vec::new();
+            for i in 0..n {
+                let g = if i == 0 { &first } else { &next };
+                log = log.extended(vec![generated_request(i, g, &earlier)]);
+                earlier.push(i);
+            }
+            log
+        };
+        let (short, long) = (grown(200), grown(20_000));
+        assert_eq!(long.len(), 20_000);
+        assert_eq!(short.held(), KEPT_REQUESTS);
+        assert_eq!(long.held(), KEPT_REQUESTS);
+        // The same entries held, only their numbers a few digits longer; the cache also
+        // weighs a slot per entry and the one client history.
+        assert!(long.bytes < short.bytes * 11 / 10, "{}", long.bytes);
+        assert_eq!(
+            long.weight(),
+            long.bytes + SLOT_BYTES * 20_000 + HISTORY_BYTES
+        );
+        // The latest request's keys are still whole: its base's, then its own.
+        assert_eq!(long.sent_keys(19_999).map(|k| k.len()), Some(5));
+        // The first request's record has left memory (the store still has it).
+        assert_eq!(long.sent_keys(0), None);
+        assert_eq!(long.get(0), None);
     }
 }

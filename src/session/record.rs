@@ -173,21 +173,32 @@ pub async fn record_request(
     Ok(record)
 }
 
-/// The full list of message keys a recorded request sent, following its chain of bases.
-/// `None` when a base is missing from the log.
+/// The full list of message keys a recorded request sent ([`Entries::sent_keys`]).
 pub fn sent_keys(log: &(impl Entries + ?Sized), request_index: u64) -> Option<Vec<MessageKey>> {
+    log.sent_keys(request_index)
+}
+
+/// The full list of message keys a recorded request sent, following its chain of bases
+/// through the log. `None` when a base is missing from the log. A loaded
+/// [`crate::session::SessionLog`] answers from its index instead
+/// ([`Entries::sent_keys`]).
+pub fn walk_sent_keys(
+    log: &(impl Entries + ?Sized),
+    request_index: u64,
+) -> Option<Vec<MessageKey>> {
     let find = |index: u64| {
         log.entries().rev().find_map(|e| match e {
             Entry::Request(r) if r.request_index == index => Some(r),
             _ => None,
         })
     };
+    let entries = log.entries().count();
     let mut chain = Vec::new();
     let mut current = find(request_index)?;
     loop {
         chain.push(current);
         match current.sent.extends {
-            Some(base) if current.sent.base > 0 && chain.len() <= log.entries().len() => {
+            Some(base) if current.sent.base > 0 && chain.len() <= entries => {
                 current = find(base)?;
             }
             _ => break,
@@ -244,7 +255,7 @@ impl SentMemo {
         self.lists.insert(session.to_owned(), entry);
     }
 
-    /// The keys `record` sent: remembered, or rebuilt from the log ([`sent_keys`]).
+    /// The keys `record` sent: remembered, or read from the log ([`Entries::sent_keys`]).
     pub fn keys_of(
         &self,
         session: &str,
@@ -257,7 +268,7 @@ impl SentMemo {
             {
                 Some(keys.as_ref().clone())
             }
-            _ => sent_keys(log, record.request_index),
+            _ => log.sent_keys(record.request_index),
         }
     }
 }

@@ -144,7 +144,7 @@ struct Size {
 }
 
 impl Size {
-    fn of(env: &Envelope, previous: Option<&Previous<'_>>) -> Size {
+    fn of(env: &Envelope, previous: Option<&Previous>) -> Size {
         let head: usize =
             env.tools_raw().map(<[u8]>::len).sum::<usize>() + env.system_compiled().len();
         let messages: Vec<usize> = env.history_raw().map(<[u8]>::len).collect();
@@ -156,14 +156,9 @@ impl Size {
                 tokens_per_byte: 1.0 / DEFAULT_BYTES_PER_TOKEN,
             };
         };
-        let count = previous
-            .record
-            .conversation
-            .history
-            .count
-            .min(messages.len());
+        let count = previous.record.history_count.min(messages.len());
         let before = head + messages[..count].iter().sum::<usize>();
-        let lifetime = lifetime_ms(match previous.record.marks.last().map(|m| m.ttl) {
+        let lifetime = lifetime_ms(match previous.record.last_mark_ttl {
             Some(MarkTtl::OneHour) => Ttl::OneHour,
             _ => Ttl::FiveMinutes,
         });

@@ -7,7 +7,7 @@
 //! of walking every request the session made.
 
 use crate::envelope::Ttl;
-use crate::session::log::{Entries, SessionLog};
+use crate::session::log::{Continued, Entries, SessionLog};
 use crate::session::{PrefixHashes, RequestRecord};
 
 /// A marker lifetime in milliseconds.
@@ -36,8 +36,8 @@ pub struct GapCount {
 
 /// The latest earlier request of the conversation a request continues.
 #[derive(Debug, Clone, Copy)]
-pub struct Previous<'a> {
-    pub record: &'a RequestRecord,
+pub struct Previous {
+    pub record: Continued,
     /// Milliseconds from that request to this one.
     pub gap_ms: u64,
 }
@@ -53,10 +53,14 @@ struct Seen {
 
 impl Seen {
     fn of(r: &RequestRecord) -> Seen {
+        Seen::of_continued(&Continued::of(r))
+    }
+
+    fn of_continued(r: &Continued) -> Seen {
         Seen {
             time: r.time,
             turn: r.turn_index,
-            count: r.conversation.history.count,
+            count: r.history_count,
         }
     }
 }
@@ -99,30 +103,35 @@ impl Learned {
 impl Gaps {
     /// The gaps in `log`, plus the gap from this request's previous one (a request at
     /// `now_ms` in turn `turn_index`, whose client history is `history`).
-    pub fn learn<'a>(
-        log: &'a SessionLog,
+    pub fn learn(
+        log: &SessionLog,
         history: &PrefixHashes,
         now_ms: u64,
         turn_index: u64,
-    ) -> (Gaps, Option<Previous<'a>>) {
+    ) -> (Gaps, Option<Previous>) {
         Self::learn_from(log.learned(), log, history, now_ms, turn_index)
     }
 
     /// [`Gaps::learn`] from what was learned of `log` so far.
-    pub(crate) fn learn_from<'a>(
+    pub(crate) fn learn_from(
         learned: &Learned,
-        log: &'a (impl Entries + ?Sized),
+        log: &(impl Entries + ?Sized),
         history: &PrefixHashes,
         now_ms: u64,
         turn_index: u64,
-    ) -> (Gaps, Option<Previous<'a>>) {
+    ) -> (Gaps, Option<Previous>) {
         let mut gaps = learned.gaps.clone();
         let previous = log.latest_continued(history).map(|r| Previous {
             record: r,
             gap_ms: now_ms.saturating_sub(r.time),
         });
         if let Some(p) = previous {
-            gaps.add(Seen::of(p.record), now_ms, Some(turn_index), history.len());
+            gaps.add(
+                Seen::of_continued(&p.record),
+                now_ms,
+                Some(turn_index),
+                history.len(),
+            );
         }
         (gaps, previous)
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::session_support::{
-    appends_say_where_they_landed, files_size, history, insert_note, system_part,
+    appends_say_where_they_landed, files_size, history, insert_note, record_turn, system_part,
 };
 use cachet::measure::SentRequest;
 use cachet::patch::ops::Op;
@@ -444,42 +444,9 @@ async fn admin_json_lists_entries_and_recent_sessions() {
 async fn a_500_request_session_stores_each_message_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_store(dir.path().to_str().unwrap()).await.unwrap();
-    let system = json!([{"type": "text", "text": "You are a coding agent."}]);
-    let tools = json!([{"name": "read", "input_schema": {"type": "object"}}]);
     let full = history(1000);
     for i in 0..500u64 {
-        let sent = &full[..(2 * i as usize + 1)];
-        let prior = store.load("long").await.unwrap();
-        let req = SentRequest::from_json(
-            Provider::Anthropic,
-            Endpoint::Messages,
-            &json!({"model": "claude-sonnet-4-5", "system": system, "tools": tools, "messages": sent}),
-            0,
-        )
-        .unwrap();
-        let history = req.history();
-        let draft = RequestDraft {
-            request_index: store.next_request_index("long").await.unwrap(),
-            turn_index: Some(i),
-            time_ms: cachet::session::now_ms(),
-            provider: "anthropic",
-            endpoint: "messages",
-            client: None,
-            shape: &req.shape,
-            history: &history,
-            hashes: None,
-            usage: None,
-            status: Some(200),
-            lane: 0,
-            conversation: Default::default(),
-            diagnosis: None,
-            patches: Vec::new(),
-            variant: None,
-            response_id: None,
-        };
-        record_request(store.as_ref(), "long", &prior, &draft)
-            .await
-            .unwrap();
+        record_turn(store.as_ref(), "long", &full[..(2 * i as usize + 1)], i).await;
     }
     let stats = store.stats().await.unwrap();
     // 999 distinct messages sent, plus the system prompt and the tools.
@@ -506,6 +473,14 @@ async fn a_500_request_session_stores_each_message_once() {
     };
     assert_eq!(last.sent.extends, Some(498));
     assert_eq!(last.sent.keys.len(), 2);
+    // Requests read the log through its indexes: it holds the latest records whole, not
+    // all 500. The admin API reads every entry from the store.
+    assert_eq!(log.len(), 500);
+    assert_eq!(log.held(), cachet::session::log::KEPT_REQUESTS);
+    assert_eq!(log.get(0), None);
+    let json = session_json(store.as_ref(), "long").await.unwrap().unwrap();
+    assert_eq!(json["entries"].as_array().unwrap().len(), 500);
+    assert_eq!(json["entries"][0]["request_index"], 0);
 }
 
 /// The steps the pipeline takes, across three requests of one session and one of another.

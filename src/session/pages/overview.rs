@@ -175,8 +175,8 @@ pub async fn overview_html(store: &dyn SessionStore, query: Option<&str>) -> Sto
     let sort = Sort::from_query(query);
     let mut rows = Vec::new();
     for summary in store.list_sessions(limit).await? {
-        let log = store.load(&summary.id).await?;
-        let totals = SessionView::of(&log.to_vec()).totals;
+        let log = store.load_from(&summary.id, 0).await?;
+        let totals = SessionView::of(&log).totals;
         rows.push(SessionRow { summary, totals });
     }
     sort.apply(&mut rows);

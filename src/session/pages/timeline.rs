@@ -20,11 +20,11 @@ pub async fn timeline_html(
     id: &str,
     query: Option<&str>,
 ) -> StoreResult<Option<String>> {
-    let log = store.load(id).await?;
+    let log = store.load_from(id, 0).await?;
     if log.is_empty() {
         return Ok(None);
     }
-    Ok(Some(render(id, &log.to_vec(), zoom_from(query))))
+    Ok(Some(render(id, &log, zoom_from(query))))
 }
 
 fn zoom_from(query: Option<&str>) -> u32 {

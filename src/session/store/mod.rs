@@ -212,14 +212,16 @@ pub trait SessionStore: Send + Sync {
     /// Number of entries in a session's log (0 for an unknown session).
     fn entry_count<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<usize>>;
 
-    /// Entries from position `start` to the end, in log order.
+    /// Entries from position `start` to the end, in log order: every one of them (what
+    /// pages, exports and the admin API read).
     fn load_from<'a>(
         &'a self,
         session: &'a str,
         start: usize,
     ) -> BoxFuture<'a, StoreResult<Vec<Entry>>>;
 
-    /// The whole log of a session.
+    /// A session's log as requests read it: its indexes, with only the entries they can
+    /// reach held whole ([`SessionLog`]). `load_from(session, 0)` has every entry.
     fn load<'a>(&'a self, session: &'a str) -> BoxFuture<'a, StoreResult<SessionLog>> {
         Box::pin(async move { Ok(SessionLog::from(self.load_from(session, 0).await?)) })
     }

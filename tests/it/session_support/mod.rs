@@ -97,6 +97,51 @@ pub async fn record_sent(
         .unwrap()
 }
 
+/// Record turn `turn` of an agent's session that sends `sent` (with one system prompt and
+/// one tool), as the pipeline does: its log loaded, the next request index taken.
+pub async fn record_turn(
+    store: &dyn cachet::session::SessionStore,
+    session: &str,
+    sent: &[Value],
+    turn: u64,
+) -> cachet::session::RequestRecord {
+    use cachet::measure::SentRequest;
+    use cachet::providers::{Endpoint, Provider};
+    let system = json!([{"type": "text", "text": "You are a coding agent."}]);
+    let tools = json!([{"name": "read", "input_schema": {"type": "object"}}]);
+    let prior = store.load(session).await.unwrap();
+    let req = SentRequest::from_json(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        &json!({"model": "claude-sonnet-4-5", "system": system, "tools": tools, "messages": sent}),
+        0,
+    )
+    .unwrap();
+    let history = req.history();
+    let draft = cachet::session::RequestDraft {
+        request_index: store.next_request_index(session).await.unwrap(),
+        turn_index: Some(turn),
+        time_ms: cachet::session::now_ms(),
+        provider: "anthropic",
+        endpoint: "messages",
+        client: None,
+        shape: &req.shape,
+        history: &history,
+        hashes: None,
+        usage: None,
+        status: Some(200),
+        lane: 0,
+        conversation: Default::default(),
+        diagnosis: None,
+        patches: Vec::new(),
+        variant: None,
+        response_id: None,
+    };
+    cachet::session::record_request(store, session, &prior, &draft)
+        .await
+        .unwrap()
+}
+
 /// What a store's files take on disk (the database, and its log while it is open).
 pub fn files_size(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
