@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::session_support::record_sent;
+use crate::session_support::{history, record_sent, record_turn};
 use crate::support::*;
-use cachet::session::{message_key, CachedStore, SessionStore, SqliteStore};
+use cachet::session::{message_key, sent_keys, CachedStore, SessionStore, SqliteStore};
 
 const MIB: usize = 1024 * 1024;
 
@@ -44,6 +44,35 @@ async fn the_cache_stays_within_its_byte_budget_under_unique_large_messages() {
         cache.weighted_size().await > 0,
         "it still caches within the budget"
     );
+}
+
+/// A session's place in the cache follows what its requests read, not its age: 450 more
+/// requests of a growing history add a slot each to its log, not their records or a mark
+/// per message they stored (about 400 and 150 bytes a request before), and the latest
+/// request's whole history still reads back.
+#[tokio::test]
+async fn a_long_session_weighs_in_the_cache_about_what_a_short_one_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn SessionStore> =
+        Arc::new(SqliteStore::open(&dir.path().join("s.db")).await.unwrap());
+    let cache = CachedStore::new(inner, 64 * MIB as u64);
+    let full = history(1200);
+    let mut weights = Vec::new();
+    for i in 0..600u64 {
+        record_turn(&cache, "long", &full[..(2 * i as usize + 1)], i).await;
+        if i == 149 || i == 599 {
+            weights.push(cache.weighted_size().await);
+        }
+    }
+    let grown = weights[1] - weights[0];
+    assert!(
+        grown < 450 * 64,
+        "450 requests added {grown} bytes: {weights:?}"
+    );
+    let log = cache.load("long").await.unwrap();
+    let keys = sent_keys(&log, 599).expect("the latest request's keys");
+    assert_eq!(keys.len(), 1199);
+    assert_eq!(keys[1198], message_key(&full[1198]));
 }
 
 fn rss_bytes(pid: u32) -> u64 {

@@ -1,10 +1,13 @@
 //! A moka cache in front of a store, bounded in bytes (`sessions.cache_bytes`).
 //!
 //! It keeps three kinds of item under one budget, each weighed by the bytes it holds:
-//! session logs, content blobs read back, and marks of content a session has already
-//! stored (so a request record does not send a system prompt or tool list again). Written
-//! content is never kept: a client that sends a unique 20 MB message costs the cache a
-//! mark, not 20 MB.
+//! session logs, content blobs read back, and marks of the tool and system lists a session
+//! has already stored (so a request record does not send them again). Written content is
+//! never kept: a client that sends a 20 MB system prompt costs the cache a mark, not 20 MB.
+//! Messages get no mark: a record stores only the messages its base did not send, which
+//! are new to the session but for a rare rewind, so a mark per message would cost memory
+//! for every message of a session's life and save nearly nothing (the store skips content
+//! it holds either way).
 //!
 //! A session's log is append-only, so a cached copy is checked against the store's
 //! current length on every load and only the missing tail is fetched; appends by other
@@ -30,6 +33,7 @@ use super::{
 use crate::session::entry::Entry;
 use crate::session::log::SessionLog;
 use crate::session::normalize::MessageKey;
+use crate::session::record::decode_key;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Key {
@@ -95,14 +99,31 @@ impl CachedStore {
     }
 
     /// The blobs the session is not known to hold (content it holds needs no second
-    /// write), and their keys, to mark once written.
-    fn unstored(&self, session: &Arc<str>, mut blobs: Vec<Blob>) -> (Vec<Blob>, Vec<MessageKey>) {
+    /// write), and the keys of the tool and system lists among them (`entry`'s), to mark
+    /// once written.
+    fn unstored(
+        &self,
+        session: &Arc<str>,
+        entry: &Entry,
+        mut blobs: Vec<Blob>,
+    ) -> (Vec<Blob>, Vec<MessageKey>) {
         blobs.retain(|blob| {
             !self
                 .cache
                 .contains_key(&Key::Stored(session.clone(), blob.key))
         });
-        let keys = blobs.iter().map(|blob| blob.key).collect();
+        let lists: Vec<MessageKey> = match entry {
+            Entry::Request(r) => [&r.tools_key, &r.system_key]
+                .into_iter()
+                .filter_map(|k| k.as_deref().and_then(decode_key))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let keys = blobs
+            .iter()
+            .map(|blob| blob.key)
+            .filter(|key| lists.contains(key))
+            .collect();
         (blobs, keys)
     }
 
@@ -183,7 +204,7 @@ impl SessionStore for CachedStore {
         Box::pin(async move {
             self.forget_lost();
             let id: Arc<str> = session.into();
-            let (blobs, written) = self.unstored(&id, blobs);
+            let (blobs, written) = self.unstored(&id, entry, blobs);
             let at = self.inner.record(session, entry, blobs).await?;
             self.mark_stored(&id, written).await;
             self.extend_cached_log(id, at, std::slice::from_ref(entry))
@@ -201,7 +222,7 @@ impl SessionStore for CachedStore {
         Box::pin(async move {
             self.forget_lost();
             let id: Arc<str> = session.into();
-            let (blobs, written) = self.unstored(&id, blobs);
+            let (blobs, written) = self.unstored(&id, &entry, blobs);
             let (index, at) = self
                 .inner
                 .record_next(session, entry.clone(), blobs)
@@ -327,5 +348,37 @@ impl SessionStore for CachedStore {
             self.cache.invalidate_all();
             self.inner.close().await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::entry::RequestRecord;
+    use crate::session::store::SqliteStore;
+
+    /// A record marks the tool and system lists it stored, so the next record of the
+    /// session does not send them again; the messages it stored get no mark.
+    #[tokio::test]
+    async fn a_record_marks_its_tool_and_system_lists_not_its_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = SqliteStore::open(&dir.path().join("s.db")).await.unwrap();
+        let cache = CachedStore::new(Arc::new(inner), 1 << 20);
+        let (tools, system, message) = ([1u8; 32], [2u8; 32], [3u8; 32]);
+        let entry = Entry::Request(RequestRecord {
+            tools_key: Some(hex::encode(tools)),
+            system_key: Some(hex::encode(system)),
+            ..RequestRecord::default()
+        });
+        let blobs = [tools, system, message]
+            .map(|key| Blob::canonical(key, b"[]".to_vec()))
+            .to_vec();
+        cache.record("s", &entry, blobs.clone()).await.unwrap();
+        let marked = |key| cache.cache.contains_key(&Key::Stored("s".into(), key));
+        assert!(marked(tools) && marked(system));
+        assert!(!marked(message));
+        let (unsent, _) = cache.unstored(&"s".into(), &entry, blobs);
+        let unsent: Vec<MessageKey> = unsent.iter().map(|b| b.key).collect();
+        assert_eq!(unsent, [message]);
     }
 }
