@@ -63,20 +63,43 @@ pub async fn record_sent(
     prior: &cachet::session::SessionLog,
     messages: &[Value],
 ) -> cachet::session::RequestRecord {
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages});
+    record_body(store, session, prior, &body, (0, 0)).await
+}
+
+/// Record turn `turn` of an agent's session that sends `sent` (with one system prompt and
+/// one tool), as the pipeline does: its log loaded, the next request index taken.
+pub async fn record_turn(
+    store: &dyn cachet::session::SessionStore,
+    session: &str,
+    sent: &[Value],
+    turn: u64,
+) -> cachet::session::RequestRecord {
+    let system = json!([{"type": "text", "text": "You are a coding agent."}]);
+    let tools = json!([{"name": "read", "input_schema": {"type": "object"}}]);
+    let body =
+        json!({"model": "claude-sonnet-4-5", "system": system, "tools": tools, "messages": sent});
+    let prior = store.load(session).await.unwrap();
+    let index = store.next_request_index(session).await.unwrap();
+    record_body(store, session, &prior, &body, (index, turn)).await
+}
+
+/// Record an Anthropic Messages request `body` as request `index` of turn `turn`.
+async fn record_body(
+    store: &dyn cachet::session::SessionStore,
+    session: &str,
+    prior: &cachet::session::SessionLog,
+    body: &Value,
+    (index, turn): (u64, u64),
+) -> cachet::session::RequestRecord {
     use cachet::measure::SentRequest;
     use cachet::providers::{Endpoint, Provider};
-    let req = SentRequest::from_json(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        &json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages}),
-        0,
-    )
-    .unwrap();
+    let req = SentRequest::from_json(Provider::Anthropic, Endpoint::Messages, body, 0).unwrap();
     let history = req.history();
     let draft = cachet::session::RequestDraft {
         time_ms: cachet::session::now_ms(),
-        request_index: 0,
-        turn_index: Some(0),
+        request_index: index,
+        turn_index: Some(turn),
         provider: "anthropic",
         endpoint: "messages",
         client: Some("pi"),
@@ -93,51 +116,6 @@ pub async fn record_sent(
         response_id: None,
     };
     cachet::session::record_request(store, session, prior, &draft)
-        .await
-        .unwrap()
-}
-
-/// Record turn `turn` of an agent's session that sends `sent` (with one system prompt and
-/// one tool), as the pipeline does: its log loaded, the next request index taken.
-pub async fn record_turn(
-    store: &dyn cachet::session::SessionStore,
-    session: &str,
-    sent: &[Value],
-    turn: u64,
-) -> cachet::session::RequestRecord {
-    use cachet::measure::SentRequest;
-    use cachet::providers::{Endpoint, Provider};
-    let system = json!([{"type": "text", "text": "You are a coding agent."}]);
-    let tools = json!([{"name": "read", "input_schema": {"type": "object"}}]);
-    let prior = store.load(session).await.unwrap();
-    let req = SentRequest::from_json(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        &json!({"model": "claude-sonnet-4-5", "system": system, "tools": tools, "messages": sent}),
-        0,
-    )
-    .unwrap();
-    let history = req.history();
-    let draft = cachet::session::RequestDraft {
-        request_index: store.next_request_index(session).await.unwrap(),
-        turn_index: Some(turn),
-        time_ms: cachet::session::now_ms(),
-        provider: "anthropic",
-        endpoint: "messages",
-        client: None,
-        shape: &req.shape,
-        history: &history,
-        hashes: None,
-        usage: None,
-        status: Some(200),
-        lane: 0,
-        conversation: Default::default(),
-        diagnosis: None,
-        patches: Vec::new(),
-        variant: None,
-        response_id: None,
-    };
-    cachet::session::record_request(store, session, &prior, &draft)
         .await
         .unwrap()
 }
