@@ -61,13 +61,18 @@ pub trait Entries {
         walk_plan(self.transforms(), history)
     }
 
-    /// The latest request with a turn index whose client history `history` continues:
-    /// one that starts it and is shorter.
+    /// The latest request whose client history `history` continues (one that starts it
+    /// and is shorter), among the latest [`CONTINUED_KEPT`] requests with a turn index.
     fn latest_continued(&self, history: &PrefixHashes) -> Option<Continued> {
-        self.entries().rev().find_map(|e| match e {
-            Entry::Request(r) if continues(history, r) => Some(Continued::of(r)),
-            _ => None,
-        })
+        self.entries()
+            .rev()
+            .filter_map(|e| match e {
+                Entry::Request(r) if r.turn_index.is_some() => Some(r),
+                _ => None,
+            })
+            .take(CONTINUED_KEPT)
+            .find(|r| continues(history, r))
+            .map(Continued::of)
     }
 
     /// The latest request of `lane` that got an answer: what a diagnosis compares with.
@@ -180,9 +185,20 @@ const RECENT: usize = 8;
 /// recorded while another was in flight; it also covers [`RECENT`].
 pub const KEPT_REQUESTS: usize = 64;
 
-/// What a slot of the log and an entry of the index of client histories cost, about.
+/// How many of the latest requests with a turn index a client history is looked up among
+/// (the request it continues, for `ttl = "auto"`): a rewind further back than this reads
+/// as a request with no previous one, which costs nothing when, as then, the previous
+/// one's cache has long expired. Bounds what a session's index keeps per request.
+#[cfg(not(test))]
+pub const CONTINUED_KEPT: usize = 4096;
+/// Small in unit tests, so generated sessions cross it.
+#[cfg(test)]
+pub const CONTINUED_KEPT: usize = 16;
+
+/// What a slot of the log and an entry of the index of client histories cost, about
+/// (the latter measured: 2.35 MB of persistent-map nodes for 10,000 histories).
 const SLOT_BYTES: usize = 16;
-const HISTORY_BYTES: usize = 160;
+const HISTORY_BYTES: usize = 240;
 
 #[derive(Clone, Default)]
 pub struct SessionLog {
@@ -213,8 +229,10 @@ struct Index {
     tallies: Tallies,
     /// Position and summary of the latest request (with a turn index) of each client
     /// history, so the request a history continues is found without walking the log, and
-    /// read after its record has left memory.
+    /// read after its record has left memory: for the latest [`CONTINUED_KEPT`] requests
+    /// with a turn index, whose positions and histories `turns` lists, oldest first.
     histories: imbl::HashMap<AnchorKey, (usize, Continued)>,
+    turns: imbl::Vector<(usize, Option<AnchorKey>)>,
     /// The gaps between requests, learned as the log grew (`ttl = "auto"`).
     learned: Learned,
     /// Position of each lane's latest request that got an answer.
@@ -228,6 +246,23 @@ struct Index {
 }
 
 impl Index {
+    /// Remember the client history of the request `r` at `at`, and forget the history of
+    /// the request with a turn index that leaves the latest [`CONTINUED_KEPT`].
+    fn remember_history(&mut self, at: usize, r: &RequestRecord) {
+        let key = r.conversation.history.decoded();
+        if let Some(key) = key {
+            self.histories.insert(key, (at, Continued::of(r)));
+        }
+        self.turns.push_back((at, key));
+        if self.turns.len() > CONTINUED_KEPT {
+            if let Some((gone, Some(key))) = self.turns.pop_front() {
+                if self.histories.get(&key).is_some_and(|(p, _)| *p == gone) {
+                    self.histories.remove(&key);
+                }
+            }
+        }
+    }
+
     /// Whether requests can still read the request record at `at`.
     fn holds(&self, at: usize) -> bool {
         self.recent.front().is_some_and(|&oldest| at >= oldest)
@@ -397,9 +432,7 @@ impl SessionLog {
                 Entry::Request(r) => {
                     index.learned.observe(r);
                     if r.turn_index.is_some() {
-                        if let Some(key) = r.conversation.history.decoded() {
-                            index.histories.insert(key, (at, Continued::of(r)));
-                        }
+                        index.remember_history(at, r);
                     }
                     let list = index.sent_list(r);
                     index.sent.insert(r.request_index, (at, list));
@@ -744,20 +777,25 @@ mod tests {
             .unwrap();
     }
 
-    /// A session of 20,000 requests on one lane holds the same few entries as one of 200:
-    /// what it holds follows what requests read, not the session's age.
+    /// A session of 20,000 requests on one lane holds the same few entries and client
+    /// histories as one of 200: what it holds follows what requests read, not the
+    /// session's age.
     #[test]
     fn a_long_session_holds_what_a_short_one_holds() {
         // The first request sends 5 messages; each next one keeps 3 of its previous one's
         // and adds 2.
-        let first: GeneratedRequest = (0, 4, Some(1), 0, true, None, 0, 5);
-        let next: GeneratedRequest = (0, 4, Some(1), 0, true, Some(0), 3, 2);
+        // Each has a client history of its own (a conversation of its own).
         let grown = |n: u64| {
             let mut log = SessionLog::new();
             let mut earlier = Vec::new();
             for i in 0..n {
-                let g = if i == 0 { &first } else { &next };
-                log = log.extended(vec![generated_request(i, g, &earlier)]);
+                let (extends, base, keys) = if i == 0 {
+                    (None, 0, 5)
+                } else {
+                    (Some(0), 3, 2)
+                };
+                let g = (i as usize, 4, Some(1), 0, true, extends, base, keys);
+                log = log.extended(vec![generated_request(i, &g, &earlier)]);
                 earlier.push(i);
             }
             log
@@ -766,12 +804,14 @@ mod tests {
         assert_eq!(long.len(), 20_000);
         assert_eq!(short.held(), KEPT_REQUESTS);
         assert_eq!(long.held(), KEPT_REQUESTS);
-        // The same entries held, only their numbers a few digits longer; the cache also
-        // weighs a slot per entry and the one client history.
+        // The same entries held, only their numbers a few digits longer; the index keeps
+        // the latest client histories only, and the cache weighs them and a slot per entry.
         assert!(long.bytes < short.bytes * 11 / 10, "{}", long.bytes);
+        assert_eq!(long.index.histories.len(), CONTINUED_KEPT);
+        assert_eq!(long.index.turns.len(), CONTINUED_KEPT);
         assert_eq!(
             long.weight(),
-            long.bytes + SLOT_BYTES * 20_000 + HISTORY_BYTES
+            long.bytes + SLOT_BYTES * 20_000 + HISTORY_BYTES * CONTINUED_KEPT
         );
         // The latest request's keys are still whole: its base's, then its own.
         assert_eq!(long.sent_keys(19_999).map(|k| k.len()), Some(5));
