@@ -7,8 +7,10 @@
 //! O(new entries), whatever its length.
 //!
 //! What a request reads of the log is kept as it grows, in persistent maps shared the same
-//! way: each lane's latest request, the persisted patches by anchor and their count per
-//! transformer, the latest request of each client history, and the gaps between requests.
+//! way: each lane's latest and latest answered request, the persisted patches by anchor
+//! and their count per transformer, the latest request of each client history (among the
+//! latest [`CONTINUED_KEPT`]), the whole key list each held record sent, and the gaps
+//! between requests.
 //! So planning a replay, assigning a lane and deciding a lifetime do not walk the log
 //! either; each has the walk it replaces beside it ([`Entries`]), and a test that the two
 //! agree.
@@ -16,7 +18,7 @@
 //! Because requests read the log only through those indexes and its latest entries, a
 //! loaded log holds whole only what they can reach: every persisted patch, the latest
 //! [`KEPT_REQUESTS`] request records, and each lane's latest and latest answered request.
-//! Older request records stay in the store (pages and exports read it there); the
+//! Older request records stay in the store (the pages and the admin API read it there); the
 //! snapshot keeps a slot for each, so positions are the store's. A session's memory then
 //! follows its live history, not its age.
 
@@ -182,7 +184,7 @@ const RECENT: usize = 8;
 /// How many of the latest request records a loaded log holds whole. A new record's base
 /// is one of the latest few requests of the snapshot its request loaded
 /// ([`crate::session::record`]), so this leaves room for many requests of one session
-/// recorded while another was in flight; it also covers [`RECENT`].
+/// recorded while another was in flight; it also covers the `RECENT` latest entries.
 pub const KEPT_REQUESTS: usize = 64;
 
 /// How many of the latest requests with a turn index a client history is looked up among
