@@ -430,21 +430,17 @@ impl Pipeline {
         // An observed request's index is taken as its record is written, in the same write.
         let written = match loaded_now {
             true => store
-                .record_next(session, Entry::Request(record.clone()), blobs)
+                .record_next(session, Entry::Request(record), blobs)
                 .await
-                .map(|(index, _)| index),
+                .map(drop),
             false => store
-                .record(session, &Entry::Request(record.clone()), blobs)
+                .record(session, &Entry::Request(record), blobs)
                 .await
-                .map(|_| record.request_index),
+                .map(drop),
         };
-        match written {
-            Ok(index) => {
-                record.request_index = index;
-                self.sent.remember(session, &record, &shape.messages);
-            }
-            // The response is already with the client; only the timeline loses an entry.
-            Err(e) => drop(self.store_failed("record", &e)),
+        // The response is already with the client; only the timeline loses an entry.
+        if let Err(e) = written {
+            drop(self.store_failed("record", &e));
         }
     }
 
@@ -461,7 +457,7 @@ impl Pipeline {
         sent: &Envelope,
         (usage, now_ms): (crate::usage::Usage, u64),
     ) -> Option<crate::measure::Diagnosis> {
-        let prev_shape = previous_shape(store, &self.sent, session, log, prev, shape).await;
+        let prev_shape = previous_shape(store, session, log, prev, shape).await;
         let min_tokens = crate::measure::breaks::min_tokens(&shape.model);
         let previous = crate::measure::Previous {
             shape: &prev_shape,
@@ -547,7 +543,6 @@ impl Pipeline {
 /// read from the store only when they differ from this request's).
 async fn previous_shape(
     store: &dyn session::SessionStore,
-    sent: &session::record::SentMemo,
     session: &str,
     log: &session::SessionLog,
     prev: &session::RequestRecord,
@@ -588,7 +583,7 @@ async fn previous_shape(
         tools_key,
         system,
         system_key,
-        messages: sent.keys_of(session, log, prev).unwrap_or_default(),
+        messages: log.sent_keys(prev.request_index).unwrap_or_default(),
         tail: prev
             .tail
             .iter()

@@ -70,8 +70,6 @@ pub struct Pipeline {
     clock: session::SessionClock,
     /// The latest answer's id per session and lane, for the provider's cache diagnostics.
     response_ids: moka::future::Cache<(String, u32), String>,
-    /// The key lists of the latest recorded requests, for the next diagnosis.
-    sent: crate::session::record::SentMemo,
     /// Session entries to write once responses end, in order (started on first use).
     after_queue: std::sync::OnceLock<queue::AfterQueue>,
     /// When each session last sent a request, for keep-warm timers.
@@ -187,7 +185,6 @@ impl Pipeline {
             histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
             after_queue: std::sync::OnceLock::new(),
             response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
-            sent: Default::default(),
             clock,
             arrivals: Default::default(),
             known,

@@ -217,62 +217,6 @@ pub fn walk_sent_keys(
     Some(keys)
 }
 
-/// The full key lists of the requests this process recorded last, by session: the next
-/// request's diagnosis compares with them without following the log's chain of deltas
-/// and decoding every key of the history again. A record is recognised by its index and
-/// the hash of all it sent, so a session deleted and begun again never reads a stale
-/// list; anything not here is rebuilt from the log.
-pub struct SentMemo {
-    lists: moka::sync::Cache<String, (u64, String, std::sync::Arc<Vec<MessageKey>>)>,
-}
-
-/// The bytes of key lists kept (a 500 KB history of 250 messages is 8 KB of keys).
-const SENT_MEMO_BYTES: u64 = 8 * 1024 * 1024;
-
-impl Default for SentMemo {
-    fn default() -> Self {
-        let lists = moka::sync::Cache::builder()
-            .max_capacity(SENT_MEMO_BYTES)
-            .weigher(
-                |id: &String, (_, hash, keys): &(u64, String, std::sync::Arc<Vec<MessageKey>>)| {
-                    let bytes = id.len() + hash.len() + keys.len() * 32 + 64;
-                    u32::try_from(bytes).unwrap_or(u32::MAX)
-                },
-            )
-            .build();
-        SentMemo { lists }
-    }
-}
-
-impl SentMemo {
-    /// Remember what `record` sent: `keys`, the whole list its delta stands for.
-    pub fn remember(&self, session: &str, record: &RequestRecord, keys: &[MessageKey]) {
-        let entry = (
-            record.request_index,
-            record.sent.hash.clone(),
-            std::sync::Arc::new(keys.to_vec()),
-        );
-        self.lists.insert(session.to_owned(), entry);
-    }
-
-    /// The keys `record` sent: remembered, or read from the log ([`Entries::sent_keys`]).
-    pub fn keys_of(
-        &self,
-        session: &str,
-        log: &(impl Entries + ?Sized),
-        record: &RequestRecord,
-    ) -> Option<Vec<MessageKey>> {
-        match self.lists.get(session) {
-            Some((index, hash, keys))
-                if index == record.request_index && hash == record.sent.hash =>
-            {
-                Some(keys.as_ref().clone())
-            }
-            _ => log.sent_keys(record.request_index),
-        }
-    }
-}
-
 /// A hex content address.
 pub fn decode_key(hex_key: &str) -> Option<MessageKey> {
     let mut key = [0u8; 32];

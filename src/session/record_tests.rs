@@ -137,35 +137,3 @@ fn missing_base_gives_none() {
     assert_eq!(sent_keys(&[Entry::Request(r1)], 1), None);
     assert_eq!(sent_keys(&[], 1), None);
 }
-
-/// What the memo answers for a recorded request is what the log's chain of deltas gives,
-/// across extends and forks; a record it does not hold (another index, or the same index
-/// with other messages: a session deleted and begun again) is rebuilt from the log.
-#[test]
-fn the_sent_memo_answers_as_the_log_does() {
-    let memo = SentMemo::default();
-    let mut log: Vec<Entry> = Vec::new();
-    let mut forked = history(2);
-    forked.push(json!({"role": "user", "content": "something else"}));
-    for (index, messages) in [history(2), history(6), forked, history(9)]
-        .iter()
-        .enumerate()
-    {
-        let (record, _) = record(&log, index as u64, messages, None, 0);
-        let keys: Vec<MessageKey> = messages.iter().map(message_key).collect();
-        memo.remember("s", &record, &keys);
-        log.push(Entry::Request(record.clone()));
-        assert_eq!(
-            memo.keys_of("s", &log, &record),
-            sent_keys(&log, index as u64)
-        );
-        assert_eq!(memo.keys_of("s", &log, &record), Some(keys));
-    }
-    // A stale list under the same index is not taken for a record that sent otherwise.
-    let (other, _) = record(&[], 3, &history(1), None, 0);
-    let (fresh, _) = record(&[], 3, &history(4), None, 0);
-    memo.remember("s", &other, &[message_key(&history(1)[0])]);
-    let fresh_log = vec![Entry::Request(fresh.clone())];
-    let all: Vec<MessageKey> = history(4).iter().map(message_key).collect();
-    assert_eq!(memo.keys_of("s", &fresh_log, &fresh), Some(all));
-}
