@@ -72,20 +72,32 @@ impl Shaping<'_> {
 
     /// Apply a stored patch whose message positions are client positions.
     pub fn replay(&mut self, ops: &[Op], transformer: &str) -> Result<(), PatchRefusal> {
+        self.replay_all([(ops, transformer)])
+    }
+
+    /// Apply stored patches in order, all or nothing, on one copy of the envelope: a
+    /// session that gathered a patch a turn (pinned memory) would otherwise copy its
+    /// whole history once per patch on every request.
+    pub fn replay_all<'p>(
+        &mut self,
+        patches: impl IntoIterator<Item = (&'p [Op], &'p str)>,
+    ) -> Result<(), PatchRefusal> {
         let mut env = self.env.clone();
         let mut map = self.map.clone();
-        for op in ops {
-            let mut live = op.clone();
-            let mut insert_at = None;
-            if let Op::MessagesInsert { at, .. } = &mut live {
-                if let Selector::Index(client) = *at {
-                    let pos = map.position_of_client(client);
-                    *at = Selector::Index(pos);
-                    insert_at = Some(pos);
+        for (ops, transformer) in patches {
+            for op in ops {
+                let mut live = op.clone();
+                let mut insert_at = None;
+                if let Op::MessagesInsert { at, .. } = &mut live {
+                    if let Selector::Index(client) = *at {
+                        let pos = map.position_of_client(client);
+                        *at = Selector::Index(pos);
+                        insert_at = Some(pos);
+                    }
                 }
+                env.apply_in_place(std::slice::from_ref(&live), transformer)?;
+                map.applied(&live, insert_at);
             }
-            env.apply_in_place(std::slice::from_ref(&live), transformer)?;
-            map.applied(&live, insert_at);
         }
         *self.env = env;
         *self.map = map;

@@ -239,9 +239,7 @@ impl Pipeline {
             return Ok(());
         }
         (*shaping.env, *shaping.map) = before;
-        for transform in usable {
-            self.replay_transform(shaping, transform);
-        }
+        self.replay_transforms(shaping, &usable);
         Ok(())
     }
 }

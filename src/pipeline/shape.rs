@@ -258,37 +258,51 @@ impl Pipeline {
             }
             PatchEvent::push_folded(&mut shaping.events, stale.event(PatchOutcome::Stale));
         }
-        for transform in plan.apply {
-            self.replay_transform(shaping, transform);
+        self.replay_transforms(shaping, &plan.apply);
+    }
+
+    /// Apply persisted patches in log order, each counted and noted for the session log.
+    /// Together on one copy of the envelope; when one of them is refused, one at a time,
+    /// so the others still apply and only it is noted refused.
+    pub(super) fn replay_transforms(
+        &self,
+        shaping: &mut Shaping<'_>,
+        transforms: &[&session::ContextTransform],
+    ) {
+        let together = transforms
+            .iter()
+            .map(|t| (t.patch.as_slice(), t.transformer.as_str()));
+        if transforms.len() > 1 && shaping.replay_all(together).is_ok() {
+            for transform in transforms {
+                self.note_replayed(shaping, transform);
+            }
+            return;
+        }
+        for transform in transforms {
+            match shaping.replay(&transform.patch, &transform.transformer) {
+                Ok(()) => self.note_replayed(shaping, transform),
+                Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
+            }
         }
     }
 
-    /// Apply one persisted patch, counted and noted for the session log.
-    pub(super) fn replay_transform(
-        &self,
-        shaping: &mut Shaping<'_>,
-        transform: &session::ContextTransform,
-    ) {
-        match shaping.replay(&transform.patch, &transform.transformer) {
-            Ok(()) => {
-                for op in &transform.patch {
-                    self.metrics
-                        .patches
-                        .with_label_values(&[&transform.transformer, op.name(), "replayed"])
-                        .inc();
-                }
-                PatchEvent::push_folded(
-                    &mut shaping.events,
-                    PatchEvent::new(
-                        &transform.transformer,
-                        "replay",
-                        PatchOutcome::Replayed,
-                        &transform.patch,
-                    ),
-                );
-            }
-            Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
+    /// A replayed persisted patch: counted, and noted for the session log.
+    fn note_replayed(&self, shaping: &mut Shaping<'_>, transform: &session::ContextTransform) {
+        for op in &transform.patch {
+            self.metrics
+                .patches
+                .with_label_values(&[&transform.transformer, op.name(), "replayed"])
+                .inc();
         }
+        PatchEvent::push_folded(
+            &mut shaping.events,
+            PatchEvent::new(
+                &transform.transformer,
+                "replay",
+                PatchOutcome::Replayed,
+                &transform.patch,
+            ),
+        );
     }
 
     /// Store patches durably before the request they shaped is forwarded.

@@ -409,3 +409,98 @@ async fn a_persisted_float_is_forwarded_as_written_on_every_request() {
     }
     proxy.shutdown().await;
 }
+
+/// A session that gathered a persisted patch on each of its first requests replays them
+/// all, in order, on every later one; when one of them no longer applies (the tool it
+/// removes is gone), only it is refused and the others still replay in place.
+#[tokio::test]
+async fn replayed_patches_apply_together_and_a_refused_one_spares_the_others() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_hook_server(|e| {
+        let pin = |text: &str| {
+            json!({"patch": [{"op": "messages_insert", "at": "before_last_user_prompt",
+                              "messages": [{"role": "user", "content": text}],
+                              "invalidateCacheReason": "pin"}],
+                   "transformerName": "pin"})
+        };
+        match e["state"]["envelope"]["meta"]["request_index"].as_u64() {
+            Some(0) => Some(json!({
+                "patch": [{"op": "tools_remove", "names": ["bash"], "invalidateCacheReason": "no shell"}],
+                "transformerName": "strip"})),
+            Some(1) => Some(pin("note one")),
+            Some(2) => Some(pin("note two")),
+            _ => None,
+        }
+    })
+    .await;
+    let proxy = hooked_proxy(&upstream.url(), dir.path(), &hook.url).await;
+    let tool = |name: &str| json!({"name": name, "input_schema": {"type": "object"}});
+    let mut history = vec![user("one")];
+    for turn in 0..5 {
+        let mut request = body(&history);
+        // The client drops `bash` itself from its fifth request on.
+        request["tools"] = match turn {
+            0..=3 => json!([tool("bash"), tool("read")]),
+            _ => json!([tool("read")]),
+        };
+        assert_eq!(post_anthropic(&proxy, "pins", &request).await.0, 200);
+        history.push(assistant(&format!("answer {turn}")));
+        history.push(user(&format!("next {turn}")));
+    }
+    let sent: Vec<Value> = upstream
+        .requests()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect();
+    let texts = |v: &Value| -> Vec<String> {
+        v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| match &m["content"] {
+                Value::String(s) => s.clone(),
+                blocks => blocks[0]["text"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect()
+    };
+    let tools = |v: &Value| -> Vec<String> {
+        v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Request 3 replays all three: each note where it was made, before the prompt of its
+    // request, and no `bash`.
+    assert_eq!(tools(&sent[3]), ["read"]);
+    let at = |v: &Value, text: &str| texts(v).iter().position(|t| t == text);
+    let third = texts(&sent[3]);
+    assert_eq!(at(&sent[3], "note one"), Some(2), "{third:?}");
+    assert_eq!(at(&sent[3], "note two"), Some(5), "{third:?}");
+    assert_eq!(third.len(), 9, "{third:?}");
+    // Request 4: the strip no longer applies, the notes do, in the same places.
+    let fourth = texts(&sent[4]);
+    assert_eq!(tools(&sent[4]), ["read"]);
+    assert_eq!(at(&sent[4], "note one"), Some(2), "{fourth:?}");
+    assert_eq!(at(&sent[4], "note two"), Some(5), "{fourth:?}");
+    assert_eq!(fourth.len(), 11, "{fourth:?}");
+    let m = metrics_text(&proxy).await;
+    let count = |transformer: &str, outcome: &str| {
+        metric_value(
+            &m,
+            "cachet_patches_total",
+            &[("transformer", transformer), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(count("strip", "replayed"), Some(3.0), "requests 1 to 3");
+    assert_eq!(count("strip", "refused"), Some(1.0), "request 4");
+    assert_eq!(
+        count("pin", "replayed"),
+        Some(5.0),
+        "note one on 3 requests, note two on 2"
+    );
+    assert_eq!(count("pin", "refused"), None);
+    proxy.shutdown().await;
+}
