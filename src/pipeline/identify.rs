@@ -15,8 +15,11 @@ use super::Pipeline;
 use crate::envelope::Envelope;
 use crate::session::{self, IdSource, PrefixHashes, SessionId};
 
-/// How many recent histories are remembered for continuation.
-pub(super) const REMEMBERED_HISTORIES: u64 = 100_000;
+/// How many recent histories are remembered for continuation: one per request, about
+/// 230 bytes each (key, session id and the cache's own entry), so about 7.5 MB when full.
+/// A conversation idle while this many other requests pass continues under its
+/// fingerprint, the same session unless its tools or system prompt changed meanwhile.
+pub(super) const REMEMBERED_HISTORIES: u64 = 32_768;
 /// A request continues a session only by a history of this many messages or more (a
 /// prompt and an answer at least): a shared first prompt alone is no continuation.
 const MIN_CONTINUED: usize = 2;
