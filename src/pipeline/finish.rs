@@ -71,6 +71,9 @@ pub struct ShapedAfter {
     pub wants_assistant: bool,
     /// With `ttl = "auto"`: the lifetime chosen, for the session log (and keep-warm).
     pub ttl_decision: Option<crate::ttl::TtlDecision>,
+    /// How many requests of the session had arrived when the answer ended: a keep-warm
+    /// stands down once another arrives.
+    pub arrived_by_answer: u64,
 }
 
 impl ShapedAfter {
@@ -85,7 +88,7 @@ impl Pipeline {
     pub(super) fn finish(
         self: Arc<Self>,
         mut ctx: RequestCtx,
-        shaped: Shaped,
+        mut shaped: Shaped,
         trace: Option<Record>,
         status: u16,
         sent: Instant,
@@ -131,6 +134,13 @@ impl Pipeline {
         }
         if matches!(shaped.after, After::Nothing) {
             return;
+        }
+        if let After::Shaped(after) = &mut shaped.after {
+            // Counted now, before the client can send its next request; the keep-warm is
+            // armed later, off the request path.
+            if after.keep_warm().is_some() {
+                after.arrived_by_answer = self.arrivals.count(&after.ctx.id.id);
+            }
         }
         let job = Finished {
             ctx,
@@ -321,7 +331,8 @@ impl Pipeline {
                     let id = after.ctx.id.id.clone();
                     let tail = after.uncached_tail;
                     let sent = sent_body.get_or_insert_with(|| shaped.body.to_bytes());
-                    self.arm_keep_warm(&ctx, &id, sent, tail, assistant, secs);
+                    let arrived = after.arrived_by_answer;
+                    self.arm_keep_warm(&ctx, &id, sent, tail, assistant, secs, arrived);
                 }
                 ttl_decision = after.ttl_decision.take();
                 patches = std::mem::take(&mut after.patches);

@@ -3,6 +3,7 @@
 //! request that writes the prefix and the answer under a 1h marker. Counted in the usual
 //! request and token metrics (variant `keep-warm`) and in `cachet_keep_warm_total`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,29 +17,38 @@ use crate::ttl::keep_warm;
 /// Sessions remembered for keep-warm timers (least recently used go first).
 const SESSIONS: u64 = 10_000;
 
-/// When each session last sent a request, so that a timer whose session went on is
-/// dropped.
-pub(super) struct Arrivals(moka::future::Cache<String, u64>);
+/// How many requests each session has sent, so that a timer whose session went on is
+/// dropped. A count, not a time: an agent's next request can arrive within the
+/// millisecond its answer ended, and the answer is read after it (after the response,
+/// off the request path).
+pub(super) struct Arrivals(moka::sync::Cache<String, Arc<AtomicU64>>);
 
 impl Default for Arrivals {
     fn default() -> Self {
-        Arrivals(moka::future::Cache::new(SESSIONS))
+        Arrivals(moka::sync::Cache::new(SESSIONS))
     }
 }
 
 impl Arrivals {
-    pub(super) async fn note(&self, session: &str, at_ms: u64) {
-        self.0.insert(session.to_string(), at_ms).await;
+    /// One more request of `session` arrived.
+    pub(super) fn note(&self, session: &str) {
+        self.0
+            .get_with_by_ref(session, Default::default)
+            .fetch_add(1, Ordering::Relaxed);
     }
 
-    async fn since(&self, session: &str, at_ms: u64) -> bool {
-        self.0.get(session).await.is_some_and(|t| t > at_ms)
+    /// How many requests of `session` have arrived so far.
+    pub(super) fn count(&self, session: &str) -> u64 {
+        self.0.get(session).map_or(0, |n| n.load(Ordering::Relaxed))
     }
 }
 
 impl Pipeline {
     /// After a final answer (`assistant`) to the request of `ctx`, whose forwarded body was
     /// `sent` (its last `tail` messages the request-only tail): arm the keep-warm timer.
+    /// It stands down if more than `arrived_by_answer` requests of the session have
+    /// arrived when it fires (counted when the answer ended).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn arm_keep_warm(
         self: &Arc<Self>,
         ctx: &RequestCtx,
@@ -47,6 +57,7 @@ impl Pipeline {
         tail: usize,
         assistant: &Value,
         after_secs: u64,
+        arrived_by_answer: u64,
     ) {
         if !keep_warm::ends_turn(assistant) {
             return;
@@ -74,12 +85,11 @@ impl Pipeline {
             return;
         };
         let wait = Duration::from_secs(after_secs).saturating_sub(ctx.start.elapsed());
-        let answered = self.now_of(ctx);
         let (pipeline, session, model) = (self.clone(), session.to_string(), ctx.model.clone());
         let key = ctx.key_label().to_string();
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
-            if pipeline.arrivals.since(&session, answered).await {
+            if pipeline.arrivals.count(&session) > arrived_by_answer {
                 pipeline.count_keep_warm("skipped");
                 return;
             }

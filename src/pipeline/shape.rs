@@ -112,7 +112,7 @@ impl Pipeline {
             .await;
         let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
-        self.arrivals.note(&id, self.now_of(ctx)).await;
+        self.arrivals.note(&id);
         let request_index = session_ctx.request_index;
         env.meta.session = Some(id.clone());
         env.meta.client = ctx.client;
@@ -199,6 +199,7 @@ impl Pipeline {
                 variant: (variant != "none").then_some(variant),
                 wants_assistant,
                 ttl_decision,
+                arrived_by_answer: 0,
             })),
         })
     }

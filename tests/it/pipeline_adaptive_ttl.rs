@@ -108,6 +108,20 @@ async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long
         "{kw:?}"
     );
 
+    // Exactly one keep-warm for the first turn, counted once its answer is read. Counted
+    // here, not at the end: the second turn's answer arms its own, a second later, which
+    // a loaded machine may have sent by then.
+    let sent = |m: &str| metric_value(m, "cachet_keep_warm_total", &[("outcome", "sent")]);
+    let mut metrics = metrics_text(&proxy).await;
+    for _ in 0..600 {
+        if sent(&metrics).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        metrics = metrics_text(&proxy).await;
+    }
+    assert_eq!(sent(&metrics), Some(1.0));
+
     // The person comes back after 12 minutes: every 5m entry has expired, the keep-warm's
     // 1h entry holds everything up to the answer.
     emulator.advance_clock(Duration::from_secs(12 * MINUTE));
@@ -138,10 +152,6 @@ async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long
         assert_eq!(d["keep_warm_after_secs"], 1, "{d}");
     }
     let metrics = metrics_text(&proxy).await;
-    assert_eq!(
-        metric_value(&metrics, "cachet_keep_warm_total", &[("outcome", "sent")]),
-        Some(1.0)
-    );
     assert!(
         metric_sum(
             &metrics,
@@ -207,6 +217,61 @@ async fn no_keep_warm_when_the_session_goes_on_or_for_a_subscription() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!((count(&m, "skipped"), count(&m, "sent")), (2.0, 1.0), "{m}");
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+}
+
+/// An agent sends the next request of its tool loop the moment an answer ends, before
+/// the proxy has read that answer: the keep-warm is armed after the response, off the
+/// request path, here behind a `context(turn_end)` hook that takes 300 ms. Every answer is
+/// text, so each arms a timer; only the last may fire, however late the others were armed.
+#[tokio::test]
+async fn a_tool_loop_sent_back_to_back_leaves_one_keep_warm() {
+    let emulator = start_emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_slow_hook_server(Duration::from_millis(300), |_| None).await;
+    let with_hook = policy_file(
+        dir.path(),
+        "adaptive",
+        &format!(
+            "name = \"adaptive\"\n[match]\nprovider = [\"anthropic\"]\n[breakpoints]\nmode = \"auto\"\nttl = \"auto\"\nkeep_warm = true\nkeep_warm_after_secs = 1\n[[hook]]\nurl = \"{}\"\nevents = [\"context:turn_end\"]\n",
+            hook.url
+        ),
+    );
+    let config = policy_config(&emulator.url(), vec![with_hook], &dir.path().join("s"));
+    let proxy = start_proxy(config).await;
+    let mut history = Vec::new();
+    let calls = 5;
+    turn(
+        &proxy,
+        "loop",
+        None,
+        &mut history,
+        "Find the handlers.",
+        calls,
+    )
+    .await;
+    let count = |m: &str, outcome: &str| {
+        metric_value(m, "cachet_keep_warm_total", &[("outcome", outcome)]).unwrap_or(0.0)
+    };
+    let answers = (calls + 1) as f64;
+    let mut m = String::new();
+    for _ in 0..600 {
+        m = metrics_text(&proxy).await;
+        if count(&m, "skipped") + count(&m, "sent") >= answers {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        (count(&m, "skipped"), count(&m, "sent")),
+        (answers - 1.0, 1.0),
+        "{m}"
+    );
+    assert!(
+        hook.events.lock().unwrap().len() >= calls,
+        "the hook saw the answers"
+    );
     proxy.shutdown().await;
     emulator.shutdown().await;
 }

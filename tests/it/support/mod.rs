@@ -331,6 +331,14 @@ pub async fn start_hook_server<F>(answer: F) -> HookServer
 where
     F: Fn(&serde_json::Value) -> Option<serde_json::Value> + Send + Sync + 'static,
 {
+    start_slow_hook_server(std::time::Duration::ZERO, answer).await
+}
+
+/// A hook server that takes `delay` to answer each event.
+pub async fn start_slow_hook_server<F>(delay: std::time::Duration, answer: F) -> HookServer
+where
+    F: Fn(&serde_json::Value) -> Option<serde_json::Value> + Send + Sync + 'static,
+{
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let events = Arc::new(Mutex::new(Vec::new()));
@@ -355,6 +363,7 @@ where
                         let event: serde_json::Value =
                             serde_json::from_slice(&body).unwrap_or_default();
                         seen.lock().unwrap().push(event.clone());
+                        tokio::time::sleep(delay).await;
                         let resp = match answer(&event) {
                             Some(v) => {
                                 Response::new(http_body_util::Full::new(Bytes::from(v.to_string())))
