@@ -32,6 +32,7 @@ pub mod memo;
 pub mod metrics;
 pub mod models;
 pub mod patch;
+pub mod persistent;
 pub mod pipeline;
 pub mod policy;
 pub mod providers;

@@ -2,12 +2,13 @@
 //! and with every later, longer snapshot of the same session.
 //!
 //! The log is append-only, so a request that finds the session grown by `k` entries builds
-//! its snapshot from the cached one plus those `k`: a persistent vector (`imbl`) of shared
-//! entries, where appending copies no earlier entry. Loading a session therefore costs
-//! O(new entries), whatever its length.
+//! its snapshot from the cached one plus those `k`: a persistent vector of shared entries
+//! ([`crate::persistent`]: a plain `Vec` for the first few, `imbl` past them), where
+//! appending copies no earlier entry. Loading a session therefore costs O(new entries),
+//! whatever its length.
 //!
 //! What a request reads of the log is kept as it grows, in persistent maps shared the same
-//! way: each lane's latest and latest answered request, the persisted patches by anchor
+//! way (and as small as what they hold while the session is short): each lane's latest and latest answered request, the persisted patches by anchor
 //! and their count per transformer, the latest request of each client history (among the
 //! latest [`CONTINUED_KEPT`]), the whole key list each held record sent, and the gaps
 //! between requests.
@@ -29,6 +30,7 @@ use super::entry::{ContextTransform, Entry, RequestRecord};
 use super::normalize::MessageKey;
 use super::replay::{walk_plan, ReplayPlan, Tallies};
 use crate::measure::MarkTtl;
+use crate::persistent;
 use crate::ttl::Learned;
 use crate::usage::Usage;
 
@@ -205,7 +207,7 @@ const HISTORY_BYTES: usize = 240;
 #[derive(Clone, Default)]
 pub struct SessionLog {
     /// One slot per stored entry; `None` for a request record no request reads any more.
-    entries: imbl::Vector<Option<Arc<Entry>>>,
+    entries: persistent::Vector<Option<Arc<Entry>>>,
     /// What requests read of the entries, kept as they are appended; shared between
     /// snapshots until one grows.
     index: Arc<Index>,
@@ -218,13 +220,13 @@ pub struct SessionLog {
 struct Index {
     /// Positions of the `context_transform` entries, so replay planning does not walk the
     /// request records.
-    transforms: imbl::Vector<usize>,
+    transforms: persistent::Vector<usize>,
     /// Position of each lane's latest request, so lane assignment does not walk the log.
-    lanes: imbl::OrdMap<u32, usize>,
+    lanes: persistent::HashMap<u32, usize>,
     /// Positions of the `context_transform` entries by anchor, and the anchors' message
     /// counts, so replay planning looks up the history's prefixes instead of reading
     /// every patch.
-    anchored: imbl::HashMap<AnchorKey, imbl::Vector<usize>>,
+    anchored: persistent::HashMap<AnchorKey, persistent::Vector<usize>>,
     anchor_counts: imbl::OrdSet<usize>,
     /// Every persisted patch counted per transformer: the stale ones are these less those
     /// that apply.
@@ -233,18 +235,18 @@ struct Index {
     /// history, so the request a history continues is found without walking the log, and
     /// read after its record has left memory: for the latest [`CONTINUED_KEPT`] requests
     /// with a turn index, whose positions and histories `turns` lists, oldest first.
-    histories: imbl::HashMap<AnchorKey, (usize, Continued)>,
-    turns: imbl::Vector<(usize, Option<AnchorKey>)>,
+    histories: persistent::HashMap<AnchorKey, (usize, Continued)>,
+    turns: persistent::Vector<(usize, Option<AnchorKey>)>,
     /// The gaps between requests, learned as the log grew (`ttl = "auto"`).
     learned: Learned,
     /// Position of each lane's latest request that got an answer.
-    answered: imbl::OrdMap<u32, usize>,
+    answered: persistent::HashMap<u32, usize>,
     /// Positions of the latest [`KEPT_REQUESTS`] request records, oldest first.
-    recent: imbl::Vector<usize>,
+    recent: persistent::Vector<usize>,
     /// The whole list of message keys each held request record sent (`None` when its
     /// chain of bases is broken), by request index, with the record's position: built from
     /// its base's list as it is appended, so no chain of deltas is walked.
-    sent: imbl::HashMap<u64, (usize, Option<imbl::Vector<MessageKey>>)>,
+    sent: persistent::HashMap<u64, (usize, Option<persistent::Vector<MessageKey>>)>,
 }
 
 impl Index {
@@ -274,10 +276,10 @@ impl Index {
 
     /// The whole key list `r` sent, from its base's list and its own keys (see
     /// [`crate::session::record::walk_sent_keys`], the walk this replaces).
-    fn sent_list(&self, r: &RequestRecord) -> Option<imbl::Vector<MessageKey>> {
+    fn sent_list(&self, r: &RequestRecord) -> Option<persistent::Vector<MessageKey>> {
         let mut keys = match r.sent.extends {
             Some(base) if r.sent.base > 0 => self.sent.get(&base)?.1.clone()?,
-            _ => imbl::Vector::new(),
+            _ => persistent::Vector::new(),
         };
         if keys.len() < r.sent.base {
             return None;
@@ -427,7 +429,7 @@ impl SessionLog {
                     index.transforms.push_back(at);
                     index.tallies.add(t);
                     if let Some(key) = t.anchor.decoded() {
-                        index.anchored.entry(key).or_default().push_back(at);
+                        index.anchored.get_or_default(key).push_back(at);
                         index.anchor_counts.insert(key.0);
                     }
                 }
@@ -520,7 +522,11 @@ impl std::fmt::Debug for SessionLog {
 
 /// Let the request record at `at` go from `entries` and its key list from `index`: the
 /// bytes it held.
-fn release(entries: &mut imbl::Vector<Option<Arc<Entry>>>, index: &mut Index, at: usize) -> usize {
+fn release(
+    entries: &mut persistent::Vector<Option<Arc<Entry>>>,
+    index: &mut Index,
+    at: usize,
+) -> usize {
     let Some(Some(entry)) = entries.get(at).cloned() else {
         return 0;
     };

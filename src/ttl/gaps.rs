@@ -19,7 +19,7 @@ pub fn lifetime_ms(ttl: Ttl) -> u64 {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Gaps {
     /// From the last request of a turn to the first of the next, in log order.
-    pub turn: imbl::Vector<u64>,
+    pub turn: crate::persistent::Vector<u64>,
     /// How many of `turn` are late (see [`Gaps::late_turn_share`]).
     turn_late: usize,
     /// Between two requests of one turn's tool loop: how many there were and how many were
@@ -70,7 +70,7 @@ impl Seen {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Learned {
     gaps: Gaps,
-    last_of_lane: imbl::OrdMap<u32, Seen>,
+    last_of_lane: crate::persistent::HashMap<u32, Seen>,
 }
 
 impl Learned {
