@@ -231,10 +231,10 @@ impl<K: Clone + Hash + Eq, V: Clone> HashMap<K, V> {
         self.iter().map(|(_, v)| v)
     }
 
-    pub fn iter(&self) -> Box<dyn Iterator<Item = (&K, &V)> + '_> {
+    pub fn iter(&self) -> MapIter<'_, K, V> {
         match &self.0 {
-            Map::Few(v) => Box::new(v.iter().map(|(k, v)| (k, v))),
-            Map::Many(m) => Box::new(m.iter()),
+            Map::Few(v) => MapIter::Few(v.iter()),
+            Map::Many(m) => MapIter::Many(m.iter()),
         }
     }
 
@@ -260,6 +260,25 @@ impl<K: Clone + Hash + Eq, V: Clone> HashMap<K, V> {
             Map::Many(m) => {
                 m.insert(key, value);
             }
+        }
+    }
+}
+
+/// An iterator over a [`HashMap`]'s pairs, in no particular order.
+// Lives on the stack for one walk; boxing the larger variant would allocate per walk.
+#[allow(clippy::large_enum_variant)]
+pub enum MapIter<'a, K: Clone, V: Clone> {
+    Few(std::slice::Iter<'a, (K, V)>),
+    Many(imbl::hashmap::Iter<'a, K, V, imbl::shared_ptr::DefaultSharedPtr>),
+}
+
+impl<'a, K: Clone, V: Clone> Iterator for MapIter<'a, K, V> {
+    type Item = (&'a K, &'a V);
+
+    fn next(&mut self) -> Option<(&'a K, &'a V)> {
+        match self {
+            MapIter::Few(i) => i.next().map(|(k, v)| (k, v)),
+            MapIter::Many(i) => i.next(),
         }
     }
 }
