@@ -8,10 +8,11 @@
 //! whatever its length.
 //!
 //! What a request reads of the log is kept as it grows, in persistent maps shared the same
-//! way (and as small as what they hold while the session is short): each lane's latest and latest answered request, the persisted patches by anchor
-//! and their count per transformer, the latest request of each client history (among the
-//! latest [`CONTINUED_KEPT`]), the whole key list each held record sent, and the gaps
-//! between requests.
+//! way (and as small as what they hold while the session is short): each lane's latest and
+//! latest answered request, the persisted patches by anchor and their count per
+//! transformer, the latest request of each client history (among the latest
+//! [`CONTINUED_KEPT`]), the whole key list each held record sent, and the gaps between
+//! requests.
 //! So planning a replay, assigning a lane and deciding a lifetime do not walk the log
 //! either; each has the walk it replaces beside it ([`Entries`]), and a test that the two
 //! agree.
