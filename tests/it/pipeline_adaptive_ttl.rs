@@ -225,6 +225,7 @@ async fn no_keep_warm_when_the_session_goes_on_or_for_a_subscription() {
 /// the proxy has read that answer: the keep-warm is armed after the response, off the
 /// request path, here behind a `context(turn_end)` hook that takes 300 ms. Every answer is
 /// text, so each arms a timer; only the last may fire, however late the others were armed.
+/// (Three seconds, so that a loaded machine still sends each next request in time.)
 #[tokio::test]
 async fn a_tool_loop_sent_back_to_back_leaves_one_keep_warm() {
     let emulator = start_emulator().await;
@@ -234,7 +235,7 @@ async fn a_tool_loop_sent_back_to_back_leaves_one_keep_warm() {
         dir.path(),
         "adaptive",
         &format!(
-            "name = \"adaptive\"\n[match]\nprovider = [\"anthropic\"]\n[breakpoints]\nmode = \"auto\"\nttl = \"auto\"\nkeep_warm = true\nkeep_warm_after_secs = 1\n[[hook]]\nurl = \"{}\"\nevents = [\"context:turn_end\"]\n",
+            "name = \"adaptive\"\n[match]\nprovider = [\"anthropic\"]\n[breakpoints]\nmode = \"auto\"\nttl = \"auto\"\nkeep_warm = true\nkeep_warm_after_secs = 3\n[[hook]]\nurl = \"{}\"\nevents = [\"context:turn_end\"]\n",
             hook.url
         ),
     );
