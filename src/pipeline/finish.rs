@@ -71,8 +71,8 @@ pub struct ShapedAfter {
     pub wants_assistant: bool,
     /// With `ttl = "auto"`: the lifetime chosen, for the session log (and keep-warm).
     pub ttl_decision: Option<crate::ttl::TtlDecision>,
-    /// How many requests of the session had arrived when the answer ended: a keep-warm
-    /// stands down once another arrives.
+    /// The number of the latest request to arrive (of any session) when the answer
+    /// ended: a keep-warm stands down once its session sends a later one.
     pub arrived_by_answer: u64,
 }
 
@@ -139,7 +139,7 @@ impl Pipeline {
             // Counted now, before the client can send its next request; the keep-warm is
             // armed later, off the request path.
             if after.keep_warm().is_some() {
-                after.arrived_by_answer = self.arrivals.count(&after.ctx.id.id);
+                after.arrived_by_answer = self.arrivals.latest();
             }
         }
         let job = Finished {

@@ -17,37 +17,53 @@ use crate::ttl::keep_warm;
 /// Sessions remembered for keep-warm timers (least recently used go first).
 const SESSIONS: u64 = 10_000;
 
-/// How many requests each session has sent, so that a timer whose session went on is
-/// dropped. A count, not a time: an agent's next request can arrive within the
-/// millisecond its answer ended, and the answer is read after it (after the response,
-/// off the request path).
-pub(super) struct Arrivals(moka::sync::Cache<String, Arc<AtomicU64>>);
+/// Which request each session sent last, numbered in arrival order across all sessions,
+/// so that a timer whose session went on is dropped. A number, not a time: an agent's next
+/// request can arrive within the millisecond its answer ended, and the answer is read after
+/// it (after the response, off the request path). Numbered across sessions, not counted
+/// per session, so that a session forgotten (the least recently used beyond
+/// [`SESSIONS`]) and seen again still reads as having gone on.
+pub(super) struct Arrivals {
+    latest: AtomicU64,
+    of_session: moka::sync::Cache<String, Arc<AtomicU64>>,
+}
 
 impl Default for Arrivals {
     fn default() -> Self {
-        Arrivals(moka::sync::Cache::new(SESSIONS))
+        Arrivals {
+            latest: AtomicU64::new(0),
+            of_session: moka::sync::Cache::new(SESSIONS),
+        }
     }
 }
 
 impl Arrivals {
-    /// One more request of `session` arrived.
+    /// A request of `session` arrived.
     pub(super) fn note(&self, session: &str) {
-        self.0
+        let number = self.latest.fetch_add(1, Ordering::Relaxed) + 1;
+        self.of_session
             .get_with_by_ref(session, Default::default)
-            .fetch_add(1, Ordering::Relaxed);
+            .fetch_max(number, Ordering::Relaxed);
     }
 
-    /// How many requests of `session` have arrived so far.
-    pub(super) fn count(&self, session: &str) -> u64 {
-        self.0.get(session).map_or(0, |n| n.load(Ordering::Relaxed))
+    /// The number of the latest request to arrive, of any session.
+    pub(super) fn latest(&self) -> u64 {
+        self.latest.load(Ordering::Relaxed)
+    }
+
+    /// Whether `session` sent a request numbered after `mark`.
+    fn since(&self, session: &str, mark: u64) -> bool {
+        self.of_session
+            .get(session)
+            .is_some_and(|n| n.load(Ordering::Relaxed) > mark)
     }
 }
 
 impl Pipeline {
     /// After a final answer (`assistant`) to the request of `ctx`, whose forwarded body was
     /// `sent` (its last `tail` messages the request-only tail): arm the keep-warm timer.
-    /// It stands down if more than `arrived_by_answer` requests of the session have
-    /// arrived when it fires (counted when the answer ended).
+    /// It stands down if the session sent a request numbered after `arrived_by_answer`
+    /// (the latest number when the answer ended).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn arm_keep_warm(
         self: &Arc<Self>,
@@ -89,7 +105,7 @@ impl Pipeline {
         let key = ctx.key_label().to_string();
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
-            if pipeline.arrivals.count(&session) > arrived_by_answer {
+            if pipeline.arrivals.since(&session, arrived_by_answer) {
                 pipeline.count_keep_warm("skipped");
                 return;
             }
@@ -133,5 +149,38 @@ impl Pipeline {
 
     fn count_keep_warm(&self, outcome: &str) {
         self.metrics.keep_warm.with_label_values(&[outcome]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Arrivals;
+
+    #[test]
+    fn a_session_goes_on_once_it_sends_a_request_after_the_answer() {
+        let arrivals = Arrivals::default();
+        arrivals.note("a");
+        arrivals.note("b");
+        let answered = arrivals.latest();
+        // Another session's request says nothing of this one.
+        arrivals.note("b");
+        assert!(!arrivals.since("a", answered));
+        arrivals.note("a");
+        assert!(arrivals.since("a", answered));
+    }
+
+    #[test]
+    fn a_session_forgotten_and_seen_again_has_gone_on() {
+        let arrivals = Arrivals::default();
+        for _ in 0..3 {
+            arrivals.note("a");
+        }
+        let answered = arrivals.latest();
+        // Pushed out by other sessions while its timer waits, then back with one request:
+        // a count per session would start again at one, below the three it was at.
+        arrivals.of_session.invalidate("a");
+        assert!(!arrivals.since("a", answered));
+        arrivals.note("a");
+        assert!(arrivals.since("a", answered));
     }
 }
