@@ -104,14 +104,6 @@ impl<T: Clone> Vector<T> {
     }
 }
 
-impl<T: Clone> FromIterator<T> for Vector<T> {
-    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
-        let mut out = Vector::new();
-        iter.into_iter().for_each(|x| out.push_back(x));
-        out
-    }
-}
-
 impl<T: Clone + PartialEq> PartialEq for Vector<T> {
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len() && self.iter().eq(other.iter())
