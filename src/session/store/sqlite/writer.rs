@@ -365,10 +365,14 @@ impl Open {
         }
     }
 
-    /// Join the open transaction, or begin one committed with `synchronous = sync`.
+    /// Join the open transaction, or begin one committed with `synchronous = sync`. The
+    /// files are checked as a transaction begins and again before it commits, not as
+    /// writes join it: at one record per batch, checking on every join was two `stat`s a
+    /// request. A write that joined after the files went is lost with its transaction,
+    /// logged and counted ([`lost`]), or refused to its caller.
     fn enter(&mut self, conn: &Connection, shared: &Shared, sync: &str) -> Result<(), StoreError> {
         match self.since {
-            Some(_) => self.files_still_there(conn, shared),
+            Some(_) => Ok(()),
             None => begin(conn, shared, sync),
         }
     }
@@ -442,10 +446,20 @@ fn commit(conn: &Connection, shared: &Shared, open: &mut Open, writes: Vec<Write
         // `synchronous` cannot change inside a transaction.
         open.commit(conn, shared);
     }
+    let joins = open.since.is_some();
     if let Err(e) = open.enter(conn, shared, if synced { "FULL" } else { "NORMAL" }) {
         return refuse(writes, &e);
     }
     let finishes: Vec<Finish> = writes.into_iter().map(|run| run(Some(conn))).collect();
+    // A transaction begun here was checked as it began; the open one is checked now.
+    if joins {
+        if let Err(e) = open.files_still_there(conn, shared) {
+            for finish in finishes {
+                finish(Err(e.clone()));
+            }
+            return;
+        }
+    }
     let carried = open.take();
     let committed = conn.execute_batch("COMMIT").map_err(sqlite_error);
     match &committed {
@@ -477,5 +491,61 @@ fn close(conn: Connection, shared: &Shared) {
     if let Err((conn, e)) = conn.close() {
         tracing::warn!("session store did not close cleanly: {e}");
         std::mem::forget(conn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(durability: Durability) -> (WriteFn, oneshot::Receiver<StoreResult<()>>) {
+        let (job, rx) = write_job(
+            durability,
+            |c| super::super::ops::count_past(c, "s", 1, 5),
+            |_| {},
+        );
+        match job {
+            Job::Write { run, .. } => (run, rx),
+            _ => unreachable!(),
+        }
+    }
+
+    /// Files deleted while a transaction is open: the writes that joined it, before and
+    /// after, and a batch that would commit it, are each refused to their caller or counted
+    /// lost; none is committed to the file that is gone.
+    #[test]
+    fn writes_joining_a_transaction_after_its_files_went_are_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let conn = super::super::schema::open(&path).unwrap();
+        let shared = Shared {
+            files: FileWatch::new(&path).unwrap(),
+            broken: Mutex::new(None),
+            errors: None,
+            synced_commits: Default::default(),
+            commits: Default::default(),
+            lost: Default::default(),
+            reads: Default::default(),
+            lengths: Default::default(),
+            next_requests: Default::default(),
+        };
+        let mut open = Open::default();
+        let (first, mut first_rx) = write(Durability::Deferred);
+        open.run(&conn, &shared, vec![first]);
+        std::fs::remove_file(&path).unwrap();
+        let (second, mut second_rx) = write(Durability::Deferred);
+        open.run(&conn, &shared, vec![second]);
+        let (sweep, mut sweep_rx) = write(Durability::Committed);
+        commit(&conn, &shared, &mut open, vec![sweep], false);
+        open.commit(&conn, &shared);
+
+        let refused = [first_rx.try_recv(), second_rx.try_recv()]
+            .into_iter()
+            .filter(|heard| heard.as_ref().unwrap().is_err())
+            .count() as u64;
+        assert_eq!(refused + shared.lost.load(Ordering::Relaxed), 2);
+        assert!(sweep_rx.try_recv().unwrap().is_err());
+        assert_eq!(shared.commits.load(Ordering::Relaxed), 0);
+        assert!(shared.broken().unwrap().contains("was deleted"));
     }
 }
