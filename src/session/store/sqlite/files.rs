@@ -3,7 +3,8 @@
 //! writing to the open (now nameless) file, and it is gone at the next restart.
 //!
 //! The device and inode of the database file (and of its write-ahead log, once it exists)
-//! are taken at open and compared before every write batch and on every health check.
+//! are taken at open and compared as each write transaction begins, before it commits,
+//! and on every health check.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
