@@ -247,6 +247,7 @@ impl Pipeline {
                 sent: None,
             }),
             After::Observe => {
+                super::queue::let_requests_in().await;
                 let found = match ctx.checked {
                     true => ctx.known.clone(),
                     false => self.find_known(&ctx.body),
@@ -255,6 +256,7 @@ impl Pipeline {
                 let (env, history) = self
                     .read_envelope(ctx.route, ctx.body.clone(), found.as_ref(), ctx.gathered())
                     .ok()?;
+                super::queue::let_requests_in().await;
                 let session = self
                     .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
                     .await;
@@ -361,6 +363,7 @@ impl Pipeline {
             }
         };
         let (sent, keys) = sent;
+        super::queue::let_requests_in().await;
         let shape = PromptShape::with_history_keys(&sent, uncached_tail, keys);
         // The log as it is now: entries of this session's earlier answers may have been
         // written since this request was shaped (the queue writes them in order).
@@ -380,6 +383,7 @@ impl Pipeline {
             session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history);
         let answered = usage.filter(|_| (200..300).contains(&status));
         let previous = session::lanes::previous_answered(log, lane);
+        super::queue::let_requests_in().await;
         let diagnosis = match (previous, answered) {
             (Some(prev), Some(usage)) => {
                 let session = session_ctx.id.id.as_str();
@@ -421,6 +425,7 @@ impl Pipeline {
             response_id: result.response_id.clone(),
         };
         let _ = model;
+        super::queue::let_requests_in().await;
         let (mut record, blobs) = session::compact_request(log, &draft);
         if let Some(theirs) = result.provider_diagnostics.clone() {
             let agree =
