@@ -10,7 +10,7 @@ mod schema;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use rusqlite::Connection;
@@ -57,17 +57,7 @@ impl SqliteStore {
                 });
                 match opened {
                     Ok((conn, files)) => {
-                        let shared = Arc::new(Shared {
-                            files,
-                            broken: Mutex::new(None),
-                            errors,
-                            synced_commits: Default::default(),
-                            commits: Default::default(),
-                            lost: Default::default(),
-                            reads: Default::default(),
-                            lengths: Default::default(),
-                            next_requests: Default::default(),
-                        });
+                        let shared = Arc::new(Shared::new(files, errors));
                         let _ = opened_tx.send(Ok(shared.clone()));
                         writer::run(conn, rx, shared);
                     }

@@ -143,6 +143,21 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// A freshly opened store's: nothing broken, counted or remembered yet.
+    pub fn new(files: FileWatch, errors: Option<IntCounterVec>) -> Shared {
+        Shared {
+            files,
+            broken: Mutex::new(None),
+            errors,
+            synced_commits: Default::default(),
+            commits: Default::default(),
+            lost: Default::default(),
+            reads: Default::default(),
+            lengths: Default::default(),
+            next_requests: Default::default(),
+        }
+    }
+
     pub fn broken(&self) -> Option<String> {
         self.broken
             .lock()
@@ -551,17 +566,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let conn = super::super::schema::open(&path).unwrap();
-        let shared = Shared {
-            files: FileWatch::new(&path).unwrap(),
-            broken: Mutex::new(None),
-            errors: None,
-            synced_commits: Default::default(),
-            commits: Default::default(),
-            lost: Default::default(),
-            reads: Default::default(),
-            lengths: Default::default(),
-            next_requests: Default::default(),
-        };
+        let shared = Shared::new(FileWatch::new(&path).unwrap(), None);
         let mut open = Open::default();
         let (first, mut first_rx) = write(Durability::Deferred);
         open.run(&conn, &shared, vec![first]);
