@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use super::coarse_timer::CoarseTimer;
 use crate::error::{ApiError, ErrorKind};
 use crate::providers::Provider;
 
@@ -52,6 +53,7 @@ pub async fn serve_connections<F, Fut>(
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let header_timer = CoarseTimer::start(limits.header_timeout);
     loop {
         // A free slot first, then the next connection from the backlog.
         let permit = tokio::select! {
@@ -75,9 +77,9 @@ pub async fn serve_connections<F, Fut>(
                 let io = hyper_util::rt::TokioIo::new(stream);
                 let svc = hyper::service::service_fn(handler.clone());
                 // A client that never finishes its request head must not hold a
-                // connection forever.
+                // connection forever (the timer is checked every tick: see its module).
                 let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
+                    .timer(header_timer.clone())
                     .header_read_timeout(limits.header_timeout)
                     .max_buf_size(READ_BUFFER)
                     .serve_connection(io, svc);

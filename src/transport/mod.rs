@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod client_auth;
+mod coarse_timer;
 pub mod forward;
 pub mod http;
 pub mod path_guard;
