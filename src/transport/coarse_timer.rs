@@ -156,6 +156,11 @@ mod tests {
     use super::*;
     use hyper::rt::Timer;
 
+    fn poll_once(sleep: &mut Pin<Box<dyn hyper::rt::Sleep>>) -> Poll<()> {
+        let waker = futures_util::task::noop_waker();
+        sleep.as_mut().poll(&mut Context::from_waker(&waker))
+    }
+
     #[tokio::test]
     async fn a_deadline_fires_within_a_tick_after_it_is_due() {
         let timer = CoarseTimer::start(Duration::from_millis(200));
@@ -172,11 +177,7 @@ mod tests {
     async fn a_sleep_dropped_before_its_deadline_leaves_the_table() {
         let timer = CoarseTimer::start(Duration::from_secs(30));
         let mut sleep = timer.sleep(Duration::from_secs(30));
-        let waker = futures_util::task::noop_waker();
-        assert!(sleep
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_pending());
+        assert!(poll_once(&mut sleep).is_pending());
         assert_eq!(timer.waiting(), 1);
         drop(sleep);
         assert_eq!(timer.waiting(), 0);
@@ -186,11 +187,7 @@ mod tests {
     async fn a_sleep_past_its_deadline_is_ready_without_entering_the_table() {
         let timer = CoarseTimer::start(Duration::from_secs(30));
         let mut sleep = timer.sleep_until(Instant::now() - Duration::from_millis(1));
-        let waker = futures_util::task::noop_waker();
-        assert!(sleep
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_ready());
+        assert!(poll_once(&mut sleep).is_ready());
         assert_eq!(timer.waiting(), 0);
     }
 

@@ -1,18 +1,28 @@
 //! Time and connection bounds: a body that stalls is answered with a provider-format 408
-//! and its connection closed (`server.body_read_timeout_ms`); past `server.max_connections`
+//! and its connection closed (`server.body_read_timeout_ms`); an idle keep-alive
+//! connection closes when its next head is due; past `server.max_connections`
 //! clients wait in the listen backlog and are served once a connection ends.
 
 use crate::support::*;
+use cachet::transport::server::ProxyHandle;
+
+/// A proxy with its `[server]` section set by `set`, in front of an upstream answering `{}`.
+async fn proxy_with(
+    set: impl FnOnce(&mut cachet::config::ServerConfig),
+) -> (FakeUpstream, ProxyHandle) {
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let mut config = test_config(&upstream.url());
+    set(&mut config.server);
+    let proxy = start_proxy(config).await;
+    (upstream, proxy)
+}
 
 /// A full head announcing 1000 bytes, then 10 of them, then silence.
 const STALLED: &str = "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"model\":\"";
 
 #[tokio::test]
 async fn a_stalled_body_is_answered_408_and_the_connection_closed() {
-    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
-    let mut config = test_config(&upstream.url());
-    config.server.body_read_timeout_ms = 300;
-    let proxy = start_proxy(config).await;
+    let (upstream, proxy) = proxy_with(|server| server.body_read_timeout_ms = 300).await;
     // `raw_exchange` reads until the server closes the connection.
     let answer = raw_exchange(proxy.addr, STALLED).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
@@ -27,6 +37,30 @@ async fn a_stalled_body_is_answered_408_and_the_connection_closed() {
         metric_sum(&metrics, "cachet_requests_total", &[("status", "408")]),
         1.0
     );
+    proxy.shutdown().await;
+}
+
+/// The header-read deadline starts again once a keep-alive connection has been answered:
+/// an idle connection is closed when its next head is due (`server.header_read_timeout_ms`,
+/// checked every tick), not before and not never.
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_when_its_next_head_is_due() {
+    let (upstream, proxy) = proxy_with(|server| server.header_read_timeout_ms = 300).await;
+    let body = r#"{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let sent = std::time::Instant::now();
+    // `raw_exchange` reads until the server closes the connection.
+    let answer = raw_exchange(proxy.addr, &request).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        sent.elapsed() >= std::time::Duration::from_millis(250),
+        "closed before its next head was due: {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(upstream.requests().len(), 1);
     proxy.shutdown().await;
 }
 
