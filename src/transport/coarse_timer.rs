@@ -24,7 +24,8 @@ use slab::Slab;
 const TICK_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
 
 /// A [`hyper::rt::Timer`] whose deadlines are checked every tick. Clones share one table and
-/// one ticking task, which ends once the last clone is dropped.
+/// one ticking task, which ends at its first tick after the last clone (and every sleep
+/// made by it) is dropped.
 #[derive(Clone)]
 pub struct CoarseTimer {
     table: Arc<Table>,
