@@ -15,6 +15,6 @@ pub mod turn_cache;
 pub use ab::{choose_arm, variant_label};
 pub use mode::{memory_message, ops_for, wrap, Mode, Placement, MEMORY_CLOSE, MEMORY_OPEN};
 pub use notes::NotesIndex;
-pub use source::{Source, SourceError, SourceSpec};
+pub use source::{Source, SourceError, SourceSpec, QUERY_MAX_BYTES};
 pub use turn::{inject_for_turn, Injection, ModeChoice, TurnInjection};
 pub use turn_cache::{Fetched, TurnCache, TurnKey};

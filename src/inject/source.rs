@@ -16,6 +16,8 @@ use super::notes::NotesIndex;
 pub const DEFAULT_TOP_K: usize = 3;
 /// Default time-out of a memory service.
 pub const DEFAULT_URL_TIMEOUT_MS: u64 = 2000;
+/// The most of a prompt a source is asked about; see [`query_of`].
+pub const QUERY_MAX_BYTES: usize = 16 * 1024;
 
 /// Where injected content comes from, as a policy's `[[inject]] source` declares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +66,7 @@ impl Source {
     /// The content for `prompt` from a file or notes source, without I/O beyond the local
     /// disk. A `url` source answers [`SourceError::UrlOffline`].
     pub fn fetch_local(&self, prompt: &str) -> Result<String, SourceError> {
-        fetch_local(&self.spec, &self.notes, prompt)
+        fetch_local(&self.spec, &self.notes, &query_of(prompt))
     }
 
     /// [`Source::fetch_local`] on the blocking pool (a runtime's worker thread stays free
@@ -96,6 +98,8 @@ impl Source {
         session: &str,
         client: &reqwest::Client,
     ) -> Result<String, SourceError> {
+        let query = query_of(prompt);
+        let prompt: &str = &query;
         let SourceSpec::Url { url, timeout_ms } = &self.spec else {
             return self.fetch_local_blocking(prompt).await;
         };
@@ -117,6 +121,27 @@ impl Source {
         let body = response.text().await.map_err(|e| fail(describe(e)))?;
         Ok(text_of_answer(&body))
     }
+}
+
+/// What a source is asked about: the prompt, or for one longer than [`QUERY_MAX_BYTES`]
+/// (a pasted file or log) its first and last halves of that, joined by a line `…`. The
+/// question is usually at one end of such a prompt; ranking notes against all of it costs
+/// time in proportion to its length (3.5 s for a 28 MB prompt), and a memory service has no
+/// use for megabytes of pasted log either.
+pub fn query_of(prompt: &str) -> std::borrow::Cow<'_, str> {
+    if prompt.len() <= QUERY_MAX_BYTES {
+        return prompt.into();
+    }
+    let half = QUERY_MAX_BYTES / 2;
+    let mut head = half;
+    while !prompt.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = prompt.len() - half;
+    while !prompt.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}\n…\n{}", &prompt[..head], &prompt[tail..]).into()
 }
 
 /// A file or notes fetch (a `url` source answers [`SourceError::UrlOffline`]).
@@ -175,6 +200,18 @@ fn describe(e: reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_query_is_cut_on_character_boundaries() {
+        // One ASCII byte, then two-byte characters: both cuts fall inside a character.
+        let prompt = format!("a{}z", "é".repeat(QUERY_MAX_BYTES));
+        let query = query_of(&prompt);
+        assert!(query.len() <= QUERY_MAX_BYTES + "\n…\n".len());
+        assert!(query.starts_with("aé") && query.ends_with("éz"));
+        assert!(query.contains("\n…\n"));
+        let short = "é".repeat(QUERY_MAX_BYTES / 2);
+        assert!(matches!(query_of(&short), std::borrow::Cow::Borrowed(_)));
+    }
 
     #[test]
     fn file_is_read_on_every_fetch() {

@@ -187,3 +187,67 @@ async fn ab_choice_reports_the_arm() {
         assert_eq!(got.placement.persisted, got.mode == Some(Mode::Pinned));
     }
 }
+
+/// A prompt of `filler` bytes of pasted log between a question at its start and one at its
+/// end, with `middle` somewhere in the log.
+fn long_prompt(filler: usize, middle: &str) -> String {
+    let line = "2026-11-28T04:00:00Z INFO worker 7 finished job in 12 ms (é)\n";
+    let half = line.repeat(filler / line.len() / 2);
+    format!("why does build fail?\n{half}{middle}\n{half}please fix linker flags")
+}
+
+#[tokio::test]
+async fn a_memory_service_is_asked_about_a_long_prompt_by_its_head_and_tail() {
+    let client = reqwest::Client::new();
+    let (url, _, last) = memory_service(200, "noted").await;
+    let prompt = long_prompt(4 << 20, "kubernetes");
+    url_source(&url, 5000)
+        .fetch(&prompt, "sess-1", &client)
+        .await
+        .unwrap();
+    let sent: serde_json::Value = serde_json::from_str(&last.lock().unwrap()).unwrap();
+    let asked = sent["prompt"].as_str().unwrap();
+    assert!(
+        asked.len() <= cachet::inject::QUERY_MAX_BYTES + 8,
+        "{}",
+        asked.len()
+    );
+    assert!(asked.starts_with("why does build fail?\n"), "{asked:.60}");
+    assert!(asked.ends_with("please fix linker flags"));
+    assert!(!asked.contains("kubernetes"));
+    // A prompt within the bound goes whole.
+    let short = long_prompt(4000, "kubernetes");
+    url_source(&url, 5000)
+        .fetch(&short, "sess-1", &client)
+        .await
+        .unwrap();
+    let sent: serde_json::Value = serde_json::from_str(&last.lock().unwrap()).unwrap();
+    assert_eq!(sent["prompt"].as_str(), Some(short.as_str()));
+}
+
+#[test]
+fn notes_are_ranked_against_a_long_prompt_by_its_head_and_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ops.md"),
+        "# Linker\nthe linker flags live in .cargo/config.toml\n\n# Kubernetes\nthe kubernetes manifests are generated\n",
+    )
+    .unwrap();
+    let source = Source::new(SourceSpec::Notes {
+        dir: dir.path().to_path_buf(),
+        top_k: 3,
+    });
+    // The question at the prompt's end still finds its note.
+    let text = source.fetch_local(&long_prompt(4 << 20, "")).unwrap();
+    assert!(text.contains("linker flags live"), "{text}");
+    // A word deep inside the pasted log is not part of the query.
+    let text = source
+        .fetch_local(&long_prompt(4 << 20, "kubernetes manifests generated"))
+        .unwrap();
+    assert!(!text.contains("kubernetes"), "{text}");
+    // Within the bound, every word counts.
+    let text = source
+        .fetch_local(&long_prompt(2000, "kubernetes manifests generated"))
+        .unwrap();
+    assert!(text.contains("kubernetes manifests"), "{text}");
+}
