@@ -15,6 +15,8 @@
 //! - `memo`: bounded memos of what is derived from one message's bytes (kinds, keys,
 //!   markers, token counts), since agents resend their history on every request.
 
+#[cfg(test)]
+mod alloc_meter;
 pub mod cache_model;
 pub mod cli;
 pub mod commands;

@@ -140,13 +140,6 @@ struct RawReader<'a> {
     at: usize,
 }
 
-/// What a value was, for the one rule that depends on it (a `content` string).
-#[derive(PartialEq)]
-enum Read {
-    String,
-    Other,
-}
-
 impl<'a> RawReader<'a> {
     fn skip_space(&mut self) {
         self.at = crate::json_check::skip_ws(self.raw, self.at);
@@ -157,7 +150,7 @@ impl<'a> RawReader<'a> {
         (self.raw.get(self.at) == Some(&byte)).then(|| self.at += 1)
     }
 
-    fn value(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<Read> {
+    fn value(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
         if depth > COPY_DEPTH {
             return None;
         }
@@ -166,9 +159,9 @@ impl<'a> RawReader<'a> {
             b'"' => {
                 let string = self.string()?;
                 out.extend_from_slice(string);
-                Some(Read::String)
+                Some(())
             }
-            b'{' => self.object(out, depth).map(|()| Read::Other),
+            b'{' => self.object(out, depth),
             b'[' => {
                 self.at += 1;
                 out.push(b'[');
@@ -189,7 +182,7 @@ impl<'a> RawReader<'a> {
                     self.at += 1;
                 }
                 out.push(b']');
-                Some(Read::Other)
+                Some(())
             }
             _ => {
                 // A literal or a number: written as a `Value` writes it (`1e2` is `100.0`).
@@ -208,7 +201,7 @@ impl<'a> RawReader<'a> {
                         write_scalar(&number, out);
                     }
                 }
-                Some(Read::Other)
+                Some(())
             }
         }
     }
@@ -249,10 +242,11 @@ impl<'a> RawReader<'a> {
 
     fn object(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
         self.at += 1;
-        // Each field's key (its text, unescaped since it holds no escape) and where its
-        // canonical value lies in `values`.
-        let mut fields: Vec<(&'a str, std::ops::Range<usize>, Read)> = Vec::new();
-        let mut values = Vec::new();
+        // Each field's key (its text, unescaped since it holds no escape) and where its value
+        // lies in `raw`. The values are written straight into `out` in key order, so each
+        // byte is copied once: a buffer per object copied a 30 MB string once per level it
+        // sits in, every buffer grown by doubling.
+        let mut fields: Vec<(&'a str, std::ops::Range<usize>)> = Vec::new();
         self.skip_space();
         if self.raw.get(self.at) == Some(&b'}') {
             self.at += 1;
@@ -268,10 +262,11 @@ impl<'a> RawReader<'a> {
                     return None;
                 }
                 self.eat(b':')?;
-                let start = values.len();
-                let read = self.value(&mut values, depth + 1)?;
+                self.skip_space();
+                let start = self.at;
+                self.at = crate::envelope::scan::value_end(self.raw, start).ok()?;
                 if !is_dropped(key) {
-                    fields.push((key, start..values.len(), read));
+                    fields.push((key, start..self.at));
                 }
                 self.skip_space();
                 match *self.raw.get(self.at)? {
@@ -289,7 +284,7 @@ impl<'a> RawReader<'a> {
         fields.sort_by(|a, b| a.0.cmp(b.0));
         out.push(b'{');
         let mut first = true;
-        for (i, (key, range, read)) in fields.iter().enumerate() {
+        for (i, (key, span)) in fields.iter().enumerate() {
             if fields.get(i + 1).is_some_and(|next| next.0 == *key) {
                 continue;
             }
@@ -299,12 +294,20 @@ impl<'a> RawReader<'a> {
             first = false;
             write_text(key, out);
             out.push(b':');
-            let value = &values[range.clone()];
-            if *read == Read::String && *key == TEXT_CONTENT {
-                write_text_blocks(out, |out| out.extend_from_slice(value));
+            // Read where the skip above found the value, and no further.
+            let mut value = RawReader {
+                raw: &self.raw[..span.end],
+                at: span.start,
+            };
+            let read = if *key == TEXT_CONTENT && self.raw[span.start] == b'"' {
+                let mut read = None;
+                write_text_blocks(out, |out| read = value.value(out, depth + 1));
+                read
             } else {
-                out.extend_from_slice(value);
-            }
+                value.value(out, depth + 1)
+            };
+            read?;
+            (value.at == span.end).then_some(())?;
         }
         out.push(b'}');
         Some(())
@@ -521,6 +524,28 @@ mod tests {
         assert_eq!(key_of_raw(a), message_key(&v));
         assert_eq!(key_of_raw(b), key_of_raw(a));
         assert_ne!(key_of_raw(b"not json"), key_of_raw(a));
+    }
+
+    /// A message of megabytes (a pasted file) is made canonical into one buffer, each byte
+    /// copied once, whatever depth its text sits at: no buffer per level, none grown.
+    #[test]
+    fn a_huge_message_is_made_canonical_in_one_copy() {
+        let text = "fn main() { println!(\"hi\"); }\n".repeat(100_000);
+        for message in [
+            json!({"role": "user", "content": text}),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                "content": [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]}]}),
+        ] {
+            let raw = serde_json::to_vec(&message).unwrap();
+            let (bytes, peak) =
+                crate::alloc_meter::peak_during(|| canonical_bytes_of_raw(&raw).unwrap());
+            assert_eq!(bytes, canonical_bytes(&message));
+            assert!(
+                peak < raw.len() + raw.len() / 8,
+                "{peak} bytes held at once for a message of {}",
+                raw.len()
+            );
+        }
     }
 
     /// Written from the raw bytes, the canonical form is the one of the parsed value: key
