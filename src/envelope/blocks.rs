@@ -216,19 +216,29 @@ pub(crate) fn set_object_marker(b: &[u8], want: Option<Ttl>) -> Option<Vec<u8>> 
 
 /// Set the markers of a message's content blocks: `changes[k] = (block index, marker)`.
 /// String content that gets a marker becomes a one-block array holding the same string.
+#[cfg(test)]
 pub(crate) fn set_message_markers(b: &[u8], changes: &[(usize, Option<Ttl>)]) -> Option<Vec<u8>> {
+    message_marker_edits(b, changes).map(|edits| splice(b, edits))
+}
+
+/// [`set_message_markers`] as the edits to make, in order, each a range of `b` and what
+/// replaces it: a writer that puts the rest of the message as the client's own bytes never
+/// copies its text (a marker on a pasted 30 MB file adds a few bytes around it).
+pub(crate) fn message_marker_edits(
+    b: &[u8],
+    changes: &[(usize, Option<Ttl>)],
+) -> Option<Vec<(Span, Vec<u8>)>> {
     let blocks = message_blocks(b);
     let mut edits = Vec::new();
     for &(j, want) in changes {
         let block = blocks.get(j)?;
         if b[block.span.start] == b'"' {
             if let Some(ttl) = want {
-                let mut text = br#"[{"type":"text","text":"#.to_vec();
-                text.extend_from_slice(&b[block.span.clone()]);
-                text.extend_from_slice(
-                    format!(r#","cache_control":{}}}]"#, marker_json(ttl)).as_bytes(),
-                );
-                edits.push((block.span.clone(), text));
+                // The string stays where it is; the block's array is written around it.
+                let (start, end) = (block.span.start, block.span.end);
+                edits.push((start..start, br#"[{"type":"text","text":"#.to_vec()));
+                let close = format!(r#","cache_control":{}}}]"#, marker_json(ttl));
+                edits.push((end..end, close.into_bytes()));
             }
         } else if let Some(edit) = object_edit(b, &block.span, want) {
             edits.push(edit);
@@ -237,18 +247,25 @@ pub(crate) fn set_message_markers(b: &[u8], changes: &[(usize, Option<Ttl>)]) ->
     if edits.is_empty() {
         return None;
     }
-    Some(splice(b, edits))
+    edits.sort_by_key(|(r, _)| r.start);
+    Some(edits)
 }
 
 /// Remove every marker from a message (the uncached tail never carries one).
+#[cfg(test)]
 pub(crate) fn strip_message_markers(b: &[u8]) -> Option<Vec<u8>> {
+    strip_marker_edits(b).map(|edits| splice(b, edits))
+}
+
+/// [`strip_message_markers`] as edits (see [`message_marker_edits`]).
+pub(crate) fn strip_marker_edits(b: &[u8]) -> Option<Vec<(Span, Vec<u8>)>> {
     let changes: Vec<(usize, Option<Ttl>)> = message_blocks(b)
         .iter()
         .enumerate()
         .filter(|(_, blk)| blk.marker.is_some())
         .map(|(j, _)| (j, None))
         .collect();
-    set_message_markers(b, &changes)
+    message_marker_edits(b, &changes)
 }
 
 /// Count the markers in a compiled Anthropic payload (tools, system, messages).

@@ -145,6 +145,7 @@ impl Envelope {
                 Some(Some(Section::Seq(seq))) => Item {
                     origin: Some(i),
                     bytes: Cow::Borrowed(key_part),
+                    edits: Vec::new(),
                     then: Some(Box::new(seq)),
                 },
             });
@@ -158,6 +159,7 @@ impl Envelope {
                     Some(Some(Section::Seq(seq))) => items.push(Item {
                         origin: None,
                         bytes: Cow::Owned(entry(key, b"")),
+                        edits: Vec::new(),
                         then: Some(Box::new(seq)),
                     }),
                     _ => {}
@@ -380,25 +382,18 @@ impl<'a> Ctx<'a> {
         }
         for (i, m) in env.cached.iter().enumerate() {
             let raw = env.bytes_of(&m.raw);
-            let bytes = match self.plan.messages.get(&i) {
-                Some(changes) => {
-                    blocks::set_message_markers(raw, changes).map_or(Cow::Borrowed(raw), Cow::Owned)
-                }
-                None => Cow::Borrowed(raw),
-            };
-            items.push(Item::new(m.origin, bytes));
+            let edits = self
+                .plan
+                .messages
+                .get(&i)
+                .and_then(|changes| blocks::message_marker_edits(raw, changes));
+            items.push(Item::edited(m.origin, raw, edits.unwrap_or_default()));
         }
         let anthropic = env.is_anthropic();
         for m in &env.uncached {
             let raw = env.bytes_of(&m.raw);
-            let bytes = match anthropic
-                .then(|| blocks::strip_message_markers(raw))
-                .flatten()
-            {
-                Some(stripped) => Cow::Owned(stripped),
-                None => Cow::Borrowed(raw),
-            };
-            items.push(Item::new(None, bytes));
+            let edits = anthropic.then(|| blocks::strip_marker_edits(raw)).flatten();
+            items.push(Item::edited(None, raw, edits.unwrap_or_default()));
         }
         let c = Container {
             src: &env.body,
@@ -515,6 +510,45 @@ mod tests {
             payload.pieces().len()
         );
         assert!(payload.pieces().len() <= 12, "{}", payload.pieces().len());
+    }
+
+    /// A marker placed on one huge message (a pasted file as the prompt) adds a few bytes
+    /// around its text: the text goes out as the client's bytes, shared, not copied into a
+    /// new buffer.
+    #[test]
+    fn a_marker_on_one_huge_message_shares_its_text() {
+        let text = "fn main() { println!(\"hi\"); }\n".repeat(40_000);
+        let body = serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": "You are an agent.",
+            "messages": [{"role": "user", "content": text}],
+        });
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap());
+        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
+        let auto = CompileOptions {
+            breakpoints: BreakpointMode::Auto {
+                ttl: blocks::Ttl::FiveMinutes,
+            },
+            ..Default::default()
+        };
+        let (payload, peak) = crate::alloc_meter::peak_during(|| env.compile_payload(&auto));
+        assert!(peak < 64 * 1024, "{peak} bytes held at once compiling");
+        let whole = env.compile(&auto);
+        let sent: serde_json::Value = serde_json::from_slice(&whole).unwrap();
+        assert_eq!(
+            sent["messages"][0]["content"],
+            serde_json::json!([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}])
+        );
+        assert!(payload.is(&whole) && payload.len() == whole.len());
+        let range = body.as_ptr_range();
+        let copied: usize = payload
+            .pieces()
+            .iter()
+            .filter(|p| !range.contains(&p.as_ptr()))
+            .map(Bytes::len)
+            .sum();
+        assert!(copied < 1024, "{copied} of {} bytes copied", body.len());
     }
 
     #[test]

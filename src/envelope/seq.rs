@@ -43,6 +43,10 @@ fn byte_slice(byte: u8) -> &'static [u8] {
 pub(crate) struct Item<'a> {
     pub origin: Option<usize>,
     pub bytes: std::borrow::Cow<'a, [u8]>,
+    /// Ranges of `bytes` replaced as they are written, in order and apart: the rest goes
+    /// out as the runs of `bytes` it is (shared by a splice of the client's body, where
+    /// they are the client's), not as a copy of the whole element with its few edits.
+    pub edits: Vec<(Span, Vec<u8>)>,
     /// A container written right after `bytes`: a large section (the messages) rendered
     /// straight into the output rather than into a buffer of its own and then copied.
     pub then: Option<Box<Seq<'a>>>,
@@ -50,11 +54,42 @@ pub(crate) struct Item<'a> {
 
 impl<'a> Item<'a> {
     pub fn new(origin: Option<usize>, bytes: std::borrow::Cow<'a, [u8]>) -> Item<'a> {
+        Item::edited_cow(origin, bytes, Vec::new())
+    }
+
+    /// The element `bytes` with `edits` made as it is written.
+    pub fn edited(origin: Option<usize>, bytes: &'a [u8], edits: Vec<(Span, Vec<u8>)>) -> Item<'a> {
+        Item::edited_cow(origin, bytes.into(), edits)
+    }
+
+    fn edited_cow(
+        origin: Option<usize>,
+        bytes: std::borrow::Cow<'a, [u8]>,
+        edits: Vec<(Span, Vec<u8>)>,
+    ) -> Item<'a> {
         Item {
             origin,
             bytes,
+            edits,
             then: None,
         }
+    }
+
+    /// What the element takes once written, before its `then`.
+    fn len(&self) -> usize {
+        let removed: usize = self.edits.iter().map(|(r, _)| r.len()).sum();
+        let added: usize = self.edits.iter().map(|(_, b)| b.len()).sum();
+        self.bytes.len() - removed + added
+    }
+
+    fn write<'s>(&'s self, out: &mut impl Sink<'s>) {
+        let mut at = 0;
+        for (range, new) in &self.edits {
+            out.put(&self.bytes[at..range.start]);
+            out.put(new);
+            at = range.end;
+        }
+        out.put(&self.bytes[at..]);
     }
 }
 
@@ -97,7 +132,7 @@ pub(crate) fn render_bound(c: &Container<'_>, items: &[Item<'_>]) -> usize {
         span.len()
             .saturating_sub(c.elems.iter().map(|e| e.len()).sum::<usize>())
     });
-    let item = |i: &Item<'_>| i.bytes.len() + 1 + i.then.as_ref().map_or(0, |s| s.bound());
+    let item = |i: &Item<'_>| i.len() + 1 + i.then.as_ref().map_or(0, |s| s.bound());
     between + items.iter().map(item).sum::<usize>() + 2
 }
 
@@ -134,7 +169,7 @@ pub(crate) fn render<'s>(
                 _ => out.push(b','),
             }
         }
-        out.put(&item.bytes);
+        item.write(out);
         if let Some(seq) = &item.then {
             seq.write(out);
         }
@@ -177,6 +212,7 @@ mod tests {
             Item {
                 origin: None,
                 bytes: Cow::Borrowed(b"\"k\":"),
+                edits: Vec::new(),
                 then: Some(Box::new(nested)),
             },
             Item::new(Some(1), Cow::Borrowed(b"2")),
