@@ -124,6 +124,11 @@ pub fn record_next(
     Ok((index, at))
 }
 
+/// Blobs this large or larger are written into their row in pieces: binding one copies it
+/// into SQLite, and building the row copies it again, two more copies of a message of
+/// megabytes (a pasted file) held at once.
+const WRITTEN_IN_PIECES: usize = 1 << 20;
+
 /// Store the blobs the session does not hold yet; returns the bytes added.
 fn store_blobs(conn: &Connection, session: &str, blobs: &[Blob]) -> rusqlite::Result<i64> {
     let mut known = conn.prepare_cached(
@@ -138,12 +143,40 @@ fn store_blobs(conn: &Connection, session: &str, blobs: &[Blob]) -> rusqlite::Re
             continue;
         }
         // Made canonical here, one message at a time.
-        if let Some(bytes) = blob.stored_bytes() {
+        let Some(bytes) = blob.stored_bytes() else {
+            continue;
+        };
+        if bytes.len() >= WRITTEN_IN_PIECES {
+            insert_in_pieces(conn, session, &blob.key, &bytes)?;
+        } else {
             insert.execute(params![session, &blob.key[..], &bytes[..]])?;
-            added += bytes.len() as i64;
         }
+        added += bytes.len() as i64;
     }
     Ok(added)
+}
+
+/// The row with a blob of zeros of the right length (SQLite writes its pages without a
+/// buffer of that size), then the bytes written over them in place.
+fn insert_in_pieces(
+    conn: &Connection,
+    session: &str,
+    key: &MessageKey,
+    bytes: &[u8],
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO session_blobs (session, key, bytes) VALUES (?1, ?2, zeroblob(?3))",
+    )?
+    .execute(params![session, &key[..], bytes.len() as i64])?;
+    let row = conn.last_insert_rowid();
+    let mut blob = conn.blob_open(
+        rusqlite::DatabaseName::Main,
+        "session_blobs",
+        "bytes",
+        row,
+        false,
+    )?;
+    blob.write_at(bytes, 0)
 }
 
 pub fn get_blobs(
@@ -297,4 +330,59 @@ fn delete_session(conn: &Connection, id: &str) -> rusqlite::Result<()> {
         conn.prepare_cached(sql)?.execute(params![id])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The most SQLite's own allocator held at once while `f` ran, above what it held
+    /// before. Process-wide, so the least of three runs is taken: other tests' SQLite use
+    /// can only add to a run.
+    fn sqlite_peak(mut f: impl FnMut(usize)) -> usize {
+        (0..3)
+            .map(|run| {
+                // SAFETY: plain reads of SQLite's memory statistics (reset to the current
+                // use by the flag).
+                let before = unsafe {
+                    rusqlite::ffi::sqlite3_memory_highwater(1);
+                    rusqlite::ffi::sqlite3_memory_used()
+                };
+                f(run);
+                let peak = unsafe { rusqlite::ffi::sqlite3_memory_highwater(0) };
+                (peak - before).max(0) as usize
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// A message of megabytes is written into its row without SQLite holding a copy of it
+    /// (binding a blob copies it, and building the row copies it again), and reads back
+    /// whole.
+    #[test]
+    fn a_huge_blob_is_stored_without_copies_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::schema::open(&dir.path().join("s.db")).unwrap();
+        let big: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+        let small = b"{\"role\":\"user\"}".to_vec();
+        let blobs = |run: usize| {
+            [
+                Blob::canonical([run as u8; 32], big.clone()),
+                Blob::canonical([run as u8 + 100; 32], small.clone()),
+            ]
+        };
+        let peak = sqlite_peak(|run| {
+            let added = store_blobs(&conn, "s", &blobs(run)).unwrap();
+            assert_eq!(added as usize, big.len() + small.len());
+        });
+        assert!(
+            peak < big.len() / 2,
+            "SQLite held {peak} bytes to store {}",
+            big.len()
+        );
+        let back = get_blobs(&conn, "s", &[[0; 32], [100; 32], [7; 32]]).unwrap();
+        assert_eq!(back, vec![Some(big.clone()), Some(small.clone()), None]);
+        // Stored once: a second write of the same keys adds nothing.
+        assert_eq!(store_blobs(&conn, "s", &blobs(0)).unwrap(), 0);
+    }
 }
