@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::normalize::canonical_bytes;
+use super::normalize::{canonical_bytes, canonical_field_of_raw};
 use crate::envelope::Envelope;
 use crate::providers::{MsgKind, Provider};
 
@@ -216,13 +216,35 @@ pub(crate) fn canonical_fingerprint(env: &Envelope) -> String {
         .tools_raw()
         .map(|t| serde_json::from_slice(t).unwrap_or(Value::Null))
         .collect();
-    let first_user = first_user_message(env)
-        .and_then(|m| serde_json::from_slice::<Value>(m).ok())
-        .and_then(|m| m.get("content").cloned())
-        .unwrap_or(Value::Null);
-    // Under a `content` key so a string and its one-text-block form hash alike.
-    let material = json!({"system": system, "tools": tools, "first_user": {"content": first_user}});
-    let digest = Sha256::digest(canonical_bytes(&material));
+    let first_user = first_user_message(env);
+    // The prompt's content is made canonical from its bytes, in one buffer: a first prompt
+    // can be a pasted file of megabytes, which a `Value` would hold two or three times over.
+    let content = first_user.and_then(|m| canonical_field_of_raw(m, "content"));
+    let digest = match content {
+        Some(content) => {
+            // `canonical_bytes` of the material below, its keys in their sorted order.
+            let mut material = Vec::with_capacity(content.len() + 4096);
+            material.extend_from_slice(br#"{"first_user":{"content":"#);
+            material.extend_from_slice(&content);
+            drop(content);
+            material.extend_from_slice(br#"},"system":"#);
+            material.extend_from_slice(&canonical_bytes(&Value::Array(system)));
+            material.extend_from_slice(br#","tools":"#);
+            material.extend_from_slice(&canonical_bytes(&Value::Array(tools)));
+            material.push(b'}');
+            Sha256::digest(material)
+        }
+        None => {
+            let first_user = first_user
+                .and_then(|m| serde_json::from_slice::<Value>(m).ok())
+                .and_then(|mut m| m.get_mut("content").map(Value::take))
+                .unwrap_or(Value::Null);
+            // Under a `content` key so a string and its one-text-block form hash alike.
+            let material =
+                json!({"system": system, "tools": tools, "first_user": {"content": first_user}});
+            Sha256::digest(canonical_bytes(&material))
+        }
+    };
     format!("fp-{}", &hex::encode(digest)[..32])
 }
 

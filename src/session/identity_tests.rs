@@ -345,3 +345,82 @@ fn fingerprint_memo_is_bounded() {
         );
     }
 }
+
+/// A first prompt of megabytes (a pasted file) is fingerprinted holding it about twice at
+/// most: its text once as read, and the canonical form hashed, not one more copy of the
+/// text and a canonical buffer grown by doubling.
+#[test]
+fn a_huge_first_prompt_is_fingerprinted_in_bounded_memory() {
+    let text = format!("{}\n", "log line with a pasted file in it ".repeat(120_000));
+    let body = json!({"system": "agent", "messages": [{"role": "user", "content": text}]});
+    let env = Envelope::parse(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        bytes::Bytes::from(body.to_string()),
+    )
+    .unwrap();
+    let (id, peak) = crate::alloc_meter::peak_during(|| canonical_fingerprint(&env));
+    assert!(id.starts_with("fp-"));
+    assert!(
+        peak < text.len() * 5 / 2,
+        "{peak} bytes held at once for a prompt of {}",
+        text.len()
+    );
+}
+
+/// The fingerprint as first defined: the first prompt's content parsed into a `Value`, the
+/// material made canonical as a whole.
+fn fingerprint_by_value(env: &Envelope) -> String {
+    let endpoint = env.endpoint();
+    let system: Vec<Value> = env
+        .system_parts()
+        .iter()
+        .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
+        .map(|p| json!({"type": "text", "text": p.text}))
+        .collect();
+    let tools: Vec<Value> = env
+        .tools_raw()
+        .map(|t| serde_json::from_slice(t).unwrap_or(Value::Null))
+        .collect();
+    let first_user = first_user_message(env)
+        .and_then(|m| serde_json::from_slice::<Value>(m).ok())
+        .and_then(|m| m.get("content").cloned())
+        .unwrap_or(Value::Null);
+    let material = json!({"system": system, "tools": tools, "first_user": {"content": first_user}});
+    let digest = Sha256::digest(super::super::normalize::canonical_bytes(&material));
+    format!("fp-{}", &hex::encode(digest)[..32])
+}
+
+/// Copying the first prompt's content from its bytes gives the fingerprint parsing it gave,
+/// on every recorded client's shape and on the spellings a copy must refuse or get right.
+#[test]
+fn the_copied_fingerprint_is_the_parsed_one() {
+    let mut envs: Vec<Envelope> = fingerprint_cases()
+        .into_iter()
+        .map(|(p, e, body)| Envelope::parse(p, e, bytes::Bytes::from(body.to_string())).unwrap())
+        .collect();
+    for message in [
+        r#"{"role":"user","content":"plain"}"#,
+        r#"{"role":"user","content":"esc \u00e9 \/ \"q\" \n"}"#,
+        r#"{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}]}"#,
+        r#"{"role":"user","content":"first","content":"last"}"#,
+        r#"{"role":"user"}"#,
+        r#"{"role":"user","content":null}"#,
+        r#"{"role":"user","cont\u0065nt":"escaped key"}"#,
+        r#"{ "role" : "user" , "content" : [ { "text" : "spaced" , "type" : "text" } ] }"#,
+        r#"{"role":"user","content":[{"type":"image","source":{"data":"x","n":1.50}}]}"#,
+    ] {
+        let body = format!(r#"{{"system":"agent","messages":[{message}]}}"#);
+        envs.push(
+            Envelope::parse(
+                Provider::Anthropic,
+                Endpoint::Messages,
+                bytes::Bytes::from(body),
+            )
+            .unwrap(),
+        );
+    }
+    for env in &envs {
+        assert_eq!(canonical_fingerprint(env), fingerprint_by_value(env));
+    }
+}

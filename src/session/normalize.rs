@@ -119,6 +119,41 @@ pub fn canonical_bytes_of_raw(raw: &[u8]) -> Option<Vec<u8>> {
     })
 }
 
+/// What [`canonical_bytes`] writes for the value of `field` in the JSON object `raw`
+/// (the last one given, as in a `Value`; `null` when there is none), the `content` rule
+/// included, copied from the raw bytes in one buffer rather than parsed: a first prompt
+/// can be a pasted file of megabytes. `None` where the copy cannot be made (an escaped
+/// key, an escape serde_json spells otherwise, bytes that are not JSON): the caller parses.
+pub fn canonical_field_of_raw(raw: &[u8], field: &str) -> Option<Vec<u8>> {
+    use crate::envelope::scan;
+    let entries = scan::entries(raw, scan::skip_ws(raw, 0)).ok()?;
+    if entries.iter().any(|e| raw[e.key.clone()].contains(&b'\\')) {
+        return None;
+    }
+    let Some(span) = entries
+        .iter()
+        .rev()
+        .find(|e| scan::key_is(raw, &e.key, field))
+        .map(|e| e.value.clone())
+    else {
+        return Some(b"null".to_vec());
+    };
+    let mut out = Vec::with_capacity(span.len() + 32);
+    let mut value = RawReader {
+        raw: &raw[..span.end],
+        at: span.start,
+    };
+    let read = if field == TEXT_CONTENT && raw[span.start] == b'"' {
+        let mut read = None;
+        write_text_blocks(&mut out, |out| read = value.value(out, 1));
+        read
+    } else {
+        value.value(&mut out, 1)
+    };
+    read?;
+    (value.at == span.end).then_some(out)
+}
+
 /// [`canonical_bytes_of_raw`] by copying: agents' messages are mostly long strings that
 /// serde_json would unescape into a `String` and escape again to the same bytes. A string
 /// written as serde_json writes strings (escapes only where it escapes, as it spells them)
