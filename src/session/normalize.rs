@@ -21,7 +21,7 @@ const TEXT_CONTENT: &str = "content";
 
 /// A `content` string, its JSON written by `write_string`, as the one-text-block array it
 /// is equivalent to.
-fn write_text_blocks(out: &mut Vec<u8>, write_string: impl FnOnce(&mut Vec<u8>)) {
+fn write_text_blocks<O: Out>(out: &mut O, write_string: impl FnOnce(&mut O)) {
     out.extend_from_slice(br#"[{"text":"#);
     write_string(out);
     out.extend_from_slice(br#","type":"text"}]"#);
@@ -106,8 +106,63 @@ fn write_text(text: &str, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, text);
 }
 
-fn write_scalar(value: &Value, out: &mut Vec<u8>) {
-    let _ = serde_json::to_writer(&mut *out, value);
+fn write_scalar<O: Out>(value: &Value, out: &mut O) {
+    let mut bytes = Vec::new();
+    let _ = serde_json::to_writer(&mut bytes, value);
+    out.extend_from_slice(&bytes);
+}
+
+/// A short text (an object's key) written as serde_json writes a string.
+fn write_key<O: Out>(text: &str, out: &mut O) {
+    let mut bytes = Vec::with_capacity(text.len() + 2);
+    write_text(text, &mut bytes);
+    out.extend_from_slice(&bytes);
+}
+
+/// Where the raw copy writes the canonical form: a buffer, or anything that takes it piece
+/// by piece (a hash, a count, a row written in place).
+pub trait Out {
+    fn extend_from_slice(&mut self, bytes: &[u8]);
+
+    fn push(&mut self, byte: u8) {
+        self.extend_from_slice(&[byte]);
+    }
+}
+
+impl Out for Vec<u8> {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        Vec::extend_from_slice(self, bytes);
+    }
+
+    fn push(&mut self, byte: u8) {
+        Vec::push(self, byte);
+    }
+}
+
+/// Counts what it is given.
+struct Count(usize);
+
+impl Out for Count {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+}
+
+/// The length of [`canonical_bytes_of_raw`] without making it, when the raw copy can make
+/// it (`None` where it must be parsed instead).
+pub fn canonical_len_of_raw(raw: &[u8]) -> Option<usize> {
+    let mut count = Count(0);
+    write_canonical_of_raw(raw, &mut count)?;
+    Some(count.0)
+}
+
+/// [`canonical_bytes_of_raw`] written into `out` piece by piece, when the raw copy can
+/// make it; `None` (with part of it written) where it must be parsed instead.
+pub fn write_canonical_of_raw<O: Out>(raw: &[u8], out: &mut O) -> Option<()> {
+    let mut reader = RawReader { raw, at: 0 };
+    reader.value(out, 0)?;
+    reader.skip_space();
+    (reader.at == raw.len()).then_some(())
 }
 
 /// The canonical bytes of a value given as raw JSON: equal to [`canonical_bytes`] of the
@@ -160,11 +215,9 @@ pub fn canonical_field_of_raw(raw: &[u8], field: &str) -> Option<Vec<u8>> {
 /// is copied as it is. `None` for anything else (another escape, an escaped key, a body
 /// nested deeper than [`COPY_DEPTH`], or bytes that are not JSON): the caller parses.
 fn copy_canonical(raw: &[u8]) -> Option<Vec<u8>> {
-    let mut reader = RawReader { raw, at: 0 };
     let mut out = Vec::with_capacity(raw.len() + 32);
-    reader.value(&mut out, 0)?;
-    reader.skip_space();
-    (reader.at == raw.len()).then_some(out)
+    write_canonical_of_raw(raw, &mut out)?;
+    Some(out)
 }
 
 /// Nesting deeper than this is left to serde_json (whose own limit is 128).
@@ -185,7 +238,7 @@ impl<'a> RawReader<'a> {
         (self.raw.get(self.at) == Some(&byte)).then(|| self.at += 1)
     }
 
-    fn value(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+    fn value<O: Out>(&mut self, out: &mut O, depth: usize) -> Option<()> {
         if depth > COPY_DEPTH {
             return None;
         }
@@ -275,7 +328,7 @@ impl<'a> RawReader<'a> {
         Some(string)
     }
 
-    fn object(&mut self, out: &mut Vec<u8>, depth: usize) -> Option<()> {
+    fn object<O: Out>(&mut self, out: &mut O, depth: usize) -> Option<()> {
         self.at += 1;
         // Each field's key (its text, unescaped since it holds no escape) and where its value
         // lies in `raw`. The values are written straight into `out` in key order, so each
@@ -327,7 +380,7 @@ impl<'a> RawReader<'a> {
                 out.push(b',');
             }
             first = false;
-            write_text(key, out);
+            write_key(key, out);
             out.push(b':');
             // Read where the skip above found the value, and no further.
             let mut value = RawReader {

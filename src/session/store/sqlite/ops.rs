@@ -4,8 +4,10 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::schema::load_range;
 use crate::session::entry::{now_ms, Entry};
-use crate::session::normalize::MessageKey;
-use crate::session::store::{Appended, Blob, Retention, SessionSummary, StoreStats, SweepReport};
+use crate::session::normalize::{self, MessageKey, Out};
+use crate::session::store::{
+    Appended, Blob, BlobBytes, Retention, SessionSummary, StoreStats, SweepReport,
+};
 
 /// Sessions deleted per write job of a sweep.
 pub const SWEEP_SLICE: usize = 200;
@@ -142,12 +144,29 @@ fn store_blobs(conn: &Connection, session: &str, blobs: &[Blob]) -> rusqlite::Re
         if known.query_row(params![session, &blob.key[..]], |r| r.get::<_, bool>(0))? {
             continue;
         }
+        // A large message as sent is made canonical straight into its row, never whole in
+        // memory: once counted, then written.
+        if let BlobBytes::Sent(raw) = &blob.bytes {
+            let len = (raw.len() >= WRITTEN_IN_PIECES)
+                .then(|| normalize::canonical_len_of_raw(raw))
+                .flatten();
+            if let Some(len) = len {
+                insert_in_pieces(conn, session, &blob.key, len, |row| {
+                    normalize::write_canonical_of_raw(raw, row)
+                })?;
+                added += len as i64;
+                continue;
+            }
+        }
         // Made canonical here, one message at a time.
         let Some(bytes) = blob.stored_bytes() else {
             continue;
         };
         if bytes.len() >= WRITTEN_IN_PIECES {
-            insert_in_pieces(conn, session, &blob.key, &bytes)?;
+            insert_in_pieces(conn, session, &blob.key, bytes.len(), |row| {
+                row.extend_from_slice(&bytes);
+                Some(())
+            })?;
         } else {
             insert.execute(params![session, &blob.key[..], &bytes[..]])?;
         }
@@ -156,27 +175,88 @@ fn store_blobs(conn: &Connection, session: &str, blobs: &[Blob]) -> rusqlite::Re
     Ok(added)
 }
 
-/// The row with a blob of zeros of the right length (SQLite writes its pages without a
-/// buffer of that size), then the bytes written over them in place.
+/// The row with a blob of zeros of `len` bytes (SQLite writes its pages without a buffer
+/// of that size), then `write`'s bytes written over them in place, in pieces.
 fn insert_in_pieces(
     conn: &Connection,
     session: &str,
     key: &MessageKey,
-    bytes: &[u8],
+    len: usize,
+    write: impl FnOnce(&mut RowWriter<'_>) -> Option<()>,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO session_blobs (session, key, bytes) VALUES (?1, ?2, zeroblob(?3))",
     )?
-    .execute(params![session, &key[..], bytes.len() as i64])?;
-    let row = conn.last_insert_rowid();
-    let mut blob = conn.blob_open(
+    .execute(params![session, &key[..], len as i64])?;
+    let blob = conn.blob_open(
         rusqlite::DatabaseName::Main,
         "session_blobs",
         "bytes",
-        row,
+        conn.last_insert_rowid(),
         false,
     )?;
-    blob.write_at(bytes, 0)
+    let mut row = RowWriter {
+        blob,
+        pending: Vec::new(),
+        at: 0,
+        failed: None,
+    };
+    let written = write(&mut row);
+    row.flush();
+    if let Some(e) = row.failed {
+        return Err(e);
+    }
+    if written.is_none() || row.at != len {
+        // The bytes did not come out as counted: the job fails rather than keep the row.
+        return Err(rusqlite::Error::BlobSizeError);
+    }
+    Ok(())
+}
+
+/// Writes a blob's bytes at their place in its row, small pieces gathered first.
+struct RowWriter<'c> {
+    blob: rusqlite::blob::Blob<'c>,
+    pending: Vec<u8>,
+    at: usize,
+    failed: Option<rusqlite::Error>,
+}
+
+impl RowWriter<'_> {
+    const PIECE: usize = 64 * 1024;
+
+    fn write(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        match self.blob.write_at(bytes, self.at) {
+            Ok(()) => self.at += bytes.len(),
+            Err(e) => self.failed = Some(e),
+        }
+    }
+
+    fn flush(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        if !pending.is_empty() {
+            self.write(&pending);
+        }
+        self.pending = pending;
+        self.pending.clear();
+    }
+}
+
+impl Out for RowWriter<'_> {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        if self.pending.len() + bytes.len() <= Self::PIECE {
+            self.pending.extend_from_slice(bytes);
+            return;
+        }
+        self.flush();
+        if bytes.len() < Self::PIECE {
+            self.pending.extend_from_slice(bytes);
+        } else {
+            self.write(bytes);
+        }
+    }
 }
 
 pub fn get_blobs(
@@ -384,5 +464,37 @@ mod tests {
         assert_eq!(back, vec![Some(big.clone()), Some(small.clone()), None]);
         // Stored once: a second write of the same keys adds nothing.
         assert_eq!(store_blobs(&conn, "s", &blobs(0)).unwrap(), 0);
+    }
+
+    /// A large message as sent is made canonical straight into its row: neither cachet nor
+    /// SQLite holds its canonical form whole, and the row holds exactly that form.
+    #[test]
+    fn a_huge_sent_message_is_made_canonical_into_its_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::schema::open(&dir.path().join("s.db")).unwrap();
+        let text = "fn main() { println!(\"hi\"); }\n".repeat(80_000);
+        let message = serde_json::json!({"role": "user", "content": [
+            {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]});
+        let raw = bytes::Bytes::from(serde_json::to_vec(&message).unwrap());
+        let canonical = normalize::canonical_bytes(&message);
+        let key = normalize::key_of_bytes(&canonical);
+        let blobs = [Blob::sent(key, raw.clone())];
+        let mut held = 0;
+        let sqlite = sqlite_peak(|run| {
+            conn.execute("DELETE FROM session_blobs", []).unwrap();
+            let (added, peak) = crate::alloc_meter::peak_during(|| {
+                store_blobs(&conn, &format!("s{run}"), &blobs).unwrap()
+            });
+            assert_eq!(added as usize, canonical.len());
+            held = peak;
+        });
+        assert!(
+            held < raw.len() / 4,
+            "{held} bytes held to store {}",
+            raw.len()
+        );
+        assert!(sqlite < raw.len() / 2, "SQLite held {sqlite} bytes");
+        let back = get_blobs(&conn, "s2", &[key]).unwrap();
+        assert_eq!(back, vec![Some(canonical)]);
     }
 }
