@@ -440,17 +440,29 @@ pub fn key_of_repeated_bytes(bytes: &[u8]) -> MessageKey {
 /// by a 128-bit hash of the raw bytes and only new messages are made canonical.
 pub fn key_of_raw(raw: &[u8]) -> MessageKey {
     static SEEN: crate::memo::Memo<MessageKey> = crate::memo::Memo::new(65_536);
-    SEEN.get_or_insert_with(
-        crate::memo::key(b"message", raw),
-        || match canonical_bytes_of_raw(raw) {
+    SEEN.get_or_insert_with(crate::memo::key(b"message", raw), || {
+        if raw.len() > KEPT_CANONICAL {
+            // Too large to be kept for the store: hashed as it is made, never held whole.
+            let mut hasher = Sha256::new();
+            if write_canonical_of_raw(raw, &mut hasher).is_some() {
+                return hasher.finalize().into();
+            }
+        }
+        match canonical_bytes_of_raw(raw) {
             Some(bytes) => {
                 let key = key_of_bytes(&bytes);
                 keep_canonical(key, bytes);
                 key
             }
             None => key_of_bytes(raw),
-        },
-    )
+        }
+    })
+}
+
+impl Out for Sha256 {
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.update(bytes);
+    }
 }
 
 /// Canonical bytes of messages keyed lately (new ones: [`key_of_raw`] made them), for a
@@ -475,8 +487,11 @@ fn recent_canonical() -> &'static moka::sync::Cache<MessageKey, std::sync::Arc<V
 /// a sixteenth of it is not kept.
 const RECENT_CANONICAL_BYTES: u64 = 1 << 20;
 
+/// The largest canonical message kept for a store.
+const KEPT_CANONICAL: usize = (RECENT_CANONICAL_BYTES / 16) as usize;
+
 fn keep_canonical(key: MessageKey, bytes: Vec<u8>) {
-    if (bytes.len() as u64) <= RECENT_CANONICAL_BYTES / 16 {
+    if bytes.len() <= KEPT_CANONICAL {
         recent_canonical().insert(key, std::sync::Arc::new(bytes));
     }
 }
@@ -612,6 +627,22 @@ mod tests {
         assert_eq!(key_of_raw(a), message_key(&v));
         assert_eq!(key_of_raw(b), key_of_raw(a));
         assert_ne!(key_of_raw(b"not json"), key_of_raw(a));
+    }
+
+    /// A message of megabytes is keyed without its canonical form held whole: it is hashed
+    /// as it is made, and the key is that of the canonical bytes.
+    #[test]
+    fn a_huge_message_is_keyed_as_it_is_made_canonical() {
+        let text = "let x = \"quoted\";\n".repeat(150_000);
+        let message = json!({"role": "user", "content": [{"type": "text", "text": text}]});
+        let raw = serde_json::to_vec(&message).unwrap();
+        let (key, peak) = crate::alloc_meter::peak_during(|| key_of_raw(&raw));
+        assert_eq!(key, key_of_bytes(&canonical_bytes(&message)));
+        assert!(
+            peak < raw.len() / 4,
+            "{peak} bytes held to key {}",
+            raw.len()
+        );
     }
 
     /// A message of megabytes (a pasted file) is made canonical into one buffer, each byte
