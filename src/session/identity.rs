@@ -217,22 +217,21 @@ pub(crate) fn canonical_fingerprint(env: &Envelope) -> String {
         .map(|t| serde_json::from_slice(t).unwrap_or(Value::Null))
         .collect();
     let first_user = first_user_message(env);
-    // The prompt's content is made canonical from its bytes, in one buffer: a first prompt
-    // can be a pasted file of megabytes, which a `Value` would hold two or three times over.
-    let content = first_user.and_then(|m| canonical_field_of_raw(m, "content"));
-    let digest = match content {
-        Some(content) => {
-            // `canonical_bytes` of the material below, its keys in their sorted order.
-            let mut material = Vec::with_capacity(content.len() + 4096);
-            material.extend_from_slice(br#"{"first_user":{"content":"#);
-            material.extend_from_slice(&content);
-            drop(content);
-            material.extend_from_slice(br#"},"system":"#);
-            material.extend_from_slice(&canonical_bytes(&Value::Array(system)));
-            material.extend_from_slice(br#","tools":"#);
-            material.extend_from_slice(&canonical_bytes(&Value::Array(tools)));
-            material.push(b'}');
-            Sha256::digest(material)
+    // `canonical_bytes` of the material below, its keys in their sorted order, hashed as it
+    // is written: the prompt's content is made canonical from its bytes straight into the
+    // hash, since a first prompt can be a pasted file of megabytes, which a `Value` would
+    // hold two or three times over.
+    let mut hasher = Sha256::new();
+    hasher.update(br#"{"first_user":{"content":"#);
+    let copied = first_user.and_then(|m| canonical_field_of_raw(m, "content", &mut hasher));
+    let digest = match copied {
+        Some(()) => {
+            hasher.update(br#"},"system":"#);
+            hasher.update(canonical_bytes(&Value::Array(system)));
+            hasher.update(br#","tools":"#);
+            hasher.update(canonical_bytes(&Value::Array(tools)));
+            hasher.update(b"}");
+            hasher.finalize()
         }
         None => {
             let first_user = first_user

@@ -176,10 +176,11 @@ pub fn canonical_bytes_of_raw(raw: &[u8]) -> Option<Vec<u8>> {
 
 /// What [`canonical_bytes`] writes for the value of `field` in the JSON object `raw`
 /// (the last one given, as in a `Value`; `null` when there is none), the `content` rule
-/// included, copied from the raw bytes in one buffer rather than parsed: a first prompt
-/// can be a pasted file of megabytes. `None` where the copy cannot be made (an escaped
-/// key, an escape serde_json spells otherwise, bytes that are not JSON): the caller parses.
-pub fn canonical_field_of_raw(raw: &[u8], field: &str) -> Option<Vec<u8>> {
+/// included, copied from the raw bytes into `out` rather than parsed: a first prompt can be
+/// a pasted file of megabytes. `None` (with part of it written) where the copy cannot be
+/// made (an escaped key, an escape serde_json spells otherwise, bytes that are not JSON):
+/// the caller parses.
+pub fn canonical_field_of_raw<O: Out>(raw: &[u8], field: &str, out: &mut O) -> Option<()> {
     use crate::envelope::scan;
     let entries = scan::entries(raw, scan::skip_ws(raw, 0)).ok()?;
     if entries.iter().any(|e| raw[e.key.clone()].contains(&b'\\')) {
@@ -191,22 +192,22 @@ pub fn canonical_field_of_raw(raw: &[u8], field: &str) -> Option<Vec<u8>> {
         .find(|e| scan::key_is(raw, &e.key, field))
         .map(|e| e.value.clone())
     else {
-        return Some(b"null".to_vec());
+        out.extend_from_slice(b"null");
+        return Some(());
     };
-    let mut out = Vec::with_capacity(span.len() + 32);
     let mut value = RawReader {
         raw: &raw[..span.end],
         at: span.start,
     };
     let read = if field == TEXT_CONTENT && raw[span.start] == b'"' {
         let mut read = None;
-        write_text_blocks(&mut out, |out| read = value.value(out, 1));
+        write_text_blocks(out, |out| read = value.value(out, 1));
         read
     } else {
-        value.value(&mut out, 1)
+        value.value(out, 1)
     };
     read?;
-    (value.at == span.end).then_some(out)
+    (value.at == span.end).then_some(())
 }
 
 /// [`canonical_bytes_of_raw`] by copying: agents' messages are mostly long strings that
