@@ -19,8 +19,9 @@
 //!   session record and diagnosis, written after the response), reported as its own row.
 //! - `shaping`: `anthropic-auto-breakpoints` + `stabilize-volatile` + `memory-pinned` on
 //!   growing 60-request sessions (100 KB → 500 KB), concurrency 1.
-//! - `large`: one 30 MB agent body through a fresh `cachet serve` with every shipped
-//!   policy (`--policies policies/`): wall time and peak memory above the idle process.
+//! - `large`: a 30 MB body through a fresh `cachet serve` with every shipped policy
+//!   (`--policies policies/`) and with none: wall time and peak memory above the idle
+//!   process, for two shapes: an agent's long history, and one pasted prompt.
 //!
 //! The run ends with a table of issue 12's targets: each figure against the **hyper hop**
 //! measured in the same rounds (median and range over rounds), its limit, and MET or NOT
@@ -65,7 +66,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use bodies::{plain_body, session_id, AgentSession};
+use bodies::{pasted_prompt_body, plain_body, session_id, AgentSession};
 use procfs::{cpu_between, cpu_reading, minor_faults, peak_rss_mib, rss_mib};
 
 fn main() {
@@ -851,20 +852,34 @@ async fn shaping(rig: &Rig<'_>, rounds: usize) {
 /// A 30 MB body through a fresh cachet with every shipped policy, and without policies
 /// (monitoring on) to tell the policies' share.
 async fn large(rig: &Rig<'_>, rounds: usize) {
+    let mb: usize = env_or("LOAD_LARGE_MB", 30);
+    let shapes = [
+        (
+            "an agent's history",
+            AgentSession::new(&session_id("large", 0, 1), 20 * 1024, 6800, false)
+                .grown_to(mb * 1000 * 1000),
+        ),
+        ("one pasted prompt", pasted_prompt_body(mb * 1000 * 1000)),
+    ];
+    for (shape, body) in shapes {
+        large_body(rig, rounds, shape, body).await;
+    }
+}
+
+/// (e) for one body: wall time and the extra peak RSS of a fresh cachet, every shipped
+/// policy and none.
+async fn large_body(rig: &Rig<'_>, rounds: usize, shape: &str, body: Bytes) {
     let (launch, up_url, up_addr, hyper) = (
         rig.launch,
         rig.up_url.as_str(),
         rig.up_addr.as_str(),
         rig.bare[0],
     );
-    let mb: usize = env_or("LOAD_LARGE_MB", 30);
-    let body = AgentSession::new(&session_id("large", 0, 1), 20 * 1024, 6800, false)
-        .grown_to(mb * 1000 * 1000);
     let body_mib = body.len() as f64 / (1024.0 * 1024.0);
     let policies: PathBuf = ["policies"].iter().collect();
     let policies = policies.to_str().unwrap().to_string();
     println!(
-        "\n### large: one {:.1} MB agent body, fresh process each round\n",
+        "\n### large: one {:.1} MB body, {shape}, fresh process each round\n",
         body.len() as f64 / 1e6
     );
     println!("| cachet | direct s | hyper hop s | cachet s (range) | cachet CPU s (range) | extra peak MiB (range) | × body size |\n|---|---|---|---|---|---|---|");
@@ -933,7 +948,7 @@ async fn large(rig: &Rig<'_>, rounds: usize) {
         }
         let extra = Spread::of(extra);
         let walls = Spread::of(walls);
-        let group = format!("(e) {:.0} MB body", body.len() as f64 / 1e6);
+        let group = format!("(e) {:.0} MB body, {shape}", body.len() as f64 / 1e6);
         if args.is_empty() {
             target(&group, label, "wall s", walls.clone(), Limit::Info);
         } else {

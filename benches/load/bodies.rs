@@ -37,6 +37,26 @@ pub fn plain_body(size: usize) -> Bytes {
     )
 }
 
+/// A body of about `size` bytes that is one user prompt: a pasted file (code, with the
+/// escapes code has) and a question after it, the agent's system prompt and tools before.
+pub fn pasted_prompt_body(size: usize) -> Bytes {
+    let line = "    let path = format!(\"src/{name}.rs\"); // \"quoted\" \\ path\n";
+    let escaped = serde_json::to_string(line).map_or(line.len(), |l| l.len() - 2);
+    let text = format!(
+        "{}\nWhy does this fail to compile?",
+        line.repeat(size.saturating_sub(1024) / escaped)
+    );
+    Bytes::from(
+        json!({
+            "model": "claude-sonnet-4-5", "max_tokens": 1024,
+            "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": "bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}],
+            "messages": [{"role": "user", "content": text}],
+        })
+        .to_string(),
+    )
+}
+
 /// Claude Code's system prompt: its identity block, then the long instructions with the
 /// `<env>` block (today's date) and the git status at the end.
 fn system_prompt() -> Value {
