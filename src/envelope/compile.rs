@@ -486,23 +486,12 @@ mod tests {
         });
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
         let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
-        let auto = CompileOptions {
-            breakpoints: BreakpointMode::Auto {
-                ttl: blocks::Ttl::FiveMinutes,
-            },
-            ..Default::default()
-        };
+        let auto = auto_markers();
         let payload = env.compile_payload(&auto);
         let whole = env.compile(&auto);
         assert_ne!(whole, body, "markers were placed");
         assert!(payload.is(&whole) && payload.len() == whole.len());
-        let range = body.as_ptr_range();
-        let copied: usize = payload
-            .pieces()
-            .iter()
-            .filter(|p| !range.contains(&p.as_ptr()))
-            .map(Bytes::len)
-            .sum();
+        let copied = copied_from_elsewhere(&payload, &body);
         assert!(
             copied * 20 < body.len(),
             "{copied} of {} bytes copied, in {} pieces",
@@ -526,12 +515,7 @@ mod tests {
         });
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
         let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
-        let auto = CompileOptions {
-            breakpoints: BreakpointMode::Auto {
-                ttl: blocks::Ttl::FiveMinutes,
-            },
-            ..Default::default()
-        };
+        let auto = auto_markers();
         let (payload, peak) = crate::alloc_meter::peak_during(|| env.compile_payload(&auto));
         assert!(peak < 64 * 1024, "{peak} bytes held at once compiling");
         let whole = env.compile(&auto);
@@ -541,14 +525,28 @@ mod tests {
             serde_json::json!([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}])
         );
         assert!(payload.is(&whole) && payload.len() == whole.len());
+        let copied = copied_from_elsewhere(&payload, &body);
+        assert!(copied < 1024, "{copied} of {} bytes copied", body.len());
+    }
+
+    fn auto_markers() -> CompileOptions {
+        CompileOptions {
+            breakpoints: BreakpointMode::Auto {
+                ttl: blocks::Ttl::FiveMinutes,
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Bytes of `payload` that are not slices of the client's `body`.
+    fn copied_from_elsewhere(payload: &Payload, body: &Bytes) -> usize {
         let range = body.as_ptr_range();
-        let copied: usize = payload
+        payload
             .pieces()
             .iter()
             .filter(|p| !range.contains(&p.as_ptr()))
             .map(Bytes::len)
-            .sum();
-        assert!(copied < 1024, "{copied} of {} bytes copied", body.len());
+            .sum()
     }
 
     #[test]

@@ -203,19 +203,25 @@ fn first_user_message(env: &Envelope) -> Option<&[u8]> {
         .find(|m| MsgKind::of(endpoint, m).role == "user")
 }
 
-/// [`fingerprint`] computed from scratch: what the memo must always agree with.
-pub(crate) fn canonical_fingerprint(env: &Envelope) -> String {
+/// The system texts and tools the fingerprint reads, as values.
+fn system_and_tools(env: &Envelope) -> (Vec<Value>, Vec<Value>) {
     let endpoint = env.endpoint();
-    let system: Vec<Value> = env
+    let system = env
         .system_parts()
         .iter()
         .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
         .map(|p| json!({"type": "text", "text": p.text}))
         .collect();
-    let tools: Vec<Value> = env
+    let tools = env
         .tools_raw()
         .map(|t| serde_json::from_slice(t).unwrap_or(Value::Null))
         .collect();
+    (system, tools)
+}
+
+/// [`fingerprint`] computed from scratch: what the memo must always agree with.
+pub(crate) fn canonical_fingerprint(env: &Envelope) -> String {
+    let (system, tools) = system_and_tools(env);
     let first_user = first_user_message(env);
     // `canonical_bytes` of the material below, its keys in their sorted order, hashed as it
     // is written: the prompt's content is made canonical from its bytes straight into the

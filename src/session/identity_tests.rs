@@ -370,17 +370,7 @@ fn a_huge_first_prompt_is_fingerprinted_in_bounded_memory() {
 /// The fingerprint as first defined: the first prompt's content parsed into a `Value`, the
 /// material made canonical as a whole.
 fn fingerprint_by_value(env: &Envelope) -> String {
-    let endpoint = env.endpoint();
-    let system: Vec<Value> = env
-        .system_parts()
-        .iter()
-        .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
-        .map(|p| json!({"type": "text", "text": p.text}))
-        .collect();
-    let tools: Vec<Value> = env
-        .tools_raw()
-        .map(|t| serde_json::from_slice(t).unwrap_or(Value::Null))
-        .collect();
+    let (system, tools) = system_and_tools(env);
     let first_user = first_user_message(env)
         .and_then(|m| serde_json::from_slice::<Value>(m).ok())
         .and_then(|m| m.get("content").cloned())
