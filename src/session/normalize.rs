@@ -195,19 +195,7 @@ pub fn canonical_field_of_raw<O: Out>(raw: &[u8], field: &str, out: &mut O) -> O
         out.extend_from_slice(b"null");
         return Some(());
     };
-    let mut value = RawReader {
-        raw: &raw[..span.end],
-        at: span.start,
-    };
-    let read = if field == TEXT_CONTENT && raw[span.start] == b'"' {
-        let mut read = None;
-        write_text_blocks(out, |out| read = value.value(out, 1));
-        read
-    } else {
-        value.value(out, 1)
-    };
-    read?;
-    (value.at == span.end).then_some(())
+    RawReader::field_value(raw, field, span, out, 1)
 }
 
 /// [`canonical_bytes_of_raw`] by copying: agents' messages are mostly long strings that
@@ -329,6 +317,30 @@ impl<'a> RawReader<'a> {
         Some(string)
     }
 
+    /// The value at `span` of `raw` as it is written under `key` (a `content` string as
+    /// its one text block), read from where a skip found it and no further.
+    fn field_value<O: Out>(
+        raw: &'a [u8],
+        key: &str,
+        span: std::ops::Range<usize>,
+        out: &mut O,
+        depth: usize,
+    ) -> Option<()> {
+        let mut value = RawReader {
+            raw: &raw[..span.end],
+            at: span.start,
+        };
+        let read = if key == TEXT_CONTENT && raw[span.start] == b'"' {
+            let mut read = None;
+            write_text_blocks(out, |out| read = value.value(out, depth));
+            read
+        } else {
+            value.value(out, depth)
+        };
+        read?;
+        (value.at == span.end).then_some(())
+    }
+
     fn object<O: Out>(&mut self, out: &mut O, depth: usize) -> Option<()> {
         self.at += 1;
         // Each field's key (its text, unescaped since it holds no escape) and where its value
@@ -383,20 +395,7 @@ impl<'a> RawReader<'a> {
             first = false;
             write_key(key, out);
             out.push(b':');
-            // Read where the skip above found the value, and no further.
-            let mut value = RawReader {
-                raw: &self.raw[..span.end],
-                at: span.start,
-            };
-            let read = if *key == TEXT_CONTENT && self.raw[span.start] == b'"' {
-                let mut read = None;
-                write_text_blocks(out, |out| read = value.value(out, depth + 1));
-                read
-            } else {
-                value.value(out, depth + 1)
-            };
-            read?;
-            (value.at == span.end).then_some(())?;
+            RawReader::field_value(self.raw, key, span.clone(), out, depth + 1)?;
         }
         out.push(b'}');
         Some(())
