@@ -529,6 +529,33 @@ mod tests {
         assert!(copied < 1024, "{copied} of {} bytes copied", body.len());
     }
 
+    /// The prompt memory retrieval reads is taken from a pasted file of megabytes without
+    /// decoding it: its ends only, as much as a source is asked about.
+    #[test]
+    fn a_huge_prompt_is_read_at_its_ends() {
+        let text = format!(
+            "question first\n{}question last",
+            "let s = \"quoted\";\n".repeat(200_000)
+        );
+        let body = serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+        });
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap());
+        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
+        let (prompt, peak) = crate::alloc_meter::peak_during(|| env.latest_user_prompt(8192));
+        let (at, prompt) = prompt.unwrap();
+        assert_eq!(at, 0);
+        assert!(prompt.starts_with("question first\n") && prompt.ends_with("question last"));
+        assert!(prompt.len() < 20_000, "{}", prompt.len());
+        assert!(
+            peak < 256 * 1024,
+            "{peak} bytes held to read a prompt of {}",
+            text.len()
+        );
+    }
+
     fn auto_markers() -> CompileOptions {
         CompileOptions {
             breakpoints: BreakpointMode::Auto {

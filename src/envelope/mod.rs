@@ -347,13 +347,15 @@ impl Envelope {
     }
 
     /// The current turn's prompt: where it starts in the history, and its text (the user
-    /// messages of the turn, joined by newlines). What memory retrieval runs against.
-    pub fn latest_user_prompt(&self) -> Option<(usize, String)> {
+    /// messages of the turn, joined by newlines; a text part much longer than `2 * ends`
+    /// bytes read only at its ends, see [`crate::providers::text_of`]). What memory
+    /// retrieval runs against.
+    pub fn latest_user_prompt(&self, ends: usize) -> Option<(usize, String)> {
         let range = turns::last_prompt_range(&self.history_kinds())?;
         let texts: Vec<String> = self.cached[range.clone()]
             .iter()
             .filter(|m| self.kind_of(m).is_user_content())
-            .map(|m| crate::providers::text_of(self.endpoint, self.bytes_of(&m.raw)))
+            .map(|m| crate::providers::text_of(self.endpoint, self.bytes_of(&m.raw), ends))
             .collect();
         Some((range.start, texts.join("\n")))
     }

@@ -359,6 +359,68 @@ pub fn decode_str(b: &[u8], span: &Span) -> Option<String> {
     serde_json::from_slice(raw).ok()
 }
 
+/// [`decode_str`] of a literal, or of one whose text runs past `4 * ends` bytes (a pasted
+/// file) only its first and last `ends` bytes or so, joined by a line `…`: cut where no
+/// escape or character is split, the rest never decoded. Where a piece does not decode,
+/// the whole literal is.
+pub fn decode_str_ends(b: &[u8], span: &Span, ends: usize) -> Option<String> {
+    let raw = &b[span.clone()];
+    if raw.len() < 2 || raw.len() - 2 <= 4 * ends {
+        return decode_str(b, span);
+    }
+    let inner = &raw[1..raw.len() - 1];
+    let head = (0..=ends)
+        .rev()
+        .find(|&p| token_starts(inner, p))
+        .unwrap_or(0);
+    let tail = (inner.len() - ends..=inner.len())
+        .find(|&p| token_starts(inner, p))
+        .unwrap_or(inner.len());
+    let piece = |bytes: &[u8]| {
+        let mut literal = Vec::with_capacity(bytes.len() + 2);
+        literal.push(b'"');
+        literal.extend_from_slice(bytes);
+        literal.push(b'"');
+        decode_str(&literal, &(0..literal.len()))
+    };
+    match (piece(&inner[..head]), piece(&inner[tail..])) {
+        (Some(head), Some(tail)) => Some(format!("{head}\n…\n{tail}")),
+        _ => decode_str(b, span),
+    }
+}
+
+/// Whether a character (or an escape) of the string interior `s` starts at `p`: not inside
+/// a UTF-8 character, an escape, or a surrogate pair written as two escapes.
+fn token_starts(s: &[u8], p: usize) -> bool {
+    if p == 0 || p >= s.len() {
+        return true;
+    }
+    if s[p] & 0xC0 == 0x80 {
+        return false;
+    }
+    // `s[k]` is a backslash that starts an escape (an even run of backslashes before it).
+    let escape_at = |k: usize| {
+        s[k] == b'\\' && s[..k].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 0
+    };
+    if escape_at(p - 1) {
+        return false;
+    }
+    if (p.saturating_sub(5)..p.saturating_sub(1)).any(|k| escape_at(k) && s[k + 1] == b'u') {
+        return false;
+    }
+    let high_surrogate = |hex: &[u8]| {
+        std::str::from_utf8(hex)
+            .ok()
+            .and_then(|h| u16::from_str_radix(h, 16).ok())
+            .is_some_and(|c| (0xD800..0xDC00).contains(&c))
+    };
+    !(p >= 6
+        && escape_at(p - 6)
+        && s[p - 5] == b'u'
+        && high_surrogate(&s[p - 4..p])
+        && s[p..].starts_with(b"\\u"))
+}
+
 /// The value span of `name` in the object at `start`.
 pub fn field(b: &[u8], start: usize, name: &str) -> Option<Span> {
     let mut found = None;
@@ -391,6 +453,35 @@ pub fn replace_field(b: &[u8], start: usize, name: &str, value: &[u8]) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long literal read at its ends gives a prefix and a suffix of its text, wherever
+    /// the cuts fall among escapes, surrogate pairs and multi-byte characters; a short one
+    /// is decoded whole.
+    #[test]
+    fn a_long_string_is_read_at_its_ends() {
+        let unit = r#"é😀 \"q\" \\ \n \u0001 \ud83d\ude00 \u00e9 x"#;
+        let literal = format!("\"{}\"", unit.repeat(40));
+        let whole: String = serde_json::from_str(&literal).unwrap();
+        let b = literal.as_bytes();
+        let span = 0..b.len();
+        for ends in 1..120 {
+            let read = decode_str_ends(b, &span, ends).unwrap();
+            let (head, tail) = read.split_once("\n…\n").unwrap();
+            assert!(
+                whole.starts_with(head) && whole.ends_with(tail),
+                "{ends}: {read:?}"
+            );
+            assert!(
+                head.len() <= ends && tail.len() <= ends + 12,
+                "{ends}: {read:?}"
+            );
+        }
+        let short = format!("\"{unit}\"");
+        assert_eq!(
+            decode_str_ends(short.as_bytes(), &(0..short.len()), 100),
+            serde_json::from_str(&short).ok()
+        );
+    }
 
     #[test]
     fn a_replaced_field_keeps_every_other_byte() {

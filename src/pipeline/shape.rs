@@ -119,7 +119,8 @@ impl Pipeline {
         env.meta.request_index = request_index;
         env.meta.turn_index = env.turn_index();
         // The current turn's prompt in the client's own history, before any patch.
-        let prompt = env.latest_user_prompt();
+        // A pasted file of megabytes is read only as far as a memory source is asked about.
+        let prompt = env.latest_user_prompt(crate::inject::QUERY_MAX_BYTES / 2);
         let vars = TemplateVars {
             session: id.clone(),
             request_index,

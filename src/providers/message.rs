@@ -145,20 +145,24 @@ pub fn tool_name(endpoint: Endpoint, raw: &[u8]) -> Option<String> {
     scan::decode_str(raw, &name)
 }
 
-/// The text a message carries for a reader (retrieval, display): string content, or its
-/// text parts joined by newlines.
-pub fn text_of(endpoint: Endpoint, b: &[u8]) -> String {
+/// The text a message carries for a reader (retrieval): string content, or its text parts
+/// joined by newlines; a part longer than a few times `ends` bytes is read only at its ends
+/// ([`scan::decode_str_ends`]), so a pasted file of megabytes is never decoded whole.
+pub fn text_of(endpoint: Endpoint, b: &[u8], ends: usize) -> String {
     let Some(content) = scan::field(b, scan::skip_ws(b, 0), "content") else {
         return String::new();
     };
-    if let Some(text) = scan::decode_str(b, &content) {
+    if let Some(text) = scan::decode_str_ends(b, &content, ends) {
         return text;
     }
     let _ = endpoint; // text, input_text and output_text parts all carry `text`
     scan::elements(b, content.start)
         .unwrap_or_default()
         .iter()
-        .filter_map(|part| scan::str_field(b, part.start, "text"))
+        .filter_map(|part| {
+            let text = scan::field(b, part.start, "text")?;
+            scan::decode_str_ends(b, &text, ends)
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
