@@ -347,8 +347,8 @@ impl Envelope {
     }
 
     /// The current turn's prompt: where it starts in the history, and its text (the user
-    /// messages of the turn, joined by newlines; a text part much longer than `2 * ends`
-    /// bytes read only at its ends, see [`crate::providers::text_of`]). What memory
+    /// messages of the turn, joined by newlines; a text part longer than `4 * ends` bytes
+    /// read only at its ends, see [`crate::providers::text_of`]). What memory
     /// retrieval runs against.
     pub fn latest_user_prompt(&self, ends: usize) -> Option<(usize, String)> {
         let range = turns::last_prompt_range(&self.history_kinds())?;

@@ -359,6 +359,10 @@ pub fn decode_str(b: &[u8], span: &Span) -> Option<String> {
     serde_json::from_slice(raw).ok()
 }
 
+/// What stands for the middle of a text read only at its ends: a line `…`. Memory
+/// retrieval's query of a long prompt is written the same way.
+pub(crate) const ELIDED: &str = "\n…\n";
+
 /// [`decode_str`] of a literal, or of one whose text runs past `4 * ends` bytes (a pasted
 /// file) only its first and last `ends` bytes or so, joined by a line `…`: cut where no
 /// escape or character is split, the rest never decoded. Where a piece does not decode,
@@ -384,7 +388,7 @@ pub fn decode_str_ends(b: &[u8], span: &Span, ends: usize) -> Option<String> {
         decode_str(&literal, &(0..literal.len()))
     };
     match (piece(&inner[..head]), piece(&inner[tail..])) {
-        (Some(head), Some(tail)) => Some(format!("{head}\n…\n{tail}")),
+        (Some(head), Some(tail)) => Some(format!("{head}{ELIDED}{tail}")),
         _ => decode_str(b, span),
     }
 }

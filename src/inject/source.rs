@@ -141,7 +141,8 @@ pub fn query_of(prompt: &str) -> std::borrow::Cow<'_, str> {
     while !prompt.is_char_boundary(tail) {
         tail += 1;
     }
-    format!("{}\n…\n{}", &prompt[..head], &prompt[tail..]).into()
+    let elided = crate::envelope::scan::ELIDED;
+    format!("{}{elided}{}", &prompt[..head], &prompt[tail..]).into()
 }
 
 /// A file or notes fetch (a `url` source answers [`SourceError::UrlOffline`]).
