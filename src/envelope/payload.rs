@@ -56,6 +56,86 @@ impl Payload {
         }
     }
 
+    /// The body in one buffer, written over `whole` (the client's body its shared pieces
+    /// are slices of) when nothing else holds `whole` any more: the runs of the client's
+    /// bytes are moved to where they go and what compiling wrote is put between them, so a
+    /// large shaped body is never in memory twice. Else, as [`Payload::to_bytes`].
+    pub fn into_one(self, whole: Bytes) -> Bytes {
+        let Some(plan) = self.plan_over(&whole) else {
+            return self.to_bytes();
+        };
+        let len = self.len;
+        // Only the copied pieces are kept: the shared ones must let go of `whole`.
+        let written: Vec<Bytes> = self
+            .pieces
+            .into_iter()
+            .zip(&plan)
+            .filter_map(|(piece, at)| matches!(at, Place::Written(_)).then_some(piece))
+            .collect();
+        let mut buf = match whole.try_into_mut() {
+            Ok(buf) => buf,
+            Err(whole) => return gathered(&plan, &whole, &written, len),
+        };
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        // Runs go right to left among those that move right, then left to right among those
+        // that move left: both orders only ever write where no run still to move lies.
+        for place in plan.iter().rev() {
+            if let Place::Run { from, to } = place {
+                if to.start > from.start {
+                    buf.copy_within(from.clone(), to.start);
+                }
+            }
+        }
+        for place in &plan {
+            if let Place::Run { from, to } = place {
+                if to.start < from.start {
+                    buf.copy_within(from.clone(), to.start);
+                }
+            }
+        }
+        let places = plan.iter().filter_map(|place| match place {
+            Place::Written(to) => Some(to.clone()),
+            Place::Run { .. } => None,
+        });
+        for (to, piece) in places.zip(&written) {
+            buf[to].copy_from_slice(piece);
+        }
+        buf.truncate(len);
+        buf.freeze()
+    }
+
+    /// Where each piece goes in the body and, for a run of `whole`, where it comes from;
+    /// `None` when the body is one piece, or when its runs of `whole` are not in the order
+    /// they come in it (the moves in place rely on it).
+    fn plan_over(&self, whole: &Bytes) -> Option<Vec<Place>> {
+        if self.pieces.len() < 2 {
+            return None;
+        }
+        let base = whole.as_ptr() as usize;
+        let mut plan = Vec::with_capacity(self.pieces.len());
+        let (mut at, mut read) = (0, 0);
+        for piece in &self.pieces {
+            let to = at..at + piece.len();
+            let start = (piece.as_ptr() as usize).wrapping_sub(base);
+            let within = start <= whole.len() && piece.len() <= whole.len() - start;
+            plan.push(match within {
+                true if start >= read => {
+                    read = start + piece.len();
+                    Place::Run {
+                        from: start..read,
+                        to,
+                    }
+                }
+                true => return None,
+                false => Place::Written(to),
+            });
+            at += piece.len();
+        }
+        Some(plan)
+    }
+
     /// Whether the body is exactly `bytes`.
     pub fn is(&self, bytes: &[u8]) -> bool {
         if self.len != bytes.len() {
@@ -75,6 +155,31 @@ impl Payload {
             self.pieces.push(piece);
         }
     }
+}
+
+/// Where a piece of a body goes ([`Payload::into_one`]).
+enum Place {
+    /// A run of the client's body, moved.
+    Run {
+        from: Range<usize>,
+        to: Range<usize>,
+    },
+    /// Bytes compiling wrote, copied in.
+    Written(Range<usize>),
+}
+
+/// The body of `plan` copied into a new buffer: the runs from `whole`, the rest from
+/// `written` in order.
+fn gathered(plan: &[Place], whole: &[u8], written: &[Bytes], len: usize) -> Bytes {
+    let mut out = Vec::with_capacity(len);
+    let mut written = written.iter();
+    for place in plan {
+        match place {
+            Place::Run { from, .. } => out.extend_from_slice(&whole[from.clone()]),
+            Place::Written(_) => out.extend_from_slice(written.next().map_or(&[][..], |b| b)),
+        }
+    }
+    Bytes::from(out)
 }
 
 impl From<Bytes> for Payload {
@@ -213,6 +318,90 @@ mod tests {
             shared.as_ptr(),
             src[10..].as_ptr(),
             "the long run is the source's bytes, not a copy"
+        );
+    }
+
+    use proptest::prelude::*;
+
+    /// The client's body as the server gathers it: its own buffer, with room after it.
+    fn gathered_body(len: usize, seed: u8) -> Bytes {
+        let mut buf = bytes::BytesMut::with_capacity(len + 64 * 1024);
+        buf.extend((0..len).map(|i| seed.wrapping_add((i % 251) as u8)));
+        buf.freeze()
+    }
+
+    /// A splice of `src`: for each `(skip, take, insert)`, `skip` bytes dropped, `take`
+    /// bytes kept, then `insert` written; runs in order unless `reorder`.
+    fn splice_of(src: &Bytes, ops: &[(usize, usize, Vec<u8>)], reorder: bool) -> Payload {
+        let mut runs = Vec::new();
+        let mut at = 0;
+        for (skip, take, _) in ops {
+            let start = (at + skip).min(src.len());
+            let end = (start + take).min(src.len());
+            runs.push(start..end);
+            at = end;
+        }
+        if reorder {
+            runs.reverse();
+        }
+        let mut s = Splicer::new(src);
+        for (run, (_, _, insert)) in runs.into_iter().zip(ops) {
+            s.put(&src[run]);
+            s.put(insert);
+        }
+        s.finish()
+    }
+
+    fn splices() -> impl Strategy<Value = Vec<(usize, usize, Vec<u8>)>> {
+        let insert = prop::collection::vec(any::<u8>(), 0..200);
+        prop::collection::vec((0..300usize, 0..3 * SHARED_RUN, insert), 1..12)
+    }
+
+    proptest! {
+        /// In place or copied, the one buffer holds the body's bytes: runs moved left and
+        /// right, bodies grown and shrunk, runs out of order, `whole` still held elsewhere.
+        #[test]
+        fn one_buffer_holds_the_bodys_bytes(
+            ops in splices(),
+            len in 1usize..40_000,
+            reorder in any::<bool>(),
+            held in any::<bool>(),
+        ) {
+            let src = gathered_body(len, 7);
+            let payload = splice_of(&src, &ops, reorder);
+            let want = payload.to_bytes();
+            let other = held.then(|| src.clone());
+            let one = payload.into_one(src);
+            prop_assert_eq!(&one[..], &want[..]);
+            if let Some(other) = other {
+                prop_assert_eq!(other, gathered_body(len, 7), "a held body is not written over");
+            }
+        }
+    }
+
+    #[test]
+    fn a_shaped_body_is_written_over_the_clients() {
+        let len = 4 << 20;
+        let src = gathered_body(len, 1);
+        let marker = br#","cache_control":{"type":"ephemeral"}"#.to_vec();
+        let ops = [
+            (0, len / 3, marker.clone()),
+            (0, len / 3, Vec::new()),
+            (40, len, marker),
+        ];
+        let payload = splice_of(&src, &ops, false);
+        let want = payload.to_bytes();
+        let at = src.as_ptr();
+        let (one, peak) = crate::alloc_meter::peak_during(|| payload.into_one(src));
+        assert_eq!(one, want);
+        assert_eq!(
+            one.as_ptr(),
+            at,
+            "the client's buffer holds the body as sent"
+        );
+        assert!(
+            peak < 16 * 1024,
+            "{peak} bytes allocated for a {len}-byte body"
         );
     }
 

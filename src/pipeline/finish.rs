@@ -281,9 +281,9 @@ impl Pipeline {
         // An unshaped request's session is loaded here, just before it is recorded.
         let loaded_now = matches!(job.shaped.after, After::Observe);
         let Finished {
-            ctx,
+            mut ctx,
             model,
-            shaped,
+            mut shaped,
             result,
             status,
         } = job;
@@ -292,7 +292,9 @@ impl Pipeline {
         let mut patches = Vec::new();
         let mut ttl_decision = None;
         // The body as sent, in one buffer: the splice that went upstream is pieced together
-        // here, after the response, once for keep-warm and the session log alike.
+        // here, after the response, once for keep-warm and the session log alike, over the
+        // client's body when nothing else holds it any more (the client's envelope is let go
+        // of first).
         let mut sent_body: Option<bytes::Bytes> = None;
         let (session_ctx, uncached_tail, variant, turn_index) = match shaped.after {
             After::Nothing => return,
@@ -327,12 +329,15 @@ impl Pipeline {
                 if let (Some(assistant), true) = (&assistant, after.wants_assistant) {
                     self.turn_end(&mut after, assistant, usage).await;
                 }
+                let keep_warm = after.keep_warm();
+                drop(after.env);
                 if let (Some(assistant), Some(secs), None) =
-                    (&assistant, after.keep_warm(), ctx.replayed_at_ms)
+                    (&assistant, keep_warm, ctx.replayed_at_ms)
                 {
                     let id = after.ctx.id.id.clone();
                     let tail = after.uncached_tail;
-                    let sent = sent_body.get_or_insert_with(|| shaped.body.to_bytes());
+                    let sent = sent_body
+                        .get_or_insert_with(|| sent_in_one(&mut shaped.body, &mut ctx.body));
                     let arrived = after.arrived_by_answer;
                     self.arm_keep_warm(&ctx, &id, sent, tail, assistant, secs, arrived);
                 }
@@ -349,7 +354,9 @@ impl Pipeline {
         // shaped body repeats the previous shaped body of its session, whose keys are kept.
         let sent = match parsed.map_or_else(
             || {
-                let sent = sent_body.take().unwrap_or_else(|| shaped.body.to_bytes());
+                let sent = sent_body
+                    .take()
+                    .unwrap_or_else(|| sent_in_one(&mut shaped.body, &mut ctx.body));
                 let (env, history) = self.read_sent_envelope(ctx.route, sent)?;
                 Ok::<_, crate::error::ApiError>((env, history.keys().to_vec()))
             },
@@ -611,6 +618,12 @@ async fn previous_shape(
 
 /// The `model` string of a request body, or `unknown`. Only that field is built: serde
 /// skips the rest of the body without making a `Value` of it.
+/// The body as sent in one buffer, written over the client's when nothing else holds it:
+/// both are taken, neither is read again.
+fn sent_in_one(sent: &mut crate::envelope::Payload, client: &mut bytes::Bytes) -> bytes::Bytes {
+    std::mem::take(sent).into_one(std::mem::take(client))
+}
+
 fn requested_model(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Model {
@@ -628,6 +641,88 @@ fn requested_model(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
+
+    /// A large shaped body is recorded from the client's own buffer, written over once the
+    /// answer is in, not from a copy of it: the body as sent is never in memory twice.
+    /// Claude Code's shape: a system prompt, tools, and turns of string content.
+    #[test]
+    fn a_large_shaped_body_is_recorded_without_a_copy_of_it() {
+        use crate::providers::{Endpoint, Provider, Route};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = crate::config::Config::default();
+        config.sessions.store = format!("{}/", dir.path().display());
+        let policy = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/policies/anthropic-auto-breakpoints.toml"
+        );
+        let policies = crate::policy::load_policies(&[policy.into()], &[]).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let pipeline = rt.block_on(super::Pipeline::new(
+            config,
+            policies,
+            metrics,
+            None,
+            Default::default(),
+        ));
+        let pipeline = Arc::new(pipeline.unwrap());
+        let file = "fn main() { println!(\"hello\"); }\n".repeat(30_000);
+        let messages: Vec<Value> = (0..6)
+            .map(|i| {
+                let role = ["user", "assistant"][i % 2];
+                serde_json::json!({"role": role, "content": format!("{i}: {file}")})
+            })
+            .collect();
+        let body = serde_json::to_vec(&serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1024,
+            "system": [{"type": "text", "text": "You are Claude Code."}],
+            "tools": [{"name": "Read", "input_schema": {"type": "object"}}],
+            "messages": messages,
+        }))
+        .unwrap();
+        // As the server gathers it: its own buffer, with room after it.
+        let mut gathered = bytes::BytesMut::with_capacity(body.len() + 64 * 1024);
+        gathered.extend_from_slice(&body);
+        let (body, len) = (gathered.freeze(), body.len());
+        let route = Route {
+            provider: Provider::Anthropic,
+            endpoint: Endpoint::Messages,
+        };
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-cachet-session", "large-shaped".parse().unwrap());
+        let model = "claude-sonnet-4-5";
+        let shaped = rt
+            .block_on(pipeline.shape_request(route, headers.clone(), body.clone(), model, 1))
+            .unwrap();
+        assert!(shaped.body.pieces().len() > 1, "the policy placed markers");
+        let usage = crate::usage::Usage::default();
+        let ((), peak) = crate::alloc_meter::peak_during(|| {
+            rt.block_on(pipeline.clone().record_replayed(
+                route,
+                headers,
+                body,
+                1,
+                shaped,
+                Some(usage),
+            ))
+        });
+        let store = pipeline.store.clone().unwrap();
+        let log = rt.block_on(store.load("large-shaped")).unwrap();
+        let recorded = log.iter().find_map(|entry| match entry {
+            crate::session::Entry::Request(r) => Some(r.sent.count),
+            _ => None,
+        });
+        assert_eq!(recorded, Some(6), "the request is recorded");
+        assert!(
+            peak < len / 4,
+            "{peak} bytes held at once for a {len}-byte body"
+        );
+    }
 
     /// As the whole-body reading answered, on bodies as clients send them and odd ones.
     /// (A body naming `model` twice, which no client sends, reads `unknown` here where

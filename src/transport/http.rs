@@ -167,6 +167,11 @@ pub async fn read_body(
     }
 }
 
+/// Room left after a gathered body, so that a shaped copy of it can be written over it
+/// once it is sent (`Payload::into_one`) when shaping made it longer: markers and injected
+/// notes add bytes, not megabytes. Pages never written are never resident.
+const ROOM_TO_SHAPE: usize = 64 * 1024;
+
 /// The body in one buffer. A body that arrives in one frame is that frame; a longer one is
 /// copied once into a buffer of its declared length, as its frames arrive, so a large body
 /// never sits in memory twice (frames and their concatenation, or a buffer and its grown
@@ -188,7 +193,8 @@ async fn gather(
             (None, None) => first = Some(data),
             (None, Some(head)) => {
                 let wanted = declared.map_or(0, |n| n.min(limit as u64) as usize);
-                let mut buf = BytesMut::with_capacity(wanted.max(head.len() + data.len()));
+                let wanted = wanted.max(head.len() + data.len()) + ROOM_TO_SHAPE;
+                let mut buf = BytesMut::with_capacity(wanted);
                 buf.extend_from_slice(&head);
                 buf.extend_from_slice(&data);
                 gathered = Some(buf);
