@@ -62,6 +62,25 @@ impl<V: Clone> Memo<V> {
     }
 }
 
+impl<V: Clone> Memo<V> {
+    /// As [`Memo::get_or_insert_with`], for one of `among` inputs asked together (the
+    /// messages of one body). A batch of more than half the memo's capacity bypasses it:
+    /// it would start the memo over within itself, pushing out every other conversation's
+    /// answers and finding none of its own on the next request, and hold the memo full
+    /// on top of the body. Its answers are computed, neither looked up nor kept.
+    pub fn get_or_insert_among(
+        &self,
+        among: usize,
+        key: impl FnOnce() -> u128,
+        compute: impl FnOnce() -> V,
+    ) -> V {
+        match among > self.capacity / 2 {
+            true => compute(),
+            false => self.get_or_insert_with(key(), compute),
+        }
+    }
+}
+
 /// A hasher for memo keys built from several pieces, seeded for this process.
 pub fn hasher() -> xxhash_rust::xxh3::Xxh3 {
     use std::hash::{BuildHasher, RandomState};
@@ -105,6 +124,32 @@ mod tests {
             assert_eq!(memo.get_or_insert_with(k, || k as u64), k as u64);
         }
         assert!(memo.len() <= 3, "{}", memo.len());
+    }
+
+    #[test]
+    fn a_batch_over_half_the_memo_bypasses_it() {
+        let memo = Memo::new(8);
+        memo.get_or_insert_with(1, || 10u64);
+        let hashed = Cell::new(0);
+        let key = |k: u128| {
+            hashed.set(hashed.get() + 1);
+            k
+        };
+        for k in 2..20u128 {
+            assert_eq!(
+                memo.get_or_insert_among(5, || key(k), || k as u64 * 10),
+                k as u64 * 10
+            );
+        }
+        assert_eq!(hashed.get(), 0, "a bypassing batch hashes nothing");
+        assert_eq!(memo.len(), 1, "nor fills the memo, nor starts it over");
+        assert_eq!(
+            memo.get_or_insert_among(4, || key(1), || 0),
+            10,
+            "half is remembered"
+        );
+        assert_eq!(memo.get_or_insert_among(4, || key(30), || 300), 300);
+        assert_eq!(memo.len(), 2);
     }
 
     #[test]

@@ -100,12 +100,16 @@ pub fn is_markable(block: &[u8]) -> bool {
 
 /// The content blocks of an Anthropic message (string content is one block).
 pub(crate) fn message_blocks(b: &[u8]) -> Vec<Block> {
+    message_blocks_among(b, 1)
+}
+
+/// [`message_blocks`] of one of `among` messages read together (a body's history).
+pub(crate) fn message_blocks_among(b: &[u8], among: usize) -> Vec<Block> {
     // Agents resend every message on every request: its blocks are remembered by a hash
     // of its bytes (an xxh3 pass instead of a JSON scan of each block).
     static SEEN: crate::memo::Memo<Vec<Block>> = crate::memo::Memo::new(65_536);
-    SEEN.get_or_insert_with(crate::memo::key(b"message-blocks", b), || {
-        scan_message_blocks(b)
-    })
+    let key = || crate::memo::key(b"message-blocks", b);
+    SEEN.get_or_insert_among(among, key, || scan_message_blocks(b))
 }
 
 /// [`message_blocks`], read from the bytes.

@@ -502,6 +502,37 @@ mod tests {
     }
 
     /// A marker placed on one huge message (a pasted file as the prompt) adds a few bytes
+    /// A history of more messages than half the memos hold (an agent's many small steps)
+    /// is read without them: its kinds and blocks are held once, in the body's facts, not
+    /// a second time in memos it would start over within itself.
+    #[test]
+    fn a_history_longer_than_the_memos_is_read_past_them() {
+        let n = 40_000;
+        let messages: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                let role = ["user", "assistant"][i % 2];
+                serde_json::json!({"role": role, "content": [{"type": "text", "text": format!("step {i}")}]})
+            })
+            .collect();
+        let body = serde_json::json!({"model": "claude-sonnet-4-5", "messages": messages});
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap());
+        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+        let (read, peak) = crate::alloc_meter::peak_during(|| {
+            let kinds = env.orig_kinds().len();
+            let blocks: usize = env.cached.iter().map(|m| env.blocks_of(m).len()).sum();
+            (kinds, blocks)
+        });
+        assert_eq!(read, (n, n));
+        let kinds = n * std::mem::size_of::<crate::providers::MsgKind>();
+        // An `Arc<[Block]>` of one block: the block after two counts, and its handle.
+        let blocks = n * (std::mem::size_of::<super::super::blocks::Block>() + 16 + 16);
+        let held = kinds + blocks;
+        assert!(
+            peak < held + held / 4,
+            "{peak} bytes held at once for {held} of facts"
+        );
+    }
+
     /// around its text: the text goes out as the client's bytes, shared, not copied into a
     /// new buffer.
     #[test]

@@ -311,7 +311,7 @@ impl Envelope {
     fn orig_kinds(&self) -> &[MsgKind] {
         let elems = &self.messages_orig.elems;
         self.orig_facts.kinds.get(elems.len(), |i| {
-            MsgKind::of(self.endpoint, &self.body[elems[i].clone()])
+            MsgKind::of_among(self.endpoint, &self.body[elems[i].clone()], elems.len())
         })
     }
 
@@ -323,7 +323,7 @@ impl Envelope {
         };
         let elems = &self.messages_orig.elems;
         let all = self.orig_facts.blocks.get(elems.len(), |i| {
-            blocks::message_blocks(&self.body[elems[i].clone()]).into()
+            blocks::message_blocks_among(&self.body[elems[i].clone()], elems.len()).into()
         });
         all[o].clone()
     }

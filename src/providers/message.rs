@@ -94,10 +94,15 @@ impl MsgKind {
     /// across requests by a hash of the bytes: an agent resends its history every time,
     /// and the scan reads every block of every message.
     pub fn of(endpoint: Endpoint, b: &[u8]) -> MsgKind {
+        Self::of_among(endpoint, b, 1)
+    }
+
+    /// [`MsgKind::of`] for one of `among` messages read together (a body's history).
+    pub fn of_among(endpoint: Endpoint, b: &[u8], among: usize) -> MsgKind {
         static SEEN: crate::memo::Memo<MsgKind> = crate::memo::Memo::new(65_536);
         // Each API reads other fields: the endpoint is part of the key.
-        let key = crate::memo::key(endpoint.label().as_bytes(), b);
-        SEEN.get_or_insert_with(key, || classify(endpoint, b))
+        let key = || crate::memo::key(endpoint.label().as_bytes(), b);
+        SEEN.get_or_insert_among(among, key, || classify(endpoint, b))
     }
 
     /// The client's own instructions inside the history: Anthropic `role: "system"`

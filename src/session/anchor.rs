@@ -55,7 +55,9 @@ impl PrefixHashes {
 
     /// From the raw JSON of each history message, as the client sent them.
     pub fn of_raw<'a>(messages: impl Iterator<Item = &'a [u8]>) -> PrefixHashes {
-        Self::from_keys(messages.map(super::normalize::key_of_raw).collect())
+        let among = messages.size_hint().0;
+        let key = |raw| super::normalize::key_of_raw_among(raw, among);
+        Self::from_keys(messages.map(key).collect())
     }
 
     /// From keys already computed (e.g. by the content store).
@@ -81,8 +83,9 @@ impl PrefixHashes {
             keys: earlier.keys[..reused].to_vec(),
             prefix: earlier.prefix[..=reused].to_vec(),
         };
+        let among = messages.size_hint().0;
         for raw in messages.skip(reused) {
-            hashes.push(super::normalize::key_of_raw(raw));
+            hashes.push(super::normalize::key_of_raw_among(raw, among));
         }
         hashes
     }

@@ -439,8 +439,14 @@ pub fn key_of_repeated_bytes(bytes: &[u8]) -> MessageKey {
 /// resend the same bytes for every old message on every request, so keys are remembered
 /// by a 128-bit hash of the raw bytes and only new messages are made canonical.
 pub fn key_of_raw(raw: &[u8]) -> MessageKey {
+    key_of_raw_among(raw, 1)
+}
+
+/// [`key_of_raw`] of one of `among` messages keyed together (a body's history).
+pub fn key_of_raw_among(raw: &[u8], among: usize) -> MessageKey {
     static SEEN: crate::memo::Memo<MessageKey> = crate::memo::Memo::new(65_536);
-    SEEN.get_or_insert_with(crate::memo::key(b"message", raw), || {
+    let key = || crate::memo::key(b"message", raw);
+    SEEN.get_or_insert_among(among, key, || {
         if raw.len() > KEPT_CANONICAL {
             // Too large to be kept for the store: hashed as it is made, never held whole.
             let mut hasher = Sha256::new();
