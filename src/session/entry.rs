@@ -47,8 +47,17 @@ impl Entry {
     }
 
     pub fn encode(&self) -> String {
+        // Sized for its keys first: a record of a history of 100,000 messages is 6 MB of
+        // hex, and a buffer grown by doubling would hold up to half as much again.
+        let keys = match self {
+            Entry::Request(r) => r.sent.keys.len() + r.tail.len(),
+            _ => 0,
+        };
+        let mut out =
+            Vec::with_capacity(1024 + keys * (2 * std::mem::size_of::<super::MessageKey>() + 3));
         // An `Entry` holds only JSON-representable data, so this cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        let _ = serde_json::to_writer(&mut out, self);
+        String::from_utf8(out).unwrap_or_default()
     }
 }
 

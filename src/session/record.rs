@@ -85,14 +85,17 @@ pub fn compact_request(
     let (extends, base) = find_base(prior, hashes);
     let full = hashes.full();
     let keys = shape.messages[base..].iter().map(hex::encode).collect();
-    // Made canonical by the store as it writes them.
-    let mut blobs: Vec<Blob> = draft
-        .history
-        .iter()
-        .zip(&shape.messages)
-        .skip(base)
-        .map(|(raw, key)| Blob::sent(*key, raw.clone()))
-        .collect();
+    // Made canonical by the store as it writes them. Room for the tool and system lists:
+    // growing a vector of 100,000 blobs would hold it twice for a moment.
+    let mut blobs: Vec<Blob> = Vec::with_capacity(shape.messages.len().saturating_sub(base) + 2);
+    blobs.extend(
+        draft
+            .history
+            .iter()
+            .zip(&shape.messages)
+            .skip(base)
+            .map(|(raw, key)| Blob::sent(*key, raw.clone())),
+    );
     let tools = list_blob(shape.tools_key, &shape.tools);
     let system = list_blob(shape.system_key, &shape.system);
     let tools_key = tools.map(|(k, b)| {

@@ -137,3 +137,31 @@ fn missing_base_gives_none() {
     assert_eq!(sent_keys(&[Entry::Request(r1)], 1), None);
     assert_eq!(sent_keys(&[], 1), None);
 }
+
+/// A record of a long history (an agent's many small steps) is built and encoded without
+/// growing copies: its blob list is allocated at its size, and its JSON in one buffer
+/// sized for its keys, not doubled into.
+#[test]
+fn a_long_history_is_recorded_without_growing_copies() {
+    let messages = history(50_000);
+    let (record, blobs) = record(&[], 0, &messages, Some("You are a coding agent."), 0);
+    assert_eq!(
+        blobs.len(),
+        50_001,
+        "every message and the system prompt's list"
+    );
+    assert!(
+        blobs.capacity() <= blobs.len() + 2,
+        "{} blobs held room for {}",
+        blobs.len(),
+        blobs.capacity()
+    );
+    let entry = Entry::Request(record);
+    let (text, peak) = crate::alloc_meter::peak_during(|| entry.encode());
+    assert_eq!(Entry::decode(&text), entry);
+    assert!(
+        peak <= text.len() + text.len() / 16,
+        "{peak} bytes held at once for {} of JSON",
+        text.len()
+    );
+}

@@ -13,9 +13,13 @@ use crate::session::store::{
 pub const SWEEP_SLICE: usize = 200;
 
 /// Append encoded entries; returns the position of the first.
-pub fn append(conn: &Connection, session: &str, bodies: &[String]) -> rusqlite::Result<i64> {
+pub fn append(
+    conn: &Connection,
+    session: &str,
+    bodies: &[impl AsRef<str>],
+) -> rusqlite::Result<i64> {
     let added = bodies.len() as i64;
-    let bytes: i64 = bodies.iter().map(|b| b.len() as i64).sum();
+    let bytes: i64 = bodies.iter().map(|b| b.as_ref().len() as i64).sum();
     let total: i64 = conn
         .prepare_cached(
             "INSERT INTO sessions (id, created_ms, updated_ms, entries, entry_bytes)
@@ -31,7 +35,7 @@ pub fn append(conn: &Connection, session: &str, bodies: &[String]) -> rusqlite::
     let mut insert =
         conn.prepare_cached("INSERT INTO entries (session, seq, body) VALUES (?1, ?2, ?3)")?;
     for (i, body) in bodies.iter().enumerate() {
-        insert.execute(params![session, first + i as i64, body])?;
+        insert.execute(params![session, first + i as i64, body.as_ref()])?;
     }
     Ok(first)
 }
@@ -76,7 +80,7 @@ pub fn record(
     body: &str,
     blobs: &[Blob],
 ) -> rusqlite::Result<i64> {
-    let at = append(conn, session, std::slice::from_ref(&body.to_owned()))?;
+    let at = append(conn, session, &[body])?;
     let added = store_blobs(conn, session, blobs)?;
     if added > 0 {
         conn.prepare_cached("UPDATE sessions SET blob_bytes = blob_bytes + ?2 WHERE id = ?1")?
@@ -496,5 +500,27 @@ mod tests {
         assert!(sqlite < raw.len() / 2, "SQLite held {sqlite} bytes");
         let back = get_blobs(&conn, "s2", &[key]).unwrap();
         assert_eq!(back, vec![Some(canonical)]);
+    }
+
+    /// A record is bound as the text it is: a record of a long history is megabytes of
+    /// JSON, and a copy of it made to bind it was held beside it.
+    #[test]
+    fn a_record_is_written_without_a_copy_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::schema::open(&dir.path().join("s.db")).unwrap();
+        let body = format!("{{\"keys\":[{}\"\"]}}", "\"ab\",".repeat(400_000));
+        let (at, held) = crate::alloc_meter::peak_during(|| record(&conn, "s", &body, &[]));
+        assert_eq!(at.unwrap(), 0);
+        assert!(
+            held < body.len() / 4,
+            "{held} bytes held to write {}",
+            body.len()
+        );
+        let stored: String = conn
+            .query_row("SELECT body FROM entries WHERE session = 's'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(stored, body);
     }
 }
