@@ -21,7 +21,9 @@
 //!   growing 60-request sessions (100 KB → 500 KB), concurrency 1.
 //! - `large`: a 30 MB body through a fresh `cachet serve` with every shipped policy
 //!   (`--policies policies/`) and with none: wall time and peak memory above the idle
-//!   process, for two shapes: an agent's long history, and one pasted prompt.
+//!   process, for five shapes: an agent's long history (large tool results), one pasted
+//!   prompt, and a history of many small steps in Anthropic Messages, OpenAI Chat and
+//!   OpenAI Responses.
 //!
 //! The run ends with a table of issue 12's targets: each figure against the **hyper hop**
 //! measured in the same rounds (median and range over rounds), its limit, and MET or NOT
@@ -48,7 +50,8 @@
 //! scenario's own: `LOAD_B_CONFIG` (TOML dotted keys added to its configuration, e.g.
 //! `log.level = "warn"`), `LOAD_B_LOG` (its `RUST_LOG`), `LOAD_B_ENV` (its environment:
 //! space-separated `NAME=value`) and `LOAD_B_BIN` (another build of cachet to run as B, e.g.
-//! a copy of `target/release/cachet` from before a change).
+//! a copy of `target/release/cachet` from before a change); `LOAD_A_BIN` runs another build
+//! in cachet's own place (a scenario's figures from before a change).
 
 #[path = "load/bodies.rs"]
 mod bodies;
@@ -66,7 +69,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use bodies::{pasted_prompt_body, plain_body, session_id, AgentSession};
+use bodies::{chat_body, pasted_prompt_body, plain_body, responses_body, session_id, AgentSession};
 use procfs::{cpu_between, cpu_reading, minor_faults, peak_rss_mib, rss_mib};
 
 fn main() {
@@ -158,9 +161,11 @@ impl Launcher {
             dir.path().join("store").display()
         ));
         std::fs::write(&file, text).unwrap();
-        // The A/B variant may be another build of cachet (`LOAD_B_BIN`).
-        let bin = match std::env::var("LOAD_B_BIN") {
-            Ok(other) if name == VARIANT_B => PathBuf::from(other),
+        // The A/B variant may be another build of cachet (`LOAD_B_BIN`), and so may the
+        // build measured as cachet (`LOAD_A_BIN`: figures from before a change).
+        let bin = match (std::env::var("LOAD_B_BIN"), std::env::var("LOAD_A_BIN")) {
+            (Ok(other), _) if name == VARIANT_B => PathBuf::from(other),
+            (_, Ok(other)) if name != VARIANT_B => PathBuf::from(other),
             _ => PathBuf::from(env!("CARGO_BIN_EXE_cachet")),
         };
         let mut cmd = self.command("1", &bin);
@@ -171,6 +176,8 @@ impl Launcher {
             "--admin-listen",
             "127.0.0.1:0",
             "--anthropic-upstream",
+            upstream,
+            "--openai-upstream",
             upstream,
             "--config",
         ])
@@ -206,7 +213,14 @@ struct Work {
     bodies: Vec<Bytes>,
     requests: usize,
     stream: bool,
+    /// The route every request goes to.
+    path: &'static str,
 }
+
+/// Anthropic Messages: every scenario's route but two of the large bodies'.
+const MESSAGES: &str = "/v1/messages";
+const CHAT: &str = "/v1/chat/completions";
+const RESPONSES: &str = "/v1/responses";
 
 #[derive(Clone, Default)]
 struct RunResult {
@@ -231,10 +245,14 @@ async fn send(
     let t = Instant::now();
     let mut rb = client
         .post(url)
-        .header("x-api-key", "bench")
-        .header("anthropic-version", "2023-06-01")
         .header("content-type", "application/json")
         .body(body);
+    rb = match url.ends_with(MESSAGES) {
+        true => rb
+            .header("x-api-key", "bench")
+            .header("anthropic-version", "2023-06-01"),
+        false => rb.header("authorization", "Bearer bench"),
+    };
     if stream {
         rb = rb.header("x-bench-stream", "1");
     }
@@ -268,7 +286,7 @@ async fn run(addr: &str, work: &Work, concurrency: usize, pid: Option<u32>) -> R
         .pool_max_idle_per_host(concurrency)
         .build()
         .unwrap();
-    let url = format!("http://{addr}/v1/messages");
+    let url = format!("http://{addr}{}", work.path);
     futures_util::stream::iter(work.warm.iter().cloned())
         .map(|b| send(&client, &url, b, work.stream))
         .buffer_unordered(concurrency)
@@ -637,6 +655,7 @@ async fn pass(
                     bodies: vec![body.clone()],
                     requests: n,
                     stream,
+                    path: MESSAGES,
                 };
                 let r = measure(up_addr, &hops, rounds, c, &work).await;
                 let mode = if stream { "stream" } else { "non-stream" };
@@ -704,6 +723,7 @@ fn agent_work(
         requests: bodies.len(),
         bodies,
         stream: false,
+        path: MESSAGES,
     }
 }
 
@@ -850,25 +870,61 @@ async fn shaping(rig: &Rig<'_>, rounds: usize) {
 }
 
 /// A 30 MB body through a fresh cachet with every shipped policy, and without policies
-/// (monitoring on) to tell the policies' share.
+/// (monitoring on) to tell the policies' share, in the shapes agents send one in: a long
+/// history of large tool results, one pasted prompt, and a long history of small steps in
+/// each API (what costs memory per message, not per byte, shows there).
 async fn large(rig: &Rig<'_>, rounds: usize) {
     let mb: usize = env_or("LOAD_LARGE_MB", 30);
-    let shapes = [
+    let size = mb * 1000 * 1000;
+    let agent = |tag: &str, round: usize, tail: usize| {
+        AgentSession::new(&session_id(tag, round, 0), 20 * 1024, tail, false)
+    };
+    let shapes: [(&str, &str, Bytes, Vec<Bytes>); 5] = [
         (
             "an agent's history",
-            AgentSession::new(&session_id("large", 0, 1), 20 * 1024, 6800, false)
-                .grown_to(mb * 1000 * 1000),
+            MESSAGES,
+            agent("large", 0, 6800).grown_to(size),
+            agent("large-warm", 0, 6800).requests(2),
         ),
-        ("one pasted prompt", pasted_prompt_body(mb * 1000 * 1000)),
+        (
+            "one pasted prompt",
+            MESSAGES,
+            pasted_prompt_body(size),
+            agent("large-warm", 1, 6800).requests(2),
+        ),
+        (
+            "an agent's history of small steps",
+            MESSAGES,
+            agent("large", 2, 700).grown_to(size),
+            agent("large-warm", 2, 700).requests(2),
+        ),
+        (
+            "Chat, a history of small steps",
+            CHAT,
+            chat_body(size, 0),
+            vec![chat_body(20 * 1024, 1), chat_body(24 * 1024, 1)],
+        ),
+        (
+            "Responses, a history of small steps",
+            RESPONSES,
+            responses_body(size, 0),
+            vec![responses_body(20 * 1024, 1), responses_body(24 * 1024, 1)],
+        ),
     ];
-    for (shape, body) in shapes {
-        large_body(rig, rounds, shape, body).await;
+    for (shape, path, body, warm) in shapes {
+        large_body(rig, rounds, shape, (path, body, warm)).await;
     }
 }
 
-/// (e) for one body: wall time and the extra peak RSS of a fresh cachet, every shipped
-/// policy and none.
-async fn large_body(rig: &Rig<'_>, rounds: usize, shape: &str, body: Bytes) {
+/// (e) for one body sent to `path` after `warm` (small requests that load the tokenizer
+/// and notes index and open connections): wall time and the extra peak RSS of a fresh
+/// cachet, every shipped policy and none.
+async fn large_body(
+    rig: &Rig<'_>,
+    rounds: usize,
+    shape: &str,
+    (path, body, warm): (&'static str, Bytes, Vec<Bytes>),
+) {
     let (launch, up_url, up_addr, hyper) = (
         rig.launch,
         rig.up_url.as_str(),
@@ -900,11 +956,8 @@ async fn large_body(rig: &Rig<'_>, rounds: usize, shape: &str, body: Bytes) {
                 bodies: vec![body],
                 requests: 1,
                 stream: false,
+                path,
             };
-            // Warm the process (tokenizer, notes index, connections) with small requests.
-            let warm =
-                AgentSession::new(&session_id("large-warm", round, 0), 20 * 1024, 6800, false)
-                    .requests(2);
             direct.push(
                 run(up_addr, &once(body.clone(), vec![]), 1, None)
                     .await

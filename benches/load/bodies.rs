@@ -7,6 +7,8 @@
 //!   prompt), with `cache_control` on the system prompt and on the last block of the last
 //!   message, and the session id in `metadata.user_id`, as Claude Code sends them. Each
 //!   session's tool results are its own (they start with its id), as real agents' are.
+//! - [`chat_body`], [`responses_body`]: one large request of an agent's many small steps,
+//!   in OpenAI Chat and Responses.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -52,6 +54,66 @@ pub fn pasted_prompt_body(size: usize) -> Bytes {
             "system": [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
             "tools": [{"name": "bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}],
             "messages": [{"role": "user", "content": text}],
+        })
+        .to_string(),
+    )
+}
+
+/// A Chat Completions request of about `size` bytes, as an agent on the OpenAI SDK sends
+/// it: a system message, the task, then steps of one tool call and its result (about 700
+/// bytes each), the tool defined once. `seed` makes the bodies of different calls differ.
+pub fn chat_body(size: usize, seed: usize) -> Bytes {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent. Use the tools to read and change the code base."}),
+        json!({"role": "user", "content": format!("[{seed}] The test `parses_nested_fields` fails. Find out why and fix it.")}),
+    ];
+    let mut total = 600;
+    let mut step = 0;
+    while total < size {
+        let id = format!("call_{seed}_{step:08}");
+        let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/module_{step}.rs\"}}")}}]});
+        let result = json!({"role": "tool", "tool_call_id": id, "content": code(step, 500)});
+        total += call.to_string().len() + result.to_string().len() + 2;
+        messages.extend([call, result]);
+        step += 1;
+    }
+    Bytes::from(
+        json!({
+            "model": "gpt-4.1",
+            "messages": messages,
+            "tools": [{"type": "function", "function": {"name": "read_file", "description": "Read a file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}],
+            "stream": false,
+        })
+        .to_string(),
+    )
+}
+
+/// A Responses request of about `size` bytes, as Codex sends one: `instructions`, then the
+/// task and steps of a `function_call` and its `function_call_output` (about 700 bytes
+/// each) as input items.
+pub fn responses_body(size: usize, seed: usize) -> Bytes {
+    let mut input = vec![json!({"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": format!("[{seed}] The test `parses_nested_fields` fails. Find out why and fix it.")},
+    ]})];
+    let mut total = 600;
+    let mut step = 0;
+    while total < size {
+        let id = format!("call_{seed}_{step:08}");
+        let call = json!({"type": "function_call", "name": "shell", "arguments": format!("{{\"command\":[\"cat\",\"src/module_{step}.rs\"]}}"), "call_id": id});
+        let output =
+            json!({"type": "function_call_output", "call_id": id, "output": code(step, 500)});
+        total += call.to_string().len() + output.to_string().len() + 2;
+        input.extend([call, output]);
+        step += 1;
+    }
+    Bytes::from(
+        json!({
+            "model": "gpt-5-codex",
+            "instructions": "You are Codex, a coding agent.",
+            "input": input,
+            "tools": [{"type": "function", "name": "shell", "description": "Run a command", "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}, "required": ["command"]}}],
+            "store": false,
+            "stream": false,
         })
         .to_string(),
     )

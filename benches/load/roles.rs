@@ -98,10 +98,19 @@ fn sse_reply() -> String {
     s
 }
 
-/// The fake upstream: reads the body, answers JSON, or 16 SSE events (one chunk each) when
-/// the request carries `x-bench-stream`.
+/// OpenAI's answers, for the large bodies sent in Chat and Responses.
+const CHAT_REPLY: &str = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1,\"model\":\"gpt-4.1\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Done.\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":4012,\"completion_tokens\":3,\"total_tokens\":4015,\"prompt_tokens_details\":{\"cached_tokens\":4000}}}";
+const RESPONSES_REPLY: &str = "{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"completed\",\"model\":\"gpt-5-codex\",\"output\":[{\"type\":\"message\",\"id\":\"msg_1\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Done.\",\"annotations\":[]}]}],\"usage\":{\"input_tokens\":4012,\"input_tokens_details\":{\"cached_tokens\":4000},\"output_tokens\":3,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":4015}}";
+
+/// The fake upstream: reads the body, answers JSON (in the API its path names), or 16 SSE
+/// events (one chunk each) when the request carries `x-bench-stream`.
 async fn answer(req: Request<Incoming>) -> Response<Body> {
     let stream = req.headers().contains_key("x-bench-stream");
+    let reply = match req.uri().path() {
+        "/v1/chat/completions" => CHAT_REPLY,
+        "/v1/responses" => RESPONSES_REPLY,
+        _ => JSON_REPLY,
+    };
     let _ = req.into_body().collect().await;
     if stream {
         let events: Vec<Result<Frame<Bytes>, std::io::Error>> = sse_reply()
@@ -116,7 +125,7 @@ async fn answer(req: Request<Incoming>) -> Response<Body> {
         r
     } else {
         let mut r = Response::new(
-            Full::new(Bytes::from_static(JSON_REPLY.as_bytes()))
+            Full::new(Bytes::from_static(reply.as_bytes()))
                 .map_err(|e| match e {})
                 .boxed(),
         );
