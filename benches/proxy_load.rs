@@ -934,9 +934,14 @@ async fn large_body(
     let body_mib = body.len() as f64 / (1024.0 * 1024.0);
     let policies: PathBuf = ["policies"].iter().collect();
     let policies = policies.to_str().unwrap().to_string();
+    let history = serde_json::from_slice::<serde_json::Value>(&body).map_or(0, |v| {
+        let items = v.get("messages").or_else(|| v.get("input"));
+        items.and_then(|m| m.as_array()).map_or(0, Vec::len)
+    });
     println!(
-        "\n### large: one {:.1} MB body, {shape}, fresh process each round\n",
-        body.len() as f64 / 1e6
+        "\n### large: one {:.1} MB body, {shape} ({history} {}), fresh process each round\n",
+        body.len() as f64 / 1e6,
+        if history == 1 { "message" } else { "messages" },
     );
     println!("| cachet | direct s | hyper hop s | cachet s (range) | cachet CPU s (range) | extra peak MiB (range) | × body size |\n|---|---|---|---|---|---|---|");
     let configs: [(&str, Vec<&str>); 2] = [
