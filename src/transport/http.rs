@@ -167,10 +167,13 @@ pub async fn read_body(
     }
 }
 
-/// Room left after a gathered body, so that a shaped copy of it can be written over it
-/// once it is sent (`Payload::into_one`) when shaping made it longer: markers and injected
-/// notes add bytes, not megabytes. Pages never written are never resident.
+/// Room left after a gathered body of `ROOM_FROM` bytes or more, so that a shaped copy of
+/// it can be written over it once it is sent (`Payload::into_one`) when shaping made it
+/// longer: markers and injected notes add bytes, not megabytes. Pages never written are
+/// never resident. A shorter body is copied rather than written over (the next request's
+/// comparison keeps it), so it gets none.
 const ROOM_TO_SHAPE: usize = 64 * 1024;
+const ROOM_FROM: usize = 1 << 20;
 
 /// The body in one buffer. A body that arrives in one frame is that frame; a longer one is
 /// copied once into a buffer of its declared length, as its frames arrive, so a large body
@@ -193,7 +196,11 @@ async fn gather(
             (None, None) => first = Some(data),
             (None, Some(head)) => {
                 let wanted = declared.map_or(0, |n| n.min(limit as u64) as usize);
-                let wanted = wanted.max(head.len() + data.len()) + ROOM_TO_SHAPE;
+                let wanted = wanted.max(head.len() + data.len());
+                let wanted = match wanted >= ROOM_FROM {
+                    true => wanted + ROOM_TO_SHAPE,
+                    false => wanted,
+                };
                 let mut buf = BytesMut::with_capacity(wanted);
                 buf.extend_from_slice(&head);
                 buf.extend_from_slice(&data);
