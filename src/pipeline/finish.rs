@@ -700,6 +700,15 @@ mod tests {
             .block_on(pipeline.shape_request(route, headers.clone(), body.clone(), model, 1))
             .unwrap();
         assert!(shaped.body.pieces().len() > 1, "the policy placed markers");
+        // What went upstream, as its messages' content addresses: the record must hold them.
+        let sent: Value = serde_json::from_slice(&shaped.body.to_bytes()).unwrap();
+        let sent_keys: Vec<String> = sent["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| hex::encode(crate::session::normalize::message_key(m)))
+            .collect();
+        assert!(sent.to_string().contains("cache_control"));
         let usage = crate::usage::Usage::default();
         let ((), peak) = crate::alloc_meter::peak_during(|| {
             rt.block_on(pipeline.clone().record_replayed(
@@ -714,10 +723,14 @@ mod tests {
         let store = pipeline.store.clone().unwrap();
         let log = rt.block_on(store.load("large-shaped")).unwrap();
         let recorded = log.iter().find_map(|entry| match entry {
-            crate::session::Entry::Request(r) => Some(r.sent.count),
+            crate::session::Entry::Request(r) => Some(r.sent.keys.clone()),
             _ => None,
         });
-        assert_eq!(recorded, Some(6), "the request is recorded");
+        assert_eq!(
+            recorded,
+            Some(sent_keys),
+            "the request is recorded as it was sent"
+        );
         assert!(
             peak < len / 4,
             "{peak} bytes held at once for a {len}-byte body"
