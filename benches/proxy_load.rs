@@ -876,27 +876,36 @@ async fn shaping(rig: &Rig<'_>, rounds: usize) {
 async fn large(rig: &Rig<'_>, rounds: usize) {
     let mb: usize = env_or("LOAD_LARGE_MB", 30);
     let size = mb * 1000 * 1000;
-    let agent = |tag: &str, round: usize, tail: usize| {
-        AgentSession::new(&session_id(tag, round, 0), 20 * 1024, tail, false)
+    // An Anthropic agent session of `tail`-byte steps: its body grown to `size`, and two
+    // small requests of another session to warm the process with.
+    let agent = |round: usize, tail: usize| {
+        let session =
+            |tag: &str| AgentSession::new(&session_id(tag, round, 0), 20 * 1024, tail, false);
+        (
+            session("large").grown_to(size),
+            session("large-warm").requests(2),
+        )
     };
+    let (history, history_warm) = agent(0, 6800);
+    let (steps, steps_warm) = agent(2, 700);
     let shapes: [(&str, &str, Bytes, Vec<Bytes>); 5] = [
         (
             "an agent's history",
             MESSAGES,
-            agent("large", 0, 6800).grown_to(size),
-            agent("large-warm", 0, 6800).requests(2),
+            history,
+            history_warm.clone(),
         ),
         (
             "one pasted prompt",
             MESSAGES,
             pasted_prompt_body(size),
-            agent("large-warm", 1, 6800).requests(2),
+            history_warm,
         ),
         (
             "an agent's history of small steps",
             MESSAGES,
-            agent("large", 2, 700).grown_to(size),
-            agent("large-warm", 2, 700).requests(2),
+            steps,
+            steps_warm,
         ),
         (
             "Chat, a history of small steps",

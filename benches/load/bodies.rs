@@ -59,24 +59,36 @@ pub fn pasted_prompt_body(size: usize) -> Bytes {
     )
 }
 
+/// A history of about `size` bytes: `first`, then the two items of each step (`step(n)`,
+/// about 700 bytes) until it is long enough.
+fn small_steps(size: usize, first: Vec<Value>, step: impl Fn(usize) -> [Value; 2]) -> Vec<Value> {
+    let (mut items, mut total) = (first, 600);
+    for n in 0.. {
+        if total >= size {
+            break;
+        }
+        let pair = step(n);
+        total += pair.iter().map(|v| v.to_string().len() + 1).sum::<usize>();
+        items.extend(pair);
+    }
+    items
+}
+
 /// A Chat Completions request of about `size` bytes, as an agent on the OpenAI SDK sends
-/// it: a system message, the task, then steps of one tool call and its result (about 700
-/// bytes each), the tool defined once. `seed` makes the bodies of different calls differ.
+/// it: a system message, the task, then steps of one tool call and its result, the tool
+/// defined once. `seed` makes the bodies of different calls differ.
 pub fn chat_body(size: usize, seed: usize) -> Bytes {
-    let mut messages = vec![
+    let first = vec![
         json!({"role": "system", "content": "You are a coding agent. Use the tools to read and change the code base."}),
         json!({"role": "user", "content": format!("[{seed}] The test `parses_nested_fields` fails. Find out why and fix it.")}),
     ];
-    let mut total = 600;
-    let mut step = 0;
-    while total < size {
-        let id = format!("call_{seed}_{step:08}");
-        let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/module_{step}.rs\"}}")}}]});
-        let result = json!({"role": "tool", "tool_call_id": id, "content": code(step, 500)});
-        total += call.to_string().len() + result.to_string().len() + 2;
-        messages.extend([call, result]);
-        step += 1;
-    }
+    let messages = small_steps(size, first, |n| {
+        let id = format!("call_{seed}_{n:08}");
+        [
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/module_{n}.rs\"}}")}}]}),
+            json!({"role": "tool", "tool_call_id": id, "content": code(n, 500)}),
+        ]
+    });
     Bytes::from(
         json!({
             "model": "gpt-4.1",
@@ -89,23 +101,18 @@ pub fn chat_body(size: usize, seed: usize) -> Bytes {
 }
 
 /// A Responses request of about `size` bytes, as Codex sends one: `instructions`, then the
-/// task and steps of a `function_call` and its `function_call_output` (about 700 bytes
-/// each) as input items.
+/// task and steps of a `function_call` and its `function_call_output` as input items.
 pub fn responses_body(size: usize, seed: usize) -> Bytes {
-    let mut input = vec![json!({"type": "message", "role": "user", "content": [
+    let first = vec![json!({"type": "message", "role": "user", "content": [
         {"type": "input_text", "text": format!("[{seed}] The test `parses_nested_fields` fails. Find out why and fix it.")},
     ]})];
-    let mut total = 600;
-    let mut step = 0;
-    while total < size {
-        let id = format!("call_{seed}_{step:08}");
-        let call = json!({"type": "function_call", "name": "shell", "arguments": format!("{{\"command\":[\"cat\",\"src/module_{step}.rs\"]}}"), "call_id": id});
-        let output =
-            json!({"type": "function_call_output", "call_id": id, "output": code(step, 500)});
-        total += call.to_string().len() + output.to_string().len() + 2;
-        input.extend([call, output]);
-        step += 1;
-    }
+    let input = small_steps(size, first, |n| {
+        let id = format!("call_{seed}_{n:08}");
+        [
+            json!({"type": "function_call", "name": "shell", "arguments": format!("{{\"command\":[\"cat\",\"src/module_{n}.rs\"]}}"), "call_id": id}),
+            json!({"type": "function_call_output", "call_id": id, "output": code(n, 500)}),
+        ]
+    });
     Bytes::from(
         json!({
             "model": "gpt-5-codex",
