@@ -34,12 +34,19 @@ pub struct Finished {
 /// Which session a finished request belongs to.
 pub struct Identified {
     pub session: session::SessionId,
+    /// What identifying an observed request read of it; a shaped request's history and
+    /// turn are in its [`ShapedAfter`] already.
+    pub observed: Option<Observed>,
+}
+
+/// An observed request as it was read to identify it.
+pub struct Observed {
     /// Prefix hashes of the client's history.
     pub history: session::PrefixHashes,
     pub turn_index: u64,
-    /// The body as parsed to identify it, when it went out as the client sent it: the
-    /// session record reads the same envelope instead of parsing the bytes again.
-    pub sent: Option<Envelope>,
+    /// The body as parsed: it went out as the client sent it, so the session record reads
+    /// the same envelope instead of parsing the bytes again.
+    pub sent: Envelope,
 }
 
 /// What is left to do once the response has ended.
@@ -242,9 +249,7 @@ impl Pipeline {
             After::Nothing => None,
             After::Shaped(after) => Some(Identified {
                 session: after.ctx.id.clone(),
-                history: after.ctx.history.clone(),
-                turn_index: after.vars.turn_index,
-                sent: None,
+                observed: None,
             }),
             After::Observe => {
                 super::queue::let_requests_in().await;
@@ -262,9 +267,11 @@ impl Pipeline {
                     .await;
                 Some(Identified {
                     session,
-                    history,
-                    turn_index: env.turn_index(),
-                    sent: Some(env),
+                    observed: Some(Observed {
+                        history,
+                        turn_index: env.turn_index(),
+                        sent: env,
+                    }),
                 })
             }
         }
@@ -272,12 +279,8 @@ impl Pipeline {
 
     /// Off the request path, in order per session: `context(turn_end)`, then the session
     /// log entry with its lane and diagnosis.
-    pub(super) async fn after_response(
-        self: &Arc<Self>,
-        job: Finished,
-        mut identified: Identified,
-    ) {
-        let parsed = identified.sent.take();
+    pub(super) async fn after_response(self: &Arc<Self>, job: Finished, identified: Identified) {
+        let mut parsed = None;
         // An unshaped request's session is loaded here, just before it is recorded.
         let loaded_now = matches!(job.shaped.after, After::Observe);
         let Finished {
@@ -299,13 +302,16 @@ impl Pipeline {
         let (session_ctx, uncached_tail, variant, turn_index) = match shaped.after {
             After::Nothing => return,
             After::Observe => {
-                let Some(store) = &self.store else { return };
-                let Identified {
-                    session,
+                let (Some(store), Some(observed)) = (&self.store, identified.observed) else {
+                    return;
+                };
+                let Observed {
                     history,
                     turn_index,
-                    ..
-                } = identified;
+                    sent,
+                } = observed;
+                parsed = Some(sent);
+                let session = identified.session;
                 let session_ctx = match session::observed(store.as_ref(), session, history).await {
                     Ok(c) => c,
                     Err(e) => {
@@ -642,16 +648,21 @@ fn requested_model(body: &[u8]) -> String {
 mod tests {
     use serde_json::Value;
 
-    /// A large shaped body is recorded from the client's own buffer, written over once the
-    /// answer is in, not from a copy of it: the body as sent is never in memory twice.
-    /// Claude Code's shape: a system prompt, tools, and turns of string content.
-    #[test]
-    fn a_large_shaped_body_is_recorded_without_a_copy_of_it() {
-        use crate::providers::{Endpoint, Provider, Route};
-        use std::sync::Arc;
-        let dir = tempfile::tempdir().unwrap();
+    use crate::providers::{Endpoint, Provider, Route};
+    use std::sync::Arc;
+
+    const ANTHROPIC: Route = Route {
+        provider: Provider::Anthropic,
+        endpoint: Endpoint::Messages,
+    };
+
+    /// A pipeline with the shipped `anthropic-auto-breakpoints` policy and its own store,
+    /// on a runtime of the calling thread (so that the allocation meter sees its work).
+    fn shaping_pipeline(
+        store: &std::path::Path,
+    ) -> (tokio::runtime::Runtime, Arc<super::Pipeline>) {
         let mut config = crate::config::Config::default();
-        config.sessions.store = format!("{}/", dir.path().display());
+        config.sessions.store = format!("{}/", store.display());
         let policy = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/policies/anthropic-auto-breakpoints.toml"
@@ -669,14 +680,12 @@ mod tests {
             None,
             Default::default(),
         ));
-        let pipeline = Arc::new(pipeline.unwrap());
-        let file = "fn main() { println!(\"hello\"); }\n".repeat(30_000);
-        let messages: Vec<Value> = (0..6)
-            .map(|i| {
-                let role = ["user", "assistant"][i % 2];
-                serde_json::json!({"role": role, "content": format!("{i}: {file}")})
-            })
-            .collect();
+        (rt, Arc::new(pipeline.unwrap()))
+    }
+
+    /// Claude Code's shape: a system prompt, tools, and `messages`; gathered as the server
+    /// gathers a large body, into its own buffer with room after it.
+    fn claude_code_body(messages: Vec<Value>) -> bytes::Bytes {
         let body = serde_json::to_vec(&serde_json::json!({
             "model": "claude-sonnet-4-5",
             "max_tokens": 1024,
@@ -685,17 +694,77 @@ mod tests {
             "messages": messages,
         }))
         .unwrap();
-        // As the server gathers it: its own buffer, with room after it.
         let mut gathered = bytes::BytesMut::with_capacity(body.len() + 64 * 1024);
         gathered.extend_from_slice(&body);
-        let (body, len) = (gathered.freeze(), body.len());
-        let route = Route {
-            provider: Provider::Anthropic,
-            endpoint: Endpoint::Messages,
-        };
+        gathered.freeze()
+    }
+
+    fn turns(n: usize, text: &str) -> Vec<Value> {
+        (0..n)
+            .map(|i| {
+                let role = ["user", "assistant"][i % 2];
+                serde_json::json!({"role": role, "content": format!("{i}: {text}")})
+            })
+            .collect()
+    }
+
+    fn session_header(id: &str) -> http::HeaderMap {
         let mut headers = http::HeaderMap::new();
-        headers.insert("x-cachet-session", "large-shaped".parse().unwrap());
+        headers.insert("x-cachet-session", id.parse().unwrap());
+        headers
+    }
+
+    /// Identifying a shaped request takes its session from what shaping knew, and copies
+    /// nothing of its history (an agent's history of 20,000 steps is 1.3 MB of hashes).
+    #[test]
+    fn a_shaped_request_is_identified_without_copying_its_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rt, pipeline) = shaping_pipeline(dir.path());
+        let body = claude_code_body(turns(20_000, "ok"));
+        let headers = session_header("long-shaped");
         let model = "claude-sonnet-4-5";
+        let shaped =
+            rt.block_on(pipeline.shape_request(ANTHROPIC, headers.clone(), body.clone(), model, 1));
+        let job = super::Finished {
+            ctx: super::super::shape::replayed_ctx(ANTHROPIC, headers, body, model, 1),
+            model: model.into(),
+            shaped: shaped.unwrap(),
+            result: super::TapResult {
+                usage: None,
+                model: None,
+                response_id: None,
+                provider_diagnostics: None,
+                outcome: super::Outcome::Complete,
+                bytes: 0,
+                events: 0,
+                json_body: None,
+                kept_events: Vec::new(),
+            },
+            status: 200,
+        };
+        let (identified, held) =
+            crate::alloc_meter::peak_during(|| rt.block_on(pipeline.identify_finished(&job)));
+        let identified = identified.unwrap();
+        assert_eq!(identified.session.id, "long-shaped");
+        assert!(identified.observed.is_none());
+        assert!(
+            held < 4096,
+            "{held} bytes held to identify a shaped request"
+        );
+    }
+
+    /// A large shaped body is recorded from the client's own buffer, written over once the
+    /// answer is in, not from a copy of it: the body as sent is never in memory twice.
+    #[test]
+    fn a_large_shaped_body_is_recorded_without_a_copy_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rt, pipeline) = shaping_pipeline(dir.path());
+        let file = "fn main() { println!(\"hello\"); }\n".repeat(30_000);
+        let body = claude_code_body(turns(6, &file));
+        let len = body.len();
+        let headers = session_header("large-shaped");
+        let model = "claude-sonnet-4-5";
+        let route = ANTHROPIC;
         let shaped = rt
             .block_on(pipeline.shape_request(route, headers.clone(), body.clone(), model, 1))
             .unwrap();
