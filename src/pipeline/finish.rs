@@ -364,7 +364,7 @@ impl Pipeline {
                     .take()
                     .unwrap_or_else(|| sent_in_one(&mut shaped.body, &mut ctx.body));
                 let (env, history) = self.read_sent_envelope(ctx.route, sent)?;
-                Ok::<_, crate::error::ApiError>((env, history.keys().to_vec()))
+                Ok::<_, crate::error::ApiError>((env, history.into_keys()))
             },
             |env| Ok((env, session_ctx.history.keys().to_vec())),
         ) {

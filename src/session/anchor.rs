@@ -114,6 +114,11 @@ impl PrefixHashes {
         &self.keys
     }
 
+    /// The message keys, in history order, taken rather than copied.
+    pub fn into_keys(self) -> Vec<MessageKey> {
+        self.keys
+    }
+
     /// The anchor of the first `count` messages, if the history is that long.
     pub fn anchor_at(&self, count: usize) -> Option<Anchor> {
         self.prefix.get(count).map(|h| Anchor {
