@@ -622,14 +622,14 @@ async fn previous_shape(
     }
 }
 
-/// The `model` string of a request body, or `unknown`. Only that field is built: serde
-/// skips the rest of the body without making a `Value` of it.
 /// The body as sent in one buffer, written over the client's when nothing else holds it:
 /// both are taken, neither is read again.
 fn sent_in_one(sent: &mut crate::envelope::Payload, client: &mut bytes::Bytes) -> bytes::Bytes {
     std::mem::take(sent).into_one(std::mem::take(client))
 }
 
+/// The `model` string of a request body, or `unknown`. Only that field is built: serde
+/// skips the rest of the body without making a `Value` of it.
 fn requested_model(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Model {
