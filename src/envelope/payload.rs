@@ -113,23 +113,17 @@ impl Payload {
         if self.pieces.len() < 2 {
             return None;
         }
-        let base = whole.as_ptr() as usize;
         let mut plan = Vec::with_capacity(self.pieces.len());
         let (mut at, mut read) = (0, 0);
         for piece in &self.pieces {
             let to = at..at + piece.len();
-            let start = (piece.as_ptr() as usize).wrapping_sub(base);
-            let within = start <= whole.len() && piece.len() <= whole.len() - start;
-            plan.push(match within {
-                true if start >= read => {
-                    read = start + piece.len();
-                    Place::Run {
-                        from: start..read,
-                        to,
-                    }
+            plan.push(match range_in(whole, piece) {
+                Some(from) if from.start >= read => {
+                    read = from.end;
+                    Place::Run { from, to }
                 }
-                true => return None,
-                false => Place::Written(to),
+                Some(_) => return None,
+                None => Place::Written(to),
             });
             at += piece.len();
         }
@@ -155,6 +149,13 @@ impl Payload {
             self.pieces.push(piece);
         }
     }
+}
+
+/// Where `bytes` lies in `src` (the client's body), if it is a slice of it.
+fn range_in(src: &[u8], bytes: &[u8]) -> Option<Range<usize>> {
+    let start = (bytes.as_ptr() as usize).checked_sub(src.as_ptr() as usize)?;
+    let end = start + bytes.len();
+    (end <= src.len()).then_some(start..end)
 }
 
 /// Where a piece of a body goes ([`Payload::into_one`]).
@@ -225,14 +226,6 @@ impl<'s> Splicer<'s> {
         }
     }
 
-    /// Where `bytes` lies in the client's body, if it does.
-    fn in_src(&self, bytes: &[u8]) -> Option<Range<usize>> {
-        let base = self.src.as_ptr() as usize;
-        let start = (bytes.as_ptr() as usize).checked_sub(base)?;
-        let end = start + bytes.len();
-        (end <= self.src.len()).then_some(start..end)
-    }
-
     pub fn finish(self) -> Payload {
         let shared = |part: &Part<'_>| matches!(part, Part::Src(run) if run.len() >= SHARED_RUN);
         let copied: usize = self
@@ -280,7 +273,7 @@ impl<'s> Sink<'s> for Splicer<'s> {
         if bytes.is_empty() {
             return;
         }
-        let range = self.in_src(bytes);
+        let range = range_in(self.src, bytes);
         match (range, self.parts.last_mut()) {
             (Some(range), Some(Part::Src(run))) if run.end == range.start => run.end = range.end,
             (Some(range), _) => self.parts.push(Part::Src(range)),
