@@ -60,9 +60,7 @@ impl<V: Clone> Memo<V> {
         }
         value
     }
-}
 
-impl<V: Clone> Memo<V> {
     /// As [`Memo::get_or_insert_with`], for one of `among` inputs asked together (the
     /// messages of one body). A batch of more than half the memo's capacity bypasses it:
     /// it would start the memo over within itself, pushing out every other conversation's

@@ -55,9 +55,7 @@ impl PrefixHashes {
 
     /// From the raw JSON of each history message, as the client sent them.
     pub fn of_raw<'a>(messages: impl Iterator<Item = &'a [u8]>) -> PrefixHashes {
-        let among = messages.size_hint().0;
-        let key = |raw| super::normalize::key_of_raw_among(raw, among);
-        Self::from_keys(messages.map(key).collect())
+        Self::of_raw_after(&Self::from_keys(Vec::new()), 0, messages)
     }
 
     /// From keys already computed (e.g. by the content store).
@@ -79,11 +77,13 @@ impl PrefixHashes {
         messages: impl Iterator<Item = &'a [u8]>,
     ) -> PrefixHashes {
         let reused = reused.min(earlier.len());
-        let mut hashes = PrefixHashes {
-            keys: earlier.keys[..reused].to_vec(),
-            prefix: earlier.prefix[..=reused].to_vec(),
-        };
         let among = messages.size_hint().0;
+        let mut hashes = PrefixHashes {
+            keys: Vec::with_capacity(among),
+            prefix: Vec::with_capacity(among + 1),
+        };
+        hashes.keys.extend_from_slice(&earlier.keys[..reused]);
+        hashes.prefix.extend_from_slice(&earlier.prefix[..=reused]);
         for raw in messages.skip(reused) {
             hashes.push(super::normalize::key_of_raw_among(raw, among));
         }
