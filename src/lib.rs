@@ -31,6 +31,7 @@ pub mod json_check;
 pub mod known_prefix;
 pub mod measure;
 pub mod memo;
+pub mod memory;
 pub mod metrics;
 pub mod models;
 pub mod patch;

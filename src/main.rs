@@ -10,8 +10,33 @@ use cachet::cli::{Cli, Command};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// Give every freed page of every arena back to the system (`arena.<i>.purge` with
+/// `MALLCTL_ARENAS_ALL`, 4096). See [`cachet::memory`].
+#[cfg(not(target_env = "msvc"))]
+fn purge_freed_pages() {
+    use std::ptr::null_mut;
+    // SAFETY: a purge reads and writes nothing: every pointer is null, the length 0.
+    let failed = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"arena.4096.purge".as_ptr(),
+            null_mut(),
+            null_mut(),
+            null_mut(),
+            0,
+        )
+    };
+    if failed != 0 {
+        tracing::debug!(
+            error = failed,
+            "the allocator did not give freed pages back"
+        );
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    #[cfg(not(target_env = "msvc"))]
+    cachet::memory::set_release(purge_freed_pages);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -337,6 +337,7 @@ impl Pipeline {
                 }
                 let keep_warm = after.keep_warm();
                 drop(after.env);
+                crate::memory::release_after(ctx.body.len());
                 if let (Some(assistant), Some(secs), None) =
                     (&assistant, keep_warm, ctx.replayed_at_ms)
                 {
@@ -803,6 +804,55 @@ mod tests {
         assert!(
             peak < len / 4,
             "{peak} bytes held at once for a {len}-byte body"
+        );
+    }
+
+    static RELEASED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    fn count_release() {
+        RELEASED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Once a body of tens of MB has been let go of, the allocator is asked to give its
+    /// pages back before the record is made (on whichever thread it runs); a usual body
+    /// leaves them for the next requests.
+    #[test]
+    fn a_very_large_shaped_body_gives_freed_memory_back() {
+        crate::memory::set_release(count_release);
+        let released = || RELEASED.load(std::sync::atomic::Ordering::SeqCst);
+        let dir = tempfile::tempdir().unwrap();
+        let (rt, pipeline) = shaping_pipeline(dir.path());
+        let model = "claude-sonnet-4-5";
+        let record = |name: &str, body: bytes::Bytes| {
+            let headers = session_header(name);
+            let shaped = rt
+                .block_on(pipeline.shape_request(
+                    ANTHROPIC,
+                    headers.clone(),
+                    body.clone(),
+                    model,
+                    1,
+                ))
+                .unwrap();
+            let usage = Some(crate::usage::Usage::default());
+            let before = released();
+            rt.block_on(
+                pipeline
+                    .clone()
+                    .record_replayed(ANTHROPIC, headers, body, 1, shaped, usage),
+            );
+            released() - before
+        };
+        let file = "fn main() { println!(\"hello\"); }\n".repeat(30_000);
+        let usual = claude_code_body(turns(2, &file));
+        assert_eq!(record("usual", usual), 0, "a usual body leaves its pages");
+        let large = claude_code_body(turns(9, &file));
+        let len = large.len();
+        assert!(len >= crate::memory::RELEASE_FROM);
+        assert_eq!(
+            record("large", large),
+            1,
+            "a {len}-byte body gives its pages back"
         );
     }
 
