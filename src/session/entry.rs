@@ -46,18 +46,45 @@ impl Entry {
         serde_json::from_str(text).unwrap_or(Entry::Unknown)
     }
 
-    pub fn encode(&self) -> String {
-        // Sized for its keys first: a record of a history of 100,000 messages is 6 MB of
-        // hex, and a buffer grown by doubling would hold up to half as much again.
+    /// About how long this entry's JSON is, at least: its keys' part, and room for the
+    /// rest. Buffers are sized by it.
+    pub fn size_hint(&self) -> usize {
         let keys = match self {
             Entry::Request(r) => r.sent.keys.len() + r.tail.len(),
             _ => 0,
         };
-        let mut out =
-            Vec::with_capacity(1024 + keys * (2 * std::mem::size_of::<super::MessageKey>() + 3));
+        1024 + keys * (2 * std::mem::size_of::<super::MessageKey>() + 3)
+    }
+
+    pub fn encode(&self) -> String {
+        // Sized for its keys first: a record of a history of 100,000 messages is 6 MB of
+        // hex, and a buffer grown by doubling would hold up to half as much again.
+        let mut out = Vec::with_capacity(self.size_hint());
         // An `Entry` holds only JSON-representable data, so this cannot fail.
         let _ = serde_json::to_writer(&mut out, self);
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// The length of [`Entry::encode`]'s text, counted without holding it.
+    pub fn encoded_len(&self) -> usize {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0 += bytes.len();
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        let _ = serde_json::to_writer(&mut count, self);
+        count.0
+    }
+
+    /// [`Entry::encode`]'s text, written to `out` as it is made.
+    pub fn encode_to(&self, out: impl std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer(out, self).map_err(std::io::Error::other)
     }
 }
 

@@ -32,10 +32,8 @@ pub fn append(
             row.get(0)
         })?;
     let first = total - added;
-    let mut insert =
-        conn.prepare_cached("INSERT INTO entries (session, seq, body) VALUES (?1, ?2, ?3)")?;
     for (i, body) in bodies.iter().enumerate() {
-        insert.execute(params![session, first + i as i64, body.as_ref()])?;
+        insert_text(conn, session, first + i as i64, body.as_ref())?;
     }
     Ok(first)
 }
@@ -118,16 +116,61 @@ pub fn record_next(
             |row| Ok((row.get(0)?, row.get(1)?)),
         )?;
     let index = taken.unwrap_or(counted.max(0) as u64);
-    let body = entry.with_request_index(index).encode();
-    conn.prepare_cached("INSERT INTO entries (session, seq, body) VALUES (?1, ?2, ?3)")?
-        .execute(params![session, at, body])?;
+    let written = insert_entry(conn, session, at, &entry.with_request_index(index))?;
     let added = store_blobs(conn, session, blobs)?;
     conn.prepare_cached(
         "UPDATE sessions SET entry_bytes = entry_bytes + ?2, blob_bytes = blob_bytes + ?3
          WHERE id = ?1",
     )?
-    .execute(params![session, body.len() as i64, added])?;
+    .execute(params![session, written as i64, added])?;
     Ok((index, at))
+}
+
+/// One entry at `seq`; returns its length. The record of a long history is written into
+/// its row in pieces as it is encoded, so neither cachet nor SQLite holds its JSON whole.
+fn insert_entry(
+    conn: &Connection,
+    session: &str,
+    seq: i64,
+    entry: &Entry,
+) -> rusqlite::Result<usize> {
+    let len = (entry.size_hint() >= WRITTEN_IN_PIECES).then(|| entry.encoded_len());
+    if let Some(len) = len.filter(|&len| len >= WRITTEN_IN_PIECES) {
+        insert_entry_in_pieces(conn, session, seq, len, |row| entry.encode_to(row).ok())?;
+        return Ok(len);
+    }
+    let body = entry.encode();
+    insert_text(conn, session, seq, &body)?;
+    Ok(body.len())
+}
+
+/// One entry's text at `seq`: bound, or, from [`WRITTEN_IN_PIECES`] on, written into its
+/// row in pieces (binding text copies it into SQLite, and building the row copies it
+/// again).
+fn insert_text(conn: &Connection, session: &str, seq: i64, body: &str) -> rusqlite::Result<()> {
+    if body.len() >= WRITTEN_IN_PIECES {
+        return insert_entry_in_pieces(conn, session, seq, body.len(), |row| {
+            row.extend_from_slice(body.as_bytes());
+            Some(())
+        });
+    }
+    conn.prepare_cached("INSERT INTO entries (session, seq, body) VALUES (?1, ?2, ?3)")?
+        .execute(params![session, seq, body])?;
+    Ok(())
+}
+
+/// An entry's row whose body is `write`'s `len` bytes, written in pieces. The row holds
+/// them as a blob, which [`load_range`] reads as the text it is.
+fn insert_entry_in_pieces(
+    conn: &Connection,
+    session: &str,
+    seq: i64,
+    len: usize,
+    write: impl FnOnce(&mut RowWriter<'_>) -> Option<()>,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT INTO entries (session, seq, body) VALUES (?1, ?2, zeroblob(?3))")?
+        .execute(params![session, seq, len as i64])?;
+    fill_in_pieces(conn, "entries", "body", len, write)
 }
 
 /// Blobs this large or larger are written into their row in pieces: binding one copies it
@@ -192,10 +235,22 @@ fn insert_in_pieces(
         "INSERT INTO session_blobs (session, key, bytes) VALUES (?1, ?2, zeroblob(?3))",
     )?
     .execute(params![session, &key[..], len as i64])?;
+    fill_in_pieces(conn, "session_blobs", "bytes", len, write)
+}
+
+/// `write`'s bytes written in pieces over the `len` zeros of `column` in the row just
+/// inserted into `table`.
+fn fill_in_pieces(
+    conn: &Connection,
+    table: &str,
+    column: &str,
+    len: usize,
+    write: impl FnOnce(&mut RowWriter<'_>) -> Option<()>,
+) -> rusqlite::Result<()> {
     let blob = conn.blob_open(
         rusqlite::DatabaseName::Main,
-        "session_blobs",
-        "bytes",
+        table,
+        column,
         conn.last_insert_rowid(),
         false,
     )?;
@@ -260,6 +315,17 @@ impl Out for RowWriter<'_> {
         } else {
             self.write(bytes);
         }
+    }
+}
+
+impl std::io::Write for RowWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -502,25 +568,82 @@ mod tests {
         assert_eq!(back, vec![Some(canonical)]);
     }
 
-    /// A record is bound as the text it is: a record of a long history is megabytes of
-    /// JSON, and a copy of it made to bind it was held beside it.
+    /// The record of a long history (megabytes of keys) is written into its row in
+    /// pieces: neither cachet nor SQLite holds its JSON whole (binding text copies it, and
+    /// building the row copies it again), and it reads back as the entry it was.
+    #[test]
+    fn a_long_record_is_written_into_its_row_without_copies_of_it() {
+        use crate::session::entry::{RequestRecord, SentMessages};
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::schema::open(&dir.path().join("s.db")).unwrap();
+        let keys: Vec<String> = (0..40_000u32)
+            .map(|i| hex::encode(normalize::key_of_bytes(&i.to_le_bytes())))
+            .collect();
+        let entry = Entry::Request(RequestRecord {
+            model: "claude-sonnet-4-5".into(),
+            sent: SentMessages {
+                count: keys.len(),
+                hash: "h".into(),
+                keys,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let len = entry.clone().with_request_index(0).encode().len();
+        assert!(len > 2 << 20, "a record of {len} bytes");
+        let mut held = 0;
+        let sqlite = sqlite_peak(|run| {
+            let session = format!("s{run}");
+            let entry = entry.clone();
+            let (written, peak) = crate::alloc_meter::peak_during(|| {
+                record_next(&conn, &session, 1, entry, &[], None).unwrap()
+            });
+            assert_eq!(written, (0, 0));
+            held = peak;
+        });
+        assert!(held < len / 4, "{held} bytes held to write {len}");
+        assert!(
+            sqlite < len / 4,
+            "SQLite held {sqlite} bytes to write {len}"
+        );
+        assert_eq!(load_range(&conn, "s2", 0, None).unwrap(), vec![entry]);
+        let counted: i64 = conn
+            .query_row(
+                "SELECT entry_bytes FROM sessions WHERE id = 's2'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(counted as usize, len);
+    }
+
+    /// A record is written as the text it is: a record of a long history is megabytes of
+    /// JSON, and a copy of it made to bind it was held beside it, then SQLite's two (the
+    /// bound text, the row built from it).
     #[test]
     fn a_record_is_written_without_a_copy_of_it() {
         let dir = tempfile::tempdir().unwrap();
         let conn = super::super::schema::open(&dir.path().join("s.db")).unwrap();
         let body = format!("{{\"keys\":[{}\"\"]}}", "\"ab\",".repeat(400_000));
-        let (at, held) = crate::alloc_meter::peak_during(|| record(&conn, "s", &body, &[]));
-        assert_eq!(at.unwrap(), 0);
+        let mut held = 0;
+        let sqlite = sqlite_peak(|run| {
+            let session = format!("s{run}");
+            let (at, peak) =
+                crate::alloc_meter::peak_during(|| record(&conn, &session, &body, &[]));
+            assert_eq!(at.unwrap(), 0);
+            held = peak;
+        });
+        let len = body.len();
+        assert!(held < len / 4, "{held} bytes held to write {len}");
         assert!(
-            held < body.len() / 4,
-            "{held} bytes held to write {}",
-            body.len()
+            sqlite < len / 4,
+            "SQLite held {sqlite} bytes to write {len}"
         );
-        let stored: String = conn
-            .query_row("SELECT body FROM entries WHERE session = 's'", [], |r| {
+        let stored: Vec<u8> = conn
+            .query_row("SELECT body FROM entries WHERE session = 's2'", [], |r| {
                 r.get(0)
             })
             .unwrap();
-        assert_eq!(stored, body);
+        assert_eq!(stored, body.as_bytes());
     }
 }

@@ -293,9 +293,21 @@ pub fn load_range(
     )?;
     let end = end.map(|e| e as i64).unwrap_or(i64::MAX);
     let rows = stmt.query_map(params![session, start as i64, end], |row| {
-        row.get::<_, String>(0)
+        Ok(entry_of(row.get_ref(0)?))
     })?;
-    rows.map(|body| body.map(|b| Entry::decode(&b))).collect()
+    rows.collect()
+}
+
+/// An entry as its row holds it: JSON text, or (a long record, written in pieces) the
+/// same bytes as a blob.
+pub fn entry_of(body: rusqlite::types::ValueRef<'_>) -> Entry {
+    use rusqlite::types::ValueRef;
+    match body {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            std::str::from_utf8(bytes).map_or(Entry::Unknown, Entry::decode)
+        }
+        _ => Entry::Unknown,
+    }
 }
 
 #[cfg(test)]
