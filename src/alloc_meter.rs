@@ -58,3 +58,11 @@ pub fn peak_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
     let peak = PEAK.with(Cell::get);
     (out, (peak - base).max(0) as usize)
 }
+
+/// `f`'s result and how much more this thread holds allocated after it than before: what
+/// the result keeps.
+pub fn kept_by<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    let base = LIVE.with(Cell::get);
+    let out = f();
+    (out, (LIVE.with(Cell::get) - base).max(0) as usize)
+}

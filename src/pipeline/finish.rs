@@ -614,11 +614,7 @@ async fn previous_shape(
         system,
         system_key,
         messages: log.sent_keys(prev.request_index).unwrap_or_default(),
-        tail: prev
-            .tail
-            .iter()
-            .filter_map(|k| session::record::decode_key(k))
-            .collect(),
+        tail: prev.tail.clone(),
         marks: prev.marks.clone(),
     }
 }
@@ -772,11 +768,11 @@ mod tests {
         assert!(shaped.body.pieces().len() > 1, "the policy placed markers");
         // What went upstream, as its messages' content addresses: the record must hold them.
         let sent: Value = serde_json::from_slice(&shaped.body.to_bytes()).unwrap();
-        let sent_keys: Vec<String> = sent["messages"]
+        let sent_keys: Vec<_> = sent["messages"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|m| hex::encode(crate::session::normalize::message_key(m)))
+            .map(crate::session::normalize::message_key)
             .collect();
         assert!(sent.to_string().contains("cache_control"));
         let usage = crate::usage::Usage::default();

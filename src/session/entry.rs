@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::anchor::Anchor;
 use super::lanes::Conversation;
+use super::MessageKey;
 use crate::measure::{Diagnosis, Mark};
 use crate::patch::ops::Op;
 use crate::usage::Usage;
@@ -132,9 +133,9 @@ pub struct RequestRecord {
     pub client: Option<String>,
     /// The history sent upstream before the request-only tail: what the cache may hold.
     pub sent: SentMessages,
-    /// Content addresses (hex) of the request-only tail's messages.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tail: Vec<String>,
+    /// Content addresses of the request-only tail's messages (hex in the log).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_keys")]
+    pub tail: Vec<MessageKey>,
     /// Content address (hex) of the system prompt's parts as sent, if any (a blob holding
     /// each part's name and address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -298,8 +299,9 @@ pub struct SentMessages {
     pub extends: Option<u64>,
     #[serde(default)]
     pub base: usize,
-    /// Content addresses (hex) of messages `base..count`.
-    pub keys: Vec<String>,
+    /// Content addresses of messages `base..count` (hex in the log).
+    #[serde(with = "hex_keys")]
+    pub keys: Vec<MessageKey>,
 }
 
 impl SentMessages {
@@ -307,6 +309,75 @@ impl SentMessages {
         Anchor {
             count: self.count,
             hash: self.hash.clone(),
+        }
+    }
+}
+
+/// Content addresses held as their 32 bytes and written as hex. A record holds one for each
+/// new message; as hex `String`s they took 88 bytes each, 9 MiB for a history of 100,000
+/// messages, and the session's cached log kept them.
+mod hex_keys {
+    use serde::de::{Deserializer, Error, SeqAccess, Visitor};
+    use serde::ser::{SerializeSeq, Serializer};
+
+    use super::MessageKey;
+
+    pub fn serialize<S: Serializer>(keys: &[MessageKey], out: S) -> Result<S::Ok, S::Error> {
+        let mut seq = out.serialize_seq(Some(keys.len()))?;
+        let mut hex = [0u8; 64];
+        for key in keys {
+            // 64 bytes hold 32 as hex, and hex is ASCII: neither step can fail.
+            let _ = hex::encode_to_slice(key, &mut hex);
+            seq.serialize_element(std::str::from_utf8(&hex).unwrap_or_default())?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(input: D) -> Result<Vec<MessageKey>, D::Error> {
+        input.deserialize_seq(Keys)
+    }
+
+    struct Keys;
+
+    impl<'de> Visitor<'de> for Keys {
+        type Value = Vec<MessageKey>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of hex content addresses")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut keys = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+            while let Some(Key(key)) = seq.next_element()? {
+                keys.push(key);
+            }
+            // A session's cached log keeps it: not the room its growth left.
+            keys.shrink_to_fit();
+            Ok(keys)
+        }
+    }
+
+    struct Key(MessageKey);
+
+    impl<'de> serde::Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(input: D) -> Result<Self, D::Error> {
+            input.deserialize_str(KeyVisitor)
+        }
+    }
+
+    struct KeyVisitor;
+
+    impl Visitor<'_> for KeyVisitor {
+        type Value = Key;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a hex content address")
+        }
+
+        fn visit_str<E: Error>(self, hex_key: &str) -> Result<Key, E> {
+            let mut key = [0u8; 32];
+            hex::decode_to_slice(hex_key, &mut key).map_err(E::custom)?;
+            Ok(Key(key))
         }
     }
 }
@@ -406,6 +477,38 @@ mod tests {
             "transformer": "t", "reason": "turn_end", "anchor": {"count": 0, "hash": ""},
             "patch": [{"op": "no_such_op"}]});
         assert_eq!(Entry::decode(&bad_patch.to_string()), Entry::Unknown);
+    }
+
+    /// A record's content addresses are written as hex strings, as every stored log
+    /// holds them, and read back from them; kept, each is its 32 bytes (as hex strings
+    /// they took 88 bytes each, and a long history's record kept one per message).
+    #[test]
+    fn a_records_keys_are_hex_in_the_log_and_bytes_in_memory() {
+        let keys: Vec<MessageKey> = (0..70_000u32)
+            .map(|i| crate::session::normalize::key_of_bytes(&i.to_le_bytes()))
+            .collect();
+        let stored = json!({"type": "request", "version": 1, "time": 1,
+            "request_index": 0, "model": "m", "provider": "anthropic",
+            "endpoint": "messages",
+            "sent": {"count": keys.len(), "hash": "h", "keys": keys.iter().map(hex::encode).collect::<Vec<_>>()},
+            "tail": [hex::encode(keys[0])]})
+        .to_string();
+        let (entry, kept) = crate::alloc_meter::kept_by(|| Entry::decode(&stored));
+        let Entry::Request(record) = &entry else {
+            panic!("a stored record reads as one");
+        };
+        assert_eq!((&record.sent.keys, &record.tail[..]), (&keys, &keys[..1]));
+        let bytes = keys.len() * std::mem::size_of::<MessageKey>();
+        assert!(
+            kept < bytes * 9 / 8,
+            "{kept} bytes kept for {bytes} of keys"
+        );
+        let written: Value = serde_json::from_str(&entry.encode()).unwrap();
+        let read: Value = serde_json::from_str(&stored).unwrap();
+        assert_eq!(written["sent"]["keys"], read["sent"]["keys"]);
+        assert_eq!(written["tail"], read["tail"]);
+        let bad = stored.replacen(&hex::encode(keys[1]), "not hex", 1);
+        assert_eq!(Entry::decode(&bad), Entry::Unknown);
     }
 
     #[test]

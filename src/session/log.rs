@@ -286,8 +286,8 @@ impl Index {
             return None;
         }
         keys.truncate(r.sent.base);
-        for hex_key in &r.sent.keys {
-            keys.push_back(super::record::decode_key(hex_key)?);
+        for key in &r.sent.keys {
+            keys.push_back(*key);
         }
         Some(keys)
     }
@@ -656,7 +656,7 @@ mod tests {
                 extends,
                 base,
                 keys: (0..new_keys)
-                    .map(|k| hex::encode([(i as u8).wrapping_add(k as u8); 32]))
+                    .map(|k| [(i as u8).wrapping_add(k as u8); 32])
                     .collect(),
             },
             ..RequestRecord::default()

@@ -84,7 +84,7 @@ pub fn compact_request(
     };
     let (extends, base) = find_base(prior, hashes);
     let full = hashes.full();
-    let keys = shape.messages[base..].iter().map(hex::encode).collect();
+    let keys = shape.messages[base..].to_vec();
     // Made canonical by the store as it writes them. Room for the tool and system lists:
     // growing a vector of 100,000 blobs would hold it twice for a moment.
     let mut blobs: Vec<Blob> = Vec::with_capacity(shape.messages.len().saturating_sub(base) + 2);
@@ -123,7 +123,7 @@ pub fn compact_request(
             base,
             keys,
         },
-        tail: shape.tail.iter().map(hex::encode).collect(),
+        tail: shape.tail.clone(),
         system_key,
         tools_key,
         marks: shape.marks.clone(),
@@ -213,9 +213,7 @@ pub fn walk_sent_keys(
         if keys.len() != record.sent.base {
             return None;
         }
-        for hex_key in &record.sent.keys {
-            keys.push(decode_key(hex_key)?);
-        }
+        keys.extend_from_slice(&record.sent.keys);
     }
     Some(keys)
 }

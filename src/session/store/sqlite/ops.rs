@@ -576,8 +576,8 @@ mod tests {
         use crate::session::entry::{RequestRecord, SentMessages};
         let dir = tempfile::tempdir().unwrap();
         let conn = super::super::schema::open(&dir.path().join("s.db")).unwrap();
-        let keys: Vec<String> = (0..40_000u32)
-            .map(|i| hex::encode(normalize::key_of_bytes(&i.to_le_bytes())))
+        let keys: Vec<MessageKey> = (0..40_000u32)
+            .map(|i| normalize::key_of_bytes(&i.to_le_bytes()))
             .collect();
         let entry = Entry::Request(RequestRecord {
             model: "claude-sonnet-4-5".into(),

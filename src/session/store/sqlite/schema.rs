@@ -185,17 +185,11 @@ fn migrate_from_first_layout(conn: &Connection) -> rusqlite::Result<()> {
         for row in rows {
             let (session, body) = row?;
             if let Entry::Request(record) = Entry::decode(&body) {
-                let keys = record
-                    .sent
-                    .keys
-                    .iter()
-                    .chain(record.system_key.iter())
-                    .chain(record.tools_key.iter());
-                for hex_key in keys {
-                    let mut key = [0u8; 32];
-                    if hex::decode_to_slice(hex_key, &mut key).is_ok() {
-                        copy.execute(params![session, &key[..]])?;
-                    }
+                let lists = [&record.system_key, &record.tools_key]
+                    .into_iter()
+                    .filter_map(|k| k.as_deref().and_then(crate::session::record::decode_key));
+                for key in record.sent.keys.iter().copied().chain(lists) {
+                    copy.execute(params![session, &key[..]])?;
                 }
             }
         }
@@ -353,7 +347,7 @@ mod tests {
         let path = dir.path().join("s.db");
         let (named, system, unnamed) = (key(1), key(2), key(3));
         let mut record = crate::session::entry::RequestRecord::default();
-        record.sent.keys = vec![hex::encode(named)];
+        record.sent.keys = vec![named];
         record.system_key = Some(hex::encode(system));
         let body = Entry::Request(record).encode();
         {
