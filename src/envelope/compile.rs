@@ -361,7 +361,10 @@ impl<'a> Ctx<'a> {
         if !env.messages_dirty && !tail_dirty && !system_here && self.plan.messages.is_empty() {
             return None;
         }
-        let mut items: Vec<Item<'_>> = Vec::new();
+        // At its size: a history of 100,000 messages is a list of 7 MB.
+        let leading_parts = leading.map_or(0, |_| env.system.len());
+        let mut items: Vec<Item<'_>> =
+            Vec::with_capacity(leading_parts + env.cached.len() + env.uncached.len());
         if let Some(role) = leading {
             for part in &env.system {
                 let item = match &part.element {
@@ -530,6 +533,36 @@ mod tests {
         assert!(
             peak < held + held / 4,
             "{peak} bytes held at once for {held} of facts"
+        );
+    }
+
+    /// A long history is compiled with its lists made at their size: the marker plan's
+    /// list of blocks and the list of messages to write. Grown by doubling, each held up to
+    /// twice what it needed, and its old half beside it as it grew, at the moment a shaped
+    /// body of 100,000 small steps peaks.
+    #[test]
+    fn a_long_history_is_compiled_without_growing_its_list() {
+        let n = 40_000;
+        let messages: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                let role = ["user", "assistant"][i % 2];
+                serde_json::json!({"role": role, "content": [{"type": "text", "text": format!("step {i}")}]})
+            })
+            .collect();
+        let body = serde_json::json!({"model": "claude-sonnet-4-5", "messages": messages});
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap());
+        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+        let auto = auto_markers();
+        // The facts compiling reads are the envelope's, kept for the request: read first.
+        let _ = env.compile_payload(&auto);
+        let (payload, peak) = crate::alloc_meter::peak_during(|| env.compile_payload(&auto));
+        assert!(payload.pieces().len() > 1, "markers were placed");
+        // The plan's list and the messages' are of one size; one is held at a time, with
+        // what each phase keeps beside it.
+        let list = n * std::mem::size_of::<super::super::seq::Item<'_>>();
+        assert!(
+            peak < list + list / 2,
+            "{peak} bytes held at once for a list of {list}"
         );
     }
 
