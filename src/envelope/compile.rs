@@ -504,13 +504,9 @@ mod tests {
         assert!(payload.pieces().len() <= 12, "{}", payload.pieces().len());
     }
 
-    /// A marker placed on one huge message (a pasted file as the prompt) adds a few bytes
-    /// A history of more messages than half the memos hold (an agent's many small steps)
-    /// is read without them: its kinds and blocks are held once, in the body's facts, not
-    /// a second time in memos it would start over within itself.
-    #[test]
-    fn a_history_longer_than_the_memos_is_read_past_them() {
-        let n = 40_000;
+    /// An Anthropic history of `n` messages of one short text block each: an agent's many
+    /// small steps.
+    fn small_steps(n: usize) -> Envelope {
         let messages: Vec<serde_json::Value> = (0..n)
             .map(|i| {
                 let role = ["user", "assistant"][i % 2];
@@ -519,7 +515,16 @@ mod tests {
             .collect();
         let body = serde_json::json!({"model": "claude-sonnet-4-5", "messages": messages});
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
-        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+        Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap()
+    }
+
+    /// A history of more messages than half the memos hold (an agent's many small steps)
+    /// is read without them: its kinds and blocks are held once, in the body's facts, not
+    /// a second time in memos it would start over within itself.
+    #[test]
+    fn a_history_longer_than_the_memos_is_read_past_them() {
+        let n = 40_000;
+        let env = small_steps(n);
         let (read, peak) = crate::alloc_meter::peak_during(|| {
             let kinds = env.orig_kinds().len();
             let blocks: usize = env.cached.iter().map(|m| env.blocks_of(m).len()).sum();
@@ -543,15 +548,7 @@ mod tests {
     #[test]
     fn a_long_history_is_compiled_without_growing_its_list() {
         let n = 40_000;
-        let messages: Vec<serde_json::Value> = (0..n)
-            .map(|i| {
-                let role = ["user", "assistant"][i % 2];
-                serde_json::json!({"role": role, "content": [{"type": "text", "text": format!("step {i}")}]})
-            })
-            .collect();
-        let body = serde_json::json!({"model": "claude-sonnet-4-5", "messages": messages});
-        let body = Bytes::from(serde_json::to_vec(&body).unwrap());
-        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+        let env = small_steps(n);
         let auto = auto_markers();
         // The facts compiling reads are the envelope's, kept for the request: read first.
         let _ = env.compile_payload(&auto);
@@ -566,6 +563,7 @@ mod tests {
         );
     }
 
+    /// A marker placed on one huge message (a pasted file as the prompt) adds a few bytes
     /// around its text: the text goes out as the client's bytes, shared, not copied into a
     /// new buffer.
     #[test]
