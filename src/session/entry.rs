@@ -54,7 +54,7 @@ impl Entry {
             Entry::Request(r) => r.sent.keys.len() + r.tail.len(),
             _ => 0,
         };
-        1024 + keys * (2 * std::mem::size_of::<super::MessageKey>() + 3)
+        1024 + keys * (2 * std::mem::size_of::<MessageKey>() + 3)
     }
 
     pub fn encode(&self) -> String {
@@ -314,8 +314,8 @@ impl SentMessages {
 }
 
 /// Content addresses held as their 32 bytes and written as hex. A record holds one for each
-/// new message; as hex `String`s they took 88 bytes each, 9 MiB for a history of 100,000
-/// messages, and the session's cached log kept them.
+/// new message; as hex `String`s they took 88 bytes each, about 9 MB for a history of
+/// 100,000 messages, and the session's cached log kept them.
 mod hex_keys {
     use serde::de::{Deserializer, Error, SeqAccess, Visitor};
     use serde::ser::{SerializeSeq, Serializer};

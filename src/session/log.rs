@@ -423,7 +423,7 @@ impl SessionLog {
         }
         let index = Arc::make_mut(&mut out.index);
         for entry in tail {
-            out.bytes += json_size(&entry);
+            out.bytes += entry.encoded_len();
             let at = out.entries.len();
             match &entry {
                 Entry::ContextTransform(t) => {
@@ -541,24 +541,7 @@ fn release(
         }
     }
     entries.set(at, None);
-    json_size(&entry)
-}
-
-/// The size of an entry's JSON, counted without building the string.
-fn json_size(entry: &Entry) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, entry);
-    count.0
+    entry.encoded_len()
 }
 
 #[cfg(test)]
@@ -778,7 +761,10 @@ mod tests {
                         // And nothing else but patches and lane heads.
                         let transforms = entries.transforms().count();
                         prop_assert!(log.held() <= transforms + KEPT_REQUESTS + 2 * lanes as usize);
-                        prop_assert_eq!(log.bytes, log.iter().map(json_size).sum::<usize>());
+                        prop_assert_eq!(
+                            log.bytes,
+                            log.iter().map(Entry::encoded_len).sum::<usize>()
+                        );
                     }
                     Ok(())
                 },
