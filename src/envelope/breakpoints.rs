@@ -75,8 +75,8 @@ struct Slot<'a> {
 
 /// The blocks of the cacheable prefix in prompt order: tools, system, cached messages.
 fn slots(env: &Envelope) -> Vec<Slot<'_>> {
-    // At its size: a slot is a hundred bytes, and a history of 100,000 small steps has a
-    // slot a message or more; grown by doubling, the list held up to twice that at once.
+    // At its size: a slot is 72 bytes, and a history of 100,000 small steps has a slot a
+    // message or more; grown by doubling, the list held up to twice that at once.
     let blocks: usize = env.cached.iter().map(|m| env.blocks_of(m).len()).sum();
     let mut out = Vec::with_capacity(env.tools.len() + env.system.len() + blocks);
     for (i, tool) in env.tools.iter().enumerate() {

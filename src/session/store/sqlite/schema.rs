@@ -294,7 +294,7 @@ pub fn load_range(
 
 /// An entry as its row holds it: JSON text, or (a long record, written in pieces) the
 /// same bytes as a blob.
-pub fn entry_of(body: rusqlite::types::ValueRef<'_>) -> Entry {
+fn entry_of(body: rusqlite::types::ValueRef<'_>) -> Entry {
     use rusqlite::types::ValueRef;
     match body {
         ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
