@@ -165,3 +165,24 @@ fn a_long_history_is_recorded_without_growing_copies() {
         text.len()
     );
 }
+
+/// A repeated message's blob is stored once: the first stays, in order. Finding repeats
+/// among a long history's blobs holds less than its keys: a reference to each, not a
+/// copy of its 32 bytes (a set of 111,000 keys held 6 MiB at a recorded request's peak).
+#[test]
+fn repeated_blobs_are_dropped_without_copying_their_keys() {
+    let n = 40_000u32;
+    let key = |i: u32| crate::session::normalize::key_of_bytes(&i.to_le_bytes());
+    let mut blobs: Vec<Blob> = (0..n)
+        .chain([7, 11, 7])
+        .map(|i| Blob::sent(key(i), bytes::Bytes::new()))
+        .collect();
+    let ((), peak) = crate::alloc_meter::peak_during(|| dedup(&mut blobs));
+    let kept: Vec<MessageKey> = blobs.iter().map(|b| b.key).collect();
+    assert_eq!(kept, (0..n).map(key).collect::<Vec<_>>());
+    let keys = n as usize * std::mem::size_of::<MessageKey>();
+    assert!(
+        peak < keys,
+        "{peak} bytes held to find repeats among {keys} of keys"
+    );
+}
