@@ -44,15 +44,27 @@ pub struct RequestDraft<'a> {
     pub response_id: Option<String>,
 }
 
-/// A tool list or system prompt as stored: each element's name and address.
-fn list_blob(key: Option<MessageKey>, items: &[Named]) -> Option<(String, Blob)> {
+/// A tool list or system prompt's key as a record holds it, and its blob (each element's
+/// name and address) unless `stored` is that key: the latest request of the session
+/// recorded the same list, so the session holds it already. Agents send the same tools and
+/// system prompt on every request; building the list again was a hex key and a JSON array
+/// per tool, on every record.
+fn list_blob(
+    key: Option<MessageKey>,
+    items: &[Named],
+    stored: Option<&str>,
+) -> Option<(String, Option<Blob>)> {
     let key = key?;
+    let hex_key = hex::encode(key);
+    if stored == Some(hex_key.as_str()) {
+        return Some((hex_key, None));
+    }
     let list: Vec<Value> = items
         .iter()
         .map(|n| Value::Array(vec![n.name.clone().into(), hex::encode(n.key).into()]))
         .collect();
     let bytes = serde_json::to_vec(&list).unwrap_or_default();
-    Some((hex::encode(key), Blob::canonical(key, bytes)))
+    Some((hex_key, Some(Blob::canonical(key, bytes))))
 }
 
 /// The elements of a list blob written by [`compact_request`].
@@ -96,14 +108,23 @@ pub fn compact_request(
             .skip(base)
             .map(|(raw, key)| Blob::sent(*key, raw.clone())),
     );
-    let tools = list_blob(shape.tools_key, &shape.tools);
-    let system = list_blob(shape.system_key, &shape.system);
+    let latest = latest_request(prior);
+    let tools = list_blob(
+        shape.tools_key,
+        &shape.tools,
+        latest.and_then(|r| r.tools_key.as_deref()),
+    );
+    let system = list_blob(
+        shape.system_key,
+        &shape.system,
+        latest.and_then(|r| r.system_key.as_deref()),
+    );
     let tools_key = tools.map(|(k, b)| {
-        blobs.push(b);
+        blobs.extend(b);
         k
     });
     let system_key = system.map(|(k, b)| {
-        blobs.push(b);
+        blobs.extend(b);
         k
     });
     dedup(&mut blobs);
@@ -139,6 +160,14 @@ pub fn compact_request(
         ttl_decision: None,
     };
     (record, blobs)
+}
+
+/// The session's latest recorded request.
+fn latest_request(prior: &(impl Entries + ?Sized)) -> Option<&RequestRecord> {
+    prior.entries().rev().find_map(|e| match e {
+        Entry::Request(r) => Some(r),
+        _ => None,
+    })
 }
 
 /// The newest earlier request whose sent messages are a prefix of these.

@@ -27,6 +27,16 @@ fn record(
     if let Some(system) = system {
         body["system"] = json!(system);
     }
+    record_body(prior, index, &body, tail)
+}
+
+/// Record the request of `body` after `prior`.
+fn record_body(
+    prior: &[Entry],
+    index: u64,
+    body: &Value,
+    tail: usize,
+) -> (RequestRecord, Vec<Blob>) {
     let env = crate::envelope::Envelope::parse(
         crate::providers::Provider::Anthropic,
         crate::providers::Endpoint::Messages,
@@ -82,6 +92,53 @@ fn later_requests_store_only_new_messages() {
     let log = vec![Entry::Request(r0), Entry::Request(r1)];
     let all: Vec<MessageKey> = second.iter().map(message_key).collect();
     assert_eq!(sent_keys(&log, 1), Some(all));
+}
+
+/// Claude Code and pi send the same tools and system prompt on every request of a session:
+/// the latest request's record already stored their lists, so a record carries their keys
+/// and no second copy of the lists (each a hex key and a JSON array per tool to build).
+#[test]
+fn lists_the_latest_request_stored_are_not_built_again() {
+    let tools = json!([
+        {"name": "read", "description": "Read a file", "input_schema": {"type": "object"}},
+        {"name": "bash", "description": "Run a command", "input_schema": {"type": "object"}}
+    ]);
+    let body = |messages: &[Value], system: &str| {
+        json!({
+            "model": "claude-sonnet-4-5",
+            "system": [{"type": "text", "text": system}],
+            "tools": tools,
+            "messages": messages,
+        })
+    };
+    let is_list = |r: &RequestRecord, b: &Blob| {
+        [&r.tools_key, &r.system_key]
+            .into_iter()
+            .any(|k| k.as_deref() == Some(hex::encode(b.key).as_str()))
+    };
+    let (r0, blobs0) = record_body(&[], 0, &body(&history(1), "You are pi."), 0);
+    assert_eq!(blobs0.iter().filter(|b| is_list(&r0, b)).count(), 2);
+
+    let mut log = vec![Entry::Request(r0.clone())];
+    let (r1, blobs1) = record_body(&log, 1, &body(&history(3), "You are pi."), 0);
+    assert_eq!(
+        (&r1.tools_key, &r1.system_key),
+        (&r0.tools_key, &r0.system_key)
+    );
+    assert!(r1.tools_key.is_some() && r1.system_key.is_some());
+    assert_eq!(blobs1.iter().filter(|b| is_list(&r1, b)).count(), 0);
+    assert_eq!(blobs1.len(), 2, "the two new messages only");
+
+    // A changed system prompt is a new list; the tools are still the latest request's.
+    log.push(Entry::Request(r1.clone()));
+    let (r2, blobs2) = record_body(&log, 2, &body(&history(5), "You are pi. Be brief."), 0);
+    assert_eq!(r2.tools_key, r0.tools_key);
+    assert_ne!(r2.system_key, r0.system_key);
+    let lists: Vec<&Blob> = blobs2.iter().filter(|b| is_list(&r2, b)).collect();
+    assert_eq!(lists.len(), 1);
+    assert_eq!(Some(hex::encode(lists[0].key)), r2.system_key);
+    let named = named_list(&lists[0].stored_bytes().unwrap()).unwrap();
+    assert_eq!(named.len(), 1);
 }
 
 #[test]
