@@ -77,7 +77,11 @@ struct Slot<'a> {
 fn slots(env: &Envelope) -> Vec<Slot<'_>> {
     // At its size: a slot is 72 bytes, and a history of 100,000 small steps has a slot a
     // message or more; grown by doubling, the list held up to twice that at once.
-    let blocks: usize = env.cached.iter().map(|m| env.blocks_of(m).len()).sum();
+    let blocks: usize = env
+        .cached
+        .iter()
+        .map(|m| env.with_blocks(m, <[_]>::len))
+        .sum();
     let mut out = Vec::with_capacity(env.tools.len() + env.system.len() + blocks);
     for (i, tool) in env.tools.iter().enumerate() {
         let b = env.bytes_of(&tool.raw);
@@ -102,24 +106,28 @@ fn slots(env: &Envelope) -> Vec<Slot<'_>> {
     }
     for (i, m) in env.cached.iter().enumerate() {
         let b = env.bytes_of(&m.raw);
-        for (j, block) in env.blocks_of(m).iter().cloned().enumerate() {
-            let text = &b[block.span.clone()];
-            out.push(Slot {
-                loc: Loc::Msg(i, j),
-                bytes: text.len(),
-                block,
-                text,
-            });
-        }
+        env.with_blocks(m, |blocks| {
+            for (j, block) in blocks.iter().cloned().enumerate() {
+                let text = &b[block.span.clone()];
+                out.push(Slot {
+                    loc: Loc::Msg(i, j),
+                    bytes: text.len(),
+                    block,
+                    text,
+                });
+            }
+        });
     }
     out
 }
 
 impl Envelope {
-    /// Every content block of the tools, the system prompt and the first `history`
-    /// messages, in prompt order: its marker, and the history message it sits in. Empty for
-    /// APIs without markers.
-    pub fn prefix_markers(&self, history: usize) -> Vec<(Option<Ttl>, Option<u32>)> {
+    /// The marked content blocks of the tools, the system prompt and the first `history`
+    /// messages: each one's number in prompt order (from 0, over every block, marked or
+    /// not), its marker, and the history message it sits in. Empty for APIs without
+    /// markers. A prompt carries a few markers among thousands of blocks, so only those are
+    /// listed.
+    pub fn prefix_marks(&self, history: usize) -> Vec<(u32, Ttl, Option<u32>)> {
         if !matches!(
             self.endpoint,
             crate::providers::Endpoint::Messages | crate::providers::Endpoint::CountTokens
@@ -127,18 +135,31 @@ impl Envelope {
             return Vec::new();
         }
         let mut out = Vec::new();
+        let mut block = 0u32;
+        let mut note = |marker: Option<Ttl>, message: Option<u32>| {
+            if let Some(ttl) = marker {
+                out.push((block, ttl, message));
+            }
+            block += 1;
+        };
         for tool in &self.tools {
-            let b = self.bytes_of(&tool.raw);
-            out.push((blocks::whole_object_block(b).marker, None));
+            note(
+                blocks::whole_object_block(self.bytes_of(&tool.raw)).marker,
+                None,
+            );
         }
         for i in 0..self.system.len() {
-            let b = self.system_block_bytes(i);
-            out.push((blocks::whole_object_block(&b).marker, None));
+            note(
+                blocks::whole_object_block(&self.system_block_bytes(i)).marker,
+                None,
+            );
         }
         for (i, m) in self.cached.iter().take(history).enumerate() {
-            for block in self.blocks_of(m).iter() {
-                out.push((block.marker, Some(i as u32)));
-            }
+            self.with_blocks(m, |blocks| {
+                for b in blocks {
+                    note(b.marker, Some(i as u32));
+                }
+            });
         }
         out
     }

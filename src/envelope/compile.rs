@@ -527,7 +527,11 @@ mod tests {
         let env = small_steps(n);
         let (read, peak) = crate::alloc_meter::peak_during(|| {
             let kinds = env.orig_kinds().len();
-            let blocks: usize = env.cached.iter().map(|m| env.blocks_of(m).len()).sum();
+            let blocks: usize = env
+                .cached
+                .iter()
+                .map(|m| env.with_blocks(m, <[_]>::len))
+                .sum();
             (kinds, blocks)
         });
         assert_eq!(read, (n, n));

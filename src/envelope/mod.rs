@@ -315,24 +315,30 @@ impl Envelope {
         })
     }
 
-    /// The content blocks of one history message (spans within its bytes): the client's
-    /// element's, read once per body (or taken from the kept body), else read now.
-    pub(crate) fn blocks_of(&self, m: &Element) -> std::sync::Arc<[blocks::Block]> {
-        let Some(o) = self.client_element(m) else {
-            return blocks::message_blocks(self.bytes_of(&m.raw)).into();
-        };
+    /// `f` of the content blocks of one history message (spans within its bytes): the
+    /// client's element's, read once per body (or taken from the kept body) and borrowed,
+    /// so a walk over every message of a long history touches no reference count; else
+    /// read now.
+    pub(crate) fn with_blocks<R>(&self, m: &Element, f: impl FnOnce(&[blocks::Block]) -> R) -> R {
+        match self.client_element(m) {
+            Some(o) => f(&self.client_blocks()[o]),
+            None => f(&blocks::message_blocks(self.bytes_of(&m.raw))),
+        }
+    }
+
+    /// The blocks of each of the client's messages-array elements.
+    fn client_blocks(&self) -> &[std::sync::Arc<[blocks::Block]>] {
         let elems = &self.messages_orig.elems;
-        let all = self.orig_facts.blocks.get(elems.len(), |i| {
+        self.orig_facts.blocks.get(elems.len(), |i| {
             blocks::message_blocks_among(&self.body[elems[i].clone()], elems.len()).into()
-        });
-        all[o].clone()
+        })
     }
 
     /// Whether history message `i` carries a thinking block (Anthropic).
     pub fn history_has_thinking(&self, i: usize) -> bool {
         self.cached
             .get(i)
-            .is_some_and(|m| self.blocks_of(m).iter().any(|b| b.thinking))
+            .is_some_and(|m| self.with_blocks(m, |blocks| blocks.iter().any(|b| b.thinking)))
     }
 
     /// Index in the history where the current turn's prompt starts (see

@@ -190,15 +190,12 @@ fn named_tool(endpoint: Endpoint, raw: &[u8]) -> Named {
 
 /// Markers of the tools, system blocks and the first `history` messages, by block.
 fn marks_of(env: &Envelope, history: usize) -> Vec<Mark> {
-    env.prefix_markers(history)
+    env.prefix_marks(history)
         .into_iter()
-        .enumerate()
-        .filter_map(|(i, (marker, message))| {
-            Some(Mark {
-                block: i as u32 + 1,
-                message,
-                ttl: marker?.into(),
-            })
+        .map(|(block, ttl, message)| Mark {
+            block: block + 1,
+            message,
+            ttl: ttl.into(),
         })
         .collect()
 }
@@ -312,6 +309,64 @@ mod tests {
         );
         assert_eq!(a.marks[1].message, Some(0));
         assert!(b.marks.is_empty());
+    }
+
+    /// Claude Code's shape: tools, a marked system block, a long history of tool calls and
+    /// results, and a marker on the latest user message.
+    fn claude_code_history(steps: usize) -> Envelope {
+        let mut messages = vec![serde_json::json!({"role": "user", "content": "fix the test"})];
+        for i in 0..steps {
+            messages.push(serde_json::json!({"role": "assistant", "content": [
+                {"type": "text", "text": format!("step {i}")},
+                {"type": "tool_use", "id": format!("toolu_{i}"), "name": "Bash", "input": {"command": "cargo test"}}]}));
+            messages.push(serde_json::json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": "ok"}]}));
+        }
+        messages.push(serde_json::json!({"role": "user", "content": [
+            {"type": "text", "text": "go on", "cache_control": {"type": "ephemeral"}}]}));
+        let body = serde_json::json!({
+            "model": "claude-sonnet-4-5",
+            "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": "Bash", "input_schema": {"type": "object"}}, {"name": "Read", "input_schema": {"type": "object"}}],
+            "messages": messages,
+        });
+        Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap()
+    }
+
+    /// The markers of a prompt are a few among thousands of blocks: reading them walks the
+    /// history without holding a list of its blocks, so what it holds does not grow with
+    /// the session.
+    #[test]
+    fn marks_are_read_without_a_list_of_every_block() {
+        let held = |steps: usize| {
+            let env = claude_code_history(steps);
+            let history = env.history_raw().count();
+            // The body's facts (its messages' blocks) are read once per body, first.
+            let first = marks_of(&env, history);
+            let (marks, peak) = crate::alloc_meter::peak_during(|| marks_of(&env, history));
+            assert_eq!(marks, first);
+            // Two tools, the system block, then three blocks a step and the first and
+            // latest user messages.
+            let last = 2 + 1 + 1 + 3 * steps + 1;
+            assert_eq!(
+                marks
+                    .iter()
+                    .map(|m| (m.block, m.message))
+                    .collect::<Vec<_>>(),
+                vec![(3, None), (last as u32, Some(history as u32 - 1))]
+            );
+            peak
+        };
+        let (short, long) = (held(10), held(2_000));
+        assert!(
+            long <= short + 64,
+            "{long} bytes held reading the marks of 2,000 steps, {short} of 10"
+        );
     }
 
     /// A tool's key from its raw bytes is [`message_key`] of the parsed tool, on each

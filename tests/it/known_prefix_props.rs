@@ -80,7 +80,7 @@ fn read(
                 env.history_kinds(),
                 env.turn_index(),
                 env.latest_user_prompt(cachet::inject::QUERY_MAX_BYTES / 2),
-                env.prefix_markers(env.history_len()),
+                env.prefix_marks(env.history_len()),
                 (0..env.history_len())
                     .map(|i| env.history_has_thinking(i))
                     .collect::<Vec<_>>()
