@@ -4,6 +4,8 @@
 //! *inside* `prompt_tokens` / `input_tokens`. cachet always speaks of three disjoint kinds
 //! of input: read from cache, written to cache, and uncached.
 
+use std::marker::PhantomData;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -37,37 +39,215 @@ impl Usage {
     }
 }
 
-fn num(v: &Value, key: &str) -> Option<u64> {
-    v.get(key).and_then(Value::as_u64)
+/// A `usage` object's counts, under every provider's names (a provider's own are
+/// filled, the others stay empty), read straight from the JSON: no map of the object is
+/// built. A count is an unsigned integer; anything else is no count, and a nested object
+/// that is not an object is none.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+struct UsageFields {
+    input_tokens: Count,
+    output_tokens: Count,
+    cache_read_input_tokens: Count,
+    cache_creation_input_tokens: Count,
+    cache_creation: Lenient<CacheCreation>,
+    prompt_tokens: Count,
+    completion_tokens: Count,
+    /// DeepSeek's name for the tokens read from cache.
+    prompt_cache_hit_tokens: Count,
+    cache_write_tokens: Count,
+    prompt_tokens_details: Lenient<Details>,
+    input_tokens_details: Lenient<Details>,
+}
+
+/// Anthropic's split of the tokens written to cache by lifetime.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+struct CacheCreation {
+    ephemeral_5m_input_tokens: Count,
+    ephemeral_1h_input_tokens: Count,
+}
+
+/// OpenAI's details of the input tokens.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+struct Details {
+    cached_tokens: Count,
+    cache_write_tokens: Count,
+}
+
+impl UsageFields {
+    /// The fields of a `usage` value; a value that is not an object has none.
+    fn of(usage: &Value) -> UsageFields {
+        Lenient::<UsageFields>::deserialize(usage)
+            .ok()
+            .and_then(|l| l.0)
+            .unwrap_or_default()
+    }
+
+    /// The usage as the endpoint's API reports it (`None` for an API without usage).
+    fn usage(&self, endpoint: Endpoint) -> Option<Usage> {
+        match endpoint {
+            Endpoint::Messages => {
+                let mut u = Usage::default();
+                self.merge_anthropic(&mut u);
+                Some(u)
+            }
+            Endpoint::Chat => Some(self.openai_chat()),
+            Endpoint::Responses => Some(self.openai_responses()),
+            _ => None,
+        }
+    }
+
+    /// Anthropic: fields that are absent or null keep the values already in `into`.
+    fn merge_anthropic(&self, into: &mut Usage) {
+        if let Some(n) = self.input_tokens.0 {
+            into.uncached = n;
+        }
+        if let Some(n) = self.cache_read_input_tokens.0 {
+            into.cache_read = n;
+        }
+        if let Some(n) = self.cache_creation_input_tokens.0 {
+            into.cache_write = n;
+            // Without the TTL split, the provider's default TTL (5m) applies.
+            into.cache_write_5m = n;
+            into.cache_write_1h = 0;
+        }
+        if let Some(split) = &self.cache_creation.0 {
+            let m5 = split.ephemeral_5m_input_tokens.0.unwrap_or(0);
+            let h1 = split.ephemeral_1h_input_tokens.0.unwrap_or(0);
+            if m5 + h1 > 0 || into.cache_write == 0 {
+                into.cache_write_5m = m5;
+                into.cache_write_1h = h1;
+                into.cache_write = into.cache_write.max(m5 + h1);
+            }
+        }
+        if let Some(n) = self.output_tokens.0 {
+            into.output = n;
+        }
+    }
+
+    fn openai_chat(&self) -> Usage {
+        let details = self.prompt_tokens_details.0.as_ref();
+        let cached = self
+            .prompt_cache_hit_tokens
+            .0
+            .or_else(|| details.and_then(|d| d.cached_tokens.0))
+            .unwrap_or(0);
+        let written = details
+            .and_then(|d| d.cache_write_tokens.0)
+            .or(self.cache_write_tokens.0)
+            .unwrap_or(0);
+        openai(
+            self.prompt_tokens.0.unwrap_or(0),
+            cached,
+            written,
+            self.completion_tokens.0.unwrap_or(0),
+        )
+    }
+
+    fn openai_responses(&self) -> Usage {
+        let details = self.input_tokens_details.0.as_ref();
+        openai(
+            self.input_tokens.0.unwrap_or(0),
+            details.and_then(|d| d.cached_tokens.0).unwrap_or(0),
+            details.and_then(|d| d.cache_write_tokens.0).unwrap_or(0),
+            self.output_tokens.0.unwrap_or(0),
+        )
+    }
+}
+
+/// A token count: an unsigned integer, else nothing (absent, null, or a value of another
+/// type, which is skipped, not an error).
+#[derive(Debug, Default, Clone, Copy)]
+struct Count(Option<u64>);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let skipped = |_: serde::de::IgnoredAny| None;
+        d.deserialize_any(AnyValue(|n| Some(Count(Some(n))), skipped, PhantomData))
+            .map(Option::unwrap_or_default)
+    }
+}
+
+/// `T` when the value is an object, else nothing: a field of an unexpected type is skipped
+/// where a `Value` of the usage would have been read past it.
+#[derive(Debug, Clone)]
+struct Lenient<T>(Option<T>);
+
+impl<T> Default for Lenient<T> {
+    fn default() -> Self {
+        Lenient(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(AnyValue(|_| None, |t| Some(Lenient(Some(t))), PhantomData))
+            .map(Option::unwrap_or_default)
+    }
+}
+
+/// Reads any JSON value, whole: an unsigned integer through the first function, an object
+/// read as `T` through the second, anything else as nothing.
+struct AnyValue<T, N, O>(N, O, PhantomData<T>);
+
+impl<'de, V, T, N, O> serde::de::Visitor<'de> for AnyValue<T, N, O>
+where
+    T: Deserialize<'de>,
+    N: FnOnce(u64) -> Option<V>,
+    O: FnOnce(T) -> Option<V>,
+{
+    type Value = Option<V>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Option<V>, E> {
+        Ok((self.0)(n))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Option<V>, E> {
+        Ok(u64::try_from(n).ok().and_then(self.0))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Option<V>, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Option<V>, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Option<V>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Option<V>, E> {
+        Ok(None)
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Option<V>, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Option<V>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Option<V>, A::Error> {
+        // Every field of the objects read here reads any value, so `T` takes the whole map.
+        let t = T::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        Ok((self.1)(t))
+    }
 }
 
 /// Anthropic `usage` object (non-streaming body, `message_start` or `message_delta`).
 /// Fields that are absent or null keep the values already in `into`.
 pub fn merge_anthropic(into: &mut Usage, usage: &Value) {
-    if let Some(n) = num(usage, "input_tokens") {
-        into.uncached = n;
-    }
-    if let Some(n) = num(usage, "cache_read_input_tokens") {
-        into.cache_read = n;
-    }
-    if let Some(n) = num(usage, "cache_creation_input_tokens") {
-        into.cache_write = n;
-        // Without the TTL split, the provider's default TTL (5m) applies.
-        into.cache_write_5m = n;
-        into.cache_write_1h = 0;
-    }
-    if let Some(split) = usage.get("cache_creation").filter(|v| v.is_object()) {
-        let m5 = num(split, "ephemeral_5m_input_tokens").unwrap_or(0);
-        let h1 = num(split, "ephemeral_1h_input_tokens").unwrap_or(0);
-        if m5 + h1 > 0 || into.cache_write == 0 {
-            into.cache_write_5m = m5;
-            into.cache_write_1h = h1;
-            into.cache_write = into.cache_write.max(m5 + h1);
-        }
-    }
-    if let Some(n) = num(usage, "output_tokens") {
-        into.output = n;
-    }
+    UsageFields::of(usage).merge_anthropic(into);
 }
 
 /// OpenAI counts cached (and, where reported, written) tokens inside the input total.
@@ -84,33 +264,12 @@ fn openai(input: u64, cached: u64, written: u64, output: u64) -> Usage {
 
 /// OpenAI Chat Completions `usage` (also DeepSeek and OpenRouter variants).
 pub fn from_openai_chat(usage: &Value) -> Usage {
-    let details = usage.get("prompt_tokens_details");
-    let cached = num(usage, "prompt_cache_hit_tokens") // DeepSeek
-        .or_else(|| details.and_then(|d| num(d, "cached_tokens")))
-        .unwrap_or(0);
-    let written = details
-        .and_then(|d| num(d, "cache_write_tokens"))
-        .or_else(|| num(usage, "cache_write_tokens"))
-        .unwrap_or(0);
-    openai(
-        num(usage, "prompt_tokens").unwrap_or(0),
-        cached,
-        written,
-        num(usage, "completion_tokens").unwrap_or(0),
-    )
+    UsageFields::of(usage).openai_chat()
 }
 
 /// OpenAI Responses `usage`.
 pub fn from_openai_responses(usage: &Value) -> Usage {
-    let details = usage.get("input_tokens_details");
-    openai(
-        num(usage, "input_tokens").unwrap_or(0),
-        details.and_then(|d| num(d, "cached_tokens")).unwrap_or(0),
-        details
-            .and_then(|d| num(d, "cache_write_tokens"))
-            .unwrap_or(0),
-        num(usage, "output_tokens").unwrap_or(0),
-    )
+    UsageFields::of(usage).openai_responses()
 }
 
 /// What cachet reads from a response besides the reply itself.
@@ -147,26 +306,23 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
         .and_then(|r| serde_json::from_slice::<Value>(&body[r]).ok())
         .filter(Value::is_object);
     let usage = usage_at
-        .and_then(|r| serde_json::from_slice::<Value>(&body[r]).ok())
-        .filter(Value::is_object)
-        .and_then(|usage| {
-            Some(match endpoint {
-                Endpoint::Messages => {
-                    let mut u = Usage::default();
-                    merge_anthropic(&mut u, &usage);
-                    u
-                }
-                Endpoint::Chat => from_openai_chat(&usage),
-                Endpoint::Responses => from_openai_responses(&usage),
-                _ => return None,
-            })
-        });
+        .and_then(|r| read_once_more_as_value::<Lenient<UsageFields>>(&body[r]))
+        .and_then(|usage| usage.0?.usage(endpoint));
     ResponseFacts {
         usage,
         model,
         id,
         diagnostics,
     }
+}
+
+/// `T` read from JSON bytes; when the typed read refuses them (a field named twice), read
+/// from a `Value` of them, where the last of the two stands, as it always did.
+fn read_once_more_as_value<T: serde::de::DeserializeOwned>(json: &[u8]) -> Option<T> {
+    serde_json::from_slice::<T>(json).ok().or_else(|| {
+        let value = serde_json::from_slice::<Value>(json).ok()?;
+        T::deserialize(&value).ok()
+    })
 }
 
 /// The fields a stream event is read for, at its top level and in its `message`
@@ -176,7 +332,8 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
 struct HeadFields {
     model: Option<Value>,
     id: Option<Value>,
-    usage: Option<Value>,
+    #[serde(default)]
+    usage: Lenient<UsageFields>,
     diagnostics: Option<Value>,
 }
 
@@ -184,7 +341,8 @@ struct HeadFields {
 struct EventFields {
     model: Option<Value>,
     id: Option<Value>,
-    usage: Option<Value>,
+    #[serde(default)]
+    usage: Lenient<UsageFields>,
     diagnostics: Option<Value>,
     message: Option<HeadFields>,
     response: Option<HeadFields>,
@@ -228,7 +386,7 @@ impl StreamUsage {
         if !relevant || data == b"[DONE]" {
             return;
         }
-        let Ok(v) = serde_json::from_slice::<EventFields>(data) else {
+        let Some(v) = read_once_more_as_value::<EventFields>(data) else {
             return;
         };
         let top = v.top();
@@ -252,21 +410,21 @@ impl StreamUsage {
         }
         let usage = match endpoint {
             Endpoint::Messages if event == "message_start" => {
-                v.message.as_ref().and_then(|m| m.usage.as_ref())
+                v.message.as_ref().and_then(|m| m.usage.0.as_ref())
             }
-            Endpoint::Messages | Endpoint::Chat => v.usage.as_ref(),
-            Endpoint::Responses => v.response.as_ref().and_then(|r| r.usage.as_ref()),
+            Endpoint::Messages | Endpoint::Chat => v.usage.0.as_ref(),
+            Endpoint::Responses => v.response.as_ref().and_then(|r| r.usage.0.as_ref()),
             _ => None,
         };
-        let Some(usage) = usage.filter(|u| u.is_object()) else {
+        let Some(usage) = usage else {
             return;
         };
         match endpoint {
             Endpoint::Messages => {
-                merge_anthropic(self.usage.get_or_insert_with(Usage::default), usage);
+                usage.merge_anthropic(self.usage.get_or_insert_with(Usage::default));
             }
-            Endpoint::Chat => self.usage = Some(from_openai_chat(usage)),
-            Endpoint::Responses => self.usage = Some(from_openai_responses(usage)),
+            Endpoint::Chat => self.usage = Some(usage.openai_chat()),
+            Endpoint::Responses => self.usage = Some(usage.openai_responses()),
             _ => {}
         }
     }
@@ -328,13 +486,210 @@ mod tests {
         facts.usage = usage.filter(|u| u.is_object()).map(|u| match endpoint {
             Endpoint::Messages => {
                 let mut out = Usage::default();
-                merge_anthropic(&mut out, u);
+                by_value::merge_anthropic(&mut out, u);
                 out
             }
-            Endpoint::Chat => from_openai_chat(u),
-            _ => from_openai_responses(u),
+            Endpoint::Chat => by_value::chat(u),
+            _ => by_value::responses(u),
         });
         facts
+    }
+
+    /// The usage rules as first written, over a `Value` of the usage object: what the typed
+    /// fields must read alike.
+    mod by_value {
+        use super::super::{openai, Usage};
+        use serde_json::Value;
+
+        fn num(v: &Value, key: &str) -> Option<u64> {
+            v.get(key).and_then(Value::as_u64)
+        }
+
+        pub fn merge_anthropic(into: &mut Usage, usage: &Value) {
+            if let Some(n) = num(usage, "input_tokens") {
+                into.uncached = n;
+            }
+            if let Some(n) = num(usage, "cache_read_input_tokens") {
+                into.cache_read = n;
+            }
+            if let Some(n) = num(usage, "cache_creation_input_tokens") {
+                into.cache_write = n;
+                into.cache_write_5m = n;
+                into.cache_write_1h = 0;
+            }
+            if let Some(split) = usage.get("cache_creation").filter(|v| v.is_object()) {
+                let m5 = num(split, "ephemeral_5m_input_tokens").unwrap_or(0);
+                let h1 = num(split, "ephemeral_1h_input_tokens").unwrap_or(0);
+                if m5 + h1 > 0 || into.cache_write == 0 {
+                    into.cache_write_5m = m5;
+                    into.cache_write_1h = h1;
+                    into.cache_write = into.cache_write.max(m5 + h1);
+                }
+            }
+            if let Some(n) = num(usage, "output_tokens") {
+                into.output = n;
+            }
+        }
+
+        pub fn chat(usage: &Value) -> Usage {
+            let details = usage.get("prompt_tokens_details");
+            let cached = num(usage, "prompt_cache_hit_tokens")
+                .or_else(|| details.and_then(|d| num(d, "cached_tokens")))
+                .unwrap_or(0);
+            let written = details
+                .and_then(|d| num(d, "cache_write_tokens"))
+                .or_else(|| num(usage, "cache_write_tokens"))
+                .unwrap_or(0);
+            openai(
+                num(usage, "prompt_tokens").unwrap_or(0),
+                cached,
+                written,
+                num(usage, "completion_tokens").unwrap_or(0),
+            )
+        }
+
+        pub fn responses(usage: &Value) -> Usage {
+            let details = usage.get("input_tokens_details");
+            openai(
+                num(usage, "input_tokens").unwrap_or(0),
+                details.and_then(|d| num(d, "cached_tokens")).unwrap_or(0),
+                details
+                    .and_then(|d| num(d, "cache_write_tokens"))
+                    .unwrap_or(0),
+                num(usage, "output_tokens").unwrap_or(0),
+            )
+        }
+    }
+
+    /// A non-streaming answer's usage is read from its bytes without a map of the object:
+    /// reading Claude's answer holds its model and id, and nothing for the usage
+    /// (platform.claude.com, Messages API response: `usage` with the cache fields and
+    /// `cache_creation`).
+    #[test]
+    fn usage_is_read_without_a_map_of_it() {
+        let body = serde_json::to_vec(&json!({
+            "id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-5-20250929",
+            "content": [{"type": "text", "text": "Done."}],
+            "stop_reason": "end_turn", "stop_sequence": null,
+            "usage": {"input_tokens": 12, "cache_creation_input_tokens": 310,
+                "cache_read_input_tokens": 9541,
+                "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 300},
+                "output_tokens": 40, "service_tier": "standard"}
+        }))
+        .unwrap();
+        let (facts, peak) =
+            crate::alloc_meter::peak_during(|| read_response_body(Endpoint::Messages, &body));
+        let usage = facts.usage.unwrap();
+        assert_eq!((usage.cache_read, usage.cache_write_1h), (9541, 300));
+        let strings = "claude-sonnet-4-5-20250929".len() + "msg_01XFDUDYJgAACzvnptvVoYEL".len();
+        assert!(
+            peak <= strings + 16,
+            "{peak} bytes held reading an answer whose model and id are {strings} bytes"
+        );
+    }
+
+    /// A count named twice reads as a `Value` reads it: the last one stands, in an answer
+    /// and in a stream's event alike.
+    #[test]
+    fn a_count_named_twice_is_the_last_one() {
+        let body =
+            br#"{"id":"msg_1","usage":{"input_tokens":1,"output_tokens":5,"input_tokens":2}}"#;
+        let usage = read_response_body(Endpoint::Messages, body).usage.unwrap();
+        assert_eq!((usage.uncached, usage.output), (2, 5));
+        let event = br#"{"type":"message_delta","usage":{"output_tokens":3,"output_tokens":4}}"#;
+        let mut stream = StreamUsage::default();
+        stream.on_event(Endpoint::Messages, "message_delta", event);
+        assert_eq!(stream.usage().map(|u| u.output), Some(4));
+    }
+
+    /// Any JSON under a usage field (a string, a float, a negative number, null, an array,
+    /// an object where a count goes, a count where an object goes, a field of its own) reads
+    /// as a `Value` of the usage read it, for each API, from a value or from the bytes.
+    #[test]
+    fn any_usage_reads_as_a_value_of_it_read() {
+        use proptest::prelude::*;
+        let keys = [
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "cache_creation",
+            "prompt_tokens",
+            "completion_tokens",
+            "prompt_cache_hit_tokens",
+            "cache_write_tokens",
+            "prompt_tokens_details",
+            "input_tokens_details",
+            "service_tier",
+        ];
+        let nested = [
+            "ephemeral_5m_input_tokens",
+            "ephemeral_1h_input_tokens",
+            "cached_tokens",
+            "cache_write_tokens",
+            "audio_tokens",
+        ];
+        let scalar = prop_oneof![
+            (0u64..100_000).prop_map(|n| json!(n)),
+            Just(json!(u64::MAX)),
+            (-5i64..0).prop_map(|n| json!(n)),
+            (0.0f64..10.0).prop_map(|f| json!(f)),
+            Just(json!("12")),
+            Just(json!(true)),
+            Just(Value::Null),
+            Just(json!([1, {"a": 2}])),
+        ];
+        let object = proptest::collection::vec((0..nested.len(), scalar.clone()), 0..4).prop_map(
+            move |fields| {
+                Value::Object(
+                    fields
+                        .into_iter()
+                        .map(|(k, v)| (nested[k].to_string(), v))
+                        .collect(),
+                )
+            },
+        );
+        let value = prop_oneof![scalar, object];
+        let usage =
+            proptest::collection::vec((0..keys.len(), value), 0..8).prop_map(move |fields| {
+                Value::Object(
+                    fields
+                        .into_iter()
+                        .map(|(k, v)| (keys[k].to_string(), v))
+                        .collect(),
+                )
+            });
+        let reference_from_default = |usage: &Value| {
+            let mut u = Usage::default();
+            by_value::merge_anthropic(&mut u, usage);
+            u
+        };
+        proptest::test_runner::TestRunner::default()
+            .run(&usage, |usage| {
+                let mut typed = Usage {
+                    cache_write: 7,
+                    ..Usage::default()
+                };
+                let mut reference = typed;
+                merge_anthropic(&mut typed, &usage);
+                by_value::merge_anthropic(&mut reference, &usage);
+                prop_assert_eq!(typed, reference);
+                prop_assert_eq!(from_openai_chat(&usage), by_value::chat(&usage));
+                prop_assert_eq!(from_openai_responses(&usage), by_value::responses(&usage));
+                for endpoint in [Endpoint::Messages, Endpoint::Chat, Endpoint::Responses] {
+                    let body = serde_json::to_vec(&json!({"id": "x", "usage": usage})).unwrap();
+                    let read = read_response_body(endpoint, &body).usage;
+                    let by_value = match endpoint {
+                        Endpoint::Messages => Some(reference_from_default(&usage)),
+                        Endpoint::Chat => Some(by_value::chat(&usage)),
+                        _ => Some(by_value::responses(&usage)),
+                    };
+                    prop_assert_eq!(read, by_value, "{:?}", endpoint);
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     /// Events are read for their few fields without building the rest (a Responses
