@@ -25,17 +25,20 @@ pub struct Usage {
 }
 
 impl Usage {
+    // Counts saturate: a provider's nonsense count must not overflow a sum.
     pub fn total_input(&self) -> u64 {
-        self.cache_read + self.cache_write + self.uncached
+        self.cache_read
+            .saturating_add(self.cache_write)
+            .saturating_add(self.uncached)
     }
 
     pub fn add(&mut self, other: &Usage) {
-        self.cache_read += other.cache_read;
-        self.cache_write += other.cache_write;
-        self.cache_write_5m += other.cache_write_5m;
-        self.cache_write_1h += other.cache_write_1h;
-        self.uncached += other.uncached;
-        self.output += other.output;
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.cache_write_5m = self.cache_write_5m.saturating_add(other.cache_write_5m);
+        self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
+        self.uncached = self.uncached.saturating_add(other.uncached);
+        self.output = self.output.saturating_add(other.output);
     }
 }
 
@@ -116,10 +119,12 @@ impl UsageFields {
         if let Some(split) = &self.cache_creation.0 {
             let m5 = split.ephemeral_5m_input_tokens.0.unwrap_or(0);
             let h1 = split.ephemeral_1h_input_tokens.0.unwrap_or(0);
-            if m5 + h1 > 0 || into.cache_write == 0 {
+            // Saturating: counts this large are nonsense, not a reason to overflow.
+            let both = m5.saturating_add(h1);
+            if both > 0 || into.cache_write == 0 {
                 into.cache_write_5m = m5;
                 into.cache_write_1h = h1;
-                into.cache_write = into.cache_write.max(m5 + h1);
+                into.cache_write = into.cache_write.max(both);
             }
         }
         if let Some(n) = self.output_tokens.0 {
@@ -520,10 +525,11 @@ mod tests {
             if let Some(split) = usage.get("cache_creation").filter(|v| v.is_object()) {
                 let m5 = num(split, "ephemeral_5m_input_tokens").unwrap_or(0);
                 let h1 = num(split, "ephemeral_1h_input_tokens").unwrap_or(0);
-                if m5 + h1 > 0 || into.cache_write == 0 {
+                let both = m5.saturating_add(h1);
+                if both > 0 || into.cache_write == 0 {
                     into.cache_write_5m = m5;
                     into.cache_write_1h = h1;
-                    into.cache_write = into.cache_write.max(m5 + h1);
+                    into.cache_write = into.cache_write.max(both);
                 }
             }
             if let Some(n) = num(usage, "output_tokens") {
@@ -601,6 +607,24 @@ mod tests {
         let mut stream = StreamUsage::default();
         stream.on_event(Endpoint::Messages, "message_delta", event);
         assert_eq!(stream.usage().map(|u| u.output), Some(4));
+    }
+
+    /// Counts at the top of `u64` add up without overflowing: a split of two such counts
+    /// is the largest count, not a panic (or, in a release build, a small wrapped one).
+    #[test]
+    fn the_largest_counts_do_not_overflow() {
+        let body = format!(
+            r#"{{"usage":{{"cache_creation":{{"ephemeral_5m_input_tokens":{max},"ephemeral_1h_input_tokens":{max}}}}}}}"#,
+            max = u64::MAX
+        );
+        let usage = read_response_body(Endpoint::Messages, body.as_bytes())
+            .usage
+            .unwrap();
+        assert_eq!(usage.cache_write, u64::MAX);
+        assert_eq!(usage.total_input(), u64::MAX);
+        let mut sum = usage;
+        sum.add(&usage);
+        assert_eq!(sum.cache_write_1h, u64::MAX);
     }
 
     /// Any JSON under a usage field (a string, a float, a negative number, null, an array,
