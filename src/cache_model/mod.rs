@@ -29,7 +29,10 @@ use serde_json::Value;
 pub use anthropic::{AnthropicCache, MAX_MARKERS};
 pub use anthropic_prompt::Ttl;
 pub use clock::Clock;
-pub use openai::{OpenAiCache, MIN_CACHED_TOKENS, ROUTING_TOKENS, STEP_TOKENS};
+pub use openai::{
+    OpenAiCache, MIN_CACHED_TOKENS, OVERFLOW_PER_MINUTE, RATE_WINDOW_MS, ROUTING_TOKENS,
+    STEP_TOKENS,
+};
 
 use crate::error::ApiError;
 use crate::providers::Endpoint;
@@ -69,7 +72,7 @@ impl Default for CacheModelConfig {
             block_unit: BlockUnit::ContentBlock,
             openai_idle_secs: 600,
             openai_machines: 8,
-            openai_overflow_per_minute: 15,
+            openai_overflow_per_minute: OVERFLOW_PER_MINUTE,
         }
     }
 }

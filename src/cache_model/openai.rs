@@ -45,6 +45,12 @@ const EXTENDED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 const BREAKPOINT_TTL_MS: u64 = 30 * 60 * 1000;
 /// Explicit breakpoints written per request (GPT-5.6: "up to four").
 const MAX_WRITES: usize = 4;
+/// Requests in one [`RATE_WINDOW_MS`] for one prefix and `prompt_cache_key` before some
+/// overflow to other machines (the prompt-caching guide: "approximately 15 requests per
+/// minute").
+pub const OVERFLOW_PER_MINUTE: usize = 15;
+/// The window the overflow rate is counted over.
+pub const RATE_WINDOW_MS: u64 = 60_000;
 /// Routes remembered for the overflow rate before idle ones are dropped.
 const ROUTES_KEPT: usize = 4096;
 
@@ -119,10 +125,10 @@ impl OpenAiCache {
         let machines = config.openai_machines.max(1);
         if self.recent.len() > ROUTES_KEPT {
             self.recent
-                .retain(|_, times| times.back().is_some_and(|&t| t + 60_000 > now_ms));
+                .retain(|_, times| times.back().is_some_and(|&t| t + RATE_WINDOW_MS > now_ms));
         }
         let times = self.recent.entry(route).or_default();
-        while times.front().is_some_and(|&t| t + 60_000 <= now_ms) {
+        while times.front().is_some_and(|&t| t + RATE_WINDOW_MS <= now_ms) {
             times.pop_front();
         }
         times.push_back(now_ms);

@@ -34,12 +34,15 @@ pub enum BreakReason {
     /// The difference is only thinking blocks that were dropped (by the client, or by the
     /// provider when a new turn starts on a model that does not keep them).
     ThinkingDropped,
+    /// An OpenAI miss while the lane sent more requests in a minute than one machine
+    /// takes for a prefix and `prompt_cache_key`: the provider routes some elsewhere.
+    RateOverflow,
     /// The provider read less than the session's history says was cached and reachable.
     Unexplained,
 }
 
 impl BreakReason {
-    pub const ALL: [BreakReason; 10] = [
+    pub const ALL: [BreakReason; 11] = [
         BreakReason::ModelChanged,
         BreakReason::ToolsChanged,
         BreakReason::SystemChanged,
@@ -49,6 +52,7 @@ impl BreakReason {
         BreakReason::BelowMinimum,
         BreakReason::OutsideLookback,
         BreakReason::ThinkingDropped,
+        BreakReason::RateOverflow,
         BreakReason::Unexplained,
     ];
 
@@ -63,6 +67,7 @@ impl BreakReason {
             BreakReason::BelowMinimum => "below_minimum",
             BreakReason::OutsideLookback => "outside_lookback",
             BreakReason::ThinkingDropped => "thinking_dropped",
+            BreakReason::RateOverflow => "rate_overflow",
             BreakReason::Unexplained => "unexplained",
         }
     }
@@ -165,6 +170,7 @@ pub fn agrees_with_provider(ours: Option<&Diagnosis>, theirs: &serde_json::Value
         BreakReason::TtlExpired
         | BreakReason::BelowMinimum
         | BreakReason::OutsideLookback
+        | BreakReason::RateOverflow
         | BreakReason::Unexplained => None,
     });
     Some(ours == theirs)
@@ -236,6 +242,27 @@ impl Diagnosis {
             );
         }
     }
+
+    /// An OpenAI miss left `unexplained` becomes `rate_overflow` when its lane sent more
+    /// requests in the minute ending with this one than the provider serves from one
+    /// machine for a prefix and `prompt_cache_key`. `lane_requests` counts them (this one
+    /// included), asked only for such a miss.
+    pub fn refine_overflow(&mut self, endpoint: Endpoint, lane_requests: impl FnOnce() -> usize) {
+        use crate::cache_model::{OVERFLOW_PER_MINUTE, RATE_WINDOW_MS};
+        if self.reason != BreakReason::Unexplained
+            || !matches!(endpoint, Endpoint::Chat | Endpoint::Responses)
+        {
+            return;
+        }
+        let sent = lane_requests();
+        if sent > OVERFLOW_PER_MINUTE {
+            self.reason = BreakReason::RateOverflow;
+            self.detail = format!(
+                "{sent} requests of this prefix in {} s; past about {OVERFLOW_PER_MINUTE} a minute for one prefix and prompt_cache_key, the provider routes some to machines that have not cached it",
+                RATE_WINDOW_MS / 1000
+            );
+        }
+    }
 }
 
 /// A message without its thinking blocks, and how many it had.
@@ -256,7 +283,7 @@ fn without_thinking(message: &serde_json::Value) -> (serde_json::Value, usize) {
 }
 
 /// OpenAI hits come in 128-token steps.
-const OPENAI_STEP: u64 = 128;
+const OPENAI_STEP: u64 = crate::cache_model::STEP_TOKENS;
 /// OpenAI keeps idle prefixes for 5 to 10 minutes: past 5, a miss is explained.
 const OPENAI_IDLE_SECS: u64 = 300;
 

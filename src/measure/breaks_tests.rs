@@ -336,3 +336,53 @@ fn only_an_anthropic_request_with_markers_that_cached_nothing_counts_tokens() {
         nothing_cached
     ));
 }
+
+/// Only an OpenAI miss left `unexplained` is put down to the routing rate, and only past
+/// the rate the cache model routes by: within it, or on Anthropic (which routes by no
+/// rate), or for a miss another reason explains, the diagnosis stays as it was, and the
+/// lane's requests are not even counted.
+#[test]
+fn only_an_unexplained_openai_miss_past_the_rate_is_an_overflow() {
+    use super::{BreakReason, Diagnosis, SectionName};
+    use crate::cache_model::OVERFLOW_PER_MINUTE;
+    let miss = |reason| Diagnosis {
+        section: SectionName::Messages,
+        reason,
+        part: None,
+        tool: None,
+        message_index: None,
+        expected_read: Some(3200),
+        read: 0,
+        detail: "read 0 tokens".into(),
+    };
+    let refined = |endpoint, reason, sent: usize| {
+        let mut d = miss(reason);
+        d.refine_overflow(endpoint, || sent);
+        d.reason
+    };
+    let past = OVERFLOW_PER_MINUTE + 1;
+    for endpoint in [Endpoint::Chat, Endpoint::Responses] {
+        assert_eq!(
+            refined(endpoint, BreakReason::Unexplained, past),
+            BreakReason::RateOverflow
+        );
+        assert_eq!(
+            refined(endpoint, BreakReason::Unexplained, OVERFLOW_PER_MINUTE),
+            BreakReason::Unexplained
+        );
+        assert_eq!(
+            refined(endpoint, BreakReason::TtlExpired, past),
+            BreakReason::TtlExpired
+        );
+    }
+    assert_eq!(
+        refined(Endpoint::Messages, BreakReason::Unexplained, past),
+        BreakReason::Unexplained
+    );
+    let mut counted = false;
+    miss(BreakReason::MessageEdited).refine_overflow(Endpoint::Responses, || {
+        counted = true;
+        past
+    });
+    assert!(!counted, "counted only for an unexplained miss");
+}

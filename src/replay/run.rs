@@ -246,6 +246,8 @@ fn keep_warm(
 struct SessionLanes {
     heads: Vec<LaneHead>,
     answered: HashMap<u32, (SentRequest, Usage, u64)>,
+    /// Each lane's request times in the provider's rate window (see `refine_overflow`).
+    recent: HashMap<u32, std::collections::VecDeque<u64>>,
 }
 
 impl SessionLanes {
@@ -261,6 +263,13 @@ impl SessionLanes {
         let conversation = lanes::Conversation::of(client);
         self.heads
             .insert(0, LaneHead::of(lane, &sent.shape, conversation));
+        let window = crate::cache_model::RATE_WINDOW_MS;
+        let recent = self.recent.entry(lane).or_default();
+        while recent.front().is_some_and(|&t| t + window <= time_ms) {
+            recent.pop_front();
+        }
+        recent.push_back(time_ms);
+        let lane_requests = recent.len();
         let diagnosis = self.answered.get(&lane).and_then(|(prev, prev_usage, at)| {
             let previous = Previous {
                 shape: &prev.shape,
@@ -284,6 +293,7 @@ impl SessionLanes {
             ) {
                 d.refine_thinking(before, now);
             }
+            d.refine_overflow(sent.shape.endpoint, || lane_requests);
             Some(d)
         });
         self.answered.insert(lane, (sent, usage, time_ms));

@@ -343,6 +343,15 @@ impl SessionLog {
         }
     }
 
+    /// The latest request records held (at most [`KEPT_REQUESTS`]), newest first.
+    pub fn latest_requests(&self) -> impl Iterator<Item = &RequestRecord> + '_ {
+        self.index
+            .recent
+            .iter()
+            .rev()
+            .filter_map(|&at| self.request_at(at))
+    }
+
     /// The latest request of every lane, most recently recorded first: O(lanes), where
     /// the walk of [`Entries::lane_heads`] is O(log).
     pub fn lane_heads(&self) -> Vec<&RequestRecord> {

@@ -446,3 +446,80 @@ async fn the_providers_own_diagnosis_is_recorded_beside_cachets() {
     proxy.shutdown().await;
     emulator.shutdown().await;
 }
+
+/// A request shaped like Codex's on the Responses API: instructions, the tools, and the
+/// conversation as input items (reasoning kept encrypted, tool calls and their outputs),
+/// with the conversation id as `prompt_cache_key`.
+fn codex_request(steps: usize) -> Value {
+    let mut input = vec![json!({"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Rename the config loader and fix its callers."}]})];
+    for i in 0..steps {
+        input.push(
+            json!({"type": "reasoning", "summary": [], "encrypted_content": format!("gAAAAB{i}")}),
+        );
+        input.push(
+            json!({"type": "function_call", "name": "shell", "call_id": format!("call_{i}"),
+            "arguments": format!("{{\"command\":[\"rg\",\"load_config\",\"src/m{i}\"]}}")}),
+        );
+        input.push(
+            json!({"type": "function_call_output", "call_id": format!("call_{i}"),
+            "output": format!("src/m{i}/lib.rs:12: let c = load_config(path)?;")}),
+        );
+    }
+    json!({"model": "gpt-5.1-codex", "instructions": system_text(), "input": input,
+        "tools": [{"type": "function", "name": "shell", "description": "Runs a command.",
+            "strict": false, "parameters": {"type": "object",
+            "properties": {"command": {"type": "array", "items": {"type": "string"}}}}}],
+        "tool_choice": "auto", "parallel_tool_calls": false, "store": false, "stream": true,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "s"})
+}
+
+impl Rig {
+    /// Send one Responses request of session `s` as Codex does, and wait for its entry.
+    async fn send_codex(&mut self, body: &Value) {
+        let r = client()
+            .post(format!("http://{}/v1/responses", self.proxy.addr))
+            .header("authorization", "Bearer k")
+            .header("session-id", "s")
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+        self.sent += 1;
+        wait_for_requests(&self.proxy, "s", self.sent).await;
+    }
+}
+
+/// An agent's tool loop sends more than about 15 requests a minute with one prefix and
+/// `prompt_cache_key`; OpenAI then routes some to machines that have not cached the
+/// prefix ("If requests for the same prefix and prompt_cache_key combination exceed a
+/// certain rate (approximately 15 requests per minute), some may overflow and get routed to
+/// additional machines, reducing cache effectiveness": developers.openai.com, the
+/// prompt-caching guide). Such a miss is named for what it is, not `unexplained`; after a
+/// quiet minute the same session reads its prefix again, with nothing to diagnose.
+#[tokio::test]
+async fn an_openai_miss_past_the_routing_rate_is_an_overflow() {
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            for steps in 0..18 {
+                rig.send_codex(&codex_request(steps)).await;
+                rig.advance(Duration::from_secs(2));
+            }
+            rig.advance(Duration::from_secs(61));
+            rig.send_codex(&codex_request(18)).await;
+        },
+        &[],
+    )
+    .await;
+    let missed: Vec<usize> = (0..d.len()).filter(|&i| !d[i].is_null()).collect();
+    assert!(!missed.is_empty(), "18 requests in 36 s overflow: {d:#?}");
+    for &i in &missed {
+        assert!(i >= 15, "request {i} is within the rate: {d:#?}");
+        assert_eq!(d[i]["reason"], "rate_overflow", "request {i}: {d:#?}");
+        assert_eq!(d[i]["section"], "messages");
+        assert_eq!(d[i]["read"], 0);
+    }
+    assert!(d[18].is_null(), "a quiet minute later: {}", d[18]);
+}
