@@ -9,7 +9,9 @@
 //!    starts with the same message;
 //! 2. failing that, the lane whose latest request's whole history it starts with: the same
 //!    conversation with changed tools or system prompt, which the diagnosis then reports
-//!    as a break;
+//!    as a break. A request that only repeats the lane's history is a side request on
+//!    those messages (a title, a classifier) when it comes on another model without the
+//!    lane's tools, or with other tools and another system prompt;
 //! 3. failing that, a new lane: a new subagent, or a compacted history that shares no
 //!    message with the conversation it replaces.
 
@@ -45,6 +47,7 @@ impl Conversation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneHead {
     pub lane: u32,
+    pub model: String,
     pub tools_key: Option<MessageKey>,
     pub system_key: Option<MessageKey>,
     pub conversation: Conversation,
@@ -54,6 +57,7 @@ impl LaneHead {
     pub fn of(lane: u32, shape: &PromptShape, conversation: Conversation) -> Self {
         LaneHead {
             lane,
+            model: shape.model.clone(),
             tools_key: shape.tools_key,
             system_key: shape.system_key,
             conversation,
@@ -72,8 +76,10 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
     });
     let continued = || {
         heads.iter().find(|h| {
-            h.conversation.history.count >= 1
-                && client.len() >= h.conversation.history.count
+            let count = h.conversation.history.count;
+            count >= 1
+                && client.len() >= count
+                && (client.len() > count || !is_side_request(h, shape))
                 && client.matches(&h.conversation.history)
         })
     };
@@ -83,12 +89,24 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
     }
 }
 
+/// Whether a request that repeats `head`'s history, adding nothing (the conversation going
+/// on would have added the answer), is a side request on the same messages: a title or
+/// classifier request, on another model without the lane's tools, or with other tools
+/// and another system prompt. A retry on a fallback model (same tools), or the same
+/// messages sent again with a changed system prompt or changed tools, is the conversation.
+fn is_side_request(head: &LaneHead, shape: &PromptShape) -> bool {
+    let same_tools = shape.tools_key.is_some() && shape.tools_key == head.tools_key;
+    (head.model != shape.model && !same_tools)
+        || (head.tools_key != shape.tools_key && head.system_key != shape.system_key)
+}
+
 /// The latest request of every lane in a session's log, most recently active first.
 pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
     log.lane_heads()
         .into_iter()
         .map(|r| LaneHead {
             lane: r.lane,
+            model: r.model.clone(),
             tools_key: r.tools_key.as_deref().and_then(decode_key),
             system_key: r.system_key.as_deref().and_then(decode_key),
             conversation: r.conversation.clone(),
@@ -168,5 +186,54 @@ mod tests {
         assert_eq!(assign(&heads, &shape(9, 1), &next), 0);
         // An edit inside the main loop stays in it.
         assert_eq!(assign(&heads, &shape(1, 1), &history(&["fix it", "no"])), 0);
+    }
+
+    /// A title or classifier request sent on the user's first prompt, as it stands, with
+    /// no tools and its own system prompt: its history equals the main loop's at that
+    /// moment. Whichever of the two arrives first, the other gets a lane of its own, and
+    /// the main loop's next request joins the main lane.
+    #[test]
+    fn a_side_request_on_the_same_first_prompt_gets_its_own_lane() {
+        let untooled = |system: u8| PromptShape {
+            tools_key: None,
+            ..shape(0, system)
+        };
+        let prompt = history(&["fix it"]);
+        let title = LaneHead::of(0, &untooled(2), Conversation::of(&prompt));
+        assert_eq!(
+            assign(std::slice::from_ref(&title), &shape(1, 1), &prompt),
+            1,
+            "the main loop after the title request"
+        );
+        let main = head(0, 1, 1, &["fix it"]);
+        assert_eq!(
+            assign(std::slice::from_ref(&main), &untooled(2), &prompt),
+            1,
+            "the title request after the main loop"
+        );
+        let heads = [
+            LaneHead::of(1, &untooled(2), Conversation::of(&prompt)),
+            main,
+        ];
+        assert_eq!(
+            assign(&heads, &shape(1, 1), &history(&["fix it", "reading", "ok"])),
+            0
+        );
+        // The same history sent again with the same tools on another system prompt (a
+        // fallback model names itself there) is the conversation going on: diagnosed.
+        let fallback = PromptShape {
+            model: "fallback".into(),
+            ..shape(1, 7)
+        };
+        assert_eq!(assign(&heads, &fallback, &prompt), 0);
+        // A client without tools: a title request on another model is a side request; the
+        // same messages sent again on the same model with another system prompt are not.
+        let chat = [LaneHead::of(0, &untooled(1), Conversation::of(&prompt))];
+        let small = PromptShape {
+            model: "small".into(),
+            ..untooled(2)
+        };
+        assert_eq!(assign(&chat, &small, &prompt), 1);
+        assert_eq!(assign(&chat, &untooled(2), &prompt), 0);
     }
 }

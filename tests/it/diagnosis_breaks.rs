@@ -523,3 +523,46 @@ async fn an_openai_miss_past_the_routing_rate_is_an_overflow() {
     }
     assert!(d[18].is_null(), "a quiet minute later: {}", d[18]);
 }
+
+/// A title request on the user's prompt as it stands: a small model, no tools, a system
+/// prompt of its own, and the same one message as the main loop's first request. Whether
+/// it arrives before or after that request (agents send them side by side), it is a lane
+/// of its own: nothing is reported as a model, tools or system change.
+#[tokio::test]
+async fn a_title_request_on_the_first_prompt_is_not_a_break() {
+    let system = system_text();
+    let title = |prompt: &Value| {
+        json!({"model": "claude-haiku-4-5", "max_tokens": 32,
+            "system": [{"type": "text", "text": "Write a title of at most six words for this conversation."}],
+            "messages": [prompt]})
+    };
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            let tools = ["read", "bash"];
+            let first = conversation(0);
+            rig.send("s", &title(&first[0])).await;
+            for turns in 0..3 {
+                rig.send(
+                    "s",
+                    &pi_request(SONNET, &system, &tools, &conversation(turns)),
+                )
+                .await;
+            }
+            // A second conversation in the same session, the title request after it.
+            let other = vec![user("Now a new task: write the changelog.")];
+            rig.send("s", &pi_request(SONNET, &system, &tools, &other))
+                .await;
+            rig.send("s", &title(&other[0])).await;
+            let mut next = other.clone();
+            next.push(assistant("The changelog lists the fixes."));
+            next.push(user("Add the date."));
+            rig.send("s", &pi_request(SONNET, &system, &tools, &next))
+                .await;
+        },
+        &[],
+    )
+    .await;
+    for (i, diagnosis) in d.iter().enumerate() {
+        assert!(diagnosis.is_null(), "request {i}: {d:#?}");
+    }
+}
