@@ -49,13 +49,73 @@ fn unknown_models_are_not_priced_as_another_model() {
         "claude-opus-7",
         "claude-opus-5-7",
         "claude-sonnet-4-7",
-        "gpt-5.2",
+        "gpt-5.7",
+        "gpt-5.4-max",
         "gpt-5.6-nova",
         "llama-4",
         "",
     ] {
         assert!(builtin(id).is_none(), "{id} matched a row");
     }
+}
+
+/// The models Codex offers now (developers.openai.com/codex/models: gpt-5.5, gpt-5.4,
+/// gpt-5.4-mini, gpt-5.3-codex) and the Codex models before them were unknown, so a Codex
+/// session through cachet had no cost. They cache as the GPT-5 family does before GPT-5.6:
+/// reads at a tenth of input, no write fee, no explicit breakpoints. gpt-5.4-nano: $0.20 /
+/// $0.02 / $1.25, 400,000 context (its developers.openai.com model page).
+#[test]
+fn codex_models_are_priced_as_the_gpt5_family_caches() {
+    for id in [
+        "gpt-5.5",
+        "gpt-5.5-2026-04-23",
+        "gpt-5.4",
+        "gpt-5.4-mini",
+        "gpt-5.4-nano",
+        "gpt-5.3-codex",
+        "gpt-5.2",
+        "gpt-5.2-codex",
+        "gpt-5.1-codex-max",
+        "gpt-5.1-codex-mini",
+        "gpt-5-codex",
+    ] {
+        let m = builtin(id).unwrap_or_else(|| panic!("{id} unknown"));
+        assert_eq!(m.provider, "openai");
+        assert!((m.cache_read / m.input - 0.1).abs() < 1e-9, "{id}");
+        assert_eq!((m.cache_write_5m, m.cache_write_1h), (m.input, m.input));
+        assert_eq!(m.explicit_breakpoints(), None, "{id}");
+        assert_eq!(m.min_cacheable_tokens, 1024);
+    }
+    let nano = builtin("gpt-5.4-nano").unwrap();
+    assert_eq!((nano.input, nano.output), (0.2, 1.25));
+    assert_eq!(nano.context_window, 400_000);
+    assert!(builtin("gpt-5.5").unwrap().input > builtin("gpt-5.4").unwrap().input);
+}
+
+/// Claude models the table lacked: Haiku 5.5 ($0.10 / $0.50, writes $0.125 / $0.20, 1M
+/// context: platform.claude.com/docs/en/models/haiku-5-5/overview), Fable 5 and Mythos 5,
+/// Mythos 5.1 (the pricing page), Fable 5.2.
+#[test]
+fn newer_claude_models_are_known() {
+    let haiku = builtin("claude-haiku-5-5").unwrap();
+    assert_eq!((haiku.input, haiku.output), (0.1, 0.5));
+    assert_eq!((haiku.cache_write_5m, haiku.cache_write_1h), (0.125, 0.2));
+    for id in [
+        "claude-fable-5",
+        "claude-mythos-5",
+        "claude-mythos-5-1",
+        "claude-fable-5-2",
+        "claude-fable-5-2[1m]",
+    ] {
+        let m = builtin(id).unwrap_or_else(|| panic!("{id} unknown"));
+        assert_eq!(m.provider, "anthropic");
+        assert!(m.keeps_earlier_thinking, "{id}");
+        assert_eq!(m.context_window, 1_000_000);
+    }
+    assert_eq!(
+        builtin("claude-mythos-5").unwrap().input,
+        builtin("claude-fable-5").unwrap().input
+    );
 }
 
 #[test]
