@@ -523,9 +523,14 @@ fn openai_miss(
     if gap_secs > OPENAI_IDLE_SECS {
         d.reason = BreakReason::TtlExpired;
         d.detail = format!("{gap_secs} s idle; the provider keeps prefixes 5 to 10 minutes");
-    } else {
+    } else if expected > 0 {
         d.detail =
             format!("read {read} tokens; the previous request read {expected} of the same prefix");
+    } else {
+        d.detail = format!(
+            "read {read} tokens; the previous request's {}-token prompt was cached whole",
+            prev.usage.total_input()
+        );
     }
     Some(d)
 }

@@ -386,3 +386,55 @@ fn only_an_unexplained_openai_miss_past_the_rate_is_an_overflow() {
     });
     assert!(!counted, "counted only for an unexplained miss");
 }
+
+/// An OpenAI request that reads nothing after a prompt the provider stored whole says so,
+/// not that "the previous request read 0 of the same prefix": the first request of a
+/// session reads nothing and stores everything.
+#[test]
+fn an_openai_miss_after_a_stored_prompt_names_what_was_stored() {
+    use super::{diagnose, BreakReason, Current, Previous};
+    use crate::measure::PromptShape;
+    use crate::usage::Usage;
+    let body = |n: usize| {
+        let mut messages = vec![json!({"role": "system", "content": "Be careful. ".repeat(900)})];
+        for i in 0..n {
+            messages.push(json!({"role": "user", "content": format!("question {i}")}));
+            messages.push(json!({"role": "assistant", "content": format!("answer {i}")}));
+        }
+        messages.push(json!({"role": "user", "content": format!("question {n}")}));
+        let body = json!({"model": "gpt-4.1", "messages": messages});
+        let env = Envelope::parse(
+            Provider::OpenAi,
+            Endpoint::Chat,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap();
+        PromptShape::of(&env, 0)
+    };
+    let (first, second) = (body(0), body(1));
+    let previous = Previous {
+        shape: &first,
+        usage: Usage {
+            uncached: 2700,
+            ..Default::default()
+        },
+        time_ms: 0,
+    };
+    let current = Current {
+        shape: &second,
+        usage: Usage {
+            uncached: 2720,
+            ..Default::default()
+        },
+        time_ms: 2_000,
+        min_tokens: 1024,
+        thinking_stripped_from: None,
+    };
+    let d = diagnose(&previous, &current, &|_| 0).expect("a miss");
+    assert_eq!(d.reason, BreakReason::Unexplained);
+    assert!(
+        d.detail.contains("2700-token prompt was cached whole"),
+        "{}",
+        d.detail
+    );
+}
