@@ -258,7 +258,7 @@ impl Diagnosis {
         if sent > OVERFLOW_PER_MINUTE {
             self.reason = BreakReason::RateOverflow;
             self.detail = format!(
-                "{sent} requests of this prefix in {} s; past about {OVERFLOW_PER_MINUTE} a minute for one prefix and prompt_cache_key, the provider routes some to machines that have not cached it",
+                "{sent} requests of this lane in {} s; past about {OVERFLOW_PER_MINUTE} a minute for one prefix and prompt_cache_key, the provider routes some to machines that have not cached it",
                 RATE_WINDOW_MS / 1000
             );
         }
