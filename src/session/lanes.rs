@@ -7,11 +7,12 @@
 //!
 //! 1. the most recently active lane of the same tools-and-system shape whose history
 //!    starts with the same message;
-//! 2. failing that, the lane whose latest request's whole history it starts with: the same
-//!    conversation with changed tools or system prompt, which the diagnosis then reports
-//!    as a break. A request that only repeats the lane's history is a side request on
-//!    those messages (a title, a classifier) when it comes on another model without the
-//!    lane's tools, or with other tools and another system prompt;
+//! 2. failing that, the lane whose latest request's whole history it starts with (the
+//!    longest such history, when several are): the same conversation with changed tools
+//!    or system prompt, which the diagnosis then reports as a break. A request that only
+//!    repeats the lane's history is a side request on those messages (a title, a
+//!    classifier) when it comes on another model without the lane's tools, or with other
+//!    tools and another system prompt;
 //! 3. failing that, a new lane: a new subagent, or a compacted history that shares no
 //!    message with the conversation it replaces.
 
@@ -74,14 +75,21 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
             && h.system_key == shape.system_key
             && h.conversation.first == first
     });
+    // The lane whose history it repeats most of: a shorter one it also starts with (a
+    // side request on the first prompt) is not where it goes on. Ties go to the most
+    // recently active.
     let continued = || {
-        heads.iter().find(|h| {
-            let count = h.conversation.history.count;
-            count >= 1
-                && client.len() >= count
-                && (client.len() > count || !is_side_request(h, shape))
-                && client.matches(&h.conversation.history)
-        })
+        heads
+            .iter()
+            .filter(|h| {
+                let count = h.conversation.history.count;
+                count >= 1
+                    && client.len() >= count
+                    && (client.len() > count || !is_side_request(h, shape))
+                    && client.matches(&h.conversation.history)
+            })
+            .rev()
+            .max_by_key(|h| h.conversation.history.count)
     };
     match same_shape.or_else(continued) {
         Some(h) => h.lane,
@@ -235,5 +243,22 @@ mod tests {
         };
         assert_eq!(assign(&chat, &small, &prompt), 1);
         assert_eq!(assign(&chat, &untooled(2), &prompt), 0);
+    }
+
+    /// When the histories of several lanes start a request with other tools, it goes on the
+    /// one it repeats most of, however recently the others were active: the title lane's
+    /// one message is a prefix of the main loop's history too.
+    #[test]
+    fn a_changed_request_joins_the_lane_whose_history_it_repeats_most_of() {
+        let untooled = PromptShape {
+            tools_key: None,
+            ..shape(0, 2)
+        };
+        let heads = [
+            LaneHead::of(1, &untooled, Conversation::of(&history(&["fix it"]))),
+            head(0, 1, 1, &["fix it", "reading", "ok"]),
+        ];
+        let more = history(&["fix it", "reading", "ok", "done", "and now?"]);
+        assert_eq!(assign(&heads, &shape(9, 1), &more), 0, "a tool added");
     }
 }
