@@ -127,21 +127,26 @@ impl OpenAiCache {
             self.recent
                 .retain(|_, times| times.back().is_some_and(|&t| t + RATE_WINDOW_MS > now_ms));
         }
-        let times = self.recent.entry(route).or_default();
-        while times.front().is_some_and(|&t| t + RATE_WINDOW_MS <= now_ms) {
-            times.pop_front();
-        }
-        times.push_back(now_ms);
+        let sent = count_in_window(self.recent.entry(route).or_default(), now_ms);
         let home = (route % machines as u64) as usize;
-        let over = times
-            .len()
-            .saturating_sub(config.openai_overflow_per_minute.max(1));
+        let over = sent.saturating_sub(config.openai_overflow_per_minute.max(1));
         if over == 0 || machines == 1 {
             home
         } else {
             (home + 1 + (over - 1) % (machines - 1)) % machines
         }
     }
+}
+
+/// Add a request at `now_ms` to `times` (request times, oldest first), forget those that
+/// left the [`RATE_WINDOW_MS`] before it, and say how many are in the window, this one
+/// included: the count the overflow rate is judged on.
+pub fn count_in_window(times: &mut VecDeque<u64>, now_ms: u64) -> usize {
+    while times.front().is_some_and(|&t| t + RATE_WINDOW_MS <= now_ms) {
+        times.pop_front();
+    }
+    times.push_back(now_ms);
+    times.len()
 }
 
 /// Whether `model` takes explicit breakpoints (GPT-5.6 and later, per the model table).

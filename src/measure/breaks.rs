@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::shape::{Mark, Named, PromptShape};
+use crate::cache_model::STEP_TOKENS;
 use crate::providers::{anthropic, Endpoint, Section};
 use crate::usage::Usage;
 
@@ -282,8 +283,6 @@ fn without_thinking(message: &serde_json::Value) -> (serde_json::Value, usize) {
     (out, removed)
 }
 
-/// OpenAI hits come in 128-token steps.
-const OPENAI_STEP: u64 = crate::cache_model::STEP_TOKENS;
 /// OpenAI keeps idle prefixes for 5 to 10 minutes: past 5, a miss is explained.
 const OPENAI_IDLE_SECS: u64 = 300;
 
@@ -513,8 +512,8 @@ fn openai_miss(
     // What the previous request read is still cached (reads refresh), and a previous
     // prompt above the minimum was cached whole.
     let expected = prev.usage.cache_read;
-    let lost_all = read == 0 && prev.usage.total_input() >= cur.min_tokens + OPENAI_STEP;
-    if read + OPENAI_STEP > expected && !lost_all {
+    let lost_all = read == 0 && prev.usage.total_input() >= cur.min_tokens + STEP_TOKENS;
+    if read + STEP_TOKENS > expected && !lost_all {
         return None;
     }
     let mut d = base(Section::Messages, BreakReason::Unexplained, String::new());

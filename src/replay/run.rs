@@ -263,13 +263,8 @@ impl SessionLanes {
         let conversation = lanes::Conversation::of(client);
         self.heads
             .insert(0, LaneHead::of(lane, &sent.shape, conversation));
-        let window = crate::cache_model::RATE_WINDOW_MS;
-        let recent = self.recent.entry(lane).or_default();
-        while recent.front().is_some_and(|&t| t + window <= time_ms) {
-            recent.pop_front();
-        }
-        recent.push_back(time_ms);
-        let lane_requests = recent.len();
+        let lane_requests =
+            crate::cache_model::count_in_window(self.recent.entry(lane).or_default(), time_ms);
         let diagnosis = self.answered.get(&lane).and_then(|(prev, prev_usage, at)| {
             let previous = Previous {
                 shape: &prev.shape,
