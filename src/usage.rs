@@ -22,9 +22,48 @@ pub struct Usage {
     /// Input tokens neither read from nor written to the cache.
     pub uncached: u64,
     pub output: u64,
+    /// When the provider sampled more than once for one request (Anthropic's
+    /// `usage.iterations`: a server-side compaction before the answer, a server-tool loop),
+    /// the cache counts of the first and the last sampling. The counts above are then
+    /// the whole bill; these say what the prompt as sent read and what the request left
+    /// cached. `None` for a single sampling, where both are the counts above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<Iterations>,
+}
+
+/// The first and last of several samplings of one request (see [`Usage::iterations`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Iterations {
+    /// Tokens the first sampling read from the cache: the prompt as the client sent it.
+    pub first_read: u64,
+    /// Tokens the last sampling read and wrote: the prompt it ran on, what the next
+    /// request finds cached.
+    pub last_read: u64,
+    pub last_write: u64,
+    /// Samplings that compacted the conversation (Anthropic `compaction` iterations).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub compactions: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Usage {
+    /// Tokens the prompt as sent read from the cache: the first sampling's.
+    pub fn prompt_read(&self) -> u64 {
+        self.iterations.map_or(self.cache_read, |i| i.first_read)
+    }
+
+    /// Tokens the request left cached for the next one: what its last sampling read and
+    /// wrote.
+    pub fn left_cached(&self) -> u64 {
+        self.iterations.map_or_else(
+            || self.cache_read.saturating_add(self.cache_write),
+            |i| i.last_read.saturating_add(i.last_write),
+        )
+    }
+
     // Counts saturate: a provider's nonsense count must not overflow a sum.
     pub fn total_input(&self) -> u64 {
         self.cache_read
@@ -39,6 +78,8 @@ impl Usage {
         self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
         self.uncached = self.uncached.saturating_add(other.uncached);
         self.output = self.output.saturating_add(other.output);
+        // A sum of requests has no first and last sampling.
+        self.iterations = None;
     }
 }
 
@@ -61,6 +102,37 @@ struct UsageFields {
     cache_write_tokens: Count,
     prompt_tokens_details: Lenient<Details>,
     input_tokens_details: Lenient<Details>,
+    /// Anthropic: one entry per sampling of the request.
+    iterations: LenientList<IterationFields>,
+}
+
+/// One entry of Anthropic's `usage.iterations`: its `type` (`compaction`, `message`) and
+/// its own counts.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+struct IterationFields {
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    input_tokens: Count,
+    output_tokens: Count,
+    cache_read_input_tokens: Count,
+    cache_creation_input_tokens: Count,
+    cache_creation: Lenient<CacheCreation>,
+}
+
+impl IterationFields {
+    fn is_compaction(&self) -> bool {
+        self.kind.as_ref().and_then(Value::as_str) == Some("compaction")
+    }
+
+    fn written(&self) -> u64 {
+        self.cache_creation_input_tokens.0.unwrap_or_else(|| {
+            self.cache_creation.0.as_ref().map_or(0, |c| {
+                let m5 = c.ephemeral_5m_input_tokens.0.unwrap_or(0);
+                m5.saturating_add(c.ephemeral_1h_input_tokens.0.unwrap_or(0))
+            })
+        })
+    }
 }
 
 /// Anthropic's split of the tokens written to cache by lifetime.
@@ -130,6 +202,61 @@ impl UsageFields {
         if let Some(n) = self.output_tokens.0 {
             into.output = n;
         }
+        self.merge_iterations(into);
+    }
+
+    /// The top-level counts leave out compaction samplings, which are billed all the same
+    /// (platform.claude.com, Compaction, "Understanding usage": "Compaction requires an
+    /// additional sampling step, which contributes to rate limits and billing"; the
+    /// top-level counts "match the `message` iteration"). Each count this object reports
+    /// becomes its own value plus the compaction samplings'; read twice, the same.
+    fn merge_iterations(&self, into: &mut Usage) {
+        let Some(list) = self
+            .iterations
+            .0
+            .as_deref()
+            .filter(|l| l.len() > 1 || l.iter().any(IterationFields::is_compaction))
+        else {
+            return;
+        };
+        let compactions: Vec<&IterationFields> =
+            list.iter().filter(|i| i.is_compaction()).collect();
+        let sum = |count: fn(&IterationFields) -> u64| {
+            compactions
+                .iter()
+                .fold(0u64, |n, i| n.saturating_add(count(i)))
+        };
+        if let Some(n) = self.input_tokens.0 {
+            into.uncached = n.saturating_add(sum(|i| i.input_tokens.0.unwrap_or(0)));
+        }
+        if let Some(n) = self.cache_read_input_tokens.0 {
+            into.cache_read = n.saturating_add(sum(|i| i.cache_read_input_tokens.0.unwrap_or(0)));
+        }
+        if self.cache_creation_input_tokens.0.is_some() || self.cache_creation.0.is_some() {
+            let written = sum(IterationFields::written);
+            let m5 = sum(|i| {
+                i.cache_creation.0.as_ref().map_or_else(
+                    // Without the TTL split, the provider's default TTL (5m) applies.
+                    || i.written(),
+                    |c| c.ephemeral_5m_input_tokens.0.unwrap_or(0),
+                )
+            });
+            into.cache_write = into.cache_write.saturating_add(written);
+            into.cache_write_5m = into.cache_write_5m.saturating_add(m5);
+            into.cache_write_1h = into
+                .cache_write_1h
+                .saturating_add(written.saturating_sub(m5));
+        }
+        if let Some(n) = self.output_tokens.0 {
+            into.output = n.saturating_add(sum(|i| i.output_tokens.0.unwrap_or(0)));
+        }
+        let (first, last) = (&list[0], &list[list.len() - 1]);
+        into.iterations = Some(Iterations {
+            first_read: first.cache_read_input_tokens.0.unwrap_or(0),
+            last_read: last.cache_read_input_tokens.0.unwrap_or(0),
+            last_write: last.written(),
+            compactions: u32::try_from(compactions.len()).unwrap_or(u32::MAX),
+        });
     }
 
     fn openai_chat(&self) -> Usage {
@@ -190,6 +317,71 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(AnyValue(|_| None, |t| Some(Lenient(Some(t))), PhantomData))
             .map(Option::unwrap_or_default)
+    }
+}
+
+/// A list of `T` when the value is an array (elements that are not objects skipped), else
+/// nothing.
+#[derive(Debug, Clone)]
+struct LenientList<T>(Option<Vec<T>>);
+
+impl<T> Default for LenientList<T> {
+    fn default() -> Self {
+        LenientList(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for LenientList<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct List<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for List<T> {
+            type Value = LenientList<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<LenientList<T>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(item) = seq.next_element::<Lenient<T>>()? {
+                    out.extend(item.0);
+                }
+                Ok(LenientList(Some(out)))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<LenientList<T>, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(LenientList(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
+            }
+            fn visit_unit<E>(self) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
+            }
+            fn visit_none<E>(self) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
+            }
+        }
+        d.deserialize_any(List(PhantomData))
     }
 }
 
@@ -264,6 +456,7 @@ fn openai(input: u64, cached: u64, written: u64, output: u64) -> Usage {
         cache_write_1h: 0,
         uncached: input.saturating_sub(cached).saturating_sub(written),
         output,
+        iterations: None,
     }
 }
 
@@ -592,6 +785,80 @@ mod tests {
         assert!(
             peak <= strings + 16,
             "{peak} bytes held reading an answer whose model and id are {strings} bytes"
+        );
+    }
+
+    /// A server-side compaction is a sampling of its own, billed, that the top-level counts
+    /// leave out (platform.claude.com, Compaction, "Understanding usage": the example's
+    /// top-level `input_tokens` 23000 match the `message` iteration; the `compaction`
+    /// iteration read 180000). Claude Code's answers carry `iterations` with the cache
+    /// fields on every entry; the compaction read the prompt as sent, the message ran on
+    /// the summary.
+    #[test]
+    fn a_compaction_sampling_is_billed_and_the_prompt_read_is_the_first() {
+        let doc = br#"{"id":"msg_1","usage":{"input_tokens":23000,"output_tokens":1000,
+            "iterations":[{"type":"compaction","input_tokens":180000,"output_tokens":3500},
+                          {"type":"message","input_tokens":23000,"output_tokens":1000}]}}"#;
+        let usage = read_response_body(Endpoint::Messages, doc).usage.unwrap();
+        assert_eq!((usage.uncached, usage.output), (203_000, 4500));
+        assert_eq!(usage.iterations.map(|i| i.compactions), Some(1));
+
+        let iteration = |kind: &str, read: u64, write: u64, input: u64, output: u64| {
+            json!({"type": kind, "input_tokens": input, "output_tokens": output,
+                "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+                "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": write}})
+        };
+        let top = json!({"input_tokens": 3, "output_tokens": 120,
+            "cache_read_input_tokens": 5200, "cache_creation_input_tokens": 2100,
+            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 2100},
+            "iterations": [iteration("compaction", 151_000, 900, 4, 2000),
+                           iteration("message", 5200, 2100, 3, 120)]});
+        let body = serde_json::to_vec(&json!({"id": "msg_2", "usage": top})).unwrap();
+        let whole = read_response_body(Endpoint::Messages, &body).usage.unwrap();
+        assert_eq!(
+            whole.cache_read, 156_200,
+            "both samplings' reads are billed"
+        );
+        assert_eq!((whole.cache_write, whole.cache_write_1h), (3000, 3000));
+        assert_eq!((whole.uncached, whole.output), (7, 2120));
+        assert_eq!(
+            whole.prompt_read(),
+            151_000,
+            "the prompt as sent was read whole"
+        );
+        assert_eq!(
+            whole.left_cached(),
+            7300,
+            "the summary's prompt is what stays cached"
+        );
+
+        // Streamed: `message_start` carries the first counts, `message_delta` the
+        // cumulative ones with the iterations; read twice, the same.
+        let mut stream = StreamUsage::default();
+        let start = json!({"type": "message_start", "message": {"id": "msg_2",
+            "usage": {"input_tokens": 4, "cache_read_input_tokens": 151_000, "output_tokens": 1}}});
+        stream.on_event(
+            Endpoint::Messages,
+            "message_start",
+            start.to_string().as_bytes(),
+        );
+        let delta = json!({"type": "message_delta", "usage": top}).to_string();
+        stream.on_event(Endpoint::Messages, "message_delta", delta.as_bytes());
+        assert_eq!(stream.usage(), Some(whole));
+        stream.on_event(Endpoint::Messages, "message_delta", delta.as_bytes());
+        assert_eq!(stream.usage(), Some(whole));
+
+        // One sampling, as most answers report it: nothing changes.
+        let single = json!({"id": "msg_3", "usage": {"input_tokens": 3, "output_tokens": 9,
+            "cache_read_input_tokens": 5200,
+            "iterations": [iteration("message", 5200, 0, 3, 9)]}});
+        let one = read_response_body(Endpoint::Messages, &serde_json::to_vec(&single).unwrap())
+            .usage
+            .unwrap();
+        assert_eq!(one.iterations, None);
+        assert_eq!(
+            (one.cache_read, one.prompt_read(), one.left_cached()),
+            (5200, 5200, 5200)
         );
     }
 

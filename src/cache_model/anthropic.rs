@@ -8,8 +8,9 @@ use serde_json::Value;
 
 use super::anthropic_prompt::{flatten, Prompt, Ttl};
 use super::hash::PrefixHash;
-use super::{Accounting, BlockUnit, CacheModelConfig, Detail, Marker};
+use super::{Accounting, BlockUnit, CacheModelConfig, Compaction, Detail, Marker};
 use crate::error::ApiError;
+use crate::providers::anthropic;
 
 /// Markers allowed per request (explicit plus automatic).
 pub const MAX_MARKERS: usize = 4;
@@ -36,7 +37,41 @@ pub struct AnthropicCache {
 impl AnthropicCache {
     /// Account one request at `now_ms` and store what it writes. The request's own writes
     /// become readable for the next request, not for itself.
+    ///
+    /// A request whose `compact_20260112` edit's trigger its prompt reaches is sampled
+    /// twice, as the API does: the compaction over the prompt as sent, then the answer
+    /// over the summary (tools, system, and the summary's `compaction` block, which the
+    /// client sends back and the provider keys on from then on). The accounting returned
+    /// is the answer's, as the top-level usage reports it, with the compaction's beside.
     pub fn account(
+        &mut self,
+        req: &Value,
+        now_ms: u64,
+        config: &CacheModelConfig,
+    ) -> Result<Accounting, ApiError> {
+        let trigger = anthropic::compaction_trigger(req).map_err(ApiError::invalid)?;
+        let first = self.account_prompt(req, now_ms, config)?;
+        if trigger.is_none_or(|t| first.input_tokens < t) {
+            return Ok(first);
+        }
+        let summary = format!(
+            "Summary of the conversation so far: {} tokens of context before this point, compacted.",
+            first.input_tokens
+        );
+        let mut compacted = req.clone();
+        compacted["messages"] = serde_json::json!([{"role": "assistant", "content": [
+            {"type": anthropic::COMPACTION_BLOCK, "content": summary}
+        ]}]);
+        let mut answer = self.account_prompt(&compacted, now_ms, config)?;
+        answer.compaction = Some(Box::new(Compaction {
+            output_tokens: super::tokens::count(&summary),
+            summary,
+            sampling: first,
+        }));
+        Ok(answer)
+    }
+
+    fn account_prompt(
         &mut self,
         req: &Value,
         now_ms: u64,
@@ -116,6 +151,7 @@ impl AnthropicCache {
                 min_cacheable_tokens: min,
                 partition: None,
             },
+            compaction: None,
         })
     }
 

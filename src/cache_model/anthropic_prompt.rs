@@ -165,9 +165,16 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         }
     }
 
+    // The provider ignores every block before the last compaction block.
+    let (first_message, first_block) = anthropic::compaction_start(messages).unwrap_or((0, 0));
+    let kept_messages = &messages[first_message..];
+
     // Level boundary: settings that invalidate messages only.
     let setting = |key: &str| obj.get(key).map(Value::to_string).unwrap_or_default();
-    let has_images = if messages.iter().any(|m| contains_image(m.get("content"))) {
+    let has_images = if kept_messages
+        .iter()
+        .any(|m| contains_image(m.get("content")))
+    {
         "images"
     } else {
         ""
@@ -182,7 +189,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
     // Thinking blocks the provider drops (by model and `context_management`) are not part
     // of the prompt: the messages after them no longer match earlier requests.
     let thinking_kept = super::thinking::kept_by_message(obj, messages, model);
-    for (mi, message) in messages.iter().enumerate() {
+    for (mi, message) in messages.iter().enumerate().skip(first_message) {
         let role = message
             .get("role")
             .and_then(Value::as_str)
@@ -202,6 +209,9 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
             Some(Value::Array(content)) => {
                 let mut pushed = 0;
                 for (ci, block) in content.iter().enumerate() {
+                    if mi == first_message && ci < first_block {
+                        continue;
+                    }
                     if is_thinking(block) && !thinking_kept[mi] {
                         continue;
                     }
@@ -378,6 +388,7 @@ pub fn block_tokens(block: &Value) -> u64 {
     match block.get("type").and_then(Value::as_str) {
         Some("text") => tokens::count(field("text")),
         Some("thinking") => tokens::count(field("thinking")),
+        Some(anthropic::COMPACTION_BLOCK) => tokens::count(field("content")),
         Some("image") => tokens::IMAGE_TOKENS,
         Some("document") => match block.pointer("/source/type").and_then(Value::as_str) {
             Some("text") => tokens::count(

@@ -120,6 +120,18 @@ pub struct Accounting {
     /// OpenAI writes (GPT-5.6 and later; `cache_write_tokens`, 30-minute minimum lifetime).
     pub cache_write_30m: u64,
     pub detail: Detail,
+    /// The compaction sampled before this answer, when the request's prompt reached its
+    /// `compact_20260112` trigger (Anthropic).
+    pub compaction: Option<Box<Compaction>>,
+}
+
+/// A server-side compaction: the sampling over the prompt as sent, and the summary it
+/// wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    pub sampling: Accounting,
+    pub summary: String,
+    pub output_tokens: u64,
 }
 
 impl Accounting {
@@ -133,16 +145,30 @@ impl Accounting {
             .saturating_sub(self.cache_read + self.cache_write())
     }
 
-    /// The normalised usage, with the reply's output tokens.
+    /// The normalised usage, with the request's output tokens (a compaction's included):
+    /// the whole bill, as cachet reads it from the provider's answer.
     pub fn usage(&self, output_tokens: u64) -> crate::usage::Usage {
-        crate::usage::Usage {
+        let mut usage = crate::usage::Usage {
             cache_read: self.cache_read,
             cache_write: self.cache_write(),
             cache_write_5m: self.cache_write_5m,
             cache_write_1h: self.cache_write_1h,
             uncached: self.uncached(),
             output: output_tokens,
+            iterations: None,
+        };
+        if let Some(compaction) = &self.compaction {
+            let first = compaction.sampling.usage(0);
+            usage.add(&first);
+            usage.output = output_tokens;
+            usage.iterations = Some(crate::usage::Iterations {
+                first_read: first.cache_read,
+                last_read: self.cache_read,
+                last_write: self.cache_write(),
+                compactions: 1,
+            });
         }
+        usage
     }
 }
 

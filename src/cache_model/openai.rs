@@ -107,6 +107,7 @@ impl OpenAiCache {
                 min_cacheable_tokens: MIN_CACHED_TOKENS,
                 partition: Some(prompt.cache_key.clone()),
             },
+            compaction: None,
         })
     }
 

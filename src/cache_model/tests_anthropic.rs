@@ -344,3 +344,91 @@ fn counting_whole_messages_as_blocks_reads_only_at_message_ends() {
         0
     );
 }
+
+/// Server-side compaction (platform.claude.com, Compaction): once the prompt reaches the
+/// `compact_20260112` edit's trigger, the request is sampled twice, the compaction over
+/// the prompt as sent and the answer over its summary; from then on the provider ignores
+/// every block before the `compaction` block the client sends back, whether the client
+/// keeps the earlier messages or drops them. `count_tokens` applies existing compaction
+/// blocks and starts none. A trigger below 50,000 is a 400.
+#[test]
+fn a_compaction_samples_twice_and_the_summary_is_what_stays_cached() {
+    let system: String = (0..5).map(text).collect();
+    let conversation = |turns: usize| {
+        let mut messages = Vec::new();
+        for i in 0..turns {
+            messages.push(json!({"role": "user", "content": text(i)}));
+            messages.push(json!({"role": "assistant", "content": format!("answer {i}")}));
+        }
+        messages.push(json!({"role": "user", "content": [
+            {"type": "text", "text": text(turns), "cache_control": {"type": "ephemeral"}}]}));
+        messages
+    };
+    let request = |messages: Vec<Value>, trigger: u64| {
+        json!({"model": SONNET, "max_tokens": 10,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "context_management": {"edits": [{"type": "compact_20260112",
+                "trigger": {"type": "input_tokens", "value": trigger}}]},
+            "messages": messages})
+    };
+    let count = |req: &Value| CacheModel::count_tokens(Endpoint::Messages, req).unwrap();
+    let trigger = count(&request(conversation(171), 0));
+    assert!(trigger >= 50_000, "the trigger's minimum: {trigger}");
+
+    let mut m = CacheModel::default();
+    let before = run(&mut m, &request(conversation(170), trigger), 0);
+    assert!(before.compaction.is_none(), "under the trigger");
+    let compacted = run(&mut m, &request(conversation(171), trigger), 1_000);
+    let compaction = compacted.compaction.as_deref().expect("at the trigger");
+    assert_eq!(compaction.sampling.input_tokens, trigger);
+    assert_eq!(
+        compaction.sampling.cache_read, before.input_tokens,
+        "the compaction read the prompt the previous request cached"
+    );
+    let system_tokens = crate::tokens::count(&system);
+    assert_eq!(
+        compacted.cache_read, system_tokens,
+        "the answer ran on the summary"
+    );
+    assert!(compacted.input_tokens < system_tokens + 100);
+    let usage = compacted.usage(7);
+    assert_eq!(
+        usage.total_input(),
+        compaction.sampling.input_tokens + compacted.input_tokens,
+        "both samplings are billed"
+    );
+    assert_eq!(usage.prompt_read(), compaction.sampling.cache_read);
+    assert_eq!(usage.left_cached(), system_tokens);
+
+    let block = json!({"type": "compaction", "content": compaction.summary});
+    let answer =
+        json!({"role": "assistant", "content": [block, {"type": "text", "text": "Done."}]});
+    let next = json!({"role": "user", "content": [
+        {"type": "text", "text": text(999), "cache_control": {"type": "ephemeral"}}]});
+    let mut kept = conversation(171);
+    kept.extend([answer.clone(), next.clone()]);
+    let dropped = vec![answer, next];
+    let mut other = m.clone();
+    let (kept, dropped) = (request(kept, trigger), request(dropped, trigger));
+    let a = run(&mut m, &kept, 2_000);
+    let b = run(&mut other, &dropped, 2_000);
+    assert_eq!(
+        (a.input_tokens, a.cache_read),
+        (b.input_tokens, b.cache_read)
+    );
+    assert!(a.compaction.is_none() && a.input_tokens < trigger / 10);
+    assert_eq!(a.cache_read, system_tokens);
+    assert_eq!(count(&kept), a.input_tokens);
+
+    for bad in [
+        json!({"type": "input_tokens", "value": 1000}),
+        json!({"type": "tool_uses", "value": 60_000}),
+    ] {
+        let mut req = request(conversation(1), 0);
+        req["context_management"]["edits"][0]["trigger"] = bad;
+        let err = CacheModel::default()
+            .account(Endpoint::Messages, &req, 0)
+            .unwrap_err();
+        assert!(err.message.contains("trigger"), "{}", err.message);
+    }
+}

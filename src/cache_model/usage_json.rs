@@ -15,8 +15,28 @@ impl Accounting {
         }
     }
 
-    /// Anthropic: `input_tokens` is only the uncached part; cache fields beside it.
+    /// Anthropic: `input_tokens` is only the uncached part; cache fields beside it. After a
+    /// compaction, the counts are the answer's and `iterations` lists both samplings
+    /// (platform.claude.com, Compaction, "Understanding usage").
     pub fn anthropic_usage_json(&self, output_tokens: u64) -> Value {
+        let mut usage = self.anthropic_counts_json(output_tokens);
+        if let Some(compaction) = &self.compaction {
+            let mut first = compaction
+                .sampling
+                .anthropic_counts_json(compaction.output_tokens);
+            let mut answer = self.anthropic_counts_json(output_tokens);
+            for (iteration, kind) in [(&mut first, "compaction"), (&mut answer, "message")] {
+                if let Some(fields) = iteration.as_object_mut() {
+                    fields.remove("service_tier");
+                    fields.insert("type".into(), json!(kind));
+                }
+            }
+            usage["iterations"] = json!([first, answer]);
+        }
+        usage
+    }
+
+    fn anthropic_counts_json(&self, output_tokens: u64) -> Value {
         json!({
             "input_tokens": self.uncached(),
             "cache_creation_input_tokens": self.cache_write(),

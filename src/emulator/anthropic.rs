@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use super::body::{sse, text_deltas};
 use super::reply::Reply;
 use super::turn::{json_pieces, Turn};
+use crate::providers::anthropic::COMPACTION_BLOCK;
 
 fn content_and_stop(turn: &Turn) -> (Value, &'static str) {
     match turn.reply {
@@ -18,16 +19,24 @@ fn content_and_stop(turn: &Turn) -> (Value, &'static str) {
     }
 }
 
+/// The summary block a compaction puts first in the answer (platform.claude.com,
+/// Compaction, "Working with compaction blocks").
+fn compaction_block(turn: &Turn) -> Option<Value> {
+    let compaction = turn.accounting.compaction.as_ref()?;
+    Some(json!({"type": COMPACTION_BLOCK, "content": compaction.summary}))
+}
+
 /// The non-streaming response body, with the cache `diagnostics` object when the request
 /// asked for one.
 pub fn message(turn: &Turn, diagnostics: Option<&Value>) -> Value {
     let (block, stop) = content_and_stop(turn);
+    let content: Vec<Value> = compaction_block(turn).into_iter().chain([block]).collect();
     let mut message = json!({
         "id": turn.id("msg_"),
         "type": "message",
         "role": "assistant",
         "model": turn.model,
-        "content": [block],
+        "content": content,
         "stop_reason": stop,
         "stop_sequence": null,
         "usage": turn.accounting.anthropic_usage_json(turn.output_tokens),
@@ -45,10 +54,33 @@ pub fn events(turn: &Turn, diagnostics: Option<&Value>) -> Vec<Bytes> {
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
     start["usage"] = turn.accounting.anthropic_usage_json(1);
+    if let Some(fields) = start["usage"].as_object_mut() {
+        fields.remove("iterations");
+    }
     let mut out = vec![sse(
         Some("message_start"),
         &json!({"type": "message_start", "message": start}),
     )];
+    // A compaction streams as one block: its start, one delta with the whole summary, its
+    // stop (platform.claude.com, Compaction, "Streaming").
+    let mut index = 0;
+    if let Some(Value::String(summary)) = compaction_block(turn).map(|b| b["content"].clone()) {
+        out.push(sse(
+            Some("content_block_start"),
+            &json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": COMPACTION_BLOCK, "content": ""}}),
+        ));
+        out.push(sse(
+            Some("content_block_delta"),
+            &json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "compaction_delta", "content": summary}}),
+        ));
+        out.push(sse(
+            Some("content_block_stop"),
+            &json!({"type": "content_block_stop", "index": 0}),
+        ));
+        index = 1;
+    }
     let (empty_block, deltas) = match turn.reply {
         Reply::Text(text) => (
             json!({"type": "text", "text": ""}),
@@ -72,31 +104,35 @@ pub fn events(turn: &Turn, diagnostics: Option<&Value>) -> Vec<Bytes> {
     };
     out.push(sse(
         Some("content_block_start"),
-        &json!({"type": "content_block_start", "index": 0, "content_block": empty_block}),
+        &json!({"type": "content_block_start", "index": index, "content_block": empty_block}),
     ));
     out.push(sse(Some("ping"), &json!({"type": "ping"})));
     for delta in deltas {
         out.push(sse(
             Some("content_block_delta"),
-            &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+            &json!({"type": "content_block_delta", "index": index, "delta": delta}),
         ));
     }
     out.push(sse(
         Some("content_block_stop"),
-        &json!({"type": "content_block_stop", "index": 0}),
+        &json!({"type": "content_block_stop", "index": index}),
     ));
     let a = turn.accounting;
+    let mut usage = json!({
+        "input_tokens": a.uncached(),
+        "cache_creation_input_tokens": a.cache_write(),
+        "cache_read_input_tokens": a.cache_read,
+        "output_tokens": turn.output_tokens,
+    });
+    if let Some(iterations) = a.anthropic_usage_json(turn.output_tokens).get("iterations") {
+        usage["iterations"] = iterations.clone();
+    }
     out.push(sse(
         Some("message_delta"),
         &json!({
             "type": "message_delta",
             "delta": {"stop_reason": stop, "stop_sequence": null},
-            "usage": {
-                "input_tokens": a.uncached(),
-                "cache_creation_input_tokens": a.cache_write(),
-                "cache_read_input_tokens": a.cache_read,
-                "output_tokens": turn.output_tokens,
-            },
+            "usage": usage,
         }),
     ));
     out.push(sse(Some("message_stop"), &json!({"type": "message_stop"})));

@@ -296,7 +296,7 @@ pub fn diagnose(
     tokens_through: &dyn Fn(u32) -> u64,
 ) -> Option<Diagnosis> {
     let (p, c) = (prev.shape, cur.shape);
-    let read = cur.usage.cache_read;
+    let read = cur.usage.prompt_read();
     let base = |section: Section, reason: BreakReason, detail: String| Diagnosis {
         section: section.into(),
         reason,
@@ -401,9 +401,10 @@ fn anthropic_miss(
     tokens_through: &dyn Fn(u32) -> u64,
     base: impl Fn(Section, BreakReason, String) -> Diagnosis,
 ) -> Option<Diagnosis> {
-    let read = cur.usage.cache_read;
-    // What the previous request left in the cache: its prefix up to its last marker.
-    let cached = prev.usage.cache_read + prev.usage.cache_write;
+    let read = cur.usage.prompt_read();
+    // What the previous request left in the cache: its prefix up to its last marker (the
+    // summary's, when the provider compacted it).
+    let cached = prev.usage.left_cached();
     let entry = prev.shape.marks.last().copied();
     let (Some(entry), true) = (entry, cached > 0) else {
         return below_minimum(cur, tokens_through, &base);

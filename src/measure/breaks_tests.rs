@@ -438,3 +438,81 @@ fn an_openai_miss_after_a_stored_prompt_names_what_was_stored() {
         d.detail
     );
 }
+
+/// Anthropic's server-side compaction (`compact_20260112`) samples twice: a `compaction`
+/// iteration over the prompt as sent, then the answer over the summary. The top-level
+/// counts are the answer's (platform.claude.com, Compaction, "Understanding usage"), so
+/// they read only the system prompt although the prompt as sent was read whole; and the
+/// next request finds only the summary's prompt cached. Neither is a break. The usage is
+/// read from answers shaped like Claude's (every iteration carries the cache fields).
+#[test]
+fn a_compaction_is_not_a_break_before_or_after() {
+    use super::{diagnose, Current, Previous};
+    use crate::measure::PromptShape;
+    use crate::usage::read_response_body;
+    let shape = |turns: usize| {
+        let mut messages = Vec::new();
+        for i in 0..turns {
+            messages.push(json!({"role": "user", "content": format!("task {i}")}));
+            messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("done {i}")}]}));
+        }
+        messages.push(json!({"role": "user", "content": [{"type": "text", "text": format!("task {turns}"), "cache_control": {"type": "ephemeral"}}]}));
+        let body = json!({"model": "claude-opus-4-6", "max_tokens": 64,
+            "system": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}],
+            "context_management": {"edits": [{"type": "compact_20260112"}]},
+            "messages": messages});
+        let env = Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap();
+        PromptShape::of(&env, 0)
+    };
+    let usage = |usage: Value| {
+        let body = serde_json::to_vec(&json!({"id": "msg_1", "usage": usage})).unwrap();
+        read_response_body(Endpoint::Messages, &body).usage.unwrap()
+    };
+    let counts = |kind: &str, read: u64, write: u64| {
+        json!({"type": kind, "input_tokens": 3, "output_tokens": 200,
+            "cache_read_input_tokens": read, "cache_creation_input_tokens": write})
+    };
+    let before = usage(json!({"input_tokens": 3, "output_tokens": 90,
+        "cache_read_input_tokens": 149_000, "cache_creation_input_tokens": 1_400}));
+    let compacted = usage(json!({"input_tokens": 3, "output_tokens": 200,
+        "cache_read_input_tokens": 1_900, "cache_creation_input_tokens": 0,
+        "iterations": [counts("compaction", 150_400, 700), counts("message", 1_900, 0)]}));
+    let after = usage(json!({"input_tokens": 3, "output_tokens": 90,
+        "cache_read_input_tokens": 1_900, "cache_creation_input_tokens": 2_600}));
+    let (s1, s2, s3) = (shape(40), shape(41), shape(42));
+    let at = |shape, usage, time_ms| Current {
+        shape,
+        usage,
+        time_ms,
+        min_tokens: 1024,
+        thinking_stripped_from: None,
+    };
+    let previous = |shape, usage, time_ms| Previous {
+        shape,
+        usage,
+        time_ms,
+    };
+    assert_eq!(
+        diagnose(
+            &previous(&s1, before, 0),
+            &at(&s2, compacted, 20_000),
+            &|_| 0
+        ),
+        None,
+        "the compaction read the whole prompt"
+    );
+    assert_eq!(
+        diagnose(
+            &previous(&s2, compacted, 20_000),
+            &at(&s3, after, 40_000),
+            &|_| 0
+        ),
+        None,
+        "the summary's prompt is all that was left cached"
+    );
+}

@@ -30,6 +30,62 @@ pub const CACHE_DIAGNOSIS_BETA: &str = "cache-diagnosis-2026-04-07";
 /// included: "up to 20 blocks before your explicit breakpoint" (prompt-caching docs).
 pub const LOOKBACK_BLOCKS: usize = 20;
 
+/// The content block of a server-side compaction's summary (beta `compact-2026-01-12`).
+/// "When the API receives a `compaction` block, all content blocks before it are ignored"
+/// (platform.claude.com, Compaction, "Passing compaction blocks back"): the prompt, and
+/// what its cache keys on, starts at the last one.
+pub const COMPACTION_BLOCK: &str = "compaction";
+
+/// The `context_management` edit that compacts the conversation once the prompt reaches
+/// its trigger: `{"type": "input_tokens", "value": N}`, 150,000 unless set, at least
+/// 50,000 (platform.claude.com, Compaction, "Parameters").
+pub const COMPACT_EDIT: &str = "compact_20260112";
+pub const COMPACT_TRIGGER_DEFAULT: u64 = 150_000;
+pub const COMPACT_TRIGGER_MIN: u64 = 50_000;
+
+/// Where the provider's prompt starts in `messages`: the last compaction block, as
+/// (message, block), if there is one.
+pub fn compaction_start(messages: &[Value]) -> Option<(usize, usize)> {
+    messages.iter().enumerate().rev().find_map(|(mi, message)| {
+        let blocks = message.get("content")?.as_array()?;
+        let bi = blocks
+            .iter()
+            .rposition(|b| b.get("type").and_then(Value::as_str) == Some(COMPACTION_BLOCK))?;
+        Some((mi, bi))
+    })
+}
+
+/// The trigger of a request's compaction edit, if it asks for one. A trigger below the
+/// minimum, or of another type, is the 400 the API answers.
+pub fn compaction_trigger(request: &Value) -> Result<Option<u64>, String> {
+    let Some(edits) = request
+        .pointer("/context_management/edits")
+        .and_then(Value::as_array)
+    else {
+        return Ok(None);
+    };
+    let Some((i, edit)) = edits
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.get("type").and_then(Value::as_str) == Some(COMPACT_EDIT))
+    else {
+        return Ok(None);
+    };
+    let Some(trigger) = edit.get("trigger").filter(|t| !t.is_null()) else {
+        return Ok(Some(COMPACT_TRIGGER_DEFAULT));
+    };
+    let path = format!("context_management.edits.{i}.trigger");
+    if trigger.get("type").and_then(Value::as_str) != Some("input_tokens") {
+        return Err(format!("{path}.type: Input should be 'input_tokens'"));
+    }
+    match trigger.get("value").and_then(Value::as_u64) {
+        Some(n) if n >= COMPACT_TRIGGER_MIN => Ok(Some(n)),
+        _ => Err(format!(
+            "{path}.value: Input should be greater than or equal to {COMPACT_TRIGGER_MIN}"
+        )),
+    }
+}
+
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 
@@ -122,6 +178,14 @@ pub fn assistant_from_stream(events: &[(String, Bytes)]) -> Option<Value> {
                     Some("text_delta") => append(block, "text", delta.get("text")),
                     Some("thinking_delta") => append(block, "thinking", delta.get("thinking")),
                     Some("signature_delta") => append(block, "signature", delta.get("signature")),
+                    Some("compaction_delta") => {
+                        append(block, "content", delta.get("content"));
+                        if let Some(opaque) =
+                            delta.get("encrypted_content").filter(|v| v.is_string())
+                        {
+                            block["encrypted_content"] = opaque.clone();
+                        }
+                    }
                     Some("input_json_delta") => partial_json.entry(index).or_default().push_str(
                         delta
                             .get("partial_json")
@@ -168,6 +232,27 @@ mod tests {
         .unwrap();
         assert_eq!(m["content"][0]["text"], "Hello");
         assert_eq!(m["content"][1]["input"]["cmd"], "ls");
+    }
+
+    /// A compaction streams as its block's start, one `compaction_delta` with the whole
+    /// summary, and its stop (platform.claude.com, Compaction, "Streaming"); the message a
+    /// `turn_end` handler sees carries the summary, as the client sends it back.
+    #[test]
+    fn a_compaction_block_from_the_stream() {
+        let m = assistant_from_stream(&events(&[
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"Summary: the user asked for a scraper.","encrypted_content":"Eo8B"}}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Next"}}"#,
+        ]))
+        .unwrap();
+        assert_eq!(
+            m["content"][0],
+            json!({"type": "compaction", "content": "Summary: the user asked for a scraper.", "encrypted_content": "Eo8B"})
+        );
+        assert_eq!(m["content"][1]["text"], "Next");
+        let start = compaction_start(std::slice::from_ref(&m));
+        assert_eq!(start, Some((0, 0)));
     }
 
     #[test]

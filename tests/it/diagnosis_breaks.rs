@@ -566,3 +566,177 @@ async fn a_title_request_on_the_first_prompt_is_not_a_break() {
         assert!(diagnosis.is_null(), "request {i}: {d:#?}");
     }
 }
+
+/// A user message of about 6,000 tokens: a file the agent read.
+fn big_user(i: usize) -> Value {
+    user(&format!(
+        "Task {i}: here is src/module_{i}.rs, explain it.\n{}",
+        format!("fn step_{i}(input: &str) -> usize {{ input.len() }}\n").repeat(400)
+    ))
+}
+
+/// Send `body` to the proxy streamed, and rebuild the answer's content from the events
+/// (the compaction block from its one `compaction_delta`).
+async fn streamed_content(proxy: &ProxyHandle, session: &str, body: &Value) -> Vec<Value> {
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-cachet-session", session)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let mut blocks: Vec<Value> = Vec::new();
+    for data in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let event: Value = serde_json::from_str(data).unwrap();
+        match event["type"].as_str() {
+            Some("content_block_start") => blocks.push(event["content_block"].clone()),
+            Some("content_block_delta") => {
+                let block = blocks.last_mut().unwrap();
+                let delta = &event["delta"];
+                match delta["type"].as_str() {
+                    Some("compaction_delta") => block["content"] = delta["content"].clone(),
+                    Some("text_delta") => {
+                        let text = format!(
+                            "{}{}",
+                            block["text"].as_str().unwrap_or(""),
+                            delta["text"].as_str().unwrap_or("")
+                        );
+                        block["text"] = json!(text);
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// Anthropic's server-side compaction (`compact_20260112`, platform.claude.com,
+/// Compaction) in a pi-shaped session at the minimum trigger: the request whose prompt
+/// reaches it is answered with a summary block, after two samplings; the client sends the
+/// block back and goes on, keeping its earlier messages (the documented simplest way) or
+/// dropping them, the answer streamed or not. The compaction is billed in the session log
+/// (the top-level usage leaves it out), and no request is a break, live or replayed: the
+/// compaction read the prompt as sent, and each later request reads what the summary's
+/// prompt left cached.
+#[tokio::test]
+async fn a_server_side_compaction_is_billed_and_not_a_break() {
+    for (keep, stream) in [(true, false), (false, true)] {
+        let system = system_text();
+        let request = |messages: &[Value]| {
+            let mut body = pi_request(SONNET, &system, &["read"], messages);
+            body["context_management"] = json!({"edits": [{"type": "compact_20260112",
+                "trigger": {"type": "input_tokens", "value": 50_000}}]});
+            body
+        };
+        let mut compacted_at = None;
+        let mut answers = Vec::new();
+        let d = live_and_replayed(
+            async |rig: &mut Rig| {
+                let mut history = vec![big_user(0)];
+                for i in 1..14 {
+                    let body = request(&history);
+                    let content = if stream && compacted_at.is_none() {
+                        let content = streamed_content(&rig.proxy, "s", &body).await;
+                        rig.sent += 1;
+                        wait_for_requests(&rig.proxy, "s", rig.sent).await;
+                        content
+                    } else {
+                        let (status, answer) = post_anthropic(&rig.proxy, "s", &body).await;
+                        assert_eq!(status, 200, "{answer}");
+                        rig.sent += 1;
+                        wait_for_requests(&rig.proxy, "s", rig.sent).await;
+                        answers.push((i - 1, answer["usage"].clone()));
+                        answer["content"].as_array().unwrap().clone()
+                    };
+                    let reply = json!({"role": "assistant", "content": content});
+                    if content[0]["type"] == "compaction" {
+                        assert!(
+                            compacted_at.is_none(),
+                            "one compaction: the summary is short"
+                        );
+                        compacted_at = Some(i - 1);
+                        if !keep {
+                            history.clear();
+                        }
+                    }
+                    history.push(reply);
+                    history.push(big_user(i));
+                }
+            },
+            &[],
+        )
+        .await;
+        let at = compacted_at.expect("the prompt reached the trigger");
+        for (i, diagnosis) in d.iter().enumerate() {
+            assert!(
+                diagnosis.is_null(),
+                "keep {keep}, request {i} (compaction at {at}): {d:#?}"
+            );
+        }
+        // The requests after the compaction read the summary's prompt.
+        let later: Vec<&Value> = answers
+            .iter()
+            .filter(|(i, _)| *i > at)
+            .map(|(_, u)| u)
+            .collect();
+        assert!(!later.is_empty());
+        assert!(later
+            .iter()
+            .all(|u| u["cache_read_input_tokens"].as_u64().unwrap() > 0));
+        let _ = answers
+            .iter()
+            .find(|(i, _)| *i == at)
+            .map(|(_, u)| assert!(u["iterations"][0]["type"] == "compaction", "{u}"));
+        // What the session log bills for it: both samplings.
+        let mut rig = Rig::start(&[]).await;
+        let mut history = vec![big_user(0)];
+        let mut billed = None;
+        for i in 1..=at + 1 {
+            let (_, answer) = post_anthropic(&rig.proxy, "s", &request(&history)).await;
+            rig.sent += 1;
+            let log = wait_for_requests(&rig.proxy, "s", rig.sent).await;
+            let entry = log["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .rfind(|e| e["type"] == "request")
+                .unwrap()
+                .clone();
+            if answer["content"][0]["type"] == "compaction" {
+                billed = Some((answer["usage"].clone(), entry["usage"].clone()));
+            }
+            history.push(json!({"role": "assistant", "content": answer["content"]}));
+            history.push(big_user(i));
+        }
+        let (top, entry) = billed.expect("compacted at the same request");
+        let input = |u: &Value| {
+            ["cache_read", "cache_write", "uncached"]
+                .iter()
+                .map(|k| u[k].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        let top_input = [
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ]
+        .iter()
+        .map(|k| top[k].as_u64().unwrap())
+        .sum::<u64>();
+        assert!(
+            input(&entry) >= top_input + 50_000,
+            "the compaction's sampling is billed: {entry} against {top}"
+        );
+        assert_eq!(entry["iterations"]["compactions"], 1, "{entry}");
+        rig.proxy.shutdown().await;
+        rig.emulator.shutdown().await;
+    }
+}
