@@ -29,6 +29,18 @@ pub struct Usage {
     /// cached. `None` for a single sampling, where both are the counts above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<Iterations>,
+    /// Tool uses the provider cleared from the prompt before sampling it (Anthropic's
+    /// `context_management.applied_edits`, a `clear_tool_uses_*` edit): the cache could
+    /// only be read up to the first cleared one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleared: Option<Cleared>,
+}
+
+/// What a `clear_tool_uses_*` context edit cleared from one request's prompt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cleared {
+    pub tool_uses: u64,
+    pub input_tokens: u64,
 }
 
 /// The first and last of several samplings of one request (see [`Usage::iterations`]).
@@ -78,8 +90,9 @@ impl Usage {
         self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
         self.uncached = self.uncached.saturating_add(other.uncached);
         self.output = self.output.saturating_add(other.output);
-        // A sum of requests has no first and last sampling.
+        // A sum of requests has no first and last sampling, nor one prompt's edits.
         self.iterations = None;
+        self.cleared = None;
     }
 }
 
@@ -385,6 +398,48 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for LenientList<T> {
     }
 }
 
+/// An answer's `context_management` (Anthropic): the edits the provider applied
+/// (platform.claude.com, Context editing, "Context editing response"; streamed in the final
+/// `message_delta`).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+struct ContextManagementFields {
+    applied_edits: LenientList<AppliedEditFields>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+struct AppliedEditFields {
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    cleared_tool_uses: Count,
+    cleared_input_tokens: Count,
+}
+
+impl ContextManagementFields {
+    /// What the `clear_tool_uses_*` edits cleared, if they cleared anything.
+    fn cleared(&self) -> Option<Cleared> {
+        let edits = self.applied_edits.0.as_deref()?;
+        let cleared = edits
+            .iter()
+            .filter(|e| {
+                e.kind
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .is_some_and(crate::providers::anthropic::is_tool_clearing_edit)
+            })
+            .fold(Cleared::default(), |sum, e| Cleared {
+                tool_uses: sum
+                    .tool_uses
+                    .saturating_add(e.cleared_tool_uses.0.unwrap_or(0)),
+                input_tokens: sum
+                    .input_tokens
+                    .saturating_add(e.cleared_input_tokens.0.unwrap_or(0)),
+            });
+        (cleared.tool_uses > 0 || cleared.input_tokens > 0).then_some(cleared)
+    }
+}
+
 /// Reads any JSON value, whole: an unsigned integer through the first function, an object
 /// read as `T` through the second, anything else as nothing.
 struct AnyValue<T, N, O>(N, O, PhantomData<T>);
@@ -457,6 +512,7 @@ fn openai(input: u64, cached: u64, written: u64, output: u64) -> Usage {
         uncached: input.saturating_sub(cached).saturating_sub(written),
         output,
         iterations: None,
+        cleared: None,
     }
 }
 
@@ -488,11 +544,13 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
     // Only these fields are built; the rest of the body (the reply itself) is only
     // validated.
     let (mut usage_at, mut model_at, mut id_at, mut diag_at) = (None, None, None, None);
+    let mut edits_at = None;
     let valid = crate::json_check::check(body, |field| match &body[field.key] {
         b"usage" => usage_at = Some(field.value),
         b"model" => model_at = Some(field.value),
         b"id" => id_at = Some(field.value),
         b"diagnostics" => diag_at = Some(field.value),
+        b"context_management" => edits_at = Some(field.value),
         _ => {}
     });
     if valid.is_err() {
@@ -503,9 +561,13 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
     let diagnostics = diag_at
         .and_then(|r| serde_json::from_slice::<Value>(&body[r]).ok())
         .filter(Value::is_object);
-    let usage = usage_at
+    let mut usage = usage_at
         .and_then(|r| read_once_more_as_value::<Lenient<UsageFields>>(&body[r]))
         .and_then(|usage| usage.0?.usage(endpoint));
+    if let (Some(usage), Some(r)) = (usage.as_mut(), edits_at) {
+        usage.cleared = read_once_more_as_value::<Lenient<ContextManagementFields>>(&body[r])
+            .and_then(|edits| edits.0?.cleared());
+    }
     ResponseFacts {
         usage,
         model,
@@ -544,6 +606,8 @@ struct EventFields {
     diagnostics: Option<Value>,
     message: Option<HeadFields>,
     response: Option<HeadFields>,
+    #[serde(default)]
+    context_management: Lenient<ContextManagementFields>,
 }
 
 impl EventFields {
@@ -619,7 +683,11 @@ impl StreamUsage {
         };
         match endpoint {
             Endpoint::Messages => {
-                usage.merge_anthropic(self.usage.get_or_insert_with(Usage::default));
+                let into = self.usage.get_or_insert_with(Usage::default);
+                usage.merge_anthropic(into);
+                if let Some(edits) = &v.context_management.0 {
+                    into.cleared = edits.cleared();
+                }
             }
             Endpoint::Chat => self.usage = Some(usage.openai_chat()),
             Endpoint::Responses => self.usage = Some(usage.openai_responses()),
@@ -860,6 +928,42 @@ mod tests {
             (one.cache_read, one.prompt_read(), one.left_cached()),
             (5200, 5200, 5200)
         );
+    }
+
+    /// The edits a context-edited answer applied (platform.claude.com, Context editing,
+    /// "Context editing response": `context_management.applied_edits` beside the usage, in
+    /// the final `message_delta` when streamed): tool-use clearing is kept with the usage;
+    /// thinking clearing, which the thinking rule already models, is not.
+    #[test]
+    fn cleared_tool_uses_are_read_from_the_answer() {
+        let edits = json!({"applied_edits": [
+            {"type": "clear_thinking_20251015", "cleared_thinking_turns": 3, "cleared_input_tokens": 15000},
+            {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 8, "cleared_input_tokens": 50000}]});
+        let body = json!({"id": "msg_1", "context_management": edits,
+            "usage": {"input_tokens": 10, "cache_read_input_tokens": 900, "output_tokens": 5}});
+        let usage = read_response_body(Endpoint::Messages, &serde_json::to_vec(&body).unwrap())
+            .usage
+            .unwrap();
+        let expected = Some(Cleared {
+            tool_uses: 8,
+            input_tokens: 50_000,
+        });
+        assert_eq!(usage.cleared, expected);
+        let mut stream = StreamUsage::default();
+        let delta = json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 5}, "context_management": edits});
+        stream.on_event(
+            Endpoint::Messages,
+            "message_delta",
+            delta.to_string().as_bytes(),
+        );
+        assert_eq!(stream.usage().unwrap().cleared, expected);
+        let none = json!({"id": "msg_2", "context_management": {"applied_edits": []},
+            "usage": {"input_tokens": 10}});
+        let usage = read_response_body(Endpoint::Messages, &serde_json::to_vec(&none).unwrap())
+            .usage
+            .unwrap();
+        assert_eq!(usage.cleared, None);
     }
 
     /// A count named twice reads as a `Value` reads it: the last one stands, in an answer

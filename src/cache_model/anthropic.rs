@@ -50,8 +50,15 @@ impl AnthropicCache {
         config: &CacheModelConfig,
     ) -> Result<Accounting, ApiError> {
         let trigger = anthropic::compaction_trigger(req).map_err(ApiError::invalid)?;
-        let first = self.account_prompt(req, now_ms, config)?;
+        // Tool results the provider clears before sampling are not in the prompt it caches.
+        let edited = super::context_editing::apply(req, Self::count_tokens)?;
+        let (req, cleared) = match &edited {
+            Some((edited, cleared)) => (edited, Some(*cleared)),
+            None => (req, None),
+        };
+        let mut first = self.account_prompt(req, now_ms, config)?;
         if trigger.is_none_or(|t| first.input_tokens < t) {
+            first.cleared = cleared;
             return Ok(first);
         }
         let summary = format!(
@@ -63,6 +70,7 @@ impl AnthropicCache {
             {"type": anthropic::COMPACTION_BLOCK, "content": summary}
         ]}]);
         let mut answer = self.account_prompt(&compacted, now_ms, config)?;
+        answer.cleared = cleared;
         answer.compaction = Some(Box::new(Compaction {
             output_tokens: super::tokens::count(&summary),
             summary,
@@ -152,6 +160,7 @@ impl AnthropicCache {
                 partition: None,
             },
             compaction: None,
+            cleared: None,
         })
     }
 

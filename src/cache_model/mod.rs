@@ -7,6 +7,7 @@ mod anthropic;
 pub mod anthropic_prompt;
 pub mod boundaries;
 mod clock;
+pub mod context_editing;
 pub mod diagnosis;
 mod hash;
 mod openai;
@@ -123,6 +124,9 @@ pub struct Accounting {
     /// The compaction sampled before this answer, when the request's prompt reached its
     /// `compact_20260112` trigger (Anthropic).
     pub compaction: Option<Box<Compaction>>,
+    /// What a `clear_tool_uses` context edit cleared from the prompt before it was
+    /// sampled (Anthropic).
+    pub cleared: Option<crate::usage::Cleared>,
 }
 
 /// A server-side compaction: the sampling over the prompt as sent, and the summary it
@@ -156,6 +160,7 @@ impl Accounting {
             uncached: self.uncached(),
             output: output_tokens,
             iterations: None,
+            cleared: self.cleared,
         };
         if let Some(compaction) = &self.compaction {
             let first = compaction.sampling.usage(0);

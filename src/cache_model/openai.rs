@@ -108,6 +108,7 @@ impl OpenAiCache {
                 partition: Some(prompt.cache_key.clone()),
             },
             compaction: None,
+            cleared: None,
         })
     }
 

@@ -432,3 +432,70 @@ fn a_compaction_samples_twice_and_the_summary_is_what_stays_cached() {
         assert!(err.message.contains("trigger"), "{}", err.message);
     }
 }
+
+/// Tool-result clearing (platform.claude.com, Context editing: `clear_tool_uses_20250919`
+/// "clears the oldest tool results in chronological order", keeping `keep` tool uses, and
+/// "invalidates cached prompt prefixes when content is cleared"): past the trigger the
+/// prompt the cache sees has the older results replaced, so a request reads only up to the
+/// first result cleared since the previous one; results cleared once stay cleared, so the
+/// next request reads further. `exclude_tools` are never cleared; below `clear_at_least`
+/// the edit is not applied.
+#[test]
+fn clearing_old_tool_results_cuts_the_cached_prefix_where_it_clears() {
+    let system: String = (0..5).map(text).collect();
+    let loop_of = |steps: usize| {
+        let mut messages = vec![json!({"role": "user", "content": "Read the modules."})];
+        for i in 0..steps {
+            let id = format!("toolu_{i:04}");
+            let name = if i == 0 { "Memory" } else { "Read" };
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": id, "name": name, "input": {"path": format!("src/m{i}.rs")}}]}));
+            messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": text(100 + i)}]}));
+        }
+        if let Some(last) = messages.last_mut() {
+            last["content"][0]["cache_control"] = json!({"type": "ephemeral"});
+        }
+        messages
+    };
+    let request = |steps: usize, edit: Value| {
+        json!({"model": SONNET, "max_tokens": 10,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "context_management": {"edits": [edit]},
+            "messages": loop_of(steps)})
+    };
+    let edit = json!({"type": "clear_tool_uses_20250919",
+        "trigger": {"type": "tool_uses", "value": 4}, "keep": {"type": "tool_uses", "value": 2},
+        "exclude_tools": ["Memory"]});
+    let mut m = CacheModel::default();
+    let mut before = run(&mut m, &request(4, edit.clone()), 0);
+    assert_eq!(before.cleared, None, "at the trigger, not past it");
+    for (steps, cleared) in [(5, 2), (6, 3)] {
+        let a = run(&mut m, &request(steps, edit.clone()), 1_000 * steps as u64);
+        let c = a.cleared.expect("past the trigger");
+        assert_eq!(c.tool_uses, cleared, "all but the last two, never Memory");
+        assert!(c.input_tokens > 250 * cleared, "{c:?}");
+        let unedited =
+            CacheModel::count_tokens(Endpoint::Messages, &request(steps, json!({}))).unwrap();
+        assert_eq!(a.input_tokens + c.input_tokens, unedited);
+        assert!(
+            a.cache_read < before.cache_read + before.cache_write(),
+            "the prefix breaks at the newly cleared result"
+        );
+        assert!(a.cache_read > crate::tokens::count(&system));
+        assert_eq!(a.usage(1).cleared, Some(c));
+        before = a;
+    }
+
+    let mut least = edit.clone();
+    least["clear_at_least"] = json!({"type": "input_tokens", "value": 1_000_000});
+    let a = run(&mut CacheModel::default(), &request(6, least), 0);
+    assert_eq!(a.cleared, None, "too little to clear");
+
+    let mut bad = edit;
+    bad["keep"] = json!({"type": "input_tokens", "value": 3});
+    let err = CacheModel::default()
+        .account(Endpoint::Messages, &request(6, bad), 0)
+        .unwrap_err();
+    assert!(err.message.contains("keep.type"), "{}", err.message);
+}

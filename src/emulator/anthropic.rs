@@ -44,7 +44,21 @@ pub fn message(turn: &Turn, diagnostics: Option<&Value>) -> Value {
     if let Some(d) = diagnostics {
         message["diagnostics"] = d.clone();
     }
+    if let Some(edits) = applied_edits(turn) {
+        message["context_management"] = edits;
+    }
     message
+}
+
+/// The answer's `context_management` when a `clear_tool_uses` edit cleared tool uses
+/// (platform.claude.com, Context editing, "Context editing response").
+fn applied_edits(turn: &Turn) -> Option<Value> {
+    let cleared = turn.accounting.cleared?;
+    Some(json!({"applied_edits": [{
+        "type": crate::providers::anthropic::CLEAR_TOOL_USES_EDIT,
+        "cleared_tool_uses": cleared.tool_uses,
+        "cleared_input_tokens": cleared.input_tokens,
+    }]}))
 }
 
 /// The streaming events, in the API's order (`diagnostics` rides on `message_start`).
@@ -53,6 +67,10 @@ pub fn events(turn: &Turn, diagnostics: Option<&Value>) -> Vec<Bytes> {
     let mut start = message(turn, diagnostics);
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
+    if let Some(fields) = start.as_object_mut() {
+        // Streamed, the applied edits come in the final `message_delta`.
+        fields.remove("context_management");
+    }
     start["usage"] = turn.accounting.anthropic_usage_json(1);
     if let Some(fields) = start["usage"].as_object_mut() {
         fields.remove("iterations");
@@ -127,14 +145,15 @@ pub fn events(turn: &Turn, diagnostics: Option<&Value>) -> Vec<Bytes> {
     if let Some(iterations) = a.anthropic_usage_json(turn.output_tokens).get("iterations") {
         usage["iterations"] = iterations.clone();
     }
-    out.push(sse(
-        Some("message_delta"),
-        &json!({
-            "type": "message_delta",
-            "delta": {"stop_reason": stop, "stop_sequence": null},
-            "usage": usage,
-        }),
-    ));
+    let mut delta = json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": stop, "stop_sequence": null},
+        "usage": usage,
+    });
+    if let Some(edits) = applied_edits(turn) {
+        delta["context_management"] = edits;
+    }
+    out.push(sse(Some("message_delta"), &delta));
     out.push(sse(Some("message_stop"), &json!({"type": "message_stop"})));
     out
 }

@@ -38,12 +38,16 @@ pub enum BreakReason {
     /// An OpenAI miss while the lane sent more requests in a minute than one machine
     /// takes for a prefix and `prompt_cache_key`: the provider routes some elsewhere.
     RateOverflow,
+    /// The provider's context editing (Anthropic `clear_tool_uses_*`, as its answer's
+    /// `context_management.applied_edits` says) cleared tool results from the prompt
+    /// before it was cached: the prefix ends at the first one cleared since.
+    ContextEdited,
     /// The provider read less than the session's history says was cached and reachable.
     Unexplained,
 }
 
 impl BreakReason {
-    pub const ALL: [BreakReason; 11] = [
+    pub const ALL: [BreakReason; 12] = [
         BreakReason::ModelChanged,
         BreakReason::ToolsChanged,
         BreakReason::SystemChanged,
@@ -54,6 +58,7 @@ impl BreakReason {
         BreakReason::OutsideLookback,
         BreakReason::ThinkingDropped,
         BreakReason::RateOverflow,
+        BreakReason::ContextEdited,
         BreakReason::Unexplained,
     ];
 
@@ -69,6 +74,7 @@ impl BreakReason {
             BreakReason::OutsideLookback => "outside_lookback",
             BreakReason::ThinkingDropped => "thinking_dropped",
             BreakReason::RateOverflow => "rate_overflow",
+            BreakReason::ContextEdited => "context_edited",
             BreakReason::Unexplained => "unexplained",
         }
     }
@@ -172,6 +178,7 @@ pub fn agrees_with_provider(ours: Option<&Diagnosis>, theirs: &serde_json::Value
         | BreakReason::BelowMinimum
         | BreakReason::OutsideLookback
         | BreakReason::RateOverflow
+        | BreakReason::ContextEdited
         | BreakReason::Unexplained => None,
     });
     Some(ours == theirs)
@@ -438,6 +445,16 @@ fn anthropic_miss(
         d.detail = format!("the provider drops earlier thinking from message {at} on");
         return Some(d);
     }
+    // A small slack for counting differences; anything more is the provider's doing.
+    let short = read + (cached / 200).max(16) < cached;
+    if let Some(cleared) = cur.usage.cleared.filter(|_| short) {
+        d.reason = BreakReason::ContextEdited;
+        d.detail = format!(
+            "the provider's context editing cleared {} tool uses ({} tokens) before caching the prompt; read {read} of the {cached} tokens cached by the previous request",
+            cleared.tool_uses, cleared.input_tokens
+        );
+        return Some(d);
+    }
     let reaches = |m: &Mark| m.block >= entry.block && m.block - entry.block < LOOKBACK;
     if !cur.shape.marks.iter().any(reaches) {
         if let Some(d) = below_minimum(cur, tokens_through, &base) {
@@ -453,8 +470,7 @@ fn anthropic_miss(
         };
         return Some(d);
     }
-    // A small slack for counting differences; anything more is the provider's doing.
-    if read + (cached / 200).max(16) >= cached {
+    if !short {
         return None;
     }
     d.detail = format!("read {read} of the {cached} tokens cached by the previous request");

@@ -516,3 +516,69 @@ fn a_compaction_is_not_a_break_before_or_after() {
         "the summary's prompt is all that was left cached"
     );
 }
+
+/// A miss on a request whose answer says the provider cleared tool results
+/// (`context_management.applied_edits`, platform.claude.com, Context editing: clearing
+/// "invalidates cached prompt prefixes") is put down to that, not left unexplained. The
+/// usage is read from answers shaped like Claude's.
+#[test]
+fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
+    use super::{diagnose, BreakReason, Current, Previous};
+    use crate::measure::PromptShape;
+    use crate::usage::read_response_body;
+    let shape = |steps: usize| {
+        let mut messages = vec![json!({"role": "user", "content": "Read the modules."})];
+        for i in 0..steps {
+            let id = format!("toolu_{i:04}");
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "tool_use", "id": id, "name": "Read", "input": {"path": format!("m{i}.rs")}}]}));
+            messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": "fn main() {}",
+                 "cache_control": {"type": "ephemeral"}}]}));
+        }
+        let body = json!({"model": "claude-opus-4-6", "max_tokens": 64,
+            "system": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}],
+            "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+            "messages": messages});
+        let env = Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap();
+        PromptShape::of(&env, 0)
+    };
+    let answer = |body: Value| {
+        read_response_body(Endpoint::Messages, &serde_json::to_vec(&body).unwrap())
+            .usage
+            .unwrap()
+    };
+    let before = answer(
+        json!({"id": "msg_1", "usage": {"input_tokens": 3, "output_tokens": 40,
+        "cache_read_input_tokens": 101_000, "cache_creation_input_tokens": 900}}),
+    );
+    let cleared = answer(json!({"id": "msg_2",
+        "context_management": {"applied_edits": [{"type": "clear_tool_uses_20250919",
+            "cleared_tool_uses": 8, "cleared_input_tokens": 52_000}]},
+        "usage": {"input_tokens": 3, "output_tokens": 40,
+            "cache_read_input_tokens": 6_000, "cache_creation_input_tokens": 44_800}}));
+    let (s1, s2) = (shape(30), shape(31));
+    let d = diagnose(
+        &Previous {
+            shape: &s1,
+            usage: before,
+            time_ms: 0,
+        },
+        &Current {
+            shape: &s2,
+            usage: cleared,
+            time_ms: 10_000,
+            min_tokens: 1024,
+            thinking_stripped_from: None,
+        },
+        &|_| 0,
+    )
+    .expect("a miss");
+    assert_eq!(d.reason, BreakReason::ContextEdited, "{d:?}");
+    assert!(d.detail.contains("cleared 8 tool uses"), "{}", d.detail);
+}

@@ -243,6 +243,7 @@ fn mixed_ttl_cost() {
         uncached: 1_000_000,
         output: 0,
         iterations: None,
+        cleared: None,
     };
     // 0.30 read + 3.75 5m + 6.00 1h + 3.00 uncached
     assert!((m.cost_usd(&u) - 13.05).abs() < 1e-9);

@@ -43,6 +43,17 @@ pub const COMPACT_EDIT: &str = "compact_20260112";
 pub const COMPACT_TRIGGER_DEFAULT: u64 = 150_000;
 pub const COMPACT_TRIGGER_MIN: u64 = 50_000;
 
+/// The `context_management` edit that clears old tool results once the prompt passes its
+/// trigger (beta `context-management-2025-06-27`; platform.claude.com, Context editing):
+/// the provider replaces the oldest results with a placeholder, which "invalidates cached
+/// prompt prefixes". Its answer lists it in `context_management.applied_edits`.
+pub const CLEAR_TOOL_USES_EDIT: &str = "clear_tool_uses_20250919";
+
+/// Whether an applied edit's `type` is a tool-result clearing (any dated version).
+pub fn is_tool_clearing_edit(kind: &str) -> bool {
+    kind.starts_with("clear_tool_uses")
+}
+
 /// Where the provider's prompt starts in `messages`: the last compaction block, as
 /// (message, block), if there is one.
 pub fn compaction_start(messages: &[Value]) -> Option<(usize, usize)> {

@@ -204,6 +204,7 @@ fn usage(read: u64, write: u64, write_1h: u64, uncached: u64, output: u64) -> Op
         uncached,
         output,
         iterations: None,
+        cleared: None,
     })
 }
 

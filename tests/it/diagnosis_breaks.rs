@@ -740,3 +740,43 @@ async fn a_server_side_compaction_is_billed_and_not_a_break() {
         rig.emulator.shutdown().await;
     }
 }
+
+/// Anthropic's tool-result clearing (`clear_tool_uses_20250919`, platform.claude.com,
+/// Context editing) in a pi-shaped tool loop: past the trigger, each request's answer says
+/// the provider cleared the oldest results, and each reads only up to the first result
+/// cleared since the previous request. Those misses are `context_edited`, live and
+/// replayed alike; before the trigger nothing is lost.
+#[tokio::test]
+async fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
+    let system = system_text();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            let mut messages = vec![user("Read every module and summarise them.")];
+            for i in 0..7 {
+                let id = format!("toolu_{i:04}");
+                messages.push(json!({"role": "assistant", "content": [
+                    {"type": "tool_use", "id": id, "name": "read", "input": {"path": format!("src/m{i}.rs")}}]}));
+                messages.push(json!({"role": "user", "content": [{"type": "tool_result",
+                    "tool_use_id": id, "content": format!("// module {i}\n{}", "pub fn step() {}\n".repeat(150))}]}));
+                let mut body = pi_request(SONNET, &system, &["read"], &messages);
+                body["context_management"] = json!({"edits": [{"type": "clear_tool_uses_20250919",
+                    "trigger": {"type": "tool_uses", "value": 3},
+                    "keep": {"type": "tool_uses", "value": 2}}]});
+                rig.send("s", &body).await;
+            }
+        },
+        &[],
+    )
+    .await;
+    // Requests 0-2 hold at most 3 tool uses; from request 3 on, older results are cleared.
+    for (i, diagnosis) in d.iter().enumerate() {
+        if i < 3 {
+            assert!(diagnosis.is_null(), "request {i}: {d:#?}");
+        } else {
+            assert_eq!(diagnosis["reason"], "context_edited", "request {i}: {d:#?}");
+            assert!(
+                diagnosis["read"].as_u64().unwrap() < diagnosis["expected_read"].as_u64().unwrap()
+            );
+        }
+    }
+}
