@@ -39,8 +39,13 @@ pub const MIN_CACHED_TOKENS: u64 = 1024;
 pub const STEP_TOKENS: u64 = 128;
 /// Tokens of the prompt start that choose the machine.
 pub const ROUTING_TOKENS: usize = 256;
+/// The `prompt_cache_retention` value that keeps entries for a day.
+pub const EXTENDED_RETENTION: &str = "24h";
 /// Lifetime with `prompt_cache_retention: "24h"`.
 const EXTENDED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+/// The shortest idle time the provider keeps a prefix: the guide's "5 to 10 minutes of
+/// inactivity" (the model evicts after 10, `CacheModelConfig::openai_idle_secs`).
+const MIN_IDLE_MS: u64 = 5 * 60 * 1000;
 /// The `ttl` of GPT-5.6 breakpoints: a minimum lifetime.
 const BREAKPOINT_TTL_MS: u64 = 30 * 60 * 1000;
 /// Explicit breakpoints written per request (GPT-5.6: "up to four").
@@ -269,6 +274,21 @@ pub(super) fn write_positions(prompt: &OpenAiPrompt) -> Vec<usize> {
     positions.sort_unstable();
     positions.dedup();
     positions
+}
+
+/// How long the provider surely keeps a request's idle prefix: 5 minutes, a day with
+/// extended retention, at least the 30-minute `ttl` of GPT-5.6 breakpoints. A miss after a
+/// longer gap is an expiry; before it, something else.
+pub fn surely_kept_ms(model: &str, retention_24h: bool) -> u64 {
+    let mut keep_ms = if retention_24h {
+        EXTENDED_RETENTION_MS
+    } else {
+        MIN_IDLE_MS
+    };
+    if takes_breakpoints(model) {
+        keep_ms = keep_ms.max(BREAKPOINT_TTL_MS);
+    }
+    keep_ms
 }
 
 /// How long a request's entries live.

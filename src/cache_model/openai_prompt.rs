@@ -124,7 +124,8 @@ pub fn render(endpoint: Endpoint, req: &Value) -> Result<OpenAiPrompt, ApiError>
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string(),
-        retention_24h: obj.get("prompt_cache_retention").and_then(Value::as_str) == Some("24h"),
+        retention_24h: obj.get("prompt_cache_retention").and_then(Value::as_str)
+            == Some(super::openai::EXTENDED_RETENTION),
     })
 }
 

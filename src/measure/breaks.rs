@@ -150,6 +150,9 @@ pub struct Current<'a> {
     /// The first history message whose thinking the provider drops for this request (a
     /// new turn on a model that keeps no earlier thinking), if any.
     pub thinking_stripped_from: Option<usize>,
+    /// OpenAI: the request asks for `prompt_cache_retention: "24h"` (see
+    /// [`retention_24h`]).
+    pub retention_24h: bool,
 }
 
 /// Whether cachet's diagnosis and the provider's own (`diagnostics` of an Anthropic answer)
@@ -216,6 +219,17 @@ pub fn thinking_stripped_from(env: &crate::envelope::Envelope) -> Option<usize> 
         .collect();
     let newest = stripped.iter().map(|&i| turn_of(i)).max()?;
     stripped.into_iter().find(|&i| turn_of(i) == newest)
+}
+
+/// Whether an OpenAI request asks the provider to keep its prefix for a day: an agent sends
+/// the same retention on every request, so this request's says how long the previous
+/// one's prefix was kept. Only that option is parsed.
+pub fn retention_24h(env: &crate::envelope::Envelope) -> bool {
+    matches!(env.endpoint(), Endpoint::Chat | Endpoint::Responses)
+        && env
+            .option_raw("prompt_cache_retention")
+            .and_then(|raw| serde_json::from_slice::<String>(raw).ok())
+            .is_some_and(|v| v == crate::cache_model::EXTENDED_RETENTION)
 }
 
 /// Minimum cacheable prefix assumed for a model missing from the table.
@@ -289,9 +303,6 @@ fn without_thinking(message: &serde_json::Value) -> (serde_json::Value, usize) {
     }
     (out, removed)
 }
-
-/// OpenAI keeps idle prefixes for 5 to 10 minutes: past 5, a miss is explained.
-const OPENAI_IDLE_SECS: u64 = 300;
 
 /// Diagnose `cur` against the previous request of its lane. `tokens_through(block)` is
 /// the number of prompt tokens up to and including a block of `cur`, or any number at or
@@ -536,9 +547,12 @@ fn openai_miss(
     let mut d = base(Section::Messages, BreakReason::Unexplained, String::new());
     d.expected_read = (expected > 0).then_some(expected);
     let gap_secs = cur.time_ms.saturating_sub(prev.time_ms) / 1000;
-    if gap_secs > OPENAI_IDLE_SECS {
+    let kept_secs = crate::cache_model::surely_kept_ms(&cur.shape.model, cur.retention_24h) / 1000;
+    if gap_secs > kept_secs {
         d.reason = BreakReason::TtlExpired;
-        d.detail = format!("{gap_secs} s idle; the provider keeps prefixes 5 to 10 minutes");
+        d.detail = format!(
+            "{gap_secs} s idle; the provider keeps an idle prefix of this request at least {kept_secs} s"
+        );
     } else if expected > 0 {
         d.detail =
             format!("read {read} tokens; the previous request read {expected} of the same prefix");

@@ -302,6 +302,7 @@ fn only_an_anthropic_request_with_markers_that_cached_nothing_counts_tokens() {
             time_ms: 0,
             min_tokens: 1024,
             thinking_stripped_from: None,
+            retention_24h: false,
         })
     };
     let nothing_cached = Usage {
@@ -429,6 +430,7 @@ fn an_openai_miss_after_a_stored_prompt_names_what_was_stored() {
         time_ms: 2_000,
         min_tokens: 1024,
         thinking_stripped_from: None,
+        retention_24h: false,
     };
     let d = diagnose(&previous, &current, &|_| 0).expect("a miss");
     assert_eq!(d.reason, BreakReason::Unexplained);
@@ -491,6 +493,7 @@ fn a_compaction_is_not_a_break_before_or_after() {
         time_ms,
         min_tokens: 1024,
         thinking_stripped_from: None,
+        retention_24h: false,
     };
     let previous = |shape, usage, time_ms| Previous {
         shape,
@@ -575,10 +578,82 @@ fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
             time_ms: 10_000,
             min_tokens: 1024,
             thinking_stripped_from: None,
+            retention_24h: false,
         },
         &|_| 0,
     )
     .expect("a miss");
     assert_eq!(d.reason, BreakReason::ContextEdited, "{d:?}");
     assert!(d.detail.contains("cleared 8 tool uses"), "{}", d.detail);
+}
+
+/// How long OpenAI keeps an idle prefix depends on the request: 5 to 10 minutes, but 24
+/// hours with `prompt_cache_retention: "24h"` (platform.openai.com, Prompt caching,
+/// "Prompt cache retention": `in_memory` or `24h`, "up to a maximum of 24 hours" as
+/// openai-agents-python's `ModelSettings` puts it) and at least the 30-minute `ttl` of GPT-5.6
+/// breakpoints. A miss after 20 idle minutes is an expiry only on the first kind; on the
+/// others the prefix should still have been there, and the miss stays unexplained.
+#[test]
+fn an_openai_miss_after_a_pause_is_an_expiry_only_past_the_retention() {
+    use super::{diagnose, retention_24h, BreakReason, Current, Previous};
+    use crate::measure::PromptShape;
+    use crate::usage::Usage;
+    let shapes = |model: &str, retention: Option<&str>| {
+        let body = |n: usize| {
+            let mut input =
+                vec![json!({"role": "developer", "content": "Be careful. ".repeat(900)})];
+            for i in 0..=n {
+                input.push(json!({"role": "user", "content": format!("question {i}")}));
+            }
+            let mut body = json!({"model": model, "input": input, "prompt_cache_key": "s1"});
+            if let Some(r) = retention {
+                body["prompt_cache_retention"] = json!(r);
+            }
+            Envelope::parse(
+                Provider::OpenAi,
+                Endpoint::Responses,
+                Bytes::from(serde_json::to_vec(&body).unwrap()),
+            )
+            .unwrap()
+        };
+        let (a, b) = (body(0), body(1));
+        (
+            PromptShape::of(&a, 0),
+            PromptShape::of(&b, 0),
+            retention_24h(&b),
+        )
+    };
+    let reason = |model: &str, retention: Option<&str>| {
+        let (first, second, extended) = shapes(model, retention);
+        let previous = Previous {
+            shape: &first,
+            usage: Usage {
+                cache_read: 2560,
+                uncached: 140,
+                ..Default::default()
+            },
+            time_ms: 0,
+        };
+        let current = Current {
+            shape: &second,
+            usage: Usage {
+                uncached: 2710,
+                ..Default::default()
+            },
+            time_ms: 20 * 60 * 1000,
+            min_tokens: 1024,
+            thinking_stripped_from: None,
+            retention_24h: extended,
+        };
+        diagnose(&previous, &current, &|_| 0)
+            .expect("a miss")
+            .reason
+    };
+    assert_eq!(reason("gpt-4.1", None), BreakReason::TtlExpired);
+    assert_eq!(
+        reason("gpt-4.1", Some("in_memory")),
+        BreakReason::TtlExpired
+    );
+    assert_eq!(reason("gpt-4.1", Some("24h")), BreakReason::Unexplained);
+    assert_eq!(reason("gpt-5.6", None), BreakReason::Unexplained);
 }
