@@ -657,3 +657,68 @@ fn an_openai_miss_after_a_pause_is_an_expiry_only_past_the_retention() {
     assert_eq!(reason("gpt-4.1", Some("24h")), BreakReason::Unexplained);
     assert_eq!(reason("gpt-5.6", None), BreakReason::Unexplained);
 }
+
+/// A request that ran a server-side tool loop (Claude Code's web search) samples several
+/// times, and its top-level counts add up every sampling's reads: "the
+/// `cache_read_input_tokens` value includes accumulated reads from multiple internal API
+/// calls made by the server-side tool" (platform.claude.com, Context editing, "Server-side
+/// tools"). What it left cached is its last sampling's prompt, which the next request
+/// reads in full: not a break.
+#[test]
+fn after_a_server_tool_loop_the_next_request_is_held_to_the_last_sampling() {
+    use super::{diagnose, Current, Previous};
+    use crate::measure::PromptShape;
+    use crate::usage::read_response_body;
+    let shape = |turns: usize| {
+        let mut messages = Vec::new();
+        for i in 0..turns {
+            messages.push(json!({"role": "user", "content": format!("search {i}")}));
+            messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("found {i}")}]}));
+        }
+        messages.push(json!({"role": "user", "content": [{"type": "text", "text": format!("search {turns}"), "cache_control": {"type": "ephemeral"}}]}));
+        let body = json!({"model": "claude-opus-4-6", "max_tokens": 64,
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            "messages": messages});
+        let env = Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap();
+        PromptShape::of(&env, 0)
+    };
+    let answer = |usage: Value| {
+        let body = serde_json::to_vec(&json!({"id": "msg_1", "usage": usage})).unwrap();
+        read_response_body(Endpoint::Messages, &body).usage.unwrap()
+    };
+    let sampling = |read: u64, write: u64| {
+        json!({"type": "message", "input_tokens": 2, "output_tokens": 300,
+            "cache_read_input_tokens": read, "cache_creation_input_tokens": write})
+    };
+    let searched = answer(json!({"input_tokens": 6, "output_tokens": 900,
+        "cache_read_input_tokens": 127_000, "cache_creation_input_tokens": 6_500,
+        "server_tool_use": {"web_search_requests": 2},
+        "iterations": [sampling(40_000, 2_000), sampling(42_000, 3_000), sampling(45_000, 1_500)]}));
+    let next = answer(json!({"input_tokens": 3, "output_tokens": 80,
+        "cache_read_input_tokens": 46_500, "cache_creation_input_tokens": 700}));
+    let (s1, s2) = (shape(5), shape(6));
+    assert_eq!(
+        diagnose(
+            &Previous {
+                shape: &s1,
+                usage: searched,
+                time_ms: 0,
+            },
+            &Current {
+                shape: &s2,
+                usage: next,
+                time_ms: 30_000,
+                min_tokens: 1024,
+                thinking_stripped_from: None,
+                retention_24h: false,
+            },
+            &|_| 0,
+        ),
+        None
+    );
+}
