@@ -354,6 +354,11 @@ pub fn diagnose(
             return diagnosis;
         }
     }
+    // A compaction since the previous request: the provider's prompt now starts at its
+    // summary, which nothing before it cached. Not a break, and nothing to hold it to.
+    if c.compacted_at.is_some_and(|at| at >= p.messages.len()) {
+        return None;
+    }
     // The prefix extends the previous one: was what it cached read?
     match p.endpoint {
         Endpoint::Chat | Endpoint::Responses => openai_miss(prev, cur, base),

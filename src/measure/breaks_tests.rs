@@ -722,3 +722,73 @@ fn after_a_server_tool_loop_the_next_request_is_held_to_the_last_sampling() {
         None
     );
 }
+
+/// OpenAI's server-side compaction (Responses `context_management` with
+/// `compact_threshold`; developers.openai.com, Compaction): the answer carries an opaque
+/// `compaction` item, the client appends it to its input, and the provider's prompt starts
+/// at the latest one. The next request then reads only what precedes the history, which is
+/// the compaction's doing, not a break; a later request is compared as usual.
+#[test]
+fn an_openai_request_after_a_compaction_is_not_a_break() {
+    use super::{diagnose, BreakReason, Current, Previous};
+    use crate::measure::PromptShape;
+    use crate::usage::Usage;
+    let shape = |items: &[Value]| {
+        let body = json!({"model": "gpt-5.6", "instructions": "You are Codex. ".repeat(300),
+            "input": items, "prompt_cache_key": "019a-thread", "store": false});
+        let env = Envelope::parse(
+            Provider::OpenAi,
+            Endpoint::Responses,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap();
+        PromptShape::of(&env, 0)
+    };
+    let user = |t: &str| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]});
+    let said = |t: &str| json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]});
+    let mut items = vec![user("fix the build")];
+    for i in 0..20 {
+        items.push(json!({"type": "function_call", "call_id": format!("call_{i}"), "name": "shell", "arguments": "{\"cmd\":\"cargo build\"}"}));
+        items.push(json!({"type": "function_call_output", "call_id": format!("call_{i}"), "output": "error[E0308]".repeat(40)}));
+    }
+    let before = shape(&items);
+    items.push(json!({"type": "compaction", "encrypted_content": "gAAAAABpQ2x1c3Rlcg"}));
+    items.push(said("The build is fixed."));
+    items.push(user("now run the tests"));
+    let after = shape(&items);
+    assert_eq!(after.compacted_at, Some(41));
+    let usage = |read: u64, total: u64| Usage {
+        cache_read: read,
+        uncached: total - read,
+        ..Default::default()
+    };
+    let at = |shape, usage, time_ms| Current {
+        shape,
+        usage,
+        time_ms,
+        min_tokens: 1024,
+        thinking_stripped_from: None,
+        retention_24h: false,
+    };
+    let previous = Previous {
+        shape: &before,
+        usage: usage(9_000, 9_400),
+        time_ms: 0,
+    };
+    assert_eq!(
+        diagnose(&previous, &at(&after, usage(0, 1_900), 4_000), &|_| 0),
+        None,
+        "the prompt restarted at the compaction item"
+    );
+    // The next request extends the compacted one: a miss there is diagnosed as ever.
+    items.push(said("Tests pass."));
+    items.push(user("commit"));
+    let later = shape(&items);
+    let previous = Previous {
+        shape: &after,
+        usage: usage(0, 1_900),
+        time_ms: 4_000,
+    };
+    let d = diagnose(&previous, &at(&later, usage(0, 2_000), 8_000), &|_| 0);
+    assert_eq!(d.map(|d| d.reason), Some(BreakReason::Unexplained));
+}

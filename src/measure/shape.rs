@@ -84,6 +84,9 @@ pub struct PromptShape {
     pub tail: Vec<MessageKey>,
     /// Cache markers in prompt order (Anthropic).
     pub marks: Vec<Mark>,
+    /// The last history message holding the provider's compaction summary, if any: the
+    /// provider's prompt starts there.
+    pub compacted_at: Option<usize>,
 }
 
 fn list_key(items: &[Named]) -> Option<MessageKey> {
@@ -127,6 +130,11 @@ impl PromptShape {
         let mut messages = history;
         let tail = messages.split_off(cut);
         let marks = marks_of(env, cut);
+        let compacted_at = env
+            .history_kinds()
+            .iter()
+            .take(cut)
+            .rposition(|k| k.compaction);
         PromptShape {
             endpoint,
             model: env.meta.model.clone(),
@@ -137,6 +145,7 @@ impl PromptShape {
             messages,
             tail,
             marks,
+            compacted_at,
         }
     }
 }

@@ -626,6 +626,7 @@ async fn previous_shape(
         messages: log.sent_keys(prev.request_index).unwrap_or_default(),
         tail: prev.tail.clone(),
         marks: prev.marks.clone(),
+        compacted_at: None,
     }
 }
 

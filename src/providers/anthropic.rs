@@ -118,6 +118,10 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
                 match scan::str_field(b, block.start, "type").as_deref() {
                     Some("tool_use") => kind.calls_tool = true,
                     Some("tool_result") => kind.tool_result = true,
+                    Some(COMPACTION_BLOCK) => {
+                        kind.compaction = true;
+                        kind.other_content = true;
+                    }
                     _ => kind.other_content = true,
                 }
             }

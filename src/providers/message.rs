@@ -78,6 +78,9 @@ pub struct MsgKind {
     pub tool_result: bool,
     /// Carries something besides tool results (text, images, ...).
     pub other_content: bool,
+    /// Carries the provider's summary of everything before it (an Anthropic `compaction`
+    /// block, a Responses `compaction` item): the provider's prompt starts there.
+    pub compaction: bool,
 }
 
 /// A message's kind, read by its API's module.

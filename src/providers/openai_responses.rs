@@ -33,8 +33,16 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
     kind.from_model =
         kind.calls_tool || t == "reasoning" || (t == "message" && kind.role == "assistant");
     kind.other_content = !kind.tool_result;
+    kind.compaction = t == COMPACTION_ITEM;
     kind
 }
+
+/// The opaque item server-side compaction returns (`context_management` with
+/// `compact_threshold`, or `/responses/compact`). The client sends it back in its input,
+/// and may "drop items that came before the most recent compaction item"
+/// (developers.openai.com, Compaction, "Server-side compaction"): the prompt the provider
+/// samples, and caches, starts at the latest one.
+pub const COMPACTION_ITEM: &str = "compaction";
 
 /// Call outputs follow their calls (reasoning and further calls may sit between); a call
 /// is followed by its output, another call or reasoning; reasoning by the model's output.

@@ -155,6 +155,7 @@ mod tests {
             messages: Vec::new(),
             tail: Vec::new(),
             marks: Vec::new(),
+            compacted_at: None,
         }
     }
 
