@@ -244,6 +244,35 @@ proptest! {
     }
 }
 
+/// The prompt shape of a request body as sent.
+fn shape_of(provider: Provider, endpoint: Endpoint, body: &Value) -> crate::measure::PromptShape {
+    let body = Bytes::from(serde_json::to_vec(body).unwrap());
+    crate::measure::PromptShape::of(&Envelope::parse(provider, endpoint, body).unwrap(), 0)
+}
+
+/// The usage cachet reads from an Anthropic answer.
+fn anthropic_usage(answer: Value) -> crate::usage::Usage {
+    crate::usage::read_response_body(Endpoint::Messages, &serde_json::to_vec(&answer).unwrap())
+        .usage
+        .unwrap()
+}
+
+/// The request being diagnosed, with a 1024-token minimum and nothing else to say.
+fn current(
+    shape: &crate::measure::PromptShape,
+    usage: crate::usage::Usage,
+    time_ms: u64,
+) -> super::Current<'_> {
+    super::Current {
+        shape,
+        usage,
+        time_ms,
+        min_tokens: 1024,
+        thinking_stripped_from: None,
+        retention_24h: false,
+    }
+}
+
 /// The property above must meet requests where thinking is dropped: on an older model the
 /// previous turn's thinking goes, and the answer is that turn's first thinking message.
 #[test]
@@ -288,23 +317,10 @@ fn an_older_model_drops_the_previous_turns_thinking() {
 /// common on short prompts, never does.
 #[test]
 fn only_an_anthropic_request_with_markers_that_cached_nothing_counts_tokens() {
-    use super::{may_count_tokens, Current};
+    use super::may_count_tokens;
     use crate::measure::PromptShape;
     use crate::usage::Usage;
-    let shape_of = |provider, endpoint, body: &Value| {
-        let body = Bytes::from(serde_json::to_vec(body).unwrap());
-        PromptShape::of(&Envelope::parse(provider, endpoint, body).unwrap(), 0)
-    };
-    let asks = |shape: &PromptShape, usage: Usage| {
-        may_count_tokens(&Current {
-            shape,
-            usage,
-            time_ms: 0,
-            min_tokens: 1024,
-            thinking_stripped_from: None,
-            retention_24h: false,
-        })
-    };
+    let asks = |shape: &PromptShape, usage: Usage| may_count_tokens(&current(shape, usage, 0));
     let nothing_cached = Usage {
         uncached: 5000,
         ..Default::default()
@@ -394,7 +410,7 @@ fn only_an_unexplained_openai_miss_past_the_rate_is_an_overflow() {
 #[test]
 fn an_openai_miss_after_a_stored_prompt_names_what_was_stored() {
     use super::{diagnose, BreakReason, Current, Previous};
-    use crate::measure::PromptShape;
+
     use crate::usage::Usage;
     let body = |n: usize| {
         let mut messages = vec![json!({"role": "system", "content": "Be careful. ".repeat(900)})];
@@ -404,13 +420,7 @@ fn an_openai_miss_after_a_stored_prompt_names_what_was_stored() {
         }
         messages.push(json!({"role": "user", "content": format!("question {n}")}));
         let body = json!({"model": "gpt-4.1", "messages": messages});
-        let env = Envelope::parse(
-            Provider::OpenAi,
-            Endpoint::Chat,
-            Bytes::from(serde_json::to_vec(&body).unwrap()),
-        )
-        .unwrap();
-        PromptShape::of(&env, 0)
+        shape_of(Provider::OpenAi, Endpoint::Chat, &body)
     };
     let (first, second) = (body(0), body(1));
     let previous = Previous {
@@ -449,9 +459,8 @@ fn an_openai_miss_after_a_stored_prompt_names_what_was_stored() {
 /// read from answers shaped like Claude's (every iteration carries the cache fields).
 #[test]
 fn a_compaction_is_not_a_break_before_or_after() {
-    use super::{diagnose, Current, Previous};
-    use crate::measure::PromptShape;
-    use crate::usage::read_response_body;
+    use super::{diagnose, Previous};
+
     let shape = |turns: usize| {
         let mut messages = Vec::new();
         for i in 0..turns {
@@ -463,18 +472,9 @@ fn a_compaction_is_not_a_break_before_or_after() {
             "system": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}],
             "context_management": {"edits": [{"type": "compact_20260112"}]},
             "messages": messages});
-        let env = Envelope::parse(
-            Provider::Anthropic,
-            Endpoint::Messages,
-            Bytes::from(serde_json::to_vec(&body).unwrap()),
-        )
-        .unwrap();
-        PromptShape::of(&env, 0)
+        shape_of(Provider::Anthropic, Endpoint::Messages, &body)
     };
-    let usage = |usage: Value| {
-        let body = serde_json::to_vec(&json!({"id": "msg_1", "usage": usage})).unwrap();
-        read_response_body(Endpoint::Messages, &body).usage.unwrap()
-    };
+    let usage = |usage: Value| anthropic_usage(json!({"id": "msg_1", "usage": usage}));
     let counts = |kind: &str, read: u64, write: u64| {
         json!({"type": kind, "input_tokens": 3, "output_tokens": 200,
             "cache_read_input_tokens": read, "cache_creation_input_tokens": write})
@@ -487,14 +487,7 @@ fn a_compaction_is_not_a_break_before_or_after() {
     let after = usage(json!({"input_tokens": 3, "output_tokens": 90,
         "cache_read_input_tokens": 1_900, "cache_creation_input_tokens": 2_600}));
     let (s1, s2, s3) = (shape(40), shape(41), shape(42));
-    let at = |shape, usage, time_ms| Current {
-        shape,
-        usage,
-        time_ms,
-        min_tokens: 1024,
-        thinking_stripped_from: None,
-        retention_24h: false,
-    };
+    let at = |shape, usage, time_ms| current(shape, usage, time_ms);
     let previous = |shape, usage, time_ms| Previous {
         shape,
         usage,
@@ -526,9 +519,8 @@ fn a_compaction_is_not_a_break_before_or_after() {
 /// usage is read from answers shaped like Claude's.
 #[test]
 fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
-    use super::{diagnose, BreakReason, Current, Previous};
-    use crate::measure::PromptShape;
-    use crate::usage::read_response_body;
+    use super::{diagnose, BreakReason, Previous};
+
     let shape = |steps: usize| {
         let mut messages = vec![json!({"role": "user", "content": "Read the modules."})];
         for i in 0..steps {
@@ -543,19 +535,9 @@ fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
             "system": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}],
             "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
             "messages": messages});
-        let env = Envelope::parse(
-            Provider::Anthropic,
-            Endpoint::Messages,
-            Bytes::from(serde_json::to_vec(&body).unwrap()),
-        )
-        .unwrap();
-        PromptShape::of(&env, 0)
+        shape_of(Provider::Anthropic, Endpoint::Messages, &body)
     };
-    let answer = |body: Value| {
-        read_response_body(Endpoint::Messages, &serde_json::to_vec(&body).unwrap())
-            .usage
-            .unwrap()
-    };
+    let answer = anthropic_usage;
     let before = answer(
         json!({"id": "msg_1", "usage": {"input_tokens": 3, "output_tokens": 40,
         "cache_read_input_tokens": 101_000, "cache_creation_input_tokens": 900}}),
@@ -572,14 +554,7 @@ fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
             usage: before,
             time_ms: 0,
         },
-        &Current {
-            shape: &s2,
-            usage: cleared,
-            time_ms: 10_000,
-            min_tokens: 1024,
-            thinking_stripped_from: None,
-            retention_24h: false,
-        },
+        &current(&s2, cleared, 10_000),
         &|_| 0,
     )
     .expect("a miss");
@@ -666,9 +641,8 @@ fn an_openai_miss_after_a_pause_is_an_expiry_only_past_the_retention() {
 /// reads in full: not a break.
 #[test]
 fn after_a_server_tool_loop_the_next_request_is_held_to_the_last_sampling() {
-    use super::{diagnose, Current, Previous};
-    use crate::measure::PromptShape;
-    use crate::usage::read_response_body;
+    use super::{diagnose, Previous};
+
     let shape = |turns: usize| {
         let mut messages = Vec::new();
         for i in 0..turns {
@@ -679,18 +653,9 @@ fn after_a_server_tool_loop_the_next_request_is_held_to_the_last_sampling() {
         let body = json!({"model": "claude-opus-4-6", "max_tokens": 64,
             "tools": [{"type": "web_search_20250305", "name": "web_search"}],
             "messages": messages});
-        let env = Envelope::parse(
-            Provider::Anthropic,
-            Endpoint::Messages,
-            Bytes::from(serde_json::to_vec(&body).unwrap()),
-        )
-        .unwrap();
-        PromptShape::of(&env, 0)
+        shape_of(Provider::Anthropic, Endpoint::Messages, &body)
     };
-    let answer = |usage: Value| {
-        let body = serde_json::to_vec(&json!({"id": "msg_1", "usage": usage})).unwrap();
-        read_response_body(Endpoint::Messages, &body).usage.unwrap()
-    };
+    let answer = |usage: Value| anthropic_usage(json!({"id": "msg_1", "usage": usage}));
     let sampling = |read: u64, write: u64| {
         json!({"type": "message", "input_tokens": 2, "output_tokens": 300,
             "cache_read_input_tokens": read, "cache_creation_input_tokens": write})
@@ -709,14 +674,7 @@ fn after_a_server_tool_loop_the_next_request_is_held_to_the_last_sampling() {
                 usage: searched,
                 time_ms: 0,
             },
-            &Current {
-                shape: &s2,
-                usage: next,
-                time_ms: 30_000,
-                min_tokens: 1024,
-                thinking_stripped_from: None,
-                retention_24h: false,
-            },
+            &current(&s2, next, 30_000),
             &|_| 0,
         ),
         None
@@ -730,19 +688,13 @@ fn after_a_server_tool_loop_the_next_request_is_held_to_the_last_sampling() {
 /// the compaction's doing, not a break; a later request is compared as usual.
 #[test]
 fn an_openai_request_after_a_compaction_is_not_a_break() {
-    use super::{diagnose, BreakReason, Current, Previous};
-    use crate::measure::PromptShape;
+    use super::{diagnose, BreakReason, Previous};
+
     use crate::usage::Usage;
     let shape = |items: &[Value]| {
         let body = json!({"model": "gpt-5.6", "instructions": "You are Codex. ".repeat(300),
             "input": items, "prompt_cache_key": "019a-thread", "store": false});
-        let env = Envelope::parse(
-            Provider::OpenAi,
-            Endpoint::Responses,
-            Bytes::from(serde_json::to_vec(&body).unwrap()),
-        )
-        .unwrap();
-        PromptShape::of(&env, 0)
+        shape_of(Provider::OpenAi, Endpoint::Responses, &body)
     };
     let user = |t: &str| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]});
     let said = |t: &str| json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]});
@@ -762,14 +714,7 @@ fn an_openai_request_after_a_compaction_is_not_a_break() {
         uncached: total - read,
         ..Default::default()
     };
-    let at = |shape, usage, time_ms| Current {
-        shape,
-        usage,
-        time_ms,
-        min_tokens: 1024,
-        thinking_stripped_from: None,
-        retention_24h: false,
-    };
+    let at = |shape, usage, time_ms| current(shape, usage, time_ms);
     let previous = Previous {
         shape: &before,
         usage: usage(9_000, 9_400),

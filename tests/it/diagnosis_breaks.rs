@@ -637,26 +637,26 @@ async fn a_server_side_compaction_is_billed_and_not_a_break() {
             body
         };
         let mut compacted_at = None;
-        let mut answers = Vec::new();
+        // Per request: the answer's usage (when not streamed) and the session log's.
+        let mut usages = Vec::new();
         let d = live_and_replayed(
             async |rig: &mut Rig| {
                 let mut history = vec![big_user(0)];
                 for i in 1..14 {
                     let body = request(&history);
-                    let content = if stream && compacted_at.is_none() {
-                        let content = streamed_content(&rig.proxy, "s", &body).await;
-                        rig.sent += 1;
-                        wait_for_requests(&rig.proxy, "s", rig.sent).await;
-                        content
+                    let (content, answered) = if stream && compacted_at.is_none() {
+                        (streamed_content(&rig.proxy, "s", &body).await, Value::Null)
                     } else {
                         let (status, answer) = post_anthropic(&rig.proxy, "s", &body).await;
                         assert_eq!(status, 200, "{answer}");
-                        rig.sent += 1;
-                        wait_for_requests(&rig.proxy, "s", rig.sent).await;
-                        answers.push((i - 1, answer["usage"].clone()));
-                        answer["content"].as_array().unwrap().clone()
+                        let content = answer["content"].as_array().unwrap().clone();
+                        (content, answer["usage"].clone())
                     };
-                    let reply = json!({"role": "assistant", "content": content});
+                    rig.sent += 1;
+                    let log = wait_for_requests(&rig.proxy, "s", rig.sent).await;
+                    let entries = log["entries"].as_array().unwrap();
+                    let entry = entries.iter().rfind(|e| e["type"] == "request").unwrap();
+                    usages.push((answered, entry["usage"].clone()));
                     if content[0]["type"] == "compaction" {
                         assert!(
                             compacted_at.is_none(),
@@ -667,7 +667,7 @@ async fn a_server_side_compaction_is_billed_and_not_a_break() {
                             history.clear();
                         }
                     }
-                    history.push(reply);
+                    history.push(json!({"role": "assistant", "content": content}));
                     history.push(big_user(i));
                 }
             },
@@ -681,63 +681,29 @@ async fn a_server_side_compaction_is_billed_and_not_a_break() {
                 "keep {keep}, request {i} (compaction at {at}): {d:#?}"
             );
         }
-        // The requests after the compaction read the summary's prompt.
-        let later: Vec<&Value> = answers
-            .iter()
-            .filter(|(i, _)| *i > at)
-            .map(|(_, u)| u)
-            .collect();
-        assert!(!later.is_empty());
-        assert!(later
-            .iter()
-            .all(|u| u["cache_read_input_tokens"].as_u64().unwrap() > 0));
-        let _ = answers
-            .iter()
-            .find(|(i, _)| *i == at)
-            .map(|(_, u)| assert!(u["iterations"][0]["type"] == "compaction", "{u}"));
-        // What the session log bills for it: both samplings.
-        let mut rig = Rig::start(&[]).await;
-        let mut history = vec![big_user(0)];
-        let mut billed = None;
-        for i in 1..=at + 1 {
-            let (_, answer) = post_anthropic(&rig.proxy, "s", &request(&history)).await;
-            rig.sent += 1;
-            let log = wait_for_requests(&rig.proxy, "s", rig.sent).await;
-            let entry = log["entries"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .rfind(|e| e["type"] == "request")
-                .unwrap()
-                .clone();
-            if answer["content"][0]["type"] == "compaction" {
-                billed = Some((answer["usage"].clone(), entry["usage"].clone()));
-            }
-            history.push(json!({"role": "assistant", "content": answer["content"]}));
-            history.push(big_user(i));
+        // What the session log bills for the compaction, streamed or not: both samplings,
+        // the first over the whole prompt (at least the trigger), the second over the
+        // summary's.
+        let (answered, billed) = &usages[at];
+        let count = |k: &str| billed[k].as_u64().unwrap();
+        let input = count("cache_read") + count("cache_write") + count("uncached");
+        let iterations = &billed["iterations"];
+        let answer_prompt =
+            iterations["last_read"].as_u64().unwrap() + iterations["last_write"].as_u64().unwrap();
+        assert!(input >= answer_prompt + 50_000, "{billed}");
+        assert_eq!(iterations["compactions"], 1, "{billed}");
+        if !answered.is_null() {
+            assert_eq!(
+                answered["iterations"][0]["type"], "compaction",
+                "{answered}"
+            );
+            assert!(answered["cache_read_input_tokens"].as_u64().unwrap() < 50_000);
         }
-        let (top, entry) = billed.expect("compacted at the same request");
-        let input = |u: &Value| {
-            ["cache_read", "cache_write", "uncached"]
-                .iter()
-                .map(|k| u[k].as_u64().unwrap())
-                .sum::<u64>()
-        };
-        let top_input = [
-            "input_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens",
-        ]
-        .iter()
-        .map(|k| top[k].as_u64().unwrap())
-        .sum::<u64>();
-        assert!(
-            input(&entry) >= top_input + 50_000,
-            "the compaction's sampling is billed: {entry} against {top}"
-        );
-        assert_eq!(entry["iterations"]["compactions"], 1, "{entry}");
-        rig.proxy.shutdown().await;
-        rig.emulator.shutdown().await;
+        // The requests after it read the summary's prompt.
+        for (answered, billed) in &usages[at + 1..] {
+            assert!(billed["cache_read"].as_u64().unwrap() > 0, "{billed}");
+            assert!(answered["iterations"].is_null());
+        }
     }
 }
 
