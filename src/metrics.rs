@@ -137,6 +137,10 @@ pub struct Metrics {
     pub session_records_dropped: IntCounter,
     /// Requests where the provider's own cache diagnosis and cachet's disagree.
     pub diagnosis_disagreements: IntCounterVec,
+    /// What the provider did to prompts on its own, by `edit`: `compaction` (samplings
+    /// that compacted the conversation), `clear_tool_uses` (requests whose older tool
+    /// results it cleared).
+    pub provider_context_edits: IntCounterVec,
     /// OTLP spans by outcome; series appear only when export is configured.
     pub otlp_spans: IntCounterVec,
     /// Keep-warm requests by outcome (`sent`, `skipped`, `failed`, `unbuilt`).
@@ -312,6 +316,9 @@ impl Metrics {
             diagnosis_disagreements: counter(r, "cachet_diagnosis_disagreements_total",
                 "Requests whose cache-miss reason from the provider (Anthropic cache diagnostics) differs from cachet's diagnosis.",
                 &["provider"]),
+            provider_context_edits: counter(r, "cachet_provider_context_edits_total",
+                "What the provider changed in prompts on its own: edit = compaction (server-side compactions, each an extra billed sampling) or clear_tool_uses (requests whose older tool results it cleared before caching).",
+                &["provider", "edit"]),
             otlp_spans: counter(r, "cachet_otlp_spans_total",
                 "OpenTelemetry spans by outcome: exported, dropped (queue full), failed (export error).",
                 &["outcome"]),
@@ -414,6 +421,16 @@ impl Metrics {
             .with_label_values(&[p, &counters.label, e, status, &counters.variant, key])
             .inc();
         counters.add(self, u);
+        if let Some(i) = u.iterations.filter(|i| i.compactions > 0) {
+            self.provider_context_edits
+                .with_label_values(&[p, "compaction"])
+                .inc_by(u64::from(i.compactions));
+        }
+        if u.cleared.is_some() {
+            self.provider_context_edits
+                .with_label_values(&[p, "clear_tool_uses"])
+                .inc();
+        }
     }
 
     fn token_counters(

@@ -670,6 +670,16 @@ async fn a_server_side_compaction_is_billed_and_not_a_break() {
                     history.push(json!({"role": "assistant", "content": content}));
                     history.push(big_user(i));
                 }
+                let metrics = metrics_text(&rig.proxy).await;
+                let edits = |edit| {
+                    metric_value(
+                        &metrics,
+                        "cachet_provider_context_edits_total",
+                        &[("provider", "anthropic"), ("edit", edit)],
+                    )
+                };
+                assert_eq!(edits("compaction"), Some(1.0), "{metrics}");
+                assert_eq!(edits("clear_tool_uses"), None);
             },
             &[],
         )
@@ -730,6 +740,16 @@ async fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
                     "keep": {"type": "tool_uses", "value": 2}}]});
                 rig.send("s", &body).await;
             }
+            let metrics = metrics_text(&rig.proxy).await;
+            assert_eq!(
+                metric_value(
+                    &metrics,
+                    "cachet_provider_context_edits_total",
+                    &[("provider", "anthropic"), ("edit", "clear_tool_uses")]
+                ),
+                Some(4.0),
+                "requests 3 to 6"
+            );
         },
         &[],
     )

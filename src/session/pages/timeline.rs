@@ -267,6 +267,20 @@ fn events(r: &RequestView<'_>) -> Markup {
         } @else if let Some(p) = &rec.provider_diagnosis {
             div.ev.dim { "provider: " (describe::provider_reason(p)) }
         }
+        @if let Some(u) = &r.usage {
+            @if let Some(i) = u.iterations.filter(|i| i.compactions > 0) {
+                div.ev.dim {
+                    "provider compacted the conversation: the prompt as sent read "
+                    (format::tokens(i.first_read)) ", the answer ran on "
+                    (format::tokens(i.last_read + i.last_write)) " (both billed)"
+                }
+            }
+            @if let Some(c) = u.cleared {
+                div.ev.dim {
+                    "provider cleared " (c.tool_uses) " tool uses (" (format::tokens(c.input_tokens)) ") before caching"
+                }
+            }
+        }
         @for p in &r.patches {
             div.ev title=(describe::patch(p)) {
                 span class={ "tag " (p.outcome.label()) } { (p.outcome.label()) }
@@ -380,5 +394,45 @@ mod tests {
         // Every value above is shown: the id, model, client, variant, tool, detail, the
         // provider's reason, the patch's names and error, the transform.
         assert!(html.matches("&lt;script&gt;").count() >= 10, "{html}");
+    }
+
+    /// What the provider did to the prompt on its own is on the request's row: a
+    /// server-side compaction (from `usage.iterations`) and cleared tool results (from
+    /// `context_management.applied_edits`).
+    #[test]
+    fn the_providers_compaction_and_clearing_are_shown() {
+        let usage = Usage {
+            cache_read: 151_900,
+            uncached: 7,
+            iterations: Some(crate::usage::Iterations {
+                first_read: 150_000,
+                last_read: 1_900,
+                last_write: 700,
+                compactions: 1,
+            }),
+            cleared: Some(crate::usage::Cleared {
+                tool_uses: 8,
+                input_tokens: 52_000,
+            }),
+            ..Usage::default()
+        };
+        let request = RequestRecord {
+            version: ENTRY_VERSION,
+            model: "claude-opus-4-6".into(),
+            usage: Some(usage),
+            ..RequestRecord::default()
+        };
+        let html = render("s", &[Entry::Request(request)], 1);
+        assert!(
+            html.contains("provider compacted the conversation"),
+            "{html}"
+        );
+        assert!(html.contains("provider cleared 8 tool uses"), "{html}");
+        let plain = RequestRecord {
+            usage: Some(Usage::default()),
+            ..RequestRecord::default()
+        };
+        let html = render("s", &[Entry::Request(plain)], 1);
+        assert!(!html.contains("provider c"), "{html}");
     }
 }
