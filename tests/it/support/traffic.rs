@@ -1,7 +1,7 @@
 //! A cachet (proxy + emulator) under varied traffic: two providers, several models, an A/B
 //! injection variant, a hook patch that invalidates the cache, a failing hook, a prefix
-//! break, a 1h cache write, an error, a broken stream and a model list. The metrics and
-//! dashboard tests read what it leaves behind.
+//! break, a 1h cache write, cleared tool results, an error, a broken stream and a model
+//! list. The metrics and dashboard tests read what it leaves behind.
 
 use serde_json::{json, Value};
 
@@ -202,6 +202,32 @@ pub async fn drive(o: &Observed, round: u32) {
         &streamed,
     )
     .await;
+
+    // A tool loop whose older tool result the provider clears (a context edit).
+    let call = |id: &str| {
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "read",
+            "input": {"path": format!("src/{id}.rs")}}]})
+    };
+    let result = |id: &str| {
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id,
+            "content": long_system(id)}]})
+    };
+    let edited = json!({"model": "claude-opus-4-6", "max_tokens": 32,
+        "system": system("plain"),
+        "tools": [{"name": "read", "input_schema": {"type": "object"}}],
+        "context_management": {"edits": [{"type": "clear_tool_uses_20250919",
+            "trigger": {"type": "tool_uses", "value": 1}, "keep": {"type": "tool_uses", "value": 1}}]},
+        "messages": [{"role": "user", "content": "Read both files."},
+            call("t1"), result("t1"), call("t2"), result("t2")]});
+    let (status, _, text) = post(
+        o,
+        "/v1/messages",
+        &anthropic_headers("obs-edits", &[]),
+        &edited,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("applied_edits"), "{text}");
 
     // A model list and a token count: no usage, no token series.
     let r = client()
