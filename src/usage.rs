@@ -222,7 +222,8 @@ impl UsageFields {
     /// (platform.claude.com, Compaction, "Understanding usage": "Compaction requires an
     /// additional sampling step, which contributes to rate limits and billing"; the
     /// top-level counts "match the `message` iteration"). Each count this object reports
-    /// becomes its own value plus the compaction samplings'; read twice, the same.
+    /// becomes its own value plus the compaction samplings', computed from this object
+    /// alone: read twice, the same.
     fn merge_iterations(&self, into: &mut Usage) {
         let Some(list) = self
             .iterations
@@ -246,19 +247,25 @@ impl UsageFields {
             into.cache_read = n.saturating_add(sum(|i| i.cache_read_input_tokens.0.unwrap_or(0)));
         }
         if self.cache_creation_input_tokens.0.is_some() || self.cache_creation.0.is_some() {
+            // Without the TTL split, the provider's default TTL (5m) applies.
+            fn split(i: &IterationFields) -> (u64, u64) {
+                let written = i.written();
+                i.cache_creation.0.as_ref().map_or((written, 0), |c| {
+                    let m5 = c.ephemeral_5m_input_tokens.0.unwrap_or(0);
+                    (m5, written.saturating_sub(m5))
+                })
+            }
+            let top = IterationFields {
+                cache_creation_input_tokens: self.cache_creation_input_tokens,
+                cache_creation: self.cache_creation.clone(),
+                ..IterationFields::default()
+            };
+            let (top_5m, top_1h) = split(&top);
             let written = sum(IterationFields::written);
-            let m5 = sum(|i| {
-                i.cache_creation.0.as_ref().map_or_else(
-                    // Without the TTL split, the provider's default TTL (5m) applies.
-                    || i.written(),
-                    |c| c.ephemeral_5m_input_tokens.0.unwrap_or(0),
-                )
-            });
-            into.cache_write = into.cache_write.saturating_add(written);
-            into.cache_write_5m = into.cache_write_5m.saturating_add(m5);
-            into.cache_write_1h = into
-                .cache_write_1h
-                .saturating_add(written.saturating_sub(m5));
+            let m5 = sum(|i| split(i).0);
+            into.cache_write = top.written().saturating_add(written);
+            into.cache_write_5m = top_5m.saturating_add(m5);
+            into.cache_write_1h = top_1h.saturating_add(written.saturating_sub(m5));
         }
         if let Some(n) = self.output_tokens.0 {
             into.output = n.saturating_add(sum(|i| i.output_tokens.0.unwrap_or(0)));
@@ -915,6 +922,21 @@ mod tests {
         assert_eq!(stream.usage(), Some(whole));
         stream.on_event(Endpoint::Messages, "message_delta", delta.as_bytes());
         assert_eq!(stream.usage(), Some(whole));
+        // Only the TTL split at the top, the answer writing nothing: read twice, the same.
+        let mut split_only = top.clone();
+        split_only
+            .as_object_mut()
+            .unwrap()
+            .remove("cache_creation_input_tokens");
+        split_only["cache_creation"] =
+            json!({"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0});
+        let delta = json!({"type": "message_delta", "usage": split_only}).to_string();
+        let mut stream = StreamUsage::default();
+        stream.on_event(Endpoint::Messages, "message_delta", delta.as_bytes());
+        let once = stream.usage().unwrap();
+        assert_eq!((once.cache_write, once.cache_write_1h), (900, 900));
+        stream.on_event(Endpoint::Messages, "message_delta", delta.as_bytes());
+        assert_eq!(stream.usage(), Some(once));
 
         // One sampling, as most answers report it: nothing changes.
         let single = json!({"id": "msg_3", "usage": {"input_tokens": 3, "output_tokens": 9,

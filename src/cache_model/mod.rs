@@ -166,6 +166,7 @@ impl Accounting {
             let first = compaction.sampling.usage(0);
             usage.add(&first);
             usage.output = output_tokens;
+            usage.cleared = self.cleared;
             usage.iterations = Some(crate::usage::Iterations {
                 first_read: first.cache_read,
                 last_read: self.cache_read,

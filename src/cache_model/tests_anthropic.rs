@@ -499,3 +499,29 @@ fn clearing_old_tool_results_cuts_the_cached_prefix_where_it_clears() {
         .unwrap_err();
     assert!(err.message.contains("keep.type"), "{}", err.message);
 }
+
+/// A request can both clear tool results and compact: the bill keeps what was cleared
+/// beside the compaction's sampling.
+#[test]
+fn a_compacted_request_keeps_what_its_clearing_cleared() {
+    let mut messages = vec![json!({"role": "user", "content": "Read every module."})];
+    for i in 0..200 {
+        let id = format!("toolu_{i:04}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "Read", "input": {}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": text(i)}]}));
+    }
+    let req = json!({"model": SONNET, "max_tokens": 10, "messages": messages,
+        "context_management": {"edits": [
+            {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 198},
+             "keep": {"type": "tool_uses", "value": 196}},
+            {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50_000}}]}});
+    let a = run(&mut CacheModel::default(), &req, 0);
+    assert!(a.compaction.is_some());
+    let cleared = a.cleared.expect("four results cleared");
+    assert_eq!(cleared.tool_uses, 4);
+    let usage = a.usage(1);
+    assert_eq!(usage.cleared, Some(cleared));
+    assert_eq!(usage.iterations.map(|i| i.compactions), Some(1));
+}
