@@ -463,11 +463,17 @@ fn anthropic_miss(
     }
     // A small slack for counting differences; anything more is the provider's doing.
     let short = read + (cached / 200).max(16) < cached;
-    if let Some(cleared) = cur.usage.cleared.filter(|_| short) {
+    // The provider works the edit out on the whole history every time and reports every
+    // cleared tool use, so only more of them than for the previous request moved the cut.
+    let before = prev.usage.cleared.map_or(0, |c| c.tool_uses);
+    let newly = cur.usage.cleared.filter(|c| c.tool_uses > before);
+    if let Some(cleared) = newly.filter(|_| short) {
         d.reason = BreakReason::ContextEdited;
         d.detail = format!(
-            "the provider's context editing cleared {} tool uses ({} tokens) before caching the prompt; read {read} of the {cached} tokens cached by the previous request",
-            cleared.tool_uses, cleared.input_tokens
+            "the provider's context editing cleared {} tool uses ({} tokens) before caching the prompt, {} more than for the previous request; read {read} of the {cached} tokens cached by the previous request",
+            cleared.tool_uses,
+            cleared.input_tokens,
+            cleared.tool_uses - before
         );
         return Some(d);
     }

@@ -513,10 +513,10 @@ fn a_compaction_is_not_a_break_before_or_after() {
     );
 }
 
-/// A miss on a request whose answer says the provider cleared tool results
-/// (`context_management.applied_edits`, platform.claude.com, Context editing: clearing
-/// "invalidates cached prompt prefixes") is put down to that, not left unexplained. The
-/// usage is read from answers shaped like Claude's.
+/// A miss on a request whose answer says the provider cleared more tool results than for
+/// the previous request (`context_management.applied_edits`, platform.claude.com, Context
+/// editing: clearing "invalidates cached prompt prefixes") is put down to that, not left
+/// unexplained. The usage is read from answers shaped like Claude's.
 #[test]
 fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
     use super::{diagnose, BreakReason, Previous};
@@ -560,6 +560,27 @@ fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
     .expect("a miss");
     assert_eq!(d.reason, BreakReason::ContextEdited, "{d:?}");
     assert!(d.detail.contains("cleared 8 tool uses"), "{}", d.detail);
+
+    // The provider reports every cleared tool use on every request past the trigger. When
+    // no more were cleared than for the previous request, the cut did not move: a miss
+    // there is not the edit's doing.
+    let same = answer(json!({"id": "msg_3",
+        "context_management": {"applied_edits": [{"type": "clear_tool_uses_20250919",
+            "cleared_tool_uses": 8, "cleared_input_tokens": 52_000}]},
+        "usage": {"input_tokens": 3, "output_tokens": 40,
+            "cache_read_input_tokens": 6_000, "cache_creation_input_tokens": 46_000}}));
+    let s3 = shape(32);
+    let d = diagnose(
+        &Previous {
+            shape: &s2,
+            usage: cleared,
+            time_ms: 10_000,
+        },
+        &current(&s3, same, 20_000),
+        &|_| 0,
+    )
+    .expect("a miss");
+    assert_eq!(d.reason, BreakReason::Unexplained, "{d:?}");
 }
 
 /// How long OpenAI keeps an idle prefix depends on the request: 5 to 10 minutes, but 24
