@@ -125,16 +125,8 @@ pub fn apply(
 /// The request's `clear_tool_uses` edit, read with its defaults; a malformed one is the
 /// 400 the API answers.
 fn edit_of(req: &Value) -> Result<Option<Edit>, ApiError> {
-    let Some(edits) = req
-        .pointer("/context_management/edits")
-        .and_then(Value::as_array)
-    else {
-        return Ok(None);
-    };
-    let Some((i, edit)) = edits.iter().enumerate().find(|(_, e)| {
-        e.get("type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t == anthropic::CLEAR_TOOL_USES_EDIT)
+    let Some((i, edit)) = anthropic::context_edit(req.get("context_management"), |t| {
+        t == anthropic::CLEAR_TOOL_USES_EDIT
     }) else {
         return Ok(None);
     };

@@ -94,15 +94,10 @@ fn thinking_on(thinking: Option<&Value>) -> bool {
 
 /// The `keep` of a `clear_thinking_*` context-management edit, if the request has one.
 fn clear_thinking_edit(request: &Map<String, Value>) -> Option<Keep> {
-    let edits = request
-        .get("context_management")?
-        .get("edits")?
-        .as_array()?;
-    let edit = edits.iter().find(|e| {
-        e.get("type")
-            .and_then(Value::as_str)
-            .is_some_and(|t| t.starts_with("clear_thinking"))
-    })?;
+    let (_, edit) =
+        crate::providers::anthropic::context_edit(request.get("context_management"), |t| {
+            t.starts_with("clear_thinking")
+        })?;
     Some(match edit.get("keep") {
         Some(Value::String(s)) if s == "all" => Keep::All,
         Some(keep) if keep.get("type").and_then(Value::as_str) == Some("thinking_turns") => {

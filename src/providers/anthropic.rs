@@ -66,19 +66,24 @@ pub fn compaction_start(messages: &[Value]) -> Option<(usize, usize)> {
     })
 }
 
+/// The first edit of a request's `context_management` (its value, if any) whose `type`
+/// `kind` accepts, with its place in `edits`.
+pub fn context_edit(
+    context_management: Option<&Value>,
+    kind: impl Fn(&str) -> bool,
+) -> Option<(usize, &Value)> {
+    context_management?
+        .get("edits")?
+        .as_array()?
+        .iter()
+        .enumerate()
+        .find(|(_, e)| e.get("type").and_then(Value::as_str).is_some_and(&kind))
+}
+
 /// The trigger of a request's compaction edit, if it asks for one. A trigger below the
 /// minimum, or of another type, is the 400 the API answers.
 pub fn compaction_trigger(request: &Value) -> Result<Option<u64>, String> {
-    let Some(edits) = request
-        .pointer("/context_management/edits")
-        .and_then(Value::as_array)
-    else {
-        return Ok(None);
-    };
-    let Some((i, edit)) = edits
-        .iter()
-        .enumerate()
-        .find(|(_, e)| e.get("type").and_then(Value::as_str) == Some(COMPACT_EDIT))
+    let Some((i, edit)) = context_edit(request.get("context_management"), |t| t == COMPACT_EDIT)
     else {
         return Ok(None);
     };
