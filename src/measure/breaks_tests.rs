@@ -257,6 +257,18 @@ fn anthropic_usage(answer: Value) -> crate::usage::Usage {
         .unwrap()
 }
 
+/// A conversation of `turns` prompts and answers, then one more prompt whose text block
+/// carries a cache marker, as pi sends it.
+fn marked_conversation(turns: usize) -> Vec<Value> {
+    let mut messages = Vec::new();
+    for i in 0..turns {
+        messages.push(json!({"role": "user", "content": format!("task {i}")}));
+        messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("done {i}")}]}));
+    }
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": format!("task {turns}"), "cache_control": {"type": "ephemeral"}}]}));
+    messages
+}
+
 /// The request being diagnosed, with a 1024-token minimum and nothing else to say.
 fn current(
     shape: &crate::measure::PromptShape,
@@ -462,16 +474,10 @@ fn a_compaction_is_not_a_break_before_or_after() {
     use super::{diagnose, Previous};
 
     let shape = |turns: usize| {
-        let mut messages = Vec::new();
-        for i in 0..turns {
-            messages.push(json!({"role": "user", "content": format!("task {i}")}));
-            messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("done {i}")}]}));
-        }
-        messages.push(json!({"role": "user", "content": [{"type": "text", "text": format!("task {turns}"), "cache_control": {"type": "ephemeral"}}]}));
         let body = json!({"model": "claude-opus-4-6", "max_tokens": 64,
             "system": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}],
             "context_management": {"edits": [{"type": "compact_20260112"}]},
-            "messages": messages});
+            "messages": marked_conversation(turns)});
         shape_of(Provider::Anthropic, Endpoint::Messages, &body)
     };
     let usage = |usage: Value| anthropic_usage(json!({"id": "msg_1", "usage": usage}));
@@ -665,15 +671,9 @@ fn after_a_server_tool_loop_the_next_request_is_held_to_the_last_sampling() {
     use super::{diagnose, Previous};
 
     let shape = |turns: usize| {
-        let mut messages = Vec::new();
-        for i in 0..turns {
-            messages.push(json!({"role": "user", "content": format!("search {i}")}));
-            messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("found {i}")}]}));
-        }
-        messages.push(json!({"role": "user", "content": [{"type": "text", "text": format!("search {turns}"), "cache_control": {"type": "ephemeral"}}]}));
         let body = json!({"model": "claude-opus-4-6", "max_tokens": 64,
             "tools": [{"type": "web_search_20250305", "name": "web_search"}],
-            "messages": messages});
+            "messages": marked_conversation(turns)});
         shape_of(Provider::Anthropic, Endpoint::Messages, &body)
     };
     let answer = |usage: Value| anthropic_usage(json!({"id": "msg_1", "usage": usage}));
