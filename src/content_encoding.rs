@@ -1,10 +1,11 @@
 //! Compressed request bodies (`content-encoding`, RFC 9110 §8.4).
 //!
 //! cachet reads a generation body to check it, name its model and session, and shape it.
-//! A `gzip` or `deflate` body is decoded for that reading; without a policy the upstream
-//! still gets the bytes the client sent, with their header. Other codings (`br`, `zstd`,
-//! ...) are refused with an error in the provider's format that names the coding, rather
-//! than a misleading "not valid JSON".
+//! A `gzip`, `deflate` or `zstd` body is decoded for that reading; without a policy the
+//! upstream still gets the bytes the client sent, with their header. Codex signed in with
+//! ChatGPT sends every Responses request as `zstd` (its `enable_request_compression`
+//! feature, on by default). Other codings (`br`, ...) are refused with an error in the
+//! provider's format that names the coding, rather than a misleading "not valid JSON".
 
 use std::io::Read;
 
@@ -60,9 +61,10 @@ pub fn decode(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<Decoded,
         plain = match coding.as_str() {
             "gzip" | "x-gzip" => read_all(flate2::read::MultiGzDecoder::new(&plain[..]), limit),
             "deflate" => read_all(flate2::read::ZlibDecoder::new(&plain[..]), limit),
+            "zstd" => read_zstd(&plain, limit),
             other => {
                 return Err(ApiError::invalid(format!(
-                    "content-encoding `{other}` is not supported; send the body uncompressed, or with gzip or deflate"
+                    "content-encoding `{other}` is not supported; send the body uncompressed, or with gzip, deflate or zstd"
                 )))
             }
         }
@@ -80,11 +82,49 @@ pub fn decode(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<Decoded,
 
 fn read_all(reader: impl Read, limit: usize) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
-    reader.take(limit as u64 + 1).read_to_end(&mut out)?;
+    read_within(reader, limit, &mut out)?;
+    Ok(out)
+}
+
+/// Append what `reader` yields to `out`, failing once `out` would pass `limit` bytes.
+fn read_within(reader: impl Read, limit: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let room = limit.saturating_sub(out.len());
+    reader.take(room as u64 + 1).read_to_end(out)?;
     if out.len() > limit {
         return Err(std::io::Error::other(format!(
             "decoded body is larger than the limit of {limit} bytes"
         )));
+    }
+    Ok(())
+}
+
+/// The largest zstd window a body may ask for: one the size of the body limit (nothing
+/// decoded past it is kept), and never less than the 8 MiB that zstd's own streaming levels
+/// use for input of unknown size. The decoder reserves the window before it decodes.
+fn zstd_window_limit(limit: usize) -> u64 {
+    (limit as u64).clamp(8 << 20, ruzstd::decoding::DEFAULT_MAX_WINDOW_SIZE)
+}
+
+/// A zstd body: one frame or several one after the other (RFC 8878 §3.1), skippable frames
+/// passed over.
+fn read_zstd(mut input: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
+    use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
+    let mut out = Vec::new();
+    while !input.is_empty() {
+        match ruzstd::decoding::StreamingDecoder::new_with_max_window_size(
+            &mut input,
+            zstd_window_limit(limit),
+        ) {
+            Ok(frame) => read_within(frame, limit, &mut out)?,
+            Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
+                length,
+                ..
+            })) => {
+                let skip = (length as usize).min(input.len());
+                input = &input[skip..];
+            }
+            Err(e) => return Err(std::io::Error::other(e)),
+        }
     }
     Ok(out)
 }
@@ -118,15 +158,55 @@ mod tests {
         );
     }
 
+    /// A frame as the `zstd` tool writes it (`zstd -19 --check`: a content checksum after
+    /// the last block) of `{"model":"m1"}`.
+    const ZSTD_WITH_CHECKSUM: [u8; 27] = [
+        0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x68, 0x71, 0x00, 0x00, 0x7b, 0x22, 0x6d, 0x6f, 0x64, 0x65,
+        0x6c, 0x22, 0x3a, 0x22, 0x6d, 0x31, 0x22, 0x7d, 0xf0, 0x56, 0x89, 0x5e,
+    ];
+
+    fn zstd(bytes: &[u8]) -> Vec<u8> {
+        ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
+    }
+
+    #[test]
+    fn zstd_bodies_are_decoded_frame_after_frame_within_the_limit() {
+        let body = br#"{"model":"gpt-5.1-codex","input":[]}"#.repeat(50);
+        let sent = Bytes::from(zstd(&body));
+        let d = decode(&headers("zstd"), sent.clone(), 1 << 20).unwrap();
+        assert_eq!(d.sent, sent, "the bytes as sent are kept to forward");
+        assert_eq!(d.readable().as_ref(), body.as_slice());
+        assert!(
+            decode(&headers("zstd"), sent, body.len() - 1).is_err(),
+            "decoded size is bounded"
+        );
+        // Frames one after the other, one with a checksum, and a skippable frame between
+        // them (magic 0x184D2A50, 4 bytes of length, then that many bytes).
+        let mut frames = ZSTD_WITH_CHECKSUM.to_vec();
+        frames.extend([0x50, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 1, 2, 3]);
+        frames.extend(zstd(b"tail"));
+        let d = decode(&headers("zstd"), Bytes::from(frames), 1024).unwrap();
+        assert_eq!(d.readable().as_ref(), br#"{"model":"m1"}tail"#);
+        // A frame that asks for a window past the limit is refused before it is reserved:
+        // window descriptor 0x80 is 2^(10+16) bytes, 64 MiB, which the decoder would allow.
+        const HUGE: [u8; 9] = [0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x80, 0x01, 0x00, 0x00];
+        let err = decode(&headers("zstd"), Bytes::from_static(&HUGE), 1024)
+            .err()
+            .unwrap();
+        assert!(err.message.contains("window"), "{}", err.message);
+    }
+
     #[test]
     fn other_codings_and_broken_bodies_are_errors() {
-        let err = decode(&headers("zstd"), Bytes::from_static(b"x"), 1024)
+        let err = decode(&headers("br"), Bytes::from_static(b"x"), 1024)
             .err()
             .unwrap();
-        assert!(err.message.contains("`zstd` is not supported"));
-        let err = decode(&headers("deflate"), Bytes::from_static(b"{}"), 1024)
-            .err()
-            .unwrap();
-        assert!(err.message.contains("deflate"));
+        assert!(err.message.contains("`br` is not supported"));
+        for coding in ["deflate", "zstd"] {
+            let err = decode(&headers(coding), Bytes::from_static(b"{}"), 1024)
+                .err()
+                .unwrap();
+            assert!(err.message.contains(coding), "{}", err.message);
+        }
     }
 }

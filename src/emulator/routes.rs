@@ -307,8 +307,11 @@ async fn generate(
     Ok(json_response(provider, request_id, StatusCode::OK, body))
 }
 
+/// A request body as JSON, decoded first by its `content-encoding` as cachet decodes what
+/// it reads (Codex signed in with ChatGPT sends `zstd`).
 async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
-    let bytes = Limited::new(req.into_body(), BODY_LIMIT)
+    let (parts, body) = req.into_parts();
+    let bytes = Limited::new(body, BODY_LIMIT)
         .collect()
         .await
         .map_err(|e| {
@@ -322,7 +325,8 @@ async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
             }
         })?
         .to_bytes();
-    serde_json::from_slice(&bytes)
+    let decoded = crate::content_encoding::decode(&parts.headers, bytes, BODY_LIMIT)?;
+    serde_json::from_slice(decoded.readable())
         .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))
 }
 

@@ -8,12 +8,27 @@
 //! - Cache key order: tools, then instructions, then input items. No marker before GPT-5.6.
 //! - Stream: `response.completed` or `response.incomplete` end an answer;
 //!   `response.failed` and `error` end it in failure.
+//! - Codex signed in with ChatGPT reaches the API at the ChatGPT backend's Codex base
+//!   ([`CHATGPT_CODEX_BASE_PATH`]), which serves `/responses` and `/models` without `/v1`.
 
 use bytes::Bytes;
 use serde_json::Value;
 
 use super::message::Fields;
 use super::{MsgKind, Section, Terminal};
+
+/// The path of the base URL Codex uses when signed in with ChatGPT
+/// (`https://chatgpt.com/backend-api/codex`, codex-rs `CHATGPT_CODEX_BASE_URL`). Codex appends
+/// `/responses` and `/models` to it, where an API key's base (`https://api.openai.com/v1`)
+/// carries the `/v1`: an upstream base ending in this path stands for `/v1`.
+pub const CHATGPT_CODEX_BASE_PATH: &str = "/backend-api/codex";
+
+/// Whether an upstream base path already stands for OpenAI's `/v1`, so that a client's
+/// `/v1/...` path goes under it without its `/v1`: a base ending in `/v1` (as SDK base URLs
+/// do), or the ChatGPT backend's Codex base.
+pub fn base_stands_for_v1(base_path: &str) -> bool {
+    base_path.ends_with("/v1") || base_path.ends_with(CHATGPT_CODEX_BASE_PATH)
+}
 
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];

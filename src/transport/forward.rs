@@ -120,8 +120,9 @@ impl Upstreams {
         }
     }
 
-    /// The upstream URL for a client path (with query). A base that already ends in `/v1`
-    /// (as OpenAI base URLs often do) does not get a second `/v1`. The path is appended to
+    /// The upstream URL for a client path (with query). A base that already stands for `/v1`
+    /// (one ending in it, as OpenAI base URLs often do, or the ChatGPT backend's Codex base)
+    /// does not get the client's `/v1`. The path is appended to
     /// the base's path as it came; should URL parsing normalise it anywhere (a dot segment,
     /// a backslash), the URL would leave or reshape the base path, and it is refused.
     pub fn url(&self, provider: Provider, path_and_query: &str) -> Result<reqwest::Url, ApiError> {
@@ -132,7 +133,7 @@ impl Upstreams {
             None => (path_and_query, None),
         };
         let path = match path.strip_prefix("/v1") {
-            Some(rest) if base_path.ends_with("/v1") => rest,
+            Some(rest) if crate::providers::openai_responses::base_stands_for_v1(base_path) => rest,
             _ => path,
         };
         let refused = || {
@@ -283,6 +284,44 @@ mod tests {
                 .unwrap()
                 .as_str(),
             "https://api.anthropic.com/v1/messages?beta=true"
+        );
+    }
+
+    /// Codex signed in with ChatGPT talks to `https://chatgpt.com/backend-api/codex`, and
+    /// appends `/responses` to it (codex-rs: `CHATGPT_CODEX_BASE_URL`, the Responses
+    /// endpoint's path `responses`). Behind cachet it sends `/v1/responses` (its
+    /// `openai_base_url` ends in `/v1`), so that base stands for `/v1` like one ending in it.
+    #[test]
+    fn the_chatgpt_codex_base_stands_for_v1() {
+        for base in [
+            "https://chatgpt.com/backend-api/codex",
+            "https://chatgpt.com/backend-api/codex/",
+        ] {
+            let cfg = UpstreamConfig {
+                openai: base.into(),
+                ..Default::default()
+            };
+            let u = Upstreams::from_config(&cfg).unwrap();
+            assert_eq!(
+                u.url(Provider::OpenAi, "/v1/responses").unwrap().as_str(),
+                "https://chatgpt.com/backend-api/codex/responses"
+            );
+            assert_eq!(
+                u.url(Provider::OpenAi, "/v1/models?client_version=0.171.0")
+                    .unwrap()
+                    .as_str(),
+                "https://chatgpt.com/backend-api/codex/models?client_version=0.171.0"
+            );
+        }
+        // Only that base: another path ending in `codex` keeps the client's `/v1`.
+        let cfg = UpstreamConfig {
+            openai: "http://127.0.0.1:9/gw/codex".into(),
+            ..Default::default()
+        };
+        let u = Upstreams::from_config(&cfg).unwrap();
+        assert_eq!(
+            u.url(Provider::OpenAi, "/v1/responses").unwrap().path(),
+            "/gw/codex/v1/responses"
         );
     }
 

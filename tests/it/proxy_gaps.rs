@@ -101,6 +101,88 @@ async fn a_gzip_body_shaped_by_a_policy_goes_upstream_decoded() {
     proxy.shutdown().await;
 }
 
+/// Codex signed in with ChatGPT compresses each Responses request with zstd (its
+/// `enable_request_compression` feature, on by default: `content-encoding: zstd`). The body
+/// here is the one Codex 0.171.0 sent for its first turn, captured as it left the client. It
+/// is read decoded (model, session, the session log) and forwarded as sent.
+#[tokio::test]
+async fn a_codex_zstd_body_is_read_decoded_and_forwarded_as_sent() {
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"object":"response","status":"completed","output":[],"usage":{"input_tokens":9000,"input_tokens_details":{"cached_tokens":0},"output_tokens":5,"total_tokens":9005}}"#,
+    ))
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let sent = std::fs::read(format!(
+        "{}/tests/data/clients/codex_chatgpt_responses.json.zst",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let session = "01a22368-b2d3-7781-8b8d-7a6024bffff6";
+    let resp = client()
+        .post(format!("http://{}/v1/responses", proxy.addr))
+        .header("authorization", "Bearer chatgpt-access-token")
+        .header("chatgpt-account-id", "acc-e2e")
+        .header("originator", "codex_exec")
+        .header("session-id", session)
+        .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
+        .header("content-encoding", "zstd")
+        .body(sent.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let received = upstream.requests();
+    assert_eq!(received.len(), 1);
+    assert_eq!(
+        received[0].body.as_ref(),
+        sent.as_slice(),
+        "the bytes as sent"
+    );
+    assert_eq!(received[0].headers["content-encoding"], "zstd");
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "cachet_requests_total",
+            &[("model", "gpt-5.1-codex"), ("endpoint", "responses")]
+        ),
+        Some(1.0),
+        "the decoded body named the model: {metrics}"
+    );
+    let log = wait_for_requests(&proxy, session, 1).await;
+    assert_eq!(log["requests"], 1, "{log}");
+    proxy.shutdown().await;
+}
+
+/// The emulator reads a compressed body as cachet does, so Codex signed in with ChatGPT runs
+/// against it (the demo, the tests, `cachet replay`).
+#[tokio::test]
+async fn the_emulator_reads_a_codex_zstd_body() {
+    let emulator = start_emulator().await;
+    let sent = std::fs::read(format!(
+        "{}/tests/data/clients/codex_chatgpt_responses.json.zst",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let resp = client()
+        .post(format!("{}/v1/responses", emulator.url()))
+        .header("authorization", "Bearer chatgpt-access-token")
+        .header("content-type", "application/json")
+        .header("content-encoding", "zstd")
+        .body(sent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("response.completed") && text.contains("input_tokens"),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn an_unsupported_encoding_is_answered_in_the_provider_format() {
     let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
