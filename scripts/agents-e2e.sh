@@ -16,6 +16,7 @@ CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
 ANTHROPIC_SDK_VERSION=2.14.0
 OPENAI_SDK_VERSION=3.57.0
+ZSTANDARD_VERSION=0.25.0  # decodes what Codex signed in with ChatGPT sends, for the checks
 
 CACHE="$PWD/target/e2e"
 NODE_DIR="$CACHE/node"
@@ -40,11 +41,12 @@ if ! "$NODE_DIR/node_modules/.bin/claude" --version >/dev/null 2>&1; then
 fi
 
 if ! PYTHONPATH="$PY_DIR" python3 -c "
-import anthropic, openai, sys
-sys.exit(anthropic.__version__ != '$ANTHROPIC_SDK_VERSION' or openai.__version__ != '$OPENAI_SDK_VERSION')" 2>/dev/null; then
-  echo "installing anthropic $ANTHROPIC_SDK_VERSION and openai $OPENAI_SDK_VERSION into $PY_DIR"
+import anthropic, openai, zstandard, sys
+sys.exit(anthropic.__version__ != '$ANTHROPIC_SDK_VERSION' or openai.__version__ != '$OPENAI_SDK_VERSION'
+         or zstandard.__version__ != '$ZSTANDARD_VERSION')" 2>/dev/null; then
+  echo "installing anthropic $ANTHROPIC_SDK_VERSION, openai $OPENAI_SDK_VERSION and zstandard $ZSTANDARD_VERSION into $PY_DIR"
   python3 -m pip install --quiet --disable-pip-version-check --upgrade --target "$PY_DIR" \
-    "anthropic==$ANTHROPIC_SDK_VERSION" "openai==$OPENAI_SDK_VERSION"
+    "anthropic==$ANTHROPIC_SDK_VERSION" "openai==$OPENAI_SDK_VERSION" "zstandard==$ZSTANDARD_VERSION"
 fi
 
 if [ -z "${CACHET_BIN:-}" ]; then

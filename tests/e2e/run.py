@@ -44,6 +44,7 @@ GENERATION = set(ROUTES)
 ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
 OAUTH_TOKEN = "sk-ant-oat01-e2e-dummy-token"
 OPENAI_KEY = "sk-e2e-dummy-key"
+CHATGPT_ACCOUNT = "acc-e2e-dummy"
 # A runaway tool loop is stopped here instead of at the invocation's time limit.
 MAX_REQUESTS_PER_TURN = 40
 TURN_TIMEOUT = 180
@@ -91,7 +92,9 @@ def readme_env(blocks, name, base):
 
 
 def write_readme_file(blocks, name, home, base):
-    path = os.path.join(home, name.replace("~/", ""))
+    """Write the README's block `name` (a path; `#variant` tells two blocks for one file
+    apart) under `home`."""
+    path = os.path.join(home, name.split("#")[0].replace("~/", ""))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         f.write(blocks[("file", name)].replace(README_URL, base))
@@ -312,6 +315,55 @@ class Codex(Client):
         return [ctx.bin("codex"), "exec", "--skip-git-repo-check", *resume, PROMPTS[turn]]
 
 
+class CodexChatGpt(Codex):
+    """Codex signed in with ChatGPT: its own provider, only the base URL changed. It sends
+    each Responses request compressed with zstd, and its access token with the account
+    header (subscription traffic). The sign-in is a dummy one nothing checks."""
+
+    def __init__(self):
+        Client.__init__(self, "codex-chatgpt", {"openai"}, {"responses"}, "prompt_cache_key")
+
+    def setup(self, ctx):
+        write_readme_file(ctx.blocks, "~/.codex/config.toml#chatgpt", ctx.home, ctx.base)
+        # Signed in with ChatGPT, Codex also calls ChatGPT's own services (apps, plugins,
+        # analytics) at `chatgpt_base_url`. This namespace has no network, where each of those
+        # waits out a DNS time-out; cachet answers them at once (404, no route).
+        with open(os.path.join(ctx.home, ".codex", "config.toml"), "a") as f:
+            f.write(f'chatgpt_base_url = "{ctx.base}/backend-api/"\n')
+        with open(os.path.join(ctx.home, ".codex", "auth.json"), "w") as f:
+            json.dump(chatgpt_auth(), f)
+
+    def env(self, ctx):
+        return {}
+
+
+def chatgpt_token():
+    """An unsigned token in the shape of ChatGPT's (Codex reads its claims, and does not verify
+    them); it expires in 2100."""
+    import base64
+
+    def part(doc):
+        return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
+
+    claims = {"email": "e2e@example.com", "exp": 4102444800,
+              "https://api.openai.com/auth": {"chatgpt_plan_type": "plus",
+                                              "chatgpt_account_id": CHATGPT_ACCOUNT,
+                                              "chatgpt_user_id": "user-e2e"}}
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.c2ln"
+
+
+def chatgpt_auth():
+    """`~/.codex/auth.json` as `codex login` leaves it, refreshed now so that Codex does not
+    try to refresh it."""
+    return {"OPENAI_API_KEY": None,
+            "tokens": {"id_token": CHATGPT_TOKEN, "access_token": CHATGPT_TOKEN,
+                       "refresh_token": "rt-e2e-dummy", "account_id": CHATGPT_ACCOUNT},
+            "last_refresh": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+CHATGPT_TOKEN = chatgpt_token()
+
+
 class Sdk(Client):
     def __init__(self):
         super().__init__("python-sdks", {"anthropic", "openai"}, {"messages", "chat", "responses"},
@@ -337,6 +389,7 @@ CLIENTS = [
     ClaudeCode(subscription=False),
     ClaudeCode(subscription=True),
     Codex(),
+    CodexChatGpt(),
     Sdk(),
 ]
 
@@ -471,7 +524,7 @@ def check_turns(r, run):
 def check_identity(r, run):
     client = run.client
     gen = run.generation()
-    sources = {expected_session(e.req_headers, json.loads(e.req_body or b"{}"))[0] for e in gen}
+    sources = {expected_session(e.req_headers, e.request_json())[0] for e in gen}
     r.check(sources == {client.id_source},
             f"{run.label}: requests carry what the README names for the session ({client.id_source})",
             f"found {sorted(sources)}")
@@ -526,7 +579,7 @@ def per_session_turns(run):
     out = {}
     for i in range(len(run.turns)):
         for e in run.turn_generation(i):
-            source, sid = expected_session(e.req_headers, json.loads(e.req_body or b"{}"))
+            source, sid = expected_session(e.req_headers, e.request_json())
             key = sid or "fingerprint"
             out.setdefault(key, [[] for _ in run.turns])[i].append(e)
     return out
@@ -597,7 +650,7 @@ def check_storage(r, run):
     # per request. A log that copies the history into every entry grows with its square.
     unique = set()
     for e in run.generation():
-        body = json.loads(e.req_body)
+        body = e.request_json()
         items = body.get("messages") or body.get("input") or []
         for item in items if isinstance(items, list) else [items]:
             unique.add(canonical(item))
@@ -611,7 +664,7 @@ def check_storage(r, run):
     # that is about the number of distinct messages, not the sum of every history's length.
     named = sum(len((e.get("sent") or {}).get("keys") or []) for s in run.sessions.values()
                 for e in s.get("entries", []) if e.get("type") == "request")
-    histories = sum(len(json.loads(e.req_body).get("messages") or json.loads(e.req_body).get("input") or [])
+    histories = sum(len(e.request_json().get("messages") or e.request_json().get("input") or [])
                     for e in run.generation())
     r.check(0 < run.stored_bytes <= bound and named <= len(unique) + 2 * n,
             f"{run.label}: session storage grows with new content ({run.stored_bytes} bytes stored "
@@ -625,7 +678,7 @@ def check_common(r, run):
     unknown = [l for l in run.metrics.splitlines()
                if l.startswith("cachet_input_tokens_total") and 'model="unknown"' in l]
     r.check(not unknown, f"{run.label}: no model=\"unknown\" token series", "; ".join(unknown[:2]))
-    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY) if s in run.serve_log]
+    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN) if s in run.serve_log]
     r.check(not secrets, f"{run.label}: no credential in cachet's log")
 
 

@@ -5,7 +5,9 @@ It reads the upstream's whole answer before replying (with a Content-Length inst
 upstream's framing); the body bytes are unchanged. Loopback only.
 """
 
+import gzip
 import http.client
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +38,19 @@ class Exchange:
         self.status = None
         self.resp_headers = []
         self.resp_body = b""
+
+    def request_json(self):
+        """The request body as JSON, decoded by its content-encoding as cachet reads it
+        (Codex signed in with ChatGPT sends zstd); `{}` for an empty body."""
+        body = self.req_body or b"{}"
+        coding = (self.header("content-encoding") or "").strip().lower()
+        if coding == "zstd":
+            import zstandard  # installed by scripts/agents-e2e.sh
+
+            body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+        elif coding == "gzip":
+            body = gzip.decompress(body)
+        return json.loads(body)
 
     def header(self, name, which="req"):
         headers = self.req_headers if which == "req" else self.resp_headers
