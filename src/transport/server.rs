@@ -189,6 +189,16 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
     let Some(route) = classify(req.method(), path, req.headers()) else {
         return local_response(&req);
     };
+    if asks_for_websocket(req.headers()) {
+        let err = ApiError::new(
+            ErrorKind::NotFound,
+            format!(
+                "cachet does not proxy WebSocket upgrades ({} {path}); send the request over HTTP",
+                req.method()
+            ),
+        );
+        return edge_refusal(&edge.pipeline, route.provider, route.endpoint, &err);
+    }
     if edge.keys.required() {
         let Some(client) = edge.keys.authenticate(req.headers()) else {
             let err = ApiError::new(
@@ -202,6 +212,18 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
         req.extensions_mut().insert(ClientName(client.name));
     }
     edge.pipeline.handle(route, req).await
+}
+
+/// Whether a request asks to switch its connection to a WebSocket (RFC 6455 §4.1), as
+/// Codex does first for the Responses API. Other upgrades (`h2c`) are hop-by-hop headers a
+/// server may ignore, and are dropped on the way upstream.
+fn asks_for_websocket(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|protocol| protocol.trim().eq_ignore_ascii_case("websocket"))
 }
 
 /// A request refused at the edge: counted, logged, answered in the provider's format, and

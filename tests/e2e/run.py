@@ -320,6 +320,8 @@ class CodexChatGpt(Codex):
     each Responses request compressed with zstd, and its access token with the account
     header (subscription traffic). The sign-in is a dummy one nothing checks."""
 
+    websocket_first = True
+
     def __init__(self):
         Client.__init__(self, "codex-chatgpt", {"openai"}, {"responses"}, "prompt_cache_key")
 
@@ -574,6 +576,21 @@ def check_bytes(r, run):
     r.check(not secret_diff, f"{run.label}: credentials are forwarded as sent", ", ".join(secret_diff))
 
 
+def check_websocket(r, run):
+    """A client that asks for a WebSocket first (Codex on OpenAI's own provider) gets cachet's
+    own answer, and nothing of it goes upstream; the turns then complete over HTTP."""
+    asked = [e for e in run.front if (e.header("upgrade") or "").lower() == "websocket"]
+    if not asked and not getattr(run.client, "websocket_first", False):
+        return
+    answered = [e for e in asked if e.status == 404 and e.header("x-cachet-error", "resp") == "1"]
+    forwarded = [e for e in run.back if (e.header("upgrade") or "") or
+                 (e.method == "GET" and e.path.split("?")[0] == "/v1/responses")]
+    r.check(asked and len(answered) == len(asked) and not forwarded,
+            f"{run.label}: WebSocket upgrades are answered by cachet, never forwarded "
+            f"({len(asked)} asked)",
+            f"{len(answered)} of {len(asked)} answered by cachet; {len(forwarded)} reached the upstream")
+
+
 def per_session_turns(run):
     """{session: [generation exchanges of turn 1, of turn 2, ...]} by the README's identity."""
     out = {}
@@ -708,6 +725,7 @@ def main():
         check_turns(r, base)
         check_identity(r, base)
         check_bytes(r, base)
+        check_websocket(r, base)
         check_cache(r, base)
         check_no_breaks(r, base, "no prefix break without a policy (monitoring)")
         check_storage(r, base)

@@ -20,9 +20,10 @@ HOP_BY_HOP = {
     "transfer-encoding",
     "te",
     "trailer",
-    "upgrade",
     "content-length",
 }
+# `upgrade` crosses the shim: Codex asks for a WebSocket first, and cachet must see that it
+# did (it answers such a request itself; it never answers 101, which this shim could not relay).
 
 
 class Exchange:

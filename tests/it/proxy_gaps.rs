@@ -183,6 +183,43 @@ async fn the_emulator_reads_a_codex_zstd_body() {
     );
 }
 
+/// Codex (signed in with ChatGPT, or on its built-in OpenAI provider) first asks for the
+/// Responses API over a WebSocket: `GET /v1/responses` with `upgrade: websocket`. cachet does
+/// not proxy WebSockets; it says so itself, in the provider's format, rather than sending
+/// the client's credentials upstream on a GET the upstream cannot serve. Codex then goes on
+/// over HTTP (tests/e2e/run.py, the `codex-chatgpt` client).
+#[tokio::test]
+async fn a_websocket_upgrade_is_answered_by_cachet_and_not_forwarded() {
+    let upstream = FakeUpstream::start(Script::json(404, r#"{"error":{"message":"x"}}"#)).await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let resp = client()
+        .get(format!("http://{}/v1/responses", proxy.addr))
+        .header("authorization", "Bearer chatgpt-access-token")
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.headers()["x-cachet-error"], "1");
+    let body: Value = resp.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("WebSocket"), "{message}");
+    assert!(upstream.requests().is_empty(), "nothing forwarded");
+    // A plain GET of the same path still goes upstream.
+    let resp = client()
+        .get(format!("http://{}/v1/responses", proxy.addr))
+        .header("authorization", "Bearer sk-dummy")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    assert_eq!(upstream.requests().len(), 1);
+    proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_unsupported_encoding_is_answered_in_the_provider_format() {
     let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
