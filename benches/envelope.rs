@@ -1,7 +1,8 @@
 //! Envelope benchmarks: parse + one patch + compile for 2 KB, 100 KB and 500 KB Anthropic
 //! bodies; the identity round trip; and, in the same run, serde_json parsing the body to a
 //! `Value` and serialising it again (the cost cachet avoids by splicing); and the canonical
-//! form of a new message, from a `Value` and copied from its raw bytes.
+//! form of a new message, from a `Value` and copied from its raw bytes; and decoding a
+//! compressed body (zstd, gzip) against checking it.
 
 use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
@@ -148,6 +149,40 @@ fn benches(c: &mut Criterion) {
                 })
             },
         );
+    }
+    group.finish();
+
+    // A compressed body is decoded before it is checked (Codex signed in with ChatGPT sends
+    // zstd at level 3): the decode against the check of the decoded body, in the same run.
+    let mut group = c.benchmark_group("content_decode");
+    for (name, size) in sizes {
+        let body = session_body(size);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        let zstd = Bytes::from(zstd::encode_all(&body[..], 3).expect("compresses"));
+        let gzip = {
+            use std::io::Write;
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            enc.write_all(&body).expect("compresses");
+            Bytes::from(enc.finish().expect("compresses"))
+        };
+        for (coding, sent) in [("zstd", zstd), ("gzip", gzip)] {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                http::header::CONTENT_ENCODING,
+                http::HeaderValue::from_static(coding),
+            );
+            group.bench_with_input(BenchmarkId::new(coding, name), &sent, |b, sent| {
+                b.iter(|| {
+                    black_box(
+                        cachet::content_encoding::decode(&headers, sent.clone(), 64 << 20)
+                            .expect("decodes"),
+                    )
+                })
+            });
+        }
+        group.bench_with_input(BenchmarkId::new("shape_check", name), &body, |b, body| {
+            b.iter(|| black_box(cachet::shape::check(Endpoint::Messages, body).expect("valid")))
+        });
     }
     group.finish();
 

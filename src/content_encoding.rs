@@ -98,35 +98,23 @@ fn read_within(reader: impl Read, limit: usize, out: &mut Vec<u8>) -> std::io::R
     Ok(())
 }
 
-/// The largest zstd window a body may ask for: one the size of the body limit (nothing
-/// decoded past it is kept), and never less than the 8 MiB that zstd's own streaming levels
-/// use for input of unknown size. The decoder reserves the window before it decodes.
-fn zstd_window_limit(limit: usize) -> u64 {
-    (limit as u64).clamp(8 << 20, ruzstd::decoding::DEFAULT_MAX_WINDOW_SIZE)
+/// The largest zstd window (as a power of two) a body may ask for: the body limit's (nothing
+/// decoded past it is kept), at least the 8 MiB (2^23) that zstd's own streaming levels use
+/// for input of unknown size, at most libzstd's default limit (2^27). The decoder allocates
+/// the window before it decodes.
+fn zstd_window_log_limit(limit: usize) -> u32 {
+    (limit as u64)
+        .next_power_of_two()
+        .trailing_zeros()
+        .clamp(23, 27)
 }
 
-/// A zstd body: one frame or several one after the other (RFC 8878 §3.1), skippable frames
-/// passed over.
-fn read_zstd(mut input: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
-    use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
-    let mut out = Vec::new();
-    while !input.is_empty() {
-        match ruzstd::decoding::StreamingDecoder::new_with_max_window_size(
-            &mut input,
-            zstd_window_limit(limit),
-        ) {
-            Ok(frame) => read_within(frame, limit, &mut out)?,
-            Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
-                length,
-                ..
-            })) => {
-                let skip = (length as usize).min(input.len());
-                input = &input[skip..];
-            }
-            Err(e) => return Err(std::io::Error::other(e)),
-        }
-    }
-    Ok(out)
+/// A zstd body (RFC 8878): one frame or several one after the other, skippable frames
+/// passed over, as libzstd decodes a stream.
+fn read_zstd(input: &[u8], limit: usize) -> std::io::Result<Vec<u8>> {
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(input)?;
+    decoder.window_log_max(zstd_window_log_limit(limit))?;
+    read_all(decoder, limit)
 }
 
 #[cfg(test)]
@@ -166,7 +154,7 @@ mod tests {
     ];
 
     fn zstd(bytes: &[u8]) -> Vec<u8> {
-        ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
+        zstd::encode_all(bytes, 3).unwrap()
     }
 
     #[test]
@@ -188,12 +176,53 @@ mod tests {
         let d = decode(&headers("zstd"), Bytes::from(frames), 1024).unwrap();
         assert_eq!(d.readable().as_ref(), br#"{"model":"m1"}tail"#);
         // A frame that asks for a window past the limit is refused before it is reserved:
-        // window descriptor 0x80 is 2^(10+16) bytes, 64 MiB, which the decoder would allow.
-        const HUGE: [u8; 9] = [0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x80, 0x01, 0x00, 0x00];
-        let err = decode(&headers("zstd"), Bytes::from_static(&HUGE), 1024)
+        // window descriptor 0x80 is 2^(10+16) bytes, 64 MiB, which a larger limit allows
+        // (then one empty raw block, the last).
+        const WIDE: [u8; 9] = [0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x80, 0x01, 0x00, 0x00];
+        let err = decode(&headers("zstd"), Bytes::from_static(&WIDE), 1024)
             .err()
             .unwrap();
-        assert!(err.message.contains("window"), "{}", err.message);
+        assert!(err.message.contains("zstd"), "{}", err.message);
+        let wide = decode(&headers("zstd"), Bytes::from_static(&WIDE), 64 << 20).unwrap();
+        assert!(wide.readable().is_empty());
+    }
+
+    proptest::proptest! {
+        /// Bytes from the network, or a compressed body damaged anywhere, decode within the
+        /// limit or fail with an error: never a panic, never more than the limit.
+        #[test]
+        fn damaged_bodies_decode_within_the_limit_or_fail(
+            coding in proptest::sample::select(vec!["zstd", "gzip", "deflate"]),
+            damage in proptest::collection::vec((0usize..4096, proptest::num::u8::ANY), 0..6),
+            cut in 0usize..4096,
+            limit in 0usize..3000,
+        ) {
+            let body = br#"{"model":"gpt-5.1-codex","input":[{"role":"user","content":"hi"}]}"#
+                .repeat(40);
+            let mut sent = match coding {
+                "zstd" => zstd(&body),
+                "gzip" => gzip(&body),
+                _ => {
+                    let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+                    enc.write_all(&body).unwrap();
+                    enc.finish().unwrap()
+                }
+            };
+            for (at, byte) in damage {
+                let at = at % sent.len();
+                sent[at] ^= byte;
+            }
+            sent.truncate(cut.max(1));
+            if let Ok(d) = decode(&headers(coding), Bytes::from(sent), limit) {
+                proptest::prop_assert!(d.readable().len() <= limit);
+            }
+        }
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
     }
 
     #[test]
