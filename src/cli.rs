@@ -71,6 +71,10 @@ pub struct ServeArgs {
     /// OpenAI upstream base URL [default: https://api.openai.com].
     #[arg(long, value_name = "URL")]
     pub openai_upstream: Option<String>,
+    /// Upstream for OpenAI requests signed in with ChatGPT (Codex's `chatgpt-account-id`)
+    /// [default: https://chatgpt.com/backend-api/codex].
+    #[arg(long, value_name = "URL")]
+    pub chatgpt_upstream: Option<String>,
     /// Session store: a folder for the embedded store, or redis://host:port/db.
     #[arg(long)]
     pub store: Option<String>,

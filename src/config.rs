@@ -91,6 +91,9 @@ pub struct UpstreamConfig {
     pub anthropic: String,
     /// Base URL of the OpenAI API.
     pub openai: String,
+    /// Base URL of the ChatGPT backend, where OpenAI-family requests signed in with ChatGPT
+    /// (Codex's `chatgpt-account-id`) go instead of `openai`.
+    pub chatgpt: String,
     /// Time allowed to connect (and finish TLS) to an upstream.
     pub connect_timeout_ms: u64,
     /// Time allowed until the upstream's response headers arrive (504 after).
@@ -127,6 +130,7 @@ impl Default for UpstreamConfig {
         UpstreamConfig {
             anthropic: "https://api.anthropic.com".into(),
             openai: "https://api.openai.com".into(),
+            chatgpt: crate::providers::openai_responses::CHATGPT_CODEX_BASE_URL.into(),
             connect_timeout_ms: 10_000,
             response_timeout_ms: 600_000,
             idle_timeout_ms: 300_000,
@@ -276,6 +280,7 @@ impl Config {
         for (field, url) in [
             ("upstream.anthropic", &self.upstream.anthropic),
             ("upstream.openai", &self.upstream.openai),
+            ("upstream.chatgpt", &self.upstream.chatgpt),
         ] {
             let ok = reqwest::Url::parse(url)
                 .map(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())

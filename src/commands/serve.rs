@@ -19,6 +19,9 @@ pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(u) = &args.openai_upstream {
         config.upstream.openai = u.clone();
     }
+    if let Some(u) = &args.chatgpt_upstream {
+        config.upstream.chatgpt = u.clone();
+    }
     config
         .policies
         .files

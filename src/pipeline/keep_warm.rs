@@ -87,16 +87,15 @@ impl Pipeline {
             return;
         };
         let route = ctx.route;
-        let mut headers = self
-            .upstreams
-            .request_headers(route.provider, &ctx.parts.headers, true);
+        let to = crate::transport::forward::Destination::of(route.provider, &ctx.parts.headers);
+        let mut headers = self.upstreams.request_headers(to, &ctx.parts.headers, true);
         headers.remove(http::header::CONTENT_ENCODING);
         let path = ctx
             .parts
             .uri
             .path_and_query()
             .map_or("/v1/messages", |p| p.as_str());
-        let Ok(url) = self.upstreams.url(route.provider, path) else {
+        let Ok(url) = self.upstreams.url(to, path) else {
             self.count_keep_warm("unbuilt");
             return;
         };

@@ -40,9 +40,10 @@ impl Pipeline {
     ) -> Result<Upstream, ApiError> {
         let route = ctx.route;
         let identity = route.endpoint.is_generation();
-        let mut headers =
-            self.upstreams
-                .request_headers(route.provider, &ctx.parts.headers, identity);
+        let to = forward::Destination::of(route.provider, &ctx.parts.headers);
+        let mut headers = self
+            .upstreams
+            .request_headers(to, &ctx.parts.headers, identity);
         if let Some(beta) = shaped.anthropic_beta {
             add_beta(&mut headers, beta);
         }
@@ -62,8 +63,8 @@ impl Pipeline {
             .path_and_query()
             .map(|p| p.as_str())
             .unwrap_or("/");
-        let url = self.upstreams.url(route.provider, path_and_query)?;
-        let host = self.upstreams.host(route.provider);
+        let url = self.upstreams.url(to, path_and_query)?;
+        let host = self.upstreams.host(to);
         self.metrics
             .route(route.provider, route.endpoint)
             .overhead

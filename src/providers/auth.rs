@@ -51,11 +51,18 @@ pub fn credential(headers: &HeaderMap) -> Credential {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|beta| beta.trim().starts_with(ANTHROPIC_OAUTH_BETA));
-    if bearer_oauth || oauth_beta || headers.contains_key(CHATGPT_ACCOUNT_HEADER) {
+    if bearer_oauth || oauth_beta || signed_in_with_chatgpt(headers) {
         Credential::OAuth
     } else {
         Credential::ApiKey
     }
+}
+
+/// Whether a request is signed in with ChatGPT (Codex names the account in
+/// `chatgpt-account-id` beside its access token): such a request is served by the ChatGPT
+/// backend ([`super::openai_responses::CHATGPT_CODEX_BASE_URL`]), not by the API.
+pub fn signed_in_with_chatgpt(headers: &HeaderMap) -> bool {
+    headers.contains_key(CHATGPT_ACCOUNT_HEADER)
 }
 
 /// The token of an `authorization: Bearer TOKEN` value.

@@ -17,10 +17,11 @@ use serde_json::Value;
 use super::message::Fields;
 use super::{MsgKind, Section, Terminal};
 
-/// The path of the base URL Codex uses when signed in with ChatGPT
-/// (`https://chatgpt.com/backend-api/codex`, codex-rs `CHATGPT_CODEX_BASE_URL`). Codex appends
-/// `/responses` and `/models` to it, where an API key's base (`https://api.openai.com/v1`)
-/// carries the `/v1`: an upstream base ending in this path stands for `/v1`.
+/// The base URL Codex uses when signed in with ChatGPT (codex-rs `CHATGPT_CODEX_BASE_URL`),
+/// and its path. Codex appends `/responses` and `/models` to it, where an API key's base
+/// (`https://api.openai.com/v1`) carries the `/v1`: an upstream base ending in this path
+/// stands for `/v1`.
+pub const CHATGPT_CODEX_BASE_URL: &str = "https://chatgpt.com/backend-api/codex";
 pub const CHATGPT_CODEX_BASE_PATH: &str = "/backend-api/codex";
 
 /// Whether an upstream base path already stands for OpenAI's `/v1`, so that a client's

@@ -54,11 +54,34 @@ fn copy_end_to_end(from: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// Where a request goes: its provider's API, or, for an OpenAI request signed in with
+/// ChatGPT, the ChatGPT backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    Anthropic,
+    OpenAi,
+    ChatGpt,
+}
+
+impl Destination {
+    /// The destination of a request of `provider` carrying `headers`.
+    pub fn of(provider: Provider, headers: &HeaderMap) -> Destination {
+        match provider {
+            Provider::Anthropic => Destination::Anthropic,
+            Provider::OpenAi if crate::providers::auth::signed_in_with_chatgpt(headers) => {
+                Destination::ChatGpt
+            }
+            Provider::OpenAi => Destination::OpenAi,
+        }
+    }
+}
+
 /// Resolved upstream endpoints and optional keys held by cachet.
 #[derive(Debug, Clone)]
 pub struct Upstreams {
     anthropic: Base,
     openai: Base,
+    chatgpt: Base,
     anthropic_key: Option<Secret>,
     openai_key: Option<Secret>,
 }
@@ -108,15 +131,17 @@ impl Upstreams {
         Ok(Upstreams {
             anthropic: Base::parse(&cfg.anthropic, "anthropic"),
             openai: Base::parse(&cfg.openai, "openai"),
+            chatgpt: Base::parse(&cfg.chatgpt, "chatgpt"),
             anthropic_key: key(&cfg.anthropic_api_key_env)?,
             openai_key: key(&cfg.openai_api_key_env)?,
         })
     }
 
-    fn base(&self, provider: Provider) -> &Base {
-        match provider {
-            Provider::Anthropic => &self.anthropic,
-            Provider::OpenAi => &self.openai,
+    fn base(&self, to: Destination) -> &Base {
+        match to {
+            Destination::Anthropic => &self.anthropic,
+            Destination::OpenAi => &self.openai,
+            Destination::ChatGpt => &self.chatgpt,
         }
     }
 
@@ -125,8 +150,8 @@ impl Upstreams {
     /// does not get the client's `/v1`. The path is appended to
     /// the base's path as it came; should URL parsing normalise it anywhere (a dot segment,
     /// a backslash), the URL would leave or reshape the base path, and it is refused.
-    pub fn url(&self, provider: Provider, path_and_query: &str) -> Result<reqwest::Url, ApiError> {
-        let base = self.base(provider);
+    pub fn url(&self, to: Destination, path_and_query: &str) -> Result<reqwest::Url, ApiError> {
+        let base = self.base(to);
         let base_path = &base.path;
         let (path, query) = match path_and_query.split_once('?') {
             Some((p, q)) => (p, Some(q)),
@@ -161,16 +186,17 @@ impl Upstreams {
     }
 
     /// Host of the upstream, for error messages (never the full URL).
-    pub fn host(&self, provider: Provider) -> &str {
-        &self.base(provider).host
+    pub fn host(&self, to: Destination) -> &str {
+        &self.base(to).host
     }
 
     /// Headers for the upstream request: the client's end-to-end headers, with cachet's own
-    /// key in place of the client's when one is configured. `identity` asks the upstream for
+    /// key in place of the client's when one is configured for the destination's API (never
+    /// for the ChatGPT backend, which takes the client's own sign-in, and is another host). `identity` asks the upstream for
     /// an uncompressed body so the usage tap can read it.
     pub fn request_headers(
         &self,
-        provider: Provider,
+        to: Destination,
         client: &HeaderMap,
         identity: bool,
     ) -> HeaderMap {
@@ -179,17 +205,17 @@ impl Upstreams {
         if identity {
             headers.remove(http::header::ACCEPT_ENCODING);
         }
-        let held = match provider {
-            Provider::Anthropic => self.anthropic_key.as_ref(),
-            Provider::OpenAi => self.openai_key.as_ref(),
+        let held = match to {
+            Destination::Anthropic => {
+                (self.anthropic_key.as_ref()).map(|key| ("x-api-key", key.expose().to_string()))
+            }
+            Destination::OpenAi => (self.openai_key.as_ref())
+                .map(|key| ("authorization", format!("Bearer {}", key.expose()))),
+            Destination::ChatGpt => None,
         };
-        if let Some(key) = held {
+        if let Some((name, value)) = held {
             headers.remove(http::header::AUTHORIZATION);
             headers.remove("x-api-key");
-            let (name, value) = match provider {
-                Provider::Anthropic => ("x-api-key", key.expose().to_string()),
-                Provider::OpenAi => ("authorization", format!("Bearer {}", key.expose())),
-            };
             if let Ok(mut v) = HeaderValue::from_str(&value) {
                 v.set_sensitive(true);
                 headers.insert(HeaderName::from_static(name), v);
@@ -274,13 +300,13 @@ mod tests {
         };
         let u = Upstreams::from_config(&cfg).unwrap();
         assert_eq!(
-            u.url(Provider::OpenAi, "/v1/chat/completions")
+            u.url(Destination::OpenAi, "/v1/chat/completions")
                 .unwrap()
                 .as_str(),
             "http://127.0.0.1:9/v1/chat/completions"
         );
         assert_eq!(
-            u.url(Provider::Anthropic, "/v1/messages?beta=true")
+            u.url(Destination::Anthropic, "/v1/messages?beta=true")
                 .unwrap()
                 .as_str(),
             "https://api.anthropic.com/v1/messages?beta=true"
@@ -303,16 +329,37 @@ mod tests {
             };
             let u = Upstreams::from_config(&cfg).unwrap();
             assert_eq!(
-                u.url(Provider::OpenAi, "/v1/responses").unwrap().as_str(),
+                u.url(Destination::OpenAi, "/v1/responses")
+                    .unwrap()
+                    .as_str(),
                 "https://chatgpt.com/backend-api/codex/responses"
             );
             assert_eq!(
-                u.url(Provider::OpenAi, "/v1/models?client_version=0.171.0")
+                u.url(Destination::OpenAi, "/v1/models?client_version=0.171.0")
                     .unwrap()
                     .as_str(),
                 "https://chatgpt.com/backend-api/codex/models?client_version=0.171.0"
             );
         }
+        // By default a request signed in with ChatGPT goes there; others to the API.
+        let u = Upstreams::from_config(&UpstreamConfig::default()).unwrap();
+        let mut signed_in = HeaderMap::new();
+        signed_in.insert("chatgpt-account-id", HeaderValue::from_static("acc-1"));
+        let to = Destination::of(Provider::OpenAi, &signed_in);
+        assert_eq!(to, Destination::ChatGpt);
+        assert_eq!(
+            u.url(to, "/v1/responses").unwrap().as_str(),
+            "https://chatgpt.com/backend-api/codex/responses"
+        );
+        let to = Destination::of(Provider::OpenAi, &HeaderMap::new());
+        assert_eq!(
+            u.url(to, "/v1/responses").unwrap().as_str(),
+            "https://api.openai.com/v1/responses"
+        );
+        assert_eq!(
+            Destination::of(Provider::Anthropic, &signed_in),
+            Destination::Anthropic
+        );
         // Only that base: another path ending in `codex` keeps the client's `/v1`.
         let cfg = UpstreamConfig {
             openai: "http://127.0.0.1:9/gw/codex".into(),
@@ -320,7 +367,7 @@ mod tests {
         };
         let u = Upstreams::from_config(&cfg).unwrap();
         assert_eq!(
-            u.url(Provider::OpenAi, "/v1/responses").unwrap().path(),
+            u.url(Destination::OpenAi, "/v1/responses").unwrap().path(),
             "/gw/codex/v1/responses"
         );
     }
@@ -334,11 +381,13 @@ mod tests {
         };
         let u = Upstreams::from_config(&cfg).unwrap();
         assert_eq!(
-            u.url(Provider::Anthropic, "/v1/messages").unwrap().path(),
+            u.url(Destination::Anthropic, "/v1/messages")
+                .unwrap()
+                .path(),
             "/gw/anthropic/v1/messages"
         );
         assert_eq!(
-            u.url(Provider::OpenAi, "/v1/files/a%20b?x=1")
+            u.url(Destination::OpenAi, "/v1/files/a%20b?x=1")
                 .unwrap()
                 .as_str(),
             "http://127.0.0.1:9/gw/openai/v1/files/a%20b?x=1"
@@ -350,8 +399,8 @@ mod tests {
             "/v1/./messages",
             "/v1\\..\\..\\admin",
         ] {
-            assert!(u.url(Provider::Anthropic, path).is_err(), "{path}");
-            assert!(u.url(Provider::OpenAi, path).is_err(), "{path}");
+            assert!(u.url(Destination::Anthropic, path).is_err(), "{path}");
+            assert!(u.url(Destination::OpenAi, path).is_err(), "{path}");
         }
     }
 
@@ -365,7 +414,7 @@ mod tests {
         h.insert("accept-encoding", "gzip".parse().unwrap());
         h.insert("x-cachet-session", "s1".parse().unwrap());
         let u = Upstreams::from_config(&UpstreamConfig::default()).unwrap();
-        let out = u.request_headers(Provider::Anthropic, &h, true);
+        let out = u.request_headers(Destination::Anthropic, &h, true);
         assert!(out.get("x-foo").is_none() && out.get("connection").is_none());
         assert!(out.get("accept-encoding").is_none() && out.get("x-cachet-session").is_none());
         assert_eq!(out.get("x-api-key").unwrap(), "sk");

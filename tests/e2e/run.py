@@ -199,6 +199,7 @@ class Stack:
         self.back = Shim(self.emulator_url)
         args = [cachet, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
                 "--anthropic-upstream", self.back.url, "--openai-upstream", self.back.url,
+                "--chatgpt-upstream", self.back.url,
                 "--store", os.path.join(workdir, "store"), "--record", os.path.join(workdir, "record")]
         for p in policies:
             args += ["--policy", p]

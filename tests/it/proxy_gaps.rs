@@ -107,11 +107,7 @@ async fn a_gzip_body_shaped_by_a_policy_goes_upstream_decoded() {
 /// is read decoded (model, session, the session log) and forwarded as sent.
 #[tokio::test]
 async fn a_codex_zstd_body_is_read_decoded_and_forwarded_as_sent() {
-    let upstream = FakeUpstream::start(Script::json(
-        200,
-        r#"{"object":"response","status":"completed","output":[],"usage":{"input_tokens":9000,"input_tokens_details":{"cached_tokens":0},"output_tokens":5,"total_tokens":9005}}"#,
-    ))
-    .await;
+    let upstream = FakeUpstream::start(Script::json(200, RESPONSES_ANSWER)).await;
     let proxy = start_proxy(test_config(&upstream.url())).await;
     let sent = std::fs::read(format!(
         "{}/tests/data/clients/codex_chatgpt_responses.json.zst",
@@ -153,6 +149,85 @@ async fn a_codex_zstd_body_is_read_decoded_and_forwarded_as_sent() {
     );
     let log = wait_for_requests(&proxy, session, 1).await;
     assert_eq!(log["requests"], 1, "{log}");
+    proxy.shutdown().await;
+}
+
+const RESPONSES_ANSWER: &str = r#"{"object":"response","status":"completed","output":[],"usage":{"input_tokens":9000,"input_tokens_details":{"cached_tokens":0},"output_tokens":5,"total_tokens":9005}}"#;
+
+/// Codex signed in with ChatGPT needs no setting but its base URL: a request carrying the
+/// ChatGPT account header goes to the ChatGPT backend (`upstream.chatgpt`), under its base
+/// without `/v1`, with the client's own token, never a key cachet holds for OpenAI (that
+/// key is for `upstream.openai`, and would leave for another host). API-key requests still
+/// go to `upstream.openai`, with the held key.
+#[tokio::test]
+async fn a_chatgpt_signed_in_request_goes_to_the_chatgpt_backend_with_its_own_token() {
+    let openai = FakeUpstream::start(Script::json(200, RESPONSES_ANSWER)).await;
+    let chatgpt = FakeUpstream::start(Script::json(200, RESPONSES_ANSWER)).await;
+    std::env::set_var("CACHET_IT_CHATGPT_HELD", "sk-proj-HELD-by-cachet");
+    let mut config = test_config(&openai.url());
+    config.upstream.chatgpt = format!("{}/backend-api/codex", chatgpt.url());
+    config.upstream.openai_api_key_env = Some("CACHET_IT_CHATGPT_HELD".into());
+    config.server.allow_open_relay = true;
+    let proxy = start_proxy(config).await;
+    let sent = std::fs::read(format!(
+        "{}/tests/data/clients/codex_chatgpt_responses.json.zst",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let resp = client()
+        .post(format!("http://{}/v1/responses", proxy.addr))
+        .header("authorization", "Bearer chatgpt-access-token")
+        .header("chatgpt-account-id", "acc-e2e")
+        .header("content-type", "application/json")
+        .header("content-encoding", "zstd")
+        .body(sent.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let models = client()
+        .get(format!(
+            "http://{}/v1/models?client_version=0.171.0",
+            proxy.addr
+        ))
+        .header("authorization", "Bearer chatgpt-access-token")
+        .header("chatgpt-account-id", "acc-e2e")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200);
+    let received = chatgpt.requests();
+    let paths: Vec<&str> = received.iter().map(|r| r.path_and_query.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/backend-api/codex/responses",
+            "/backend-api/codex/models?client_version=0.171.0"
+        ]
+    );
+    for r in &received {
+        assert_eq!(r.headers["authorization"], "Bearer chatgpt-access-token");
+    }
+    assert_eq!(received[0].body.as_ref(), sent.as_slice());
+    assert!(openai.requests().is_empty(), "nothing went to the API");
+
+    let resp = client()
+        .post(format!("http://{}/v1/responses", proxy.addr))
+        .header("authorization", "Bearer sk-client")
+        .header("content-type", "application/json")
+        .body(r#"{"model":"gpt-5.1-codex","input":"hi"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let received = openai.requests();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].path_and_query, "/v1/responses");
+    assert_eq!(
+        received[0].headers["authorization"],
+        "Bearer sk-proj-HELD-by-cachet"
+    );
+    assert_eq!(chatgpt.requests().len(), 2);
     proxy.shutdown().await;
 }
 

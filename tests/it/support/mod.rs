@@ -211,6 +211,7 @@ pub fn test_config(upstream: &str) -> Config {
     config.server.admin_listen = "127.0.0.1:0".parse().unwrap();
     config.upstream.anthropic = upstream.to_string();
     config.upstream.openai = upstream.to_string();
+    config.upstream.chatgpt = upstream.to_string();
     config.server.shutdown_grace_secs = 10;
     // Monitoring keeps sessions by default: each proxy gets a store of its own, kept
     // until the test process ends.
