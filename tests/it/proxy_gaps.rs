@@ -38,6 +38,58 @@ async fn post_encoded(
         .unwrap()
 }
 
+/// The one compressed body the upstream received is the client's, with its coding, and the
+/// decoded body named the model in the metrics.
+async fn forwarded_as_sent_and_read(
+    proxy: &cachet::transport::server::ProxyHandle,
+    upstream: &FakeUpstream,
+    sent: &[u8],
+    coding: &str,
+    model: &str,
+) {
+    let received = upstream.requests();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body.as_ref(), sent, "the bytes as sent");
+    assert_eq!(received[0].headers["content-encoding"], coding);
+    let metrics = metrics_text(proxy).await;
+    assert_eq!(
+        metric_sum(&metrics, "cachet_requests_total", &[("model", model)]),
+        1.0,
+        "the decoded body named the model: {metrics}"
+    );
+}
+
+/// The session of [`codex_chatgpt_body`] (its `prompt_cache_key`, the thread id).
+const CODEX_CHATGPT_SESSION: &str = "01a22368-b2d3-7781-8b8d-7a6024bffff6";
+
+/// `POST {base}/v1/responses` with [`codex_chatgpt_body`] and the headers Codex sent with it
+/// (its access token replaced).
+async fn post_as_codex_signed_in(base: &str) -> reqwest::Response {
+    client()
+        .post(format!("{base}/v1/responses"))
+        .header("authorization", "Bearer chatgpt-access-token")
+        .header("chatgpt-account-id", "acc-e2e")
+        .header("originator", "codex_exec")
+        .header("session-id", CODEX_CHATGPT_SESSION)
+        .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
+        .header("content-encoding", "zstd")
+        .body(codex_chatgpt_body())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The body Codex 0.171.0 signed in with ChatGPT sent for its first turn, zstd-compressed,
+/// captured as it left the client.
+fn codex_chatgpt_body() -> Vec<u8> {
+    std::fs::read(format!(
+        "{}/tests/data/clients/codex_chatgpt_responses.json.zst",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
 /// A gzip body (RFC 9110 §8.4: the coding applies to the content) is read decoded, so the
 /// check and the metrics see its model, and forwarded as the client sent it.
 #[tokio::test]
@@ -51,24 +103,7 @@ async fn a_gzip_body_is_read_decoded_and_forwarded_as_sent() {
     let sent = gzip(&messages_body());
     let resp = post_encoded(&proxy, "gzip", sent.clone()).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-    let received = upstream.requests();
-    assert_eq!(received.len(), 1);
-    assert_eq!(
-        received[0].body.as_ref(),
-        sent.as_slice(),
-        "the bytes as sent"
-    );
-    assert_eq!(received[0].headers["content-encoding"], "gzip");
-    let metrics = metrics_text(&proxy).await;
-    assert_eq!(
-        metric_value(
-            &metrics,
-            "cachet_requests_total",
-            &[("model", "claude-sonnet-4-5"), ("endpoint", "messages")]
-        ),
-        Some(1.0),
-        "the decoded body named the model: {metrics}"
-    );
+    forwarded_as_sent_and_read(&proxy, &upstream, &sent, "gzip", "claude-sonnet-4-5").await;
     proxy.shutdown().await;
 }
 
@@ -109,45 +144,11 @@ async fn a_gzip_body_shaped_by_a_policy_goes_upstream_decoded() {
 async fn a_codex_zstd_body_is_read_decoded_and_forwarded_as_sent() {
     let upstream = FakeUpstream::start(Script::json(200, RESPONSES_ANSWER)).await;
     let proxy = start_proxy(test_config(&upstream.url())).await;
-    let sent = std::fs::read(format!(
-        "{}/tests/data/clients/codex_chatgpt_responses.json.zst",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    let session = "01a22368-b2d3-7781-8b8d-7a6024bffff6";
-    let resp = client()
-        .post(format!("http://{}/v1/responses", proxy.addr))
-        .header("authorization", "Bearer chatgpt-access-token")
-        .header("chatgpt-account-id", "acc-e2e")
-        .header("originator", "codex_exec")
-        .header("session-id", session)
-        .header("accept", "text/event-stream")
-        .header("content-type", "application/json")
-        .header("content-encoding", "zstd")
-        .body(sent.clone())
-        .send()
-        .await
-        .unwrap();
+    let resp = post_as_codex_signed_in(&format!("http://{}", proxy.addr)).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
-    let received = upstream.requests();
-    assert_eq!(received.len(), 1);
-    assert_eq!(
-        received[0].body.as_ref(),
-        sent.as_slice(),
-        "the bytes as sent"
-    );
-    assert_eq!(received[0].headers["content-encoding"], "zstd");
-    let metrics = metrics_text(&proxy).await;
-    assert_eq!(
-        metric_value(
-            &metrics,
-            "cachet_requests_total",
-            &[("model", "gpt-5.1-codex"), ("endpoint", "responses")]
-        ),
-        Some(1.0),
-        "the decoded body named the model: {metrics}"
-    );
-    let log = wait_for_requests(&proxy, session, 1).await;
+    let sent = codex_chatgpt_body();
+    forwarded_as_sent_and_read(&proxy, &upstream, &sent, "zstd", "gpt-5.1-codex").await;
+    let log = wait_for_requests(&proxy, CODEX_CHATGPT_SESSION, 1).await;
     assert_eq!(log["requests"], 1, "{log}");
     proxy.shutdown().await;
 }
@@ -169,21 +170,8 @@ async fn a_chatgpt_signed_in_request_goes_to_the_chatgpt_backend_with_its_own_to
     config.upstream.openai_api_key_env = Some("CACHET_IT_CHATGPT_HELD".into());
     config.server.allow_open_relay = true;
     let proxy = start_proxy(config).await;
-    let sent = std::fs::read(format!(
-        "{}/tests/data/clients/codex_chatgpt_responses.json.zst",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    let resp = client()
-        .post(format!("http://{}/v1/responses", proxy.addr))
-        .header("authorization", "Bearer chatgpt-access-token")
-        .header("chatgpt-account-id", "acc-e2e")
-        .header("content-type", "application/json")
-        .header("content-encoding", "zstd")
-        .body(sent.clone())
-        .send()
-        .await
-        .unwrap();
+    let sent = codex_chatgpt_body();
+    let resp = post_as_codex_signed_in(&format!("http://{}", proxy.addr)).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
     let models = client()
         .get(format!(
@@ -236,20 +224,7 @@ async fn a_chatgpt_signed_in_request_goes_to_the_chatgpt_backend_with_its_own_to
 #[tokio::test]
 async fn the_emulator_reads_a_codex_zstd_body() {
     let emulator = start_emulator().await;
-    let sent = std::fs::read(format!(
-        "{}/tests/data/clients/codex_chatgpt_responses.json.zst",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    let resp = client()
-        .post(format!("{}/v1/responses", emulator.url()))
-        .header("authorization", "Bearer chatgpt-access-token")
-        .header("content-type", "application/json")
-        .header("content-encoding", "zstd")
-        .body(sent)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_as_codex_signed_in(&emulator.url()).await;
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();
     assert!(
