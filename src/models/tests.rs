@@ -139,6 +139,24 @@ fn explicit_breakpoints_by_model() {
     assert_eq!(bp("gpt-5.6"), Some(4));
     assert_eq!(bp("gpt-5.6-sol-2026-07-09"), Some(4));
     assert_eq!(bp("gpt-6-sol"), Some(4));
+    // GPT-6.2 Sol, the model Codex 0.171 runs signed in with ChatGPT
+    // (developers.openai.com/api/docs/models/gpt-6.2-sol: $2 input, $0.10 cached, $2.50 cache
+    // writes for 30 minutes of retention, $10 output).
+    assert_eq!(bp("gpt-6.2-sol"), Some(4));
+    let sol62 = builtin("gpt-6.2-sol").expect("priced");
+    assert_eq!(
+        (
+            sol62.input,
+            sol62.cache_read,
+            sol62.cache_write_5m,
+            sol62.output
+        ),
+        (2.0, 0.1, 2.5, 10.0)
+    );
+    assert!(
+        crate::cache_model::surely_kept_ms("gpt-6.2-sol", false) >= 30 * 60 * 1000,
+        "breakpoints live at least 30 minutes"
+    );
     assert_eq!(bp("gpt-5"), None);
     assert_eq!(bp("gpt-4o"), None);
     assert_eq!(bp("claude-sonnet-4-5"), Some(4));
