@@ -147,9 +147,9 @@ impl Upstreams {
 
     /// The upstream URL for a client path (with query). A base that already stands for `/v1`
     /// (one ending in it, as OpenAI base URLs often do, or the ChatGPT backend's Codex base)
-    /// does not get the client's `/v1`. The path is appended to
-    /// the base's path as it came; should URL parsing normalise it anywhere (a dot segment,
-    /// a backslash), the URL would leave or reshape the base path, and it is refused.
+    /// does not get the client's `/v1`. The path is appended to the base's path as it came;
+    /// should URL parsing normalise it anywhere (a dot segment, a backslash), the URL would
+    /// leave or reshape the base path, and it is refused.
     pub fn url(&self, to: Destination, path_and_query: &str) -> Result<reqwest::Url, ApiError> {
         let base = self.base(to);
         let base_path = &base.path;
@@ -192,8 +192,8 @@ impl Upstreams {
 
     /// Headers for the upstream request: the client's end-to-end headers, with cachet's own
     /// key in place of the client's when one is configured for the destination's API (never
-    /// for the ChatGPT backend, which takes the client's own sign-in, and is another host). `identity` asks the upstream for
-    /// an uncompressed body so the usage tap can read it.
+    /// for the ChatGPT backend, which takes the client's own sign-in, and is another host).
+    /// `identity` asks the upstream for an uncompressed body so the usage tap can read it.
     pub fn request_headers(
         &self,
         to: Destination,
