@@ -1,5 +1,6 @@
-//! Gaps found by running real agents through cachet: compressed request bodies, the log line
-//! of a wrong base URL, and model-list requests in the metrics.
+//! Gaps found by running real agents through cachet: compressed request bodies, Codex signed
+//! in with ChatGPT (its zstd bodies, its upstream, its WebSocket attempts), the log line of a
+//! wrong base URL, and model-list requests in the metrics.
 
 use std::io::Write;
 
