@@ -280,26 +280,27 @@ pub(super) fn write_positions(prompt: &OpenAiPrompt) -> Vec<usize> {
 /// extended retention, at least the 30-minute `ttl` of GPT-5.6 breakpoints. A miss after a
 /// longer gap is an expiry; before it, something else.
 pub fn surely_kept_ms(model: &str, retention_24h: bool) -> u64 {
-    let mut keep_ms = if retention_24h {
-        EXTENDED_RETENTION_MS
-    } else {
-        MIN_IDLE_MS
-    };
-    if takes_breakpoints(model) {
-        keep_ms = keep_ms.max(BREAKPOINT_TTL_MS);
-    }
-    keep_ms
+    kept_ms(model, retention_24h, MIN_IDLE_MS)
 }
 
 /// How long a request's entries live.
 pub(super) fn lifetime_ms(prompt: &OpenAiPrompt, config: &CacheModelConfig) -> u64 {
-    let idle_ms = config.openai_idle_secs * 1000;
-    let mut keep_ms = if prompt.retention_24h {
+    kept_ms(
+        &prompt.model,
+        prompt.retention_24h,
+        config.openai_idle_secs * 1000,
+    )
+}
+
+/// An idle prefix's life after `idle_ms`: at least a day with extended retention, at least
+/// the `ttl` of breakpoints on a model that takes them.
+fn kept_ms(model: &str, retention_24h: bool, idle_ms: u64) -> u64 {
+    let mut keep_ms = if retention_24h {
         idle_ms.max(EXTENDED_RETENTION_MS)
     } else {
         idle_ms
     };
-    if takes_breakpoints(&prompt.model) {
+    if takes_breakpoints(model) {
         keep_ms = keep_ms.max(BREAKPOINT_TTL_MS);
     }
     keep_ms

@@ -272,7 +272,7 @@ fn events(r: &RequestView<'_>) -> Markup {
                 div.ev.dim {
                     "provider compacted the conversation: the prompt as sent read "
                     (format::tokens(i.first_read)) ", the answer ran on "
-                    (format::tokens(i.last_read + i.last_write)) " (both billed)"
+                    (format::tokens(u.left_cached())) " (both billed)"
                 }
             }
             @if let Some(c) = u.cleared {
