@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::{Pipeline, RequestCtx};
 use crate::providers::Endpoint;
+use crate::transport::upstream_client::RequestBody;
 use crate::ttl::keep_warm;
 
 /// Sessions remembered for keep-warm timers (least recently used go first).
@@ -112,7 +113,7 @@ impl Pipeline {
                 http::Method::POST,
                 url,
                 headers,
-                bytes::Bytes::from(body).into(),
+                RequestBody::Whole(bytes::Bytes::from(body).into()),
             );
             let timeout = Duration::from_millis(pipeline.config.upstream.response_timeout_ms);
             let answer = match tokio::time::timeout(timeout, sent).await {

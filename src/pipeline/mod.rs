@@ -247,7 +247,14 @@ impl Pipeline {
         };
         let mut trace = None;
         let phases = async {
-            self.read_body(&mut ctx, body).await?;
+            let unread = match is_generation_like(ctx.route.endpoint) {
+                true => {
+                    self.read_body(&mut ctx, body).await?;
+                    None
+                }
+                // Any other call (a file upload, a batch) goes upstream as it arrives.
+                false => Some(body),
+            };
             self.check_body(&mut ctx)?;
             trace = self.trace_record(&ctx);
             // Boxed: shaping's state (7.6 KB) would otherwise sit in every request's future
@@ -260,7 +267,7 @@ impl Pipeline {
             let session = ctx.session_for_logs(&shaped);
             ctx.telemetry
                 .record_shaping(session.as_deref(), &shaped.variant);
-            let upstream = self.forward(&ctx, &shaped).await?;
+            let upstream = self.forward(&ctx, &shaped, unread).await?;
             ctx.telemetry.record_upstream(upstream.headers());
             Ok::<_, ApiError>((shaped, upstream))
         };
@@ -297,8 +304,8 @@ impl Pipeline {
         error_response(ctx.route.provider, err)
     }
 
-    /// Read the body within its limit; a compressed generation body is decoded for reading
-    /// (its own bytes still go upstream when nothing changes them).
+    /// Read a generation body within its limit; a compressed one is decoded for reading (its
+    /// own bytes still go upstream when nothing changes them).
     async fn read_body(&self, ctx: &mut RequestCtx, body: Incoming) -> Result<(), ApiError> {
         let declared = ctx
             .parts
@@ -309,10 +316,6 @@ impl Pipeline {
         let limit = self.config.server.max_body_bytes;
         let timeout = std::time::Duration::from_millis(self.config.server.body_read_timeout_ms);
         let body = crate::transport::http::read_body(body, declared, limit, timeout).await?;
-        if !is_generation_like(ctx.route.endpoint) {
-            ctx.body = body;
-            return Ok(());
-        }
         let decoded = crate::content_encoding::decode(&ctx.parts.headers, body, limit)?;
         ctx.body = decoded.readable().clone();
         ctx.encoded = decoded.plain.is_some().then_some(decoded.sent);

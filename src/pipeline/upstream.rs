@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::TryStreamExt;
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Frame;
+use hyper::body::{Body, Frame, Incoming};
 
 use super::shape::Shaped;
 use super::{Pipeline, RequestCtx};
@@ -16,7 +16,8 @@ use crate::envelope::Payload;
 use crate::error::{ApiError, ErrorKind};
 use crate::replay::trace::Record;
 use crate::tap::{Tap, TapResult, TapStream};
-use crate::transport::upstream_client::UpstreamResponse;
+use crate::transport::arriving::ArrivingBody;
+use crate::transport::upstream_client::{RequestBody, UpstreamResponse};
 use crate::transport::{forward, ProxyBody};
 
 /// An upstream response whose headers have arrived.
@@ -32,11 +33,13 @@ impl Upstream {
 }
 
 impl Pipeline {
-    /// Send the request upstream and wait for the response headers.
+    /// Send the request upstream and wait for the response headers. `unread`: the client's
+    /// body, when cachet does not read it, to go upstream as it arrives.
     pub(super) async fn forward(
         &self,
         ctx: &RequestCtx,
         shaped: &Shaped,
+        unread: Option<Incoming>,
     ) -> Result<Upstream, ApiError> {
         let route = ctx.route;
         let identity = route.endpoint.is_generation();
@@ -47,15 +50,29 @@ impl Pipeline {
         if let Some(beta) = shaped.anthropic_beta {
             add_beta(&mut headers, beta);
         }
-        // A compressed body goes as the client sent it unless shaping changed it; a changed
-        // one goes plain.
-        let body = match &ctx.encoded {
-            Some(encoded) if shaped.body.is(&ctx.body) => Payload::from(encoded.clone()),
-            Some(_) => {
-                headers.remove(http::header::CONTENT_ENCODING);
-                shaped.body.clone()
+        // A call without a body goes without one, as before (a stream would go chunked).
+        let (body, arrival) = match unread.filter(|body| !body.is_end_stream()) {
+            Some(incoming) => {
+                // The length the client declared, kept: it has not been read to be counted.
+                if let Some(length) = forward::declared_length(&ctx.parts.headers) {
+                    headers.insert(http::header::CONTENT_LENGTH, length.clone());
+                }
+                let idle = Duration::from_millis(self.config.server.body_read_timeout_ms);
+                let (body, arrival) = ArrivingBody::new(incoming, idle);
+                (RequestBody::Arriving(body), Some(arrival))
             }
-            None => shaped.body.clone(),
+            // A compressed body goes as the client sent it unless shaping changed it; a
+            // changed one goes plain.
+            None => match &ctx.encoded {
+                Some(encoded) if shaped.body.is(&ctx.body) => {
+                    (RequestBody::Whole(Payload::from(encoded.clone())), None)
+                }
+                Some(_) => {
+                    headers.remove(http::header::CONTENT_ENCODING);
+                    (RequestBody::Whole(shaped.body.clone()), None)
+                }
+                None => (RequestBody::Whole(shaped.body.clone()), None),
+            },
         };
         let path_and_query = ctx
             .parts
@@ -75,8 +92,16 @@ impl Pipeline {
             .client
             .send(ctx.parts.method.clone(), url, headers, body);
         let timeout = Duration::from_millis(self.config.upstream.response_timeout_ms);
-        let response = match tokio::time::timeout(timeout, request).await {
-            Err(_) => {
+        // A body passed on as it arrives is waited for first; a client that cut it off is
+        // told so, whatever the upstream made of the part it got.
+        let (answered, cut_off) = match arrival {
+            Some(arrival) => arrival.answered_within(timeout, request).await,
+            None => (tokio::time::timeout(timeout, request).await, None),
+        };
+        let response = match (answered, cut_off) {
+            (Ok(Ok(resp)), _) => resp,
+            (_, Some(cut_off)) => return Err(cut_off),
+            (Err(_), None) => {
                 return Err(ApiError::new(
                     ErrorKind::Timeout,
                     format!(
@@ -85,8 +110,7 @@ impl Pipeline {
                     ),
                 ))
             }
-            Ok(Err(e)) => return Err(forward::send_error(&e, host)),
-            Ok(Ok(resp)) => resp,
+            (Ok(Err(e)), None) => return Err(forward::send_error(&e, host)),
         };
         self.metrics
             .route(route.provider, route.endpoint)

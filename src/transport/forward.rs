@@ -39,6 +39,15 @@ pub fn is_hop_by_hop(name: &HeaderName, connection: Option<&HeaderValue>) -> boo
         .unwrap_or(false)
 }
 
+/// The length a client declared for its body, where its framing goes by it: a length beside
+/// `transfer-encoding` is one the chunked framing overrides (RFC 9112 §6.3).
+pub fn declared_length(client: &HeaderMap) -> Option<&HeaderValue> {
+    match client.contains_key(http::header::TRANSFER_ENCODING) {
+        true => None,
+        false => client.get(http::header::CONTENT_LENGTH),
+    }
+}
+
 fn copy_end_to_end(from: &HeaderMap) -> HeaderMap {
     // Cloning the map and removing the few hop-by-hop names costs less than re-inserting
     // every header one by one (each insert hashes its name).

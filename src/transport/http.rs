@@ -146,25 +146,32 @@ pub async fn read_body(
     }
     let collected = match tokio::time::timeout(timeout, gather(body, declared, limit)).await {
         Ok(collected) => collected,
-        Err(_) => {
-            return Err(ApiError::new(
-                ErrorKind::RequestTimeout,
-                format!(
-                    "the request body did not arrive within {} ms",
-                    timeout.as_millis()
-                ),
-            ))
-        }
+        Err(_) => return Err(body_late(timeout)),
     };
     match collected {
         Ok(bytes) => Ok(bytes),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             Err(too_large("over the limit".into()))
         }
-        Err(e) => Err(ApiError::invalid(format!(
-            "could not read the request body: {e}"
-        ))),
+        Err(e) => Err(body_unreadable(&e)),
     }
+}
+
+/// A request body that did not arrive within `timeout` (a 408), whether cachet reads it or
+/// passes it on as it arrives.
+pub fn body_late(timeout: Duration) -> ApiError {
+    ApiError::new(
+        ErrorKind::RequestTimeout,
+        format!(
+            "the request body did not arrive within {} ms",
+            timeout.as_millis()
+        ),
+    )
+}
+
+/// A request body that broke off (a 400).
+pub fn body_unreadable(e: &dyn std::fmt::Display) -> ApiError {
+    ApiError::invalid(format!("could not read the request body: {e}"))
 }
 
 /// Room left after a gathered body of `ROOM_FROM` bytes or more, so that a shaped copy of

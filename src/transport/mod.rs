@@ -2,6 +2,7 @@
 //! side (URLs, headers, errors) and the admin listener.
 
 pub mod admin;
+pub mod arriving;
 pub mod client_auth;
 mod coarse_timer;
 pub mod forward;

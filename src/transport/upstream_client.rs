@@ -25,6 +25,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::{UpstreamClientKind, UpstreamConfig};
 use crate::envelope::Payload;
+use crate::transport::arriving::{ArrivingBody, CutOff};
 
 /// How long an idle pooled connection is kept (as reqwest's default).
 const POOL_IDLE: Duration = Duration::from_secs(90);
@@ -80,18 +81,27 @@ impl UpstreamClient {
         method: Method,
         url: reqwest::Url,
         headers: HeaderMap,
-        body: Payload,
+        body: RequestBody,
     ) -> Result<UpstreamResponse, SendError> {
         match self {
-            // reqwest sends a body of pieces chunked; one buffer keeps its length.
-            UpstreamClient::Reqwest(client) => client
-                .request(method, url)
-                .headers(headers)
-                .body(body.to_bytes())
-                .send()
-                .await
-                .map(UpstreamResponse::Reqwest)
-                .map_err(SendError::Reqwest),
+            UpstreamClient::Reqwest(client) => {
+                let body = match body {
+                    // reqwest sends a body of pieces chunked; one buffer keeps its length.
+                    RequestBody::Whole(payload) => reqwest::Body::from(payload.to_bytes()),
+                    // Its length, when declared, is in `headers`.
+                    RequestBody::Arriving(arriving) => {
+                        reqwest::Body::wrap_stream(BodyDataStream::new(arriving))
+                    }
+                };
+                client
+                    .request(method, url)
+                    .headers(headers)
+                    .body(body)
+                    .send()
+                    .await
+                    .map(UpstreamResponse::Reqwest)
+                    .map_err(SendError::Reqwest)
+            }
             UpstreamClient::Hyper(client) => {
                 // A parsed `Url` is a valid URI; should it ever not be, it is a request error.
                 let uri: Uri = url
@@ -110,6 +120,13 @@ impl UpstreamClient {
             }
         }
     }
+}
+
+/// What goes upstream: a body cachet has read (whole, perhaps spliced from pieces), or one
+/// it passes on as it arrives ([`ArrivingBody`]).
+pub enum RequestBody {
+    Whole(Payload),
+    Arriving(ArrivingBody),
 }
 
 fn build_reqwest(cfg: &UpstreamConfig) -> anyhow::Result<reqwest::Client> {
@@ -315,42 +332,59 @@ impl UpstreamResponse {
 
 /// A request body sent piece by piece, its length known: the upstream connection writes
 /// the pieces as they are (a vectored write on a plain connection), so a spliced body is
-/// never copied together on its way out.
-pub struct PayloadBody {
-    pieces: std::vec::IntoIter<Bytes>,
-    left: u64,
+/// never copied together on its way out. Or a body still arriving from the client.
+pub enum PayloadBody {
+    Pieces {
+        pieces: std::vec::IntoIter<Bytes>,
+        left: u64,
+    },
+    Arriving(ArrivingBody),
 }
 
 impl PayloadBody {
-    pub fn new(payload: Payload) -> PayloadBody {
-        PayloadBody {
-            left: payload.len() as u64,
-            pieces: payload.into_pieces().into_iter(),
+    pub fn new(body: RequestBody) -> PayloadBody {
+        match body {
+            RequestBody::Whole(payload) => PayloadBody::Pieces {
+                left: payload.len() as u64,
+                pieces: payload.into_pieces().into_iter(),
+            },
+            RequestBody::Arriving(arriving) => PayloadBody::Arriving(arriving),
         }
     }
 }
 
 impl hyper::body::Body for PayloadBody {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = CutOff;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        let next = self.pieces.next();
-        if let Some(piece) = &next {
-            self.left -= piece.len() as u64;
+        match self.get_mut() {
+            PayloadBody::Pieces { pieces, left } => {
+                let next = pieces.next();
+                if let Some(piece) = &next {
+                    *left -= piece.len() as u64;
+                }
+                Poll::Ready(next.map(|piece| Ok(hyper::body::Frame::data(piece))))
+            }
+            PayloadBody::Arriving(arriving) => Pin::new(arriving).poll_frame(cx),
         }
-        Poll::Ready(next.map(|piece| Ok(hyper::body::Frame::data(piece))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.left == 0
+        match self {
+            PayloadBody::Pieces { left, .. } => *left == 0,
+            PayloadBody::Arriving(arriving) => arriving.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        hyper::body::SizeHint::with_exact(self.left)
+        match self {
+            PayloadBody::Pieces { left, .. } => hyper::body::SizeHint::with_exact(*left),
+            PayloadBody::Arriving(arriving) => arriving.size_hint(),
+        }
     }
 }
 

@@ -43,6 +43,7 @@ mod proxy_faults;
 mod proxy_fidelity;
 mod proxy_gaps;
 mod proxy_secrets;
+mod proxy_uploads;
 mod replay_cli;
 mod replay_consistency;
 mod replay_ideal;
