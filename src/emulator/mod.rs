@@ -7,6 +7,7 @@ mod anthropic;
 mod body;
 mod chat;
 pub mod fault;
+mod files;
 mod models;
 pub mod reply;
 mod responses;

@@ -15,7 +15,7 @@ use super::body::{event_body, whole_body};
 use super::fault::{self, Faults};
 use super::reply::ReplyScript;
 use super::turn::Turn;
-use super::{anthropic, chat, models, responses, EmulatorOptions};
+use super::{anthropic, chat, files, models, responses, EmulatorOptions};
 use crate::cache_model::diagnosis::{diagnostics_json, CacheMissReason, Fingerprint};
 use crate::cache_model::{Accounting, CacheModel, Clock};
 use crate::error::{error_body, ApiError, ErrorKind};
@@ -170,6 +170,18 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pro
                 StatusCode::OK,
                 full(list.to_string()),
             );
+        }
+        (&Method::POST, "/v1/files") => {
+            let now = shared.clock.now_secs();
+            return match files::upload(provider, seq, now, req).await {
+                Ok(file) => json_response(
+                    provider,
+                    &request_id,
+                    StatusCode::OK,
+                    full(file.to_string()),
+                ),
+                Err(err) => error_response(provider, &request_id, &err),
+            };
         }
         (&Method::POST, "/emulator/clock/advance") => return advance_clock(&shared, req).await,
         (&Method::POST, "/emulator/cache/clear") => {

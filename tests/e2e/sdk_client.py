@@ -6,8 +6,10 @@ Usage: python3 tests/e2e/sdk_client.py STATE.json TURN
 Keeps six conversations (Anthropic Messages, Chat Completions, Responses; each streamed and
 not) in STATE.json, and on each call adds one user turn to every one of them, running the
 tool loop the emulator scripts until the reply is text, which it prints. Each turn also
-calls count_tokens and both models.list. Base URLs come from ANTHROPIC_BASE_URL and
-OPENAI_BASE_URL; every conversation names its session with `x-cachet-session`.
+calls count_tokens and both models.list; the first also uploads a file of UPLOAD_BYTES with
+each SDK's Files API (above cachet's default 32 MiB limit for the bodies it reads) and checks
+the size the emulator counted. Base URLs come from ANTHROPIC_BASE_URL and OPENAI_BASE_URL;
+every conversation names its session with `x-cachet-session`.
 """
 
 import json
@@ -24,6 +26,7 @@ TOOL_OUTPUT = "README.md\nnotes.txt"
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
 OPENAI_MODEL = "gpt-4.1"
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+UPLOAD_BYTES = 40 * 1024 * 1024
 
 
 def anthropic_client(name):
@@ -118,6 +121,19 @@ def responses_turn(name, history, stream):
 RUNNERS = {"messages": messages_turn, "chat": chat_turn, "responses": responses_turn}
 
 
+def upload_files():
+    """A batch file uploaded with each SDK's Files API; the sizes answered must be the file's."""
+    line = b'{"custom_id":"r","method":"POST","url":"/v1/chat/completions","body":{}}\n'
+    data = (line * (UPLOAD_BYTES // len(line) + 1))[:UPLOAD_BYTES]
+    anthropic_file = anthropic_client("sdk-files").beta.files.upload(
+        file=("rows.jsonl", data, "application/jsonl"))
+    openai_file = openai_client("sdk-files").files.create(file=("rows.jsonl", data), purpose="batch")
+    sizes = (anthropic_file.size_bytes, openai_file.bytes)
+    if sizes != (len(data), len(data)):
+        raise SystemExit(f"uploads arrived with sizes {sizes}, not {len(data)}")
+    print(f"uploads: {len(data)} bytes each")
+
+
 def main():
     state_path, turn = sys.argv[1], int(sys.argv[2])
     state = json.load(open(state_path)) if os.path.exists(state_path) else {}
@@ -133,6 +149,8 @@ def main():
     print(f"count_tokens: {counted.input_tokens}")
     print(f"anthropic models: {len(list(anthropic_client('sdk-models').models.list()))}")
     print(f"openai models: {len(list(openai_client('sdk-models').models.list()))}")
+    if turn == 1:
+        upload_files()
     json.dump(state, open(state_path, "w"))
 
 

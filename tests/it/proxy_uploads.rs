@@ -201,3 +201,48 @@ async fn a_call_without_a_body_goes_without_one() {
         proxy.shutdown().await;
     }
 }
+
+/// An upload above the default `server.max_body_bytes` (32 MiB), through cachet to the
+/// emulator, is answered with the file object of its provider, sized as sent: Anthropic's
+/// `size_bytes` (with the Files beta), OpenAI's `bytes`.
+#[tokio::test]
+async fn an_upload_above_the_default_limit_reaches_the_emulator_whole() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&format!("http://{}", emulator.addr))).await;
+    let (content_type, body) = multipart_upload(40 * 1024 * 1024);
+    // The file part: from the end of its head to the closing boundary.
+    let start = body.windows(4).rposition(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let file_size = body.len() - start - "\r\n------cachet-upload-7d1f--\r\n".len();
+    let files = format!("http://{}/v1/files", proxy.addr);
+    let anthropic: serde_json::Value = client()
+        .post(format!("{files}?beta=true"))
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("anthropic-beta", "files-api-2025-04-14")
+        .header("content-type", &content_type)
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(anthropic["type"], "file", "{anthropic}");
+    assert_eq!(anthropic["size_bytes"], file_size, "{anthropic}");
+    assert_eq!(anthropic["filename"], "rows.jsonl");
+    let openai: serde_json::Value = client()
+        .post(&files)
+        .header("authorization", "Bearer sk-test")
+        .header("content-type", &content_type)
+        .body(chunked(&body))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(openai["object"], "file", "{openai}");
+    assert_eq!(openai["bytes"], file_size, "{openai}");
+    assert_eq!(openai["purpose"], "batch");
+    proxy.shutdown().await;
+}
