@@ -214,35 +214,34 @@ async fn an_upload_above_the_default_limit_reaches_the_emulator_whole() {
     let start = body.windows(4).rposition(|w| w == b"\r\n\r\n").unwrap() + 4;
     let file_size = body.len() - start - "\r\n------cachet-upload-7d1f--\r\n".len();
     let files = format!("http://{}/v1/files", proxy.addr);
-    let anthropic: serde_json::Value = client()
-        .post(format!("{files}?beta=true"))
-        .header("x-api-key", "sk-ant-test")
-        .header("anthropic-version", "2023-06-01")
-        .header("anthropic-beta", "files-api-2025-04-14")
-        .header("content-type", &content_type)
-        .body(body.clone())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let anthropic = answer_of(
+        client()
+            .post(format!("{files}?beta=true"))
+            .header("x-api-key", "sk-ant-test")
+            .header("anthropic-version", "2023-06-01")
+            .header("anthropic-beta", "files-api-2025-04-14")
+            .header("content-type", &content_type)
+            .body(body.clone()),
+    )
+    .await;
     assert_eq!(anthropic["type"], "file", "{anthropic}");
     assert_eq!(anthropic["size_bytes"], file_size, "{anthropic}");
     assert_eq!(anthropic["filename"], "rows.jsonl");
-    let openai: serde_json::Value = client()
-        .post(&files)
-        .header("authorization", "Bearer sk-test")
-        .header("content-type", &content_type)
-        .body(chunked(&body))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let openai = answer_of(
+        client()
+            .post(&files)
+            .header("authorization", "Bearer sk-test")
+            .header("content-type", &content_type)
+            .body(chunked(&body)),
+    )
+    .await;
     assert_eq!(openai["object"], "file", "{openai}");
     assert_eq!(openai["bytes"], file_size, "{openai}");
     assert_eq!(openai["purpose"], "batch");
     proxy.shutdown().await;
+}
+
+/// The JSON answer to `request`.
+async fn answer_of(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request.send().await.unwrap().json().await.unwrap()
 }
