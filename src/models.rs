@@ -44,28 +44,59 @@ pub struct ModelInfo {
     /// unset), OpenAI `prompt_cache_breakpoint` (GPT-5.6 and later; none when unset).
     #[serde(default)]
     pub cache_breakpoints: Option<u32>,
+    /// A request of more input tokens than this (cached ones included) is billed at the
+    /// long-context rates, all of it, not only the tokens past the line.
+    #[serde(default)]
+    pub long_context_above: Option<u64>,
+    /// Above `long_context_above`: the factor on every input price (uncached, cached,
+    /// writes).
+    #[serde(default = "one")]
+    pub long_context_input_factor: f64,
+    /// Above `long_context_above`: the factor on the output price.
+    #[serde(default = "one")]
+    pub long_context_output_factor: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 impl ModelInfo {
     /// What the request cost.
     pub fn cost_usd(&self, u: &Usage) -> f64 {
+        let (input, output) = self.factors(u);
         let unsplit_write = u
             .cache_write
             .saturating_sub(u.cache_write_5m + u.cache_write_1h);
-        (u.uncached as f64 * self.input
-            + u.cache_read as f64 * self.cache_read
-            + (u.cache_write_5m + unsplit_write) as f64 * self.cache_write_5m
-            + u.cache_write_1h as f64 * self.cache_write_1h
-            + u.output as f64 * self.output)
+        (input
+            * (u.uncached as f64 * self.input
+                + u.cache_read as f64 * self.cache_read
+                + (u.cache_write_5m + unsplit_write) as f64 * self.cache_write_5m
+                + u.cache_write_1h as f64 * self.cache_write_1h)
+            + output * u.output as f64 * self.output)
             / 1e6
     }
 
     /// What caching saved against sending every input token uncached (negative when
     /// writes cost more than the reads they earned).
     pub fn savings_usd(&self, u: &Usage) -> f64 {
-        let without_cache =
-            (u.total_input() as f64 * self.input + u.output as f64 * self.output) / 1e6;
+        let (input, output) = self.factors(u);
+        let without_cache = (input * u.total_input() as f64 * self.input
+            + output * u.output as f64 * self.output)
+            / 1e6;
         without_cache - self.cost_usd(u)
+    }
+
+    /// The factors on the input and output prices of a request with usage `u`: the
+    /// long-context ones past `long_context_above` input tokens, else 1.
+    fn factors(&self, u: &Usage) -> (f64, f64) {
+        match self.long_context_above {
+            Some(above) if u.total_input() > above => (
+                self.long_context_input_factor,
+                self.long_context_output_factor,
+            ),
+            _ => (1.0, 1.0),
+        }
     }
 
     /// How many explicit cache breakpoints a request for this model may write (`None`:

@@ -252,7 +252,8 @@ fn an_unknown_model_is_logged_once_and_the_names_kept_are_bounded() {
 
 #[test]
 fn mixed_ttl_cost() {
-    let m = builtin("claude-sonnet-4-5").unwrap();
+    // Sonnet 4.6: Sonnet 4.5's prices, without its long-context rates.
+    let m = builtin("claude-sonnet-4-6").unwrap();
     let u = Usage {
         cache_read: 1_000_000,
         cache_write: 2_000_000,
@@ -266,4 +267,65 @@ fn mixed_ttl_cost() {
     // 0.30 read + 3.75 5m + 6.00 1h + 3.00 uncached
     assert!((m.cost_usd(&u) - 13.05).abs() < 1e-9);
     assert!((m.savings_usd(&u) - (12.0 - 13.05)).abs() < 1e-9);
+}
+
+/// OpenAI bills a GPT-5.4 or GPT-5.5 prompt of more than 272K input tokens at 2x input
+/// (cached input too) and 1.5x output, for the whole request, not only the tokens past the
+/// line: "prompts with more than 272K input tokens are priced at 2x input and 1.5x output for
+/// the full session" (OpenAI's pricing docs, as quoted by tokencost.app and benchr.org; GPT-5.5
+/// $10 / $1 / $45, GPT-5.4 $5 / $0.50 / $22.50 above it).
+#[test]
+fn long_prompts_bill_at_the_long_context_rates_for_the_whole_request() {
+    let usage = |cache_read: u64, uncached: u64| Usage {
+        cache_read,
+        uncached,
+        output: 10_000,
+        ..Usage::default()
+    };
+    for (model, input, cached, output) in
+        [("gpt-5.5", 5.0, 0.5, 30.0), ("gpt-5.4", 2.5, 0.25, 15.0)]
+    {
+        let m = builtin(model).unwrap();
+        // 272,000 input tokens: the standard rates.
+        let at = usage(200_000, 72_000);
+        let standard = (72_000.0 * input + 200_000.0 * cached + 10_000.0 * output) / 1e6;
+        assert!((m.cost_usd(&at) - standard).abs() < 1e-9, "{model}");
+        // One token more: every token at the long-context rates.
+        let past = usage(200_000, 72_001);
+        let long =
+            (72_001.0 * input * 2.0 + 200_000.0 * cached * 2.0 + 10_000.0 * output * 1.5) / 1e6;
+        assert!(
+            (m.cost_usd(&past) - long).abs() < 1e-9,
+            "{model}: {}",
+            m.cost_usd(&past)
+        );
+        // What caching saved is against the same long rates.
+        let uncached_all = (272_001.0 * input * 2.0 + 10_000.0 * output * 1.5) / 1e6;
+        assert!(
+            (m.savings_usd(&past) - (uncached_all - long)).abs() < 1e-9,
+            "{model}"
+        );
+    }
+    // Claude Haiku 5.5 over 100,000 tokens: $0.50 / $2.50 / $0.625 against $0.10 / $0.50 /
+    // $0.125 (platform.claude.com/docs/en/models/haiku-5-5/overview), 5x each.
+    let haiku = builtin("claude-haiku-5-5").unwrap();
+    let over = Usage {
+        cache_write: 100_001,
+        cache_write_5m: 100_001,
+        output: 1_000_000,
+        ..Usage::default()
+    };
+    assert!((haiku.cost_usd(&over) - (100_001.0 * 0.625 + 1_000_000.0 * 2.5) / 1e6).abs() < 1e-9);
+    // Sonnet 4.5 past 200K input tokens (its 1M beta), cache reads and writes included in the
+    // count: $6 / $22.50, the cache prices their multiples (platform.claude.com pricing, "Long
+    // context pricing").
+    let sonnet = builtin("claude-sonnet-4-5[1m]").unwrap();
+    let past = usage(150_000, 50_001);
+    let long = (50_001.0 * 6.0 + 150_000.0 * 0.6 + 10_000.0 * 22.5) / 1e6;
+    assert!((sonnet.cost_usd(&past) - long).abs() < 1e-9);
+    // Claude 4.6 and later bill the full 1M context at standard rates.
+    let opus = builtin("claude-opus-5").unwrap();
+    let big = usage(0, 900_000);
+    let standard = (900_000.0 * opus.input + 10_000.0 * opus.output) / 1e6;
+    assert!((opus.cost_usd(&big) - standard).abs() < 1e-9);
 }
