@@ -81,8 +81,10 @@ pub fn open(path: &Path) -> StoreResult<Connection> {
     }
     // The log is copied into the database every `wal_autocheckpoint` pages. Each request
     // record rewrites a few of the same pages (the session's row, the tail of its log), and
-    // a page is copied once per checkpoint however often it changed: 8,000 pages (about
-    // 32 MB of log) took about 7% off a monitored request's CPU against SQLite's 1,000.
+    // a page is copied once per checkpoint however often it changed. Once both checkpoint,
+    // 8,000 pages (about 32 MB of log) and SQLite's 1,000 cost a monitored request the same
+    // CPU within the benchmark's noise (BENCHMARKS.md, "(b) once the session store
+    // checkpoints").
     // Each job runs in a savepoint, whose undo pages go to a statement journal; in a
     // transaction left open for deferred records that journal outgrows SQLite's 64 KiB and
     // becomes a temporary file, written on every job. In memory, it is dropped with the
