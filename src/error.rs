@@ -19,6 +19,9 @@ pub enum ErrorKind {
     NotFound,
     /// The client did not send its request body in time (408).
     RequestTimeout,
+    /// A WebSocket upgrade, which cachet does not serve (426): the status the Responses API's
+    /// clients read as "send it over HTTP instead", so they fall back at once.
+    UpgradeRefused,
     /// Rate limited (429); used by the emulator's fault injection.
     RateLimit,
     /// cachet itself failed, e.g. a refused patch in strict mode or a failing hook (500).
@@ -41,6 +44,7 @@ impl ErrorKind {
             ErrorKind::Authentication => 401,
             ErrorKind::NotFound => 404,
             ErrorKind::RequestTimeout => 408,
+            ErrorKind::UpgradeRefused => 426,
             ErrorKind::RateLimit => 429,
             ErrorKind::Internal => 500,
             ErrorKind::BadGateway => 502,
@@ -53,7 +57,7 @@ impl ErrorKind {
 
     fn anthropic_type(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest => "invalid_request_error",
+            ErrorKind::InvalidRequest | ErrorKind::UpgradeRefused => "invalid_request_error",
             ErrorKind::TooLarge => "request_too_large",
             ErrorKind::Authentication => "authentication_error",
             ErrorKind::NotFound => "not_found_error",
@@ -72,6 +76,7 @@ impl ErrorKind {
             ErrorKind::Authentication => ("invalid_request_error", Some("invalid_api_key")),
             ErrorKind::NotFound => ("invalid_request_error", Some("not_found")),
             ErrorKind::RequestTimeout => ("invalid_request_error", Some("request_timeout")),
+            ErrorKind::UpgradeRefused => ("invalid_request_error", Some("websocket_not_supported")),
             ErrorKind::RateLimit => ("requests", Some("rate_limit_exceeded")),
             ErrorKind::Internal => ("server_error", None),
             ErrorKind::BadGateway => ("server_error", Some("bad_gateway")),

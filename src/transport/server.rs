@@ -191,7 +191,7 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
     };
     if asks_for_websocket(req.headers()) {
         let err = ApiError::new(
-            ErrorKind::NotFound,
+            ErrorKind::UpgradeRefused,
             format!(
                 "cachet does not proxy WebSocket upgrades ({} {path}); send the request over HTTP",
                 req.method()

@@ -579,17 +579,25 @@ def check_bytes(r, run):
 
 def check_websocket(r, run):
     """A client that asks for a WebSocket first (Codex on OpenAI's own provider) gets cachet's
-    own answer, and nothing of it goes upstream; the turns then complete over HTTP."""
+    own answer, and nothing of it goes upstream; the turns then complete over HTTP. The answer
+    is the 426 Codex reads as "go on over HTTP" (codex-rs/core/src/client.rs,
+    `stream_responses_websocket`), so each Codex process asks once and never retries."""
     asked = [e for e in run.front if (e.header("upgrade") or "").lower() == "websocket"]
     if not asked and not getattr(run.client, "websocket_first", False):
         return
-    answered = [e for e in asked if e.status == 404 and e.header("x-cachet-error", "resp") == "1"]
+    answered = [e for e in asked if e.status == 426 and e.header("x-cachet-error", "resp") == "1"]
     forwarded = [e for e in run.back if (e.header("upgrade") or "") or
                  (e.method == "GET" and e.path.split("?")[0] == "/v1/responses")]
     r.check(asked and len(answered) == len(asked) and not forwarded,
             f"{run.label}: WebSocket upgrades are answered by cachet, never forwarded "
             f"({len(asked)} asked)",
-            f"{len(answered)} of {len(asked)} answered by cachet; {len(forwarded)} reached the upstream")
+            f"{len(answered)} of {len(asked)} answered 426 by cachet; "
+            f"{len(forwarded)} reached the upstream")
+    turns = len(run.turns)
+    r.check(len(asked) <= turns,
+            f"{run.label}: the agent goes on over HTTP at cachet's first answer "
+            f"({len(asked)} WebSocket asks in {turns} turns)",
+            f"{len(asked)} asks in {turns} turns: the agent retried the WebSocket")
 
 
 def per_session_turns(run):

@@ -237,8 +237,11 @@ async fn the_emulator_reads_a_codex_zstd_body() {
 /// Codex (signed in with ChatGPT, or on its built-in OpenAI provider) first asks for the
 /// Responses API over a WebSocket: `GET /v1/responses` with `upgrade: websocket`. cachet does
 /// not proxy WebSockets; it says so itself, in the provider's format, rather than sending
-/// the client's credentials upstream on a GET the upstream cannot serve. Codex then goes on
-/// over HTTP (tests/e2e/run.py, the `codex-chatgpt` client).
+/// the client's credentials upstream on a GET the upstream cannot serve. It answers 426, the
+/// status Codex reads as "go on over HTTP" at once (codex-rs/core/src/client.rs,
+/// `stream_responses_websocket`: `StatusCode::UPGRADE_REQUIRED` gives
+/// `WebsocketStreamOutcome::FallbackToHttp`); any other status is an error Codex retries
+/// five times, about 6 s a turn, before it falls back (tests/e2e/run.py, `codex-chatgpt`).
 #[tokio::test]
 async fn a_websocket_upgrade_is_answered_by_cachet_and_not_forwarded() {
     let upstream = FakeUpstream::start(Script::json(404, r#"{"error":{"message":"x"}}"#)).await;
@@ -253,11 +256,12 @@ async fn a_websocket_upgrade_is_answered_by_cachet_and_not_forwarded() {
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.status(), 426);
     assert_eq!(resp.headers()["x-cachet-error"], "1");
     let body: Value = resp.json().await.unwrap();
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("WebSocket"), "{message}");
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
     assert!(upstream.requests().is_empty(), "nothing forwarded");
     // A plain GET of the same path still goes upstream.
     let resp = client()
