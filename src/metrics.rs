@@ -29,11 +29,12 @@ const MAX_CACHED_COUNTERS: usize = 1024;
 const STORE_OPERATIONS: [&str; 5] = ["open", "load", "append", "record", "request_index"];
 
 const PROVIDERS: [Provider; 2] = [Provider::Anthropic, Provider::OpenAi];
-const ENDPOINTS: [Endpoint; 6] = [
+const ENDPOINTS: [Endpoint; 7] = [
     Endpoint::Messages,
     Endpoint::CountTokens,
     Endpoint::Chat,
     Endpoint::Responses,
+    Endpoint::Compact,
     Endpoint::Models,
     Endpoint::Other,
 ];

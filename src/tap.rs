@@ -93,7 +93,7 @@ pub struct Tap {
 impl Tap {
     /// A tap for a response; `sse` when the upstream answered `text/event-stream`.
     pub fn new(endpoint: Endpoint, sse: bool, keep_events: bool) -> Self {
-        let reader = if !endpoint.is_generation() {
+        let reader = if !endpoint.is_billed() {
             Reader::None
         } else if sse {
             Reader::Sse {
@@ -110,7 +110,8 @@ impl Tap {
             }
         };
         Tap {
-            endpoint,
+            // A compaction's usage is a response's.
+            endpoint: endpoint.read_as(),
             reader,
             bytes: 0,
         }

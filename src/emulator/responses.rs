@@ -69,6 +69,42 @@ pub fn response(turn: &Turn, done: bool) -> Value {
     })
 }
 
+/// A compacted conversation (`POST /v1/responses/compact`): "all user messages, followed by
+/// a single compaction item" (openai-python, `CompactedResponse.output`). The item's
+/// content is the reply's text, encoded, not encrypted: opaque to the client all the same.
+pub fn compaction(turn: &Turn) -> Value {
+    use base64::Engine;
+    let user_message =
+        |content: Value| json!({"type": "message", "role": "user", "content": content});
+    let mut output: Vec<Value> = match turn.request.get("input") {
+        Some(Value::String(text)) => {
+            vec![user_message(json!([{"type": "input_text", "text": text}]))]
+        }
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter(|item| item.get("role").and_then(Value::as_str) == Some("user"))
+            .filter_map(|item| item.get("content").cloned().map(user_message))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let summary = match turn.reply {
+        Reply::Text(text) => text.as_str(),
+        Reply::ToolCall { name, .. } => name.as_str(),
+    };
+    output.push(json!({
+        "id": turn.id("cmp_"),
+        "type": "compaction",
+        "encrypted_content": base64::engine::general_purpose::STANDARD.encode(summary),
+    }));
+    json!({
+        "id": turn.id("resp_"),
+        "object": "response.compaction",
+        "created_at": turn.created,
+        "output": output,
+        "usage": turn.accounting.responses_usage_json(turn.output_tokens),
+    })
+}
+
 /// The streaming events.
 pub fn events(turn: &Turn) -> Vec<Bytes> {
     let mut payloads: Vec<Value> = vec![

@@ -159,6 +159,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pro
         (&Method::POST, "/v1/messages/count_tokens") => Endpoint::CountTokens,
         (&Method::POST, "/v1/chat/completions") => Endpoint::Chat,
         (&Method::POST, "/v1/responses") => Endpoint::Responses,
+        (&Method::POST, "/v1/responses/compact") => Endpoint::Compact,
         (&Method::GET, "/v1/models") => {
             let list = match provider {
                 Provider::Anthropic => models::anthropic_list(),
@@ -252,10 +253,19 @@ async fn generate(
     {
         return Err(ApiError::invalid("max_tokens: Field required"));
     }
+    // A compaction reads its prompt as a response does, and answers with a summary: text,
+    // whatever the script says of tool calls.
+    let rules = endpoint.read_as();
+    let reply_header = match endpoint {
+        Endpoint::Compact => reply_header
+            .filter(|h| h.starts_with("text:"))
+            .or(Some("text".into())),
+        _ => reply_header,
+    };
     let reply = shared
         .script
-        .decide(reply_header.as_deref(), endpoint, &request)?;
-    let accounting = shared.account(endpoint, &request)?;
+        .decide(reply_header.as_deref(), rules, &request)?;
+    let accounting = shared.account(rules, &request)?;
     let output_tokens = reply.output_tokens();
     shared.record(Accounted {
         endpoint,
@@ -277,6 +287,11 @@ async fn generate(
     } else {
         None
     };
+    if endpoint == Endpoint::Compact {
+        let body = Bytes::from(responses::compaction(&turn).to_string());
+        let body = whole_body(body, faults.cut_after);
+        return Ok(json_response(provider, request_id, StatusCode::OK, body));
+    }
     let stream = request
         .get("stream")
         .and_then(Value::as_bool)

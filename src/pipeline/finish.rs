@@ -638,7 +638,7 @@ fn sent_in_one(sent: &mut crate::envelope::Payload, client: &mut bytes::Bytes) -
 
 /// The `model` string of a request body, or `unknown`. Only that field is built: serde
 /// skips the rest of the body without making a `Value` of it.
-fn requested_model(body: &[u8]) -> String {
+pub(super) fn requested_model(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Model {
         model: Option<String>,

@@ -247,7 +247,7 @@ impl Pipeline {
         };
         let mut trace = None;
         let phases = async {
-            let unread = match is_generation_like(ctx.route.endpoint) {
+            let unread = match reads_body(ctx.route.endpoint) {
                 true => {
                     self.read_body(&mut ctx, body).await?;
                     None
@@ -354,6 +354,11 @@ impl Pipeline {
         }
         if ctx.route.endpoint.is_generation() {
             ctx.client = crate::envelope::detect_client(&ctx.parts.headers, &ctx.body);
+        }
+        if ctx.route.endpoint == Endpoint::Compact {
+            // Counted, never reshaped: only its model is read; the provider judges the rest.
+            ctx.model = finish::requested_model(&ctx.body);
+            ctx.telemetry.record_model(&ctx.model);
         }
         Ok(())
     }
@@ -489,10 +494,16 @@ impl Pipeline {
     }
 }
 
-/// Endpoints whose body is a model request cachet reads (checked, decoded, counted).
+/// Endpoints whose body is a model request cachet checks (and reads whole, decoded).
 fn is_generation_like(endpoint: Endpoint) -> bool {
     matches!(
         endpoint,
         Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
     )
+}
+
+/// Endpoints whose body cachet reads whole before forwarding: the generation-like ones, and
+/// a compaction, whose model is read for its counts.
+fn reads_body(endpoint: Endpoint) -> bool {
+    is_generation_like(endpoint) || endpoint == Endpoint::Compact
 }

@@ -42,7 +42,7 @@ impl Pipeline {
         unread: Option<Incoming>,
     ) -> Result<Upstream, ApiError> {
         let route = ctx.route;
-        let identity = route.endpoint.is_generation();
+        let identity = route.endpoint.is_billed();
         let to = forward::Destination::of(route.provider, &ctx.parts.headers);
         let mut headers = self
             .upstreams

@@ -79,6 +79,10 @@ pub enum Endpoint {
     Chat,
     /// OpenAI `POST /v1/responses`.
     Responses,
+    /// OpenAI `POST /v1/responses/compact`: the model compacts a conversation. Billed like a
+    /// generation (its answer carries a response's `usage`), so it is counted like one;
+    /// never reshaped, and kept out of the session log (its answer is not a turn).
+    Compact,
     /// `GET /v1/models` (either family).
     Models,
     /// Any other `/v1/...` path: forwarded untouched.
@@ -92,6 +96,7 @@ impl Endpoint {
             Endpoint::CountTokens => "count_tokens",
             Endpoint::Chat => "chat",
             Endpoint::Responses => "responses",
+            Endpoint::Compact => "responses_compact",
             Endpoint::Models => "models",
             Endpoint::Other => "other",
         }
@@ -103,6 +108,20 @@ impl Endpoint {
             self,
             Endpoint::Messages | Endpoint::Chat | Endpoint::Responses
         )
+    }
+
+    /// Endpoints whose answer is a bill: its `usage` is read and counted.
+    pub fn is_billed(self) -> bool {
+        self.is_generation() || self == Endpoint::Compact
+    }
+
+    /// The endpoint whose rules read this one's request and usage: a compaction's are a
+    /// response's (the same prompt fields, the same `usage` object).
+    pub fn read_as(self) -> Endpoint {
+        match self {
+            Endpoint::Compact => Endpoint::Responses,
+            other => other,
+        }
     }
 }
 
@@ -247,6 +266,7 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rout
         }
         (&Method::POST, "/v1/chat/completions") => route(Provider::OpenAi, Endpoint::Chat),
         (&Method::POST, "/v1/responses") => route(Provider::OpenAi, Endpoint::Responses),
+        (&Method::POST, "/v1/responses/compact") => route(Provider::OpenAi, Endpoint::Compact),
         (&Method::GET, "/v1/models") => route(family(), Endpoint::Models),
         (_, p) if p.starts_with("/v1/") || p == "/v1" => route(family(), Endpoint::Other),
         _ => None,

@@ -704,8 +704,24 @@ def check_common(r, run):
     unknown = [l for l in run.metrics.splitlines()
                if l.startswith("cachet_input_tokens_total") and 'model="unknown"' in l]
     r.check(not unknown, f"{run.label}: no model=\"unknown\" token series", "; ".join(unknown[:2]))
+    check_compactions(r, run)
     secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN) if s in run.serve_log]
     r.check(not secrets, f"{run.label}: no credential in cachet's log")
+
+
+def check_compactions(r, run):
+    """A compaction the client asked for (`POST /v1/responses/compact`) goes upstream and is
+    counted under its own endpoint, with its model."""
+    asked = [e for e in run.front if e.method == "POST" and e.path.split("?")[0] == "/v1/responses/compact"]
+    if not asked:
+        return
+    counted = sum(float(l.rsplit(" ", 1)[1]) for l in run.metrics.splitlines()
+                  if l.startswith("cachet_requests_total{") and 'endpoint="responses_compact"' in l
+                  and 'status="200"' in l and 'model="unknown"' not in l)
+    forwarded = [e for e in run.back if e.path.split("?")[0] == "/v1/responses/compact"]
+    r.check(len(forwarded) == len(asked) and counted == len(asked),
+            f"{run.label}: compactions go upstream and are counted with their model ({len(asked)} asked)",
+            f"{len(forwarded)} forwarded, {counted:.0f} counted")
 
 
 # ---------------------------------------------------------------- main

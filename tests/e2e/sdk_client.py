@@ -8,7 +8,8 @@ not) in STATE.json, and on each call adds one user turn to every one of them, ru
 tool loop the emulator scripts until the reply is text, which it prints. Each turn also
 calls count_tokens and both models.list; the first also uploads a file of UPLOAD_BYTES with
 each SDK's Files API (above cachet's default 32 MiB limit for the bodies it reads) and checks
-the size the emulator counted. Base URLs come from ANTHROPIC_BASE_URL and OPENAI_BASE_URL;
+the size the emulator counted; from the second on, each compacts the whole Responses conversation
+(`responses.compact`). Base URLs come from ANTHROPIC_BASE_URL and OPENAI_BASE_URL;
 every conversation names its session with `x-cachet-session`.
 """
 
@@ -134,6 +135,19 @@ def upload_files():
     print(f"uploads: {len(data)} bytes each")
 
 
+def compact(name, history):
+    """The conversation compacted (`POST /v1/responses/compact`): its user messages and one
+    compaction item come back, with the usage cachet counts (run.py checks the count)."""
+    compacted = openai_client(name).responses.compact(
+        model=OPENAI_MODEL, instructions=system_prompt(name), input=history)
+    kinds = [item.type for item in compacted.output]
+    usage = compacted.usage
+    if kinds[-1:] != ["compaction"] or not usage.input_tokens:
+        raise SystemExit(f"{name}: compacted to {kinds} with usage {usage}")
+    print(f"compaction: {len(kinds)} items, {usage.input_tokens} input tokens "
+          f"({usage.input_tokens_details.cached_tokens} cached)")
+
+
 def main():
     state_path, turn = sys.argv[1], int(sys.argv[2])
     state = json.load(open(state_path)) if os.path.exists(state_path) else {}
@@ -151,6 +165,8 @@ def main():
     print(f"openai models: {len(list(openai_client('sdk-models').models.list()))}")
     if turn == 1:
         upload_files()
+    if turn >= 2:
+        compact("sdk-responses-whole", state["sdk-responses-whole"])
     json.dump(state, open(state_path, "w"))
 
 

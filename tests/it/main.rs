@@ -39,6 +39,7 @@ mod pipeline_splice;
 mod pipeline_stabilize;
 mod policy_check;
 mod policy_shipped;
+mod proxy_compaction;
 mod proxy_faults;
 mod proxy_fidelity;
 mod proxy_gaps;
