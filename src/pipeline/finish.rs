@@ -127,6 +127,10 @@ impl Pipeline {
             record.status = Some(status);
             recorder.record(record);
         }
+        if let After::Shaped(after) = &shaped.after {
+            let answer = result.response_id.as_deref();
+            self.remember_answer(ctx.route, answer, &after.ctx.id.id, ctx.namespace());
+        }
         if let (After::Shaped(after), Some(id)) = (&shaped.after, &result.response_id) {
             // Known before the client can send its next request: that request names this
             // answer in its own diagnostics.
@@ -265,6 +269,8 @@ impl Pipeline {
                 let session = self
                     .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
                     .await;
+                let answer = job.result.response_id.as_deref();
+                self.remember_answer(ctx.route, answer, &session.id, ctx.namespace());
                 Some(Identified {
                     session,
                     observed: Some(Observed {
@@ -393,10 +399,16 @@ impl Pipeline {
             }
         };
         let log = &log;
-        let lane =
-            session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history);
+        // A stateful Responses request goes on the lane of the answer it names; its prompt
+        // is that answer's conversation, held by the provider, which cachet does not see, so
+        // it is not compared with the previous request (not diagnosed).
+        let continued = session::identity::previous_response(&sent)
+            .and_then(|answer| session::lanes::continued_by_answer(log, &answer));
+        let lane = continued.unwrap_or_else(|| {
+            session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history)
+        });
         let answered = usage.filter(|_| (200..300).contains(&status));
-        let previous = session::lanes::previous_answered(log, lane);
+        let previous = session::lanes::previous_answered(log, lane).filter(|_| continued.is_none());
         super::queue::let_requests_in().await;
         let diagnosis = match (previous, answered) {
             (Some(prev), Some(usage)) => {

@@ -20,6 +20,9 @@ use crate::session::{self, IdSource, PrefixHashes, SessionId};
 /// A conversation idle while this many other requests pass continues under its
 /// fingerprint, the same session unless its tools or system prompt changed meanwhile.
 pub(super) const REMEMBERED_HISTORIES: u64 = 32_768;
+/// How many recent Responses answers are remembered with their session, for requests that
+/// continue one by `previous_response_id`: about 150 bytes each, so about 5 MB when full.
+pub(super) const REMEMBERED_ANSWER_SESSIONS: u64 = 32_768;
 /// A request continues a session only by a history of this many messages or more (a
 /// prompt and an answer at least): a shared first prompt alone is no continuation.
 const MIN_CONTINUED: usize = 2;
@@ -34,6 +37,18 @@ impl Pipeline {
     ) -> SessionId {
         let mut id = session::identify(headers, env);
         id.id = in_namespace(&id.id, namespace);
+        if id.source == IdSource::Fingerprint {
+            // A stateful Responses request carries only its new input: the answer it names
+            // says which conversation it goes on.
+            let continued = session::identity::previous_response(env)
+                .and_then(|answer| self.answers.get(&in_namespace(&answer, namespace)));
+            if let Some(found) = continued {
+                id = SessionId {
+                    id: found,
+                    source: IdSource::PreviousResponse,
+                };
+            }
+        }
         if id.source == IdSource::Fingerprint {
             for n in (MIN_CONTINUED..=hashes.len()).rev() {
                 let Some(anchor) = hashes.anchor_at(n) else {
@@ -56,6 +71,23 @@ impl Pipeline {
             self.histories.insert(remembered, id.id.clone()).await;
         }
         id
+    }
+}
+
+impl Pipeline {
+    /// Remember which session an answer belongs to, for the requests that name it in
+    /// `previous_response_id` (Responses answers only: no other API names its answers).
+    pub(super) fn remember_answer(
+        &self,
+        route: crate::providers::Route,
+        answer: Option<&str>,
+        session: &str,
+        namespace: Option<&str>,
+    ) {
+        if let (crate::providers::Endpoint::Responses, Some(answer)) = (route.endpoint, answer) {
+            self.answers
+                .insert(in_namespace(answer, namespace), session.to_string());
+        }
     }
 }
 

@@ -64,6 +64,10 @@ pub struct Pipeline {
     /// Recent client histories (rolling hash) and their sessions, for requests that carry
     /// no session id.
     histories: moka::future::Cache<String, String>,
+    /// Recent Responses answers' ids and their sessions, for requests that continue an
+    /// answer by `previous_response_id` (inserted as a response ends, before the client
+    /// can name it).
+    answers: moka::sync::Cache<String, String>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
     /// The time the session log is written in.
@@ -183,6 +187,7 @@ impl Pipeline {
             recorder,
             config,
             histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
+            answers: moka::sync::Cache::new(identify::REMEMBERED_ANSWER_SESSIONS),
             after_queue: std::sync::OnceLock::new(),
             response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
             clock,

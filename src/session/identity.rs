@@ -4,8 +4,11 @@
 //! 2. Claude Code: header `x-claude-code-session-id`, else the session inside
 //!    `metadata.user_id` (a JSON string with `session_id`, or `user_…_session_<uuid>`);
 //! 3. OpenAI `prompt_cache_key` (Chat and Responses bodies);
-//! 4. Codex's `session-id` header (`session_id` in versions before 0.169);
-//! 5. otherwise a fingerprint of the system prompt, the tools and the first user message.
+//! 4. the Responses `conversation` (the Conversations API's id);
+//! 5. Codex's `session-id` header (`session_id` in versions before 0.169);
+//! 6. otherwise a fingerprint of the system prompt, the tools and the first user message
+//!    (which `pipeline::identify` replaces with the session of the answer a Responses
+//!    `previous_response_id` names, or of the history the request extends).
 
 use http::{HeaderMap, HeaderName};
 use serde::Serialize;
@@ -28,12 +31,16 @@ pub enum IdSource {
     ClaudeCodeMetadata,
     /// OpenAI `prompt_cache_key`.
     PromptCacheKey,
+    /// The Responses `conversation` id.
+    Conversation,
     /// Codex's `session-id` (or older `session_id`) header.
     CodexHeader,
     /// Hash of system prompt, tools and first user message.
     Fingerprint,
     /// No identifier: the session whose latest request this request's history extends.
     History,
+    /// No identifier: the session of the answer the Responses `previous_response_id` names.
+    PreviousResponse,
 }
 
 impl IdSource {
@@ -43,9 +50,11 @@ impl IdSource {
             IdSource::ClaudeCodeHeader => "claude_code_header",
             IdSource::ClaudeCodeMetadata => "claude_code_metadata",
             IdSource::PromptCacheKey => "prompt_cache_key",
+            IdSource::Conversation => "conversation",
             IdSource::CodexHeader => "codex_header",
             IdSource::Fingerprint => "fingerprint",
             IdSource::History => "history",
+            IdSource::PreviousResponse => "previous_response",
         }
     }
 }
@@ -88,6 +97,7 @@ pub fn identify(headers: &HeaderMap, env: &Envelope) -> SessionId {
             non_empty(option_text("prompt_cache_key").as_deref())
                 .map(|id| (id, IdSource::PromptCacheKey))
         })
+        .or_else(|| conversation(env).map(|id| (id, IdSource::Conversation)))
         .or_else(|| {
             CODEX_HEADERS
                 .iter()
@@ -126,6 +136,29 @@ fn non_empty(value: Option<&str>) -> Option<String> {
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
+}
+
+/// The Responses `conversation`: its id, given as a string or as `{"id": …}`.
+fn conversation(env: &Envelope) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Conversation {
+        Id(String),
+        Object { id: String },
+    }
+    if env.endpoint() != crate::providers::Endpoint::Responses {
+        return None;
+    }
+    let raw = env.option_raw("conversation")?;
+    match serde_json::from_slice(raw).ok()? {
+        Conversation::Id(id) | Conversation::Object { id } => non_empty(Some(&id)),
+    }
+}
+
+/// The answer a Responses request continues (`previous_response_id`), if it names one.
+pub fn previous_response(env: &Envelope) -> Option<String> {
+    let raw = env.option_raw("previous_response_id")?;
+    non_empty(serde_json::from_slice::<String>(raw).ok().as_deref())
 }
 
 /// The session inside Anthropic `metadata.user_id`: either a JSON object string carrying

@@ -122,6 +122,16 @@ pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
         .collect()
 }
 
+/// The lane a stateful Responses request goes on (`previous_response_id`): the lane whose
+/// latest answer it names. Its history is only its new input (the provider holds the rest),
+/// so no comparison of histories would find it.
+pub fn continued_by_answer(log: &(impl Entries + ?Sized), answer: &str) -> Option<u32> {
+    log.lane_heads()
+        .into_iter()
+        .find(|r| r.response_id.as_deref() == Some(answer))
+        .map(|r| r.lane)
+}
+
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.
 pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&RequestRecord> {
     log.previous_answered(lane)

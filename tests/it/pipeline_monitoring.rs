@@ -161,3 +161,104 @@ async fn a_request_without_an_id_continues_the_session_it_extends() {
     proxy.shutdown().await;
     emulator.shutdown().await;
 }
+
+/// A stateful Responses conversation (openai-python's `responses.create` with
+/// `previous_response_id`, the default `store: true`) sends only its new input on each
+/// request: the provider holds the rest. Each request names the answer it continues, so
+/// it continues that answer's session and lane, not a session of its own per request
+/// (client keys: `security_client_keys`).
+#[tokio::test]
+async fn a_chain_of_previous_response_ids_is_one_session() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&format!("http://{}", emulator.addr))).await;
+    let instructions = "You are a careful assistant. ".repeat(300);
+    let mut previous: Option<String> = None;
+    let mut first_session = None;
+    for (i, question) in ["first question", "second", "third", "fourth"]
+        .iter()
+        .enumerate()
+    {
+        let mut body = json!({"model": "gpt-4.1", "instructions": instructions, "input": question});
+        if let Some(id) = &previous {
+            body["previous_response_id"] = json!(id);
+        }
+        let answer: Value = client()
+            .post(format!("http://{}/v1/responses", proxy.addr))
+            .header("authorization", "Bearer sk-test")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        previous = Some(answer["id"].as_str().unwrap().to_string());
+        if i == 0 {
+            // The first request is a new conversation: its session is its fingerprint.
+            let listed = wait_for_session_count(&proxy, 1).await;
+            first_session = Some(listed[0]["id"].as_str().unwrap().to_string());
+        }
+    }
+    let session = first_session.unwrap();
+    let log = wait_for_requests(&proxy, &session, 4).await;
+    assert_eq!(log["requests"], 4, "{log}");
+    let listed = wait_for_session_count(&proxy, 1).await;
+    assert_eq!(listed.len(), 1, "one conversation, one session: {listed:?}");
+    // One lane: each request goes on the answer it names. Its history is only its new
+    // input, so it is not compared with the previous one (no `message_edited` alarm).
+    let requests: Vec<&Value> = log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "request")
+        .collect();
+    assert_eq!(requests.len(), 4);
+    for entry in &requests {
+        assert_eq!(entry["lane"], requests[0]["lane"], "{log}");
+        assert!(entry["diagnosis"].is_null(), "{entry}");
+    }
+}
+
+/// The Conversations API names its conversation (`conversation: "conv_…"` or
+/// `{"id": "conv_…"}`): that is the session, as `prompt_cache_key` is.
+#[tokio::test]
+async fn a_responses_conversation_names_its_session() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&format!("http://{}", emulator.addr))).await;
+    for conversation in [json!("conv_6d1f"), json!({"id": "conv_6d1f"})] {
+        let body = json!({"model": "gpt-4.1", "input": "hello", "conversation": conversation});
+        let status = client()
+            .post(format!("http://{}/v1/responses", proxy.addr))
+            .header("authorization", "Bearer sk-test")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, 200);
+    }
+    let log = wait_for_requests(&proxy, "conv_6d1f", 2).await;
+    assert_eq!(log["requests"], 2, "{log}");
+}
+
+/// The sessions listed, once there are at least `n` (a second after, whatever there are).
+async fn wait_for_session_count(
+    proxy: &cachet::transport::server::ProxyHandle,
+    n: usize,
+) -> Vec<Value> {
+    let mut listed = Vec::new();
+    for _ in 0..100 {
+        let v: Value = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        listed = v["sessions"].as_array().cloned().unwrap_or_default();
+        if listed.len() >= n {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    listed
+}

@@ -261,3 +261,77 @@ async fn holding_a_key_without_client_keys_is_refused_unless_open_relay_is_allow
     assert!(stderr.contains("allow_open_relay"), "{stderr}");
     assert!(!stderr.contains(HELD_ANTHROPIC));
 }
+
+/// An answer id is looked up in the asking key's namespace: team b naming team a's answer in
+/// `previous_response_id` does not join team a's session (it starts one of its own), while
+/// team a's next request does.
+#[tokio::test]
+async fn a_previous_response_id_continues_a_session_only_inside_its_key() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(keyed_config(
+        &format!("http://{}", emulator.addr),
+        "PREVRESP",
+    ))
+    .await;
+    let instructions = "You are a careful assistant. ".repeat(300);
+    let ask = |key: &'static str, input: &'static str, previous: Option<String>| {
+        let mut body = serde_json::json!({"model": "gpt-4.1", "instructions": instructions,
+            "input": input});
+        if let Some(id) = previous {
+            body["previous_response_id"] = serde_json::json!(id);
+        }
+        let url = format!("http://{}/v1/responses", proxy.addr);
+        async move {
+            let answer: serde_json::Value = client()
+                .post(url)
+                .header("authorization", format!("Bearer {key}"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            answer["id"].as_str().unwrap().to_string()
+        }
+    };
+    let first = ask(TEAM_A, "first question", None).await;
+    // Team a's session, found by listing (its id is its fingerprint, in team a's namespace).
+    let session = loop {
+        let listed: serde_json::Value =
+            reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+        if let Some(s) = listed["sessions"].as_array().and_then(|s| s.first()) {
+            break s["id"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert!(session.starts_with("team-a:"), "{session}");
+    ask(TEAM_B, "second question", Some(first.clone())).await;
+    ask(TEAM_A, "second question", Some(first)).await;
+    let log = wait_for_requests(&proxy, &session, 2).await;
+    assert_eq!(
+        log["requests"], 2,
+        "team b's request is not in team a's session: {log}"
+    );
+    let listed: serde_json::Value = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert!(
+        ids.iter().any(|id| id.starts_with("team-b:fp-")),
+        "team b's request starts its own session: {ids:?}"
+    );
+}
