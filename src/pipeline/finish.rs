@@ -129,7 +129,7 @@ impl Pipeline {
         }
         if let After::Shaped(after) = &shaped.after {
             let answer = result.response_id.as_deref();
-            self.remember_answer(ctx.route, answer, &after.ctx.id.id, ctx.namespace());
+            self.remember_answer(&after.env, answer, &after.ctx.id.id, ctx.namespace());
         }
         if let (After::Shaped(after), Some(id)) = (&shaped.after, &result.response_id) {
             // Known before the client can send its next request: that request names this
@@ -270,7 +270,7 @@ impl Pipeline {
                     .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
                     .await;
                 let answer = job.result.response_id.as_deref();
-                self.remember_answer(ctx.route, answer, &session.id, ctx.namespace());
+                self.remember_answer(&env, answer, &session.id, ctx.namespace());
                 Some(Identified {
                     session,
                     observed: Some(Observed {

@@ -9,6 +9,8 @@
 //! only at the same key's sessions. One client cannot write into, or continue, another's
 //! session by sending its id. Key names cannot hold `:`, so namespaces never overlap.
 
+use std::sync::Arc;
+
 use http::HeaderMap;
 
 use super::Pipeline;
@@ -16,13 +18,16 @@ use crate::envelope::Envelope;
 use crate::session::{self, IdSource, PrefixHashes, SessionId};
 
 /// How many recent histories are remembered for continuation: one per request, about
-/// 230 bytes each (key, session id and the cache's own entry), so about 7.5 MB when full.
+/// 470 bytes each (measured with the system allocator: moka's entry about 305, the key and
+/// the session id), so about 15 MB when full.
 /// A conversation idle while this many other requests pass continues under its
 /// fingerprint, the same session unless its tools or system prompt changed meanwhile.
 pub(super) const REMEMBERED_HISTORIES: u64 = 32_768;
-/// How many recent Responses answers are remembered with their session, for requests that
-/// continue one by `previous_response_id`: about 150 bytes each, so about 5 MB when full.
-pub(super) const REMEMBERED_ANSWER_SESSIONS: u64 = 32_768;
+/// How many recent stored Responses answers are remembered with their session, for
+/// requests that continue one by `previous_response_id`: about 385 bytes each (measured as
+/// `REMEMBERED_HISTORIES`), so about 6.3 MB when full. A conversation
+/// idle while this many other stored answers pass starts a new session.
+pub(super) const REMEMBERED_ANSWER_SESSIONS: u64 = 16_384;
 /// A request continues a session only by a history of this many messages or more (a
 /// prompt and an answer at least): a shared first prompt alone is no continuation.
 const MIN_CONTINUED: usize = 2;
@@ -41,10 +46,10 @@ impl Pipeline {
             // A stateful Responses request carries only its new input: the answer it names
             // says which conversation it goes on.
             let continued = session::identity::previous_response(env)
-                .and_then(|answer| self.answers.get(&in_namespace(&answer, namespace)));
+                .and_then(|answer| self.answers.get(&answer_key(&answer, namespace)));
             if let Some(found) = continued {
                 id = SessionId {
-                    id: found,
+                    id: found.to_string(),
                     source: IdSource::PreviousResponse,
                 };
             }
@@ -76,19 +81,32 @@ impl Pipeline {
 
 impl Pipeline {
     /// Remember which session an answer belongs to, for the requests that name it in
-    /// `previous_response_id` (Responses answers only: no other API names its answers).
+    /// `previous_response_id`: a Responses answer the provider stored (`store` not `false`;
+    /// only a stored answer can be continued, so Codex's and pi's are not kept).
     pub(super) fn remember_answer(
         &self,
-        route: crate::providers::Route,
+        sent: &Envelope,
         answer: Option<&str>,
         session: &str,
         namespace: Option<&str>,
     ) {
-        if let (crate::providers::Endpoint::Responses, Some(answer)) = (route.endpoint, answer) {
+        let Some(answer) = answer else { return };
+        let stored = sent.option_raw("store") != Some(b"false".as_slice());
+        if sent.endpoint() == crate::providers::Endpoint::Responses && stored {
             self.answers
-                .insert(in_namespace(answer, namespace), session.to_string());
+                .insert(answer_key(answer, namespace), Arc::from(session));
         }
     }
+}
+
+/// An answer's id inside a client key's namespace, as the answers are remembered: a 128-bit
+/// hash, so an entry holds no copy of the id.
+fn answer_key(answer: &str, namespace: Option<&str>) -> u128 {
+    let mut hasher = crate::memo::hasher();
+    hasher.update(namespace.unwrap_or("").as_bytes());
+    hasher.update(&[0]);
+    hasher.update(answer.as_bytes());
+    hasher.digest128()
 }
 
 /// A session id (or remembered history) inside a client key's namespace.

@@ -67,7 +67,7 @@ pub struct Pipeline {
     /// Recent Responses answers' ids and their sessions, for requests that continue an
     /// answer by `previous_response_id` (inserted as a response ends, before the client
     /// can name it).
-    answers: moka::sync::Cache<String, String>,
+    answers: moka::sync::Cache<u128, Arc<str>>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
     /// The time the session log is written in.
