@@ -12,6 +12,7 @@ mod models;
 pub mod reply;
 mod responses;
 mod routes;
+mod stored;
 pub mod tool_loop;
 mod turn;
 

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use super::body::{event_body, whole_body};
 use super::fault::{self, Faults};
 use super::reply::ReplyScript;
+use super::stored::Stored;
 use super::turn::Turn;
 use super::{anthropic, chat, files, models, responses, EmulatorOptions};
 use crate::cache_model::diagnosis::{diagnostics_json, CacheMissReason, Fingerprint};
@@ -49,6 +50,8 @@ pub struct Shared {
     log: Mutex<VecDeque<Accounted>>,
     /// Fingerprints by response id, oldest first, for cache diagnostics.
     fingerprints: Mutex<(HashMap<String, Fingerprint>, VecDeque<String>)>,
+    /// Stored Responses answers, for requests that continue one by `previous_response_id`.
+    stored: Mutex<Stored>,
 }
 
 impl Shared {
@@ -60,6 +63,7 @@ impl Shared {
             seq: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
             fingerprints: Mutex::new((HashMap::new(), VecDeque::new())),
+            stored: Mutex::new(Stored::default()),
         }
     }
 
@@ -256,6 +260,12 @@ async fn generate(
     // A compaction reads its prompt as a response does, and answers with a summary: text,
     // whatever the script says of tool calls.
     let rules = endpoint.read_as();
+    // A request that continues a stored response is a prompt of the whole conversation.
+    let expanded = match rules {
+        Endpoint::Responses => recover(&shared.stored).expand(&request)?,
+        _ => None,
+    };
+    let prompt = expanded.as_ref().unwrap_or(&request);
     let reply_header = match endpoint {
         Endpoint::Compact => reply_header
             .filter(|h| h.starts_with("text:"))
@@ -264,8 +274,8 @@ async fn generate(
     };
     let reply = shared
         .script
-        .decide(reply_header.as_deref(), rules, &request)?;
-    let accounting = shared.account(rules, &request)?;
+        .decide(reply_header.as_deref(), rules, prompt)?;
+    let accounting = shared.account(rules, prompt)?;
     let output_tokens = reply.output_tokens();
     shared.record(Accounted {
         endpoint,
@@ -287,6 +297,10 @@ async fn generate(
     } else {
         None
     };
+    if endpoint == Endpoint::Responses {
+        let output = &responses::response(&turn, true)["output"];
+        recover(&shared.stored).keep(turn.id("resp_"), prompt, output);
+    }
     if endpoint == Endpoint::Compact {
         let body = Bytes::from(responses::compaction(&turn).to_string());
         let body = whole_body(body, faults.cut_after);

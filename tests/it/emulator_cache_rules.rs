@@ -441,3 +441,55 @@ async fn cache_diagnostics_name_the_first_divergence() {
     assert_eq!(reason(&start["message"])["type"], "system_changed");
     emu.shutdown().await;
 }
+
+/// A stored response (`store`, on by default) is continued by `previous_response_id`: the
+/// model sees the earlier input and output before the new input, and every earlier input
+/// token is billed again as input (developers.openai.com, Conversation state, "Passing
+/// context from the previous response"); "the instructions from a previous response will
+/// not be carried over to the next response" (openai-python, `responses.create`,
+/// `instructions`). So the next request's prompt holds the whole conversation, and reads the
+/// earlier part from cache. An answer not stored cannot be continued: a 400.
+#[tokio::test]
+async fn a_previous_response_id_puts_the_stored_conversation_before_the_input() {
+    let emu = start().await;
+    let instructions = "You are a careful assistant. ".repeat(200);
+    let first = json!({"model": "gpt-4.1", "instructions": instructions,
+        "input": "Summarise the design document. ".repeat(100)});
+    let (status, one) = post(&emu, "/v1/responses", &first).await;
+    assert_eq!(status, 200, "{one}");
+    let asked = one["usage"]["input_tokens"].as_u64().unwrap();
+    let next = json!({"model": "gpt-4.1", "instructions": instructions, "input": "And shorter?",
+        "previous_response_id": one["id"]});
+    let (status, two) = post(&emu, "/v1/responses", &next).await;
+    assert_eq!(status, 200, "{two}");
+    let usage = &two["usage"];
+    let input = usage["input_tokens"].as_u64().unwrap();
+    let cached = usage["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        input > asked,
+        "the earlier conversation is in the prompt: {input} <= {asked}"
+    );
+    assert!(
+        cached >= asked - 128 && cached < input,
+        "the earlier prompt is read from cache: {cached} of {input} (first asked {asked})"
+    );
+    // Not stored: it cannot be continued.
+    let unstored = json!({"model": "gpt-4.1", "input": "hi", "store": false});
+    let (_, gone) = post(&emu, "/v1/responses", &unstored).await;
+    let (status, err) = post(
+        &emu,
+        "/v1/responses",
+        &json!({"model": "gpt-4.1", "input": "and?", "previous_response_id": gone["id"]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{err}");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not found"),
+        "{err}"
+    );
+}

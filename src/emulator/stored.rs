@@ -1,0 +1,71 @@
+//! Stored responses. A Responses answer the provider keeps (`store`, on by default) can be
+//! continued by `previous_response_id`: the model then sees the stored conversation (its
+//! input and output) before the new input, and every token of it is billed again as input,
+//! read from cache where the cache holds it. The new request's `instructions` stand alone:
+//! a previous response's are not carried over.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+
+/// Stored conversations kept (the oldest are forgotten, as if expired).
+pub const CAPACITY: usize = 1024;
+
+#[derive(Default)]
+pub struct Stored {
+    by_id: HashMap<String, Arc<Vec<Value>>>,
+    order: VecDeque<String>,
+}
+
+impl Stored {
+    /// The request as the model sees it, when it continues a stored response: the stored
+    /// conversation's items before its own input. `None` when it names no previous response.
+    pub fn expand(&self, request: &Value) -> Result<Option<Value>, ApiError> {
+        let id = match request.get("previous_response_id") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(id)) => id,
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "previous_response_id: Input should be a valid string",
+                ))
+            }
+        };
+        let stored = self.by_id.get(id).ok_or_else(|| {
+            ApiError::invalid(format!("Previous response with id '{id}' not found."))
+        })?;
+        let mut items = stored.as_ref().clone();
+        items.extend(input_items(request));
+        let mut expanded = request.clone();
+        expanded["input"] = Value::Array(items);
+        Ok(Some(expanded))
+    }
+
+    /// Keep an answer's conversation (`prompt`'s input, then `output`) under its id, unless
+    /// the request asked not to store it.
+    pub fn keep(&mut self, id: String, prompt: &Value, output: &Value) {
+        if prompt.get("store") == Some(&Value::Bool(false)) {
+            return;
+        }
+        let mut items = input_items(prompt);
+        items.extend(output.as_array().into_iter().flatten().cloned());
+        if self.order.len() >= CAPACITY {
+            if let Some(oldest) = self.order.pop_front() {
+                self.by_id.remove(&oldest);
+            }
+        }
+        self.by_id.insert(id.clone(), Arc::new(items));
+        self.order.push_back(id);
+    }
+}
+
+/// A request's `input` as a list of items: a string is one user message.
+fn input_items(request: &Value) -> Vec<Value> {
+    match request.get("input") {
+        Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
+        Some(Value::Array(items)) => items.clone(),
+        _ => Vec::new(),
+    }
+}
