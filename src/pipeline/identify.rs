@@ -91,11 +91,13 @@ impl Pipeline {
         namespace: Option<&str>,
     ) {
         let Some(answer) = answer else { return };
-        let stored = sent.option_raw("store") != Some(b"false".as_slice());
-        if sent.endpoint() == crate::providers::Endpoint::Responses && stored {
-            self.answers
-                .insert(answer_key(answer, namespace), Arc::from(session));
+        if sent.endpoint() != crate::providers::Endpoint::Responses
+            || sent.option_raw("store") == Some(b"false".as_slice())
+        {
+            return;
         }
+        self.answers
+            .insert(answer_key(answer, namespace), Arc::from(session));
     }
 }
 
