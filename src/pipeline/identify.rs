@@ -25,8 +25,8 @@ use crate::session::{self, IdSource, PrefixHashes, SessionId};
 pub(super) const REMEMBERED_HISTORIES: u64 = 32_768;
 /// How many recent stored Responses answers are remembered with their session, for
 /// requests that continue one by `previous_response_id`: about 385 bytes each (measured as
-/// `REMEMBERED_HISTORIES`), so about 6.3 MB when full. A conversation
-/// idle while this many other stored answers pass starts a new session.
+/// `REMEMBERED_HISTORIES`), so about 6.3 MB when full. A conversation idle while this many
+/// other stored answers pass starts a new session.
 pub(super) const REMEMBERED_ANSWER_SESSIONS: u64 = 16_384;
 /// A request continues a session only by a history of this many messages or more (a
 /// prompt and an answer at least): a shared first prompt alone is no continuation.

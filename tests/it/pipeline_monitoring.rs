@@ -195,14 +195,14 @@ async fn a_chain_of_previous_response_ids_is_one_session() {
         previous = Some(answer["id"].as_str().unwrap().to_string());
         if i == 0 {
             // The first request is a new conversation: its session is its fingerprint.
-            let listed = wait_for_session_count(&proxy, 1).await;
+            let listed = wait_for_sessions(&proxy, 1).await;
             first_session = Some(listed[0]["id"].as_str().unwrap().to_string());
         }
     }
     let session = first_session.unwrap();
     let log = wait_for_requests(&proxy, &session, 4).await;
     assert_eq!(log["requests"], 4, "{log}");
-    let listed = wait_for_session_count(&proxy, 1).await;
+    let listed = wait_for_sessions(&proxy, 1).await;
     assert_eq!(listed.len(), 1, "one conversation, one session: {listed:?}");
     // One lane: each request goes on the answer it names. Its history is only its new
     // input, so it is not compared with the previous one (no `message_edited` alarm).
@@ -239,26 +239,4 @@ async fn a_responses_conversation_names_its_session() {
     }
     let log = wait_for_requests(&proxy, "conv_6d1f", 2).await;
     assert_eq!(log["requests"], 2, "{log}");
-}
-
-/// The sessions listed, once there are at least `n` (a second after, whatever there are).
-async fn wait_for_session_count(
-    proxy: &cachet::transport::server::ProxyHandle,
-    n: usize,
-) -> Vec<Value> {
-    let mut listed = Vec::new();
-    for _ in 0..100 {
-        let v: Value = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        listed = v["sessions"].as_array().cloned().unwrap_or_default();
-        if listed.len() >= n {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    listed
 }

@@ -297,19 +297,10 @@ async fn a_previous_response_id_continues_a_session_only_inside_its_key() {
     };
     let first = ask(TEAM_A, "first question", None).await;
     // Team a's session, found by listing (its id is its fingerprint, in team a's namespace).
-    let session = loop {
-        let listed: serde_json::Value =
-            reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-        if let Some(s) = listed["sessions"].as_array().and_then(|s| s.first()) {
-            break s["id"].as_str().unwrap().to_string();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    };
+    let session = wait_for_sessions(&proxy, 1).await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(session.starts_with("team-a:"), "{session}");
     ask(TEAM_B, "second question", Some(first.clone())).await;
     ask(TEAM_A, "second question", Some(first)).await;
@@ -318,18 +309,8 @@ async fn a_previous_response_id_continues_a_session_only_inside_its_key() {
         log["requests"], 2,
         "team b's request is not in team a's session: {log}"
     );
-    let listed: serde_json::Value = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let ids: Vec<&str> = listed["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["id"].as_str())
-        .collect();
+    let listed = wait_for_sessions(&proxy, 2).await;
+    let ids: Vec<&str> = listed.iter().filter_map(|s| s["id"].as_str()).collect();
     assert!(
         ids.iter().any(|id| id.starts_with("team-b:fp-")),
         "team b's request starts its own session: {ids:?}"

@@ -404,6 +404,25 @@ pub async fn wait_for_requests(proxy: &ProxyHandle, session: &str, n: u64) -> se
     panic!("session {session} never reached {n} requests");
 }
 
+/// The sessions listed, once there are at least `n` (a second after, whatever there are).
+pub async fn wait_for_sessions(proxy: &ProxyHandle, n: usize) -> Vec<serde_json::Value> {
+    let mut listed = Vec::new();
+    for _ in 0..100 {
+        let v: serde_json::Value = reqwest::get(format!("http://{}/sessions", proxy.admin_addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        listed = v["sessions"].as_array().cloned().unwrap_or_default();
+        if listed.len() >= n {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    listed
+}
+
 /// Send SIGTERM to a child, as a service manager stops cachet; the status of `kill`.
 pub fn terminate(child: &std::process::Child) -> std::process::ExitStatus {
     std::process::Command::new("kill")
