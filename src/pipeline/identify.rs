@@ -43,13 +43,9 @@ impl Pipeline {
         let mut id = session::identify(headers, env);
         id.id = in_namespace(&id.id, namespace);
         if id.source == IdSource::Fingerprint {
-            // A stateful Responses request carries only its new input: the answer it names
-            // says which conversation it goes on.
-            let continued = session::identity::previous_response(env)
-                .and_then(|answer| self.answers.get(&answer_key(&answer, namespace)));
-            if let Some(found) = continued {
+            if let Some(found) = self.continued_answer(env, namespace) {
                 id = SessionId {
-                    id: found.to_string(),
+                    id: found,
                     source: IdSource::PreviousResponse,
                 };
             }
@@ -80,6 +76,19 @@ impl Pipeline {
 }
 
 impl Pipeline {
+    /// The session of the answer a stateful Responses request names in
+    /// `previous_response_id`, when it is remembered: such a request carries only its new
+    /// input, and the answer says which conversation it goes on.
+    pub(super) fn continued_answer(
+        &self,
+        env: &Envelope,
+        namespace: Option<&str>,
+    ) -> Option<String> {
+        let answer = session::identity::previous_response(env)?;
+        let found = self.answers.get(&answer_key(&answer, namespace))?;
+        Some(found.to_string())
+    }
+
     /// Remember which session an answer belongs to, for the requests that name it in
     /// `previous_response_id`: a Responses answer the provider stored (`store` not `false`;
     /// only a stored answer can be continued, so Codex's and pi's are not kept).

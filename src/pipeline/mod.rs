@@ -471,7 +471,14 @@ impl Pipeline {
                 &ctx.body,
             ));
         };
-        let session = identify::in_namespace(&session::identify(headers, &env).id, ctx.namespace());
+        let named = session::identify(headers, &env);
+        // Recorded as identified after the response, where the trace record can know it
+        // now: a stateful Responses request under the session of the answer it names.
+        let session = match named.source {
+            session::IdSource::Fingerprint => self.continued_answer(&env, ctx.namespace()),
+            _ => None,
+        }
+        .unwrap_or_else(|| identify::in_namespace(&named.id, ctx.namespace()));
         Some(crate::replay::recorder::capture(
             self.clock.now_ms(),
             &session,

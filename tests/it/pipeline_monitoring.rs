@@ -170,7 +170,10 @@ async fn a_request_without_an_id_continues_the_session_it_extends() {
 #[tokio::test]
 async fn a_chain_of_previous_response_ids_is_one_session() {
     let emulator = start_emulator().await;
-    let proxy = start_proxy(test_config(&format!("http://{}", emulator.addr))).await;
+    let traces = tempfile::tempdir().unwrap();
+    let mut config = test_config(&format!("http://{}", emulator.addr));
+    config.record.dir = Some(traces.path().to_path_buf());
+    let proxy = start_proxy(config).await;
     let instructions = "You are a careful assistant. ".repeat(300);
     let mut previous: Option<String> = None;
     let mut first_session = None;
@@ -217,6 +220,15 @@ async fn a_chain_of_previous_response_ids_is_one_session() {
         assert_eq!(entry["lane"], requests[0]["lane"], "{log}");
         assert!(entry["diagnosis"].is_null(), "{entry}");
     }
+    // `--record` writes the same session for each, so `cachet replay` groups them as one.
+    proxy.shutdown().await;
+    let files: Vec<_> = std::fs::read_dir(traces.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let recorded = cachet::replay::read_traces(&files).unwrap();
+    let sessions: Vec<&str> = recorded.iter().map(|r| r.session.as_str()).collect();
+    assert_eq!(sessions, vec![session.as_str(); 4], "as recorded");
 }
 
 /// The Conversations API names its conversation (`conversation: "conv_…"` or
