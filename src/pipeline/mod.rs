@@ -472,8 +472,8 @@ impl Pipeline {
             ));
         };
         let named = session::identify(headers, &env);
-        // Recorded as identified after the response, where the trace record can know it
-        // now: a stateful Responses request under the session of the answer it names.
+        // The session the session log will give it, as far as that is known now: a stateful
+        // Responses request goes under the session of the answer it names.
         let session = match named.source {
             session::IdSource::Fingerprint => self.continued_answer(&env, ctx.namespace()),
             _ => None,
