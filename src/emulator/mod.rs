@@ -9,6 +9,7 @@ mod chat;
 pub mod fault;
 mod files;
 mod models;
+mod recent;
 pub mod reply;
 mod responses;
 mod routes;

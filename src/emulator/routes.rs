@@ -1,6 +1,6 @@
 //! Request handling: route, inject faults, account the cache, render the reply.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::body::{event_body, whole_body};
 use super::fault::{self, Faults};
+use super::recent::Recent;
 use super::reply::ReplyScript;
 use super::stored::Stored;
 use super::turn::Turn;
@@ -49,7 +50,7 @@ pub struct Shared {
     seq: AtomicU64,
     log: Mutex<VecDeque<Accounted>>,
     /// Fingerprints by response id, oldest first, for cache diagnostics.
-    fingerprints: Mutex<(HashMap<String, Fingerprint>, VecDeque<String>)>,
+    fingerprints: Mutex<Recent<Fingerprint>>,
     /// Stored Responses answers, for requests that continue one by `previous_response_id`.
     stored: Mutex<Stored>,
 }
@@ -62,7 +63,7 @@ impl Shared {
             script: opts.reply.clone(),
             seq: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
-            fingerprints: Mutex::new((HashMap::new(), VecDeque::new())),
+            fingerprints: Mutex::new(Recent::new(DIAGNOSIS_CAPACITY)),
             stored: Mutex::new(Stored::default()),
         }
     }
@@ -84,7 +85,7 @@ impl Shared {
             Some(d) => Some(match d.get("previous_message_id") {
                 None | Some(Value::Null) => None,
                 Some(_) if unavailable => Some(CacheMissReason::Unavailable),
-                Some(Value::String(id)) => match store.0.get(id) {
+                Some(Value::String(id)) => match store.get(id) {
                     Some(previous) => current.diverges_from(previous),
                     None => Some(CacheMissReason::PreviousMessageNotFound),
                 },
@@ -95,14 +96,7 @@ impl Shared {
                 }
             }),
         };
-        let (by_id, order) = &mut *store;
-        if order.len() >= DIAGNOSIS_CAPACITY {
-            if let Some(oldest) = order.pop_front() {
-                by_id.remove(&oldest);
-            }
-        }
-        by_id.insert(message_id.to_string(), current);
-        order.push_back(message_id.to_string());
+        store.insert(message_id.to_string(), current);
         Ok(reason.map(|r| diagnostics_json(r.as_ref())))
     }
 

@@ -4,20 +4,21 @@
 //! read from cache where the cache holds it. The new request's `instructions` stand alone:
 //! a previous response's are not carried over.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-
 use serde_json::{json, Value};
 
+use super::recent::Recent;
 use crate::error::ApiError;
 
 /// Stored conversations kept (the oldest are forgotten, as if expired).
 pub const CAPACITY: usize = 1024;
 
-#[derive(Default)]
-pub struct Stored {
-    by_id: HashMap<String, Arc<Vec<Value>>>,
-    order: VecDeque<String>,
+/// Stored Responses answers: each answer's conversation (its input, then its output).
+pub struct Stored(Recent<Vec<Value>>);
+
+impl Default for Stored {
+    fn default() -> Self {
+        Stored(Recent::new(CAPACITY))
+    }
 }
 
 impl Stored {
@@ -33,10 +34,10 @@ impl Stored {
                 ))
             }
         };
-        let stored = self.by_id.get(id).ok_or_else(|| {
+        let stored = self.0.get(id).ok_or_else(|| {
             ApiError::invalid(format!("Previous response with id '{id}' not found."))
         })?;
-        let mut items = stored.as_ref().clone();
+        let mut items = stored.clone();
         items.extend(input_items(request));
         let mut expanded = request.clone();
         expanded["input"] = Value::Array(items);
@@ -51,13 +52,7 @@ impl Stored {
         }
         let mut items = input_items(prompt);
         items.extend(output.as_array().into_iter().flatten().cloned());
-        if self.order.len() >= CAPACITY {
-            if let Some(oldest) = self.order.pop_front() {
-                self.by_id.remove(&oldest);
-            }
-        }
-        self.by_id.insert(id.clone(), Arc::new(items));
-        self.order.push_back(id);
+        self.0.insert(id, items);
     }
 }
 
