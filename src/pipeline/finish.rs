@@ -128,16 +128,14 @@ impl Pipeline {
             recorder.record(record);
         }
         if let After::Shaped(after) = &shaped.after {
+            // Known before the client can send its next request: that request names this
+            // answer in `previous_response_id`, or in its own diagnostics.
             let answer = result.response_id.as_deref();
             self.remember_answer(&after.env, answer, &after.ctx.id.id, ctx.namespace());
-        }
-        if let (After::Shaped(after), Some(id)) = (&shaped.after, &result.response_id) {
-            // Known before the client can send its next request: that request names this
-            // answer in its own diagnostics.
-            if let Some(lane) = after.diagnosis_lane {
+            if let (Some(lane), Some(id)) = (after.diagnosis_lane, answer) {
                 let key = (after.ctx.id.id.clone(), lane);
                 let ids = self.response_ids.clone();
-                let id = id.clone();
+                let id = id.to_string();
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
                     rt.spawn(async move { ids.insert(key, id).await });
                 }
