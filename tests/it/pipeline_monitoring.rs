@@ -185,16 +185,13 @@ async fn a_chain_of_previous_response_ids_is_one_session() {
         if let Some(id) = &previous {
             body["previous_response_id"] = json!(id);
         }
-        let answer: Value = client()
-            .post(format!("http://{}/v1/responses", proxy.addr))
-            .header("authorization", "Bearer sk-test")
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let answer = answer_of(
+            client()
+                .post(format!("http://{}/v1/responses", proxy.addr))
+                .header("authorization", "Bearer sk-test")
+                .json(&body),
+        )
+        .await;
         previous = Some(answer["id"].as_str().unwrap().to_string());
         if i == 0 {
             // The first request is a new conversation: its session is its fingerprint.

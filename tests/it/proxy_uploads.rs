@@ -240,8 +240,3 @@ async fn an_upload_above_the_default_limit_reaches_the_emulator_whole() {
     assert_eq!(openai["purpose"], "batch");
     proxy.shutdown().await;
 }
-
-/// The JSON answer to `request`.
-async fn answer_of(request: reqwest::RequestBuilder) -> serde_json::Value {
-    request.send().await.unwrap().json().await.unwrap()
-}

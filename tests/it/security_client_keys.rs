@@ -282,16 +282,13 @@ async fn a_previous_response_id_continues_a_session_only_inside_its_key() {
         }
         let url = format!("http://{}/v1/responses", proxy.addr);
         async move {
-            let answer: serde_json::Value = client()
-                .post(url)
-                .header("authorization", format!("Bearer {key}"))
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let answer = answer_of(
+                client()
+                    .post(url)
+                    .header("authorization", format!("Bearer {key}"))
+                    .json(&body),
+            )
+            .await;
             answer["id"].as_str().unwrap().to_string()
         }
     };

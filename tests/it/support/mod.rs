@@ -404,6 +404,11 @@ pub async fn wait_for_requests(proxy: &ProxyHandle, session: &str, n: u64) -> se
     panic!("session {session} never reached {n} requests");
 }
 
+/// The JSON answer to `request`.
+pub async fn answer_of(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
+
 /// The sessions listed, once there are at least `n` (a second after, whatever there are).
 pub async fn wait_for_sessions(proxy: &ProxyHandle, n: usize) -> Vec<serde_json::Value> {
     let mut listed = Vec::new();
