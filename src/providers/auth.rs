@@ -58,6 +58,19 @@ pub fn credential(headers: &HeaderMap) -> Credential {
     }
 }
 
+/// Whether a subscription request still carries its own token (`authorization: Bearer`,
+/// once any cachet client key has been taken off at the edge). That token is the user's
+/// plan: a key cachet holds for the provider never takes its place, which would move the
+/// request onto the operator's API bill (README, "Security model").
+pub fn carries_subscription_token(headers: &HeaderMap) -> bool {
+    credential(headers) == Credential::OAuth
+        && headers
+            .get_all(http::header::AUTHORIZATION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| bearer_token(v).is_some_and(|token| !token.is_empty()))
+}
+
 /// Whether a request is signed in with ChatGPT (Codex names the account in
 /// `chatgpt-account-id` beside its access token): such a request is served by the ChatGPT
 /// backend ([`super::openai_responses::CHATGPT_CODEX_BASE_URL`]), not by the API.
@@ -116,6 +129,36 @@ mod tests {
             headers(&[]),
         ] {
             assert_eq!(credential(&key), Credential::ApiKey, "{key:?}");
+        }
+    }
+
+    /// The held key gives way only to a token the request still carries: a subscription's
+    /// beta beside an API key (or beside nothing, its cachet key taken off) keeps it.
+    #[test]
+    fn a_subscription_token_is_one_the_request_still_carries() {
+        for own in [
+            headers(&[
+                ("authorization", "Bearer sk-ant-oat01-abc"),
+                ("anthropic-beta", "oauth-2025-04-20"),
+            ]),
+            headers(&[("authorization", "Bearer sk-ant-oat01-abc")]),
+            headers(&[
+                ("authorization", "Bearer eyJhbGciOi.x.y"),
+                ("chatgpt-account-id", "acc-1"),
+            ]),
+        ] {
+            assert!(carries_subscription_token(&own), "{own:?}");
+        }
+        for not_own in [
+            headers(&[("anthropic-beta", "claude-code-20250219, oauth-2025-04-20")]),
+            headers(&[
+                ("x-api-key", "sk-ant-api03-x"),
+                ("anthropic-beta", "oauth-2025-04-20"),
+            ]),
+            headers(&[("authorization", "Bearer sk-proj-abc")]),
+            headers(&[("authorization", "Bearer "), ("chatgpt-account-id", "a")]),
+        ] {
+            assert!(!carries_subscription_token(&not_own), "{not_own:?}");
         }
     }
 }

@@ -5,7 +5,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::Provider;
+use crate::providers::{auth, Provider};
 use crate::secret::Secret;
 use crate::transport::upstream_client::{SendError, UpstreamClient};
 
@@ -201,7 +201,9 @@ impl Upstreams {
 
     /// Headers for the upstream request: the client's end-to-end headers, with cachet's own
     /// key in place of the client's when one is configured for the destination's API (never
-    /// for the ChatGPT backend, which takes the client's own sign-in, and is another host).
+    /// for the ChatGPT backend, which takes the client's own sign-in, and is another host,
+    /// and never in place of a subscription's own token: see
+    /// [`auth::carries_subscription_token`]).
     /// `identity` asks the upstream for an uncompressed body so the usage tap can read it.
     pub fn request_headers(
         &self,
@@ -215,6 +217,7 @@ impl Upstreams {
             headers.remove(http::header::ACCEPT_ENCODING);
         }
         let held = match to {
+            _ if auth::carries_subscription_token(client) => None,
             Destination::Anthropic => {
                 (self.anthropic_key.as_ref()).map(|key| ("x-api-key", key.expose().to_string()))
             }

@@ -147,6 +147,53 @@ async fn the_cachet_key_stays_here_and_the_held_key_goes_upstream() {
     proxy.shutdown().await;
 }
 
+/// Claude Code signed in to a Claude plan sends its own OAuth token (`authorization: Bearer
+/// sk-ant-oat01-…` with the `oauth-2025-04-20` beta; captured Claude Code traffic, as in
+/// `providers::auth`). That token is the user's plan: the key cachet holds must not take its
+/// place and move the request onto the team's API bill. Presenting the cachet key beside it
+/// (`x-api-key`, e.g. through `ANTHROPIC_CUSTOM_HEADERS`) authenticates the request, and the
+/// subscription token goes upstream as the client sent it, as a ChatGPT sign-in's does.
+#[tokio::test]
+async fn a_subscription_token_goes_upstream_in_place_of_the_held_key() {
+    let upstream = FakeUpstream::start(Script::json(200, ANSWER)).await;
+    let proxy = start_proxy(keyed_config(&upstream.url(), "OAUTH")).await;
+    let own = "Bearer sk-ant-oat01-the-users-own-plan";
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", TEAM_A)
+        .header("authorization", own)
+        .header("anthropic-beta", "claude-code-20250219,oauth-2025-04-20")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(MESSAGES)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Without a token of its own, the same team's request goes with the held key.
+    let r = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", TEAM_A)
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(MESSAGES)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].headers["authorization"], own);
+    assert!(
+        seen[0].headers.get("x-api-key").is_none(),
+        "the held key went with a subscription token: {:?}",
+        seen[0].headers.get("x-api-key")
+    );
+    assert_eq!(seen[1].headers["x-api-key"], HELD_ANTHROPIC);
+    assert!(seen[1].headers.get("authorization").is_none());
+    proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn key_names_label_the_metrics_and_namespace_the_sessions() {
     let upstream = FakeUpstream::start(Script::json(200, ANSWER)).await;
