@@ -37,6 +37,9 @@ pub(crate) struct Block {
     pub marker: Option<Ttl>,
     /// A `thinking` or `redacted_thinking` block.
     pub thinking: bool,
+    /// A server-side compaction's summary: the provider ignores every block before the
+    /// last one ([`crate::providers::anthropic::COMPACTION_BLOCK`]).
+    pub compaction: bool,
 }
 
 fn marker_json(ttl: Ttl) -> &'static str {
@@ -70,6 +73,7 @@ pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
         markable: b.get(span.start) == Some(&b'{'),
         marker: None,
         thinking: false,
+        compaction: false,
     };
     let Ok(entries) = scan::entries(b, span.start) else {
         block.markable = false;
@@ -84,6 +88,7 @@ pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
                 block.markable = false;
                 block.thinking = true;
             }
+            block.compaction = ty == crate::providers::anthropic::COMPACTION_BLOCK;
         } else if scan::key_is(b, &e.key, "text") && &b[e.value.clone()] == b"\"\"" {
             block.markable = false;
         }
@@ -123,6 +128,7 @@ fn scan_message_blocks(b: &[u8]) -> Vec<Block> {
             span: content,
             marker: None,
             thinking: false,
+            compaction: false,
         }],
         Some(b'[') => scan::elements(b, content.start)
             .unwrap_or_default()

@@ -11,7 +11,9 @@
 //!    the previous request's last message, so its entry is read again. Only there: a
 //!    marker that reads nothing more is not placed.
 //!
-//! A block is skipped when its prefix is below the model's minimum cacheable length.
+//! A block is skipped when its prefix is below the model's minimum cacheable length, and
+//! when the provider ignores it (a message block before the last compaction block); the
+//! ignored blocks count nothing toward the minimum.
 //! Markers with a 1h TTL must precede 5m ones: after the first 5m marker every later one
 //! is written as 5m. A 1h request lifts the client's own 5m markers to 1h (editing only
 //! their `ttl`), so that an early 5m marker does not pin the rest to 5m. The uncached tail
@@ -172,22 +174,28 @@ impl Envelope {
 struct MinPrefix<'s, 'a> {
     slots: &'s [Slot<'a>],
     min_tokens: u64,
+    /// Slots the provider ignores ([`ignored_history`]): they add nothing to the prefix.
+    ignored: std::ops::Range<usize>,
     cum_bytes: Vec<u64>,
     cum_tokens: std::cell::RefCell<Vec<u64>>,
 }
 
 impl<'s, 'a> MinPrefix<'s, 'a> {
-    fn new(slots: &'s [Slot<'a>], min_tokens: u64) -> Self {
+    fn new(slots: &'s [Slot<'a>], min_tokens: u64, ignored: std::ops::Range<usize>) -> Self {
         let cum_bytes = slots
             .iter()
-            .scan(0u64, |acc, s| {
-                *acc += s.bytes as u64;
+            .enumerate()
+            .scan(0u64, |acc, (k, s)| {
+                if !ignored.contains(&k) {
+                    *acc += s.bytes as u64;
+                }
                 Some(*acc)
             })
             .collect();
         MinPrefix {
             slots,
             min_tokens,
+            ignored,
             cum_bytes,
             cum_tokens: Default::default(),
         }
@@ -203,8 +211,12 @@ impl<'s, 'a> MinPrefix<'s, 'a> {
         }
         let mut cum = self.cum_tokens.borrow_mut();
         while cum.len() <= k {
-            let slot = &self.slots[cum.len()];
-            let n = count_cached(slot.text);
+            let at = cum.len();
+            let n = if self.ignored.contains(&at) {
+                0
+            } else {
+                count_cached(self.slots[at].text)
+            };
             let total = cum.last().copied().unwrap_or(0) + n;
             cum.push(total);
         }
@@ -290,17 +302,36 @@ fn previous_request_end(env: &Envelope, slots: &[Slot<'_>]) -> Option<(usize, us
     Some((first, last))
 }
 
+/// The message slots the provider ignores: those before the last compaction block (see
+/// [`crate::providers::anthropic::compaction_start`]). A marker there reads and writes
+/// nothing, and their tokens are not part of the prompt.
+fn ignored_history(slots: &[Slot<'_>]) -> std::ops::Range<usize> {
+    let Some(start) = slots
+        .iter()
+        .rposition(|s| s.block.compaction && matches!(s.loc, Loc::Msg(..)))
+    else {
+        return 0..0;
+    };
+    let first_message = slots
+        .iter()
+        .position(|s| matches!(s.loc, Loc::Msg(..)))
+        .unwrap_or(start);
+    first_message..start
+}
+
 fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
     let min_tokens = crate::models::lookup(&env.meta.model)
         .map(|m| m.min_cacheable_tokens)
         .unwrap_or(DEFAULT_MIN_TOKENS);
-    let min = MinPrefix::new(slots, min_tokens);
-    // The last markable slot at or before `idx`, not below the minimum prefix.
+    let ignored = ignored_history(slots);
+    let min = MinPrefix::new(slots, min_tokens, ignored.clone());
+    // The last markable slot at or before `idx` that the provider reads, not below the
+    // minimum prefix.
     let markable_at_or_before = |idx: usize| {
         (0..=idx.min(slots.len().saturating_sub(1)))
             .rev()
             .take_while(|&k| min.reached(k))
-            .find(|&k| slots[k].block.markable)
+            .find(|&k| slots[k].block.markable && !ignored.contains(&k))
     };
     let last_of = |pred: &dyn Fn(&Loc) -> bool| slots.iter().rposition(|s| pred(&s.loc));
     let mut chosen: Vec<(usize, Ttl)> = Vec::new();

@@ -543,3 +543,109 @@ fn gpt_5_6_auto_breakpoints_read_what_the_end_of_the_prompt_alone_does_not() {
     let r_plain = reads(&[chat(&first, json!({})), chat(&other, json!({}))]);
     assert!(r[1] > 0 && r_plain[1] == 0, "auto {r:?}, plain {r_plain:?}");
 }
+
+/// `session`'s messages, continued as a client that keeps its messages after a server-side
+/// compaction sends them (the provider's "simplest approach": append the whole answer,
+/// compaction block and all), with `summary` as the compaction's summary. With `calls`, the
+/// compacting answer also asks for that many tools at once, and the request ends with their
+/// results.
+fn compacted(rounds: usize, system: &str, summary: &str, calls: usize) -> Value {
+    let mut body: Value = serde_json::from_slice(&session(rounds, |_| {})).unwrap();
+    body["system"] = json!(system);
+    let messages = body["messages"].as_array_mut().unwrap();
+    let prompt = messages.pop().unwrap();
+    messages.push(json!({"role": "user", "content": "Keep going."}));
+    let mut answer = vec![
+        json!({"type": "compaction", "content": summary}),
+        json!({"type": "text", "text": "Continuing from the summary."}),
+    ];
+    let mut results = Vec::new();
+    for i in 0..calls {
+        answer.push(
+            json!({"type": "tool_use", "id": format!("c{i}"), "name": "bash",
+                           "input": {"command": format!("wc -l part{i}.rs")}}),
+        );
+        results.push(
+            json!({"type": "tool_result", "tool_use_id": format!("c{i}"),
+                            "content": format!("{i} part{i}.rs")}),
+        );
+    }
+    messages.push(json!({"role": "assistant", "content": answer}));
+    if calls == 0 {
+        messages.push(prompt);
+    } else {
+        messages.push(json!({"role": "user", "content": results}));
+    }
+    body
+}
+
+/// Where each marker sits, as (message, block), and the compaction block's place.
+fn message_markers(out: &[u8]) -> (Vec<(usize, usize)>, (usize, usize)) {
+    let v: Value = serde_json::from_slice(out).unwrap();
+    let mut marks = Vec::new();
+    let mut compaction = None;
+    for (i, m) in v["messages"].as_array().unwrap().iter().enumerate() {
+        for (j, b) in m["content"].as_array().into_iter().flatten().enumerate() {
+            if b.get("cache_control").is_some() {
+                marks.push((i, j));
+            }
+            if b["type"] == "compaction" {
+                compaction = Some((i, j));
+            }
+        }
+    }
+    (marks, compaction.expect("a compaction block"))
+}
+
+/// "When the API receives a `compaction` block, all content blocks before it are ignored"
+/// (platform.claude.com, Compaction, "Passing compaction blocks back"; the rule is
+/// `providers::anthropic::compaction_start`). A marker there reads and writes nothing and
+/// takes one of the four. The compacting answer here asks for twelve tools at once, so the
+/// request adds more blocks than the 20-block lookback: `auto` would mark where the previous
+/// request ended, which is now history the provider ignores.
+#[test]
+fn auto_places_no_marker_on_history_a_compaction_left_behind() {
+    let system = "You are a careful coding assistant. ".repeat(300);
+    let summary = "Summary: the parser was refactored. ".repeat(40);
+    let body = compacted(30, &system, &summary, 12);
+    let out = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        Bytes::from(serde_json::to_vec(&body).unwrap()),
+        &opts(AUTO),
+    )
+    .unwrap();
+    let (marks, compaction) = message_markers(&out);
+    assert!(
+        !marks.is_empty(),
+        "the prompt read after the compaction is marked"
+    );
+    assert!(
+        marks.iter().all(|m| *m >= compaction),
+        "a marker on a block the provider ignores: {marks:?}, compaction at {compaction:?}"
+    );
+}
+
+/// The minimum cacheable prefix is judged on what the provider reads: a short system prompt
+/// and a short summary stay below it however long the ignored history before them is.
+#[test]
+fn the_minimum_prefix_after_a_compaction_counts_only_what_the_provider_reads() {
+    let body = compacted(60, "Be brief.", "Summary: a parser.", 0);
+    let out = reshape(
+        Provider::Anthropic,
+        Endpoint::Messages,
+        Bytes::from(serde_json::to_vec(&body).unwrap()),
+        &opts(AUTO),
+    )
+    .unwrap();
+    assert_eq!(
+        count_markers(&out),
+        0,
+        "markers on a prompt below the minimum: {:?}",
+        message_markers(&out).0
+    );
+    // The same history without the compaction is long enough to mark.
+    let whole = session(60, |_| {});
+    let out = reshape(Provider::Anthropic, Endpoint::Messages, whole, &opts(AUTO)).unwrap();
+    assert!(count_markers(&out) > 0);
+}
