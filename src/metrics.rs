@@ -131,6 +131,8 @@ pub struct Metrics {
     pub hook_duration: Capped<HistogramVec>,
     pub hook_failures: Capped<IntCounterVec>,
     pub stream_errors: IntCounterVec,
+    /// Billed answers that carried no usage cachet could read (tokens and cost unknown).
+    pub usage_missing: IntCounterVec,
     pub store_errors: IntCounterVec,
     /// Answered requests for a model the model table does not know (cost not computed).
     pub unknown_models: IntCounter,
@@ -301,6 +303,9 @@ impl Metrics {
             stream_errors: counter(r, "cachet_stream_errors_total",
                 "Responses whose body broke off (upstream cut, idle time-out) or whose client went away.",
                 &["provider", "endpoint", "cause"]),
+            usage_missing: counter(r, "cachet_usage_missing_total",
+                "Answered generation requests (2xx) whose answer carried no usage cachet could read, by how the answer ended: their tokens and cost are in no other series (e.g. an OpenAI Chat stream without stream_options.include_usage).",
+                &["provider", "endpoint", "outcome"]),
             store_errors,
             unknown_models: {
                 let c = IntCounter::new("cachet_unknown_models_total",

@@ -229,6 +229,13 @@ impl Pipeline {
                 .with_label_values(&[labels[0], labels[1], result.outcome.label()])
                 .inc();
         }
+        if result.usage.is_none() && route.endpoint.is_billed() && (200..300).contains(&status) {
+            // Billed, but unmeasured: said in a series of its own rather than left out.
+            metrics
+                .usage_missing
+                .with_label_values(&[labels[0], labels[1], result.outcome.label()])
+                .inc();
+        }
         let status_label = http::StatusCode::from_u16(status)
             .map(|s| s.as_str().to_string())
             .unwrap_or_else(|_| status.to_string());

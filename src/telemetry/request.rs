@@ -209,10 +209,15 @@ impl RequestTelemetry {
             }
         }
         let usage = done.usage;
+        // A billed answer without usage: its tokens are in no figure (README, "Metrics").
+        let unmeasured = usage.is_none()
+            && i.route.endpoint.is_billed()
+            && (200..300).contains(&done.status);
         i.span.in_scope(|| {
             tracing::info!(
                 status = done.status,
                 outcome = done.outcome,
+                usage = unmeasured.then_some("missing"),
                 cache_read = usage.map(|u| u.cache_read),
                 cache_write = usage.map(|u| u.cache_write),
                 uncached = usage.map(|u| u.uncached),

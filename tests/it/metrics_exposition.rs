@@ -217,3 +217,60 @@ async fn labels_a_hook_chooses_stay_bounded() {
     );
     proxy.shutdown().await;
 }
+
+/// An OpenAI Chat stream carries usage only when the request asks for it: "If set, an
+/// additional chunk will be streamed before the `data: [DONE]` message. The `usage` field
+/// on this chunk shows the token usage statistics for the entire request" (OpenAI's API
+/// spec, `ChatCompletionStreamOptions.include_usage`). openai-python's
+/// `chat.completions.create(stream=True)` leaves it out by default. cachet never adds it
+/// (observation changes no bytes), so such a request's tokens and cost are unknown: it is
+/// counted as such, by provider, endpoint and how the answer ended, where a request that
+/// asked for usage, or a non-streamed one, is not.
+#[tokio::test]
+async fn an_answer_without_usage_is_counted_as_missing_its_usage() {
+    let emulator = crate::support::start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let c = client();
+    let chat = |stream: bool, usage: bool| {
+        let mut body = serde_json::json!({"model": "gpt-5.1", "stream": stream,
+            "messages": [{"role": "user", "content": "hello there"}]});
+        if usage {
+            body["stream_options"] = serde_json::json!({"include_usage": true});
+        }
+        c.post(format!("http://{}/v1/chat/completions", proxy.addr))
+            .header("authorization", "Bearer sk-test")
+            .json(&body)
+            .send()
+    };
+    for (stream, usage) in [(true, false), (true, true), (false, false), (true, false)] {
+        let answer = chat(stream, usage).await.unwrap();
+        assert_eq!(answer.status(), 200);
+        answer.bytes().await.unwrap();
+    }
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = metrics_text(&proxy).await;
+        if metric_sum(&text, "cachet_requests_total", &[("endpoint", "chat")]) >= 4.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let missing = [
+        ("provider", "openai"),
+        ("endpoint", "chat"),
+        ("outcome", "complete"),
+    ];
+    assert_eq!(
+        metric_value(&text, "cachet_usage_missing_total", &missing),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric_sum(&text, "cachet_usage_missing_total", &[]),
+        2.0,
+        "{text}"
+    );
+    // The two that carried usage are in the token counters.
+    assert!(metric_sum(&text, "cachet_input_tokens_total", &[("model", "gpt-5.1")]) > 0.0);
+    proxy.shutdown().await;
+}
