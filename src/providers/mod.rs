@@ -241,11 +241,14 @@ fn family_named_by_path(path: &str) -> Option<Provider> {
     }
 }
 
-/// The family a request's headers name, where its path does not: Anthropic's version or
-/// key header, else OpenAI.
+/// The family a request's headers name, where its path does not: OpenAI for a ChatGPT
+/// sign-in (whatever else it carries: Codex at a cachet with client keys sends its cachet key
+/// as `x-api-key` beside it), else Anthropic's version or key header, else OpenAI.
 pub fn family_named_by(headers: &HeaderMap) -> Provider {
     // Pre-parsed names: a lookup by `&str` parses the name on every request.
-    if headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(ANTHROPIC_KEY) {
+    if auth::signed_in_with_chatgpt(headers) {
+        Provider::OpenAi
+    } else if headers.contains_key(ANTHROPIC_VERSION) || headers.contains_key(ANTHROPIC_KEY) {
         Provider::Anthropic
     } else {
         Provider::OpenAi
@@ -276,6 +279,21 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rout
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Codex signed in with ChatGPT, at a cachet with client keys, sends its cachet key as
+    /// `x-api-key` beside its ChatGPT token (README, `~/.codex/config.toml#chatgpt-keyed`):
+    /// its model list is still OpenAI's, not Anthropic's.
+    #[test]
+    fn a_chatgpt_sign_in_names_openai_whatever_key_header_it_carries() {
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "ck-team".parse().unwrap());
+        assert_eq!(family_named_by(&h), Provider::Anthropic);
+        h.insert("authorization", "Bearer eyJhbGciOi.x.y".parse().unwrap());
+        h.insert("chatgpt-account-id", "acc-1".parse().unwrap());
+        assert_eq!(family_named_by(&h), Provider::OpenAi);
+        let route = classify(&Method::GET, "/v1/models", &h).unwrap();
+        assert_eq!(route.provider, Provider::OpenAi);
+    }
 
     #[test]
     fn the_path_names_the_family_by_whole_segments_before_the_headers() {

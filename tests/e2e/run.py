@@ -45,6 +45,20 @@ ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
 OAUTH_TOKEN = "sk-ant-oat01-e2e-dummy-token"
 OPENAI_KEY = "sk-e2e-dummy-key"
 CHATGPT_ACCOUNT = "acc-e2e-dummy"
+# A team's cachet: it holds both providers' keys and asks every client for its cachet key.
+TEAM_KEY = "ck-e2e-team-key"
+HELD_ANTHROPIC = "sk-ant-api03-e2e-held-by-cachet"
+HELD_OPENAI = "sk-e2e-held-by-cachet"
+KEYED_CONFIG = """[upstream]
+anthropic_api_key_env = "CACHET_E2E_HELD_ANTHROPIC"
+openai_api_key_env = "CACHET_E2E_HELD_OPENAI"
+
+[[server.client_keys]]
+name = "team"
+key_env = "CACHET_E2E_TEAM_KEY"
+"""
+KEYED_ENV = {"CACHET_E2E_HELD_ANTHROPIC": HELD_ANTHROPIC, "CACHET_E2E_HELD_OPENAI": HELD_OPENAI,
+             "CACHET_E2E_TEAM_KEY": TEAM_KEY}
 # A runaway tool loop is stopped here instead of at the invocation's time limit.
 MAX_REQUESTS_PER_TURN = 40
 TURN_TIMEOUT = 180
@@ -189,10 +203,11 @@ def http_get(url, timeout=10):
 class Stack:
     """emulator <- back shim <- cachet serve <- front shim, all on loopback ports."""
 
-    def __init__(self, cachet, workdir, policies):
+    def __init__(self, cachet, workdir, policies, config=None):
         self.dir = workdir
         os.makedirs(workdir, exist_ok=True)
         self.procs = []
+        self.env = {}
         emu = self._start([cachet, "emulate", "--listen", "127.0.0.1:0", "--tool-calls", "first",
                            "--tool-steps", str(TOOL_STEPS)], "emulate.log")
         self.emulator_url = re.search(r"http://\S+", emu.stdout.readline()).group(0)
@@ -203,6 +218,11 @@ class Stack:
                 "--store", os.path.join(workdir, "store"), "--record", os.path.join(workdir, "record")]
         for p in policies:
             args += ["--policy", p]
+        if config:
+            with open(os.path.join(workdir, "cachet.toml"), "w") as f:
+                f.write(config)
+            args += ["--config", os.path.join(workdir, "cachet.toml")]
+            self.env = KEYED_ENV
         serve = self._start(args, "serve.log")
         line = serve.stdout.readline()
         m = re.search(r"http://(\S+) \(admin: http://(\S+)/metrics\)", line)
@@ -215,7 +235,7 @@ class Stack:
     def _start(self, args, log):
         err = open(os.path.join(self.dir, log), "w")
         p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, cwd=self.dir,
-                             env={**os.environ, "RUST_LOG": "info", "NO_COLOR": "1"})
+                             env={**os.environ, "RUST_LOG": "info", "NO_COLOR": "1", **self.env})
         self.procs.append(p)
         return p
 
@@ -242,6 +262,9 @@ class Stack:
 
 class Client:
     """One client: how it is configured and run, and what identifies its session."""
+
+    # cachet's configuration for this client's runs (None: the defaults).
+    serve_config = None
 
     def __init__(self, name, providers, endpoints, id_source, one_session=True):
         self.name = name
@@ -322,17 +345,22 @@ class CodexChatGpt(Codex):
     header (subscription traffic). The sign-in is a dummy one nothing checks."""
 
     websocket_first = True
+    config_block = "~/.codex/config.toml#chatgpt"
 
-    def __init__(self):
-        Client.__init__(self, "codex-chatgpt", {"openai"}, {"responses"}, "prompt_cache_key")
+    def __init__(self, name="codex-chatgpt"):
+        Client.__init__(self, name, {"openai"}, {"responses"}, "prompt_cache_key")
 
     def setup(self, ctx):
-        write_readme_file(ctx.blocks, "~/.codex/config.toml#chatgpt", ctx.home, ctx.base)
+        write_readme_file(ctx.blocks, self.config_block, ctx.home, ctx.base)
         # Signed in with ChatGPT, Codex also calls ChatGPT's own services (apps, plugins,
         # analytics) at `chatgpt_base_url`. This namespace has no network, where each of those
         # waits out a DNS time-out; cachet answers them at once (404, no route).
-        with open(os.path.join(ctx.home, ".codex", "config.toml"), "a") as f:
-            f.write(f'chatgpt_base_url = "{ctx.base}/backend-api/"\n')
+        # A top-level key: first, so that it belongs to no table of the README's block.
+        config = os.path.join(ctx.home, ".codex", "config.toml")
+        with open(config) as f:
+            text = f.read()
+        with open(config, "w") as f:
+            f.write(f'chatgpt_base_url = "{ctx.base}/backend-api/"\n' + text)
         with open(os.path.join(ctx.home, ".codex", "auth.json"), "w") as f:
             json.dump(chatgpt_auth(), f)
 
@@ -367,6 +395,37 @@ def chatgpt_auth():
 CHATGPT_TOKEN = chatgpt_token()
 
 
+class ClaudeCodeKeyed(ClaudeCode):
+    """Claude Code signed in to a Claude plan, at a team's cachet that holds an Anthropic key:
+    it presents its cachet key beside its own token, which goes upstream in place of the held
+    key (README, "A subscription keeps its own token")."""
+
+    serve_config = KEYED_CONFIG
+    own_token = f"Bearer {OAUTH_TOKEN}"
+
+    def __init__(self):
+        super().__init__(subscription=True)
+        self.name = "claude-code-subscription-keyed"
+
+    def env(self, ctx):
+        return {**super().env(ctx), "ANTHROPIC_CUSTOM_HEADERS": f"x-api-key: {TEAM_KEY}"}
+
+
+class CodexChatGptKeyed(CodexChatGpt):
+    """Codex signed in with ChatGPT at a team's cachet, through the README's provider that
+    keeps the sign-in and sends the cachet key beside it."""
+
+    serve_config = KEYED_CONFIG
+    config_block = "~/.codex/config.toml#chatgpt-keyed"
+    own_token = f"Bearer {CHATGPT_TOKEN}"
+
+    def __init__(self):
+        super().__init__("codex-chatgpt-keyed")
+
+    def env(self, ctx):
+        return {"CACHET_API_KEY": TEAM_KEY}
+
+
 class Sdk(Client):
     def __init__(self):
         super().__init__("python-sdks", {"anthropic", "openai"}, {"messages", "chat", "responses"},
@@ -394,6 +453,8 @@ CLIENTS = [
     Codex(),
     CodexChatGpt(),
     Sdk(),
+    ClaudeCodeKeyed(),
+    CodexChatGptKeyed(),
 ]
 
 
@@ -449,7 +510,7 @@ class Run:
 def run_client(client, policies, args, blocks, out_dir):
     names = [os.path.basename(p)[:-5] for p in policies]
     scenario = os.path.join(out_dir, client.name + ("+" + "+".join(names) if names else ""))
-    stack = Stack(args.cachet, scenario, policies)
+    stack = Stack(args.cachet, scenario, policies, client.serve_config)
     run = Run(client, names, [tomllib.load(open(p, "rb")) for p in policies])
     try:
         ctx = Context(stack.front.url, blocks, args.bin_dir, scenario)
@@ -705,8 +766,36 @@ def check_common(r, run):
                if l.startswith("cachet_input_tokens_total") and 'model="unknown"' in l]
     r.check(not unknown, f"{run.label}: no model=\"unknown\" token series", "; ".join(unknown[:2]))
     check_compactions(r, run)
-    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN) if s in run.serve_log]
+    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, TEAM_KEY,
+                           HELD_ANTHROPIC, HELD_OPENAI) if s in run.serve_log]
     r.check(not secrets, f"{run.label}: no credential in cachet's log")
+
+
+def check_keyed(r, run):
+    """At a cachet holding keys and asking for client keys, a subscription client that presents
+    its cachet key beside its own token is let in, and each request goes upstream with that
+    token: neither the cachet key nor a held key goes with it."""
+    front, back = run.generation(), run.generation(run.back)
+    presented = [e for e in front if e.header("x-api-key") == TEAM_KEY]
+    r.check(front and len(presented) == len(front),
+            f"{run.label}: every request presents the cachet key",
+            f"{len(presented)} of {len(front)}")
+    own = [e for e in back if e.header("authorization") == run.client.own_token
+           and e.header("x-api-key") is None]
+    leaked = [f"{k}" for e in back for k, v in e.req_headers
+              if any(s in v for s in (TEAM_KEY, HELD_ANTHROPIC, HELD_OPENAI))]
+    r.check(back and len(own) == len(back) == len(front) and not leaked,
+            f"{run.label}: each request goes upstream with the client's own token",
+            f"{len(own)} of {len(back)} with it; cachet or held key in {leaked}")
+    # Its other calls (the model list) go to its own provider too: a ChatGPT sign-in is
+    # OpenAI's whatever key header it carries.
+    elsewhere = [l for l in run.metrics.splitlines() if l.startswith("cachet_requests_total{")
+                 and not any(f'provider="{p}"' in l for p in run.client.providers)]
+    r.check(not elsewhere, f"{run.label}: every request is routed to its own provider", "; ".join(elsewhere))
+    counted = sum(float(l.rsplit(" ", 1)[1]) for l in run.metrics.splitlines()
+                  if l.startswith("cachet_requests_total{") and 'key="team"' in l)
+    r.check(counted >= len(front), f"{run.label}: its requests count under the key's name",
+            f"{counted:.0f} counted for {len(front)}")
 
 
 def check_compactions(r, run):
@@ -748,6 +837,11 @@ def main():
         if base is None:
             continue
         check_turns(r, base)
+        if client.serve_config == KEYED_CONFIG:
+            check_keyed(r, base)
+            check_common(r, base)
+            print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")
+            continue
         check_identity(r, base)
         check_bytes(r, base)
         check_websocket(r, base)
