@@ -229,7 +229,7 @@ impl Pipeline {
                 .with_label_values(&[labels[0], labels[1], result.outcome.label()])
                 .inc();
         }
-        if result.usage.is_none() && route.endpoint.is_billed() && (200..300).contains(&status) {
+        if result.usage.is_none() && route.endpoint.bills(status) {
             // Billed, but unmeasured: said in a series of its own rather than left out.
             metrics
                 .usage_missing

@@ -132,8 +132,9 @@ mod tests {
         }
     }
 
-    /// The held key gives way only to a token the request still carries: a subscription's
-    /// beta beside an API key (or beside nothing, its cachet key taken off) keeps it.
+    /// The held key gives way only to a token the request still carries: a request with a
+    /// subscription's beta and no token of its own (an API key beside it, or nothing once its
+    /// cachet key is taken off) still goes with the held key.
     #[test]
     fn a_subscription_token_is_one_the_request_still_carries() {
         for own in [

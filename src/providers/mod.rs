@@ -115,6 +115,12 @@ impl Endpoint {
         self.is_generation() || self == Endpoint::Compact
     }
 
+    /// Whether an answer with this status is a bill, whose usage the figures need: one
+    /// without it counts in `cachet_usage_missing_total`.
+    pub fn bills(self, status: u16) -> bool {
+        self.is_billed() && (200..300).contains(&status)
+    }
+
     /// The endpoint whose rules read this one's request and usage: a compaction's are a
     /// response's (the same prompt fields, the same `usage` object).
     pub fn read_as(self) -> Endpoint {

@@ -210,8 +210,7 @@ impl RequestTelemetry {
         }
         let usage = done.usage;
         // A billed answer without usage: its tokens are in no figure (README, "Metrics").
-        let unmeasured =
-            usage.is_none() && i.route.endpoint.is_billed() && (200..300).contains(&done.status);
+        let unmeasured = usage.is_none() && i.route.endpoint.bills(done.status);
         i.span.in_scope(|| {
             tracing::info!(
                 status = done.status,

@@ -203,11 +203,11 @@ def http_get(url, timeout=10):
 class Stack:
     """emulator <- back shim <- cachet serve <- front shim, all on loopback ports."""
 
-    def __init__(self, cachet, workdir, policies, config=None):
+    def __init__(self, cachet, workdir, policies, config=None, env=None):
         self.dir = workdir
         os.makedirs(workdir, exist_ok=True)
         self.procs = []
-        self.env = {}
+        self.env = env or {}
         emu = self._start([cachet, "emulate", "--listen", "127.0.0.1:0", "--tool-calls", "first",
                            "--tool-steps", str(TOOL_STEPS)], "emulate.log")
         self.emulator_url = re.search(r"http://\S+", emu.stdout.readline()).group(0)
@@ -222,7 +222,6 @@ class Stack:
             with open(os.path.join(workdir, "cachet.toml"), "w") as f:
                 f.write(config)
             args += ["--config", os.path.join(workdir, "cachet.toml")]
-            self.env = KEYED_ENV
         serve = self._start(args, "serve.log")
         line = serve.stdout.readline()
         m = re.search(r"http://(\S+) \(admin: http://(\S+)/metrics\)", line)
@@ -263,8 +262,10 @@ class Stack:
 class Client:
     """One client: how it is configured and run, and what identifies its session."""
 
-    # cachet's configuration for this client's runs (None: the defaults).
+    # cachet's configuration for this client's runs (None: the defaults), and the
+    # environment it names.
     serve_config = None
+    serve_env = None
 
     def __init__(self, name, providers, endpoints, id_source, one_session=True):
         self.name = name
@@ -400,7 +401,7 @@ class ClaudeCodeKeyed(ClaudeCode):
     it presents its cachet key beside its own token, which goes upstream in place of the held
     key (README, "A subscription keeps its own token")."""
 
-    serve_config = KEYED_CONFIG
+    serve_config, serve_env = KEYED_CONFIG, KEYED_ENV
     own_token = f"Bearer {OAUTH_TOKEN}"
 
     def __init__(self):
@@ -415,7 +416,7 @@ class CodexChatGptKeyed(CodexChatGpt):
     """Codex signed in with ChatGPT at a team's cachet, through the README's provider that
     keeps the sign-in and sends the cachet key beside it."""
 
-    serve_config = KEYED_CONFIG
+    serve_config, serve_env = KEYED_CONFIG, KEYED_ENV
     config_block = "~/.codex/config.toml#chatgpt-keyed"
     own_token = f"Bearer {CHATGPT_TOKEN}"
 
@@ -510,7 +511,7 @@ class Run:
 def run_client(client, policies, args, blocks, out_dir):
     names = [os.path.basename(p)[:-5] for p in policies]
     scenario = os.path.join(out_dir, client.name + ("+" + "+".join(names) if names else ""))
-    stack = Stack(args.cachet, scenario, policies, client.serve_config)
+    stack = Stack(args.cachet, scenario, policies, client.serve_config, client.serve_env)
     run = Run(client, names, [tomllib.load(open(p, "rb")) for p in policies])
     try:
         ctx = Context(stack.front.url, blocks, args.bin_dir, scenario)
@@ -837,7 +838,7 @@ def main():
         if base is None:
             continue
         check_turns(r, base)
-        if client.serve_config == KEYED_CONFIG:
+        if client.serve_config:
             check_keyed(r, base)
             check_common(r, base)
             print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")
