@@ -81,6 +81,18 @@ async fn exposition_is_clean_for_promtool_and_series_stay_meaningful() {
         .is_some_and(|v| v >= 1.0),
         "{text}"
     );
+    // The answers without usage (a Chat stream without `include_usage`, a stream cut before
+    // its first event) are counted as such.
+    for (provider, outcome) in [("openai", "complete"), ("anthropic", "upstream_cut")] {
+        assert!(
+            metric_sum(
+                &text,
+                "cachet_usage_missing_total",
+                &[("provider", provider), ("outcome", outcome)]
+            ) >= 1.0,
+            "{provider} {outcome}: {text}"
+        );
+    }
     // The model list and the refused or token-less requests made no token series.
     for line in text.lines().filter(|l| l.contains("model=\"unknown\"")) {
         assert!(line.starts_with("cachet_requests_total{"), "{line}");

@@ -1,7 +1,7 @@
 //! A cachet (proxy + emulator) under varied traffic: two providers, several models, an A/B
 //! injection variant, a hook patch that invalidates the cache, a failing hook, a prefix
-//! break, a 1h cache write, cleared tool results, an error, a broken stream and a model
-//! list. The metrics and dashboard tests read what it leaves behind.
+//! break, a 1h cache write, cleared tool results, an error, a broken stream, a stream
+//! without usage and a model list. The metrics and dashboard tests read what it leaves behind.
 
 use serde_json::{json, Value};
 
@@ -177,6 +177,11 @@ pub async fn drive(o: &Observed, round: u32) {
         let (status, _, text) = post(o, "/v1/chat/completions", &bearer, &chat).await;
         assert_eq!(status, 200, "{text}");
     }
+    // A Chat stream whose request leaves out `stream_options.include_usage`: no usage.
+    let unmeasured = json!({"model": "gpt-4o", "stream": true,
+        "messages": [{"role": "user", "content": format!("Say hello, round {round}")}]});
+    let (status, _, text) = post(o, "/v1/chat/completions", &bearer, &unmeasured).await;
+    assert_eq!(status, 200, "{text}");
     let responses = json!({"model": "gpt-5-mini", "instructions": long_system("responses"),
         "input": "List the modules."});
     let (status, _, text) = post(o, "/v1/responses", &bearer, &responses).await;
@@ -199,6 +204,14 @@ pub async fn drive(o: &Observed, round: u32) {
         o,
         "/v1/messages",
         &anthropic_headers("obs-errors", &[("x-cachet-emulate-fault", "cut:3")]),
+        &streamed,
+    )
+    .await;
+    // A stream cut before its first event: answered 200, with no usage at all.
+    post(
+        o,
+        "/v1/messages",
+        &anthropic_headers("obs-errors", &[("x-cachet-emulate-fault", "cut:0")]),
         &streamed,
     )
     .await;
