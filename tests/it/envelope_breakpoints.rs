@@ -579,6 +579,12 @@ fn compacted(rounds: usize, system: &str, summary: &str, calls: usize) -> Value 
     body
 }
 
+/// `body` as `auto` breakpoints send it.
+fn auto_reshaped(body: &Value) -> Bytes {
+    let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
+    reshape(Provider::Anthropic, Endpoint::Messages, bytes, &opts(AUTO)).unwrap()
+}
+
 /// Where each marker sits, as (message, block), and the compaction block's place.
 fn message_markers(out: &[u8]) -> (Vec<(usize, usize)>, (usize, usize)) {
     let v: Value = serde_json::from_slice(out).unwrap();
@@ -608,13 +614,7 @@ fn auto_places_no_marker_on_history_a_compaction_left_behind() {
     let system = "You are a careful coding assistant. ".repeat(300);
     let summary = "Summary: the parser was refactored. ".repeat(40);
     let body = compacted(30, &system, &summary, 12);
-    let out = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        Bytes::from(serde_json::to_vec(&body).unwrap()),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let out = auto_reshaped(&body);
     let (marks, compaction) = message_markers(&out);
     assert!(
         !marks.is_empty(),
@@ -631,13 +631,7 @@ fn auto_places_no_marker_on_history_a_compaction_left_behind() {
 #[test]
 fn the_minimum_prefix_after_a_compaction_counts_only_what_the_provider_reads() {
     let body = compacted(60, "Be brief.", "Summary: a parser.", 0);
-    let out = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        Bytes::from(serde_json::to_vec(&body).unwrap()),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let out = auto_reshaped(&body);
     assert_eq!(
         count_markers(&out),
         0,
