@@ -1,7 +1,8 @@
 //! A cachet (proxy + emulator) under varied traffic: two providers, several models, an A/B
 //! injection variant, a hook patch that invalidates the cache, a failing hook, a prefix
-//! break, a 1h cache write, cleared tool results, an error, a broken stream, a stream
-//! without usage and a model list. The metrics and dashboard tests read what it leaves behind.
+//! break, a 1h cache write, cleared tool results, an error, a broken stream, answers
+//! without usage and a model list. The metrics and dashboard tests read what it leaves
+//! behind.
 
 use serde_json::{json, Value};
 
