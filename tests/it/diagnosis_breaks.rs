@@ -128,11 +128,8 @@ impl Rig {
     /// Each request's diagnosis, in order (`null` when nothing was lost).
     async fn diagnoses(&self, s: &str) -> Vec<Value> {
         let log = wait_for_requests(&self.proxy, s, self.sent).await;
-        log["entries"]
-            .as_array()
-            .unwrap()
+        request_entries(&log)
             .iter()
-            .filter(|e| e["type"] == "request")
             .map(|e| e["diagnosis"].clone())
             .collect()
     }
@@ -417,12 +414,7 @@ async fn the_providers_own_diagnosis_is_recorded_beside_cachets() {
         wait_for_requests(&proxy, "d", sent).await;
     }
     let log = wait_for_requests(&proxy, "d", 3).await;
-    let requests: Vec<&Value> = log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "request")
-        .collect();
+    let requests = request_entries(&log);
     assert!(
         requests[0].get("provider_diagnosis").is_none(),
         "no previous answer to name"
@@ -654,8 +646,7 @@ async fn a_server_side_compaction_is_billed_and_not_a_break() {
                     };
                     rig.sent += 1;
                     let log = wait_for_requests(&rig.proxy, "s", rig.sent).await;
-                    let entries = log["entries"].as_array().unwrap();
-                    let entry = entries.iter().rfind(|e| e["type"] == "request").unwrap();
+                    let entry = *request_entries(&log).last().unwrap();
                     usages.push((answered, entry["usage"].clone()));
                     if content[0]["type"] == "compaction" {
                         assert!(

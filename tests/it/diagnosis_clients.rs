@@ -286,13 +286,7 @@ async fn run(shape: Shape, policies: &[&str]) -> Value {
 }
 
 fn requests(run: &Value) -> Vec<Value> {
-    run["log"]["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "request")
-        .cloned()
-        .collect()
+    request_entries(&run["log"]).into_iter().cloned().collect()
 }
 
 async fn append_only_session_has_no_break(shape: Shape) {

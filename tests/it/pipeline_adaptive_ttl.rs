@@ -135,11 +135,8 @@ async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long
 
     // The decisions are in the session log, with their expected saving.
     let log = wait_for_requests(&proxy, "kw", 5).await;
-    let decisions: Vec<&Value> = log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "request")
+    let decisions: Vec<&Value> = request_entries(&log)
+        .into_iter()
         .map(|e| &e["ttl_decision"])
         .collect();
     assert_eq!(decisions.len(), 5);
@@ -192,12 +189,7 @@ async fn no_keep_warm_when_the_session_goes_on_or_for_a_subscription() {
     )
     .await;
     let log = wait_for_requests(&proxy, "oauth", 2).await;
-    for e in log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "request")
-    {
+    for e in request_entries(&log) {
         assert!(
             e["ttl_decision"].get("keep_warm_after_secs").is_none(),
             "{e}"
@@ -295,12 +287,7 @@ async fn without_a_long_pause_seen_auto_writes_five_minute_markers_like_the_clie
         assert_eq!(u["cache_creation"]["ephemeral_1h_input_tokens"], 0, "{u}");
     }
     let log = wait_for_requests(&proxy, "quick", 8).await;
-    for e in log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "request")
-    {
+    for e in request_entries(&log) {
         assert_eq!(e["ttl_decision"]["ttl"], "5m", "{e}");
     }
     proxy.shutdown().await;

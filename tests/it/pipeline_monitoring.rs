@@ -149,13 +149,7 @@ async fn a_request_without_an_id_continues_the_session_it_extends() {
     assert_eq!(sessions.len(), 1, "one session: {list}");
     let id = sessions[0]["id"].as_str().unwrap();
     let log = wait_for_requests(&proxy, id, 3).await;
-    let last = log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rfind(|e| e["type"] == "request")
-        .unwrap()
-        .clone();
+    let last = (*request_entries(&log).last().unwrap()).clone();
     assert_eq!(last["diagnosis"]["reason"], "tools_changed", "{last}");
     assert_eq!(last["diagnosis"]["tool"], "mcp_search");
     proxy.shutdown().await;
@@ -206,12 +200,7 @@ async fn a_chain_of_previous_response_ids_is_one_session() {
     assert_eq!(listed.len(), 1, "one conversation, one session: {listed:?}");
     // One lane: each request goes on the answer it names. Its history is only its new
     // input, so it is not compared with the previous one (no `message_edited` alarm).
-    let requests: Vec<&Value> = log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "request")
-        .collect();
+    let requests = request_entries(&log);
     assert_eq!(requests.len(), 4);
     for entry in &requests {
         assert_eq!(entry["lane"], requests[0]["lane"], "{log}");

@@ -224,12 +224,7 @@ async fn forked_or_compacted_histories_get_no_stale_patch() {
     // The compacted history shares no message with the conversation: it starts a lane of
     // its own rather than being compared with it.
     let log = wait_for_requests(&proxy, "f", 6).await;
-    let requests: Vec<&Value> = log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "request")
-        .collect();
+    let requests = request_entries(&log);
     let breaks: Vec<Value> = requests
         .iter()
         .filter_map(|e| e.get("diagnosis").cloned())
@@ -285,12 +280,7 @@ async fn replays_are_one_event_per_transformer_whatever_the_session_age() {
         wait_for_requests(&proxy, "aged", turn as u64 + 1).await;
     }
     let log = wait_for_requests(&proxy, "aged", TURNS as u64).await;
-    let requests: Vec<&Value> = log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "request")
-        .collect();
+    let requests = request_entries(&log);
     assert_eq!(requests.len(), TURNS);
     let last = requests.last().unwrap();
     let replays: Vec<&Value> = last["patches"]
@@ -335,12 +325,7 @@ async fn replays_are_one_event_per_transformer_whatever_the_session_age() {
         wait_for_requests(&proxy, "aged", TURNS as u64 + 1 + k).await;
     }
     let log = wait_for_requests(&proxy, "aged", TURNS as u64 + 2).await;
-    let last = log["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rfind(|e| e["type"] == "request")
-        .unwrap();
+    let last = *request_entries(&log).last().unwrap();
     let stale: Vec<&Value> = last["patches"]
         .as_array()
         .unwrap()

@@ -404,6 +404,16 @@ pub async fn wait_for_requests(proxy: &ProxyHandle, session: &str, n: u64) -> se
     panic!("session {session} never reached {n} requests");
 }
 
+/// The request entries of a session log (`GET /sessions/{id}`), in order.
+pub fn request_entries(log: &serde_json::Value) -> Vec<&serde_json::Value> {
+    log["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "request")
+        .collect()
+}
+
 /// The JSON answer to `request`.
 pub async fn answer_of(request: reqwest::RequestBuilder) -> serde_json::Value {
     request.send().await.unwrap().json().await.unwrap()
