@@ -1,4 +1,5 @@
-//! `GET /v1/models` in each family's shape.
+//! `GET /v1/models` in each family's shape, and in the ChatGPT backend's for a client signed
+//! in with ChatGPT.
 
 use serde_json::{json, Value};
 
@@ -44,4 +45,12 @@ pub fn openai_list(created: u64) -> Value {
         .map(|id| json!({"id": id, "object": "model", "created": created, "owned_by": "cachet-emulator"}))
         .collect();
     json!({"object": "list", "data": data})
+}
+
+/// The ChatGPT backend's `/models` answer as Codex decodes it (`{"models": [...]}`,
+/// openai/codex `ModelsResponse`). Empty: each entry would carry the model's instructions and
+/// tool settings, which Codex takes over its own, so the emulator lists none and the client
+/// keeps the models it ships with.
+pub fn chatgpt_list() -> Value {
+    json!({"models": []})
 }

@@ -161,6 +161,11 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pro
         (&Method::GET, "/v1/models") => {
             let list = match provider {
                 Provider::Anthropic => models::anthropic_list(),
+                Provider::OpenAi
+                    if crate::providers::auth::signed_in_with_chatgpt(req.headers()) =>
+                {
+                    models::chatgpt_list()
+                }
                 Provider::OpenAi => models::openai_list(shared.clock.now_secs()),
             };
             return json_response(

@@ -767,9 +767,24 @@ def check_common(r, run):
                if l.startswith("cachet_input_tokens_total") and 'model="unknown"' in l]
     r.check(not unknown, f"{run.label}: no model=\"unknown\" token series", "; ".join(unknown[:2]))
     check_compactions(r, run)
+    check_model_list(r, run)
     secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, TEAM_KEY,
                            HELD_ANTHROPIC, HELD_OPENAI) if s in run.serve_log]
     r.check(not secrets, f"{run.label}: no credential in cachet's log")
+
+
+def check_model_list(r, run):
+    """A client that asks for the model list gets one it can read. Codex signed in with ChatGPT
+    decodes the backend's `{"models": [...]}`; on any other shape it logs "failed to refresh
+    available models" and asks again on its next step."""
+    asked = [e for e in run.front if e.method == "GET" and e.path.split("?")[0] == "/v1/models"]
+    if not asked:
+        return
+    failed = [e.status for e in asked if e.status != 200]
+    refused = sum(err.count("failed to refresh available models") for (_, _, _, _, err) in run.turns)
+    r.check(not failed and not refused,
+            f"{run.label}: the model list is answered in a shape the client reads ({len(asked)} asked)",
+            f"statuses {failed}; {refused} \"failed to refresh available models\" in its stderr")
 
 
 def check_keyed(r, run):

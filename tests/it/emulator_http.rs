@@ -425,3 +425,38 @@ async fn an_error_event_can_follow_a_200() {
     );
     emu.shutdown().await;
 }
+
+/// Codex signed in with ChatGPT asks its backend for `/models?client_version=…` and decodes
+/// the answer as `{"models": [...]}` (openai/codex, `codex-rs/protocol/src/openai_models.rs`,
+/// `ModelsResponse`); the API's `{"object": "list", "data": [...]}` does not decode, and Codex
+/// logs "failed to refresh available models" and asks again. An API-key client still gets the
+/// API's list.
+#[tokio::test]
+async fn a_chatgpt_sign_in_gets_the_model_list_in_the_backends_shape() {
+    let emu = start().await;
+    let list = |headers: &'static [(&'static str, &'static str)]| {
+        let mut req =
+            reqwest::Client::new().get(format!("{}/v1/models?client_version=0.171.0", emu.url()));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let signed_in = list(&[
+        ("authorization", "Bearer eyJ.e30.sig"),
+        ("chatgpt-account-id", "acc-1"),
+    ])
+    .await;
+    let models = signed_in["models"].as_array().expect("a `models` array");
+    // Empty: the client keeps the models it ships with, its prompts and tools unchanged.
+    assert!(models.is_empty(), "{signed_in}");
+    assert!(signed_in.get("data").is_none(), "{signed_in}");
+    let api = list(&[("authorization", "Bearer sk-test")]).await;
+    assert_eq!(api["object"], "list");
+    assert!(api["data"].as_array().is_some_and(|d| !d.is_empty()));
+    emu.shutdown().await;
+}
