@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 
-PI_VERSION=0.73.1
+PI_VERSION=1.6.0  # @earendil-works/pi-coding-agent (0.73.1 and earlier: @mariozechner/...)
+NODE_VERSION=22.23.3  # pi 1.x needs Node.js 22.19 or later; npm's `node` package carries it
 CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
 ANTHROPIC_SDK_VERSION=2.14.0
@@ -26,15 +27,21 @@ mkdir -p "$NODE_DIR" "$PY_DIR"
 installed_version() { # package folder -> version, or nothing
   node -e "try{console.log(require('$NODE_DIR/node_modules/$1/package.json').version)}catch(e){}"
 }
-if [ "$(installed_version @mariozechner/pi-coding-agent)" != "$PI_VERSION" ] ||
+if [ "$(installed_version @earendil-works/pi-coding-agent)" != "$PI_VERSION" ] ||
    [ "$(installed_version @anthropic-ai/claude-code)" != "$CLAUDE_CODE_VERSION" ] ||
-   [ "$(installed_version @openai/codex)" != "$CODEX_VERSION" ]; then
-  echo "installing pi $PI_VERSION, Claude Code $CLAUDE_CODE_VERSION, Codex $CODEX_VERSION into $NODE_DIR"
+   [ "$(installed_version @openai/codex)" != "$CODEX_VERSION" ] ||
+   [ "$(installed_version node)" != "$NODE_VERSION" ]; then
+  echo "installing pi $PI_VERSION, Claude Code $CLAUDE_CODE_VERSION, Codex $CODEX_VERSION and Node.js $NODE_VERSION into $NODE_DIR"
+  # Exactly the pinned set: an older pi under its former name would install a second `pi`.
+  rm -f "$NODE_DIR/package.json" "$NODE_DIR/package-lock.json"
   (cd "$NODE_DIR" && npm install --prefix . --no-audit --no-fund --loglevel=error \
-    "@mariozechner/pi-coding-agent@$PI_VERSION" \
+    "node@$NODE_VERSION" \
+    "@earendil-works/pi-coding-agent@$PI_VERSION" \
     "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" \
     "@openai/codex@$CODEX_VERSION")
 fi
+# The clients run on that Node.js, whatever the machine's own is.
+export PATH="$NODE_DIR/node_modules/.bin:$PATH"
 # Claude Code's postinstall puts its native binary in place; npm may skip install scripts.
 if ! "$NODE_DIR/node_modules/.bin/claude" --version >/dev/null 2>&1; then
   (cd "$NODE_DIR/node_modules/@anthropic-ai/claude-code" && node install.cjs)

@@ -26,6 +26,7 @@ exec unshare --net --mount -- sh -c '
   mount --bind "$0" /home/dev/cachet
   cd /home/dev/cachet
   export PYTHONPATH=/home/dev/cachet/target/e2e/python
+  export PATH=/home/dev/cachet/target/e2e/node/node_modules/.bin:$PATH  # pi's Node.js
   exec python3 tests/e2e/record_traces.py --cachet /home/dev/cachet/target/debug/cachet \
     --bin-dir /home/dev/cachet/target/e2e/node/node_modules/.bin \
     --out /home/dev/cachet/target/e2e/traces --scratch /home/dev/traces "$@"
