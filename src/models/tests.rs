@@ -273,7 +273,11 @@ fn mixed_ttl_cost() {
 /// (cached input too) and 1.5x output, for the whole request, not only the tokens past the
 /// line: "prompts with more than 272K input tokens are priced at 2x input and 1.5x output for
 /// the full session" (OpenAI's pricing docs, as quoted by tokencost.app and benchr.org; GPT-5.5
-/// $10 / $1 / $45, GPT-5.4 $5 / $0.50 / $22.50 above it).
+/// $10 / $1 / $45, GPT-5.4 $5 / $0.50 / $22.50 above it). The GPT-6 models the same: "For
+/// requests with more than 272K input tokens, input and cache rates double and output costs
+/// 1.5 times the short-context rate for the full request"
+/// (developers.openai.com/api/docs/models/gpt-6.2-sol; the GPT-6.1 Sol and GPT-6 Astra pages
+/// say the same).
 #[test]
 fn long_prompts_bill_at_the_long_context_rates_for_the_whole_request() {
     let usage = |cache_read: u64, uncached: u64| Usage {
@@ -282,9 +286,14 @@ fn long_prompts_bill_at_the_long_context_rates_for_the_whole_request() {
         output: 10_000,
         ..Usage::default()
     };
-    for (model, input, cached, output) in
-        [("gpt-5.5", 5.0, 0.5, 30.0), ("gpt-5.4", 2.5, 0.25, 15.0)]
-    {
+    for (model, input, cached, output) in [
+        ("gpt-5.5", 5.0, 0.5, 30.0),
+        ("gpt-5.4", 2.5, 0.25, 15.0),
+        ("gpt-6.2-sol", 2.0, 0.1, 10.0),
+        ("gpt-6.1-sol", 2.0, 0.1, 10.0),
+        ("gpt-6.2-astra", 8.0, 0.4, 40.0),
+        ("gpt-6-astra", 10.0, 1.0, 50.0),
+    ] {
         let m = builtin(model).unwrap();
         // 272,000 input tokens: the standard rates.
         let at = usage(200_000, 72_000);
