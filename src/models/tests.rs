@@ -94,7 +94,8 @@ fn codex_models_are_priced_as_the_gpt5_family_caches() {
 
 /// Claude models the table lacked: Haiku 5.5 ($0.10 / $0.50, writes $0.125 / $0.20, 1M
 /// context: platform.claude.com/docs/en/models/haiku-5-5/overview), Fable 5 and Mythos 5,
-/// Mythos 5.1 (the pricing page), Fable 5.2.
+/// Mythos 5.1 (the pricing page), Fable 5.2 and Mythos 5.2. Each Mythos model is priced as
+/// the Fable model of its version (the pricing page gives them one row each for 5 and 5.1).
 #[test]
 fn newer_claude_models_are_known() {
     let haiku = builtin("claude-haiku-5-5").unwrap();
@@ -106,16 +107,27 @@ fn newer_claude_models_are_known() {
         "claude-mythos-5-1",
         "claude-fable-5-2",
         "claude-fable-5-2[1m]",
+        "claude-mythos-5-2",
     ] {
         let m = builtin(id).unwrap_or_else(|| panic!("{id} unknown"));
         assert_eq!(m.provider, "anthropic");
         assert!(m.keeps_earlier_thinking, "{id}");
         assert_eq!(m.context_window, 1_000_000);
     }
-    assert_eq!(
-        builtin("claude-mythos-5").unwrap().input,
-        builtin("claude-fable-5").unwrap().input
-    );
+    for version in ["5", "5-1", "5-2"] {
+        let mythos = builtin(&format!("claude-mythos-{version}")).unwrap();
+        let fable = builtin(&format!("claude-fable-{version}")).unwrap();
+        let prices = |m: &ModelInfo| {
+            (
+                m.input,
+                m.output,
+                m.cache_read,
+                m.cache_write_5m,
+                m.cache_write_1h,
+            )
+        };
+        assert_eq!(prices(mythos), prices(fable), "{version}");
+    }
 }
 
 #[test]
