@@ -292,6 +292,14 @@ where
                 if let Some(remaining) = this.remaining.as_mut() {
                     *remaining = remaining.saturating_sub(chunk.len() as u64);
                 }
+                // The declared length is reached: the client has the whole answer once this
+                // chunk is written, and may name it in its next request at once, so the end
+                // is recorded before the chunk goes (hyper drops such a body afterwards
+                // without asking for its end). An event stream not yet at its final event
+                // is left to end as it does.
+                if this.remaining == Some(0) {
+                    let _ = this.ended_whole();
+                }
                 Poll::Ready(Some(Ok(chunk)))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -414,6 +422,49 @@ mod tests {
                 assert_eq!(result.usage.unwrap().cache_read, 9);
             }
         }
+    }
+
+    /// What the end of an answer records (the answer's id, which the client's next request
+    /// may name in `previous_response_id`) is done before its last byte is handed on: a
+    /// client reading a body of declared length has it all once that byte is written, and
+    /// may send its next request before hyper drops the body.
+    #[test]
+    fn a_body_of_declared_length_finishes_before_its_last_byte_goes_out() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let body = Bytes::from_static(b"{\"id\":\"resp_1\",\"object\":\"response\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}");
+        let (head, tail) = (body.slice(..10), body.slice(10..));
+        let slot = Arc::new(Mutex::new(None));
+        let s2 = slot.clone();
+        let chunks: Vec<Result<Bytes, String>> = vec![Ok(head), Ok(tail)];
+        let _runtime = rt.enter();
+        let mut stream = TapStream::new(
+            futures_util::stream::iter(chunks),
+            Tap::new(Endpoint::Responses, false, false),
+            false,
+            Duration::from_secs(60),
+            Box::new(move |r| *s2.lock().unwrap() = Some(r)),
+        )
+        .with_length(Some(body.len() as u64));
+        rt.block_on(async {
+            stream.next().await.unwrap().unwrap();
+            assert!(
+                slot.lock().unwrap().is_none(),
+                "not finished before the end"
+            );
+            stream.next().await.unwrap().unwrap();
+        });
+        let result = slot
+            .lock()
+            .unwrap()
+            .take()
+            .expect("finished with the last byte");
+        assert_eq!(result.outcome, Outcome::Complete);
+        assert_eq!(result.response_id.as_deref(), Some("resp_1"));
+        drop(stream);
+        assert!(slot.lock().unwrap().is_none(), "finished once");
     }
 
     #[test]
