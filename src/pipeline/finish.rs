@@ -131,7 +131,13 @@ impl Pipeline {
             // Known before the client can send its next request: that request names this
             // answer in `previous_response_id`, or in its own diagnostics.
             let answer = result.response_id.as_deref();
-            self.remember_answer(&after.env, answer, &after.ctx.id.id, ctx.namespace());
+            let turn = after.vars.turn_index;
+            self.remember_answer(
+                &after.env,
+                answer,
+                (&after.ctx.id.id, turn),
+                ctx.namespace(),
+            );
             if let (Some(lane), Some(id)) = (after.diagnosis_lane, answer) {
                 let key = (after.ctx.id.id.clone(), lane);
                 let ids = self.response_ids.clone();
@@ -274,13 +280,16 @@ impl Pipeline {
                 let session = self
                     .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
                     .await;
+                // The turn as far as the remembered answers tell it (always, but after a
+                // restart): what the next request in the chain counts from.
+                let turn_index = self.turn_index(&env, ctx.namespace(), None);
                 let answer = job.result.response_id.as_deref();
-                self.remember_answer(&env, answer, &session.id, ctx.namespace());
+                self.remember_answer(&env, answer, (&session.id, turn_index), ctx.namespace());
                 Some(Identified {
                     session,
                     observed: Some(Observed {
                         history,
-                        turn_index: env.turn_index(),
+                        turn_index,
                         sent: env,
                     }),
                 })
@@ -321,7 +330,6 @@ impl Pipeline {
                     turn_index,
                     sent,
                 } = observed;
-                parsed = Some(sent);
                 let session = identified.session;
                 let session_ctx = match session::observed(store.as_ref(), session, history).await {
                     Ok(c) => c,
@@ -330,6 +338,19 @@ impl Pipeline {
                         return;
                     }
                 };
+                // After a restart, the continued answer's turn is in the log: this answer is
+                // remembered again with the turn it gives.
+                let counted = match session::identity::previous_response(&sent) {
+                    Some(_) => self.turn_index(&sent, ctx.namespace(), Some(&session_ctx.log)),
+                    None => turn_index,
+                };
+                if counted != turn_index {
+                    let answer = (session_ctx.id.id.as_str(), counted);
+                    let id = result.response_id.as_deref();
+                    self.remember_answer(&sent, id, answer, ctx.namespace());
+                }
+                let turn_index = counted;
+                parsed = Some(sent);
                 (session_ctx, 0, None, turn_index)
             }
             After::Shaped(mut after) => {

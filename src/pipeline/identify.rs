@@ -75,6 +75,13 @@ impl Pipeline {
     }
 }
 
+/// A remembered answer: the session it belongs to and the `turn_index` of its request.
+#[derive(Clone)]
+pub(super) struct Answered {
+    session: Arc<str>,
+    turn_index: u64,
+}
+
 impl Pipeline {
     /// The session of the answer a stateful Responses request names in
     /// `previous_response_id`, when it is remembered: such a request carries only its new
@@ -86,17 +93,41 @@ impl Pipeline {
     ) -> Option<String> {
         let answer = session::identity::previous_response(env)?;
         let found = self.answers.get(&answer_key(&answer, namespace))?;
-        Some(found.to_string())
+        Some(found.session.to_string())
     }
 
-    /// Remember which session an answer belongs to, for the requests that name it in
-    /// `previous_response_id`: a Responses answer the provider stored (`store` not `false`;
-    /// only a stored answer can be continued, so Codex's and pi's are not kept).
+    /// `meta.turn_index` of a request: the turns its history carries, after those of the
+    /// answer it continues when it is a stateful Responses request (the provider holds
+    /// them). The continued answer's turn is remembered with it; after a restart it is
+    /// read from the session's log when that is at hand.
+    pub(super) fn turn_index(
+        &self,
+        env: &Envelope,
+        namespace: Option<&str>,
+        log: Option<&session::SessionLog>,
+    ) -> u64 {
+        let Some(answer) = session::identity::previous_response(env) else {
+            return env.turn_index();
+        };
+        let continued = match self.answers.get(&answer_key(&answer, namespace)) {
+            Some(found) => Some(found.turn_index),
+            None => log.and_then(|log| session::lanes::continued_request(log, &answer)?.turn_index),
+        };
+        match continued {
+            Some(turn) => crate::providers::turns::continued_turn_index(turn, &env.history_kinds()),
+            None => env.turn_index(),
+        }
+    }
+
+    /// Remember which session an answer belongs to, and its request's turn, for the
+    /// requests that name it in `previous_response_id`: a Responses answer the provider
+    /// stored (`store` not `false`; only a stored answer can be continued, so Codex's and
+    /// pi's are not kept).
     pub(super) fn remember_answer(
         &self,
         sent: &Envelope,
         answer: Option<&str>,
-        session: &str,
+        (session, turn_index): (&str, u64),
         namespace: Option<&str>,
     ) {
         let Some(answer) = answer else { return };
@@ -105,8 +136,11 @@ impl Pipeline {
         {
             return;
         }
-        self.answers
-            .insert(answer_key(answer, namespace), Arc::from(session));
+        let answered = Answered {
+            session: Arc::from(session),
+            turn_index,
+        };
+        self.answers.insert(answer_key(answer, namespace), answered);
     }
 }
 

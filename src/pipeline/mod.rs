@@ -64,10 +64,10 @@ pub struct Pipeline {
     /// Recent client histories (rolling hash) and their sessions, for requests that carry
     /// no session id.
     histories: moka::future::Cache<String, String>,
-    /// Recent Responses answers' ids and their sessions, for requests that continue an
-    /// answer by `previous_response_id` (inserted as a response ends, before the client
-    /// can name it).
-    answers: moka::sync::Cache<u128, Arc<str>>,
+    /// Recent Responses answers' ids, with their sessions and turns, for requests that
+    /// continue an answer by `previous_response_id` (inserted as a response ends, before the
+    /// client can name it).
+    answers: moka::sync::Cache<u128, identify::Answered>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
     /// The time the session log is written in.

@@ -117,7 +117,7 @@ impl Pipeline {
         env.meta.session = Some(id.clone());
         env.meta.client = ctx.client;
         env.meta.request_index = request_index;
-        env.meta.turn_index = env.turn_index();
+        env.meta.turn_index = self.turn_index(&env, ctx.namespace(), Some(&session_ctx.log));
         // The current turn's prompt in the client's own history, before any patch.
         // A pasted file of megabytes is read only as far as a memory source is asked about.
         let prompt = env.latest_user_prompt(crate::inject::QUERY_MAX_BYTES / 2);

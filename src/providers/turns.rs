@@ -47,6 +47,15 @@ pub fn turn_index(kinds: &[MsgKind]) -> u64 {
     (prompt_starts(kinds).len() as u64).saturating_sub(1)
 }
 
+/// `meta.turn_index` of a request that continues an answer the provider holds (a stateful
+/// Responses request's `previous_response_id`) and carries only its new input: the turns
+/// before it are the continued request's (`continued`, its own `turn_index`) and its current
+/// one, then each prompt the new input starts. Input that starts none (tool outputs) goes on
+/// the continued turn.
+pub fn continued_turn_index(continued: u64, kinds: &[MsgKind]) -> u64 {
+    continued + prompt_starts(kinds).len() as u64
+}
+
 /// The messages of the current turn's prompt: from its start to the next model message.
 pub fn last_prompt_range(kinds: &[MsgKind]) -> Option<std::ops::Range<usize>> {
     let start = last_prompt_start(kinds)?;

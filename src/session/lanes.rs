@@ -126,10 +126,18 @@ pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
 /// latest answer it names. Its history is only its new input (the provider holds the rest),
 /// so no comparison of histories would find it.
 pub fn continued_by_answer(log: &(impl Entries + ?Sized), answer: &str) -> Option<u32> {
+    continued_request(log, answer).map(|r| r.lane)
+}
+
+/// The request whose answer `answer` is, when it heads its lane: what a stateful Responses
+/// request naming it goes on.
+pub fn continued_request<'a>(
+    log: &'a (impl Entries + ?Sized),
+    answer: &str,
+) -> Option<&'a RequestRecord> {
     log.lane_heads()
         .into_iter()
         .find(|r| r.response_id.as_deref() == Some(answer))
-        .map(|r| r.lane)
 }
 
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.

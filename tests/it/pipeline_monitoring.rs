@@ -206,6 +206,10 @@ async fn a_chain_of_previous_response_ids_is_one_session() {
         assert_eq!(entry["lane"], requests[0]["lane"], "{log}");
         assert!(entry["diagnosis"].is_null(), "{entry}");
     }
+    // Each asks a new question after the answers it continues: turns 0 to 3, although each
+    // carries one prompt only.
+    let turns: Vec<&Value> = requests.iter().map(|e| &e["turn_index"]).collect();
+    assert_eq!(turns, [&json!(0), &json!(1), &json!(2), &json!(3)], "{log}");
     // `--record` writes the same session for each, so `cachet replay` groups them as one.
     proxy.shutdown().await;
     let files: Vec<_> = std::fs::read_dir(traces.path())

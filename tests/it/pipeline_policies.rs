@@ -480,3 +480,60 @@ patch = [ { op = "messages_insert", at = "end", messages = [ { role = "user", co
         proxy.shutdown().await;
     }
 }
+
+/// A stateful Responses conversation (openai-python's `responses.create` with
+/// `previous_response_id`) sends one question a request; the provider holds the rest. Each
+/// question is a turn of its own, so `{{turn_index}}` counts 0, 1, 2, 3 (the session log
+/// too), not 0 each time as the carried input alone would say.
+#[tokio::test]
+async fn a_stateful_responses_chain_counts_the_turns_the_provider_holds() {
+    let reply = |id: &str| {
+        json!({"id": id, "object": "response", "status": "completed", "model": "gpt-4.1",
+            "output": [{"type": "message", "role": "assistant",
+                        "content": [{"type": "output_text", "text": "Done."}]}],
+            "usage": {"input_tokens": 10, "output_tokens": 2,
+                      "input_tokens_details": {"cached_tokens": 0}}})
+        .to_string()
+    };
+    let upstream = FakeUpstream::start(Script::json(200, &reply("resp_0"))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "turns",
+        r#"
+name = "turns"
+[[context]]
+reason = "ephemeral"
+patch = [{ op = "messages_uncached_append", messages = [{ role = "user", content = "turn {{turn_index}}" }] }]
+"#,
+    );
+    let store = dir.path().join("store");
+    let proxy = start_proxy(policy_config(&upstream.url(), vec![policy], &store)).await;
+    for i in 0..4 {
+        upstream.set_script(Script::json(200, &reply(&format!("resp_{i}"))));
+        let mut body = json!({"model": "gpt-4.1", "instructions": "Be brief.",
+                              "input": format!("question {i}")});
+        if i > 0 {
+            body["previous_response_id"] = json!(format!("resp_{}", i - 1));
+        }
+        let answer: Value = answer_of(
+            client()
+                .post(format!("http://{}/v1/responses", proxy.addr))
+                .header("authorization", "Bearer sk-test")
+                .json(&body),
+        )
+        .await;
+        assert_eq!(answer["id"], format!("resp_{i}"));
+        let sent = String::from_utf8(upstream.requests()[i].body.to_vec()).unwrap();
+        assert!(sent.contains(&format!("turn {i}")), "request {i}: {sent}");
+    }
+    let listed = wait_for_sessions(&proxy, 1).await;
+    assert_eq!(listed.len(), 1, "one conversation: {listed:?}");
+    let log = wait_for_requests(&proxy, listed[0]["id"].as_str().unwrap(), 4).await;
+    let turns: Vec<Value> = request_entries(&log)
+        .iter()
+        .map(|e| e["turn_index"].clone())
+        .collect();
+    assert_eq!(turns, [json!(0), json!(1), json!(2), json!(3)], "{log}");
+    proxy.shutdown().await;
+}
