@@ -63,7 +63,7 @@ pub struct Pipeline {
     injections: Option<inject::Injections>,
     /// Recent client histories (rolling hash) and their sessions, for requests that carry
     /// no session id.
-    histories: moka::future::Cache<String, String>,
+    histories: moka::future::Cache<u128, String>,
     /// Recent Responses answers' ids, with their sessions and turns, for requests that
     /// continue an answer by `previous_response_id` (inserted as a response ends, before the
     /// client can name it).
