@@ -357,11 +357,7 @@ mod tests {
         endpoint: Endpoint,
         chunks: Vec<Result<Bytes, String>>,
     ) -> (Vec<Result<Bytes, String>>, TapResult) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
+        timer_runtime().block_on(async move {
             let slot = Arc::new(Mutex::new(None));
             let s2 = slot.clone();
             let stream = TapStream::new(
@@ -388,28 +384,48 @@ mod tests {
         assert_eq!(r.events, 2);
     }
 
+    type Slot = Arc<Mutex<Option<TapResult>>>;
+
+    /// A runtime for the tap's idle timer.
+    fn timer_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+    }
+
+    /// `body` as an answer of declared length in two chunks, and where its result lands.
+    fn declared_length(
+        rt: &tokio::runtime::Runtime,
+        endpoint: Endpoint,
+        body: &'static [u8],
+    ) -> (
+        TapStream<impl Stream<Item = Result<Bytes, String>> + Unpin>,
+        Slot,
+    ) {
+        let body = Bytes::from_static(body);
+        let chunks: Vec<Result<Bytes, String>> = vec![Ok(body.slice(..10)), Ok(body.slice(10..))];
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let s2 = slot.clone();
+        let _runtime = rt.enter();
+        let stream = TapStream::new(
+            futures_util::stream::iter(chunks),
+            Tap::new(endpoint, false, false),
+            false,
+            Duration::from_secs(60),
+            Box::new(move |r| *s2.lock().unwrap() = Some(r)),
+        )
+        .with_length(Some(body.len() as u64));
+        (stream, slot)
+    }
+
     /// hyper writes a body of declared length and drops it without asking for its end.
     #[test]
     fn a_body_of_declared_length_ends_whole_at_its_last_byte() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let body = Bytes::from_static(b"{\"type\":\"message\",\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":9,\"output_tokens\":1}}");
-        let (head, tail) = (body.slice(..10), body.slice(10..));
+        let rt = timer_runtime();
+        let body = b"{\"type\":\"message\",\"usage\":{\"input_tokens\":3,\"cache_read_input_tokens\":9,\"output_tokens\":1}}";
         for (taken, outcome) in [(2, Outcome::Complete), (1, Outcome::ClientGone)] {
-            let slot = Arc::new(Mutex::new(None));
-            let s2 = slot.clone();
-            let chunks: Vec<Result<Bytes, String>> = vec![Ok(head.clone()), Ok(tail.clone())];
-            let _runtime = rt.enter();
-            let mut stream = TapStream::new(
-                futures_util::stream::iter(chunks),
-                Tap::new(Endpoint::Messages, false, false),
-                false,
-                Duration::from_secs(60),
-                Box::new(move |r| *s2.lock().unwrap() = Some(r)),
-            )
-            .with_length(Some(body.len() as u64));
+            let (mut stream, slot) = declared_length(&rt, Endpoint::Messages, body);
             rt.block_on(async {
                 for _ in 0..taken {
                     stream.next().await.unwrap().unwrap();
@@ -430,30 +446,13 @@ mod tests {
     /// may send its next request before hyper drops the body.
     #[test]
     fn a_body_of_declared_length_finishes_before_its_last_byte_goes_out() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let body = Bytes::from_static(b"{\"id\":\"resp_1\",\"object\":\"response\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}");
-        let (head, tail) = (body.slice(..10), body.slice(10..));
-        let slot = Arc::new(Mutex::new(None));
-        let s2 = slot.clone();
-        let chunks: Vec<Result<Bytes, String>> = vec![Ok(head), Ok(tail)];
-        let _runtime = rt.enter();
-        let mut stream = TapStream::new(
-            futures_util::stream::iter(chunks),
-            Tap::new(Endpoint::Responses, false, false),
-            false,
-            Duration::from_secs(60),
-            Box::new(move |r| *s2.lock().unwrap() = Some(r)),
-        )
-        .with_length(Some(body.len() as u64));
+        let rt = timer_runtime();
+        let body = b"{\"id\":\"resp_1\",\"object\":\"response\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}";
+        let (mut stream, slot) = declared_length(&rt, Endpoint::Responses, body);
         rt.block_on(async {
             stream.next().await.unwrap().unwrap();
-            assert!(
-                slot.lock().unwrap().is_none(),
-                "not finished before the end"
-            );
+            let finished = slot.lock().unwrap().is_some();
+            assert!(!finished, "not finished before the end");
             stream.next().await.unwrap().unwrap();
         });
         let result = slot

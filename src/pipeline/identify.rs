@@ -181,8 +181,8 @@ mod tests {
     use crate::providers::{Endpoint, Provider, Route};
 
     /// What remembering a request's history keeps, per request: the cache's entry and the
-    /// session's id, and no copy of the history's hash (Claude Code's requests, each named
-    /// by its header, 2,000 of them).
+    /// session's id, and no copy of the history's hash (2,000 requests, each named by
+    /// `x-cachet-session`).
     #[test]
     fn a_remembered_history_keeps_no_copy_of_its_hash() {
         let rt = tokio::runtime::Builder::new_current_thread()
