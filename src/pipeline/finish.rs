@@ -132,12 +132,8 @@ impl Pipeline {
             // answer in `previous_response_id`, or in its own diagnostics.
             let answer = result.response_id.as_deref();
             let turn = after.vars.turn_index;
-            self.remember_answer(
-                &after.env,
-                answer,
-                (&after.ctx.id.id, turn),
-                ctx.namespace(),
-            );
+            let session = &after.ctx.id.id;
+            self.remember_answer(&after.env, answer, session, turn, ctx.namespace());
             if let (Some(lane), Some(id)) = (after.diagnosis_lane, answer) {
                 let key = (after.ctx.id.id.clone(), lane);
                 let ids = self.response_ids.clone();
@@ -284,7 +280,7 @@ impl Pipeline {
                 // restart): what the next request in the chain counts from.
                 let turn_index = self.turn_index(&env, ctx.namespace(), None);
                 let answer = job.result.response_id.as_deref();
-                self.remember_answer(&env, answer, (&session.id, turn_index), ctx.namespace());
+                self.remember_answer(&env, answer, &session.id, turn_index, ctx.namespace());
                 Some(Identified {
                     session,
                     observed: Some(Observed {
@@ -345,9 +341,8 @@ impl Pipeline {
                     None => turn_index,
                 };
                 if counted != turn_index {
-                    let answer = (session_ctx.id.id.as_str(), counted);
-                    let id = result.response_id.as_deref();
-                    self.remember_answer(&sent, id, answer, ctx.namespace());
+                    let (answer, session) = (result.response_id.as_deref(), &session_ctx.id.id);
+                    self.remember_answer(&sent, answer, session, counted, ctx.namespace());
                 }
                 let turn_index = counted;
                 parsed = Some(sent);

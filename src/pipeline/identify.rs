@@ -67,11 +67,12 @@ impl Pipeline {
         }
         // Remembered as soon as it is identified: the next request may come before this
         // one's entry is written.
-        if let Some(hash) = hashes.hash_at(hashes.len()) {
-            if hashes.len() >= MIN_CONTINUED {
-                let remembered = history_key(hash, namespace);
-                self.histories.insert(remembered, id.id.clone()).await;
-            }
+        let whole = hashes
+            .hash_at(hashes.len())
+            .filter(|_| hashes.len() >= MIN_CONTINUED);
+        if let Some(hash) = whole {
+            let remembered = history_key(hash, namespace);
+            self.histories.insert(remembered, id.id.clone()).await;
         }
         id
     }
@@ -129,7 +130,8 @@ impl Pipeline {
         &self,
         sent: &Envelope,
         answer: Option<&str>,
-        (session, turn_index): (&str, u64),
+        session: &str,
+        turn_index: u64,
         namespace: Option<&str>,
     ) {
         let Some(answer) = answer else { return };
