@@ -486,10 +486,17 @@ fn delete_session(conn: &Connection, id: &str) -> rusqlite::Result<()> {
 mod tests {
     use super::*;
 
+    /// The tests measuring SQLite's memory, one at a time: each resets the process-wide
+    /// high-water mark, and each writes megabytes another would count as its own.
+    static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// The most SQLite's own allocator held at once while `f` ran, above what it held
     /// before. Process-wide, so the least of three runs is taken: other tests' SQLite use
-    /// can only add to a run.
+    /// can only add to a run (and no other measurement runs meanwhile).
     fn sqlite_peak(mut f: impl FnMut(usize)) -> usize {
+        let _one_at_a_time = MEASURING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         (0..3)
             .map(|run| {
                 // SAFETY: plain reads of SQLite's memory statistics (reset to the current
