@@ -348,6 +348,14 @@ async fn a_failure_logs_one_clear_warning_without_secrets() {
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
+    // tracing caches each callsite's interest process-wide, computed by the first thread to
+    // reach it: a sibling test with no subscriber would cache "never" for the warning
+    // asserted here (tokio-rs/tracing#3611). A global subscriber that takes every event
+    // keeps the cache at "always"; the scoped one below still gets this thread's events.
+    static EVERY_THREAD_SUBSCRIBED: std::sync::Once = std::sync::Once::new();
+    EVERY_THREAD_SUBSCRIBED.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
     // The test runtime is single-threaded: the guard covers the whole call.
     let _guard = tracing::subscriber::set_default(subscriber);
 
