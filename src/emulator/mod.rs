@@ -6,6 +6,7 @@
 mod anthropic;
 mod body;
 mod chat;
+mod conversations;
 pub mod fault;
 mod files;
 mod models;

@@ -23,6 +23,16 @@ impl<V> Recent<V> {
         self.by_id.get(id)
     }
 
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut V> {
+        self.by_id.get_mut(id)
+    }
+
+    pub fn remove(&mut self, id: &str) -> Option<V> {
+        let removed = self.by_id.remove(id)?;
+        self.order.retain(|kept| kept != id);
+        Some(removed)
+    }
+
     pub fn insert(&mut self, id: String, value: V) {
         if self.order.len() >= self.capacity {
             if let Some(oldest) = self.order.pop_front() {

@@ -35,6 +35,14 @@ fn output_text(text: &str) -> Value {
     json!({"type": "output_text", "annotations": [], "logprobs": [], "text": text})
 }
 
+/// The conversation the response belongs to, as an object (`null` without one).
+fn conversation(request: &Value) -> Value {
+    request
+        .get("conversation")
+        .and_then(crate::providers::openai_responses::conversation_id_of)
+        .map_or(Value::Null, |id| json!({"id": id}))
+}
+
 /// The response object; `done` decides status, output and usage.
 pub fn response(turn: &Turn, done: bool) -> Value {
     let req = turn.request;
@@ -53,6 +61,7 @@ pub fn response(turn: &Turn, done: bool) -> Value {
         "output": if done { json!([item(turn, true)]) } else { json!([]) },
         "parallel_tool_calls": echo("parallel_tool_calls", json!(true)),
         "previous_response_id": echo("previous_response_id", Value::Null),
+        "conversation": conversation(req),
         "prompt_cache_key": echo("prompt_cache_key", Value::Null),
         "reasoning": echo("reasoning", json!({"effort": null, "summary": null})),
         "service_tier": "default",

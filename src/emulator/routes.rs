@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use super::body::{event_body, whole_body};
+use super::conversations::Conversations;
 use super::fault::{self, Faults};
 use super::recent::Recent;
 use super::reply::ReplyScript;
@@ -53,6 +54,8 @@ pub struct Shared {
     fingerprints: Mutex<Recent<Fingerprint>>,
     /// Stored Responses answers, for requests that continue one by `previous_response_id`.
     stored: Mutex<Stored>,
+    /// The Conversations API's conversations, for requests that name one.
+    conversations: Mutex<Conversations>,
 }
 
 impl Shared {
@@ -65,6 +68,7 @@ impl Shared {
             log: Mutex::new(VecDeque::new()),
             fingerprints: Mutex::new(Recent::new(DIAGNOSIS_CAPACITY)),
             stored: Mutex::new(Stored::default()),
+            conversations: Mutex::new(Conversations::default()),
         }
     }
 
@@ -187,6 +191,9 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pro
                 Err(err) => error_response(provider, &request_id, &err),
             };
         }
+        (_, p) if p == "/v1/conversations" || p.starts_with("/v1/conversations/") => {
+            return conversations(&shared, &request_id, req).await;
+        }
         (&Method::POST, "/emulator/clock/advance") => return advance_clock(&shared, req).await,
         (&Method::POST, "/emulator/cache/clear") => {
             shared.clear_cache();
@@ -259,9 +266,17 @@ async fn generate(
     // A compaction reads its prompt as a response does, and answers with a summary: text,
     // whatever the script says of tool calls.
     let rules = endpoint.read_as();
-    // A request that continues a stored response is a prompt of the whole conversation.
-    let expanded = match rules {
-        Endpoint::Responses => recover(&shared.stored).expand(&request)?,
+    // A request that continues a stored response, or names a conversation, is a prompt of
+    // the whole conversation.
+    let conversation = match rules {
+        Endpoint::Responses => recover(&shared.conversations).named(&request)?,
+        _ => None,
+    };
+    let expanded = match (rules, &conversation) {
+        (Endpoint::Responses, Some(id)) => {
+            Some(recover(&shared.conversations).expand(id, &request)?)
+        }
+        (Endpoint::Responses, None) => recover(&shared.stored).expand(&request)?,
         _ => None,
     };
     let prompt = expanded.as_ref().unwrap_or(&request);
@@ -299,6 +314,9 @@ async fn generate(
     if endpoint == Endpoint::Responses {
         let output = &responses::response(&turn, true)["output"];
         recover(&shared.stored).keep(turn.id("resp_"), prompt, output);
+        if let Some(id) = &conversation {
+            recover(&shared.conversations).answered(id, &request, output);
+        }
     }
     if endpoint == Endpoint::Compact {
         let body = Bytes::from(responses::compaction(&turn).to_string());
@@ -347,9 +365,45 @@ async fn generate(
     Ok(json_response(provider, request_id, StatusCode::OK, body))
 }
 
+/// A request under `/v1/conversations`, served from the emulator's conversations.
+async fn conversations(
+    shared: &Shared,
+    request_id: &str,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let method = req.method().clone();
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let query = req.uri().query().map(str::to_string);
+    let body = match method {
+        Method::POST => match read_optional_json(req).await {
+            Ok(body) => body,
+            Err(err) => return error_response(Provider::OpenAi, request_id, &err),
+        },
+        _ => None,
+    };
+    let now = shared.clock.now_secs();
+    let served = recover(&shared.conversations).serve(&method, &path, query.as_deref(), body, now);
+    match served {
+        Ok(object) => json_response(
+            Provider::OpenAi,
+            request_id,
+            StatusCode::OK,
+            full(object.to_string()),
+        ),
+        Err(err) => error_response(Provider::OpenAi, request_id, &err),
+    }
+}
+
 /// A request body as JSON, decoded first by its `content-encoding` as cachet decodes what
 /// it reads (Codex signed in with ChatGPT sends `zstd`).
 async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
+    read_optional_json(req)
+        .await?
+        .ok_or_else(|| ApiError::invalid("request body is empty: expected a JSON object"))
+}
+
+/// [`read_json`], or `None` for an empty body (a request whose parameters are all optional).
+async fn read_optional_json(req: Request<Incoming>) -> Result<Option<Value>, ApiError> {
     let (parts, body) = req.into_parts();
     let bytes = Limited::new(body, BODY_LIMIT)
         .collect()
@@ -366,7 +420,11 @@ async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
         })?
         .to_bytes();
     let decoded = crate::content_encoding::decode(&parts.headers, bytes, BODY_LIMIT)?;
+    if decoded.readable().is_empty() {
+        return Ok(None);
+    }
     serde_json::from_slice(decoded.readable())
+        .map(Some)
         .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))
 }
 

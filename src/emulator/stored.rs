@@ -57,7 +57,7 @@ impl Stored {
 }
 
 /// A request's `input` as a list of items: a string is one user message.
-fn input_items(request: &Value) -> Vec<Value> {
+pub(super) fn input_items(request: &Value) -> Vec<Value> {
     match request.get("input") {
         Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
         Some(Value::Array(items)) => items.clone(),

@@ -44,6 +44,9 @@ pub struct Observed {
     /// Prefix hashes of the client's history.
     pub history: session::PrefixHashes,
     pub turn_index: u64,
+    /// A stateful request whose continued turn was not remembered (after a restart): its
+    /// turn is counted again from the session's log once that is loaded.
+    pub recount_turn: bool,
     /// The body as parsed: it went out as the client sent it, so the session record reads
     /// the same envelope instead of parsing the bytes again.
     pub sent: Envelope,
@@ -278,14 +281,17 @@ impl Pipeline {
                     .await;
                 // The turn as far as the remembered answers tell it (always, but after a
                 // restart): what the next request in the chain counts from.
-                let turn_index = self.turn_index(&env, ctx.namespace(), None);
+                let continued = self.continued_turn_index(&env, ctx.namespace(), None);
+                let turn_index = continued.unwrap_or_else(|| env.turn_index());
                 let answer = job.result.response_id.as_deref();
                 self.remember_answer(&env, answer, &session.id, turn_index, ctx.namespace());
+                let recount_turn = continued.is_none() && super::identify::is_stateful(&env);
                 Some(Identified {
                     session,
                     observed: Some(Observed {
                         history,
                         turn_index,
+                        recount_turn,
                         sent: env,
                     }),
                 })
@@ -324,6 +330,7 @@ impl Pipeline {
                 let Observed {
                     history,
                     turn_index,
+                    recount_turn,
                     sent,
                 } = observed;
                 let session = identified.session;
@@ -336,9 +343,11 @@ impl Pipeline {
                 };
                 // After a restart, the continued answer's turn is in the log: this answer is
                 // remembered again with the turn it gives.
-                let counted = match session::identity::previous_response(&sent) {
-                    Some(_) => self.turn_index(&sent, ctx.namespace(), Some(&session_ctx.log)),
-                    None => turn_index,
+                let counted = match recount_turn {
+                    true => self
+                        .continued_turn_index_in_log(&sent, &session_ctx.log)
+                        .unwrap_or(turn_index),
+                    false => turn_index,
                 };
                 if counted != turn_index {
                     let (answer, session) = (result.response_id.as_deref(), &session_ctx.id.id);
@@ -420,11 +429,14 @@ impl Pipeline {
             }
         };
         let log = &log;
-        // A stateful Responses request goes on the lane of the answer it names; its prompt
-        // is that answer's conversation, held by the provider, which cachet does not see, so
-        // it is not compared with the previous request (not diagnosed).
-        let continued = session::identity::previous_response(&sent)
-            .and_then(|answer| session::lanes::continued_by_answer(log, &answer));
+        // A stateful Responses request goes on the lane of the answer it names, or of its
+        // conversation; its prompt is that conversation, held by the provider, which cachet
+        // does not see, so it is not compared with the previous request (not diagnosed).
+        let continued = match session::identity::previous_response(&sent) {
+            Some(answer) => session::lanes::continued_by_answer(log, &answer),
+            None => session::identity::conversation(&sent)
+                .and_then(|_| session::lanes::continued_in_conversation(log)),
+        };
         let lane = continued.unwrap_or_else(|| {
             session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history)
         });

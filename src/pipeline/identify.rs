@@ -25,9 +25,11 @@ use crate::session::{self, IdSource, PrefixHashes, SessionId};
 /// fingerprint, the same session unless its tools or system prompt changed meanwhile.
 pub(super) const REMEMBERED_HISTORIES: u64 = 32_768;
 /// How many recent stored Responses answers are remembered with their session, for
-/// requests that continue one by `previous_response_id`: about 385 bytes each (measured as
-/// `REMEMBERED_HISTORIES`), so about 6.3 MB when full. A conversation idle while this many
-/// other stored answers pass starts a new session.
+/// requests that continue one by `previous_response_id` (and the latest answer of each
+/// Conversations API conversation, for the requests naming it): about 385 bytes each
+/// (measured as `REMEMBERED_HISTORIES`), so about 6.3 MB when full. A conversation idle
+/// while this many other stored answers pass starts a new session (or, named by
+/// `conversation`, counts its turns from the session's log).
 pub(super) const REMEMBERED_ANSWER_SESSIONS: u64 = 16_384;
 /// A request continues a session only by a history of this many messages or more (a
 /// prompt and an answer at least): a shared first prompt alone is no continuation.
@@ -99,33 +101,58 @@ impl Pipeline {
         Some(found.session.to_string())
     }
 
-    /// `meta.turn_index` of a request: the turns its history carries, after those of the
-    /// answer it continues when it is a stateful Responses request (the provider holds
-    /// them). The continued answer's turn is remembered with it; after a restart it is
-    /// read from the session's log when that is at hand.
+    /// `meta.turn_index` of a request: the turns its history carries, after those of what
+    /// it continues when it is a stateful Responses request (the provider holds them).
     pub(super) fn turn_index(
         &self,
         env: &Envelope,
         namespace: Option<&str>,
         log: Option<&session::SessionLog>,
     ) -> u64 {
-        let Some(answer) = session::identity::previous_response(env) else {
-            return env.turn_index();
+        self.continued_turn_index(env, namespace, log)
+            .unwrap_or_else(|| env.turn_index())
+    }
+
+    /// `meta.turn_index` of a stateful Responses request, counted from the turn of what it
+    /// continues: remembered with the answer as it ended, else read from the session's log
+    /// when that is at hand (after a restart). `None` when the request is not stateful, or
+    /// that turn is not found.
+    pub(super) fn continued_turn_index(
+        &self,
+        env: &Envelope,
+        namespace: Option<&str>,
+        log: Option<&session::SessionLog>,
+    ) -> Option<u64> {
+        let continued = Continued::of(env)?;
+        let turn = match self.answers.get(&continued.key(namespace)) {
+            Some(found) => found.turn_index,
+            None => continued.turn_in_log(log?)?,
         };
-        let continued = match self.answers.get(&answer_key(&answer, namespace)) {
-            Some(found) => Some(found.turn_index),
-            None => log.and_then(|log| session::lanes::continued_request(log, &answer)?.turn_index),
-        };
-        match continued {
-            Some(turn) => crate::providers::turns::continued_turn_index(turn, &env.history_kinds()),
-            None => env.turn_index(),
-        }
+        Some(crate::providers::turns::continued_turn_index(
+            turn,
+            &env.history_kinds(),
+        ))
+    }
+
+    /// [`Pipeline::continued_turn_index`] read from the session's log alone: what an
+    /// observed request's turn is once its session is loaded, when nothing was remembered.
+    pub(super) fn continued_turn_index_in_log(
+        &self,
+        env: &Envelope,
+        log: &session::SessionLog,
+    ) -> Option<u64> {
+        let turn = Continued::of(env)?.turn_in_log(log)?;
+        Some(crate::providers::turns::continued_turn_index(
+            turn,
+            &env.history_kinds(),
+        ))
     }
 
     /// Remember which session an answer belongs to, and its request's turn, for the
-    /// requests that name it in `previous_response_id`: a Responses answer the provider
-    /// stored (`store` not `false`; only a stored answer can be continued, so Codex's and
-    /// pi's are not kept).
+    /// requests that continue it: by `previous_response_id`, a Responses answer the
+    /// provider stored (`store` not `false`; only a stored answer can be continued, so
+    /// Codex's and pi's are not kept); by `conversation`, the latest answer of the
+    /// conversation its request named.
     pub(super) fn remember_answer(
         &self,
         sent: &Envelope,
@@ -135,22 +162,72 @@ impl Pipeline {
         namespace: Option<&str>,
     ) {
         let Some(answer) = answer else { return };
-        if sent.endpoint() != crate::providers::Endpoint::Responses
-            || sent.option_raw("store") == Some(b"false".as_slice())
-        {
+        if sent.endpoint() != crate::providers::Endpoint::Responses {
             return;
         }
         let answered = Answered {
             session: Arc::from(session),
             turn_index,
         };
-        self.answers.insert(answer_key(answer, namespace), answered);
+        if let Some(conversation) = session::identity::conversation(sent) {
+            let key = Continued::Conversation(conversation).key(namespace);
+            self.answers.insert(key, answered.clone());
+        }
+        if sent.option_raw("store") != Some(b"false".as_slice()) {
+            self.answers.insert(answer_key(answer, namespace), answered);
+        }
+    }
+}
+
+/// Whether a request is a stateful Responses request: it names an answer or a conversation
+/// whose turns the provider holds.
+pub(super) fn is_stateful(env: &Envelope) -> bool {
+    Continued::of(env).is_some()
+}
+
+/// What a stateful Responses request continues, whose turns the provider holds.
+enum Continued {
+    /// The answer `previous_response_id` names.
+    Answer(String),
+    /// The latest answer of the Conversations API conversation `conversation` names.
+    Conversation(String),
+}
+
+impl Continued {
+    fn of(env: &Envelope) -> Option<Continued> {
+        session::identity::previous_response(env)
+            .map(Continued::Answer)
+            .or_else(|| session::identity::conversation(env).map(Continued::Conversation))
+    }
+
+    /// Where its answer is remembered.
+    fn key(&self, namespace: Option<&str>) -> u128 {
+        match self {
+            Continued::Answer(answer) => answer_key(answer, namespace),
+            Continued::Conversation(id) => conversation_key(id, namespace),
+        }
+    }
+
+    /// The turn of the request it continues, as the session's log has it.
+    fn turn_in_log(&self, log: &session::SessionLog) -> Option<u64> {
+        match self {
+            Continued::Answer(answer) => session::lanes::continued_request(log, answer)?.turn_index,
+            Continued::Conversation(_) => session::lanes::conversation_answered(log)?.turn_index,
+        }
     }
 }
 
 /// An answer's id inside a client key's namespace, as the answers are remembered.
 fn answer_key(answer: &str, namespace: Option<&str>) -> u128 {
     namespaced_key(answer.as_bytes(), namespace)
+}
+
+/// A conversation's id inside a client key's namespace, apart from the answers' ids.
+fn conversation_key(conversation: &str, namespace: Option<&str>) -> u128 {
+    namespaced_key(
+        format!("conversation\0{conversation}").as_bytes(),
+        namespace,
+    )
 }
 
 /// A history's rolling hash inside a client key's namespace, as the histories are

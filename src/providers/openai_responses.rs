@@ -12,6 +12,7 @@
 //!   ([`CHATGPT_CODEX_BASE_PATH`]), which serves `/responses` and `/models` without `/v1`.
 
 use bytes::Bytes;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::message::Fields;
@@ -29,6 +30,38 @@ pub const CHATGPT_CODEX_BASE_PATH: &str = "/backend-api/codex";
 /// do), or the ChatGPT backend's Codex base.
 pub fn base_stands_for_v1(base_path: &str) -> bool {
     base_path.ends_with("/v1") || base_path.ends_with(CHATGPT_CODEX_BASE_PATH)
+}
+
+/// The conversation of the Conversations API a request goes on: `conversation` names it by
+/// its id or as an object holding the id. The provider reads the conversation's items
+/// before the request's input, and adds the input and the answer to it: "Input items and
+/// output items from this response are automatically added to this conversation". Such a
+/// request carries only its new input, like one naming `previous_response_id`, with which
+/// it "cannot be used in conjunction" (the OpenAI SDK's `ResponseCreateParams`).
+pub fn conversation_id(field: &[u8]) -> Option<String> {
+    serde_json::from_slice::<ConversationRef>(field)
+        .ok()?
+        .into_id()
+}
+
+/// [`conversation_id`] of a field already read as JSON.
+pub fn conversation_id_of(field: &Value) -> Option<String> {
+    ConversationRef::deserialize(field).ok()?.into_id()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum ConversationRef {
+    Id(String),
+    Object { id: String },
+}
+
+impl ConversationRef {
+    fn into_id(self) -> Option<String> {
+        let (ConversationRef::Id(id) | ConversationRef::Object { id }) = self;
+        let id = id.trim();
+        (!id.is_empty()).then(|| id.to_string())
+    }
 }
 
 /// The order the provider's prompt cache keys on.

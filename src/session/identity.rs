@@ -139,20 +139,11 @@ fn non_empty(value: Option<&str>) -> Option<String> {
 }
 
 /// The Responses `conversation`: its id, given as a string or as `{"id": …}`.
-fn conversation(env: &Envelope) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum Conversation {
-        Id(String),
-        Object { id: String },
-    }
+pub fn conversation(env: &Envelope) -> Option<String> {
     if env.endpoint() != crate::providers::Endpoint::Responses {
         return None;
     }
-    let raw = env.option_raw("conversation")?;
-    match serde_json::from_slice(raw).ok()? {
-        Conversation::Id(id) | Conversation::Object { id } => non_empty(Some(&id)),
-    }
+    crate::providers::openai_responses::conversation_id(env.option_raw("conversation")?)
 }
 
 /// The answer a Responses request continues (`previous_response_id`), if it names one.

@@ -140,6 +140,20 @@ pub fn continued_request<'a>(
         .find(|r| r.response_id.as_deref() == Some(answer))
 }
 
+/// The lane a request on a conversation of the Conversations API goes on: the session's
+/// most recently active one, where the conversation's latest request went. Its history is
+/// only its new input (the provider holds the conversation), so no comparison of histories
+/// would find it.
+pub fn continued_in_conversation(log: &(impl Entries + ?Sized)) -> Option<u32> {
+    log.lane_heads().first().map(|head| head.lane)
+}
+
+/// The latest answered request of the conversation a Conversations API request goes on:
+/// its turn is where the new input's turns are counted from.
+pub fn conversation_answered(log: &(impl Entries + ?Sized)) -> Option<&RequestRecord> {
+    log.previous_answered(continued_in_conversation(log)?)
+}
+
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.
 pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&RequestRecord> {
     log.previous_answered(lane)

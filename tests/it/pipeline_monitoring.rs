@@ -227,7 +227,14 @@ async fn a_chain_of_previous_response_ids_is_one_session() {
 async fn a_responses_conversation_names_its_session() {
     let emulator = start_emulator().await;
     let proxy = start_proxy(test_config(&format!("http://{}", emulator.addr))).await;
-    for conversation in [json!("conv_6d1f"), json!({"id": "conv_6d1f"})] {
+    let created = answer_of(
+        client()
+            .post(format!("http://{}/v1/conversations", proxy.addr))
+            .header("authorization", "Bearer sk-test"),
+    )
+    .await;
+    let id = created["id"].as_str().unwrap();
+    for conversation in [json!(id), json!({ "id": id })] {
         let body = json!({"model": "gpt-4.1", "input": "hello", "conversation": conversation});
         let status = client()
             .post(format!("http://{}/v1/responses", proxy.addr))
@@ -239,6 +246,70 @@ async fn a_responses_conversation_names_its_session() {
             .status();
         assert_eq!(status, 200);
     }
-    let log = wait_for_requests(&proxy, "conv_6d1f", 2).await;
+    let log = wait_for_requests(&proxy, id, 2).await;
     assert_eq!(log["requests"], 2, "{log}");
+}
+
+/// A request on a conversation of the Conversations API carries only its new input: the
+/// provider adds the conversation's items before it (and the answer after it). So, like a
+/// `previous_response_id` chain, each request goes on the conversation's lane without a
+/// comparison of histories (no `message_edited` alarm), and counts the turns the
+/// conversation holds. The shape is the OpenAI SDK's `responses.create(conversation=…)`.
+#[tokio::test]
+async fn a_conversation_of_the_conversations_api_is_one_lane_with_its_turns() {
+    let emulator = start_emulator().await;
+    let config = test_config(&format!("http://{}", emulator.addr));
+    let proxy = start_proxy(config.clone()).await;
+    let created = answer_of(
+        client()
+            .post(format!("http://{}/v1/conversations", proxy.addr))
+            .header("authorization", "Bearer sk-test")
+            .json(&json!({"metadata": {"topic": "demo"}})),
+    )
+    .await;
+    let conversation = created["id"].as_str().unwrap().to_string();
+    let instructions = "You are a careful assistant. ".repeat(300);
+    let ask = |proxy: &cachet::transport::server::ProxyHandle, question: &str| {
+        // Each question long enough that the conversation grows by cached blocks.
+        let question = format!("{question}: {}", "explain the parser. ".repeat(60));
+        let body = json!({"model": "gpt-4.1", "instructions": instructions,
+            "input": [{"role": "user", "content": question}], "conversation": conversation});
+        client()
+            .post(format!("http://{}/v1/responses", proxy.addr))
+            .header("authorization", "Bearer sk-test")
+            .json(&body)
+    };
+    for question in ["first question", "second", "third", "fourth"] {
+        let answer = answer_of(ask(&proxy, question)).await;
+        assert_eq!(
+            answer["conversation"]["id"],
+            json!(conversation),
+            "{answer}"
+        );
+    }
+    wait_for_requests(&proxy, &conversation, 4).await;
+    // After a restart nothing is remembered: the fifth question's turn is counted on from
+    // the session's log, on the same lane.
+    proxy.shutdown().await;
+    let proxy = start_proxy(config).await;
+    answer_of(ask(&proxy, "fifth")).await;
+    let log = wait_for_requests(&proxy, &conversation, 5).await;
+    let requests = request_entries(&log);
+    assert_eq!(requests.len(), 5, "{log}");
+    for entry in &requests {
+        assert_eq!(entry["lane"], requests[0]["lane"], "{log}");
+        assert!(entry["diagnosis"].is_null(), "{entry}");
+    }
+    let turns: Vec<u64> = requests
+        .iter()
+        .map(|e| e["turn_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, [0, 1, 2, 3, 4], "{log}");
+    // The provider reads the conversation before each new input: the later requests read
+    // the earlier ones' prompts from its cache.
+    let reads: Vec<u64> = requests
+        .iter()
+        .map(|e| e["usage"]["cache_read"].as_u64().unwrap_or(0))
+        .collect();
+    assert!(reads[1] > 0 && reads[3] > reads[1], "{reads:?}");
 }

@@ -487,15 +487,61 @@ patch = [ { op = "messages_insert", at = "end", messages = [ { role = "user", co
 /// too), not 0 each time as the carried input alone would say.
 #[tokio::test]
 async fn a_stateful_responses_chain_counts_the_turns_the_provider_holds() {
-    let reply = |id: &str| {
-        json!({"id": id, "object": "response", "status": "completed", "model": "gpt-4.1",
-            "output": [{"type": "message", "role": "assistant",
-                        "content": [{"type": "output_text", "text": "Done."}]}],
-            "usage": {"input_tokens": 10, "output_tokens": 2,
-                      "input_tokens_details": {"cached_tokens": 0}}})
-        .to_string()
-    };
-    let upstream = FakeUpstream::start(Script::json(200, &reply("resp_0"))).await;
+    let (proxy, _upstream, _dir) = held_turns_counted(|body, i| {
+        if i > 0 {
+            body["previous_response_id"] = json!(format!("resp_{}", i - 1));
+        }
+    })
+    .await;
+    proxy.shutdown().await;
+}
+
+/// The same with the Conversations API (`responses.create(conversation=…)`): each request
+/// names the conversation, whose items the provider reads before its one question. After a
+/// restart, with nothing remembered, the turn is counted on from the session's log.
+#[tokio::test]
+async fn a_conversations_api_conversation_counts_the_turns_the_provider_holds() {
+    let on_conversation = |body: &mut Value, _: usize| body["conversation"] = json!("conv_7f3a");
+    let (proxy, upstream, dir) = held_turns_counted(on_conversation).await;
+    proxy.shutdown().await;
+    let policy = dir.path().join("turns.toml");
+    let config = policy_config(&upstream.url(), vec![policy], &dir.path().join("store"));
+    let restarted = start_proxy(config).await;
+    let mut body = json!({"model": "gpt-4.1", "instructions": "Be brief.", "input": "question 4"});
+    on_conversation(&mut body, 4);
+    upstream.set_script(Script::json(200, &held_turn_reply("resp_4")));
+    answer_of(
+        client()
+            .post(format!("http://{}/v1/responses", restarted.addr))
+            .header("authorization", "Bearer sk-test")
+            .json(&body),
+    )
+    .await;
+    let sent = String::from_utf8(upstream.requests()[4].body.to_vec()).unwrap();
+    assert!(sent.contains("turn 4"), "after a restart: {sent}");
+    restarted.shutdown().await;
+}
+
+fn held_turn_reply(id: &str) -> String {
+    json!({"id": id, "object": "response", "status": "completed", "model": "gpt-4.1",
+        "output": [{"type": "message", "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Done."}]}],
+        "usage": {"input_tokens": 10, "output_tokens": 2,
+                  "input_tokens_details": {"cached_tokens": 0}}})
+    .to_string()
+}
+
+/// Four questions, one a request, each made stateful by `stateful` (given the body and
+/// its number), through a policy appending `turn {{turn_index}}`: each request carries its
+/// own turn, and so does the session log.
+async fn held_turns_counted(
+    stateful: impl Fn(&mut Value, usize),
+) -> (
+    cachet::transport::server::ProxyHandle,
+    FakeUpstream,
+    tempfile::TempDir,
+) {
+    let upstream = FakeUpstream::start(Script::json(200, &held_turn_reply("resp_0"))).await;
     let dir = tempfile::tempdir().unwrap();
     let policy = policy_file(
         dir.path(),
@@ -510,12 +556,10 @@ patch = [{ op = "messages_uncached_append", messages = [{ role = "user", content
     let store = dir.path().join("store");
     let proxy = start_proxy(policy_config(&upstream.url(), vec![policy], &store)).await;
     for i in 0..4 {
-        upstream.set_script(Script::json(200, &reply(&format!("resp_{i}"))));
+        upstream.set_script(Script::json(200, &held_turn_reply(&format!("resp_{i}"))));
         let mut body = json!({"model": "gpt-4.1", "instructions": "Be brief.",
                               "input": format!("question {i}")});
-        if i > 0 {
-            body["previous_response_id"] = json!(format!("resp_{}", i - 1));
-        }
+        stateful(&mut body, i);
         let answer: Value = answer_of(
             client()
                 .post(format!("http://{}/v1/responses", proxy.addr))
@@ -530,10 +574,12 @@ patch = [{ op = "messages_uncached_append", messages = [{ role = "user", content
     let listed = wait_for_sessions(&proxy, 1).await;
     assert_eq!(listed.len(), 1, "one conversation: {listed:?}");
     let log = wait_for_requests(&proxy, listed[0]["id"].as_str().unwrap(), 4).await;
-    let turns: Vec<Value> = request_entries(&log)
-        .iter()
-        .map(|e| e["turn_index"].clone())
-        .collect();
+    let entries = request_entries(&log);
+    let turns: Vec<Value> = entries.iter().map(|e| e["turn_index"].clone()).collect();
     assert_eq!(turns, [json!(0), json!(1), json!(2), json!(3)], "{log}");
-    proxy.shutdown().await;
+    assert!(
+        entries.iter().all(|e| e["lane"] == entries[0]["lane"]),
+        "{log}"
+    );
+    (proxy, upstream, dir)
 }

@@ -147,6 +147,8 @@ def openai_checks():
     check(fc.type == "function_call" and json.loads(fc.arguments) == {"q": "example q"},
           "responses: streamed function call")
 
+    conversations_checks(client)
+
     ids = [m.id for m in client.models.list()]
     check("gpt-4o" in ids, "models: list")
     try:
@@ -154,6 +156,38 @@ def openai_checks():
         check(False, "chat: 500 raises")
     except openai.InternalServerError as e:
         check(e.status_code == 500, "chat: 500 in OpenAI shape")
+
+
+def conversations_checks(client):
+    """The Conversations API: each request names the conversation and carries only its new
+    input; the provider reads the conversation's items first, from its cache where it can."""
+    conv = client.conversations.create(metadata={"topic": "sdk"},
+                                       items=[{"role": "user", "content": CONTEXT}])
+    check(conv.id.startswith("conv_") and conv.metadata == {"topic": "sdk"}, "conversations: create")
+    first = client.responses.create(model="gpt-5", input="First question?", conversation=conv.id)
+    check(first.conversation.id == conv.id, "conversations: the response names its conversation")
+    with client.responses.stream(model="gpt-5", input="Second question?", conversation=conv.id) as stream:
+        second = stream.get_final_response()
+    cached = second.usage.input_tokens_details.cached_tokens
+    check(cached >= 1024 and cached > first.usage.input_tokens_details.cached_tokens
+          and second.usage.input_tokens > first.usage.input_tokens,
+          "conversations: the next request reads the conversation, from cache")
+    items = list(client.conversations.items.list(conv.id, order="asc", limit=2))
+    roles = [item.role for item in items]
+    check(roles == ["user", "user", "assistant", "user", "assistant"],
+          f"conversations: items in order, paged ({roles})")
+    try:
+        client.responses.create(model="gpt-5", input="x", conversation=conv.id,
+                                previous_response_id=first.id)
+        check(False, "conversations: conversation with previous_response_id is refused")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400, "conversations: conversation with previous_response_id is refused")
+    check(client.conversations.delete(conv.id).deleted, "conversations: delete")
+    try:
+        client.responses.create(model="gpt-5", input="x", conversation=conv.id)
+        check(False, "conversations: a deleted conversation is not found")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, "conversations: a deleted conversation is not found")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ pub use timeline::{render as render_timeline, timeline_html};
 pub use view::{Expiry, Gap, Money, RequestView, SessionView, Totals};
 
 /// The value of `name` in a raw query string (`a=1&b=2`), undecoded: the pages' own
-/// parameters are plain words and numbers.
-fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
+/// parameters are plain words and numbers (as are the emulator's listing parameters).
+pub(crate) fn query_value<'q>(query: Option<&'q str>, name: &str) -> Option<&'q str> {
     query?
         .split('&')
         .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
