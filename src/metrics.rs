@@ -845,8 +845,8 @@ mod tests {
     fn openai_writes_are_counted_and_priced() {
         let m = Metrics::new();
         let u = crate::usage::from_openai_responses(&serde_json::json!({
-            "input_tokens": 1_000_000, "output_tokens": 0,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 1_000_000}}));
+            "input_tokens": 100_000, "output_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 100_000}}));
         m.record_request(
             Provider::OpenAi,
             Endpoint::Responses,
@@ -860,12 +860,13 @@ mod tests {
             .input_tokens
             .with_label_values(&["openai", "gpt-5.6", "none", "none", "cache_write"])
             .get();
-        assert_eq!(written, 1_000_000);
+        assert_eq!(written, 100_000);
         let cost = m
             .cost_usd
             .with_label_values(&["openai", "gpt-5.6", "none", "none"])
             .get();
-        assert!((cost - 5.0).abs() < 1e-9, "{cost}");
+        // $5 a million written (1.25x the $4 input), under the 272K long-context line.
+        assert!((cost - 0.5).abs() < 1e-9, "{cost}");
     }
 
     #[test]

@@ -176,10 +176,10 @@ fn explicit_breakpoints_by_model() {
     assert!((sol.cache_write_5m / sol.input - 1.25).abs() < 1e-12);
     // An OpenAI write arrives unsplit (no 5m/1h) and is billed at the write price.
     let write = Usage {
-        cache_write: 1_000_000,
+        cache_write: 100_000,
         ..Usage::default()
     };
-    assert!((sol.cost_usd(&write) - 5.0).abs() < 1e-9);
+    assert!((sol.cost_usd(&write) - 0.5).abs() < 1e-9);
     let gpt5 = builtin("gpt-5").unwrap();
     assert_eq!(
         gpt5.cache_write_5m, gpt5.input,
@@ -305,6 +305,16 @@ fn long_prompts_bill_at_the_long_context_rates_for_the_whole_request() {
         ("gpt-6.1-sol", 2.0, 0.1, 10.0),
         ("gpt-6.2-astra", 8.0, 0.4, 40.0),
         ("gpt-6-astra", 10.0, 1.0, 50.0),
+        // developers.openai.com/api/docs/models/gpt-5.6-sol and gpt-5.6-luna: "Prompts with
+        // >272K input tokens are priced at 2x input and 1.5x output for the full request".
+        ("gpt-5.6-sol", 4.0, 0.4, 20.0),
+        ("gpt-5.6", 4.0, 0.4, 20.0),
+        ("gpt-5.6-terra", 2.0, 0.2, 12.0),
+        ("gpt-5.6-luna", 0.2, 0.02, 1.2),
+        // BerriAI/litellm discussion 42523: GPT-6 Sol and Luna "rates double on input and
+        // cache above 272K input tokens, and output goes to 1.5x".
+        ("gpt-6-sol", 2.0, 0.2, 10.0),
+        ("gpt-6-luna", 0.1, 0.01, 0.5),
     ] {
         let m = builtin(model).unwrap();
         // 272,000 input tokens: the standard rates.
