@@ -149,6 +149,8 @@ fn record(
         body_base64: None,
         usage,
         status: Some(200),
+        response_id: None,
+        output: None,
     }
 }
 

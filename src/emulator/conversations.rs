@@ -29,9 +29,42 @@ const PAGE_MAX: usize = 100;
 struct Conversation {
     created_at: u64,
     metadata: Value,
-    items: Vec<Value>,
+    items: Vec<Kept>,
     /// Items ever added, for their ids.
     added: u64,
+}
+
+/// An item of a conversation: as it was sent (what the model reads), and its id.
+struct Kept {
+    id: String,
+    sent: Value,
+}
+
+impl Kept {
+    /// The item as the API lists it: a message as a `message` item with its content as
+    /// parts (a string is one text part) and a status, every item with its id.
+    fn listed(&self) -> Value {
+        let Value::Object(mut fields) = self.sent.clone() else {
+            return self.sent.clone();
+        };
+        let is_message = fields
+            .get("type")
+            .map_or(fields.contains_key("role"), |t| t == "message");
+        if is_message {
+            fields.insert("type".into(), json!("message"));
+            let part = match fields.get("role").and_then(Value::as_str) {
+                Some("assistant") => "output_text",
+                _ => "input_text",
+            };
+            if let Some(Value::String(text)) = fields.get("content") {
+                let text = text.clone();
+                fields.insert("content".into(), json!([{"type": part, "text": text}]));
+            }
+            fields.entry("status").or_insert(json!("completed"));
+        }
+        fields.insert("id".into(), json!(self.id));
+        Value::Object(fields)
+    }
 }
 
 /// The emulator's conversations, by id.
@@ -94,15 +127,13 @@ impl Conversations {
                 .get(id)?
                 .items
                 .iter()
-                .find(|i| i.get("id").and_then(Value::as_str) == Some(item))
-                .cloned()
+                .find(|kept| kept.id == *item)
+                .map(Kept::listed)
                 .ok_or_else(|| item_not_found(item)),
             (&Method::DELETE, [id, "items", item]) => {
                 let conversation = self.get_mut(id)?;
                 let before = conversation.items.len();
-                conversation
-                    .items
-                    .retain(|i| i.get("id").and_then(Value::as_str) != Some(item));
+                conversation.items.retain(|kept| kept.id != *item);
                 if conversation.items.len() == before {
                     return Err(item_not_found(item));
                 }
@@ -132,10 +163,12 @@ impl Conversations {
         Ok(Some(id))
     }
 
-    /// The request as the model reads it: the conversation's items, then its own input.
+    /// The request as the model reads it: the conversation's items as they were sent, then
+    /// its own input.
     pub fn expand(&self, id: &str, request: &Value) -> Result<Value, ApiError> {
-        let mut items: Vec<Value> = self.get(id)?.items.iter().map(as_read).collect();
-        items.extend(super::stored::input_items(request));
+        let conversation = self.get(id)?;
+        let mut items: Vec<Value> = conversation.items.iter().map(|k| k.sent.clone()).collect();
+        items.extend(crate::providers::openai_responses::input_items(request));
         let mut expanded = request.clone();
         expanded["input"] = Value::Array(items);
         Ok(expanded)
@@ -143,7 +176,7 @@ impl Conversations {
 
     /// Add a request's input and its answer's output to the conversation.
     pub fn answered(&mut self, id: &str, request: &Value, output: &Value) {
-        let input = super::stored::input_items(request);
+        let input = crate::providers::openai_responses::input_items(request);
         let output = output.as_array().into_iter().flatten().cloned();
         if let Ok(conversation) = self.get_mut(id) {
             conversation.add(id, input.into_iter().chain(output));
@@ -187,18 +220,21 @@ impl Conversation {
                "metadata": self.metadata})
     }
 
-    /// Add items as the conversation keeps them (each with an id); the added ones.
+    /// Add items, each with its own id or a new one; the added ones as listed.
     fn add(&mut self, conversation: &str, items: impl IntoIterator<Item = Value>) -> Vec<Value> {
         let start = self.items.len();
-        for item in items {
+        for sent in items {
             self.added += 1;
-            let item = as_kept(item, || {
-                let serial = conversation.trim_start_matches("conv_");
-                format!("item_{serial}_{:06}", self.added)
-            });
-            self.items.push(item);
+            let id = match sent.get("id").and_then(Value::as_str) {
+                Some(id) => id.to_string(),
+                None => {
+                    let serial = conversation.trim_start_matches("conv_");
+                    format!("item_{serial}_{:06}", self.added)
+                }
+            };
+            self.items.push(Kept { id, sent });
         }
-        self.items[start..].to_vec()
+        self.items[start..].iter().map(Kept::listed).collect()
     }
 
     /// A page of the items: `order` `desc` (the default) or `asc`, after the item `after`.
@@ -212,7 +248,7 @@ impl Conversation {
                 .filter(|n| (1..=PAGE_MAX).contains(n))
                 .ok_or_else(|| ApiError::invalid("limit: must be between 1 and 100"))?,
         };
-        let mut items: Vec<&Value> = self.items.iter().collect();
+        let mut items: Vec<&Kept> = self.items.iter().collect();
         match param("order") {
             None | Some("desc") => items.reverse(),
             Some("asc") => {}
@@ -221,12 +257,12 @@ impl Conversation {
         if let Some(after) = param("after") {
             let at = items
                 .iter()
-                .position(|i| i.get("id").and_then(Value::as_str) == Some(after))
+                .position(|kept| kept.id == after)
                 .ok_or_else(|| item_not_found(after))?;
             items.drain(..=at);
         }
         let has_more = items.len() > limit;
-        let shown = items.into_iter().take(limit).cloned().collect();
+        let shown = items.into_iter().take(limit).map(Kept::listed).collect();
         Ok(page(shown, has_more))
     }
 }
@@ -236,47 +272,6 @@ fn page(items: Vec<Value>, has_more: bool) -> Value {
     let id_at = |i: Option<&Value>| i.and_then(|i| i.get("id")).cloned().unwrap_or(Value::Null);
     json!({"object": "list", "first_id": id_at(items.first()), "last_id": id_at(items.last()),
            "has_more": has_more, "data": items})
-}
-
-/// An item as the conversation keeps it: a message as a `message` item with its content as
-/// parts (a string is one text part) and a status, every item with an id.
-fn as_kept(item: Value, new_id: impl FnOnce() -> String) -> Value {
-    let Value::Object(mut fields) = item else {
-        return item;
-    };
-    let is_message = fields
-        .get("type")
-        .map_or(fields.contains_key("role"), |t| t == "message");
-    if is_message {
-        fields.insert("type".into(), json!("message"));
-        let part = match fields.get("role").and_then(Value::as_str) {
-            Some("assistant") => "output_text",
-            _ => "input_text",
-        };
-        if let Some(Value::String(text)) = fields.get("content") {
-            let text = text.clone();
-            fields.insert("content".into(), json!([{"type": part, "text": text}]));
-        }
-        fields.entry("status").or_insert(json!("completed"));
-    }
-    if !fields.get("id").is_some_and(Value::is_string) {
-        fields.insert("id".into(), json!(new_id()));
-    }
-    Value::Object(fields)
-}
-
-/// An item as the model reads it: without the status and id the conversation keeps with
-/// it (an `item_reference` is nothing but its id).
-fn as_read(item: &Value) -> Value {
-    let mut item = item.clone();
-    if let Some(fields) = item.as_object_mut() {
-        let reference = fields.get("type").is_some_and(|t| t == "item_reference");
-        fields.remove("status");
-        if !reference {
-            fields.remove("id");
-        }
-    }
-    item
 }
 
 fn metadata(field: Option<&Value>) -> Result<Option<Value>, ApiError> {
@@ -403,11 +398,10 @@ mod tests {
         let expanded = c.expand(&id, &second).unwrap();
         let input = expanded["input"].as_array().unwrap();
         assert_eq!(input.len(), 3, "{expanded}");
-        assert_eq!(input[1]["content"][0]["text"], "A");
-        assert!(
-            input[1].get("id").is_none(),
-            "the model reads no ids: {expanded}"
-        );
+        // The items as they were sent (the answer as the provider gave it), as
+        // `previous_response_id` reads a stored answer.
+        assert_eq!(input[0], json!({"role": "user", "content": "one"}));
+        assert_eq!(input[1], answer[0]);
         assert_eq!(input[2], json!({"role": "user", "content": "two"}));
         // Naming both a conversation and a previous response is refused, as is a
         // conversation that does not exist.

@@ -4,10 +4,11 @@
 //! read from cache where the cache holds it. The new request's `instructions` stand alone:
 //! a previous response's are not carried over.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::recent::Recent;
 use crate::error::ApiError;
+use crate::providers::openai_responses::{input_items, stores_answer_of};
 
 /// Stored conversations kept (the oldest are forgotten, as if expired).
 pub const CAPACITY: usize = 1024;
@@ -47,20 +48,11 @@ impl Stored {
     /// Keep an answer's conversation (`prompt`'s input, then `output`) under its id, unless
     /// the request asked not to store it.
     pub fn keep(&mut self, id: String, prompt: &Value, output: &Value) {
-        if prompt.get("store") == Some(&Value::Bool(false)) {
+        if !stores_answer_of(prompt) {
             return;
         }
         let mut items = input_items(prompt);
         items.extend(output.as_array().into_iter().flatten().cloned());
         self.0.insert(id, items);
-    }
-}
-
-/// A request's `input` as a list of items: a string is one user message.
-pub(super) fn input_items(request: &Value) -> Vec<Value> {
-    match request.get("input") {
-        Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
-        Some(Value::Array(items)) => items.clone(),
-        _ => Vec::new(),
     }
 }

@@ -128,6 +128,13 @@ impl Pipeline {
         if let (Some(recorder), Some(mut record)) = (&self.recorder, trace) {
             record.usage = result.usage;
             record.status = Some(status);
+            record.response_id = result.response_id.clone();
+            if record.may_be_continued() && (200..300).contains(&status) {
+                record.output = ctx
+                    .route
+                    .endpoint
+                    .assistant_message(result.json_body.as_deref(), &result.kept_events);
+            }
             recorder.record(record);
         }
         if let After::Shaped(after) = &shaped.after {

@@ -173,7 +173,7 @@ impl Pipeline {
             let key = Continued::Conversation(conversation).key(namespace);
             self.answers.insert(key, answered.clone());
         }
-        if sent.option_raw("store") != Some(b"false".as_slice()) {
+        if crate::providers::openai_responses::stores_answer(sent.option_raw("store")) {
             self.answers.insert(answer_key(answer, namespace), answered);
         }
     }

@@ -143,7 +143,10 @@ impl Pipeline {
             ctx.parts.method == http::Method::HEAD,
             !sse,
         );
-        let tap = Tap::new(ctx.route.endpoint, sse, shaped.wants_assistant());
+        // A recorded answer that a later request may continue keeps its output for replay.
+        let record_output = trace.as_ref().is_some_and(Record::may_be_continued);
+        let keep_events = shaped.wants_assistant() || record_output;
+        let tap = Tap::new(ctx.route.endpoint, sse, keep_events);
         let pipeline = Arc::clone(self);
         let on_finish = Box::new(move |result: TapResult| {
             pipeline.finish(ctx, shaped, trace, status, sent, result);

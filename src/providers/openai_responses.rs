@@ -64,6 +64,28 @@ impl ConversationRef {
     }
 }
 
+/// Whether the provider keeps a request's answer for later requests to continue by
+/// `previous_response_id`: `store` is on unless the request sets it `false` (Codex and pi
+/// do). `store` is the field's raw JSON.
+pub fn stores_answer(store: Option<&[u8]>) -> bool {
+    store.is_none_or(|raw| raw.trim_ascii() != b"false")
+}
+
+/// [`stores_answer`] of a request already read as JSON.
+pub fn stores_answer_of(request: &Value) -> bool {
+    request.get("store") != Some(&Value::Bool(false))
+}
+
+/// A request's `input` as the list of items the provider reads: a string is one user
+/// message.
+pub fn input_items(request: &Value) -> Vec<Value> {
+    match request.get("input") {
+        Some(Value::String(text)) => vec![serde_json::json!({"role": "user", "content": text})],
+        Some(Value::Array(items)) => items.clone(),
+        _ => Vec::new(),
+    }
+}
+
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 

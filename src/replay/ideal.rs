@@ -165,6 +165,8 @@ mod tests {
             body_base64: None,
             usage: None,
             status: Some(200),
+            response_id: None,
+            output: None,
         }
     }
 

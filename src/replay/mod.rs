@@ -2,6 +2,7 @@
 //! arm's shaping and the emulator's cache model, compared side by side.
 
 pub mod chart;
+pub mod held;
 pub mod ideal;
 pub mod keep_warm;
 pub mod output;

@@ -76,6 +76,14 @@ pub fn table(arms: &[ArmStats], ideal: Option<&Ideal>) -> String {
                 .collect(),
         ));
     }
+    if arms.iter().any(|a| a.stateful_unknown > 0) {
+        rows.push((
+            "continued, earlier turns not traced".into(),
+            arms.iter()
+                .map(|a| a.stateful_unknown.to_string())
+                .collect(),
+        ));
+    }
     if arms.iter().any(|a| a.errors > 0) {
         rows.push((
             "skipped (errors)".into(),

@@ -186,6 +186,8 @@ pub fn capture(
         body_base64: None,
         usage: None,
         status: None,
+        response_id: None,
+        output: None,
     }
 }
 

@@ -37,6 +37,10 @@ pub struct ArmStats {
     pub variants: BTreeMap<String, u64>,
     /// Records that could not be shaped or accounted (skipped).
     pub errors: u64,
+    /// Stateful Responses requests whose earlier turns are in no trace (recorded before
+    /// traces kept answers' output, or the chain started before the traces do): accounted
+    /// on their own input, so below what the provider billed.
+    pub stateful_unknown: u64,
     /// Keep-warm requests the arm sent after turns' final answers; their tokens and cost
     /// are in the totals above.
     pub keep_warm_requests: u64,
@@ -84,6 +88,7 @@ pub fn replay_arm(
     let mut sessions: HashMap<&str, SessionLanes> = HashMap::new();
     let mut total = Usage::default();
     let mut keep_warms = KeepWarms::default();
+    let mut held = super::held::Held::default();
     for record in records {
         on_record();
         let endpoint = record.endpoint();
@@ -119,10 +124,16 @@ pub fn replay_arm(
         if let (Some(m), Some(obj)) = (model, shaped.body.as_object_mut()) {
             obj.insert("model".into(), m.into());
         }
+        // A stateful Responses request is read by the provider after the turns it holds.
+        let prompt = held.expand(&shaped.body);
         // A panic in the cache model (a bug) skips the record like any other error
         // instead of ending the replay.
         let accounted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            cache.account(endpoint, &shaped.body, record.time_ms)
+            cache.account(
+                endpoint,
+                prompt.as_ref().unwrap_or(&shaped.body),
+                record.time_ms,
+            )
         }));
         let accounting = match accounted {
             Ok(Ok(a)) => a,
@@ -145,6 +156,7 @@ pub fn replay_arm(
             }
         };
         let usage = accounting.usage(record.usage.map_or(0, |u| u.output));
+        held.answered(record, &shaped.body);
         shaper.answered(record, &usage);
         keep_warms.shaped(record, &shaped);
         let model_name = shaped
@@ -209,6 +221,7 @@ pub fn replay_arm(
     for (at, body) in keep_warms.rest(last) {
         keep_warm(&mut stats, &mut cache, &mut total, &body, at);
     }
+    stats.stateful_unknown = held.unknown;
     stats.cache_read_tokens = total.cache_read;
     stats.cache_write_tokens = total.cache_write;
     stats.uncached_tokens = total.uncached;
@@ -334,6 +347,8 @@ mod tests {
                 ..Default::default()
             }),
             status: Some(200),
+            response_id: None,
+            output: None,
         }
     }
 

@@ -49,9 +49,30 @@ pub struct Record {
     /// The upstream's HTTP status; `null` when the request never got one.
     #[serde(default)]
     pub status: Option<u16>,
+    /// The answer's id, when the response named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
+    /// A Responses answer's output items, when a later request may read them from the
+    /// provider: the answer is stored (`store` not `false`) or added to a conversation.
+    /// Replay puts them before the input of the request that continues it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
 }
 
 impl Record {
+    /// Whether a later request may continue this one's answer from what the provider
+    /// holds: a Responses answer stored, or added to the conversation the request names.
+    pub fn may_be_continued(&self) -> bool {
+        use crate::providers::openai_responses::{conversation_id_of, stores_answer_of};
+        self.endpoint() == Endpoint::Responses
+            && (stores_answer_of(&self.body)
+                || self
+                    .body
+                    .get("conversation")
+                    .and_then(conversation_id_of)
+                    .is_some())
+    }
+
     pub fn endpoint(&self) -> Endpoint {
         endpoint_from_label(&self.endpoint)
     }

@@ -160,6 +160,85 @@ async fn a_recorded_live_session_replays_to_the_same_token_counts() {
     );
 }
 
+/// A stateful Responses app (openai-python's `responses.create` with `previous_response_id`,
+/// and on a Conversations API conversation) sends only its new input: the provider reads the
+/// earlier turns it holds before it, and bills them. Replayed from the traces, each request
+/// is accounted on the same prompt the live one was, so the token counts are the live ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_stateful_responses_session_replays_to_the_same_token_counts() {
+    let emulator = start_emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let trace_dir = dir.path().join("traces");
+    let mut config = test_config(&emulator.url());
+    config.record.dir = Some(trace_dir.clone());
+    let proxy = start_proxy(config).await;
+    let post = |path: &str, body: &Value| {
+        client()
+            .post(format!("http://{}{path}", proxy.addr))
+            .header("authorization", "Bearer sk-test")
+            .json(body)
+    };
+    let conversation = answer_of(post("/v1/conversations", &json!({}))).await["id"].clone();
+    let instructions = "You answer questions about the parser, briefly. ".repeat(150);
+    let question = |i: usize| format!("Question {i}: {}", "what does this branch do? ".repeat(40));
+    let mut live = Vec::new();
+    let mut previous: Option<Value> = None;
+    for i in 0..6 {
+        let mut body = json!({"model": "gpt-4.1", "instructions": instructions,
+                              "input": question(i), "stream": i % 2 == 1});
+        if i < 3 {
+            if let Some(id) = &previous {
+                body["previous_response_id"] = id.clone();
+            }
+        } else {
+            body["conversation"] = conversation.clone();
+        }
+        let response = post("/v1/responses", &body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.unwrap();
+        // The response object: the body, or the `response.completed` event's.
+        let answer: Value = match text.strip_prefix('{') {
+            Some(_) => serde_json::from_str(&text).unwrap(),
+            None => text
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                .find(|e| e["type"] == "response.completed")
+                .unwrap()["response"]
+                .clone(),
+        };
+        previous = Some(answer["id"].clone());
+        live.push(cachet::usage::from_openai_responses(&answer["usage"]));
+    }
+    assert!(live[2].cache_read > live[1].cache_read && live[5].cache_read > live[4].cache_read);
+    proxy.shutdown().await; // flushes the recorder
+    emulator.shutdown().await;
+
+    let files: Vec<_> = std::fs::read_dir(&trace_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let recorded = read_traces(&files).unwrap();
+    let responses: Vec<_> = recorded
+        .iter()
+        .filter(|r| r.endpoint == "responses")
+        .cloned()
+        .collect();
+    assert_eq!(responses.len(), 6);
+    let stats = replay_arm("as-recorded", &responses, &mut AsRecorded, None, &mut || {});
+    assert_eq!(stats.per_request.len(), live.len());
+    for (i, (replayed, live)) in stats.per_request.iter().zip(&live).enumerate() {
+        assert_eq!(
+            (replayed.cache_read, replayed.uncached),
+            (live.cache_read, live.uncached),
+            "request {i}"
+        );
+    }
+    // Each continues what the provider holds: no history to compare, so no break alarm.
+    assert_eq!(stats.breaks.values().sum::<u64>(), 0, "{:?}", stats.breaks);
+    assert_eq!(stats.stateful_unknown, 0);
+}
+
 #[tokio::test]
 async fn ab_split_is_per_session_and_labels_metrics() {
     let upstream = FakeUpstream::start(Script::json(

@@ -25,6 +25,8 @@ fn record(n: u64, headers: &HeaderMap) -> Record {
             ..Default::default()
         }),
         status: Some(200),
+        response_id: None,
+        output: None,
     }
 }
 
