@@ -15,6 +15,42 @@ fn body(history: &[Value]) -> Value {
     json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "system": "You are terse.", "messages": history})
 }
 
+/// The emulator, and cachet in front of it recording traces into `traces/` of the folder.
+async fn recording_proxy() -> (
+    cachet::emulator::EmulatorHandle,
+    cachet::transport::server::ProxyHandle,
+    tempfile::TempDir,
+) {
+    let emulator = start_emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(&emulator.url());
+    config.record.dir = Some(dir.path().join("traces"));
+    let proxy = start_proxy(config).await;
+    (emulator, proxy, dir)
+}
+
+/// Every request recorded in the traces of `dir`, in time order.
+fn traces_in(dir: &std::path::Path) -> Vec<cachet::replay::Record> {
+    let files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    read_traces(&files).unwrap()
+}
+
+/// Each replayed request read from the cache, wrote to it and left uncached what its live
+/// run did.
+fn assert_replayed_as_live(stats: &cachet::replay::ArmStats, live: &[Usage]) {
+    assert_eq!(stats.per_request.len(), live.len());
+    for (i, (replayed, live)) in stats.per_request.iter().zip(live).enumerate() {
+        assert_eq!(
+            (replayed.cache_read, replayed.cache_write, replayed.uncached),
+            (live.cache_read, live.cache_write, live.uncached),
+            "request {i}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn context_hook_and_pinned_memory_in_the_live_proxy() {
     let upstream = FakeUpstream::start(Script::json(
@@ -108,12 +144,8 @@ async fn context_hook_and_pinned_memory_in_the_live_proxy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_live_session_replays_to_the_same_token_counts() {
     let sample = read_traces(&[root().join("tests/data/sample-trace.jsonl")]).unwrap();
-    let emulator = start_emulator().await;
-    let dir = tempfile::tempdir().unwrap();
+    let (emulator, proxy, dir) = recording_proxy().await;
     let trace_dir = dir.path().join("traces");
-    let mut config = test_config(&emulator.url());
-    config.record.dir = Some(trace_dir.clone());
-    let proxy = start_proxy(config).await;
     let mut live = Vec::new();
     for record in &sample {
         let mut request = record.body.clone();
@@ -127,11 +159,7 @@ async fn a_recorded_live_session_replays_to_the_same_token_counts() {
     proxy.shutdown().await; // flushes the recorder
     emulator.shutdown().await;
 
-    let files: Vec<_> = std::fs::read_dir(&trace_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    let recorded = read_traces(&files).unwrap();
+    let recorded = traces_in(&trace_dir);
     assert_eq!(recorded.len(), sample.len());
     for (r, u) in recorded.iter().zip(&live) {
         assert_eq!(
@@ -145,14 +173,7 @@ async fn a_recorded_live_session_replays_to_the_same_token_counts() {
         );
     }
     let stats = replay_arm("as-recorded", &recorded, &mut AsRecorded, None, &mut || {});
-    assert_eq!(stats.per_request.len(), live.len());
-    for (i, (replayed, live)) in stats.per_request.iter().zip(&live).enumerate() {
-        assert_eq!(
-            (replayed.cache_read, replayed.cache_write, replayed.uncached),
-            (live.cache_read, live.cache_write, live.uncached),
-            "request {i}"
-        );
-    }
+    assert_replayed_as_live(&stats, &live);
     assert!(
         stats.cache_read_tokens > 100_000,
         "{}",
@@ -166,12 +187,8 @@ async fn a_recorded_live_session_replays_to_the_same_token_counts() {
 /// is accounted on the same prompt the live one was, so the token counts are the live ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_stateful_responses_session_replays_to_the_same_token_counts() {
-    let emulator = start_emulator().await;
-    let dir = tempfile::tempdir().unwrap();
+    let (emulator, proxy, dir) = recording_proxy().await;
     let trace_dir = dir.path().join("traces");
-    let mut config = test_config(&emulator.url());
-    config.record.dir = Some(trace_dir.clone());
-    let proxy = start_proxy(config).await;
     let post = |path: &str, body: &Value| {
         client()
             .post(format!("http://{}{path}", proxy.addr))
@@ -214,26 +231,11 @@ async fn a_recorded_stateful_responses_session_replays_to_the_same_token_counts(
     proxy.shutdown().await; // flushes the recorder
     emulator.shutdown().await;
 
-    let files: Vec<_> = std::fs::read_dir(&trace_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    let recorded = read_traces(&files).unwrap();
-    let responses: Vec<_> = recorded
-        .iter()
-        .filter(|r| r.endpoint == "responses")
-        .cloned()
-        .collect();
+    let mut responses = traces_in(&trace_dir);
+    responses.retain(|r| r.endpoint == "responses");
     assert_eq!(responses.len(), 6);
     let stats = replay_arm("as-recorded", &responses, &mut AsRecorded, None, &mut || {});
-    assert_eq!(stats.per_request.len(), live.len());
-    for (i, (replayed, live)) in stats.per_request.iter().zip(&live).enumerate() {
-        assert_eq!(
-            (replayed.cache_read, replayed.uncached),
-            (live.cache_read, live.uncached),
-            "request {i}"
-        );
-    }
+    assert_replayed_as_live(&stats, &live);
     // Each continues what the provider holds: no history to compare, so no break alarm.
     assert_eq!(stats.breaks.values().sum::<u64>(), 0, "{:?}", stats.breaks);
     assert_eq!(stats.stateful_unknown, 0);
