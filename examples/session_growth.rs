@@ -125,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
             patches: Vec::new(),
             variant: None,
             response_id: None,
+            conversation_id: None,
         };
         let log = store.load("bench").await?;
         record_request(store.as_ref(), "bench", &log, &draft).await?;

@@ -439,10 +439,12 @@ impl Pipeline {
         // A stateful Responses request goes on the lane of the answer it names, or of its
         // conversation; its prompt is that conversation, held by the provider, which cachet
         // does not see, so it is not compared with the previous request (not diagnosed).
+        let conversation_id = session::identity::conversation(&sent);
         let continued = match session::identity::previous_response(&sent) {
             Some(answer) => session::lanes::continued_by_answer(log, &answer),
-            None => session::identity::conversation(&sent)
-                .and_then(|_| session::lanes::continued_in_conversation(log)),
+            None => conversation_id
+                .as_deref()
+                .and_then(|id| session::lanes::continued_in_conversation(log, id)),
         };
         let lane = continued.unwrap_or_else(|| {
             session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history)
@@ -489,6 +491,7 @@ impl Pipeline {
             patches,
             variant,
             response_id: result.response_id.clone(),
+            conversation_id,
         };
         let _ = model;
         super::queue::let_requests_in().await;

@@ -212,7 +212,9 @@ impl Continued {
     fn turn_in_log(&self, log: &session::SessionLog) -> Option<u64> {
         match self {
             Continued::Answer(answer) => session::lanes::continued_request(log, answer)?.turn_index,
-            Continued::Conversation(_) => session::lanes::conversation_answered(log)?.turn_index,
+            Continued::Conversation(id) => {
+                session::lanes::conversation_answered(log, id)?.turn_index
+            }
         }
     }
 }

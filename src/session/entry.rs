@@ -175,6 +175,11 @@ pub struct RequestRecord {
     /// The response's id (Anthropic `msg_…`), for the provider's cache diagnostics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_id: Option<String>,
+    /// The Conversations API conversation the request named (`conversation`): the provider
+    /// holds its earlier turns. The conversation's next request goes on this one's lane and
+    /// counts its turns on from this one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_id: Option<String>,
     /// With `ttl = "auto"`: the lifetime chosen for the request's markers, the chance of a
     /// reuse after more than 5 minutes and the expected saving of the choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -140,18 +140,36 @@ pub fn continued_request<'a>(
         .find(|r| r.response_id.as_deref() == Some(answer))
 }
 
-/// The lane a request on a conversation of the Conversations API goes on: the session's
-/// most recently active one, where the conversation's latest request went. Its history is
-/// only its new input (the provider holds the conversation), so no comparison of histories
-/// would find it.
-pub fn continued_in_conversation(log: &(impl Entries + ?Sized)) -> Option<u32> {
-    log.lane_heads().first().map(|head| head.lane)
+/// The lane a request on a conversation of the Conversations API goes on: the lane of the
+/// conversation's latest request (`conversation_id`), when the session has one. Its history
+/// is only its new input (the provider holds the conversation), so no comparison of
+/// histories would find it.
+pub fn continued_in_conversation(log: &(impl Entries + ?Sized), conversation: &str) -> Option<u32> {
+    latest_in_conversation(log, conversation, |_| true).map(|r| r.lane)
 }
 
-/// The latest answered request of the conversation a Conversations API request goes on:
-/// its turn is where the new input's turns are counted from.
-pub fn conversation_answered(log: &(impl Entries + ?Sized)) -> Option<&RequestRecord> {
-    log.previous_answered(continued_in_conversation(log)?)
+/// The latest answered request of a Conversations API conversation: its turn is where a
+/// new request's turns are counted from.
+pub fn conversation_answered<'a>(
+    log: &'a (impl Entries + ?Sized),
+    conversation: &str,
+) -> Option<&'a RequestRecord> {
+    latest_in_conversation(log, conversation, |r| r.usage.is_some())
+}
+
+fn latest_in_conversation<'a>(
+    log: &'a (impl Entries + ?Sized),
+    conversation: &str,
+    wanted: impl Fn(&RequestRecord) -> bool,
+) -> Option<&'a RequestRecord> {
+    log.entries().rev().find_map(|e| match e {
+        crate::session::Entry::Request(r)
+            if r.conversation_id.as_deref() == Some(conversation) && wanted(r) =>
+        {
+            Some(r)
+        }
+        _ => None,
+    })
 }
 
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.

@@ -42,6 +42,8 @@ pub struct RequestDraft<'a> {
     pub patches: Vec<PatchEvent>,
     pub variant: Option<String>,
     pub response_id: Option<String>,
+    /// The Conversations API conversation the request named.
+    pub conversation_id: Option<String>,
 }
 
 /// A tool list or system prompt's key as a record holds it, and its blob (each element's
@@ -157,6 +159,7 @@ pub fn compact_request(
         patches: draft.patches.clone(),
         variant: draft.variant.clone(),
         response_id: draft.response_id.clone(),
+        conversation_id: draft.conversation_id.clone(),
         ttl_decision: None,
     };
     (record, blobs)

@@ -63,6 +63,7 @@ fn record_body(
         patches: Vec::new(),
         variant: None,
         response_id: None,
+        conversation_id: None,
     };
     compact_request(prior, &draft)
 }

@@ -221,6 +221,42 @@ async fn a_chain_of_previous_response_ids_is_one_session() {
     assert_eq!(sessions, vec![session.as_str(); 4], "as recorded");
 }
 
+/// Two conversations of the Conversations API in one session (named by `x-cachet-session`),
+/// their requests interleaved: each conversation keeps a lane of its own and counts its own
+/// turns, from its own latest request.
+#[tokio::test]
+async fn two_conversations_in_one_session_keep_their_own_lanes_and_turns() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&format!("http://{}", emulator.addr))).await;
+    let post = |path: &str, body: Value| {
+        client()
+            .post(format!("http://{}{path}", proxy.addr))
+            .header("authorization", "Bearer sk-test")
+            .header("x-cachet-session", "support-desk")
+            .json(&body)
+    };
+    let a = answer_of(post("/v1/conversations", json!({}))).await["id"].clone();
+    let b = answer_of(post("/v1/conversations", json!({}))).await["id"].clone();
+    for (i, conversation) in [&a, &b, &a, &b, &a].iter().enumerate() {
+        let body = json!({"model": "gpt-4.1", "instructions": "Answer briefly.",
+                          "input": format!("question {i}"), "conversation": conversation});
+        answer_of(post("/v1/responses", body)).await;
+    }
+    let log = wait_for_requests(&proxy, "support-desk", 5).await;
+    let requests = request_entries(&log);
+    let lanes: Vec<&Value> = requests.iter().map(|e| &e["lane"]).collect();
+    assert_eq!(lanes[0], lanes[2], "{log}");
+    assert_eq!(lanes[2], lanes[4], "{log}");
+    assert_eq!(lanes[1], lanes[3], "{log}");
+    assert_ne!(lanes[0], lanes[1], "{log}");
+    let turns: Vec<u64> = requests
+        .iter()
+        .map(|e| e["turn_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, [0, 0, 1, 1, 2], "{log}");
+    assert!(requests.iter().all(|e| e["diagnosis"].is_null()), "{log}");
+}
+
 /// The Conversations API names its conversation (`conversation: "conv_…"` or
 /// `{"id": "conv_…"}`): that is the session, as `prompt_cache_key` is.
 #[tokio::test]

@@ -396,6 +396,7 @@ async fn admin_json_lists_entries_and_recent_sessions() {
         patches: Vec::new(),
         variant: None,
         response_id: None,
+        conversation_id: None,
     };
     record_request(&store, "newer", &SessionLog::new(), &draft)
         .await

@@ -114,6 +114,7 @@ async fn record_body(
         patches: Vec::new(),
         variant: None,
         response_id: None,
+        conversation_id: None,
     };
     cachet::session::record_request(store, session, prior, &draft)
         .await
