@@ -49,7 +49,7 @@ pub fn conversation_id_of(field: &Value) -> Option<String> {
     ConversationRef::deserialize(field).ok()?.into_id()
 }
 
-#[derive(serde::Deserialize)]
+#[derive(Deserialize)]
 #[serde(untagged)]
 enum ConversationRef {
     Id(String),
