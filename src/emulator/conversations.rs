@@ -18,11 +18,12 @@ use crate::error::{ApiError, ErrorKind};
 /// Conversations kept (the oldest are forgotten, as if expired).
 pub const CAPACITY: usize = 1024;
 /// "Initial items to include in the conversation context. You may add up to 20 items at a
-/// time." (API reference, create conversation and create items).
+/// time." (openai-python's `ConversationCreateParams`; `ItemCreateParams` the same).
 const ITEMS_AT_A_TIME: usize = 20;
-/// "Set of 16 key-value pairs that can be attached to an object."
+/// "Set of 16 key-value pairs that can be attached to an object." (its `Conversation`).
 const METADATA_PAIRS: usize = 16;
-/// The default and largest page of a listing: "between 1 and 100, and the default is 20".
+/// The default and largest page of a listing: "Limit can range between 1 and 100, and the
+/// default is 20." (its `ItemListParams`, whose `order` defaults to `desc`).
 const PAGE_DEFAULT: usize = 20;
 const PAGE_MAX: usize = 100;
 

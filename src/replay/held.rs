@@ -47,8 +47,8 @@ pub struct Held {
 
 impl Held {
     /// The request as the provider reads it, when it continues what is held: `body` (the
-    /// shaped request) with the earlier turns before its input. `None` when it continues
-    /// nothing, or nothing held.
+    /// shaped request) with the earlier turns before its input (none yet for a conversation
+    /// not seen before). `None` when it continues nothing, or an answer not held (counted).
     pub fn expand(&mut self, body: &Value) -> Option<Value> {
         let before = before_of(body);
         if matches!(before, Before::Nothing) {
