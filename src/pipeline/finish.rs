@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::handlers::Shaping;
 use super::history::HistoryMap;
+use super::identify::Continued;
 use super::shape::Shaped;
 use super::{Pipeline, RequestCtx};
 use crate::envelope::Envelope;
@@ -292,7 +293,7 @@ impl Pipeline {
                 let turn_index = continued.unwrap_or_else(|| env.turn_index());
                 let answer = job.result.response_id.as_deref();
                 self.remember_answer(&env, answer, &session.id, turn_index, ctx.namespace());
-                let recount_turn = continued.is_none() && super::identify::is_stateful(&env);
+                let recount_turn = continued.is_none() && Continued::of(&env).is_some();
                 Some(Identified {
                     session,
                     observed: Some(Observed {
@@ -439,13 +440,7 @@ impl Pipeline {
         // A stateful Responses request goes on the lane of the answer it names, or of its
         // conversation; its prompt is that conversation, held by the provider, which cachet
         // does not see, so it is not compared with the previous request (not diagnosed).
-        let conversation_id = session::identity::conversation(&sent);
-        let continued = match session::identity::previous_response(&sent) {
-            Some(answer) => session::lanes::continued_by_answer(log, &answer),
-            None => conversation_id
-                .as_deref()
-                .and_then(|id| session::lanes::continued_in_conversation(log, id)),
-        };
+        let continued = Continued::of(&sent).and_then(|c| c.lane_in_log(log));
         let lane = continued.unwrap_or_else(|| {
             session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history)
         });
@@ -491,7 +486,7 @@ impl Pipeline {
             patches,
             variant,
             response_id: result.response_id.clone(),
-            conversation_id,
+            conversation_id: session::identity::conversation(&sent),
         };
         let _ = model;
         super::queue::let_requests_in().await;

@@ -179,14 +179,9 @@ impl Pipeline {
     }
 }
 
-/// Whether a request is a stateful Responses request: it names an answer or a conversation
-/// whose turns the provider holds.
-pub(super) fn is_stateful(env: &Envelope) -> bool {
-    Continued::of(env).is_some()
-}
-
-/// What a stateful Responses request continues, whose turns the provider holds.
-enum Continued {
+/// What a stateful Responses request continues, whose turns the provider holds: where its
+/// turn counts on from, and the lane it goes on.
+pub(super) enum Continued {
     /// The answer `previous_response_id` names.
     Answer(String),
     /// The latest answer of the Conversations API conversation `conversation` names.
@@ -194,7 +189,8 @@ enum Continued {
 }
 
 impl Continued {
-    fn of(env: &Envelope) -> Option<Continued> {
+    /// `None` for a request that is not stateful: its history carries its turns.
+    pub(super) fn of(env: &Envelope) -> Option<Continued> {
         session::identity::previous_response(env)
             .map(Continued::Answer)
             .or_else(|| session::identity::conversation(env).map(Continued::Conversation))
@@ -205,6 +201,15 @@ impl Continued {
         match self {
             Continued::Answer(answer) => answer_key(answer, namespace),
             Continued::Conversation(id) => conversation_key(id, namespace),
+        }
+    }
+
+    /// The lane it goes on: that of the answer it names, or of its conversation's latest
+    /// request, when the session's log has it.
+    pub(super) fn lane_in_log(&self, log: &session::SessionLog) -> Option<u32> {
+        match self {
+            Continued::Answer(answer) => session::lanes::continued_by_answer(log, answer),
+            Continued::Conversation(id) => session::lanes::continued_in_conversation(log, id),
         }
     }
 
