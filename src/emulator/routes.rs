@@ -181,15 +181,8 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pro
         }
         (&Method::POST, "/v1/files") => {
             let now = shared.clock.now_secs();
-            return match files::upload(provider, seq, now, req).await {
-                Ok(file) => json_response(
-                    provider,
-                    &request_id,
-                    StatusCode::OK,
-                    full(file.to_string()),
-                ),
-                Err(err) => error_response(provider, &request_id, &err),
-            };
+            let file = files::upload(provider, seq, now, req).await;
+            return object_response(provider, &request_id, file);
         }
         (_, p) if p == "/v1/conversations" || p.starts_with("/v1/conversations/") => {
             return conversations(&shared, &request_id, req).await;
@@ -383,15 +376,7 @@ async fn conversations(
     };
     let now = shared.clock.now_secs();
     let served = recover(&shared.conversations).serve(&method, &path, query.as_deref(), body, now);
-    match served {
-        Ok(object) => json_response(
-            Provider::OpenAi,
-            request_id,
-            StatusCode::OK,
-            full(object.to_string()),
-        ),
-        Err(err) => error_response(Provider::OpenAi, request_id, &err),
-    }
+    object_response(Provider::OpenAi, request_id, served)
 }
 
 /// A request body as JSON, decoded first by its `content-encoding` as cachet decodes what
@@ -465,6 +450,23 @@ fn json_response(
         }
     }
     resp
+}
+
+/// An API object as a 200, or the error in the provider's own shape.
+fn object_response(
+    provider: Provider,
+    request_id: &str,
+    object: Result<Value, ApiError>,
+) -> Response<ProxyBody> {
+    match object {
+        Ok(object) => json_response(
+            provider,
+            request_id,
+            StatusCode::OK,
+            full(object.to_string()),
+        ),
+        Err(err) => error_response(provider, request_id, &err),
+    }
 }
 
 /// An error in the provider's own shape (Anthropic bodies carry the request id too).
