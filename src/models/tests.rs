@@ -41,6 +41,27 @@ fn claude_5_rows_follow_anthropics_pages_and_are_not_sonnet() {
     );
 }
 
+/// Sonnet 5.5's cache reads were cut from 0.10x to 0.05x of input ($0.20 to $0.10) on
+/// 2026-10-07, the day Haiku 5.5 was released (kurofune/claudit v1.9.2, "pricing refresh
+/// against the live pricing page on 2026-10-24"; TheKrush/PromptFuel v1.0.23, "effective
+/// 2026-10-07"). Anthropic's model pages that still show $0.20 compare it with Haiku 4.5, so
+/// they predate that day. Sonnet 5 keeps $0.20 (its $2 / $10 launch price is the standard one).
+#[test]
+fn sonnet_5_5_reads_the_cache_at_its_cut_price() {
+    for id in [
+        "claude-sonnet-5-5",
+        "claude-sonnet-5-5[1m]",
+        "claude-sonnet-5-5-20260928",
+    ] {
+        let m = builtin(id).unwrap_or_else(|| panic!("{id} unknown"));
+        assert_eq!((m.input, m.output), (2.0, 10.0), "{id}");
+        assert_eq!((m.cache_write_5m, m.cache_write_1h), (2.5, 4.0), "{id}");
+        assert!((m.cache_read / m.input - 0.05).abs() < 1e-12, "{id}");
+    }
+    let sonnet5 = builtin("claude-sonnet-5").unwrap();
+    assert!((sonnet5.cache_read / sonnet5.input - 0.1).abs() < 1e-12);
+}
+
 /// A model no row names is unknown, never priced as a neighbour (the old `claude-*`, `gpt-5*`
 /// and `*` rows priced every new model as Sonnet or GPT-5).
 #[test]
