@@ -52,7 +52,8 @@ struct TokenCounters {
     input: [IntCounter; 3],
     output: IntCounter,
     /// Cache writes by TTL: `5m`, `1h`.
-    write_ttl: [IntCounter; 2],
+    /// `cachet_cache_write_tokens_total` for the `5m`, `1h` and `12h` writes.
+    write_ttl: [IntCounter; 3],
     /// Cost and savings, for models with known prices.
     priced: Option<(&'static crate::models::ModelInfo, Counter, Counter)>,
     provider: &'static str,
@@ -74,10 +75,11 @@ impl TokenCounters {
         self.output.inc_by(u.output);
         self.write_ttl[0].inc_by(u.cache_write_5m);
         self.write_ttl[1].inc_by(u.cache_write_1h);
+        self.write_ttl[2].inc_by(u.cache_write_12h);
         // Writes whose TTL the provider did not report (OpenAI-style `cache_write_tokens`).
         let untimed = u
             .cache_write
-            .saturating_sub(u.cache_write_5m + u.cache_write_1h);
+            .saturating_sub(u.cache_write_5m + u.cache_write_1h + u.cache_write_12h);
         if untimed > 0 {
             metrics
                 .cache_write_tokens
@@ -471,7 +473,7 @@ impl Metrics {
             output: self
                 .output_tokens
                 .with_label_values(&[p, &label, variant, client_key]),
-            write_ttl: ["5m", "1h"].map(|ttl| {
+            write_ttl: ["5m", "1h", "12h"].map(|ttl| {
                 self.cache_write_tokens
                     .with_label_values(&[p, &label, variant, client_key, ttl])
             }),
@@ -668,13 +670,33 @@ mod tests {
         };
         assert_eq!(ttl("5m", "claude-sonnet-4-5"), 20);
         assert_eq!(ttl("1h", "claude-sonnet-4-5"), 30);
+        // A Responses answer splits its writes by lifetime: the 12-hour ones are `12h`.
+        let split = crate::usage::from_openai_responses(&serde_json::json!({
+            "input_tokens": 9000, "output_tokens": 1,
+            "input_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 5000,
+                "cache_write_tokens_details": {"ttl_30m_tokens": 2000, "ttl_12h_tokens": 3000}}
+        }));
+        m.record_request(
+            Provider::OpenAi,
+            Endpoint::Responses,
+            "gpt-4o",
+            "200",
+            "none",
+            "none",
+            Some(&split),
+        );
+        assert_eq!(ttl("12h", "gpt-4o"), 3000);
+        assert_eq!(ttl("unknown", "gpt-4o"), 40 + 2000);
         for model in ["claude-sonnet-4-5", "gpt-4o"] {
             let provider = if model == "gpt-4o" {
                 "openai"
             } else {
                 "anthropic"
             };
-            let by_ttl: u64 = ["5m", "1h", "unknown"].iter().map(|t| ttl(t, model)).sum();
+            let by_ttl: u64 = ["5m", "1h", "12h", "unknown"]
+                .iter()
+                .map(|t| ttl(t, model))
+                .sum();
             let written = m
                 .input_tokens
                 .with_label_values(&[provider, model, "none", "none", "cache_write"])

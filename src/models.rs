@@ -35,6 +35,10 @@ pub struct ModelInfo {
     pub cache_read: f64,
     pub cache_write_5m: f64,
     pub cache_write_1h: f64,
+    /// OpenAI: the price of a write with `prompt_cache_options.ttl: "12h"`; such writes are
+    /// priced at `cache_write_5m` (the 30-minute write) when the row gives none.
+    #[serde(default)]
+    pub cache_write_12h: Option<f64>,
     /// Anthropic: with thinking on, thinking blocks of earlier turns stay in the prompt by
     /// default (otherwise only the current turn's are kept). `context_management` can
     /// change it per request.
@@ -67,12 +71,13 @@ impl ModelInfo {
         let (input, output) = self.factors(u);
         let unsplit_write = u
             .cache_write
-            .saturating_sub(u.cache_write_5m + u.cache_write_1h);
+            .saturating_sub(u.cache_write_5m + u.cache_write_1h + u.cache_write_12h);
         (input
             * (u.uncached as f64 * self.input
                 + u.cache_read as f64 * self.cache_read
                 + (u.cache_write_5m + unsplit_write) as f64 * self.cache_write_5m
-                + u.cache_write_1h as f64 * self.cache_write_1h)
+                + u.cache_write_1h as f64 * self.cache_write_1h
+                + u.cache_write_12h as f64 * self.cache_write_12h.unwrap_or(self.cache_write_5m))
             + output * u.output as f64 * self.output)
             / 1e6
     }

@@ -19,6 +19,10 @@ pub struct Usage {
     pub cache_write: u64,
     pub cache_write_5m: u64,
     pub cache_write_1h: u64,
+    /// OpenAI writes with a 12-hour minimum lifetime (`prompt_cache_options.ttl: "12h"`,
+    /// reported in `cache_write_tokens_details.ttl_12h_tokens`); part of `cache_write`.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub cache_write_12h: u64,
     /// Input tokens neither read from nor written to the cache.
     pub uncached: u64,
     pub output: u64,
@@ -61,6 +65,10 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Usage {
     /// Tokens the prompt as sent read from the cache: the first sampling's.
     pub fn prompt_read(&self) -> u64 {
@@ -88,6 +96,7 @@ impl Usage {
         self.cache_write = self.cache_write.saturating_add(other.cache_write);
         self.cache_write_5m = self.cache_write_5m.saturating_add(other.cache_write_5m);
         self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
+        self.cache_write_12h = self.cache_write_12h.saturating_add(other.cache_write_12h);
         self.uncached = self.uncached.saturating_add(other.uncached);
         self.output = self.output.saturating_add(other.output);
         // A sum of requests has no first and last sampling, nor one prompt's edits.
@@ -162,6 +171,24 @@ struct CacheCreation {
 struct Details {
     cached_tokens: Count,
     cache_write_tokens: Count,
+    cache_write_tokens_details: Lenient<WriteDetails>,
+}
+
+/// OpenAI's split of the tokens written to cache by lifetime (Responses).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+struct WriteDetails {
+    ttl_12h_tokens: Count,
+}
+
+impl Details {
+    fn written_12h(&self) -> u64 {
+        self.cache_write_tokens_details
+            .0
+            .as_ref()
+            .and_then(|w| w.ttl_12h_tokens.0)
+            .unwrap_or(0)
+    }
 }
 
 impl UsageFields {
@@ -293,7 +320,7 @@ impl UsageFields {
         openai(
             self.prompt_tokens.0.unwrap_or(0),
             cached,
-            written,
+            (written, details.map_or(0, Details::written_12h)),
             self.completion_tokens.0.unwrap_or(0),
         )
     }
@@ -303,7 +330,10 @@ impl UsageFields {
         openai(
             self.input_tokens.0.unwrap_or(0),
             details.and_then(|d| d.cached_tokens.0).unwrap_or(0),
-            details.and_then(|d| d.cache_write_tokens.0).unwrap_or(0),
+            (
+                details.and_then(|d| d.cache_write_tokens.0).unwrap_or(0),
+                details.map_or(0, Details::written_12h),
+            ),
             self.output_tokens.0.unwrap_or(0),
         )
     }
@@ -510,12 +540,15 @@ pub fn merge_anthropic(into: &mut Usage, usage: &Value) {
 }
 
 /// OpenAI counts cached (and, where reported, written) tokens inside the input total.
-fn openai(input: u64, cached: u64, written: u64, output: u64) -> Usage {
+/// OpenAI's counts: `cached` and `written` are inside `input`; `(written, of them for 12
+/// hours)`, the split never taken above the total.
+fn openai(input: u64, cached: u64, (written, written_12h): (u64, u64), output: u64) -> Usage {
     Usage {
         cache_read: cached,
         cache_write: written,
         cache_write_5m: 0,
         cache_write_1h: 0,
+        cache_write_12h: written_12h.min(written),
         uncached: input.saturating_sub(cached).saturating_sub(written),
         output,
         iterations: None,
@@ -817,9 +850,16 @@ mod tests {
             openai(
                 num(usage, "prompt_tokens").unwrap_or(0),
                 cached,
-                written,
+                (written, written_12h(details)),
                 num(usage, "completion_tokens").unwrap_or(0),
             )
+        }
+
+        fn written_12h(details: Option<&Value>) -> u64 {
+            details
+                .and_then(|d| d.get("cache_write_tokens_details"))
+                .and_then(|w| num(w, "ttl_12h_tokens"))
+                .unwrap_or(0)
         }
 
         pub fn responses(usage: &Value) -> Usage {
@@ -827,9 +867,12 @@ mod tests {
             openai(
                 num(usage, "input_tokens").unwrap_or(0),
                 details.and_then(|d| num(d, "cached_tokens")).unwrap_or(0),
-                details
-                    .and_then(|d| num(d, "cache_write_tokens"))
-                    .unwrap_or(0),
+                (
+                    details
+                        .and_then(|d| num(d, "cache_write_tokens"))
+                        .unwrap_or(0),
+                    written_12h(details),
+                ),
                 num(usage, "output_tokens").unwrap_or(0),
             )
         }
@@ -1241,6 +1284,48 @@ mod tests {
             (u.cache_read, u.cache_write, u.uncached),
             (2048, 1024, 1024)
         );
+    }
+
+    /// Responses reports the writes by lifetime: `cache_write_tokens_details` with
+    /// `ttl_30m_tokens` and `ttl_12h_tokens` (openai-python 3.57
+    /// `InputTokensDetailsCacheWriteTokensDetails`), in a stream's last event and a body
+    /// alike. A split that does not add up to `cache_write_tokens` takes the total's word.
+    #[test]
+    fn openai_writes_of_twelve_hours_are_read_apart() {
+        let usage = json!({"input_tokens": 9000, "output_tokens": 7, "total_tokens": 9007,
+            "input_tokens_details": {"cached_tokens": 3000, "cache_write_tokens": 4000,
+                "cache_write_tokens_details": {"ttl_30m_tokens": 1000, "ttl_12h_tokens": 3000}},
+            "output_tokens_details": {"reasoning_tokens": 0}});
+        let u = from_openai_responses(&usage);
+        assert_eq!((u.cache_write, u.cache_write_12h), (4000, 3000));
+        assert_eq!(
+            (u.cache_read, u.uncached, u.total_input()),
+            (3000, 2000, 9000)
+        );
+        let done = json!({"type": "response.completed",
+            "response": {"model": "gpt-6.2-sol", "usage": usage}});
+        let mut s = StreamUsage::default();
+        s.on_event(
+            Endpoint::Responses,
+            "response.completed",
+            done.to_string().as_bytes(),
+        );
+        assert_eq!(s.usage(), Some(u));
+        let body = serde_json::to_vec(&json!({"id": "resp_1", "object": "response",
+            "model": "gpt-6.2-sol", "output": [], "usage": usage}))
+        .unwrap();
+        assert_eq!(
+            read_response_body(Endpoint::Responses, &body).usage,
+            Some(u)
+        );
+
+        let mut sum = u;
+        sum.add(&u);
+        assert_eq!((sum.cache_write, sum.cache_write_12h), (8000, 6000));
+        let odd = from_openai_responses(&json!({"input_tokens": 5000,
+            "input_tokens_details": {"cache_write_tokens": 100,
+                "cache_write_tokens_details": {"ttl_12h_tokens": 900}}}));
+        assert_eq!((odd.cache_write, odd.cache_write_12h), (100, 100));
     }
 
     #[test]

@@ -145,6 +145,7 @@ impl AnthropicCache {
             cache_write_1h: last_1h - read,
             cache_write_5m: last_write - last_1h,
             cache_write_30m: 0,
+            cache_write_12h: 0,
             detail: Detail {
                 blocks: prompt.blocks.len(),
                 markers: markers

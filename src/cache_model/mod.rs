@@ -31,8 +31,8 @@ pub use anthropic::{AnthropicCache, MAX_MARKERS};
 pub use anthropic_prompt::Ttl;
 pub use clock::Clock;
 pub use openai::{
-    count_in_window, surely_kept_ms, OpenAiCache, EXTENDED_RETENTION, MIN_CACHED_TOKENS,
-    OVERFLOW_PER_MINUTE, RATE_WINDOW_MS, ROUTING_TOKENS, STEP_TOKENS,
+    count_in_window, surely_kept_ms, takes_breakpoints, OpenAiCache, Retention, EXTENDED_RETENTION,
+    MIN_CACHED_TOKENS, OVERFLOW_PER_MINUTE, RATE_WINDOW_MS, ROUTING_TOKENS, STEP_TOKENS,
 };
 
 use crate::error::ApiError;
@@ -120,6 +120,8 @@ pub struct Accounting {
     pub cache_write_1h: u64,
     /// OpenAI writes (GPT-5.6 and later; `cache_write_tokens`, 30-minute minimum lifetime).
     pub cache_write_30m: u64,
+    /// OpenAI writes with `prompt_cache_options.ttl: "12h"` (12-hour minimum lifetime).
+    pub cache_write_12h: u64,
     pub detail: Detail,
     /// The compaction sampled before this answer, when the request's prompt reached its
     /// `compact_20260112` trigger (Anthropic).
@@ -140,7 +142,7 @@ pub struct Compaction {
 
 impl Accounting {
     pub fn cache_write(&self) -> u64 {
-        self.cache_write_5m + self.cache_write_1h + self.cache_write_30m
+        self.cache_write_5m + self.cache_write_1h + self.cache_write_30m + self.cache_write_12h
     }
 
     /// Input tokens neither read from nor written to the cache.
@@ -157,6 +159,7 @@ impl Accounting {
             cache_write: self.cache_write(),
             cache_write_5m: self.cache_write_5m,
             cache_write_1h: self.cache_write_1h,
+            cache_write_12h: self.cache_write_12h,
             uncached: self.uncached(),
             output: output_tokens,
             iterations: None,

@@ -21,7 +21,9 @@
 //! at least the `ttl` of 30 minutes.
 //!
 //! Entries expire after an idle period (each hit or write renews them), or after 24 hours
-//! with `prompt_cache_retention: "24h"`.
+//! with `prompt_cache_retention: "24h"`. On GPT-5.6 and later a Responses request may ask
+//! `prompt_cache_options.ttl: "12h"`: what it writes and reads lives at least 12 hours, and
+//! its writes are reported apart (`cache_write_tokens_details.ttl_12h_tokens`).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -43,6 +45,38 @@ pub const ROUTING_TOKENS: usize = 256;
 pub const EXTENDED_RETENTION: &str = "24h";
 /// Lifetime with `prompt_cache_retention: "24h"`.
 const EXTENDED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+/// The `prompt_cache_options.ttl` values: the default, and the longer one Responses takes.
+pub const TTL_30M: &str = "30m";
+pub const TTL_12H: &str = "12h";
+/// The minimum lifetime of breakpoints written with `ttl: "12h"`.
+const TTL_12H_MS: u64 = 12 * 60 * 60 * 1000;
+
+/// How long an OpenAI request asks the provider to keep its prefix: the two request fields
+/// that say so, read in one place for the emulator and the diagnosis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// `prompt_cache_retention: "24h"`: kept up to a day.
+    pub extended_24h: bool,
+    /// `prompt_cache_options.ttl: "12h"` (Responses, GPT-5.6 and later): every breakpoint
+    /// the request writes lives at least 12 hours.
+    pub ttl_12h: bool,
+}
+
+impl Retention {
+    /// From the request's `prompt_cache_retention` and `prompt_cache_options.ttl` values.
+    pub fn of(retention: Option<&str>, ttl: Option<&str>) -> Retention {
+        Retention {
+            extended_24h: retention == Some(EXTENDED_RETENTION),
+            ttl_12h: ttl == Some(TTL_12H),
+        }
+    }
+
+    /// Whether this request's writes on `model` are 12-hour ones: the option is taken by
+    /// the models that take breakpoints.
+    pub fn writes_12h(&self, model: &str) -> bool {
+        self.ttl_12h && takes_breakpoints(model)
+    }
+}
 /// The shortest idle time the provider keeps a prefix: the guide's "5 to 10 minutes of
 /// inactivity" (the model evicts after 10, `CacheModelConfig::openai_idle_secs`).
 const MIN_IDLE_MS: u64 = 5 * 60 * 1000;
@@ -99,12 +133,14 @@ impl OpenAiCache {
         } else {
             block_accounting(&prompt, machine, expires)
         };
+        let twelve_hours = prompt.retention.writes_12h(&prompt.model);
         Ok(Accounting {
             input_tokens: prompt.total_tokens(),
             cache_read: read,
             cache_write_5m: 0,
             cache_write_1h: 0,
-            cache_write_30m: written,
+            cache_write_30m: if twelve_hours { 0 } else { written },
+            cache_write_12h: if twelve_hours { written } else { 0 },
             detail: Detail {
                 blocks: prompt.part_ends.len(),
                 markers,
@@ -156,8 +192,9 @@ pub fn count_in_window(times: &mut VecDeque<u64>, now_ms: u64) -> usize {
     times.len()
 }
 
-/// Whether `model` takes explicit breakpoints (GPT-5.6 and later, per the model table).
-pub(super) fn takes_breakpoints(model: &str) -> bool {
+/// Whether `model` takes explicit breakpoints and `prompt_cache_options` (GPT-5.6 and
+/// later, per the model table).
+pub fn takes_breakpoints(model: &str) -> bool {
     crate::models::lookup(model)
         .is_some_and(|m| m.provider == "openai" && m.explicit_breakpoints().is_some())
 }
@@ -220,6 +257,11 @@ fn breakpoint_accounting(
         machine.entries.insert(keys[i], expires);
     }
     let positions = write_positions(prompt);
+    let ttl = if prompt.retention.writes_12h(&prompt.model) {
+        TTL_12H
+    } else {
+        TTL_30M
+    };
     let mut markers = Vec::new();
     let mut furthest = read;
     for pos in positions {
@@ -230,7 +272,7 @@ fn breakpoint_accounting(
         machine.entries.insert(keys[i], expires);
         markers.push(Marker {
             block: i,
-            ttl: "30m",
+            ttl,
             prefix_tokens: pos as u64,
         });
         furthest = furthest.max(pos as u64);
@@ -277,31 +319,36 @@ pub(super) fn write_positions(prompt: &OpenAiPrompt) -> Vec<usize> {
 }
 
 /// How long the provider surely keeps a request's idle prefix: 5 minutes, a day with
-/// extended retention, at least the 30-minute `ttl` of GPT-5.6 breakpoints. A miss after a
-/// longer gap is an expiry; before it, something else.
-pub fn surely_kept_ms(model: &str, retention_24h: bool) -> u64 {
-    kept_ms(model, retention_24h, MIN_IDLE_MS)
+/// extended retention, at least the 30-minute `ttl` of GPT-5.6 breakpoints, 12 hours with
+/// the `12h` one. A miss after a longer gap is an expiry; before it, something else.
+pub fn surely_kept_ms(model: &str, retention: Retention) -> u64 {
+    kept_ms(model, retention, MIN_IDLE_MS)
 }
 
 /// How long a request's entries live.
 pub(super) fn lifetime_ms(prompt: &OpenAiPrompt, config: &CacheModelConfig) -> u64 {
     kept_ms(
         &prompt.model,
-        prompt.retention_24h,
+        prompt.retention,
         config.openai_idle_secs * 1000,
     )
 }
 
 /// An idle prefix's life after `idle_ms`: at least a day with extended retention, at least
 /// the `ttl` of breakpoints on a model that takes them.
-fn kept_ms(model: &str, retention_24h: bool, idle_ms: u64) -> u64 {
-    let mut keep_ms = if retention_24h {
+fn kept_ms(model: &str, retention: Retention, idle_ms: u64) -> u64 {
+    let mut keep_ms = if retention.extended_24h {
         idle_ms.max(EXTENDED_RETENTION_MS)
     } else {
         idle_ms
     };
     if takes_breakpoints(model) {
-        keep_ms = keep_ms.max(BREAKPOINT_TTL_MS);
+        let ttl_ms = if retention.ttl_12h {
+            TTL_12H_MS
+        } else {
+            BREAKPOINT_TTL_MS
+        };
+        keep_ms = keep_ms.max(ttl_ms);
     }
     keep_ms
 }

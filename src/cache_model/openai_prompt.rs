@@ -38,8 +38,8 @@ pub struct OpenAiPrompt {
     pub mode: CacheMode,
     /// `prompt_cache_key` ("" when absent).
     pub cache_key: String,
-    /// `prompt_cache_retention: "24h"`.
-    pub retention_24h: bool,
+    /// `prompt_cache_retention` and `prompt_cache_options.ttl`.
+    pub retention: super::openai::Retention,
 }
 
 impl OpenAiPrompt {
@@ -113,27 +113,35 @@ pub fn render(endpoint: Endpoint, req: &Value) -> Result<OpenAiPrompt, ApiError>
     }
     let mut part_ends = r.part_ends;
     part_ends.dedup();
+    let (mode, ttl) = cache_options(endpoint, obj)?;
     Ok(OpenAiPrompt {
         model: model.to_string(),
         tokens: r.tokens,
         part_ends,
         breakpoints: r.breakpoints,
-        mode: cache_mode(obj)?,
+        mode,
         cache_key: obj
             .get("prompt_cache_key")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string(),
-        retention_24h: obj.get("prompt_cache_retention").and_then(Value::as_str)
-            == Some(super::openai::EXTENDED_RETENTION),
+        retention: super::openai::Retention::of(
+            obj.get("prompt_cache_retention").and_then(Value::as_str),
+            ttl,
+        ),
     })
 }
 
-/// `prompt_cache_options`, validated like the SDK types say (mode implicit|explicit, ttl
-/// "30m", the only value).
-fn cache_mode(obj: &Map<String, Value>) -> Result<CacheMode, ApiError> {
+/// `prompt_cache_options`, validated like the SDK types say: mode implicit|explicit; ttl
+/// "30m", or "12h" on Responses (openai-python 3.57: Responses `PromptCacheOptions.ttl`
+/// `Literal["30m", "12h"]`, Chat's `Literal["30m"]`, "currently the only supported value").
+fn cache_options(
+    endpoint: Endpoint,
+    obj: &Map<String, Value>,
+) -> Result<(CacheMode, Option<&'static str>), ApiError> {
+    use super::openai::{TTL_12H, TTL_30M};
     let Some(options) = obj.get("prompt_cache_options").filter(|o| !o.is_null()) else {
-        return Ok(CacheMode::Implicit);
+        return Ok((CacheMode::Implicit, None));
     };
     let mode = match options.get("mode").and_then(Value::as_str) {
         None | Some("implicit") => CacheMode::Implicit,
@@ -144,16 +152,22 @@ fn cache_mode(obj: &Map<String, Value>) -> Result<CacheMode, ApiError> {
             )))
         }
     };
-    match options.get("ttl") {
-        None | Some(Value::Null) => {}
-        Some(v) if v == "30m" => {}
+    let ttl = match options.get("ttl") {
+        None | Some(Value::Null) => None,
+        Some(v) if v == TTL_30M => Some(TTL_30M),
+        Some(v) if v == TTL_12H && endpoint == Endpoint::Responses => Some(TTL_12H),
         Some(v) => {
+            let supported = if endpoint == Endpoint::Responses {
+                "'30m' and '12h'"
+            } else {
+                "'30m'"
+            };
             return Err(ApiError::invalid(format!(
-                "Invalid value for 'prompt_cache_options.ttl': {v}. Supported values are: '30m'."
-            )))
+                "Invalid value for 'prompt_cache_options.ttl': {v}. Supported values are: {supported}."
+            )));
         }
-    }
-    Ok(mode)
+    };
+    Ok((mode, ttl))
 }
 
 #[derive(Default)]

@@ -341,3 +341,69 @@ fn extended_retention_keeps_entries_for_a_day() {
         0
     );
 }
+
+/// `prompt_cache_options.ttl` on Responses takes `30m` (the default) and `12h`: "The
+/// minimum lifetime applied to every implicit and explicit cache breakpoint written by the
+/// request. Supported values are `30m` (the default) and `12h`" (openai-python 3.57,
+/// `responses.response_create_params.PromptCacheOptions`). Chat Completions takes `30m`
+/// only (`chat.completion_create_params.PromptCacheOptions`: "currently the only supported
+/// value"). Responses reports the writes by lifetime in
+/// `input_tokens_details.cache_write_tokens_details` (`ttl_30m_tokens`, `ttl_12h_tokens`:
+/// `responses.response_usage.InputTokensDetailsCacheWriteTokensDetails`).
+#[test]
+fn a_twelve_hour_ttl_keeps_what_it_writes_half_a_day_and_reports_it_apart() {
+    let hour = 3_600_000;
+    let request = |ttl: &str| {
+        let mut req = developer_breakpoint("gpt-6.2-sol", None, "What changed?");
+        req["prompt_cache_options"] = json!({"ttl": ttl});
+        req
+    };
+    let mut m = CacheModel::default();
+    let first = m.account(Endpoint::Responses, &request("12h"), 0).unwrap();
+    assert!(first.cache_write_12h > 0);
+    assert_eq!(first.cache_write_30m, 0);
+    assert_eq!(first.cache_write(), first.cache_write_12h);
+    assert!(first.detail.markers.iter().all(|m| m.ttl == "12h"));
+    let usage = first.usage_json(Endpoint::Responses, 5);
+    let details = &usage["input_tokens_details"];
+    assert_eq!(details["cache_write_tokens"], first.cache_write_12h);
+    assert_eq!(
+        details["cache_write_tokens_details"],
+        json!({"ttl_30m_tokens": 0, "ttl_12h_tokens": first.cache_write_12h})
+    );
+    let read = crate::usage::from_openai_responses(&usage);
+    assert_eq!(read, first.usage(5));
+    assert_eq!(read.cache_write_12h, first.cache_write_12h);
+
+    // Three idle hours: past the 30-minute ttl and the ten idle minutes, within twelve hours.
+    let later = m
+        .account(Endpoint::Responses, &request("12h"), 3 * hour)
+        .unwrap();
+    assert!(later.cache_read >= first.cache_write_12h);
+    let mut short = CacheModel::default();
+    short
+        .account(Endpoint::Responses, &request("30m"), 0)
+        .unwrap();
+    let expired = short
+        .account(Endpoint::Responses, &request("30m"), 3 * hour)
+        .unwrap();
+    assert_eq!(expired.cache_read, 0);
+    assert!(expired.cache_write_30m > 0 && expired.cache_write_12h == 0);
+    // Past twelve idle hours, a 12-hour entry is gone too.
+    let gone = m
+        .account(Endpoint::Responses, &request("12h"), 16 * hour)
+        .unwrap();
+    assert_eq!(gone.cache_read, 0);
+
+    let mut chat_req = chat(2000, Some("r"));
+    chat_req["model"] = json!("gpt-6.2-sol");
+    chat_req["prompt_cache_options"] = json!({"ttl": "12h"});
+    let refused = m.account(Endpoint::Chat, &chat_req, 0).unwrap_err();
+    assert!(
+        refused.message.contains("prompt_cache_options.ttl"),
+        "{refused:?}"
+    );
+    let mut bad = request("1h");
+    bad["prompt_cache_options"] = json!({"ttl": "1h"});
+    assert!(m.account(Endpoint::Responses, &bad, 0).is_err());
+}

@@ -71,14 +71,18 @@ impl Accounting {
         })
     }
 
-    /// Responses: `cached_tokens` and `cache_write_tokens` are inside `input_tokens`
-    /// (openai-python `ResponseUsage.InputTokensDetails`).
+    /// Responses: `cached_tokens` and `cache_write_tokens` are inside `input_tokens`, the
+    /// writes split by lifetime (openai-python `ResponseUsage.InputTokensDetails`).
     pub fn responses_usage_json(&self, output_tokens: u64) -> Value {
         json!({
             "input_tokens": self.input_tokens,
             "input_tokens_details": {
                 "cached_tokens": self.cache_read,
-                "cache_write_tokens": self.cache_write_30m,
+                "cache_write_tokens": self.cache_write_30m + self.cache_write_12h,
+                "cache_write_tokens_details": {
+                    "ttl_30m_tokens": self.cache_write_30m,
+                    "ttl_12h_tokens": self.cache_write_12h,
+                },
             },
             "output_tokens": output_tokens,
             "output_tokens_details": { "reasoning_tokens": 0 },

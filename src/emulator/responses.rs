@@ -43,6 +43,27 @@ fn conversation(request: &Value) -> Value {
         .map_or(Value::Null, |id| json!({"id": id}))
 }
 
+/// The prompt-caching options applied (openai-python `Response.prompt_cache_options`,
+/// "Supported for `gpt-5.6` and later models"): the request's, with the defaults `implicit`
+/// and `30m`; `null` on older models. The request was validated when it was accounted.
+fn applied_cache_options(request: &Value, model: &str) -> Value {
+    if !crate::cache_model::takes_breakpoints(model) {
+        return Value::Null;
+    }
+    let asked = |key: &str| {
+        request
+            .get("prompt_cache_options")
+            .and_then(|o| o.get(key))
+            .filter(|v| !v.is_null())
+            .cloned()
+    };
+    json!({
+        "mode": asked("mode").unwrap_or_else(|| json!("implicit")),
+        "ttl": asked("ttl").unwrap_or_else(|| json!("30m")),
+        "comparison_response_id": asked("comparison_response_id").unwrap_or(Value::Null),
+    })
+}
+
 /// The response object; `done` decides status, output and usage.
 pub fn response(turn: &Turn, done: bool) -> Value {
     let req = turn.request;
@@ -63,6 +84,7 @@ pub fn response(turn: &Turn, done: bool) -> Value {
         "previous_response_id": echo("previous_response_id", Value::Null),
         "conversation": conversation(req),
         "prompt_cache_key": echo("prompt_cache_key", Value::Null),
+        "prompt_cache_options": applied_cache_options(req, turn.model),
         "reasoning": echo("reasoning", json!({"effort": null, "summary": null})),
         "service_tier": "default",
         "store": echo("store", json!(true)),

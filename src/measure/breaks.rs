@@ -150,9 +150,9 @@ pub struct Current<'a> {
     /// The first history message whose thinking the provider drops for this request (a
     /// new turn on a model that keeps no earlier thinking), if any.
     pub thinking_stripped_from: Option<usize>,
-    /// OpenAI: the request asks for `prompt_cache_retention: "24h"` (see
-    /// [`retention_24h`]).
-    pub retention_24h: bool,
+    /// OpenAI: how long the request asks the provider to keep its prefix (see
+    /// [`retention`]).
+    pub retention: crate::cache_model::Retention,
 }
 
 /// Whether cachet's diagnosis and the provider's own (`diagnostics` of an Anthropic answer)
@@ -221,15 +221,26 @@ pub fn thinking_stripped_from(env: &crate::envelope::Envelope) -> Option<usize> 
     stripped.into_iter().find(|&i| turn_of(i) == newest)
 }
 
-/// Whether an OpenAI request asks the provider to keep its prefix for a day: an agent sends
-/// the same retention on every request, so this request's says how long the previous
-/// one's prefix was kept. Only that option is parsed.
-pub fn retention_24h(env: &crate::envelope::Envelope) -> bool {
-    matches!(env.endpoint(), Endpoint::Chat | Endpoint::Responses)
-        && env
-            .option_raw("prompt_cache_retention")
-            .and_then(|raw| serde_json::from_slice::<String>(raw).ok())
-            .is_some_and(|v| v == crate::cache_model::EXTENDED_RETENTION)
+/// How long an OpenAI request asks the provider to keep its prefix
+/// (`prompt_cache_retention`, `prompt_cache_options.ttl`): an agent sends the same on every
+/// request, so this request's says how long the previous one's prefix was kept. Only
+/// those two options are parsed.
+pub fn retention(env: &crate::envelope::Envelope) -> crate::cache_model::Retention {
+    #[derive(serde::Deserialize)]
+    struct Options {
+        ttl: Option<String>,
+    }
+    if !matches!(env.endpoint(), Endpoint::Chat | Endpoint::Responses) {
+        return Default::default();
+    }
+    let retention = env
+        .option_raw("prompt_cache_retention")
+        .and_then(|raw| serde_json::from_slice::<String>(raw).ok());
+    let ttl = env
+        .option_raw("prompt_cache_options")
+        .and_then(|raw| serde_json::from_slice::<Options>(raw).ok())
+        .and_then(|o| o.ttl);
+    crate::cache_model::Retention::of(retention.as_deref(), ttl.as_deref())
 }
 
 /// Minimum cacheable prefix assumed for a model missing from the table.
@@ -558,7 +569,7 @@ fn openai_miss(
     let mut d = base(Section::Messages, BreakReason::Unexplained, String::new());
     d.expected_read = (expected > 0).then_some(expected);
     let gap_secs = cur.time_ms.saturating_sub(prev.time_ms) / 1000;
-    let kept_secs = crate::cache_model::surely_kept_ms(&cur.shape.model, cur.retention_24h) / 1000;
+    let kept_secs = crate::cache_model::surely_kept_ms(&cur.shape.model, cur.retention) / 1000;
     if gap_secs > kept_secs {
         d.reason = BreakReason::TtlExpired;
         d.detail = format!(

@@ -281,7 +281,7 @@ fn current(
         time_ms,
         min_tokens: 1024,
         thinking_stripped_from: None,
-        retention_24h: false,
+        retention: Default::default(),
     }
 }
 
@@ -452,7 +452,7 @@ fn an_openai_miss_after_a_stored_prompt_names_what_was_stored() {
         time_ms: 2_000,
         min_tokens: 1024,
         thinking_stripped_from: None,
-        retention_24h: false,
+        retention: Default::default(),
     };
     let d = diagnose(&previous, &current, &|_| 0).expect("a miss");
     assert_eq!(d.reason, BreakReason::Unexplained);
@@ -592,15 +592,19 @@ fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
 /// How long OpenAI keeps an idle prefix depends on the request: 5 to 10 minutes, but 24
 /// hours with `prompt_cache_retention: "24h"` (platform.openai.com, Prompt caching,
 /// "Prompt cache retention": `in_memory` or `24h`, "up to a maximum of 24 hours" as
-/// openai-agents-python's `ModelSettings` puts it) and at least the 30-minute `ttl` of GPT-5.6
-/// breakpoints. A miss after 20 idle minutes is an expiry only on the first kind; on the
-/// others the prefix should still have been there, and the miss stays unexplained.
+/// openai-agents-python's `ModelSettings` puts it), at least the 30-minute `ttl` of GPT-5.6
+/// breakpoints, and at least 12 hours with `prompt_cache_options.ttl: "12h"` (openai-python
+/// 3.57, Responses `PromptCacheOptions.ttl`: "The minimum lifetime applied to every implicit
+/// and explicit cache breakpoint written by the request"). A miss after 20 idle minutes is
+/// an expiry only on the first kind; on the others the prefix should still have been
+/// there, and the miss stays unexplained. After two idle hours, only the day and the 12
+/// hours still hold it.
 #[test]
 fn an_openai_miss_after_a_pause_is_an_expiry_only_past_the_retention() {
-    use super::{diagnose, retention_24h, BreakReason, Current, Previous};
+    use super::{diagnose, retention, BreakReason, Current, Previous};
     use crate::measure::PromptShape;
     use crate::usage::Usage;
-    let shapes = |model: &str, retention: Option<&str>| {
+    let shapes = |model: &str, options: &Value| {
         let body = |n: usize| {
             let mut input =
                 vec![json!({"role": "developer", "content": "Be careful. ".repeat(900)})];
@@ -608,8 +612,8 @@ fn an_openai_miss_after_a_pause_is_an_expiry_only_past_the_retention() {
                 input.push(json!({"role": "user", "content": format!("question {i}")}));
             }
             let mut body = json!({"model": model, "input": input, "prompt_cache_key": "s1"});
-            if let Some(r) = retention {
-                body["prompt_cache_retention"] = json!(r);
+            for (k, v) in options.as_object().unwrap() {
+                body[k] = v.clone();
             }
             Envelope::parse(
                 Provider::OpenAi,
@@ -622,11 +626,11 @@ fn an_openai_miss_after_a_pause_is_an_expiry_only_past_the_retention() {
         (
             PromptShape::of(&a, 0),
             PromptShape::of(&b, 0),
-            retention_24h(&b),
+            retention(&b),
         )
     };
-    let reason = |model: &str, retention: Option<&str>| {
-        let (first, second, extended) = shapes(model, retention);
+    let after = |minutes: u64, model: &str, options: Value| {
+        let (first, second, retention) = shapes(model, &options);
         let previous = Previous {
             shape: &first,
             usage: Usage {
@@ -642,22 +646,46 @@ fn an_openai_miss_after_a_pause_is_an_expiry_only_past_the_retention() {
                 uncached: 2710,
                 ..Default::default()
             },
-            time_ms: 20 * 60 * 1000,
+            time_ms: minutes * 60 * 1000,
             min_tokens: 1024,
             thinking_stripped_from: None,
-            retention_24h: extended,
+            retention,
         };
         diagnose(&previous, &current, &|_| 0)
             .expect("a miss")
             .reason
     };
-    assert_eq!(reason("gpt-4.1", None), BreakReason::TtlExpired);
+    let reason = |model: &str, options: Value| after(20, model, options);
+    assert_eq!(reason("gpt-4.1", json!({})), BreakReason::TtlExpired);
     assert_eq!(
-        reason("gpt-4.1", Some("in_memory")),
+        reason("gpt-4.1", json!({"prompt_cache_retention": "in_memory"})),
         BreakReason::TtlExpired
     );
-    assert_eq!(reason("gpt-4.1", Some("24h")), BreakReason::Unexplained);
-    assert_eq!(reason("gpt-5.6", None), BreakReason::Unexplained);
+    let extended = json!({"prompt_cache_retention": "24h"});
+    assert_eq!(
+        reason("gpt-4.1", extended.clone()),
+        BreakReason::Unexplained
+    );
+    assert_eq!(reason("gpt-5.6", json!({})), BreakReason::Unexplained);
+
+    let twelve = json!({"prompt_cache_options": {"mode": "implicit", "ttl": "12h"}});
+    let thirty = json!({"prompt_cache_options": {"ttl": "30m"}});
+    assert_eq!(
+        after(120, "gpt-6.2-sol", json!({})),
+        BreakReason::TtlExpired
+    );
+    assert_eq!(after(120, "gpt-6.2-sol", thirty), BreakReason::TtlExpired);
+    assert_eq!(
+        after(120, "gpt-6.2-sol", twelve.clone()),
+        BreakReason::Unexplained
+    );
+    assert_eq!(after(120, "gpt-4.1", extended), BreakReason::Unexplained);
+    assert_eq!(
+        after(13 * 60, "gpt-6.2-sol", twelve.clone()),
+        BreakReason::TtlExpired
+    );
+    // The 12-hour ttl is a GPT-5.6-and-later option: an older model does not keep to it.
+    assert_eq!(after(120, "gpt-4.1", twelve), BreakReason::TtlExpired);
 }
 
 /// A request that ran a server-side tool loop (Claude Code's web search) samples several

@@ -187,7 +187,7 @@ fn explicit_breakpoints_by_model() {
         (2.0, 0.1, 2.5, 10.0)
     );
     assert!(
-        crate::cache_model::surely_kept_ms("gpt-6.2-sol", false) >= 30 * 60 * 1000,
+        crate::cache_model::surely_kept_ms("gpt-6.2-sol", Default::default()) >= 30 * 60 * 1000,
         "breakpoints live at least 30 minutes"
     );
     assert_eq!(bp("gpt-5"), None);
@@ -294,8 +294,7 @@ fn mixed_ttl_cost() {
         cache_write_1h: 1_000_000,
         uncached: 1_000_000,
         output: 0,
-        iterations: None,
-        cleared: None,
+        ..Usage::default()
     };
     // 0.30 read + 3.75 5m + 6.00 1h + 3.00 uncached
     assert!((m.cost_usd(&u) - 13.05).abs() < 1e-9);
@@ -380,4 +379,32 @@ fn long_prompts_bill_at_the_long_context_rates_for_the_whole_request() {
     let big = usage(0, 900_000);
     let standard = (900_000.0 * opus.input + 10_000.0 * opus.output) / 1e6;
     assert!((opus.cost_usd(&big) - standard).abs() < 1e-9);
+}
+
+/// GPT-6.2 Sol: "The cache write price is for 30 minutes of retention. A 12-hour cache write
+/// costs $5 per million tokens for short-context requests at Standard pricing"
+/// (developers.openai.com/api/docs/models/gpt-6.2-sol). A row without a 12-hour price
+/// prices those writes at its write price; above 272K input tokens the input factor applies
+/// to them as to every input price.
+#[test]
+fn twelve_hour_writes_are_priced_at_their_own_rate() {
+    let sol = builtin("gpt-6.2-sol").unwrap();
+    let writes = |twelve_hours: u64, total: u64| Usage {
+        cache_write: total,
+        cache_write_12h: twelve_hours,
+        ..Usage::default()
+    };
+    // 100K tokens written, under the 272K line: $0.25 for 30 minutes, $0.50 for 12 hours.
+    assert!((sol.cost_usd(&writes(0, 100_000)) - 0.25).abs() < 1e-9);
+    assert!((sol.cost_usd(&writes(100_000, 100_000)) - 0.5).abs() < 1e-9);
+    assert!((sol.cost_usd(&writes(60_000, 100_000)) - (0.3 + 0.1)).abs() < 1e-9);
+    // 100K written for 12 hours in a 300K prompt: every input price doubled.
+    let long = Usage {
+        uncached: 200_000,
+        ..writes(100_000, 100_000)
+    };
+    assert!((sol.cost_usd(&long) - 2.0 * (0.4 + 0.5)).abs() < 1e-9);
+    let astra = builtin("gpt-6.2-astra").unwrap();
+    let twelve = astra.cost_usd(&writes(100_000, 100_000));
+    assert!((twelve - astra.cost_usd(&writes(0, 100_000))).abs() < 1e-12);
 }

@@ -550,7 +550,7 @@ impl Pipeline {
             time_ms: now_ms,
             min_tokens,
             thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(sent),
-            retention_24h: crate::measure::breaks::retention_24h(sent),
+            retention: crate::measure::breaks::retention(sent),
         };
         if crate::measure::breaks::may_count_tokens(&current) && !crate::tokens::is_warm() {
             // The vocabulary loads off the runtime's threads.

@@ -290,7 +290,7 @@ impl SessionLanes {
                 time_ms,
                 min_tokens: min_tokens(&sent.shape.model),
                 thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(&sent.env),
-                retention_24h: crate::measure::breaks::retention_24h(&sent.env),
+                retention: crate::measure::breaks::retention(&sent.env),
             };
             let mut d = diagnose(&previous, &current, &|block| {
                 crate::measure::shape::tokens_through(&sent.env, block, current.min_tokens)

@@ -203,8 +203,7 @@ fn usage(read: u64, write: u64, write_1h: u64, uncached: u64, output: u64) -> Op
         cache_write_1h: write_1h,
         uncached,
         output,
-        iterations: None,
-        cleared: None,
+        ..Usage::default()
     })
 }
 

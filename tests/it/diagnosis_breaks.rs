@@ -516,6 +516,65 @@ async fn an_openai_miss_past_the_routing_rate_is_an_overflow() {
     assert!(d[18].is_null(), "a quiet minute later: {}", d[18]);
 }
 
+/// GPT-5.6 and later on Responses take `prompt_cache_options.ttl: "12h"`: "The minimum
+/// lifetime applied to every implicit and explicit cache breakpoint written by the request.
+/// Supported values are `30m` (the default) and `12h`" (openai-python 3.57, Responses
+/// `PromptCacheOptions`). Three idle hours later the session reads its prefix and nothing is
+/// diagnosed; thirteen idle hours later it has expired. The writes are counted and priced as
+/// 12-hour ones ($5 a million on GPT-6.2 Sol, developers.openai.com/api/docs/models/
+/// gpt-6.2-sol, against $2.50 for 30 minutes).
+#[tokio::test]
+async fn a_twelve_hour_ttl_is_read_hours_later_and_counted_apart() {
+    let request = |steps: usize| {
+        let mut body = codex_request(steps);
+        body["model"] = json!("gpt-6.2-sol");
+        body["prompt_cache_options"] = json!({"ttl": "12h"});
+        body
+    };
+    let mut metrics = String::new();
+    let mut usages = Vec::new();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            rig.send_codex(&request(0)).await;
+            rig.advance(Duration::from_secs(3 * 3600));
+            rig.send_codex(&request(1)).await;
+            rig.advance(Duration::from_secs(13 * 3600));
+            rig.send_codex(&request(2)).await;
+            metrics = metrics_text(&rig.proxy).await;
+            let log = wait_for_requests(&rig.proxy, "s", 3).await;
+            usages = request_entries(&log)
+                .iter()
+                .map(|e| e["usage"].clone())
+                .collect();
+        },
+        &[],
+    )
+    .await;
+    assert!(d[0].is_null() && d[1].is_null(), "{d:#?}");
+    assert_eq!(d[2]["reason"], "ttl_expired", "{d:#?}");
+    assert!(
+        usages[1]["cache_read"].as_u64().unwrap() >= 1024,
+        "{usages:#?}"
+    );
+    for u in &usages {
+        assert!(u["cache_write"].as_u64().unwrap() > 0, "{usages:#?}");
+        assert_eq!(u["cache_write_12h"], u["cache_write"], "{usages:#?}");
+    }
+    let twelve: u64 = usages
+        .iter()
+        .map(|u| u["cache_write_12h"].as_u64().unwrap())
+        .sum();
+    let series = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("cachet_cache_write_tokens_total{")
+                && l.contains("ttl=\"12h\"")
+                && l.contains("gpt-6.2-sol")
+        })
+        .unwrap_or_else(|| panic!("no 12h series: {metrics}"));
+    assert!(series.ends_with(&format!(" {twelve}")), "{series}");
+}
+
 /// A title request on the user's prompt as it stands: a small model, no tools, a system
 /// prompt of its own, and the same one message as the main loop's first request. Whether
 /// it arrives before or after that request (agents send them side by side), it is a lane

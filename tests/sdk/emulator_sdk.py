@@ -130,6 +130,7 @@ def openai_checks():
                                     prompt_cache_key="another")
     check(other.usage.input_tokens_details.cached_tokens == 0, "responses: prompt_cache_key partitions")
     check(r1.output_text == first.choices[0].message.content, "responses: output_text")
+    check(r1.prompt_cache_options is None, "responses: no prompt_cache_options before GPT-5.6")
 
     with client.responses.stream(model="gpt-5", instructions=instructions, input="Say hello.",
                                  prompt_cache_key=key) as stream:
@@ -148,6 +149,7 @@ def openai_checks():
           "responses: streamed function call")
 
     conversations_checks(client)
+    twelve_hour_checks(client)
 
     ids = [m.id for m in client.models.list()]
     check("gpt-4o" in ids, "models: list")
@@ -156,6 +158,31 @@ def openai_checks():
         check(False, "chat: 500 raises")
     except openai.InternalServerError as e:
         check(e.status_code == 500, "chat: 500 in OpenAI shape")
+
+
+def twelve_hour_checks(client):
+    """GPT-5.6 and later: `prompt_cache_options.ttl` "12h" on Responses keeps what the
+    request writes half a day, and the usage splits the writes by lifetime."""
+    model = "gpt-6.2-sol"
+    long = client.responses.create(model=model, instructions=CONTEXT, input="Say hello.",
+                                   prompt_cache_options={"ttl": "12h"})
+    details = long.usage.input_tokens_details
+    check(details.cache_write_tokens >= 1024
+          and details.cache_write_tokens_details.ttl_12h_tokens == details.cache_write_tokens
+          and details.cache_write_tokens_details.ttl_30m_tokens == 0,
+          "responses: a 12h ttl's writes are reported as ttl_12h_tokens")
+    check(long.prompt_cache_options.ttl == "12h" and long.prompt_cache_options.mode == "implicit",
+          "responses: the applied prompt_cache_options are echoed")
+    short = client.responses.create(model=model, instructions=CONTEXT, input="Say hi.",
+                                    prompt_cache_options={"ttl": "30m"})
+    check(short.usage.input_tokens_details.cache_write_tokens_details.ttl_12h_tokens == 0,
+          "responses: a 30m ttl writes no 12-hour tokens")
+    try:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
+                                       extra_body={"prompt_cache_options": {"ttl": "12h"}})
+        check(False, "chat: ttl 12h is refused")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400, "chat: ttl 12h is refused")
 
 
 def conversations_checks(client):

@@ -102,6 +102,9 @@ fn tooltip(r: &RequestView<'_>) -> String {
             if u.cache_write_1h > 0 {
                 write.push_str(&format!(" (1h: {})", format::tokens(u.cache_write_1h)));
             }
+            if u.cache_write_12h > 0 {
+                write.push_str(&format!(" (12h: {})", format::tokens(u.cache_write_12h)));
+            }
             lines.push(format!(
                 "read {} · written {} · uncached {} · output {}",
                 format::tokens(u.cache_read),
@@ -249,8 +252,9 @@ pub fn chart(requests: &[&RequestView<'_>], zoom: u32, lanes: usize) -> Markup {
 fn bar(r: &RequestView<'_>, left: f64, col: f64, scale: f64) -> Markup {
     let (x, w) = (left + col * 0.15, col * 0.7);
     let u = r.usage.unwrap_or_default();
-    let write_1h = u.cache_write_1h.min(u.cache_write);
-    // Bottom to top: read, written (5m or unsplit), written (1h), uncached.
+    // Writes that live an hour or more (Anthropic's 1h, OpenAI's 12h) share one colour.
+    let write_1h = (u.cache_write_1h + u.cache_write_12h).min(u.cache_write);
+    // Bottom to top: read, written (5m or unsplit), written (1h or 12h), uncached.
     let mut y = BASE;
     let mut segments = Vec::new();
     for (tokens, color) in [

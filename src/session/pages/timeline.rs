@@ -231,7 +231,8 @@ fn request_row(r: &RequestView<'_>, c: &Columns) -> Markup {
             td.l { (rec.model) }
             @if c.variants { td.l { (rec.variant.as_deref().unwrap_or("–")) } }
             td { (num(u.cache_read)) }
-            td title={ "5m: " (format::tokens(u.cache_write - u.cache_write_1h.min(u.cache_write))) ", 1h: " (format::tokens(u.cache_write_1h)) } {
+            td title={ "5m: " (format::tokens(u.cache_write.saturating_sub(u.cache_write_1h + u.cache_write_12h))) ", 1h: " (format::tokens(u.cache_write_1h))
+                @if u.cache_write_12h > 0 { ", 12h: " (format::tokens(u.cache_write_12h)) } } {
                 (num(u.cache_write))
             }
             td { (num(u.uncached)) }
