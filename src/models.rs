@@ -59,6 +59,10 @@ pub struct ModelInfo {
     /// Above `long_context_above`: the factor on the output price.
     #[serde(default = "one")]
     pub long_context_output_factor: f64,
+    /// Anthropic fast mode (`usage.speed: "fast"`): the factor on every price. An answer
+    /// served fast by a row without it is priced at the standard rates.
+    #[serde(default)]
+    pub fast_factor: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -93,15 +97,22 @@ impl ModelInfo {
     }
 
     /// The factors on the input and output prices of a request with usage `u`: the
-    /// long-context ones past `long_context_above` input tokens, else 1.
+    /// long-context ones past `long_context_above` input tokens, else 1; times the fast-mode
+    /// factor for an answer served fast.
     fn factors(&self, u: &Usage) -> (f64, f64) {
-        match self.long_context_above {
+        let (input, output) = match self.long_context_above {
             Some(above) if u.total_input() > above => (
                 self.long_context_input_factor,
                 self.long_context_output_factor,
             ),
             _ => (1.0, 1.0),
-        }
+        };
+        let fast = if u.fast {
+            self.fast_factor.unwrap_or(1.0)
+        } else {
+            1.0
+        };
+        (input * fast, output * fast)
     }
 
     /// How many explicit cache breakpoints a request for this model may write (`None`:
@@ -114,6 +125,13 @@ impl ModelInfo {
         };
         (n > 0).then_some(n)
     }
+}
+
+/// Whether a request asking for `speed` on `model` is served in fast mode: it asks for
+/// `fast` and the model has a fast-mode price.
+pub fn serves_fast(model: &str, speed: Option<&str>) -> bool {
+    speed == Some(crate::providers::anthropic::FAST_SPEED)
+        && lookup(model).is_some_and(|m| m.fast_factor.is_some())
 }
 
 #[derive(Deserialize)]

@@ -23,6 +23,10 @@ pub struct Usage {
     /// reported in `cache_write_tokens_details.ttl_12h_tokens`); part of `cache_write`.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub cache_write_12h: u64,
+    /// Anthropic: the answer was served in fast mode (`usage.speed: "fast"`), billed at the
+    /// model's fast-mode multiplier.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fast: bool,
     /// Input tokens neither read from nor written to the cache.
     pub uncached: u64,
     pub output: u64,
@@ -97,6 +101,7 @@ impl Usage {
         self.cache_write_5m = self.cache_write_5m.saturating_add(other.cache_write_5m);
         self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
         self.cache_write_12h = self.cache_write_12h.saturating_add(other.cache_write_12h);
+        self.fast |= other.fast;
         self.uncached = self.uncached.saturating_add(other.uncached);
         self.output = self.output.saturating_add(other.output);
         // A sum of requests has no first and last sampling, nor one prompt's edits.
@@ -126,6 +131,64 @@ struct UsageFields {
     input_tokens_details: Lenient<Details>,
     /// Anthropic: one entry per sampling of the request.
     iterations: LenientList<IterationFields>,
+    /// Anthropic: `standard` or `fast`.
+    speed: Speed,
+}
+
+/// Anthropic's `usage.speed`, read without keeping the string: whether it is `fast`
+/// (`None` when absent or not a string).
+#[derive(Debug, Default, Clone, Copy)]
+struct Speed(Option<bool>);
+
+impl<'de> Deserialize<'de> for Speed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Speed;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Speed, E> {
+                Ok(Speed(Some(s == crate::providers::anthropic::FAST_SPEED)))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Speed, E> {
+                Ok(Speed(None))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Speed, E> {
+                Ok(Speed(None))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Speed, E> {
+                Ok(Speed(None))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Speed, E> {
+                Ok(Speed(None))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Speed, E> {
+                Ok(Speed(None))
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Speed, E> {
+                Ok(Speed(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Speed, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Speed(None))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Speed, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Speed(None))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 /// One entry of Anthropic's `usage.iterations`: its `type` (`compaction`, `message`) and
@@ -241,6 +304,9 @@ impl UsageFields {
         }
         if let Some(n) = self.output_tokens.0 {
             into.output = n;
+        }
+        if let Some(fast) = self.speed.0 {
+            into.fast = fast;
         }
         self.merge_iterations(into);
     }
@@ -539,9 +605,8 @@ pub fn merge_anthropic(into: &mut Usage, usage: &Value) {
     UsageFields::of(usage).merge_anthropic(into);
 }
 
-/// OpenAI counts cached (and, where reported, written) tokens inside the input total.
-/// OpenAI's counts: `cached` and `written` are inside `input`; `(written, of them for 12
-/// hours)`, the split never taken above the total.
+/// OpenAI counts cached (and, where reported, written) tokens inside the input total:
+/// `(written, of them for 12 hours)`, the split never taken above the total.
 fn openai(input: u64, cached: u64, (written, written_12h): (u64, u64), output: u64) -> Usage {
     Usage {
         cache_read: cached,
@@ -553,6 +618,7 @@ fn openai(input: u64, cached: u64, (written, written_12h): (u64, u64), output: u
         output,
         iterations: None,
         cleared: None,
+        fast: false,
     }
 }
 
@@ -835,6 +901,9 @@ mod tests {
             }
             if let Some(n) = num(usage, "output_tokens") {
                 into.output = n;
+            }
+            if let Some(speed) = usage.get("speed").and_then(Value::as_str) {
+                into.fast = speed == "fast";
             }
         }
 
@@ -1326,6 +1395,50 @@ mod tests {
             "input_tokens_details": {"cache_write_tokens": 100,
                 "cache_write_tokens_details": {"ttl_12h_tokens": 900}}}));
         assert_eq!((odd.cache_write, odd.cache_write_12h), (100, 100));
+    }
+
+    /// An Anthropic answer says which speed served it: `usage.speed`, `standard` or `fast`
+    /// (anthropic-python 2.14 `Usage.speed`; platform.claude.com, Fast mode: "the response
+    /// reports which tier served it"). Streamed, it rides on `message_start`; a later
+    /// `message_delta` without it keeps it.
+    #[test]
+    fn anthropic_answers_say_when_fast_mode_served_them() {
+        let usage = json!({"input_tokens": 12, "cache_read_input_tokens": 9000,
+            "cache_creation_input_tokens": 0, "output_tokens": 40, "service_tier": "standard",
+            "speed": "fast"});
+        let from_anthropic = |u: &Value| {
+            let mut out = Usage::default();
+            merge_anthropic(&mut out, u);
+            out
+        };
+        assert!(from_anthropic(&usage).fast);
+        let standard = json!({"input_tokens": 12, "output_tokens": 40, "speed": "standard"});
+        assert!(!from_anthropic(&standard).fast);
+        assert!(!from_anthropic(&json!({"input_tokens": 1, "speed": 7})).fast);
+        let mut s = StreamUsage::default();
+        let start = json!({"type": "message_start", "message": {"usage": usage}});
+        s.on_event(
+            Endpoint::Messages,
+            "message_start",
+            start.to_string().as_bytes(),
+        );
+        let delta = json!({"type": "message_delta", "usage": {"output_tokens": 90}});
+        s.on_event(
+            Endpoint::Messages,
+            "message_delta",
+            delta.to_string().as_bytes(),
+        );
+        let streamed = s.usage().unwrap();
+        assert!(streamed.fast && streamed.output == 90);
+        let body = serde_json::to_vec(&json!({"id": "msg_1", "model": "claude-opus-5-5",
+            "usage": usage}))
+        .unwrap();
+        assert!(
+            read_response_body(Endpoint::Messages, &body)
+                .usage
+                .unwrap()
+                .fast
+        );
     }
 
     #[test]

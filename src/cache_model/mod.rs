@@ -129,6 +129,8 @@ pub struct Accounting {
     /// What a `clear_tool_uses` context edit cleared from the prompt before it was
     /// sampled (Anthropic).
     pub cleared: Option<crate::usage::Cleared>,
+    /// Served in fast mode (Anthropic `speed: "fast"` on a model that has it).
+    pub fast: bool,
 }
 
 /// A server-side compaction: the sampling over the prompt as sent, and the summary it
@@ -164,6 +166,7 @@ impl Accounting {
             output: output_tokens,
             iterations: None,
             cleared: self.cleared,
+            fast: self.fast,
         };
         if let Some(compaction) = &self.compaction {
             let first = compaction.sampling.usage(0);
@@ -198,7 +201,14 @@ impl CacheModel {
         now_ms: u64,
     ) -> Result<Accounting, ApiError> {
         match endpoint {
-            Endpoint::Messages => self.anthropic.account(request, now_ms, &self.config),
+            Endpoint::Messages => {
+                let mut accounting = self.anthropic.account(request, now_ms, &self.config)?;
+                accounting.fast = crate::models::serves_fast(
+                    request.get("model").and_then(Value::as_str).unwrap_or(""),
+                    request.get("speed").and_then(Value::as_str),
+                );
+                Ok(accounting)
+            }
             Endpoint::Chat | Endpoint::Responses => {
                 self.openai.account(endpoint, request, now_ms, &self.config)
             }

@@ -28,6 +28,7 @@ impl Accounting {
             for (iteration, kind) in [(&mut first, "compaction"), (&mut answer, "message")] {
                 if let Some(fields) = iteration.as_object_mut() {
                     fields.remove("service_tier");
+                    fields.remove("speed");
                     fields.insert("type".into(), json!(kind));
                 }
             }
@@ -47,6 +48,7 @@ impl Accounting {
             },
             "output_tokens": output_tokens,
             "service_tier": "standard",
+            "speed": if self.fast { crate::providers::anthropic::FAST_SPEED } else { "standard" },
         })
     }
 

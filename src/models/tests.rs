@@ -408,3 +408,51 @@ fn twelve_hour_writes_are_priced_at_their_own_rate() {
     let twelve = astra.cost_usd(&writes(100_000, 100_000));
     assert!((twelve - astra.cost_usd(&writes(0, 100_000))).abs() < 1e-12);
 }
+
+/// Fast mode "is priced at a multiplier on standard rates across the full context window"
+/// (platform.claude.com, Fast mode), and "prompt-caching costs continue to apply on top of
+/// the fast-mode base rates": every price times the row's factor. Opus 5.5 $8 / $40 (2x,
+/// kurofune/claudit pricing notes; TheKrush/PromptFuel v1.0.21), Opus 5 2x (openrouter.ai
+/// claude-opus-5-fast, $10 / $50), Opus 4.8 $10 / $50, Opus 4.7 and 4.6 $30 / $150
+/// (code.claude.com, Fast mode). A model without a fast price is priced at its standard one.
+#[test]
+fn fast_answers_are_priced_at_the_fast_multiplier() {
+    let usage = |fast: bool| Usage {
+        cache_read: 50_000,
+        cache_write: 10_000,
+        cache_write_5m: 10_000,
+        uncached: 2_000,
+        output: 3_000,
+        fast,
+        ..Usage::default()
+    };
+    for (model, factor) in [
+        ("claude-opus-5-5", 2.0),
+        ("claude-opus-5", 2.0),
+        ("claude-opus-4-8", 2.0),
+        ("claude-opus-4-7", 6.0),
+        ("claude-opus-4-6[1m]", 6.0),
+    ] {
+        let m = builtin(model).unwrap();
+        let (standard, fast) = (m.cost_usd(&usage(false)), m.cost_usd(&usage(true)));
+        assert!(standard > 0.0);
+        assert!((fast - factor * standard).abs() < 1e-12, "{model}");
+        // Savings are against the same speed sent uncached.
+        assert!(
+            m.savings_usd(&usage(true)) > m.savings_usd(&usage(false)),
+            "{model}"
+        );
+    }
+    let opus55 = builtin("claude-opus-5-5").unwrap();
+    let million_out = Usage {
+        output: 1_000_000,
+        fast: true,
+        ..Usage::default()
+    };
+    assert!((opus55.cost_usd(&million_out) - 40.0).abs() < 1e-9);
+    let sonnet = builtin("claude-sonnet-5-5").unwrap();
+    assert_eq!(
+        sonnet.cost_usd(&usage(true)),
+        sonnet.cost_usd(&usage(false))
+    );
+}

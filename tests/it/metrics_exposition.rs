@@ -286,3 +286,62 @@ async fn an_answer_without_usage_is_counted_as_missing_its_usage() {
     assert!(metric_sum(&text, "cachet_input_tokens_total", &[("model", "gpt-5.1")]) > 0.0);
     proxy.shutdown().await;
 }
+
+/// Claude Code's `/fast` sends `speed: "fast"`; the answer says which speed served it
+/// (`usage.speed`), and fast mode "is priced at a multiplier on standard rates across the
+/// full context window" (platform.claude.com, Fast mode): 2x on Opus 5.5. The same two
+/// prompts, standard on one emulator and fast on another, read and write the same tokens
+/// and cost twice as much in fast mode; the session log keeps which answers were fast.
+#[tokio::test]
+async fn a_fast_mode_answer_is_priced_at_the_fast_rate() {
+    let body = |speed: &str| {
+        serde_json::json!({"model": "claude-opus-5-5", "max_tokens": 64, "speed": speed,
+            "system": [{"type": "text", "text": "You are a careful coding agent. ".repeat(300),
+                "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "Rename the loader."}]})
+    };
+    let mut costs = Vec::new();
+    for speed in ["standard", "fast"] {
+        let emulator = crate::support::start_emulator().await;
+        let proxy = start_proxy(test_config(&emulator.url())).await;
+        let mut usages = Vec::new();
+        for _ in 0..2 {
+            let (status, answer) = crate::support::post_anthropic(&proxy, "s", &body(speed)).await;
+            assert_eq!(status, 200, "{answer}");
+            usages.push(answer["usage"].clone());
+        }
+        assert!(usages.iter().all(|u| u["speed"] == speed), "{usages:#?}");
+        let log = wait_for_requests(&proxy, "s", 2).await;
+        let logged: Vec<bool> = crate::support::request_entries(&log)
+            .iter()
+            .map(|e| e["usage"]["fast"] == true)
+            .collect();
+        assert_eq!(logged, vec![speed == "fast"; 2], "{log}");
+        let text = metrics_text(&proxy).await;
+        costs.push((
+            metric_sum(
+                &text,
+                "cachet_cost_usd_total",
+                &[("model", "claude-opus-5-5")],
+            ),
+            usages,
+        ));
+        proxy.shutdown().await;
+        emulator.shutdown().await;
+    }
+    let ((standard, a), (fast, b)) = (&costs[0], &costs[1]);
+    for (x, y) in a.iter().zip(b) {
+        for k in [
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ] {
+            assert_eq!(x[k], y[k], "{k}");
+        }
+    }
+    assert!(*standard > 0.0);
+    assert!(
+        (fast - 2.0 * standard).abs() < 1e-9,
+        "{fast} against {standard}"
+    );
+}

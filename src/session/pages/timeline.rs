@@ -228,7 +228,7 @@ fn request_row(r: &RequestView<'_>, c: &Columns) -> Markup {
                 None => td.dim title="the first request of its lane" { "–" },
             }
             @if c.lanes { td { (rec.lane) } }
-            td.l { (rec.model) }
+            td.l { (rec.model) @if u.fast { span.dim title="served in fast mode, priced at its multiplier" { " · fast" } } }
             @if c.variants { td.l { (rec.variant.as_deref().unwrap_or("–")) } }
             td { (num(u.cache_read)) }
             td title={ "5m: " (format::tokens(u.cache_write.saturating_sub(u.cache_write_1h + u.cache_write_12h))) ", 1h: " (format::tokens(u.cache_write_1h))
@@ -435,5 +435,38 @@ mod tests {
         };
         let html = render("s", &[Entry::Request(plain)], 1);
         assert!(!html.contains("provider c"), "{html}");
+    }
+
+    /// A fast-mode answer says so beside its model; 12-hour writes are named in the
+    /// written cell's split.
+    #[test]
+    fn fast_answers_and_twelve_hour_writes_are_shown() {
+        let record = |usage: Usage| RequestRecord {
+            version: ENTRY_VERSION,
+            model: "claude-opus-5-5".into(),
+            usage: Some(usage),
+            ..RequestRecord::default()
+        };
+        let fast = render(
+            "s",
+            &[Entry::Request(record(Usage {
+                uncached: 10,
+                fast: true,
+                ..Usage::default()
+            }))],
+            1,
+        );
+        assert!(fast.contains(" · fast"), "{fast}");
+        let twelve = render(
+            "s",
+            &[Entry::Request(record(Usage {
+                cache_write: 3_000,
+                cache_write_12h: 2_000,
+                ..Usage::default()
+            }))],
+            1,
+        );
+        assert!(!twelve.contains(" · fast"), "{twelve}");
+        assert!(twelve.contains("12h: 2,000"), "{twelve}");
     }
 }
