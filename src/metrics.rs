@@ -51,7 +51,6 @@ pub struct RouteTimers {
 struct TokenCounters {
     input: [IntCounter; 3],
     output: IntCounter,
-    /// Cache writes by TTL: `5m`, `1h`.
     /// `cachet_cache_write_tokens_total` for the `5m`, `1h` and `12h` writes.
     write_ttl: [IntCounter; 3],
     /// Cost and savings, for models with known prices.

@@ -101,12 +101,13 @@ impl Usage {
         self.cache_write_5m = self.cache_write_5m.saturating_add(other.cache_write_5m);
         self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
         self.cache_write_12h = self.cache_write_12h.saturating_add(other.cache_write_12h);
-        self.fast |= other.fast;
         self.uncached = self.uncached.saturating_add(other.uncached);
         self.output = self.output.saturating_add(other.output);
-        // A sum of requests has no first and last sampling, nor one prompt's edits.
+        // A sum of requests has no first and last sampling, nor one prompt's edits, nor one
+        // speed (a sum is priced at the standard rates; each request is priced on its own).
         self.iterations = None;
         self.cleared = None;
+        self.fast = false;
     }
 }
 
@@ -1391,6 +1392,10 @@ mod tests {
         let mut sum = u;
         sum.add(&u);
         assert_eq!((sum.cache_write, sum.cache_write_12h), (8000, 6000));
+        // A sum has no one speed: it is priced at the standard rates.
+        let mut fast = Usage { fast: true, ..u };
+        fast.add(&Usage { fast: true, ..u });
+        assert!(!fast.fast);
         let odd = from_openai_responses(&json!({"input_tokens": 5000,
             "input_tokens_details": {"cache_write_tokens": 100,
                 "cache_write_tokens_details": {"ttl_12h_tokens": 900}}}));

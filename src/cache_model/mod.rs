@@ -173,6 +173,7 @@ impl Accounting {
             usage.add(&first);
             usage.output = output_tokens;
             usage.cleared = self.cleared;
+            usage.fast = self.fast;
             usage.iterations = Some(crate::usage::Iterations {
                 first_read: first.cache_read,
                 last_read: self.cache_read,

@@ -77,6 +77,7 @@ impl Retention {
         self.ttl_12h && takes_breakpoints(model)
     }
 }
+
 /// The shortest idle time the provider keeps a prefix: the guide's "5 to 10 minutes of
 /// inactivity" (the model evicts after 10, `CacheModelConfig::openai_idle_secs`).
 const MIN_IDLE_MS: u64 = 5 * 60 * 1000;

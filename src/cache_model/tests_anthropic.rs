@@ -525,3 +525,37 @@ fn a_compacted_request_keeps_what_its_clearing_cleared() {
     assert_eq!(usage.cleared, Some(cleared));
     assert_eq!(usage.iterations.map(|i| i.compactions), Some(1));
 }
+
+/// Fast mode is the request's (`speed: "fast"` on a model with a fast-mode price): its
+/// usage says so after a compaction sampling as without one, and a model without a fast
+/// price answers at the standard speed.
+#[test]
+fn a_fast_request_stays_fast_through_its_compaction() {
+    let request = |model: &str| {
+        json!({"model": model, "max_tokens": 10, "speed": "fast",
+            "messages": [{"role": "user", "content": "Rename the loader."}]})
+    };
+    let mut m = CacheModel::default();
+    let fast = m
+        .account(Endpoint::Messages, &request("claude-opus-5-5"), 0)
+        .unwrap();
+    assert!(fast.fast && fast.usage(3).fast);
+    assert_eq!(fast.usage_json(Endpoint::Messages, 3)["speed"], "fast");
+    let mut compacted = fast.clone();
+    compacted.compaction = Some(Box::new(super::Compaction {
+        sampling: fast.clone(),
+        summary: "summary".into(),
+        output_tokens: 2,
+    }));
+    let usage = compacted.usage(3);
+    assert!(usage.fast && usage.iterations.is_some());
+    let json = compacted.usage_json(Endpoint::Messages, 3);
+    assert_eq!(json["speed"], "fast");
+    assert!(json["iterations"][0].get("speed").is_none());
+    let standard = m.account(Endpoint::Messages, &request(SONNET), 0).unwrap();
+    assert!(!standard.fast);
+    assert_eq!(
+        standard.usage_json(Endpoint::Messages, 3)["speed"],
+        "standard"
+    );
+}

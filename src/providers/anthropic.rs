@@ -19,11 +19,11 @@ use super::message::Fields;
 use super::{MsgKind, Section, Terminal};
 use crate::envelope::scan;
 
-/// The block Claude Code puts first in `system`; its nonce changes on every request.
 /// `speed` of a request, and of the answer's `usage`, served in fast mode (platform.claude.com,
 /// Fast mode: `speed: "fast"`; anthropic-python `Usage.speed`: `standard` | `fast`).
 pub const FAST_SPEED: &str = "fast";
 
+/// The block Claude Code puts first in `system`; its nonce changes on every request.
 pub const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";
 
 /// The beta that asks for the provider's own cache diagnostics: with it, a request naming
