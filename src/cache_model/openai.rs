@@ -70,12 +70,6 @@ impl Retention {
             ttl_12h: ttl == Some(TTL_12H),
         }
     }
-
-    /// Whether this request's writes on `model` are 12-hour ones: the option is taken by
-    /// the models that take breakpoints.
-    pub fn writes_12h(&self, model: &str) -> bool {
-        self.ttl_12h && takes_breakpoints(model)
-    }
 }
 
 /// The shortest idle time the provider keeps a prefix: the guide's "5 to 10 minutes of
@@ -129,12 +123,14 @@ impl OpenAiCache {
         machine.blocks.retain(|_, expires| *expires > now_ms);
         machine.entries.retain(|_, expires| *expires > now_ms);
         let expires = now_ms + keep_ms;
+        // The 12-hour ttl is an option of the models that take breakpoints.
+        let twelve_hours = explicit && prompt.retention.ttl_12h;
         let (read, written, hit, markers) = if explicit {
-            breakpoint_accounting(&prompt, machine, expires)
+            let ttl = if twelve_hours { TTL_12H } else { TTL_30M };
+            breakpoint_accounting(&prompt, machine, expires, ttl)
         } else {
             block_accounting(&prompt, machine, expires)
         };
-        let twelve_hours = prompt.retention.writes_12h(&prompt.model);
         Ok(Accounting {
             input_tokens: prompt.total_tokens(),
             cache_read: read,
@@ -239,11 +235,12 @@ fn block_accounting(
 }
 
 /// GPT-5.6 and later: reads at stored breakpoint prefixes, writes at this request's
-/// breakpoints.
+/// breakpoints, with the lifetime `ttl`.
 fn breakpoint_accounting(
     prompt: &OpenAiPrompt,
     machine: &mut Machine,
     expires: u64,
+    ttl: &'static str,
 ) -> (u64, u64, Option<usize>, Vec<Marker>) {
     // "If there are no explicit breakpoints, the request does not use prompt caching."
     if prompt.mode == CacheMode::Explicit && prompt.breakpoints.is_empty() {
@@ -259,11 +256,6 @@ fn breakpoint_accounting(
         machine.entries.insert(keys[i], expires);
     }
     let positions = write_positions(prompt);
-    let ttl = if prompt.retention.writes_12h(&prompt.model) {
-        TTL_12H
-    } else {
-        TTL_30M
-    };
     let mut markers = Vec::new();
     let mut furthest = read;
     for pos in positions {

@@ -37,9 +37,7 @@ fn output_text(text: &str) -> Value {
 
 /// The conversation the response belongs to, as an object (`null` without one).
 fn conversation(request: &Value) -> Value {
-    request
-        .get("conversation")
-        .and_then(crate::providers::openai_responses::conversation_id_of)
+    crate::providers::openai_responses::conversation_of(request)
         .map_or(Value::Null, |id| json!({"id": id}))
 }
 
@@ -59,7 +57,7 @@ fn applied_cache_options(request: &Value, model: &str) -> Value {
     };
     json!({
         "mode": asked("mode").unwrap_or_else(|| json!("implicit")),
-        "ttl": asked("ttl").unwrap_or_else(|| json!("30m")),
+        "ttl": asked("ttl").unwrap_or_else(|| json!(crate::cache_model::TTL_30M)),
         "comparison_response_id": asked("comparison_response_id").unwrap_or(Value::Null),
     })
 }

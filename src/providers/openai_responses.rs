@@ -49,6 +49,11 @@ pub fn conversation_id_of(field: &Value) -> Option<String> {
     ConversationRef::deserialize(field).ok()?.into_id()
 }
 
+/// The conversation a request already read as JSON names, if any.
+pub fn conversation_of(request: &Value) -> Option<String> {
+    request.get("conversation").and_then(conversation_id_of)
+}
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum ConversationRef {

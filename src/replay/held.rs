@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::trace::Record;
-use crate::providers::openai_responses::{conversation_id_of, input_items, stores_answer_of};
+use crate::providers::openai_responses::{conversation_of, input_items, stores_answer_of};
 
 /// What came before a held answer's own input.
 #[derive(Clone)]
@@ -73,7 +73,7 @@ impl Held {
         let mut items = input_items(body);
         items.extend(output.iter().cloned());
         let mut before = before_of(body);
-        if let Some(id) = body.get("conversation").and_then(conversation_id_of) {
+        if let Some(id) = conversation_of(body) {
             let conversation = self.conversations.entry(id.clone()).or_default();
             before = Before::Conversation {
                 id,
@@ -120,7 +120,7 @@ fn before_of(body: &Value) -> Before {
     if let Some(answer) = body.get("previous_response_id").and_then(Value::as_str) {
         return Before::Answer(answer.to_string());
     }
-    match body.get("conversation").and_then(conversation_id_of) {
+    match conversation_of(body) {
         Some(id) => Before::Conversation {
             id,
             items: usize::MAX,

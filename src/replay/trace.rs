@@ -63,14 +63,9 @@ impl Record {
     /// Whether a later request may continue this one's answer from what the provider
     /// holds: a Responses answer stored, or added to the conversation the request names.
     pub fn may_be_continued(&self) -> bool {
-        use crate::providers::openai_responses::{conversation_id_of, stores_answer_of};
+        use crate::providers::openai_responses::{conversation_of, stores_answer_of};
         self.endpoint() == Endpoint::Responses
-            && (stores_answer_of(&self.body)
-                || self
-                    .body
-                    .get("conversation")
-                    .and_then(conversation_id_of)
-                    .is_some())
+            && (stores_answer_of(&self.body) || conversation_of(&self.body).is_some())
     }
 
     pub fn endpoint(&self) -> Endpoint {
