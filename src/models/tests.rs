@@ -323,6 +323,7 @@ fn long_prompts_bill_at_the_long_context_rates_for_the_whole_request() {
         ("gpt-5.4", 2.5, 0.25, 15.0),
         ("gpt-6.2-sol", 2.0, 0.1, 10.0),
         ("gpt-6.1-sol", 2.0, 0.1, 10.0),
+        ("gpt-6.1-terra", 1.0, 0.05, 5.0),
         ("gpt-6.2-astra", 8.0, 0.4, 40.0),
         ("gpt-6-astra", 10.0, 1.0, 50.0),
         // developers.openai.com/api/docs/models/gpt-5.6-sol and gpt-5.6-luna: "Prompts with
@@ -407,6 +408,133 @@ fn twelve_hour_writes_are_priced_at_their_own_rate() {
     let astra = builtin("gpt-6.2-astra").unwrap();
     let twelve = astra.cost_usd(&writes(100_000, 100_000));
     assert!((twelve - astra.cost_usd(&writes(0, 100_000))).abs() < 1e-12);
+}
+
+/// The models pi 1.6.0 (its bundled `anthropic`, `openai` and `openai-codex` catalogs) and
+/// Codex 0.171 offer on the two providers' own APIs are known, so a session on any of them
+/// is priced. Left out, and so unknown: the models that do not cache (the `-pro` models,
+/// gpt-4, gpt-4-turbo, gpt-4o-2024-05-13, "gpt-4o (excludes gpt-4o-2024-05-13)" in
+/// OpenAI's prompt-caching guide as Portkey's docs copy it), the aliases that name whichever
+/// model is current (`chat-latest`, `gpt-5-chat-latest`, `gpt-daybreak-*-latest`) and the
+/// models of restricted access (`gpt-5.6-cyber`, `gpt-6-cyber`, `gpt-5.3-codex-spark`).
+#[test]
+fn the_models_the_agents_offer_are_known() {
+    for id in [
+        "claude-fable-5",
+        "claude-fable-5-1",
+        "claude-fable-5-2",
+        "claude-mythos-5",
+        "claude-mythos-5-1",
+        "claude-mythos-5-2",
+        "claude-haiku-4-5-20251001",
+        "claude-haiku-5-5",
+        "claude-opus-4-5-20251101",
+        "claude-opus-4-6",
+        "claude-opus-4-7",
+        "claude-opus-4-8",
+        "claude-opus-5",
+        "claude-opus-5-5",
+        "claude-sonnet-4-5-20250929",
+        "claude-sonnet-4-6",
+        "claude-sonnet-5",
+        "claude-sonnet-5-5",
+        "gpt-4.1",
+        "gpt-4o-2024-08-06",
+        "gpt-4o-2024-11-20",
+        "gpt-4o-mini",
+        "gpt-5",
+        "gpt-5-mini",
+        "gpt-5-nano",
+        "gpt-5.1",
+        "gpt-5.2",
+        "gpt-5.3-codex",
+        "gpt-5.4",
+        "gpt-5.4-mini",
+        "gpt-5.4-nano",
+        "gpt-5.5",
+        "gpt-5.6-luna",
+        "gpt-5.6-sol",
+        "gpt-5.6-terra",
+        "gpt-6-astra",
+        "gpt-6-luna",
+        "gpt-6-sol",
+        "gpt-6.1-sol",
+        "gpt-6.1-terra",
+        "gpt-6.2-astra",
+        "gpt-6.2-sol",
+        "o1",
+        "o3",
+        "o3-mini",
+        "o4-mini",
+    ] {
+        assert!(builtin(id).is_some(), "{id} unknown");
+    }
+    for id in ["gpt-4o-2024-05-13", "o3-pro", "gpt-5.5-pro", "gpt-4-turbo"] {
+        assert!(builtin(id).is_none(), "{id} priced as a model that caches");
+    }
+}
+
+/// GPT-6.1 Terra (released 2026-10-26, offered by Codex 0.171): $1 input, $0.05 cached input,
+/// $1.25 cache writes for 30 minutes and $2.50 for 12 hours, $5 output; over 272K input
+/// tokens "the entire request's input and cache are billed at 2x, output at 1.5x"
+/// (developers.openai.com/api/docs/models/gpt-6.1-terra, its zh-Hans copy; LiteLLM's day-0
+/// post gives $2 / $0.10 / $7.50 above the line; pi 1.6.0's catalog the same rates).
+#[test]
+fn gpt_6_1_terra_is_priced_from_its_model_page() {
+    let terra = builtin("gpt-6.1-terra").expect("known");
+    assert_eq!(
+        (
+            terra.input,
+            terra.cache_read,
+            terra.cache_write_5m,
+            terra.output
+        ),
+        (1.0, 0.05, 1.25, 5.0)
+    );
+    assert_eq!(terra.context_window, 1_050_000);
+    assert_eq!(terra.explicit_breakpoints(), Some(4));
+    let twelve = Usage {
+        cache_write: 100_000,
+        cache_write_12h: 100_000,
+        ..Usage::default()
+    };
+    assert!((terra.cost_usd(&twelve) - 0.25).abs() < 1e-9);
+    let long = Usage {
+        uncached: 272_001,
+        output: 10_000,
+        ..Usage::default()
+    };
+    assert!((terra.cost_usd(&long) - (272_001.0 * 2.0 + 10_000.0 * 7.5) / 1e6).abs() < 1e-9);
+}
+
+/// The o-series, which caches as GPT-4o does, automatically from 1,024 tokens: o3 $2 / $0.50 /
+/// $8 (calcis.dev, "Verified 2026-04-06"), o4-mini $1.10 / $0.275 / $4.40, o3-mini $1.10 /
+/// $0.55 / $4.40 (llmcalc.app, "official pricing"), o1 $15 / $7.50 / $60; 200,000 context
+/// (the same pages and pi 1.6.0's catalog, which gives all four). No write fee, no explicit
+/// breakpoints.
+#[test]
+fn the_o_series_is_priced_with_its_cached_input() {
+    for (id, input, cached, output) in [
+        ("o3", 2.0, 0.5, 8.0),
+        ("o3-2025-04-16", 2.0, 0.5, 8.0),
+        ("o4-mini", 1.1, 0.275, 4.4),
+        ("o3-mini", 1.1, 0.55, 4.4),
+        ("o1", 15.0, 7.5, 60.0),
+    ] {
+        let m = builtin(id).unwrap_or_else(|| panic!("{id} unknown"));
+        assert_eq!(m.provider, "openai");
+        assert_eq!(
+            (m.input, m.cache_read, m.output),
+            (input, cached, output),
+            "{id}"
+        );
+        assert_eq!((m.cache_write_5m, m.cache_write_1h), (input, input), "{id}");
+        assert_eq!(m.explicit_breakpoints(), None, "{id}");
+        assert_eq!((m.min_cacheable_tokens, m.context_window), (1024, 200_000));
+    }
+    for id in ["o3-pro", "o1-pro", "o1-mini", "o3-deep-research"] {
+        assert!(builtin(id).is_none(), "{id} matched a row");
+    }
 }
 
 /// Fast mode "is priced at a multiplier on standard rates across the full context window"
