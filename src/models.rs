@@ -59,8 +59,9 @@ pub struct ModelInfo {
     /// Above `long_context_above`: the factor on the output price.
     #[serde(default = "one")]
     pub long_context_output_factor: f64,
-    /// Anthropic fast mode (`usage.speed: "fast"`): the factor on every price. An answer
-    /// served fast by a row without it is priced at the standard rates.
+    /// Fast mode (Anthropic `usage.speed: "fast"`, OpenAI `service_tier: "priority"`): the
+    /// factor on every price. An answer served fast by a row without it is priced at the
+    /// standard rates.
     #[serde(default)]
     pub fast_factor: Option<f64>,
 }
@@ -127,11 +128,10 @@ impl ModelInfo {
     }
 }
 
-/// Whether a request asking for `speed` on `model` is served in fast mode: it asks for
-/// `fast` and the model has a fast-mode price.
-pub fn serves_fast(model: &str, speed: Option<&str>) -> bool {
-    speed == Some(crate::providers::anthropic::FAST_SPEED)
-        && lookup(model).is_some_and(|m| m.fast_factor.is_some())
+/// Whether a request on `model` that asks for fast mode (`providers::asks_fast`) is served
+/// so: the model has a fast-mode price.
+pub fn serves_fast(model: &str, asks_fast: bool) -> bool {
+    asks_fast && lookup(model).is_some_and(|m| m.fast_factor.is_some())
 }
 
 #[derive(Deserialize)]

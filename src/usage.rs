@@ -23,8 +23,8 @@ pub struct Usage {
     /// reported in `cache_write_tokens_details.ttl_12h_tokens`); part of `cache_write`.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub cache_write_12h: u64,
-    /// Anthropic: the answer was served in fast mode (`usage.speed: "fast"`), billed at the
-    /// model's fast-mode multiplier.
+    /// The answer was served in fast mode (Anthropic `usage.speed: "fast"`, OpenAI
+    /// `service_tier: "priority"`), billed at the model's fast-mode multiplier.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fast: bool,
     /// Input tokens neither read from nor written to the cache.
@@ -133,62 +133,89 @@ struct UsageFields {
     /// Anthropic: one entry per sampling of the request.
     iterations: LenientList<IterationFields>,
     /// Anthropic: `standard` or `fast`.
-    speed: Speed,
+    speed: Served<AnthropicSpeed>,
 }
 
-/// Anthropic's `usage.speed`, read without keeping the string: whether it is `fast`
-/// (`None` when absent or not a string).
+/// A field naming the speed that served an answer (Anthropic's `usage.speed`, OpenAI's
+/// `service_tier`), read without keeping the string: whether it says fast, by the
+/// provider's word `W` (`None` when absent or not a string).
 #[derive(Debug, Default, Clone, Copy)]
-struct Speed(Option<bool>);
+struct Served<W>(Option<bool>, PhantomData<W>);
 
-impl<'de> Deserialize<'de> for Speed {
+/// Which words of a speed field mean fast mode.
+trait FastWords {
+    fn is_fast(word: &str) -> bool;
+}
+
+/// Anthropic's `usage.speed`: `standard` or `fast`.
+#[derive(Debug, Default, Clone, Copy)]
+struct AnthropicSpeed;
+
+impl FastWords for AnthropicSpeed {
+    fn is_fast(word: &str) -> bool {
+        word == crate::providers::anthropic::FAST_SPEED
+    }
+}
+
+/// OpenAI's `service_tier` of an answer: `priority` when fast mode served it (`fast`, the
+/// word a request may use, read alike).
+#[derive(Debug, Default, Clone, Copy)]
+struct OpenAiTier;
+
+impl FastWords for OpenAiTier {
+    fn is_fast(word: &str) -> bool {
+        crate::providers::OPENAI_FAST_TIERS.contains(&word)
+    }
+}
+
+impl<'de, W: FastWords> Deserialize<'de> for Served<W> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = Speed;
+        struct Visit<W>(PhantomData<W>);
+        impl<'de, W: FastWords> serde::de::Visitor<'de> for Visit<W> {
+            type Value = Served<W>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("any JSON value")
             }
-            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Speed, E> {
-                Ok(Speed(Some(s == crate::providers::anthropic::FAST_SPEED)))
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Served<W>, E> {
+                Ok(Served(Some(W::is_fast(s)), PhantomData))
             }
-            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Speed, E> {
-                Ok(Speed(None))
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Served<W>, E> {
+                Ok(Served(None, PhantomData))
             }
-            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Speed, E> {
-                Ok(Speed(None))
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Served<W>, E> {
+                Ok(Served(None, PhantomData))
             }
-            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Speed, E> {
-                Ok(Speed(None))
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Served<W>, E> {
+                Ok(Served(None, PhantomData))
             }
-            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Speed, E> {
-                Ok(Speed(None))
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Served<W>, E> {
+                Ok(Served(None, PhantomData))
             }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Speed, E> {
-                Ok(Speed(None))
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Served<W>, E> {
+                Ok(Served(None, PhantomData))
             }
-            fn visit_none<E: serde::de::Error>(self) -> Result<Speed, E> {
-                Ok(Speed(None))
+            fn visit_none<E: serde::de::Error>(self) -> Result<Served<W>, E> {
+                Ok(Served(None, PhantomData))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
                 mut seq: A,
-            ) -> Result<Speed, A::Error> {
+            ) -> Result<Served<W>, A::Error> {
                 while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-                Ok(Speed(None))
+                Ok(Served(None, PhantomData))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> Result<Speed, A::Error> {
+            ) -> Result<Served<W>, A::Error> {
                 while map
                     .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
                     .is_some()
                 {}
-                Ok(Speed(None))
+                Ok(Served(None, PhantomData))
             }
         }
-        d.deserialize_any(Visit)
+        d.deserialize_any(Visit(PhantomData))
     }
 }
 
@@ -651,13 +678,14 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
     // Only these fields are built; the rest of the body (the reply itself) is only
     // validated.
     let (mut usage_at, mut model_at, mut id_at, mut diag_at) = (None, None, None, None);
-    let mut edits_at = None;
+    let (mut edits_at, mut tier_at) = (None, None);
     let valid = crate::json_check::check(body, |field| match &body[field.key] {
         b"usage" => usage_at = Some(field.value),
         b"model" => model_at = Some(field.value),
         b"id" => id_at = Some(field.value),
         b"diagnostics" => diag_at = Some(field.value),
         b"context_management" => edits_at = Some(field.value),
+        b"service_tier" => tier_at = Some(field.value),
         _ => {}
     });
     if valid.is_err() {
@@ -674,6 +702,14 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
     if let (Some(usage), Some(r)) = (usage.as_mut(), edits_at) {
         usage.cleared = read_once_more_as_value::<Lenient<ContextManagementFields>>(&body[r])
             .and_then(|edits| edits.0?.cleared());
+    }
+    if let (Some(usage), Some(r), Endpoint::Chat | Endpoint::Responses) =
+        (usage.as_mut(), tier_at, endpoint)
+    {
+        usage.fast = serde_json::from_slice::<Served<OpenAiTier>>(&body[r])
+            .ok()
+            .and_then(|tier| tier.0)
+            .unwrap_or(false);
     }
     ResponseFacts {
         usage,
@@ -702,6 +738,9 @@ struct HeadFields {
     #[serde(default)]
     usage: Lenient<UsageFields>,
     diagnostics: Option<Value>,
+    /// OpenAI: the tier that served the answer.
+    #[serde(default)]
+    service_tier: Served<OpenAiTier>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -715,6 +754,8 @@ struct EventFields {
     response: Option<HeadFields>,
     #[serde(default)]
     context_management: Lenient<ContextManagementFields>,
+    #[serde(default)]
+    service_tier: Served<OpenAiTier>,
 }
 
 impl EventFields {
@@ -725,6 +766,7 @@ impl EventFields {
             id: self.id.clone(),
             usage: self.usage.clone(),
             diagnostics: self.diagnostics.clone(),
+            service_tier: self.service_tier,
         }
     }
 }
@@ -796,8 +838,14 @@ impl StreamUsage {
                     into.cleared = edits.cleared();
                 }
             }
-            Endpoint::Chat => self.usage = Some(usage.openai_chat()),
-            Endpoint::Responses => self.usage = Some(usage.openai_responses()),
+            Endpoint::Chat | Endpoint::Responses => {
+                let mut read = match endpoint {
+                    Endpoint::Chat => usage.openai_chat(),
+                    _ => usage.openai_responses(),
+                };
+                read.fast = head.and_then(|h| h.service_tier.0).unwrap_or(false);
+                self.usage = Some(read);
+            }
             _ => {}
         }
     }
@@ -1444,6 +1492,54 @@ mod tests {
                 .unwrap()
                 .fast
         );
+    }
+
+    /// An OpenAI answer says which tier served it at its top level: `service_tier:
+    /// "priority"` in fast mode, whether the request asked `fast` or `priority` ("The
+    /// response will show `service_tier=priority`", openai-python 3.57 `Response`). Chat
+    /// bodies and chunks carry it beside `usage`; a Responses stream in the response object
+    /// of `response.completed`. Another tier, or a value of another type, is standard and
+    /// keeps the usage.
+    #[test]
+    fn openai_answers_say_when_fast_mode_served_them() {
+        let chat_usage = json!({"prompt_tokens": 3000, "completion_tokens": 20,
+            "prompt_tokens_details": {"cached_tokens": 2048}});
+        let chat = |tier: Value| {
+            let body = json!({"id": "chatcmpl-1", "model": "gpt-6.2-sol",
+                "service_tier": tier, "usage": chat_usage});
+            read_response_body(Endpoint::Chat, &serde_json::to_vec(&body).unwrap())
+                .usage
+                .unwrap()
+        };
+        assert!(chat(json!("priority")).fast);
+        assert!(!chat(json!("default")).fast);
+        assert!(!chat(json!("flex")).fast);
+        let odd = chat(json!({"tier": "priority"}));
+        assert!(!odd.fast && odd.cache_read == 2048);
+        let responses_usage = json!({"input_tokens": 3000, "output_tokens": 20,
+            "input_tokens_details": {"cached_tokens": 2048}});
+        let body = json!({"id": "resp_1", "object": "response", "model": "gpt-6.2-sol",
+            "service_tier": "priority", "usage": responses_usage});
+        let read = read_response_body(Endpoint::Responses, &serde_json::to_vec(&body).unwrap());
+        assert!(read.usage.unwrap().fast);
+        let mut s = StreamUsage::default();
+        let completed = json!({"type": "response.completed", "response": body});
+        s.on_event(
+            Endpoint::Responses,
+            "response.completed",
+            completed.to_string().as_bytes(),
+        );
+        assert!(s.usage().unwrap().fast);
+        let mut s = StreamUsage::default();
+        let last = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk",
+            "service_tier": "priority", "choices": [], "usage": chat_usage});
+        s.on_event(Endpoint::Chat, "", last.to_string().as_bytes());
+        assert!(s.usage().unwrap().fast);
+        // Anthropic's own `service_tier` (in its usage) is not a speed.
+        let anthropic = json!({"id": "msg_1", "service_tier": "priority",
+            "usage": {"input_tokens": 5, "output_tokens": 1, "service_tier": "priority"}});
+        let read = read_response_body(Endpoint::Messages, &serde_json::to_vec(&anthropic).unwrap());
+        assert!(!read.usage.unwrap().fast);
     }
 
     #[test]

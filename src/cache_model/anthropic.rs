@@ -146,7 +146,7 @@ impl AnthropicCache {
             cache_write_5m: last_write - last_1h,
             cache_write_30m: 0,
             cache_write_12h: 0,
-            fast: false,
+            fast: prompt.fast,
             detail: Detail {
                 blocks: prompt.blocks.len(),
                 markers: markers

@@ -71,6 +71,9 @@ pub struct Prompt {
     pub unkeyed_tokens: u64,
     /// Top-level automatic `cache_control`, if the request has one.
     pub automatic: Option<Ttl>,
+    /// Served in fast mode: what it caches and reads is apart from the standard speed's
+    /// ("switching between fast and standard speed invalidates the prompt cache").
+    pub fast: bool,
 }
 
 impl Prompt {
@@ -97,8 +100,16 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         .ok_or_else(|| ApiError::invalid("messages: Field required"))?
         .as_array()
         .ok_or_else(|| ApiError::invalid("messages: Input should be a valid list"))?;
+    let fast = crate::models::serves_fast(
+        model,
+        crate::providers::asks_fast(crate::providers::Endpoint::Messages, req),
+    );
+    let mut chain = Chain::new(&["model", model]);
+    if fast {
+        chain.push(&["speed", anthropic::FAST_SPEED]);
+    }
     let mut b = Builder {
-        chain: Chain::new(&["model", model]),
+        chain,
         blocks: Vec::new(),
         total: 0,
     };
@@ -255,6 +266,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         blocks: b.blocks,
         unkeyed_tokens,
         automatic,
+        fast,
     })
 }
 

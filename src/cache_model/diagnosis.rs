@@ -21,6 +21,8 @@ use crate::error::ApiError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint {
     model: String,
+    /// Served in fast mode: its keys are the fast cache's.
+    fast: bool,
     /// Cumulative key at the end of the tools and of the system blocks (`None`: none).
     tools_end: Option<PrefixHash>,
     system_end: Option<PrefixHash>,
@@ -85,6 +87,7 @@ impl Fingerprint {
             .or_else(|| prompt.automatic.and(prompt.blocks.len().checked_sub(1)));
         Ok(Fingerprint {
             model: prompt.model.clone(),
+            fast: prompt.fast,
             tools_end: last_of(Level::Tools),
             system_end: last_of(Level::System),
             blocks: prompt
@@ -119,6 +122,11 @@ impl Fingerprint {
             cacheable.saturating_sub(common.checked_sub(1).map_or(0, |i| previous.blocks[i].1));
         if self.model != previous.model {
             return Some(CacheMissReason::ModelChanged { missed: cacheable });
+        }
+        // The documented reasons name no speed switch, and the keys of the two speeds'
+        // caches never match: no comparison to give.
+        if self.fast != previous.fast {
+            return Some(CacheMissReason::Unavailable);
         }
         if self.tools_end != previous.tools_end {
             return Some(CacheMissReason::ToolsChanged { missed });

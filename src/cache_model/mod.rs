@@ -129,7 +129,8 @@ pub struct Accounting {
     /// What a `clear_tool_uses` context edit cleared from the prompt before it was
     /// sampled (Anthropic).
     pub cleared: Option<crate::usage::Cleared>,
-    /// Served in fast mode (Anthropic `speed: "fast"` on a model that has it).
+    /// Served in fast mode (Anthropic `speed: "fast"`, OpenAI `service_tier: "fast"` or
+    /// `"priority"`, on a model that has it).
     pub fast: bool,
 }
 
@@ -202,14 +203,7 @@ impl CacheModel {
         now_ms: u64,
     ) -> Result<Accounting, ApiError> {
         match endpoint {
-            Endpoint::Messages => {
-                let mut accounting = self.anthropic.account(request, now_ms, &self.config)?;
-                accounting.fast = crate::models::serves_fast(
-                    request.get("model").and_then(Value::as_str).unwrap_or(""),
-                    request.get("speed").and_then(Value::as_str),
-                );
-                Ok(accounting)
-            }
+            Endpoint::Messages => self.anthropic.account(request, now_ms, &self.config),
             Endpoint::Chat | Endpoint::Responses => {
                 self.openai.account(endpoint, request, now_ms, &self.config)
             }

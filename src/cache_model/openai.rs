@@ -29,7 +29,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
 
-use super::hash::{Chain, PrefixHash};
+use super::hash::PrefixHash;
 use super::openai_prompt::{render, CacheMode, OpenAiPrompt};
 use super::{Accounting, CacheModelConfig, Detail, Marker};
 use crate::error::ApiError;
@@ -138,7 +138,7 @@ impl OpenAiCache {
             cache_write_1h: 0,
             cache_write_30m: if twelve_hours { 0 } else { written },
             cache_write_12h: if twelve_hours { written } else { 0 },
-            fast: false,
+            fast: prompt.fast,
             detail: Detail {
                 blocks: prompt.part_ends.len(),
                 markers,
@@ -161,8 +161,9 @@ impl OpenAiCache {
     fn route(&mut self, prompt: &OpenAiPrompt, now_ms: u64, config: &CacheModelConfig) -> usize {
         let start = &prompt.tokens[..prompt.tokens.len().min(ROUTING_TOKENS)];
         let bytes: Vec<u8> = start.iter().flat_map(|t| t.to_le_bytes()).collect();
-        let route =
-            Chain::new(&["route", &prompt.model, &prompt.cache_key]).push_bytes(&bytes) as u64;
+        let route = prompt
+            .chain(&["route", &prompt.model, &prompt.cache_key])
+            .push_bytes(&bytes) as u64;
         let machines = config.openai_machines.max(1);
         if self.recent.len() > ROUTES_KEPT {
             self.recent
@@ -204,7 +205,7 @@ fn block_accounting(
     machine: &mut Machine,
     expires: u64,
 ) -> (u64, u64, Option<usize>, Vec<Marker>) {
-    let mut chain = Chain::new(&["blocks", &prompt.model]);
+    let mut chain = prompt.chain(&["blocks", &prompt.model]);
     let keys: Vec<PrefixHash> = prompt
         .tokens
         .chunks_exact(STEP_TOKENS as usize)
@@ -276,7 +277,7 @@ fn breakpoint_accounting(
 
 /// The key of the prefix ending at each part end.
 pub(super) fn part_keys(prompt: &OpenAiPrompt) -> Vec<PrefixHash> {
-    let mut chain = Chain::new(&["breakpoints", &prompt.model]);
+    let mut chain = prompt.chain(&["breakpoints", &prompt.model]);
     let mut start = 0;
     prompt
         .part_ends

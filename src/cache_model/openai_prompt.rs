@@ -40,9 +40,21 @@ pub struct OpenAiPrompt {
     pub cache_key: String,
     /// `prompt_cache_retention` and `prompt_cache_options.ttl`.
     pub retention: super::openai::Retention,
+    /// Served in fast mode, whose cache is apart from the standard tier's.
+    pub fast: bool,
 }
 
 impl OpenAiPrompt {
+    /// A chain of keys this prompt's cache entries or routing are found by, started with
+    /// `start` (which names the model), then the tier when fast mode serves it.
+    pub fn chain(&self, start: &[&str]) -> super::hash::Chain {
+        let mut chain = super::hash::Chain::new(start);
+        if self.fast {
+            chain.push(&["service_tier", crate::providers::OPENAI_FAST_ANSWER]);
+        }
+        chain
+    }
+
     pub fn total_tokens(&self) -> u64 {
         self.tokens.len() as u64
     }
@@ -129,6 +141,7 @@ pub fn render(endpoint: Endpoint, req: &Value) -> Result<OpenAiPrompt, ApiError>
             obj.get("prompt_cache_retention").and_then(Value::as_str),
             ttl,
         ),
+        fast: crate::models::serves_fast(model, crate::providers::asks_fast(endpoint, req)),
     })
 }
 

@@ -559,3 +559,39 @@ fn a_fast_request_stays_fast_through_its_compaction() {
         "standard"
     );
 }
+
+/// "Switching between fast and standard speed invalidates the prompt cache": each speed
+/// caches apart (fast mode docs, as kb.kakadata.com copies them; octavus.ai: "falling back
+/// to standard speed is a prompt-cache miss"). A model without fast mode serves both at
+/// standard speed, so they share one cache.
+#[test]
+fn each_speed_reads_only_what_it_cached() {
+    let mut model = CacheModel::default();
+    let at = |speed: &str, model_name: &str| {
+        let mut req = blocks_request(6, &[6], None);
+        req["model"] = json!(model_name);
+        req["speed"] = json!(speed);
+        req
+    };
+    let opus = "claude-opus-5-5";
+    let first = run(&mut model, &at("fast", opus), 0);
+    assert!(first.fast && first.cache_write_5m > 0);
+    let again = run(&mut model, &at("fast", opus), 1_000);
+    assert_eq!(again.cache_read, first.cache_write_5m);
+    let standard = run(&mut model, &at("standard", opus), 2_000);
+    assert!(!standard.fast);
+    assert_eq!(
+        standard.cache_read, 0,
+        "the fast cache is not read at standard speed"
+    );
+    assert_eq!(standard.cache_write_5m, first.cache_write_5m);
+    // Back to fast: the fast cache is still there.
+    assert_eq!(
+        run(&mut model, &at("fast", opus), 3_000).cache_read,
+        first.cache_read + first.cache_write_5m
+    );
+    // Sonnet 4.5 has no fast mode: a request asking for it is served, and cached, at standard.
+    run(&mut model, &at("fast", SONNET), 4_000);
+    let sonnet = run(&mut model, &at("standard", SONNET), 5_000);
+    assert!(sonnet.cache_read > 0 && !sonnet.fast);
+}

@@ -407,3 +407,44 @@ fn a_twelve_hour_ttl_keeps_what_it_writes_half_a_day_and_reports_it_apart() {
     bad["prompt_cache_options"] = json!({"ttl": "1h"});
     assert!(m.account(Endpoint::Responses, &bad, 0).is_err());
 }
+
+/// OpenAI fast mode (`service_tier: "fast"` or `"priority"`) caches apart from the standard
+/// tier: `service_tier_changed` is a reason the Responses `prompt_cache_diagnostics` give for
+/// a miss (openai-python 3.57). The answer says `priority` whichever word asked for it; a
+/// model without fast mode (gpt-4o here) serves both at the standard tier, with one cache.
+#[test]
+fn the_fast_tier_reads_only_what_it_cached() {
+    let mut m = CacheModel::default();
+    let at = |tier: Option<&str>, model: &str| {
+        let mut req = chat(2000, Some("s"));
+        req["model"] = json!(model);
+        if let Some(tier) = tier {
+            req["service_tier"] = json!(tier);
+        }
+        req
+    };
+    let sol = "gpt-6.2-sol";
+    let first = m
+        .account(Endpoint::Chat, &at(Some("fast"), sol), 0)
+        .unwrap();
+    assert!(first.fast);
+    assert_eq!(first.openai_service_tier(), "priority");
+    let again = m
+        .account(Endpoint::Chat, &at(Some("priority"), sol), 1)
+        .unwrap();
+    assert!(again.cache_read > 0);
+    let standard = m.account(Endpoint::Chat, &at(None, sol), 2).unwrap();
+    assert_eq!((standard.cache_read, standard.fast), (0, false));
+    assert_eq!(standard.openai_service_tier(), "default");
+    let auto = m
+        .account(Endpoint::Chat, &at(Some("auto"), sol), 3)
+        .unwrap();
+    assert!(
+        auto.cache_read > 0 && !auto.fast,
+        "auto is the standard tier here"
+    );
+    m.account(Endpoint::Chat, &at(Some("priority"), "gpt-4o"), 4)
+        .unwrap();
+    let gpt4o = m.account(Endpoint::Chat, &at(None, "gpt-4o"), 5).unwrap();
+    assert!(gpt4o.cache_read > 0 && !gpt4o.fast);
+}

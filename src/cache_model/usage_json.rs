@@ -54,6 +54,15 @@ impl Accounting {
 
     /// Chat Completions: `cached_tokens` and `cache_write_tokens` are inside
     /// `prompt_tokens` (openai-python `PromptTokensDetails`).
+    /// The `service_tier` of an OpenAI answer (Chat and Responses): the tier that served it.
+    pub fn openai_service_tier(&self) -> &'static str {
+        if self.fast {
+            crate::providers::OPENAI_FAST_ANSWER
+        } else {
+            "default"
+        }
+    }
+
     pub fn chat_usage_json(&self, output_tokens: u64) -> Value {
         json!({
             "prompt_tokens": self.input_tokens,

@@ -33,7 +33,7 @@ pub fn completion(turn: &Turn) -> Value {
         "model": turn.model,
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
         "usage": turn.accounting.chat_usage_json(turn.output_tokens),
-        "service_tier": "default",
+        "service_tier": turn.accounting.openai_service_tier(),
         "system_fingerprint": FINGERPRINT,
     })
 }
@@ -47,7 +47,7 @@ pub fn chunks(turn: &Turn, include_usage: bool) -> Vec<Bytes> {
             "object": "chat.completion.chunk",
             "created": turn.created,
             "model": turn.model,
-            "service_tier": "default",
+            "service_tier": turn.accounting.openai_service_tier(),
             "system_fingerprint": FINGERPRINT,
             "choices": choices,
         });

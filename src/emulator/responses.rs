@@ -84,7 +84,7 @@ pub fn response(turn: &Turn, done: bool) -> Value {
         "prompt_cache_key": echo("prompt_cache_key", Value::Null),
         "prompt_cache_options": applied_cache_options(req, turn.model),
         "reasoning": echo("reasoning", json!({"effort": null, "summary": null})),
-        "service_tier": "default",
+        "service_tier": turn.accounting.openai_service_tier(),
         "store": echo("store", json!(true)),
         "temperature": echo("temperature", json!(1.0)),
         "text": echo("text", json!({"format": {"type": "text"}})),

@@ -19,6 +19,9 @@ use crate::usage::Usage;
 pub enum BreakReason {
     /// Another model: nothing is shared (reported on section `tools`).
     ModelChanged,
+    /// Served at another speed than the previous request (fast mode or not): each speed
+    /// caches apart, so nothing the other cached is read (reported on section `tools`).
+    SpeedChanged,
     ToolsChanged,
     SystemChanged,
     /// A history message differs from the one at its place in the previous request.
@@ -47,8 +50,9 @@ pub enum BreakReason {
 }
 
 impl BreakReason {
-    pub const ALL: [BreakReason; 12] = [
+    pub const ALL: [BreakReason; 13] = [
         BreakReason::ModelChanged,
+        BreakReason::SpeedChanged,
         BreakReason::ToolsChanged,
         BreakReason::SystemChanged,
         BreakReason::MessageEdited,
@@ -65,6 +69,7 @@ impl BreakReason {
     pub fn label(self) -> &'static str {
         match self {
             BreakReason::ModelChanged => "model_changed",
+            BreakReason::SpeedChanged => "speed_changed",
             BreakReason::ToolsChanged => "tools_changed",
             BreakReason::SystemChanged => "system_changed",
             BreakReason::MessageEdited => "message_edited",
@@ -177,7 +182,8 @@ pub fn agrees_with_provider(ours: Option<&Diagnosis>, theirs: &serde_json::Value
         BreakReason::MessageEdited
         | BreakReason::HistoryTruncated
         | BreakReason::ThinkingDropped => Some("messages_changed"),
-        BreakReason::TtlExpired
+        BreakReason::SpeedChanged
+        | BreakReason::TtlExpired
         | BreakReason::BelowMinimum
         | BreakReason::OutsideLookback
         | BreakReason::RateOverflow
@@ -342,6 +348,24 @@ pub fn diagnose(
             BreakReason::ModelChanged,
             format!("model changed from {} to {}", p.model, c.model),
         ));
+    }
+    // Each speed has a cache of its own ("switching between fast and standard speed
+    // invalidates the prompt cache"; OpenAI's `service_tier_changed`): what the previous
+    // request cached at its speed is not read at this one's.
+    let cached = prev.usage.left_cached();
+    if prev.usage.fast != cur.usage.fast && read < cached {
+        let speed = |fast: bool| if fast { "fast" } else { "standard" };
+        let mut d = base(
+            Section::Tools,
+            BreakReason::SpeedChanged,
+            format!(
+                "served at {} speed after {}; each speed caches apart",
+                speed(cur.usage.fast),
+                speed(prev.usage.fast)
+            ),
+        );
+        d.expected_read = Some(cached);
+        return Some(d);
     }
     // The first section, in the order the provider keys on them, that stopped extending.
     for section in c.endpoint.cache_key_order() {

@@ -786,3 +786,68 @@ fn an_openai_request_after_a_compaction_is_not_a_break() {
     let d = diagnose(&previous, &at(&later, usage(0, 2_000), 8_000), &|_| 0);
     assert_eq!(d.map(|d| d.reason), Some(BreakReason::Unexplained));
 }
+
+/// A request served at another speed than the previous one (Claude Code falling back from
+/// `/fast` to standard, or back) reads nothing the previous one cached: `speed_changed`,
+/// with what the previous request left cached as the expected read. The same two speeds
+/// with the cache read in full, or a change that lost nothing, are no break.
+#[test]
+fn a_change_of_speed_that_read_less_is_named() {
+    let body = |turns: usize| json!({"model": "claude-opus-5-5", "max_tokens": 8, "messages": marked_conversation(turns)});
+    let (before, now) = (body(1), body(2));
+    let p = shape_of(Provider::Anthropic, Endpoint::Messages, &before);
+    let c = shape_of(Provider::Anthropic, Endpoint::Messages, &now);
+    let usage = |fast: bool, read: u64, written: u64| crate::usage::Usage {
+        cache_read: read,
+        cache_write: written,
+        cache_write_5m: written,
+        uncached: 10,
+        fast,
+        ..Default::default()
+    };
+    let prev = |fast: bool| super::Previous {
+        shape: &p,
+        usage: usage(fast, 0, 3000),
+        time_ms: 0,
+    };
+    let tokens = |_: u32| 5000;
+    let d = super::diagnose(
+        &prev(true),
+        &current(&c, usage(false, 0, 3500), 1000),
+        &tokens,
+    )
+    .expect("a break");
+    assert_eq!(d.reason, super::BreakReason::SpeedChanged);
+    assert_eq!(
+        (d.section, d.expected_read, d.read),
+        (super::SectionName::Tools, Some(3000), 0)
+    );
+    assert!(
+        d.detail.contains("standard speed after fast"),
+        "{}",
+        d.detail
+    );
+    let back = super::diagnose(
+        &prev(false),
+        &current(&c, usage(true, 0, 3500), 1000),
+        &tokens,
+    );
+    assert_eq!(
+        back.map(|d| d.reason),
+        Some(super::BreakReason::SpeedChanged)
+    );
+    // Read in full at the same speed: nothing to say.
+    assert!(super::diagnose(
+        &prev(true),
+        &current(&c, usage(true, 3000, 500), 1000),
+        &tokens
+    )
+    .is_none());
+    // Another speed, but nothing was lost (a provider that shares them): no false alarm.
+    assert!(super::diagnose(
+        &prev(true),
+        &current(&c, usage(false, 3000, 500), 1000),
+        &tokens
+    )
+    .is_none());
+}

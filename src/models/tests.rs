@@ -584,3 +584,56 @@ fn fast_answers_are_priced_at_the_fast_multiplier() {
         sonnet.cost_usd(&usage(false))
     );
 }
+
+/// OpenAI fast mode (`service_tier: "fast"` or `"priority"`) is billed at a multiplier on
+/// every rate: openai.com/API-fast-mode lists GPT-5.6 Sol at $8 / $0.80 / $40 (2x its $4 /
+/// $0.40 / $20), GPT-5.5 at $12.50 / $1.25 / $75 (2.5x) and GPT-5.4 mini at $1.50 / $0.15 / $9
+/// (2x); the GPT-6.1 Terra and GPT-6.2 Sol pages say "Fast mode costs 2x". Above 272K input
+/// tokens both factors apply (AILSA SubSwitch's GPT-6.1 Sol table: fast over 272K $8 / $0.40 /
+/// $30). A model with no published fast price (GPT-6 Sol) is priced at its standard rates.
+#[test]
+fn openai_fast_mode_is_priced_at_its_multiplier() {
+    let usage = |fast: bool| Usage {
+        cache_read: 50_000,
+        cache_write: 10_000,
+        uncached: 2_000,
+        output: 3_000,
+        fast,
+        ..Usage::default()
+    };
+    for (model, factor) in [
+        ("gpt-5.6-sol", 2.0),
+        ("gpt-5.6-terra", 2.0),
+        ("gpt-5.6-luna", 2.0),
+        ("gpt-5.5", 2.5),
+        ("gpt-5.4-mini", 2.0),
+        ("gpt-6-astra", 2.0),
+        ("gpt-6.1-sol", 2.0),
+        ("gpt-6.1-terra", 2.0),
+        ("gpt-6.2-sol", 2.0),
+    ] {
+        let m = builtin(model).unwrap();
+        let (standard, fast) = (m.cost_usd(&usage(false)), m.cost_usd(&usage(true)));
+        assert!(standard > 0.0);
+        assert!((fast - factor * standard).abs() < 1e-12, "{model}");
+    }
+    let sol = builtin("gpt-5.6-sol").unwrap();
+    let million_out = Usage {
+        output: 1_000_000,
+        fast: true,
+        ..Usage::default()
+    };
+    assert!((sol.cost_usd(&million_out) - 40.0).abs() < 1e-9);
+    let long = Usage {
+        uncached: 200_000,
+        cache_read: 100_000,
+        output: 1_000_000,
+        fast: true,
+        ..Usage::default()
+    };
+    let sol61 = builtin("gpt-6.1-sol").unwrap();
+    let expected = (200_000.0 * 8.0 + 100_000.0 * 0.4 + 1_000_000.0 * 30.0) / 1e6;
+    assert!((sol61.cost_usd(&long) - expected).abs() < 1e-9);
+    let gpt6 = builtin("gpt-6-sol").unwrap();
+    assert_eq!(gpt6.cost_usd(&usage(true)), gpt6.cost_usd(&usage(false)));
+}

@@ -25,6 +25,31 @@ use serde_json::Value;
 pub(crate) use message::TOOL_SHAPES;
 pub use message::{check_boundary, text_of, tool_name, MsgKind};
 
+/// OpenAI fast mode (priority processing until 2026-07-30), the same on Chat and Responses:
+/// a request asks for it with `service_tier: "fast"` or `"priority"`, and an answer served so
+/// says `"priority"` whichever it asked (developers.openai.com/api/docs/guides/fast-mode;
+/// openai-python 3.57, `Response.service_tier`). Its cache is not the standard tier's: a
+/// tier change is a miss (`service_tier_changed`, the Responses `prompt_cache_diagnostics`).
+pub const OPENAI_FAST_TIERS: [&str; 2] = ["priority", "fast"];
+/// The `service_tier` of an OpenAI answer served in fast mode.
+pub const OPENAI_FAST_ANSWER: &str = "priority";
+
+/// Whether a generation request asks to be served in fast mode: Anthropic's `speed`
+/// ([`anthropic::FAST_SPEED`]), OpenAI's `service_tier` ([`OPENAI_FAST_TIERS`]). Whether it
+/// is so served depends on the model too (`models::serves_fast`).
+pub fn asks_fast(endpoint: Endpoint, request: &Value) -> bool {
+    match endpoint {
+        Endpoint::Messages => {
+            request.get("speed").and_then(Value::as_str) == Some(anthropic::FAST_SPEED)
+        }
+        Endpoint::Chat | Endpoint::Responses => request
+            .get("service_tier")
+            .and_then(Value::as_str)
+            .is_some_and(|tier| OPENAI_FAST_TIERS.contains(&tier)),
+        _ => false,
+    }
+}
+
 /// A section of the prompt, in the providers' cache-key vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Section {

@@ -816,3 +816,91 @@ async fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
         }
     }
 }
+
+/// Claude Code's `/fast` asks `speed: "fast"`; when fast mode is rate-limited it goes on at
+/// standard speed. Each speed caches apart ("switching between fast and standard speed
+/// invalidates the prompt cache"; octavus.ai: "falling back to standard speed is a
+/// prompt-cache miss"), so the first standard request reads nothing the fast ones cached.
+/// That miss is named `speed_changed`, live and replayed; the next standard request reads
+/// what the first one cached, with nothing to diagnose.
+#[tokio::test]
+async fn a_fall_back_from_fast_mode_reads_nothing_and_is_named() {
+    let system = system_text();
+    let body = |turns: usize, speed: &str| {
+        let mut b = pi_request("claude-opus-5-5", &system, &["read"], &conversation(turns));
+        b["speed"] = json!(speed);
+        b
+    };
+    let mut usages = Vec::new();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            for (turns, speed) in [(1, "fast"), (2, "fast"), (3, "standard"), (4, "standard")] {
+                usages.push(rig.send("s", &body(turns, speed)).await);
+            }
+        },
+        &[],
+    )
+    .await;
+    let reasons: Vec<&str> = d
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(reasons, ["", "", "speed_changed", ""], "{d:#?}");
+    assert_eq!(d[2]["section"], "tools", "{d:#?}");
+    assert!(d[2]["expected_read"].as_u64().unwrap() > 0, "{d:#?}");
+    let read = |u: &Value| u["cache_read_input_tokens"].as_u64().unwrap();
+    assert!(read(&usages[1]) > 0 && read(&usages[3]) > 0, "{usages:#?}");
+    assert_eq!(read(&usages[2]), 0, "{usages:#?}");
+    let speeds: Vec<&Value> = usages.iter().map(|u| &u["speed"]).collect();
+    assert_eq!(speeds, ["fast", "fast", "standard", "standard"]);
+}
+
+/// Codex's "Fast" speed asks `service_tier: "priority"` (its model catalog: `"id":
+/// "priority", "name": "Fast"`), and the answer says `priority` when fast mode served it
+/// (openai-python 3.57, `Response.service_tier`). The streamed answer's tier is read into the
+/// request's usage (so it is priced at the model's fast rate), and a switch back to the
+/// standard tier, which caches apart (`service_tier_changed`), is named `speed_changed`.
+#[tokio::test]
+async fn codex_in_fast_mode_is_read_and_a_switch_of_tier_is_named() {
+    let request = |steps: usize, tier: Option<&str>| {
+        let mut body = codex_request(steps);
+        body["model"] = json!("gpt-6.2-sol");
+        if let Some(tier) = tier {
+            body["service_tier"] = json!(tier);
+        }
+        body
+    };
+    let mut usages = Vec::new();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            for (steps, tier) in [
+                (0, Some("priority")),
+                (1, Some("priority")),
+                (2, None),
+                (3, None),
+            ] {
+                rig.send_codex(&request(steps, tier)).await;
+            }
+            let log = wait_for_requests(&rig.proxy, "s", 4).await;
+            usages = request_entries(&log)
+                .iter()
+                .map(|e| e["usage"].clone())
+                .collect();
+        },
+        &[],
+    )
+    .await;
+    let reasons: Vec<&str> = d
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(reasons, ["", "", "speed_changed", ""], "{d:#?}");
+    let fast: Vec<bool> = usages.iter().map(|u| u["fast"] == true).collect();
+    assert_eq!(fast, [true, true, false, false], "{usages:#?}");
+    let read = |u: &Value| u["cache_read"].as_u64().unwrap();
+    assert!(
+        read(&usages[1]) >= 1024 && read(&usages[3]) >= 1024,
+        "{usages:#?}"
+    );
+    assert_eq!(read(&usages[2]), 0, "{usages:#?}");
+}

@@ -345,3 +345,74 @@ async fn a_fast_mode_answer_is_priced_at_the_fast_rate() {
         "{fast} against {standard}"
     );
 }
+
+/// The OpenAI SDKs ask for fast mode with `service_tier: "fast"` (or `"priority"`), and the
+/// answer says `priority` when fast mode served it; OpenAI bills it at a multiplier on every
+/// rate, 2x on GPT-6.2 Sol ("Fast mode costs twice the Standard rate", its model page). The
+/// same two Chat Completions requests, on the standard tier on one emulator and in fast mode
+/// on another, read and write the same tokens and cost twice as much in fast mode.
+#[tokio::test]
+async fn an_openai_fast_mode_answer_is_priced_at_the_fast_rate() {
+    let body = |tier: Option<&str>| {
+        let mut b = serde_json::json!({"model": "gpt-6.2-sol", "prompt_cache_key": "s",
+            "messages": [
+                {"role": "system", "content": "You are a careful coding agent. ".repeat(300)},
+                {"role": "user", "content": "Rename the loader."}]});
+        if let Some(tier) = tier {
+            b["service_tier"] = serde_json::json!(tier);
+        }
+        b
+    };
+    let mut runs = Vec::new();
+    for tier in [None, Some("fast")] {
+        let emulator = crate::support::start_emulator().await;
+        let proxy = start_proxy(test_config(&emulator.url())).await;
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            let answer = crate::support::answer_of(
+                client()
+                    .post(format!("http://{}/v1/chat/completions", proxy.addr))
+                    .header("authorization", "Bearer k")
+                    .json(&body(tier)),
+            )
+            .await;
+            answers.push(answer);
+        }
+        let served: Vec<&serde_json::Value> = answers.iter().map(|a| &a["service_tier"]).collect();
+        let expected = if tier.is_some() {
+            "priority"
+        } else {
+            "default"
+        };
+        assert_eq!(served, [expected, expected], "{answers:#?}");
+        let log = wait_for_requests(&proxy, "s", 2).await;
+        let logged: Vec<bool> = crate::support::request_entries(&log)
+            .iter()
+            .map(|e| e["usage"]["fast"] == true)
+            .collect();
+        assert_eq!(logged, vec![tier.is_some(); 2], "{log}");
+        let cost = metric_sum(
+            &metrics_text(&proxy).await,
+            "cachet_cost_usd_total",
+            &[("model", "gpt-6.2-sol")],
+        );
+        runs.push((cost, answers));
+        proxy.shutdown().await;
+        emulator.shutdown().await;
+    }
+    let ((standard, a), (fast, b)) = (&runs[0], &runs[1]);
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x["usage"], y["usage"]);
+    }
+    assert!(
+        a[1]["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(*standard > 0.0);
+    assert!(
+        (fast - 2.0 * standard).abs() < 1e-9,
+        "{fast} against {standard}"
+    );
+}

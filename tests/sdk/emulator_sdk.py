@@ -150,6 +150,7 @@ def openai_checks():
 
     conversations_checks(client)
     twelve_hour_checks(client)
+    fast_mode_checks(client)
 
     ids = [m.id for m in client.models.list()]
     check("gpt-4o" in ids, "models: list")
@@ -183,6 +184,26 @@ def twelve_hour_checks(client):
         check(False, "chat: ttl 12h is refused")
     except openai.BadRequestError as e:
         check(e.status_code == 400, "chat: ttl 12h is refused")
+
+
+def fast_mode_checks(client):
+    """Fast mode: `service_tier="fast"` (or "priority") is served as "priority" on a model
+    with a fast price, and caches apart from the standard tier."""
+    model = "gpt-6.2-sol"
+    context = "Fast mode. " + CONTEXT  # a prefix no other check cached
+    fast = [client.responses.create(model=model, instructions=context, input="Say hello.",
+                                    service_tier=tier) for tier in ("fast", "priority")]
+    check([r.service_tier for r in fast] == ["priority", "priority"],
+          "responses: fast mode is answered as service_tier priority")
+    check(fast[1].usage.input_tokens_details.cached_tokens > 0,
+          "responses: fast and priority share the fast cache")
+    standard = client.responses.create(model=model, instructions=context, input="Say hello.")
+    check(standard.service_tier == "default"
+          and standard.usage.input_tokens_details.cached_tokens == 0,
+          "responses: the standard tier reads nothing the fast one cached")
+    chat = client.chat.completions.create(model=model, service_tier="fast",
+                                          messages=[{"role": "user", "content": "x"}])
+    check(chat.service_tier == "priority", "chat: fast mode is answered as priority")
 
 
 def conversations_checks(client):
