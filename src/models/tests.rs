@@ -588,9 +588,11 @@ fn fast_answers_are_priced_at_the_fast_multiplier() {
 /// OpenAI fast mode (`service_tier: "fast"` or `"priority"`) is billed at a multiplier on
 /// every rate: openai.com/API-fast-mode lists GPT-5.6 Sol at $8 / $0.80 / $40 (2x its $4 /
 /// $0.40 / $20), GPT-5.5 at $12.50 / $1.25 / $75 (2.5x) and GPT-5.4 mini at $1.50 / $0.15 / $9
-/// (2x); the GPT-6.1 Terra and GPT-6.2 Sol pages say "Fast mode costs 2x". Above 272K input
-/// tokens both factors apply (AILSA SubSwitch's GPT-6.1 Sol table: fast over 272K $8 / $0.40 /
-/// $30). A model with no published fast price (GPT-6 Sol) is priced at its standard rates.
+/// (2x), GPT-4.1 at $3.50 / $0.875 / $14 (1.75x), GPT-5 mini at $0.45 / $0.045 / $3.60
+/// (1.8x); the GPT-6 Sol, GPT-6 Luna, GPT-6.1 Terra and GPT-6.2 Sol pages say fast mode
+/// costs 2x. Above 272K input tokens both factors apply (AILSA SubSwitch's GPT-6.1 Sol
+/// table: fast over 272K $8 / $0.40 / $30). A model with no published fast price (GPT-6.2
+/// Astra) is priced at its standard rates.
 #[test]
 fn openai_fast_mode_is_priced_at_its_multiplier() {
     let usage = |fast: bool| Usage {
@@ -611,12 +613,38 @@ fn openai_fast_mode_is_priced_at_its_multiplier() {
         ("gpt-6.1-sol", 2.0),
         ("gpt-6.1-terra", 2.0),
         ("gpt-6.2-sol", 2.0),
+        // Codex 0.171 asks fast mode by default on these two.
+        ("gpt-6-sol", 2.0),
+        ("gpt-6-luna", 2.0),
+        ("gpt-5.4", 2.0),
+        ("gpt-5.2", 2.0),
+        ("gpt-5.1-codex", 2.0),
+        ("gpt-5", 2.0),
+        ("gpt-5-mini", 1.8),
+        ("gpt-4.1", 1.75),
+        ("gpt-4.1-mini", 1.75),
+        ("gpt-4.1-nano", 2.0),
     ] {
         let m = builtin(model).unwrap();
         let (standard, fast) = (m.cost_usd(&usage(false)), m.cost_usd(&usage(true)));
         assert!(standard > 0.0);
         assert!((fast - factor * standard).abs() < 1e-12, "{model}");
     }
+    // The page's own figures: GPT-4.1 $3.50 / $0.875 / $14, GPT-5 mini $0.45 / $3.60.
+    let gpt41 = builtin("gpt-4.1").unwrap();
+    let fast = |input: u64, read: u64, output: u64| Usage {
+        uncached: input,
+        cache_read: read,
+        output,
+        fast: true,
+        ..Usage::default()
+    };
+    assert!(
+        (gpt41.cost_usd(&fast(1_000_000, 1_000_000, 1_000_000)) - (3.5 + 0.875 + 14.0)).abs()
+            < 1e-9
+    );
+    let mini = builtin("gpt-5-mini").unwrap();
+    assert!((mini.cost_usd(&fast(1_000_000, 0, 1_000_000)) - (0.45 + 3.6)).abs() < 1e-9);
     let sol = builtin("gpt-5.6-sol").unwrap();
     let million_out = Usage {
         output: 1_000_000,
@@ -634,6 +662,6 @@ fn openai_fast_mode_is_priced_at_its_multiplier() {
     let sol61 = builtin("gpt-6.1-sol").unwrap();
     let expected = (200_000.0 * 8.0 + 100_000.0 * 0.4 + 1_000_000.0 * 30.0) / 1e6;
     assert!((sol61.cost_usd(&long) - expected).abs() < 1e-9);
-    let gpt6 = builtin("gpt-6-sol").unwrap();
-    assert_eq!(gpt6.cost_usd(&usage(true)), gpt6.cost_usd(&usage(false)));
+    let astra = builtin("gpt-6.2-astra").unwrap();
+    assert_eq!(astra.cost_usd(&usage(true)), astra.cost_usd(&usage(false)));
 }
