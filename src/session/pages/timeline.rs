@@ -10,8 +10,10 @@ use super::describe;
 use super::format;
 use super::layout::{self, card, swatch, BREAK, READ, TTL, UNCACHED, WRITE, WRITE_1H};
 use super::view::{Money, RequestView, Row, SessionView, Totals};
+use crate::providers::Provider;
 use crate::session::entry::{ContextTransform, Entry};
 use crate::session::store::{SessionStore, StoreResult};
+use crate::usage::Usage;
 
 /// The page for session `id`, or `None` for an unknown session. `query` may hold
 /// `zoom=2|4|8` (the chart's width over the window's).
@@ -231,10 +233,7 @@ fn request_row(r: &RequestView<'_>, c: &Columns) -> Markup {
             td.l { (rec.model) @if u.fast { span.dim title="served in fast mode, priced at its multiplier" { " · fast" } } }
             @if c.variants { td.l { (rec.variant.as_deref().unwrap_or("–")) } }
             td { (num(u.cache_read)) }
-            td title={ "5m: " (format::tokens(u.cache_write.saturating_sub(u.cache_write_1h + u.cache_write_12h))) ", 1h: " (format::tokens(u.cache_write_1h))
-                @if u.cache_write_12h > 0 { ", 12h: " (format::tokens(u.cache_write_12h)) } } {
-                (num(u.cache_write))
-            }
+            td title=(write_split(&rec.provider, &u)) { (num(u.cache_write)) }
             td { (num(u.uncached)) }
             td { (num(u.output)) }
             td { (format::percent(r.hit())) }
@@ -242,6 +241,31 @@ fn request_row(r: &RequestView<'_>, c: &Columns) -> Markup {
             td.events { (events(r)) }
         }
     }
+}
+
+/// The written tokens by lifetime, in the provider's own terms: Anthropic's 5-minute and
+/// 1-hour markers; OpenAI's 30-minute writes, or 12-hour ones when asked.
+fn write_split(provider: &str, u: &Usage) -> String {
+    let shorter = u
+        .cache_write
+        .saturating_sub(u.cache_write_1h + u.cache_write_12h);
+    let mut split = if provider == Provider::OpenAi.label() {
+        format!(
+            "{}: {}",
+            crate::cache_model::TTL_30M,
+            format::tokens(shorter)
+        )
+    } else {
+        format!(
+            "5m: {}, 1h: {}",
+            format::tokens(shorter),
+            format::tokens(u.cache_write_1h)
+        )
+    };
+    if u.cache_write_12h > 0 {
+        split += &format!(", 12h: {}", format::tokens(u.cache_write_12h));
+    }
+    split
 }
 
 /// The break (its full diagnosis one click away), a failed status, and the patches.
@@ -468,5 +492,31 @@ mod tests {
         );
         assert!(!twelve.contains(" · fast"), "{twelve}");
         assert!(twelve.contains("12h: 2,000"), "{twelve}");
+    }
+
+    /// OpenAI writes live 30 minutes, or 12 hours when asked (GPT-5.6 and later: "The cache
+    /// write price is for 30 minutes of retention", the gpt-6.2-sol model page); they are
+    /// named so, not by Anthropic's 5-minute and 1-hour lifetimes.
+    #[test]
+    fn openai_writes_are_named_by_their_own_lifetimes() {
+        let record = |provider: &str| RequestRecord {
+            version: ENTRY_VERSION,
+            model: "gpt-6.2-sol".into(),
+            provider: provider.into(),
+            usage: Some(Usage {
+                cache_write: 3_000,
+                cache_write_12h: 2_000,
+                ..Usage::default()
+            }),
+            ..RequestRecord::default()
+        };
+        let openai = render("s", &[Entry::Request(record("openai"))], 1);
+        assert!(openai.contains("30m: 1,000, 12h: 2,000"), "{openai}");
+        assert!(
+            !openai.contains("5m:") && !openai.contains("1h:"),
+            "{openai}"
+        );
+        let anthropic = render("s", &[Entry::Request(record("anthropic"))], 1);
+        assert!(anthropic.contains("5m: 1,000, 1h: 0"), "{anthropic}");
     }
 }
