@@ -125,6 +125,15 @@ impl Rig {
         answer["usage"].clone()
     }
 
+    /// Each request's usage as the session log keeps it, in order.
+    async fn logged_usages(&self) -> Vec<Value> {
+        let log = wait_for_requests(&self.proxy, "s", self.sent).await;
+        request_entries(&log)
+            .iter()
+            .map(|e| e["usage"].clone())
+            .collect()
+    }
+
     /// Each request's diagnosis, in order (`null` when nothing was lost).
     async fn diagnoses(&self, s: &str) -> Vec<Value> {
         let log = wait_for_requests(&self.proxy, s, self.sent).await;
@@ -150,6 +159,11 @@ impl Rig {
             .map(|d| serde_json::to_value(d).unwrap())
             .collect()
     }
+}
+
+/// A diagnosis's reason ("" when nothing was lost).
+fn reason_of(d: &Value) -> &str {
+    d["reason"].as_str().unwrap_or("")
 }
 
 /// What a diagnosis says, for comparisons: section, reason and position.
@@ -541,11 +555,7 @@ async fn a_twelve_hour_ttl_is_read_hours_later_and_counted_apart() {
             rig.advance(Duration::from_secs(13 * 3600));
             rig.send_codex(&request(2)).await;
             metrics = metrics_text(&rig.proxy).await;
-            let log = wait_for_requests(&rig.proxy, "s", 3).await;
-            usages = request_entries(&log)
-                .iter()
-                .map(|e| e["usage"].clone())
-                .collect();
+            usages = rig.logged_usages().await;
         },
         &[],
     )
@@ -841,10 +851,7 @@ async fn a_fall_back_from_fast_mode_reads_nothing_and_is_named() {
         &[],
     )
     .await;
-    let reasons: Vec<&str> = d
-        .iter()
-        .map(|d| d["reason"].as_str().unwrap_or(""))
-        .collect();
+    let reasons: Vec<&str> = d.iter().map(reason_of).collect();
     assert_eq!(reasons, ["", "", "speed_changed", ""], "{d:#?}");
     assert_eq!(d[2]["section"], "tools", "{d:#?}");
     assert!(d[2]["expected_read"].as_u64().unwrap() > 0, "{d:#?}");
@@ -881,19 +888,12 @@ async fn codex_in_fast_mode_is_read_and_a_switch_of_tier_is_named() {
             ] {
                 rig.send_codex(&request(steps, tier)).await;
             }
-            let log = wait_for_requests(&rig.proxy, "s", 4).await;
-            usages = request_entries(&log)
-                .iter()
-                .map(|e| e["usage"].clone())
-                .collect();
+            usages = rig.logged_usages().await;
         },
         &[],
     )
     .await;
-    let reasons: Vec<&str> = d
-        .iter()
-        .map(|d| d["reason"].as_str().unwrap_or(""))
-        .collect();
+    let reasons: Vec<&str> = d.iter().map(reason_of).collect();
     assert_eq!(reasons, ["", "", "speed_changed", ""], "{d:#?}");
     let fast: Vec<bool> = usages.iter().map(|u| u["fast"] == true).collect();
     assert_eq!(fast, [true, true, false, false], "{usages:#?}");
