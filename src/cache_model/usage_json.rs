@@ -52,8 +52,6 @@ impl Accounting {
         })
     }
 
-    /// Chat Completions: `cached_tokens` and `cache_write_tokens` are inside
-    /// `prompt_tokens` (openai-python `PromptTokensDetails`).
     /// The `service_tier` of an OpenAI answer (Chat and Responses): the tier that served it.
     pub fn openai_service_tier(&self) -> &'static str {
         if self.fast {
@@ -63,6 +61,8 @@ impl Accounting {
         }
     }
 
+    /// Chat Completions: `cached_tokens` and `cache_write_tokens` are inside
+    /// `prompt_tokens` (openai-python `PromptTokensDetails`).
     pub fn chat_usage_json(&self, output_tokens: u64) -> Value {
         json!({
             "prompt_tokens": self.input_tokens,
