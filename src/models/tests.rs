@@ -613,7 +613,7 @@ fn openai_fast_mode_is_priced_at_its_multiplier() {
         ("gpt-6.1-sol", 2.0),
         ("gpt-6.1-terra", 2.0),
         ("gpt-6.2-sol", 2.0),
-        // Codex 0.171 asks fast mode by default on these two.
+        // Codex 0.171's catalog names fast mode the default tier of these two.
         ("gpt-6-sol", 2.0),
         ("gpt-6-luna", 2.0),
         ("gpt-5.4", 2.0),

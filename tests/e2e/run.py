@@ -340,6 +340,28 @@ class Codex(Client):
         return [ctx.bin("codex"), "exec", "--skip-git-repo-check", *resume, PROMPTS[turn]]
 
 
+class CodexFast(Codex):
+    """Codex with its Fast speed on (`service_tier = "fast"` in its config), which it sends as
+    `service_tier: "priority"` on a model its catalog offers Fast for (GPT-6 Sol; not the
+    README's gpt-5.1-codex): every answer is read as served in fast mode, and priced so. Its
+    policy runs are Codex's own, so it has none."""
+
+    fast = True
+
+    def __init__(self):
+        Client.__init__(self, "codex-fast", {"openai"}, {"responses"}, "prompt_cache_key")
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        config = os.path.join(ctx.home, ".codex", "config.toml")
+        with open(config) as f:
+            text = f.read()
+        text = re.sub(r'^model = ".*"$', 'model = "gpt-6-sol"', text, count=1, flags=re.M)
+        # A top-level key: first, so that it belongs to no table of the README's block.
+        with open(config, "w") as f:
+            f.write('service_tier = "fast"\n' + text)
+
+
 class CodexChatGpt(Codex):
     """Codex signed in with ChatGPT: its own provider, only the base URL changed. It sends
     each Responses request compressed with zstd, and its access token with the account
@@ -452,6 +474,7 @@ CLIENTS = [
     ClaudeCode(subscription=False),
     ClaudeCode(subscription=True),
     Codex(),
+    CodexFast(),
     CodexChatGpt(),
     Sdk(),
     ClaudeCodeKeyed(),
@@ -708,6 +731,21 @@ def diagnoses(run):
                 yield sid, e
 
 
+def check_fast(r, run):
+    """Every request of a client in fast mode asked for it, and its answer is logged as
+    served so (the emulator serves it fast: the README's model has a fast price)."""
+    asked = [e for e in run.generation() if e.request_json().get("service_tier") != "priority"]
+    r.check(run.generation() and not asked,
+            f"{run.label}: every request asks service_tier priority",
+            f"{len(asked)} of {len(run.generation())} did not")
+    entries = [e for _, s in run.sessions.items() for e in s.get("entries", [])
+               if e.get("type") == "request"]
+    slow = [e.get("request_index") for e in entries if not (e.get("usage") or {}).get("fast")]
+    r.check(entries and not slow,
+            f"{run.label}: every answer is logged as served in fast mode ({len(entries)} requests)",
+            f"requests {slow[:5]} are not")
+
+
 def check_no_breaks(r, run, what):
     breaks_metric = metric_sum(run.metrics, "cachet_prefix_breaks_total")
     broken = [f"request {e.get('request_index')}: {json.dumps(e['diagnosis'])}" for _, e in diagnoses(run)]
@@ -867,6 +905,10 @@ def main():
         check_common(r, base)
         if client.name == "python-sdks":
             check_no_route_logged(r, args)
+        if getattr(client, "fast", False):
+            check_fast(r, base)
+            print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")
+            continue
         for path, policy in policies.items():
             if not client.matches(policy):
                 continue
