@@ -733,7 +733,7 @@ def diagnoses(run):
 
 def check_fast(r, run):
     """Every request of a client in fast mode asked for it, and its answer is logged as
-    served so (the emulator serves it fast: the README's model has a fast price)."""
+    served so (the emulator serves it fast: GPT-6 Sol has a fast price)."""
     asked = [e for e in run.generation() if e.request_json().get("service_tier") != "priority"]
     r.check(run.generation() and not asked,
             f"{run.label}: every request asks service_tier priority",
