@@ -839,12 +839,10 @@ impl StreamUsage {
                 }
             }
             Endpoint::Chat | Endpoint::Responses => {
-                let mut read = match endpoint {
-                    Endpoint::Chat => usage.openai_chat(),
-                    _ => usage.openai_responses(),
-                };
-                read.fast = head.and_then(|h| h.service_tier.0).unwrap_or(false);
-                self.usage = Some(read);
+                self.usage = usage.usage(endpoint).map(|mut read| {
+                    read.fast = head.and_then(|h| h.service_tier.0).unwrap_or(false);
+                    read
+                });
             }
             _ => {}
         }
