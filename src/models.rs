@@ -99,7 +99,7 @@ impl ModelInfo {
 
     /// The factors on the input and output prices of a request with usage `u`: the
     /// long-context ones past `long_context_above` input tokens, else 1; times the fast-mode
-    /// factor for an answer served fast.
+    /// factor for an answer served fast, or [`FLEX_FACTOR`] for one served by flex.
     fn factors(&self, u: &Usage) -> (f64, f64) {
         let (input, output) = match self.long_context_above {
             Some(above) if u.total_input() > above => (
@@ -108,12 +108,14 @@ impl ModelInfo {
             ),
             _ => (1.0, 1.0),
         };
-        let fast = if u.fast {
+        let tier = if u.fast {
             self.fast_factor.unwrap_or(1.0)
+        } else if u.flex {
+            FLEX_FACTOR
         } else {
             1.0
         };
-        (input * fast, output * fast)
+        (input * tier, output * tier)
     }
 
     /// How many explicit cache breakpoints a request for this model may write (`None`:
@@ -126,6 +128,19 @@ impl ModelInfo {
         };
         (n > 0).then_some(n)
     }
+}
+
+/// The factor on every price of an answer served by OpenAI's flex processing
+/// (`providers::OPENAI_FLEX_TIER`): "Tokens are priced at Batch API rates"
+/// (developers.openai.com, Flex processing), which are half the standard ones. The answer
+/// saying `flex` is what counts: a model without flex refuses the request instead.
+pub const FLEX_FACTOR: f64 = 0.5;
+
+/// Whether a request on `model` that asks for flex processing (`providers::asks_flex`) is
+/// served so by the emulator: every OpenAI model it knows. (The API refuses flex on the
+/// models its pricing page does not list; cachet keeps no such list.)
+pub fn serves_flex(model: &str, asks_flex: bool) -> bool {
+    asks_flex && lookup(model).is_some_and(|m| m.provider == "openai")
 }
 
 /// Whether a request on `model` that asks for fast mode (`providers::asks_fast`) is served

@@ -27,6 +27,10 @@ pub struct Usage {
     /// `service_tier: "priority"`), billed at the model's fast-mode multiplier.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fast: bool,
+    /// The answer was served by OpenAI's flex processing (`service_tier: "flex"`), billed
+    /// at half of every rate. Never together with `fast`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flex: bool,
     /// Input tokens neither read from nor written to the cache.
     pub uncached: u64,
     pub output: u64,
@@ -108,6 +112,21 @@ impl Usage {
         self.iterations = None;
         self.cleared = None;
         self.fast = false;
+        self.flex = false;
+    }
+
+    /// The tier that served the answer, by name: `fast`, `flex` or `standard`.
+    pub fn tier(&self) -> &'static str {
+        match (self.fast, self.flex) {
+            (true, _) => "fast",
+            (false, true) => "flex",
+            (false, false) => "standard",
+        }
+    }
+
+    fn served_at(&mut self, tier: ServedAt) {
+        self.fast = tier == ServedAt::Fast;
+        self.flex = tier == ServedAt::Flex;
     }
 }
 
@@ -136,48 +155,65 @@ struct UsageFields {
     speed: Served<AnthropicSpeed>,
 }
 
-/// A field naming the speed that served an answer (Anthropic's `usage.speed`, OpenAI's
-/// `service_tier`), read without keeping the string: whether it says fast, by the
-/// provider's word `W` (`None` when absent or not a string).
-#[derive(Debug, Default, Clone, Copy)]
-struct Served<W>(Option<bool>, PhantomData<W>);
+/// The tier an answer says served it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServedAt {
+    Standard,
+    Fast,
+    Flex,
+}
 
-/// Which words of a speed field mean fast mode.
-trait FastWords {
-    fn is_fast(word: &str) -> bool;
+/// A field naming the tier that served an answer (Anthropic's `usage.speed`, OpenAI's
+/// `service_tier`), read without keeping the string: which tier it says, by the provider's
+/// words `W` (`None` when absent or not a string).
+#[derive(Debug, Default, Clone, Copy)]
+struct Served<W>(Option<ServedAt>, PhantomData<W>);
+
+/// Which tier each word of a provider's tier field means.
+trait TierWords {
+    fn served_at(word: &str) -> ServedAt;
 }
 
 /// Anthropic's `usage.speed`: `standard` or `fast`.
 #[derive(Debug, Default, Clone, Copy)]
 struct AnthropicSpeed;
 
-impl FastWords for AnthropicSpeed {
-    fn is_fast(word: &str) -> bool {
-        word == crate::providers::anthropic::FAST_SPEED
+impl TierWords for AnthropicSpeed {
+    fn served_at(word: &str) -> ServedAt {
+        match word == crate::providers::anthropic::FAST_SPEED {
+            true => ServedAt::Fast,
+            false => ServedAt::Standard,
+        }
     }
 }
 
 /// OpenAI's `service_tier` of an answer: `priority` when fast mode served it (`fast`, the
-/// word a request may use, read alike).
+/// word a request may use, read alike), `flex` when flex processing did.
 #[derive(Debug, Default, Clone, Copy)]
 struct OpenAiTier;
 
-impl FastWords for OpenAiTier {
-    fn is_fast(word: &str) -> bool {
-        crate::providers::OPENAI_FAST_TIERS.contains(&word)
+impl TierWords for OpenAiTier {
+    fn served_at(word: &str) -> ServedAt {
+        if crate::providers::OPENAI_FAST_TIERS.contains(&word) {
+            ServedAt::Fast
+        } else if word == crate::providers::OPENAI_FLEX_TIER {
+            ServedAt::Flex
+        } else {
+            ServedAt::Standard
+        }
     }
 }
 
-impl<'de, W: FastWords> Deserialize<'de> for Served<W> {
+impl<'de, W: TierWords> Deserialize<'de> for Served<W> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Visit<W>(PhantomData<W>);
-        impl<'de, W: FastWords> serde::de::Visitor<'de> for Visit<W> {
+        impl<'de, W: TierWords> serde::de::Visitor<'de> for Visit<W> {
             type Value = Served<W>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("any JSON value")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Served<W>, E> {
-                Ok(Served(Some(W::is_fast(s)), PhantomData))
+                Ok(Served(Some(W::served_at(s)), PhantomData))
             }
             fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Served<W>, E> {
                 Ok(Served(None, PhantomData))
@@ -333,8 +369,8 @@ impl UsageFields {
         if let Some(n) = self.output_tokens.0 {
             into.output = n;
         }
-        if let Some(fast) = self.speed.0 {
-            into.fast = fast;
+        if let Some(tier) = self.speed.0 {
+            into.served_at(tier);
         }
         self.merge_iterations(into);
     }
@@ -647,6 +683,7 @@ fn openai(input: u64, cached: u64, (written, written_12h): (u64, u64), output: u
         iterations: None,
         cleared: None,
         fast: false,
+        flex: false,
     }
 }
 
@@ -706,10 +743,12 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
     if let (Some(usage), Some(r), Endpoint::Chat | Endpoint::Responses) =
         (usage.as_mut(), tier_at, endpoint)
     {
-        usage.fast = serde_json::from_slice::<Served<OpenAiTier>>(&body[r])
-            .ok()
-            .and_then(|tier| tier.0)
-            .unwrap_or(false);
+        usage.served_at(
+            serde_json::from_slice::<Served<OpenAiTier>>(&body[r])
+                .ok()
+                .and_then(|tier| tier.0)
+                .unwrap_or(ServedAt::Standard),
+        );
     }
     ResponseFacts {
         usage,
@@ -840,7 +879,10 @@ impl StreamUsage {
             }
             Endpoint::Chat | Endpoint::Responses => {
                 self.usage = usage.usage(endpoint).map(|mut read| {
-                    read.fast = head.and_then(|h| h.service_tier.0).unwrap_or(false);
+                    read.served_at(
+                        head.and_then(|h| h.service_tier.0)
+                            .unwrap_or(ServedAt::Standard),
+                    );
                     read
                 });
             }
@@ -1538,6 +1580,52 @@ mod tests {
             "usage": {"input_tokens": 5, "output_tokens": 1, "service_tier": "priority"}});
         let read = read_response_body(Endpoint::Messages, &serde_json::to_vec(&anthropic).unwrap());
         assert!(!read.usage.unwrap().fast);
+    }
+
+    /// Flex processing answers `service_tier: "flex"` (openai-python 3.57 `Response`: "If
+    /// set to 'flex', then the request will be processed with the Flex Processing service
+    /// tier"), in a body, a Chat chunk and `response.completed` alike; it is not fast mode,
+    /// and a sum of answers has no one tier.
+    #[test]
+    fn openai_answers_say_when_flex_served_them() {
+        let chat_usage = json!({"prompt_tokens": 3000, "completion_tokens": 20,
+            "prompt_tokens_details": {"cached_tokens": 2048}});
+        let body = json!({"id": "chatcmpl-1", "model": "o4-mini", "service_tier": "flex",
+            "usage": chat_usage});
+        let read = read_response_body(Endpoint::Chat, &serde_json::to_vec(&body).unwrap())
+            .usage
+            .unwrap();
+        assert!(read.flex && !read.fast && read.cache_read == 2048);
+        for tier in ["priority", "default", "auto"] {
+            let body = json!({"service_tier": tier, "usage": chat_usage});
+            let read = read_response_body(Endpoint::Chat, &serde_json::to_vec(&body).unwrap());
+            assert!(!read.usage.unwrap().flex, "{tier}");
+        }
+        let mut s = StreamUsage::default();
+        let last = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk",
+            "service_tier": "flex", "choices": [], "usage": chat_usage});
+        s.on_event(Endpoint::Chat, "", last.to_string().as_bytes());
+        assert!(s.usage().unwrap().flex);
+        let responses = json!({"id": "resp_1", "object": "response", "model": "o3",
+            "service_tier": "flex", "usage": {"input_tokens": 3000, "output_tokens": 20,
+            "input_tokens_details": {"cached_tokens": 2048}}});
+        let read = read_response_body(
+            Endpoint::Responses,
+            &serde_json::to_vec(&responses).unwrap(),
+        );
+        assert!(read.usage.unwrap().flex);
+        let mut s = StreamUsage::default();
+        let completed = json!({"type": "response.completed", "response": responses});
+        s.on_event(
+            Endpoint::Responses,
+            "response.completed",
+            completed.to_string().as_bytes(),
+        );
+        let usage = s.usage().unwrap();
+        assert!(usage.flex && usage.tier() == "flex");
+        let mut sum = usage;
+        sum.add(&usage);
+        assert!(!sum.flex && sum.tier() == "standard");
     }
 
     #[test]

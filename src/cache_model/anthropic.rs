@@ -147,6 +147,7 @@ impl AnthropicCache {
             cache_write_30m: 0,
             cache_write_12h: 0,
             fast: prompt.fast,
+            flex: false,
             detail: Detail {
                 blocks: prompt.blocks.len(),
                 markers: markers

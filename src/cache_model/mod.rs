@@ -132,6 +132,8 @@ pub struct Accounting {
     /// Served in fast mode (Anthropic `speed: "fast"`, OpenAI `service_tier: "fast"` or
     /// `"priority"`, on a model that has it).
     pub fast: bool,
+    /// Served by OpenAI's flex processing (`service_tier: "flex"`).
+    pub flex: bool,
 }
 
 /// A server-side compaction: the sampling over the prompt as sent, and the summary it
@@ -168,6 +170,7 @@ impl Accounting {
             iterations: None,
             cleared: self.cleared,
             fast: self.fast,
+            flex: self.flex,
         };
         if let Some(compaction) = &self.compaction {
             let first = compaction.sampling.usage(0);
@@ -175,6 +178,7 @@ impl Accounting {
             usage.output = output_tokens;
             usage.cleared = self.cleared;
             usage.fast = self.fast;
+            usage.flex = self.flex;
             usage.iterations = Some(crate::usage::Iterations {
                 first_read: first.cache_read,
                 last_read: self.cache_read,

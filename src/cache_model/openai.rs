@@ -139,6 +139,7 @@ impl OpenAiCache {
             cache_write_30m: if twelve_hours { 0 } else { written },
             cache_write_12h: if twelve_hours { written } else { 0 },
             fast: prompt.fast,
+            flex: prompt.flex,
             detail: Detail {
                 blocks: prompt.part_ends.len(),
                 markers,

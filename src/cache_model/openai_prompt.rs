@@ -42,15 +42,19 @@ pub struct OpenAiPrompt {
     pub retention: super::openai::Retention,
     /// Served in fast mode, whose cache is apart from the standard tier's.
     pub fast: bool,
+    /// Served by flex processing, whose cache is apart from the other tiers'.
+    pub flex: bool,
 }
 
 impl OpenAiPrompt {
     /// A chain of keys this prompt's cache entries or routing are found by, started with
-    /// `start` (which names the model), then the tier when fast mode serves it.
+    /// `start` (which names the model), then the tier when fast mode or flex serves it.
     pub fn chain(&self, start: &[&str]) -> super::hash::Chain {
         let mut chain = super::hash::Chain::new(start);
         if self.fast {
             chain.push(&["service_tier", crate::providers::OPENAI_FAST_ANSWER]);
+        } else if self.flex {
+            chain.push(&["service_tier", crate::providers::OPENAI_FLEX_TIER]);
         }
         chain
     }
@@ -142,6 +146,7 @@ pub fn render(endpoint: Endpoint, req: &Value) -> Result<OpenAiPrompt, ApiError>
             ttl,
         ),
         fast: crate::models::serves_fast(model, crate::providers::asks_fast(endpoint, req)),
+        flex: crate::models::serves_flex(model, crate::providers::asks_flex(endpoint, req)),
     })
 }
 

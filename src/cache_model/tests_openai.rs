@@ -448,3 +448,30 @@ fn the_fast_tier_reads_only_what_it_cached() {
     let gpt4o = m.account(Endpoint::Chat, &at(None, "gpt-4o"), 5).unwrap();
     assert!(gpt4o.cache_read > 0 && !gpt4o.fast);
 }
+
+/// Flex processing (`service_tier: "flex"`) caches apart from the standard tier and from
+/// fast mode, as fast mode does (`service_tier_changed` is a reason of the Responses
+/// `prompt_cache_diagnostics` for any change of tier), and is answered `flex`.
+#[test]
+fn the_flex_tier_reads_only_what_it_cached() {
+    let mut m = CacheModel::default();
+    let at = |tier: Option<&str>| {
+        let mut req = chat(2000, Some("s"));
+        req["model"] = json!("o4-mini");
+        if let Some(tier) = tier {
+            req["service_tier"] = json!(tier);
+        }
+        req
+    };
+    let first = m.account(Endpoint::Chat, &at(Some("flex")), 0).unwrap();
+    assert!(first.flex && !first.fast && first.cache_read == 0);
+    assert_eq!(first.openai_service_tier(), "flex");
+    assert!(first.usage(1).flex);
+    let again = m.account(Endpoint::Chat, &at(Some("flex")), 1).unwrap();
+    assert!(again.cache_read > 0);
+    let standard = m.account(Endpoint::Chat, &at(None), 2).unwrap();
+    assert_eq!((standard.cache_read, standard.flex), (0, false));
+    assert_eq!(standard.openai_service_tier(), "default");
+    let back = m.account(Endpoint::Chat, &at(Some("flex")), 3).unwrap();
+    assert!(back.cache_read > 0, "the flex cache is still there");
+}

@@ -56,6 +56,8 @@ impl Accounting {
     pub fn openai_service_tier(&self) -> &'static str {
         if self.fast {
             crate::providers::OPENAI_FAST_ANSWER
+        } else if self.flex {
+            crate::providers::OPENAI_FLEX_TIER
         } else {
             "default"
         }

@@ -350,18 +350,17 @@ pub fn diagnose(
         ));
     }
     // Each speed has a cache of its own ("switching between fast and standard speed
-    // invalidates the prompt cache"; OpenAI's `service_tier_changed`): what the previous
-    // request cached at its speed is not read at this one's.
+    // invalidates the prompt cache"; OpenAI's `service_tier_changed`, flex included): what
+    // the previous request cached at its speed is not read at this one's.
     let cached = prev.usage.left_cached();
-    if prev.usage.fast != cur.usage.fast && read < cached {
-        let speed = |fast: bool| if fast { "fast" } else { "standard" };
+    if prev.usage.tier() != cur.usage.tier() && read < cached {
         let mut d = base(
             Section::Tools,
             BreakReason::SpeedChanged,
             format!(
                 "served at {} speed after {}; each speed caches apart",
-                speed(cur.usage.fast),
-                speed(prev.usage.fast)
+                cur.usage.tier(),
+                prev.usage.tier()
             ),
         );
         d.expected_read = Some(cached);

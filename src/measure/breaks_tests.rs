@@ -851,3 +851,49 @@ fn a_change_of_speed_that_read_less_is_named() {
     )
     .is_none());
 }
+
+/// OpenAI's flex tier is a tier of its own too (`service_tier_changed`): a Responses request
+/// served on flex after one on the standard tier, reading less than that one left cached,
+/// is `speed_changed` and says which tiers; flex after fast as well.
+#[test]
+fn a_change_to_or_from_flex_that_read_less_is_named() {
+    let body = |turns: usize| {
+        json!({"model": "o3", "prompt_cache_key": "s", "input": (0..turns).map(|i| json!({
+            "role": "user", "content": format!("step {i} ").repeat(200)})).collect::<Vec<_>>()})
+    };
+    let p = shape_of(Provider::OpenAi, Endpoint::Responses, &body(1));
+    let c = shape_of(Provider::OpenAi, Endpoint::Responses, &body(2));
+    let usage = |tier: &str, read: u64| crate::usage::Usage {
+        cache_read: read,
+        uncached: 4000,
+        fast: tier == "fast",
+        flex: tier == "flex",
+        ..Default::default()
+    };
+    let prev = |tier: &str| super::Previous {
+        shape: &p,
+        usage: usage(tier, 2048),
+        time_ms: 0,
+    };
+    let tokens = |_: u32| 5000;
+    for (before, now) in [("standard", "flex"), ("flex", "standard"), ("fast", "flex")] {
+        let d = super::diagnose(&prev(before), &current(&c, usage(now, 0), 1000), &tokens)
+            .unwrap_or_else(|| panic!("{before} then {now}: a break"));
+        assert_eq!(
+            d.reason,
+            super::BreakReason::SpeedChanged,
+            "{before} then {now}"
+        );
+        assert!(
+            d.detail.contains(&format!("{now} speed after {before}")),
+            "{}",
+            d.detail
+        );
+    }
+    assert!(super::diagnose(
+        &prev("flex"),
+        &current(&c, usage("flex", 4096), 1000),
+        &tokens
+    )
+    .is_none());
+}

@@ -585,6 +585,51 @@ fn fast_answers_are_priced_at_the_fast_multiplier() {
     );
 }
 
+/// OpenAI's flex processing is billed at half of every rate, the model's own or its
+/// long-context ones: "Tokens are priced at Batch API rates" (developers.openai.com, Flex
+/// processing), and the Batch API's are 50% of the standard ones; at launch o4-mini was
+/// $0.55 / $2.20 on flex against $1.10 / $4.40. The answer saying `flex` is what counts, so
+/// every row is priced so, fast factor or not.
+#[test]
+fn openai_flex_is_priced_at_half() {
+    let usage = |flex: bool, uncached: u64| Usage {
+        cache_read: 50_000,
+        cache_write: 10_000,
+        uncached,
+        output: 3_000,
+        flex,
+        ..Usage::default()
+    };
+    for model in [
+        "o3",
+        "o4-mini",
+        "gpt-5",
+        "gpt-5.5",
+        "gpt-6.2-sol",
+        "gpt-4.1",
+    ] {
+        let m = builtin(model).unwrap();
+        for uncached in [2_000, 400_000] {
+            let (standard, flex) = (
+                m.cost_usd(&usage(false, uncached)),
+                m.cost_usd(&usage(true, uncached)),
+            );
+            assert!(standard > 0.0);
+            assert!((flex - 0.5 * standard).abs() < 1e-12, "{model} {uncached}");
+            let saved = m.savings_usd(&usage(true, uncached));
+            assert!((saved - 0.5 * m.savings_usd(&usage(false, uncached))).abs() < 1e-12);
+        }
+    }
+    let o4 = builtin("o4-mini").unwrap();
+    let million = Usage {
+        uncached: 1_000_000,
+        output: 1_000_000,
+        flex: true,
+        ..Usage::default()
+    };
+    assert!((o4.cost_usd(&million) - (0.55 + 2.2)).abs() < 1e-9);
+}
+
 /// OpenAI fast mode (`service_tier: "fast"` or `"priority"`) is billed at a multiplier on
 /// every rate: openai.com/API-fast-mode lists GPT-5.6 Sol at $8 / $0.80 / $40 (2x its $4 /
 /// $0.40 / $20), GPT-5.5 at $12.50 / $1.25 / $75 (2.5x) and GPT-5.4 mini at $1.50 / $0.15 / $9

@@ -34,6 +34,18 @@ pub const OPENAI_FAST_TIERS: [&str; 2] = ["priority", "fast"];
 /// The `service_tier` of an OpenAI answer served in fast mode.
 pub const OPENAI_FAST_ANSWER: &str = "priority";
 
+/// OpenAI flex processing, on Chat and Responses: asked and answered `service_tier: "flex"`,
+/// billed at the Batch API's rates, half the standard ones (developers.openai.com, Flex
+/// processing), and refused with a 400 by a model without it. A tier of its own, cached
+/// apart like fast mode (`service_tier_changed`).
+pub const OPENAI_FLEX_TIER: &str = "flex";
+
+/// Whether a Chat or Responses request asks for flex processing ([`OPENAI_FLEX_TIER`]).
+pub fn asks_flex(endpoint: Endpoint, request: &Value) -> bool {
+    matches!(endpoint, Endpoint::Chat | Endpoint::Responses)
+        && request.get("service_tier").and_then(Value::as_str) == Some(OPENAI_FLEX_TIER)
+}
+
 /// Whether a generation request asks to be served in fast mode: Anthropic's `speed`
 /// ([`anthropic::FAST_SPEED`]), OpenAI's `service_tier` ([`OPENAI_FAST_TIERS`]). Whether it
 /// is so served depends on the model too (`models::serves_fast`).

@@ -904,3 +904,42 @@ async fn codex_in_fast_mode_is_read_and_a_switch_of_tier_is_named() {
     );
     assert_eq!(read(&usages[2]), 0, "{usages:#?}");
 }
+
+/// Flex processing (`service_tier: "flex"`, as pi-ai's `serviceTier` option or the OpenAI SDKs
+/// send it) is answered `flex` and is a tier of its own (`service_tier_changed`): streamed
+/// Codex-shaped requests on o3, standard, standard, flex, flex. The flex answers are logged
+/// as such (so they are priced at half), the switch reads nothing and is named
+/// `speed_changed`, and the second flex request reads what the first one cached.
+#[tokio::test]
+async fn a_switch_to_flex_processing_is_read_and_named() {
+    let request = |steps: usize, tier: Option<&str>| {
+        let mut body = codex_request(steps);
+        body["model"] = json!("o3");
+        if let Some(tier) = tier {
+            body["service_tier"] = json!(tier);
+        }
+        body
+    };
+    let mut usages = Vec::new();
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            for (steps, tier) in [(0, None), (1, None), (2, Some("flex")), (3, Some("flex"))] {
+                rig.send_codex(&request(steps, tier)).await;
+            }
+            usages = rig.logged_usages().await;
+        },
+        &[],
+    )
+    .await;
+    let reasons: Vec<&str> = d.iter().map(reason_of).collect();
+    assert_eq!(reasons, ["", "", "speed_changed", ""], "{d:#?}");
+    let flex: Vec<bool> = usages.iter().map(|u| u["flex"] == true).collect();
+    assert_eq!(flex, [false, false, true, true], "{usages:#?}");
+    assert!(usages.iter().all(|u| u["fast"] != true), "{usages:#?}");
+    let read = |u: &Value| u["cache_read"].as_u64().unwrap();
+    assert!(
+        read(&usages[1]) >= 1024 && read(&usages[3]) >= 1024,
+        "{usages:#?}"
+    );
+    assert_eq!(read(&usages[2]), 0, "{usages:#?}");
+}

@@ -348,11 +348,14 @@ async fn a_fast_mode_answer_is_priced_at_the_fast_rate() {
 
 /// The OpenAI SDKs ask for fast mode with `service_tier: "fast"` (or `"priority"`), and the
 /// answer says `priority` when fast mode served it; OpenAI bills it at a multiplier on every
-/// rate, 2x on GPT-6.2 Sol ("Fast mode costs twice the Standard rate", its model page). The
-/// same two Chat Completions requests, on the standard tier on one emulator and in fast mode
-/// on another, read and write the same tokens and cost twice as much in fast mode.
+/// rate, 2x on GPT-6.2 Sol ("Fast mode costs twice the Standard rate", its model page). Flex
+/// processing (`service_tier: "flex"`, answered `flex`) is billed at half: "Tokens are priced
+/// at Batch API rates" (developers.openai.com, Flex processing), 50% of the standard ones.
+/// The same two Chat Completions requests, on the standard tier, in fast mode and on flex,
+/// each on an emulator of its own, read and write the same tokens and cost 1, 2 and 0.5
+/// times as much.
 #[tokio::test]
-async fn an_openai_fast_mode_answer_is_priced_at_the_fast_rate() {
+async fn openai_answers_are_priced_at_the_rate_of_their_tier() {
     let body = |tier: Option<&str>| {
         let mut b = serde_json::json!({"model": "gpt-6.2-sol", "prompt_cache_key": "s",
             "messages": [
@@ -364,7 +367,11 @@ async fn an_openai_fast_mode_answer_is_priced_at_the_fast_rate() {
         b
     };
     let mut runs = Vec::new();
-    for tier in [None, Some("fast")] {
+    for (tier, answered, logged_as) in [
+        (None, "default", None),
+        (Some("fast"), "priority", Some("fast")),
+        (Some("flex"), "flex", Some("flex")),
+    ] {
         let emulator = crate::support::start_emulator().await;
         let proxy = start_proxy(test_config(&emulator.url())).await;
         let mut answers = Vec::new();
@@ -379,18 +386,14 @@ async fn an_openai_fast_mode_answer_is_priced_at_the_fast_rate() {
             answers.push(answer);
         }
         let served: Vec<&serde_json::Value> = answers.iter().map(|a| &a["service_tier"]).collect();
-        let expected = if tier.is_some() {
-            "priority"
-        } else {
-            "default"
-        };
-        assert_eq!(served, [expected, expected], "{answers:#?}");
+        assert_eq!(served, [answered, answered], "{answers:#?}");
         let log = wait_for_requests(&proxy, "s", 2).await;
-        let logged: Vec<bool> = crate::support::request_entries(&log)
-            .iter()
-            .map(|e| e["usage"]["fast"] == true)
-            .collect();
-        assert_eq!(logged, vec![tier.is_some(); 2], "{log}");
+        for entry in crate::support::request_entries(&log) {
+            for flag in ["fast", "flex"] {
+                let expected = logged_as == Some(flag);
+                assert_eq!(entry["usage"][flag] == true, expected, "{flag}: {log}");
+            }
+        }
         let cost = metric_sum(
             &metrics_text(&proxy).await,
             "cachet_cost_usd_total",
@@ -400,9 +403,11 @@ async fn an_openai_fast_mode_answer_is_priced_at_the_fast_rate() {
         proxy.shutdown().await;
         emulator.shutdown().await;
     }
-    let ((standard, a), (fast, b)) = (&runs[0], &runs[1]);
-    for (x, y) in a.iter().zip(b) {
-        assert_eq!(x["usage"], y["usage"]);
+    let (standard, a) = &runs[0];
+    for (_, b) in &runs[1..] {
+        for (x, y) in a.iter().zip(b) {
+            assert_eq!(x["usage"], y["usage"]);
+        }
     }
     assert!(
         a[1]["usage"]["prompt_tokens_details"]["cached_tokens"]
@@ -411,8 +416,13 @@ async fn an_openai_fast_mode_answer_is_priced_at_the_fast_rate() {
             > 0
     );
     assert!(*standard > 0.0);
+    let (fast, flex) = (runs[1].0, runs[2].0);
     assert!(
         (fast - 2.0 * standard).abs() < 1e-9,
         "{fast} against {standard}"
+    );
+    assert!(
+        (flex - 0.5 * standard).abs() < 1e-9,
+        "{flex} against {standard}"
     );
 }

@@ -188,7 +188,7 @@ def twelve_hour_checks(client):
 
 def fast_mode_checks(client):
     """Fast mode: `service_tier="fast"` (or "priority") is served as "priority" on a model
-    with a fast price, and caches apart from the standard tier."""
+    with a fast price, and caches apart from the standard tier; flex likewise, as "flex"."""
     model = "gpt-6.2-sol"
     context = "Fast mode. " + CONTEXT  # a prefix no other check cached
     fast = [client.responses.create(model=model, instructions=context, input="Say hello.",
@@ -204,6 +204,17 @@ def fast_mode_checks(client):
     chat = client.chat.completions.create(model=model, service_tier="fast",
                                           messages=[{"role": "user", "content": "x"}])
     check(chat.service_tier == "priority", "chat: fast mode is answered as priority")
+    # Flex processing: answered "flex", a tier of its own (service_tier_changed).
+    flex = [client.responses.create(model=model, instructions=context, input="Say hello.",
+                                    service_tier="flex") for _ in range(2)]
+    check([r.service_tier for r in flex] == ["flex", "flex"],
+          "responses: flex processing is answered as service_tier flex")
+    check(flex[0].usage.input_tokens_details.cached_tokens == 0
+          and flex[1].usage.input_tokens_details.cached_tokens > 0,
+          "responses: flex reads only what flex cached")
+    chat = client.chat.completions.create(model=model, service_tier="flex",
+                                          messages=[{"role": "user", "content": "x"}])
+    check(chat.service_tier == "flex", "chat: flex processing is answered as flex")
 
 
 def conversations_checks(client):
