@@ -99,7 +99,8 @@ impl ModelInfo {
 
     /// The factors on the input and output prices of a request with usage `u`: the
     /// long-context ones past `long_context_above` input tokens, else 1; times the fast-mode
-    /// factor for an answer served fast, or [`FLEX_FACTOR`] for one served by flex.
+    /// factor for an answer served fast, or [`FLEX_FACTOR`] for one served by flex; times
+    /// [`US_ONLY_FACTOR`] for inference run in the US only.
     fn factors(&self, u: &Usage) -> (f64, f64) {
         let (input, output) = match self.long_context_above {
             Some(above) if u.total_input() > above => (
@@ -115,7 +116,8 @@ impl ModelInfo {
         } else {
             1.0
         };
-        (input * tier, output * tier)
+        let geo = if u.us_only { US_ONLY_FACTOR } else { 1.0 };
+        (input * tier * geo, output * tier * geo)
     }
 
     /// How many explicit cache breakpoints a request for this model may write (`None`:
@@ -135,6 +137,11 @@ impl ModelInfo {
 /// (developers.openai.com, Flex processing), which are half the standard ones. The answer
 /// saying `flex` is what counts: a model without flex refuses the request instead.
 pub const FLEX_FACTOR: f64 = 0.5;
+
+/// The factor on every price of an Anthropic answer whose inference ran in the US only
+/// (`usage.inference_geo: "us"`, [`crate::providers::anthropic::US_INFERENCE_GEO`]), on top
+/// of any other: "A 1.1x pricing multiplier applies".
+pub const US_ONLY_FACTOR: f64 = 1.1;
 
 /// Whether a request on `model` that asks for flex processing (`providers::asks_flex`) is
 /// served so by the emulator: every OpenAI model it knows. (The API refuses flex on the

@@ -31,6 +31,10 @@ pub struct Usage {
     /// at half of every rate. Never together with `fast`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub flex: bool,
+    /// Anthropic ran the inference in the US only (`usage.inference_geo: "us"`), billed at
+    /// a multiplier on every price.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub us_only: bool,
     /// Input tokens neither read from nor written to the cache.
     pub uncached: u64,
     pub output: u64,
@@ -113,6 +117,7 @@ impl Usage {
         self.cleared = None;
         self.fast = false;
         self.flex = false;
+        self.us_only = false;
     }
 
     /// The tier that served the answer, by name: `fast`, `flex` or `standard`.
@@ -153,6 +158,8 @@ struct UsageFields {
     iterations: LenientList<IterationFields>,
     /// Anthropic: `standard` or `fast`.
     speed: Served<AnthropicSpeed>,
+    /// Anthropic: where the inference ran (`global`, `us`).
+    inference_geo: Served<AnthropicGeo>,
 }
 
 /// The tier an answer says served it.
@@ -163,23 +170,31 @@ enum ServedAt {
     Flex,
 }
 
-/// A field naming the tier that served an answer (Anthropic's `usage.speed`, OpenAI's
-/// `service_tier`), read without keeping the string: which tier it says, by the provider's
-/// words `W` (`None` when absent or not a string).
-#[derive(Debug, Default, Clone, Copy)]
-struct Served<W>(Option<ServedAt>, PhantomData<W>);
+/// A field naming how an answer was served (Anthropic's `usage.speed` and
+/// `usage.inference_geo`, OpenAI's `service_tier`), read without keeping the string: what
+/// it means by the provider's words `W` (`None` when absent or not a string).
+#[derive(Debug, Clone, Copy)]
+struct Served<W: ServedWords>(Option<W::Meaning>, PhantomData<W>);
 
-/// Which tier each word of a provider's tier field means.
-trait TierWords {
-    fn served_at(word: &str) -> ServedAt;
+impl<W: ServedWords> Default for Served<W> {
+    fn default() -> Self {
+        Served(None, PhantomData)
+    }
+}
+
+/// What each word of a provider's field means.
+trait ServedWords {
+    type Meaning: Copy + std::fmt::Debug;
+    fn meaning(word: &str) -> Self::Meaning;
 }
 
 /// Anthropic's `usage.speed`: `standard` or `fast`.
 #[derive(Debug, Default, Clone, Copy)]
 struct AnthropicSpeed;
 
-impl TierWords for AnthropicSpeed {
-    fn served_at(word: &str) -> ServedAt {
+impl ServedWords for AnthropicSpeed {
+    type Meaning = ServedAt;
+    fn meaning(word: &str) -> ServedAt {
         match word == crate::providers::anthropic::FAST_SPEED {
             true => ServedAt::Fast,
             false => ServedAt::Standard,
@@ -192,8 +207,20 @@ impl TierWords for AnthropicSpeed {
 #[derive(Debug, Default, Clone, Copy)]
 struct OpenAiTier;
 
-impl TierWords for OpenAiTier {
-    fn served_at(word: &str) -> ServedAt {
+/// Anthropic's `usage.inference_geo`: whether the inference ran in the US only.
+#[derive(Debug, Default, Clone, Copy)]
+struct AnthropicGeo;
+
+impl ServedWords for AnthropicGeo {
+    type Meaning = bool;
+    fn meaning(word: &str) -> bool {
+        word == crate::providers::anthropic::US_INFERENCE_GEO
+    }
+}
+
+impl ServedWords for OpenAiTier {
+    type Meaning = ServedAt;
+    fn meaning(word: &str) -> ServedAt {
         if crate::providers::OPENAI_FAST_TIERS.contains(&word) {
             ServedAt::Fast
         } else if word == crate::providers::OPENAI_FLEX_TIER {
@@ -204,16 +231,16 @@ impl TierWords for OpenAiTier {
     }
 }
 
-impl<'de, W: TierWords> Deserialize<'de> for Served<W> {
+impl<'de, W: ServedWords> Deserialize<'de> for Served<W> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct Visit<W>(PhantomData<W>);
-        impl<'de, W: TierWords> serde::de::Visitor<'de> for Visit<W> {
+        impl<'de, W: ServedWords> serde::de::Visitor<'de> for Visit<W> {
             type Value = Served<W>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("any JSON value")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Served<W>, E> {
-                Ok(Served(Some(W::served_at(s)), PhantomData))
+                Ok(Served(Some(W::meaning(s)), PhantomData))
             }
             fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Served<W>, E> {
                 Ok(Served(None, PhantomData))
@@ -371,6 +398,9 @@ impl UsageFields {
         }
         if let Some(tier) = self.speed.0 {
             into.served_at(tier);
+        }
+        if let Some(us_only) = self.inference_geo.0 {
+            into.us_only = us_only;
         }
         self.merge_iterations(into);
     }
@@ -684,6 +714,7 @@ fn openai(input: u64, cached: u64, (written, written_12h): (u64, u64), output: u
         cleared: None,
         fast: false,
         flex: false,
+        us_only: false,
     }
 }
 
@@ -1626,6 +1657,48 @@ mod tests {
         let mut sum = usage;
         sum.add(&usage);
         assert!(!sum.flex && sum.tier() == "standard");
+    }
+
+    /// Anthropic says where the inference ran in `usage.inference_geo` ("The response usage
+    /// object includes an inference_geo field indicating where inference ran", Data
+    /// residency; anthropic-python 2.14 `Usage.inference_geo`): `us` for US-only inference,
+    /// `global` otherwise. Read from a body and from a stream's `message_start`, kept
+    /// through a `message_delta` without it; another word or type is not US-only.
+    #[test]
+    fn anthropic_answers_say_when_inference_ran_in_the_us() {
+        let body = |geo: Value| {
+            let body = json!({"id": "msg_1", "model": "claude-opus-5-5", "usage": {
+                "input_tokens": 5, "cache_read_input_tokens": 100, "output_tokens": 3,
+                "inference_geo": geo}});
+            read_response_body(Endpoint::Messages, &serde_json::to_vec(&body).unwrap())
+                .usage
+                .unwrap()
+        };
+        let us = body(json!("us"));
+        assert!(us.us_only && us.cache_read == 100 && !us.fast);
+        for other in [json!("global"), json!("eu"), json!(1), json!({"geo": "us"})] {
+            let read = body(other.clone());
+            assert!(!read.us_only && read.cache_read == 100, "{other}");
+        }
+        let mut s = StreamUsage::default();
+        let start = json!({"type": "message_start", "message": {"usage": {"input_tokens": 5,
+            "cache_read_input_tokens": 100, "output_tokens": 1, "inference_geo": "us"}}});
+        s.on_event(
+            Endpoint::Messages,
+            "message_start",
+            start.to_string().as_bytes(),
+        );
+        let delta = json!({"type": "message_delta", "usage": {"output_tokens": 77}});
+        s.on_event(
+            Endpoint::Messages,
+            "message_delta",
+            delta.to_string().as_bytes(),
+        );
+        let streamed = s.usage().unwrap();
+        assert!(streamed.us_only && streamed.output == 77);
+        let mut sum = streamed;
+        sum.add(&streamed);
+        assert!(!sum.us_only);
     }
 
     #[test]

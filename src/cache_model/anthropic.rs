@@ -148,6 +148,7 @@ impl AnthropicCache {
             cache_write_12h: 0,
             fast: prompt.fast,
             flex: false,
+            us_only: prompt.us_only,
             detail: Detail {
                 blocks: prompt.blocks.len(),
                 markers: markers

@@ -74,6 +74,8 @@ pub struct Prompt {
     /// Served in fast mode: what it caches and reads is apart from the standard speed's
     /// ("switching between fast and standard speed invalidates the prompt cache").
     pub fast: bool,
+    /// Asked `inference_geo: "us"`: run, and answered, in the US only.
+    pub us_only: bool,
 }
 
 impl Prompt {
@@ -267,6 +269,8 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         unkeyed_tokens,
         automatic,
         fast,
+        us_only: req.get("inference_geo").and_then(Value::as_str)
+            == Some(anthropic::US_INFERENCE_GEO),
     })
 }
 

@@ -134,6 +134,8 @@ pub struct Accounting {
     pub fast: bool,
     /// Served by OpenAI's flex processing (`service_tier: "flex"`).
     pub flex: bool,
+    /// Anthropic: inference run in the US only (`inference_geo: "us"`), answered so.
+    pub us_only: bool,
 }
 
 /// A server-side compaction: the sampling over the prompt as sent, and the summary it
@@ -171,6 +173,7 @@ impl Accounting {
             cleared: self.cleared,
             fast: self.fast,
             flex: self.flex,
+            us_only: self.us_only,
         };
         if let Some(compaction) = &self.compaction {
             let first = compaction.sampling.usage(0);
@@ -179,6 +182,7 @@ impl Accounting {
             usage.cleared = self.cleared;
             usage.fast = self.fast;
             usage.flex = self.flex;
+            usage.us_only = self.us_only;
             usage.iterations = Some(crate::usage::Iterations {
                 first_read: first.cache_read,
                 last_read: self.cache_read,

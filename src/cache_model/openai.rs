@@ -140,6 +140,7 @@ impl OpenAiCache {
             cache_write_12h: if twelve_hours { written } else { 0 },
             fast: prompt.fast,
             flex: prompt.flex,
+            us_only: false,
             detail: Detail {
                 blocks: prompt.part_ends.len(),
                 markers,

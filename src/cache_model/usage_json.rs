@@ -29,6 +29,7 @@ impl Accounting {
                 if let Some(fields) = iteration.as_object_mut() {
                     fields.remove("service_tier");
                     fields.remove("speed");
+                    fields.remove("inference_geo");
                     fields.insert("type".into(), json!(kind));
                 }
             }
@@ -49,6 +50,7 @@ impl Accounting {
             "output_tokens": output_tokens,
             "service_tier": "standard",
             "speed": if self.fast { crate::providers::anthropic::FAST_SPEED } else { "standard" },
+            "inference_geo": if self.us_only { crate::providers::anthropic::US_INFERENCE_GEO } else { "global" },
         })
     }
 

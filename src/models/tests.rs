@@ -630,6 +630,48 @@ fn openai_flex_is_priced_at_half() {
     assert!((o4.cost_usd(&million) - (0.55 + 2.2)).abs() < 1e-9);
 }
 
+/// Anthropic's US-only inference (`usage.inference_geo: "us"`) is billed at 1.1x every
+/// price ("US: Inference stays within US data centers. A 1.1x pricing multiplier applies.
+/// Global: ... Standard pricing applies", Claude Platform on AWS, Data residency), on top
+/// of fast mode's factor and the long-context ones.
+#[test]
+fn us_only_inference_is_priced_at_its_multiplier() {
+    let usage = |us_only: bool, fast: bool| Usage {
+        cache_read: 50_000,
+        cache_write: 10_000,
+        cache_write_5m: 10_000,
+        uncached: 2_000,
+        output: 3_000,
+        us_only,
+        fast,
+        ..Usage::default()
+    };
+    for model in ["claude-opus-5-5", "claude-sonnet-5-5", "claude-opus-4-6"] {
+        let m = builtin(model).unwrap();
+        let standard = m.cost_usd(&usage(false, false));
+        assert!(standard > 0.0);
+        let us = m.cost_usd(&usage(true, false));
+        assert!((us - 1.1 * standard).abs() < 1e-12, "{model}");
+        let fast = m.cost_usd(&usage(false, true));
+        assert!(
+            (m.cost_usd(&usage(true, true)) - 1.1 * fast).abs() < 1e-12,
+            "{model}"
+        );
+    }
+    let opus = builtin("claude-opus-5-5").unwrap();
+    let million = Usage {
+        uncached: 1_000_000,
+        output: 1_000_000,
+        us_only: true,
+        ..Usage::default()
+    };
+    let plain = Usage {
+        us_only: false,
+        ..million
+    };
+    assert!((opus.cost_usd(&million) - 1.1 * opus.cost_usd(&plain)).abs() < 1e-9);
+}
+
 /// OpenAI fast mode (`service_tier: "fast"` or `"priority"`) is billed at a multiplier on
 /// every rate: openai.com/API-fast-mode lists GPT-5.6 Sol at $8 / $0.80 / $40 (2x its $4 /
 /// $0.40 / $20), GPT-5.5 at $12.50 / $1.25 / $75 (2.5x) and GPT-5.4 mini at $1.50 / $0.15 / $9

@@ -22,6 +22,12 @@ use crate::envelope::scan;
 /// `speed` of a request, and of the answer's `usage`, served in fast mode (platform.claude.com,
 /// Fast mode: `speed: "fast"`; anthropic-python `Usage.speed`: `standard` | `fast`).
 pub const FAST_SPEED: &str = "fast";
+/// The `inference_geo` (asked in a Messages request, answered in its `usage`) of inference
+/// run in the US only, billed at `models::US_ONLY_FACTOR` ("US: Inference stays within US
+/// data centers. A 1.1x pricing multiplier applies", Claude Platform on AWS, Data
+/// residency; "Global: ... Standard pricing applies"). Claude Opus 4.6, Sonnet 4.6 and later
+/// take it; older models refuse it with a 400.
+pub const US_INFERENCE_GEO: &str = "us";
 
 /// The block Claude Code puts first in `system`; its nonce changes on every request.
 pub const BILLING_HEADER_PREFIX: &str = "x-anthropic-billing-header:";

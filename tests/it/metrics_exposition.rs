@@ -346,6 +346,72 @@ async fn a_fast_mode_answer_is_priced_at_the_fast_rate() {
     );
 }
 
+/// An organisation or request on US-only inference (`inference_geo: "us"`; Claude Code
+/// users' organisations can turn it on for every request) gets answers that say so in
+/// `usage.inference_geo`, billed at 1.1x every price ("A 1.1x pricing multiplier
+/// applies", Claude Platform on AWS, Data residency). The same two prompts, global on one
+/// emulator and US-only on another, read and write the same tokens and cost 1.1 times as
+/// much; the session log marks the US-only answers.
+#[tokio::test]
+async fn a_us_only_answer_is_priced_at_its_multiplier() {
+    let body = |geo: Option<&str>| {
+        let mut b = serde_json::json!({"model": "claude-opus-5-5", "max_tokens": 64,
+            "system": [{"type": "text", "text": "You are a careful coding agent. ".repeat(300),
+                "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "Rename the loader."}]});
+        if let Some(geo) = geo {
+            b["inference_geo"] = serde_json::json!(geo);
+        }
+        b
+    };
+    let mut costs = Vec::new();
+    for geo in [None, Some("us")] {
+        let emulator = crate::support::start_emulator().await;
+        let proxy = start_proxy(test_config(&emulator.url())).await;
+        let mut usages = Vec::new();
+        for _ in 0..2 {
+            let (status, answer) = crate::support::post_anthropic(&proxy, "s", &body(geo)).await;
+            assert_eq!(status, 200, "{answer}");
+            usages.push(answer["usage"].clone());
+        }
+        let answered = geo.unwrap_or("global");
+        assert!(
+            usages.iter().all(|u| u["inference_geo"] == answered),
+            "{usages:#?}"
+        );
+        let log = wait_for_requests(&proxy, "s", 2).await;
+        let logged: Vec<bool> = crate::support::request_entries(&log)
+            .iter()
+            .map(|e| e["usage"]["us_only"] == true)
+            .collect();
+        assert_eq!(logged, vec![geo.is_some(); 2], "{log}");
+        let text = metrics_text(&proxy).await;
+        costs.push((
+            metric_sum(
+                &text,
+                "cachet_cost_usd_total",
+                &[("model", "claude-opus-5-5")],
+            ),
+            usages,
+        ));
+        proxy.shutdown().await;
+        emulator.shutdown().await;
+    }
+    let ((global, a), (us, b)) = (&costs[0], &costs[1]);
+    for (x, y) in a.iter().zip(b) {
+        for k in [
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ] {
+            assert_eq!(x[k], y[k], "{k}");
+        }
+    }
+    assert!(a[1]["cache_read_input_tokens"].as_u64().unwrap() > 0);
+    assert!(*global > 0.0);
+    assert!((us - 1.1 * global).abs() < 1e-9, "{us} against {global}");
+}
+
 /// The OpenAI SDKs ask for fast mode with `service_tier: "fast"` (or `"priority"`), and the
 /// answer says `priority` when fast mode served it; OpenAI bills it at a multiplier on every
 /// rate, 2x on GPT-6.2 Sol ("Fast mode costs twice the Standard rate", its model page). Flex

@@ -51,6 +51,11 @@ def anthropic_checks():
     check(final.usage.cache_read_input_tokens == written, "anthropic: stream usage reads the prefix")
     check(final.usage.output_tokens == first.usage.output_tokens, "anthropic: stream output tokens")
 
+    check(first.usage.inference_geo == "global", "anthropic: usage says where inference ran")
+    us = client.messages.create(model=model, max_tokens=64, system=system, messages=messages,
+                                inference_geo="us")
+    check(us.usage.inference_geo == "us", "anthropic: inference_geo us is answered us")
+
     types = [e.type for e in client.messages.create(
         model=model, max_tokens=64, system=system, messages=messages, stream=True)]
     check(types[0] == "message_start" and types[-1] == "message_stop", "anthropic: raw stream event order")

@@ -230,7 +230,7 @@ fn request_row(r: &RequestView<'_>, c: &Columns) -> Markup {
                 None => td.dim title="the first request of its lane" { "–" },
             }
             @if c.lanes { td { (rec.lane) } }
-            td.l { (rec.model) @if u.fast { span.dim title="served in fast mode, priced at its multiplier" { " · fast" } } @if u.flex { span.dim title="served by flex processing, priced at half" { " · flex" } } }
+            td.l { (rec.model) @if u.fast { span.dim title="served in fast mode, priced at its multiplier" { " · fast" } } @if u.flex { span.dim title="served by flex processing, priced at half" { " · flex" } } @if u.us_only { span.dim title="inference run in the US only, priced at its multiplier" { " · us" } } }
             @if c.variants { td.l { (rec.variant.as_deref().unwrap_or("–")) } }
             td { (num(u.cache_read)) }
             td title=(write_split(&rec.provider, &u)) { (num(u.cache_write)) }
@@ -461,7 +461,7 @@ mod tests {
         assert!(!html.contains("provider c"), "{html}");
     }
 
-    /// A fast-mode or flex answer says so beside its model; 12-hour writes are named in the
+    /// A fast-mode, flex or US-only answer says so beside its model; 12-hour writes are named in the
     /// written cell's split.
     #[test]
     fn fast_answers_and_twelve_hour_writes_are_shown() {
@@ -497,6 +497,16 @@ mod tests {
             flex.contains(" · flex") && !flex.contains(" · fast"),
             "{flex}"
         );
+        let us = render(
+            "s",
+            &[Entry::Request(record(Usage {
+                uncached: 10,
+                us_only: true,
+                ..Usage::default()
+            }))],
+            1,
+        );
+        assert!(us.contains(" · us") && !fast.contains(" · us"), "{us}");
         let twelve = render(
             "s",
             &[Entry::Request(record(Usage {
