@@ -862,16 +862,12 @@ async fn a_fall_back_from_fast_mode_reads_nothing_and_is_named() {
     assert_eq!(speeds, ["fast", "fast", "standard", "standard"]);
 }
 
-/// Codex's "Fast" speed asks `service_tier: "priority"` (its model catalog: `"id":
-/// "priority", "name": "Fast"`), and the answer says `priority` when fast mode served it
-/// (openai-python 3.57, `Response.service_tier`). The streamed answer's tier is read into the
-/// request's usage (so it is priced at the model's fast rate), and a switch back to the
-/// standard tier, which caches apart (`service_tier_changed`), is named `speed_changed`.
-#[tokio::test]
-async fn codex_in_fast_mode_is_read_and_a_switch_of_tier_is_named() {
+/// Four streamed Codex-shaped requests on `model`, each step asking the tier beside it,
+/// live and replayed: the diagnosis reasons and the logged usages.
+async fn codex_at_tiers(model: &str, tiers: [Option<&str>; 4]) -> (Vec<String>, Vec<Value>) {
     let request = |steps: usize, tier: Option<&str>| {
         let mut body = codex_request(steps);
-        body["model"] = json!("gpt-6.2-sol");
+        body["model"] = json!(model);
         if let Some(tier) = tier {
             body["service_tier"] = json!(tier);
         }
@@ -880,29 +876,35 @@ async fn codex_in_fast_mode_is_read_and_a_switch_of_tier_is_named() {
     let mut usages = Vec::new();
     let d = live_and_replayed(
         async |rig: &mut Rig| {
-            for (steps, tier) in [
-                (0, Some("priority")),
-                (1, Some("priority")),
-                (2, None),
-                (3, None),
-            ] {
-                rig.send_codex(&request(steps, tier)).await;
+            for (steps, tier) in tiers.iter().enumerate() {
+                rig.send_codex(&request(steps, *tier)).await;
             }
             usages = rig.logged_usages().await;
         },
         &[],
     )
     .await;
-    let reasons: Vec<&str> = d.iter().map(reason_of).collect();
-    assert_eq!(reasons, ["", "", "speed_changed", ""], "{d:#?}");
-    let fast: Vec<bool> = usages.iter().map(|u| u["fast"] == true).collect();
-    assert_eq!(fast, [true, true, false, false], "{usages:#?}");
     let read = |u: &Value| u["cache_read"].as_u64().unwrap();
     assert!(
         read(&usages[1]) >= 1024 && read(&usages[3]) >= 1024,
         "{usages:#?}"
     );
     assert_eq!(read(&usages[2]), 0, "{usages:#?}");
+    (d.iter().map(|d| reason_of(d).to_string()).collect(), usages)
+}
+
+/// Codex's "Fast" speed asks `service_tier: "priority"` (its model catalog: `"id":
+/// "priority", "name": "Fast"`), and the answer says `priority` when fast mode served it
+/// (openai-python 3.57, `Response.service_tier`). The streamed answer's tier is read into the
+/// request's usage (so it is priced at the model's fast rate), and a switch back to the
+/// standard tier, which caches apart (`service_tier_changed`), is named `speed_changed`.
+#[tokio::test]
+async fn codex_in_fast_mode_is_read_and_a_switch_of_tier_is_named() {
+    let tiers = [Some("priority"), Some("priority"), None, None];
+    let (reasons, usages) = codex_at_tiers("gpt-6.2-sol", tiers).await;
+    assert_eq!(reasons, ["", "", "speed_changed", ""], "{usages:#?}");
+    let fast: Vec<bool> = usages.iter().map(|u| u["fast"] == true).collect();
+    assert_eq!(fast, [true, true, false, false], "{usages:#?}");
 }
 
 /// Flex processing (`service_tier: "flex"`, as pi-ai's `serviceTier` option or the OpenAI SDKs
@@ -912,34 +914,9 @@ async fn codex_in_fast_mode_is_read_and_a_switch_of_tier_is_named() {
 /// `speed_changed`, and the second flex request reads what the first one cached.
 #[tokio::test]
 async fn a_switch_to_flex_processing_is_read_and_named() {
-    let request = |steps: usize, tier: Option<&str>| {
-        let mut body = codex_request(steps);
-        body["model"] = json!("o3");
-        if let Some(tier) = tier {
-            body["service_tier"] = json!(tier);
-        }
-        body
-    };
-    let mut usages = Vec::new();
-    let d = live_and_replayed(
-        async |rig: &mut Rig| {
-            for (steps, tier) in [(0, None), (1, None), (2, Some("flex")), (3, Some("flex"))] {
-                rig.send_codex(&request(steps, tier)).await;
-            }
-            usages = rig.logged_usages().await;
-        },
-        &[],
-    )
-    .await;
-    let reasons: Vec<&str> = d.iter().map(reason_of).collect();
-    assert_eq!(reasons, ["", "", "speed_changed", ""], "{d:#?}");
+    let (reasons, usages) = codex_at_tiers("o3", [None, None, Some("flex"), Some("flex")]).await;
+    assert_eq!(reasons, ["", "", "speed_changed", ""], "{usages:#?}");
     let flex: Vec<bool> = usages.iter().map(|u| u["flex"] == true).collect();
     assert_eq!(flex, [false, false, true, true], "{usages:#?}");
     assert!(usages.iter().all(|u| u["fast"] != true), "{usages:#?}");
-    let read = |u: &Value| u["cache_read"].as_u64().unwrap();
-    assert!(
-        read(&usages[1]) >= 1024 && read(&usages[3]) >= 1024,
-        "{usages:#?}"
-    );
-    assert_eq!(read(&usages[2]), 0, "{usages:#?}");
 }

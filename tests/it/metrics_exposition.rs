@@ -287,117 +287,49 @@ async fn an_answer_without_usage_is_counted_as_missing_its_usage() {
     proxy.shutdown().await;
 }
 
-/// Claude Code's `/fast` sends `speed: "fast"`; the answer says which speed served it
-/// (`usage.speed`), and fast mode "is priced at a multiplier on standard rates across the
-/// full context window" (platform.claude.com, Fast mode): 2x on Opus 5.5. The same two
-/// prompts, standard on one emulator and fast on another, read and write the same tokens
-/// and cost twice as much in fast mode; the session log keeps which answers were fast.
-#[tokio::test]
-async fn a_fast_mode_answer_is_priced_at_the_fast_rate() {
-    let body = |speed: &str| {
-        serde_json::json!({"model": "claude-opus-5-5", "max_tokens": 64, "speed": speed,
-            "system": [{"type": "text", "text": "You are a careful coding agent. ".repeat(300),
-                "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": "Rename the loader."}]})
-    };
-    let mut costs = Vec::new();
-    for speed in ["standard", "fast"] {
-        let emulator = crate::support::start_emulator().await;
-        let proxy = start_proxy(test_config(&emulator.url())).await;
-        let mut usages = Vec::new();
-        for _ in 0..2 {
-            let (status, answer) = crate::support::post_anthropic(&proxy, "s", &body(speed)).await;
-            assert_eq!(status, 200, "{answer}");
-            usages.push(answer["usage"].clone());
-        }
-        assert!(usages.iter().all(|u| u["speed"] == speed), "{usages:#?}");
-        let log = wait_for_requests(&proxy, "s", 2).await;
-        let logged: Vec<bool> = crate::support::request_entries(&log)
-            .iter()
-            .map(|e| e["usage"]["fast"] == true)
-            .collect();
-        assert_eq!(logged, vec![speed == "fast"; 2], "{log}");
-        let text = metrics_text(&proxy).await;
-        costs.push((
-            metric_sum(
-                &text,
-                "cachet_cost_usd_total",
-                &[("model", "claude-opus-5-5")],
-            ),
-            usages,
-        ));
-        proxy.shutdown().await;
-        emulator.shutdown().await;
+/// One Claude Opus 5.5 prompt on a fresh emulator, through cachet, twice: the answers'
+/// usages, the session log's request entries and the run's `cachet_cost_usd_total`.
+/// `options` are added to the request body (a speed, an inference geo).
+async fn opus_prompt_twice(
+    options: serde_json::Value,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>, f64) {
+    let mut body = serde_json::json!({"model": "claude-opus-5-5", "max_tokens": 64,
+        "system": [{"type": "text", "text": "You are a careful coding agent. ".repeat(300),
+            "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "Rename the loader."}]});
+    for (k, v) in options.as_object().into_iter().flatten() {
+        body[k] = v.clone();
     }
-    let ((standard, a), (fast, b)) = (&costs[0], &costs[1]);
-    for (x, y) in a.iter().zip(b) {
-        for k in [
-            "input_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens",
-        ] {
-            assert_eq!(x[k], y[k], "{k}");
-        }
+    let emulator = crate::support::start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let mut usages = Vec::new();
+    for _ in 0..2 {
+        let (status, answer) = crate::support::post_anthropic(&proxy, "s", &body).await;
+        assert_eq!(status, 200, "{answer}");
+        usages.push(answer["usage"].clone());
     }
-    assert!(*standard > 0.0);
-    assert!(
-        (fast - 2.0 * standard).abs() < 1e-9,
-        "{fast} against {standard}"
+    let log = wait_for_requests(&proxy, "s", 2).await;
+    let entries: Vec<serde_json::Value> = crate::support::request_entries(&log)
+        .into_iter()
+        .cloned()
+        .collect();
+    let cost = metric_sum(
+        &metrics_text(&proxy).await,
+        "cachet_cost_usd_total",
+        &[("model", "claude-opus-5-5")],
     );
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+    (usages, entries, cost)
 }
 
-/// An organisation or request on US-only inference (`inference_geo: "us"`; Claude Code
-/// users' organisations can turn it on for every request) gets answers that say so in
-/// `usage.inference_geo`, billed at 1.1x every price ("A 1.1x pricing multiplier
-/// applies", Claude Platform on AWS, Data residency). The same two prompts, global on one
-/// emulator and US-only on another, read and write the same tokens and cost 1.1 times as
-/// much; the session log marks the US-only answers.
-#[tokio::test]
-async fn a_us_only_answer_is_priced_at_its_multiplier() {
-    let body = |geo: Option<&str>| {
-        let mut b = serde_json::json!({"model": "claude-opus-5-5", "max_tokens": 64,
-            "system": [{"type": "text", "text": "You are a careful coding agent. ".repeat(300),
-                "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": "Rename the loader."}]});
-        if let Some(geo) = geo {
-            b["inference_geo"] = serde_json::json!(geo);
-        }
-        b
-    };
-    let mut costs = Vec::new();
-    for geo in [None, Some("us")] {
-        let emulator = crate::support::start_emulator().await;
-        let proxy = start_proxy(test_config(&emulator.url())).await;
-        let mut usages = Vec::new();
-        for _ in 0..2 {
-            let (status, answer) = crate::support::post_anthropic(&proxy, "s", &body(geo)).await;
-            assert_eq!(status, 200, "{answer}");
-            usages.push(answer["usage"].clone());
-        }
-        let answered = geo.unwrap_or("global");
-        assert!(
-            usages.iter().all(|u| u["inference_geo"] == answered),
-            "{usages:#?}"
-        );
-        let log = wait_for_requests(&proxy, "s", 2).await;
-        let logged: Vec<bool> = crate::support::request_entries(&log)
-            .iter()
-            .map(|e| e["usage"]["us_only"] == true)
-            .collect();
-        assert_eq!(logged, vec![geo.is_some(); 2], "{log}");
-        let text = metrics_text(&proxy).await;
-        costs.push((
-            metric_sum(
-                &text,
-                "cachet_cost_usd_total",
-                &[("model", "claude-opus-5-5")],
-            ),
-            usages,
-        ));
-        proxy.shutdown().await;
-        emulator.shutdown().await;
-    }
-    let ((global, a), (us, b)) = (&costs[0], &costs[1]);
+/// Two runs of [`opus_prompt_twice`] read and wrote the same tokens, and the second cost
+/// `factor` times the first.
+fn same_tokens_at_a_factor(
+    (a, standard): (&[serde_json::Value], f64),
+    (b, priced): (&[serde_json::Value], f64),
+    factor: f64,
+) {
     for (x, y) in a.iter().zip(b) {
         for k in [
             "input_tokens",
@@ -408,8 +340,55 @@ async fn a_us_only_answer_is_priced_at_its_multiplier() {
         }
     }
     assert!(a[1]["cache_read_input_tokens"].as_u64().unwrap() > 0);
-    assert!(*global > 0.0);
-    assert!((us - 1.1 * global).abs() < 1e-9, "{us} against {global}");
+    assert!(standard > 0.0);
+    assert!(
+        (priced - factor * standard).abs() < 1e-9,
+        "{priced} against {standard}"
+    );
+}
+
+/// Claude Code's `/fast` sends `speed: "fast"`; the answer says which speed served it
+/// (`usage.speed`), and fast mode "is priced at a multiplier on standard rates across the
+/// full context window" (platform.claude.com, Fast mode): 2x on Opus 5.5. The same two
+/// prompts, standard on one emulator and fast on another, read and write the same tokens
+/// and cost twice as much in fast mode; the session log keeps which answers were fast.
+#[tokio::test]
+async fn a_fast_mode_answer_is_priced_at_the_fast_rate() {
+    let mut runs = Vec::new();
+    for speed in ["standard", "fast"] {
+        let (usages, entries, cost) = opus_prompt_twice(serde_json::json!({"speed": speed})).await;
+        assert!(usages.iter().all(|u| u["speed"] == speed), "{usages:#?}");
+        let logged: Vec<bool> = entries.iter().map(|e| e["usage"]["fast"] == true).collect();
+        assert_eq!(logged, vec![speed == "fast"; 2], "{entries:#?}");
+        runs.push((usages, cost));
+    }
+    same_tokens_at_a_factor((&runs[0].0, runs[0].1), (&runs[1].0, runs[1].1), 2.0);
+}
+
+/// An organisation or request on US-only inference (`inference_geo: "us"`; Claude Code
+/// users' organisations can turn it on for every request) gets answers that say so in
+/// `usage.inference_geo`, billed at 1.1x every price ("A 1.1x pricing multiplier
+/// applies", Claude Platform on AWS, Data residency). The same two prompts, global on one
+/// emulator and US-only on another, read and write the same tokens and cost 1.1 times as
+/// much; the session log marks the US-only answers.
+#[tokio::test]
+async fn a_us_only_answer_is_priced_at_its_multiplier() {
+    let mut runs = Vec::new();
+    for geo in ["global", "us"] {
+        let (usages, entries, cost) =
+            opus_prompt_twice(serde_json::json!({"inference_geo": geo})).await;
+        assert!(
+            usages.iter().all(|u| u["inference_geo"] == geo),
+            "{usages:#?}"
+        );
+        let logged: Vec<bool> = entries
+            .iter()
+            .map(|e| e["usage"]["us_only"] == true)
+            .collect();
+        assert_eq!(logged, vec![geo == "us"; 2], "{entries:#?}");
+        runs.push((usages, cost));
+    }
+    same_tokens_at_a_factor((&runs[0].0, runs[0].1), (&runs[1].0, runs[1].1), 1.1);
 }
 
 /// The OpenAI SDKs ask for fast mode with `service_tier: "fast"` (or `"priority"`), and the

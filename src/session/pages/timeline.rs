@@ -461,62 +461,49 @@ mod tests {
         assert!(!html.contains("provider c"), "{html}");
     }
 
-    /// A fast-mode, flex or US-only answer says so beside its model; 12-hour writes are named in the
-    /// written cell's split.
+    /// A fast-mode, flex or US-only answer says so beside its model, and no other mark;
+    /// 12-hour writes are named in the written cell's split.
     #[test]
     fn fast_answers_and_twelve_hour_writes_are_shown() {
-        let record = |usage: Usage| RequestRecord {
-            version: ENTRY_VERSION,
-            model: "claude-opus-5-5".into(),
-            usage: Some(usage),
-            ..RequestRecord::default()
+        let shown = |usage: Usage| {
+            let record = RequestRecord {
+                version: ENTRY_VERSION,
+                model: "claude-opus-5-5".into(),
+                usage: Some(usage),
+                ..RequestRecord::default()
+            };
+            render("s", &[Entry::Request(record)], 1)
         };
-        let fast = render(
-            "s",
-            &[Entry::Request(record(Usage {
-                uncached: 10,
+        let marks = [" · fast", " · flex", " · us"];
+        let served = [
+            Usage {
                 fast: true,
                 ..Usage::default()
-            }))],
-            1,
-        );
-        assert!(
-            fast.contains(" · fast") && !fast.contains(" · flex"),
-            "{fast}"
-        );
-        let flex = render(
-            "s",
-            &[Entry::Request(record(Usage {
-                uncached: 10,
+            },
+            Usage {
                 flex: true,
                 ..Usage::default()
-            }))],
-            1,
-        );
-        assert!(
-            flex.contains(" · flex") && !flex.contains(" · fast"),
-            "{flex}"
-        );
-        let us = render(
-            "s",
-            &[Entry::Request(record(Usage {
-                uncached: 10,
+            },
+            Usage {
                 us_only: true,
                 ..Usage::default()
-            }))],
-            1,
-        );
-        assert!(us.contains(" · us") && !fast.contains(" · us"), "{us}");
-        let twelve = render(
-            "s",
-            &[Entry::Request(record(Usage {
-                cache_write: 3_000,
-                cache_write_12h: 2_000,
-                ..Usage::default()
-            }))],
-            1,
-        );
-        assert!(!twelve.contains(" · fast"), "{twelve}");
+            },
+        ];
+        for (i, usage) in served.into_iter().enumerate() {
+            let page = shown(Usage {
+                uncached: 10,
+                ..usage
+            });
+            for (j, mark) in marks.iter().enumerate() {
+                assert_eq!(page.contains(mark), i == j, "{mark}: {page}");
+            }
+        }
+        let twelve = shown(Usage {
+            cache_write: 3_000,
+            cache_write_12h: 2_000,
+            ..Usage::default()
+        });
+        assert!(marks.iter().all(|m| !twelve.contains(m)), "{twelve}");
         assert!(twelve.contains("12h: 2,000"), "{twelve}");
     }
 
