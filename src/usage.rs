@@ -195,9 +195,10 @@ struct AnthropicSpeed;
 impl ServedWords for AnthropicSpeed {
     type Meaning = ServedAt;
     fn meaning(word: &str) -> ServedAt {
-        match word == crate::providers::anthropic::FAST_SPEED {
-            true => ServedAt::Fast,
-            false => ServedAt::Standard,
+        if word == crate::providers::anthropic::FAST_SPEED {
+            ServedAt::Fast
+        } else {
+            ServedAt::Standard
         }
     }
 }
