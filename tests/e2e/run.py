@@ -724,11 +724,18 @@ TRADE_OFFS = {
 }
 
 
-def diagnoses(run):
+def request_entries(run):
+    """Every request entry of the run's session logs, with its session's id."""
     for sid, s in run.sessions.items():
         for e in s.get("entries", []):
-            if e.get("type") == "request" and e.get("diagnosis"):
+            if e.get("type") == "request":
                 yield sid, e
+
+
+def diagnoses(run):
+    for sid, e in request_entries(run):
+        if e.get("diagnosis"):
+            yield sid, e
 
 
 def check_fast(r, run):
@@ -738,8 +745,7 @@ def check_fast(r, run):
     r.check(run.generation() and not asked,
             f"{run.label}: every request asks service_tier priority",
             f"{len(asked)} of {len(run.generation())} did not")
-    entries = [e for _, s in run.sessions.items() for e in s.get("entries", [])
-               if e.get("type") == "request"]
+    entries = [e for _, e in request_entries(run)]
     slow = [e.get("request_index") for e in entries if not (e.get("usage") or {}).get("fast")]
     r.check(entries and not slow,
             f"{run.label}: every answer is logged as served in fast mode ({len(entries)} requests)",
@@ -788,8 +794,7 @@ def check_storage(r, run):
     bound = 2 * content + 2048 * n
     # Each request entry names the messages it adds to the one it extends: over the session
     # that is about the number of distinct messages, not the sum of every history's length.
-    named = sum(len((e.get("sent") or {}).get("keys") or []) for s in run.sessions.values()
-                for e in s.get("entries", []) if e.get("type") == "request")
+    named = sum(len((e.get("sent") or {}).get("keys") or []) for _, e in request_entries(run))
     histories = sum(len(e.request_json().get("messages") or e.request_json().get("input") or [])
                     for e in run.generation())
     r.check(0 < run.stored_bytes <= bound and named <= len(unique) + 2 * n,

@@ -287,9 +287,50 @@ async fn an_answer_without_usage_is_counted_as_missing_its_usage() {
     proxy.shutdown().await;
 }
 
-/// One Claude Opus 5.5 prompt on a fresh emulator, through cachet, twice: the answers'
-/// usages, the session log's request entries and the run's `cachet_cost_usd_total`.
-/// `options` are added to the request body (a speed, an inference geo).
+/// One prompt on a fresh emulator, through cachet, twice, in session `s` (Messages by its
+/// session header, Chat by its `prompt_cache_key`): the answers, the session log's request
+/// entries and the run's `cachet_cost_usd_total` for the body's model.
+async fn prompt_twice(
+    path: &str,
+    body: &serde_json::Value,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>, f64) {
+    let emulator = crate::support::start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let answer = if path == "/v1/messages" {
+            let (status, answer) = crate::support::post_anthropic(&proxy, "s", body).await;
+            assert_eq!(status, 200, "{answer}");
+            answer
+        } else {
+            crate::support::answer_of(
+                client()
+                    .post(format!("http://{}{path}", proxy.addr))
+                    .header("authorization", "Bearer k")
+                    .json(body),
+            )
+            .await
+        };
+        answers.push(answer);
+    }
+    let log = wait_for_requests(&proxy, "s", 2).await;
+    let entries: Vec<serde_json::Value> = crate::support::request_entries(&log)
+        .into_iter()
+        .cloned()
+        .collect();
+    let model = body["model"].as_str().unwrap();
+    let cost = metric_sum(
+        &metrics_text(&proxy).await,
+        "cachet_cost_usd_total",
+        &[("model", model)],
+    );
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+    (answers, entries, cost)
+}
+
+/// [`prompt_twice`] of a Claude Opus 5.5 prompt with `options` added to its body (a speed,
+/// an inference geo): the answers' usages, the request entries and the cost.
 async fn opus_prompt_twice(
     options: serde_json::Value,
 ) -> (Vec<serde_json::Value>, Vec<serde_json::Value>, f64) {
@@ -300,26 +341,8 @@ async fn opus_prompt_twice(
     for (k, v) in options.as_object().into_iter().flatten() {
         body[k] = v.clone();
     }
-    let emulator = crate::support::start_emulator().await;
-    let proxy = start_proxy(test_config(&emulator.url())).await;
-    let mut usages = Vec::new();
-    for _ in 0..2 {
-        let (status, answer) = crate::support::post_anthropic(&proxy, "s", &body).await;
-        assert_eq!(status, 200, "{answer}");
-        usages.push(answer["usage"].clone());
-    }
-    let log = wait_for_requests(&proxy, "s", 2).await;
-    let entries: Vec<serde_json::Value> = crate::support::request_entries(&log)
-        .into_iter()
-        .cloned()
-        .collect();
-    let cost = metric_sum(
-        &metrics_text(&proxy).await,
-        "cachet_cost_usd_total",
-        &[("model", "claude-opus-5-5")],
-    );
-    proxy.shutdown().await;
-    emulator.shutdown().await;
+    let (answers, entries, cost) = prompt_twice("/v1/messages", &body).await;
+    let usages = answers.iter().map(|a| a["usage"].clone()).collect();
     (usages, entries, cost)
 }
 
@@ -417,36 +440,20 @@ async fn openai_answers_are_priced_at_the_rate_of_their_tier() {
         (Some("fast"), "priority", Some("fast")),
         (Some("flex"), "flex", Some("flex")),
     ] {
-        let emulator = crate::support::start_emulator().await;
-        let proxy = start_proxy(test_config(&emulator.url())).await;
-        let mut answers = Vec::new();
-        for _ in 0..2 {
-            let answer = crate::support::answer_of(
-                client()
-                    .post(format!("http://{}/v1/chat/completions", proxy.addr))
-                    .header("authorization", "Bearer k")
-                    .json(&body(tier)),
-            )
-            .await;
-            answers.push(answer);
-        }
+        let (answers, entries, cost) = prompt_twice("/v1/chat/completions", &body(tier)).await;
         let served: Vec<&serde_json::Value> = answers.iter().map(|a| &a["service_tier"]).collect();
         assert_eq!(served, [answered, answered], "{answers:#?}");
-        let log = wait_for_requests(&proxy, "s", 2).await;
-        for entry in crate::support::request_entries(&log) {
+        for entry in &entries {
             for flag in ["fast", "flex"] {
                 let expected = logged_as == Some(flag);
-                assert_eq!(entry["usage"][flag] == true, expected, "{flag}: {log}");
+                assert_eq!(
+                    entry["usage"][flag] == true,
+                    expected,
+                    "{flag}: {entries:#?}"
+                );
             }
         }
-        let cost = metric_sum(
-            &metrics_text(&proxy).await,
-            "cachet_cost_usd_total",
-            &[("model", "gpt-6.2-sol")],
-        );
         runs.push((cost, answers));
-        proxy.shutdown().await;
-        emulator.shutdown().await;
     }
     let (standard, a) = &runs[0];
     for (_, b) in &runs[1..] {
