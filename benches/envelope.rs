@@ -2,7 +2,8 @@
 //! bodies; the identity round trip; and, in the same run, serde_json parsing the body to a
 //! `Value` and serialising it again (the cost cachet avoids by splicing); and the canonical
 //! form of a new message, from a `Value` and copied from its raw bytes; and decoding a
-//! compressed body (zstd, gzip) against checking it.
+//! compressed body (zstd, gzip) against checking it; and a `[[payload]]` edit (a merge
+//! patch and a JSON Patch) on the body's bytes against the same edit on a `Value` of it.
 
 use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
@@ -183,6 +184,46 @@ fn benches(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("shape_check", name), &body, |b, body| {
             b.iter(|| black_box(cachet::shape::check(Endpoint::Messages, body).expect("valid")))
         });
+    }
+    group.finish();
+
+    // `before_provider_request` edits: on the body's bytes (`cachet::json_edit`), against the
+    // same edits on a `Value` parsed and cloned from the body and written back (the way
+    // they ran before); and a hook's re-serialised payload spliced over the body.
+    let mut group = c.benchmark_group("payload_edit");
+    let merge = json!({"temperature": 0});
+    let add: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "add", "path": "/metadata", "value": {"user_id": "session-1"}}
+    ]))
+    .expect("valid patch");
+    for (name, size) in sizes {
+        let body = session_body(size);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::new("on_bytes", name), &body, |b, body| {
+            b.iter(|| {
+                let mut edited = body.to_vec();
+                cachet::json_edit::merge(&mut edited, &merge);
+                cachet::json_edit::patch(&mut edited, &add).expect("applies");
+                black_box(edited)
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("on_value", name), &body, |b, body| {
+            b.iter(|| {
+                let original: Value = serde_json::from_slice(body).expect("parses");
+                let mut edited = original.clone();
+                json_patch::merge(&mut edited, &merge);
+                json_patch::patch(&mut edited, &add).expect("applies");
+                black_box((serde_json::to_vec(&edited).expect("serialises"), original))
+            })
+        });
+        let mut replaced: Value = serde_json::from_slice(&body).expect("parses");
+        replaced["max_tokens"] = json!(64);
+        let replaced = serde_json::to_vec_pretty(&replaced).expect("serialises");
+        group.bench_with_input(
+            BenchmarkId::new("splice_replacement", name),
+            &body,
+            |b, body| b.iter(|| black_box(cachet::json_edit::splice(body, &replaced))),
+        );
     }
     group.finish();
 

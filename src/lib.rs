@@ -6,6 +6,8 @@
 //!   accept, check the body, forward, stream back untouched, read usage on the side.
 //! - `pipeline`: the request pipeline of DESIGN §1 for requests a policy matches.
 //! - `envelope`, `patch`: the context envelope and its patch operations.
+//! - `json_edit`: JSON Patch, merge patch and a replacement document, applied to a body's
+//!   bytes (`before_provider_request` edits).
 //! - `policy`, `hooks`: declarative policies and external hook servers.
 //! - `session`: session identity, persisted patches and their stores.
 //! - `inject`, `replay`: memory injection modes and offline replay.
@@ -28,6 +30,7 @@ pub mod error;
 pub mod hooks;
 pub mod inject;
 pub mod json_check;
+pub mod json_edit;
 pub mod known_prefix;
 pub mod measure;
 pub mod memo;

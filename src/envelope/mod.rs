@@ -18,7 +18,6 @@ mod parse;
 mod payload;
 pub(crate) mod scan;
 mod seq;
-pub mod splice;
 mod view;
 
 use bytes::Bytes;

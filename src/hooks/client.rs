@@ -33,30 +33,30 @@ impl HookClient {
         &self,
         hook: &HookSpec,
         reason: ContextReason,
-        envelope: &Value,
+        envelope: &[u8],
         assistant: Option<&Value>,
         usage: Option<&Value>,
     ) -> HookCall {
         let event = context_event(reason, envelope, assistant, usage);
-        self.call(hook, &event, parse_context_answer).await
+        self.call(hook, event, parse_context_answer).await
     }
 
-    /// A `before_provider_request` event with the compiled payload.
+    /// A `before_provider_request` event with the compiled payload's JSON text.
     pub async fn call_before_provider_request(
         &self,
         hook: &HookSpec,
         provider: Provider,
         endpoint: Endpoint,
-        payload: &Value,
+        payload: &[u8],
     ) -> HookCall {
         let event = provider_event(provider, endpoint, payload);
-        self.call(hook, &event, parse_payload_answer).await
+        self.call(hook, event, parse_payload_answer).await
     }
 
     async fn call(
         &self,
         hook: &HookSpec,
-        event: &Value,
+        event: Vec<u8>,
         parse: fn(&[u8]) -> Result<HookOutcome, String>,
     ) -> HookCall {
         let started = Instant::now();
@@ -88,14 +88,15 @@ impl HookClient {
     async fn exchange(
         &self,
         hook: &HookSpec,
-        event: &Value,
+        event: Vec<u8>,
         parse: fn(&[u8]) -> Result<HookOutcome, String>,
     ) -> Result<HookOutcome, String> {
         let sent = self
             .http
             .post(hook.url.clone())
             .timeout(hook.timeout)
-            .json(event)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(event)
             .send()
             .await;
         let response = sent.map_err(|e| transport_error(&e, hook.timeout))?;

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::patch::HandlerResult;
 use crate::policy::OnError;
 
@@ -12,8 +10,8 @@ pub enum HookOutcome {
     /// A context hook's patch (not yet checked for invalidate reasons: the engine does
     /// that with `Op::check_reason`, like for every handler).
     Patch(HandlerResult),
-    /// A `before_provider_request` hook's replacement payload.
-    Payload(Value),
+    /// A `before_provider_request` hook's replacement payload, as its JSON text (an object).
+    Payload(bytes::Bytes),
     /// A `before_provider_request` hook's RFC 6902 edits.
     JsonPatch(json_patch::Patch),
     /// 204, or an answer with nothing to change.

@@ -2,7 +2,8 @@
 //! without a server.
 
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 use super::outcome::HookOutcome;
 use crate::patch::HandlerResult;
@@ -10,37 +11,49 @@ use crate::policy::ContextReason;
 use crate::providers::{Endpoint, Provider};
 
 /// `{"type":"context","reason":…,"state":{"envelope":E}}`, plus `assistant` and `usage`
-/// for `turn_end`.
+/// for `turn_end`; `envelope` is the envelope's JSON text
+/// ([`crate::envelope::Envelope::to_json_bytes`]).
 pub fn context_event(
     reason: ContextReason,
-    envelope: &Value,
+    envelope: &[u8],
     assistant: Option<&Value>,
     usage: Option<&Value>,
-) -> Value {
-    let mut event = json!({
-        "type": "context",
-        "reason": reason.label(),
-        "state": { "envelope": envelope },
-    });
-    if let Some(map) = event.as_object_mut() {
-        if let Some(a) = assistant {
-            map.insert("assistant".into(), a.clone());
-        }
-        if let Some(u) = usage {
-            map.insert("usage".into(), u.clone());
+) -> Vec<u8> {
+    let mut event = Vec::with_capacity(envelope.len() + 128);
+    event.extend_from_slice(br#"{"type":"context","reason":"#);
+    write_json(&mut event, reason.label());
+    event.extend_from_slice(br#","state":{"envelope":"#);
+    event.extend_from_slice(envelope);
+    event.push(b'}');
+    for (name, value) in [("assistant", assistant), ("usage", usage)] {
+        if let Some(value) = value {
+            event.push(b',');
+            write_json(&mut event, name);
+            event.push(b':');
+            write_json(&mut event, value);
         }
     }
+    event.push(b'}');
     event
 }
 
-/// `{"type":"before_provider_request","provider":…,"endpoint":…,"payload":P}`.
-pub fn provider_event(provider: Provider, endpoint: Endpoint, payload: &Value) -> Value {
-    json!({
-        "type": "before_provider_request",
-        "provider": provider.label(),
-        "endpoint": endpoint.label(),
-        "payload": payload,
-    })
+/// `{"type":"before_provider_request","provider":…,"endpoint":…,"payload":P}`, `payload`
+/// the compiled body's JSON text as it would go upstream.
+pub fn provider_event(provider: Provider, endpoint: Endpoint, payload: &[u8]) -> Vec<u8> {
+    let mut event = Vec::with_capacity(payload.len() + 128);
+    event.extend_from_slice(br#"{"type":"before_provider_request","provider":"#);
+    write_json(&mut event, provider.label());
+    event.extend_from_slice(br#","endpoint":"#);
+    write_json(&mut event, endpoint.label());
+    event.extend_from_slice(br#","payload":"#);
+    event.extend_from_slice(payload);
+    event.push(b'}');
+    event
+}
+
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // A string or a `Value` always serialises.
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 /// A context hook's 200 answer: `{"patch":[…],"transformerName":…,"display":…}`.
@@ -59,24 +72,29 @@ pub fn parse_context_answer(body: &[u8]) -> Result<HookOutcome, String> {
 }
 
 #[derive(Deserialize)]
-struct PayloadAnswer {
-    payload: Option<Value>,
+struct PayloadAnswer<'a> {
+    #[serde(borrow)]
+    payload: Option<&'a RawValue>,
     json_patch: Option<json_patch::Patch>,
 }
 
-/// A `before_provider_request` hook's 200 answer: `{"payload":P2}` (replacement) or
-/// `{"json_patch":[…]}`; `{}` is no change.
+/// A `before_provider_request` hook's 200 answer: `{"payload":P2}` (replacement, kept as
+/// its JSON text) or `{"json_patch":[…]}`; `{}` is no change.
 pub fn parse_payload_answer(body: &[u8]) -> Result<HookOutcome, String> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    if !value.is_object() {
+    let first = body.iter().find(|c| !c.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        // Read whole for serde_json's own message when it is not JSON at all.
+        serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(|e| e.to_string())?;
         return Err(
             "expected a JSON object like {\"payload\": {...}} or {\"json_patch\": [...]}".into(),
         );
     }
-    let answer: PayloadAnswer = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let answer: PayloadAnswer<'_> = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     match (answer.payload, answer.json_patch) {
         (Some(_), Some(_)) => Err("answer has both `payload` and `json_patch`; give one".into()),
-        (Some(p), None) if p.is_object() => Ok(HookOutcome::Payload(p)),
+        (Some(p), None) if p.get().starts_with('{') => Ok(HookOutcome::Payload(
+            bytes::Bytes::copy_from_slice(p.get().as_bytes()),
+        )),
         (Some(_), None) => Err("`payload` must be a JSON object".into()),
         (None, Some(p)) if p.0.is_empty() => Ok(HookOutcome::NoChange),
         (None, Some(p)) => Ok(HookOutcome::JsonPatch(p)),
@@ -87,24 +105,35 @@ pub fn parse_payload_answer(body: &[u8]) -> Result<HookOutcome, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn events_have_the_contract_shape() {
+        let read = |event: Vec<u8>| serde_json::from_slice::<Value>(&event).unwrap();
         let env = json!({"system": {"parts": [], "compiled": ""}});
+        let env_bytes = serde_json::to_vec(&env).unwrap();
         assert_eq!(
-            context_event(ContextReason::Ephemeral, &env, None, None),
+            read(context_event(
+                ContextReason::Ephemeral,
+                &env_bytes,
+                None,
+                None
+            )),
             json!({"type": "context", "reason": "ephemeral", "state": {"envelope": env}})
         );
-        let e = context_event(
+        let e = read(context_event(
             ContextReason::TurnEnd,
-            &env,
+            &env_bytes,
             Some(&json!({"role": "assistant", "content": "hi"})),
             Some(&json!({"input_tokens": 3})),
-        );
+        ));
         assert_eq!(e["assistant"]["content"], "hi");
         assert_eq!(e["usage"]["input_tokens"], 3);
+        // The payload goes out as its bytes, white space and all.
+        let event = provider_event(Provider::OpenAi, Endpoint::Chat, br#"{"model" : "m"}"#);
+        assert!(event.ends_with(br#""payload":{"model" : "m"}}"#));
         assert_eq!(
-            provider_event(Provider::OpenAi, Endpoint::Chat, &json!({"model": "m"})),
+            read(event),
             json!({"type": "before_provider_request", "provider": "openai",
                 "endpoint": "chat", "payload": {"model": "m"}})
         );
@@ -126,7 +155,7 @@ mod tests {
 
         assert_eq!(
             parse_payload_answer(br#"{"payload":{"model":"x"}}"#).unwrap(),
-            HookOutcome::Payload(json!({"model": "x"}))
+            HookOutcome::Payload(bytes::Bytes::from_static(br#"{"model":"x"}"#))
         );
         assert!(matches!(
             parse_payload_answer(br#"{"json_patch":[{"op":"remove","path":"/a"}]}"#).unwrap(),
@@ -135,5 +164,13 @@ mod tests {
         assert_eq!(parse_payload_answer(b"{}").unwrap(), HookOutcome::NoChange);
         assert!(parse_payload_answer(br#"{"payload":{},"json_patch":[]}"#).is_err());
         assert!(parse_payload_answer(br#"{"payload":3}"#).is_err());
+        assert!(parse_payload_answer(b"[1]")
+            .unwrap_err()
+            .starts_with("expected a JSON object"));
+        assert!(parse_payload_answer(b"nope").is_err());
+        assert_eq!(
+            parse_payload_answer(br#"{"payload":null}"#).unwrap(),
+            HookOutcome::NoChange
+        );
     }
 }

@@ -248,7 +248,7 @@ impl Pipeline {
         }
         for policy in policies {
             for hook in policy.hooks_for(HookEvent::Context(reason)) {
-                let envelope = shaping.env.to_json();
+                let envelope = shaping.env.to_json_bytes();
                 let call = self
                     .hooks
                     .call_context(
@@ -303,16 +303,11 @@ impl Pipeline {
         if edits.is_empty() && hooks.is_empty() {
             return Ok(payload);
         }
-        // The edits read and splice the body whole.
-        let payload = payload.to_bytes();
-        let original: Value = serde_json::from_slice(&payload).map_err(|e| {
-            ApiError::new(
-                ErrorKind::Internal,
-                format!("compiled payload is not JSON: {e}"),
-            )
-        })?;
-        let mut value = original.clone();
-        if let Err(e) = crate::policy::apply_payload_edits(&mut value, &edits, vars) {
+        // The edits work on the body's bytes: what they leave alone keeps its bytes
+        // (DESIGN §2), and no `Value` of the body is built.
+        let sent = payload.to_bytes();
+        let mut body = sent.to_vec();
+        if let Err(e) = crate::policy::apply_payload_edits(&mut body, &edits, vars) {
             tracing::warn!("payload edit skipped: {e}");
             if self.config.policies.strict {
                 return Err(ApiError::new(
@@ -324,34 +319,33 @@ impl Pipeline {
         for hook in hooks {
             let call = self
                 .hooks
-                .call_before_provider_request(hook, route.provider, route.endpoint, &value)
+                .call_before_provider_request(hook, route.provider, route.endpoint, &body)
                 .await;
             self.count_hook(&call);
             if let Some(message) = call.fail_closed() {
                 return Err(ApiError::new(ErrorKind::Internal, message.to_string()));
             }
             match call.outcome {
-                HookOutcome::Payload(v) if v.is_object() => value = v,
+                HookOutcome::Payload(replacement) => {
+                    body = crate::json_edit::splice(&body, &replacement);
+                }
                 HookOutcome::JsonPatch(patch) => {
-                    let mut edited = value.clone();
-                    match json_patch::patch(&mut edited, &patch) {
-                        Ok(()) => value = edited,
-                        Err(e) => {
-                            self.metrics
-                                .hook_failures
-                                .with_label_values(&[&call.hook])
-                                .inc();
-                            tracing::warn!(hook = %call.hook, "json_patch from hook does not apply: {e}");
-                        }
+                    if let Err(e) = crate::json_edit::patch(&mut body, &patch) {
+                        self.metrics
+                            .hook_failures
+                            .with_label_values(&[&call.hook])
+                            .inc();
+                        tracing::warn!(hook = %call.hook, "json_patch from hook does not apply: {e}");
                     }
                 }
                 _ => {}
             }
         }
-        // What the edits left alone keeps its bytes (DESIGN §2).
-        Ok(Payload::from(bytes::Bytes::from(
-            crate::envelope::splice::splice(&payload, &original, &value),
-        )))
+        // Nothing changed: the body goes out as the splice it was compiled into.
+        if body[..] == sent[..] {
+            return Ok(payload);
+        }
+        Ok(Payload::from(bytes::Bytes::from(body)))
     }
 }
 

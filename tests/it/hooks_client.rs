@@ -96,7 +96,7 @@ async fn context_patch_is_returned_and_the_event_has_the_contract_shape() {
         .call_context(
             &hook(addr, OnError::Continue, 5_000),
             ContextReason::TurnEnd,
-            &envelope(),
+            &serde_json::to_vec(&envelope()).unwrap(),
             Some(&json!({"role": "assistant", "content": "done"})),
             Some(&json!({"input_tokens": 10})),
         )
@@ -125,7 +125,7 @@ async fn no_content_means_no_change() {
         .call_context(
             &hook(addr, OnError::Fail, 5_000),
             ContextReason::Ephemeral,
-            &envelope(),
+            &serde_json::to_vec(&envelope()).unwrap(),
             None,
             None,
         )
@@ -148,13 +148,13 @@ async fn before_provider_request_replacement_and_json_patch() {
             &hook(addr, OnError::Continue, 5_000),
             Provider::Anthropic,
             Endpoint::Messages,
-            &payload,
+            &serde_json::to_vec(&payload).unwrap(),
         )
         .await;
-    assert_eq!(
-        call.outcome,
-        HookOutcome::Payload(json!({"model": "m", "temperature": 0}))
-    );
+    let HookOutcome::Payload(replacement) = call.outcome else {
+        panic!("expected a payload, got {:?}", call.outcome)
+    };
+    assert_eq!(&replacement[..], br#"{"model":"m","temperature":0}"#);
     assert_eq!(
         seen.lock().unwrap()[0],
         json!({"type": "before_provider_request", "provider": "anthropic",
@@ -171,7 +171,7 @@ async fn before_provider_request_replacement_and_json_patch() {
             &hook(addr, OnError::Continue, 5_000),
             Provider::OpenAi,
             Endpoint::Responses,
-            &payload,
+            &serde_json::to_vec(&payload).unwrap(),
         )
         .await;
     let HookOutcome::JsonPatch(patch) = call.outcome else {
@@ -191,7 +191,7 @@ async fn server_error_fails_open_or_closed_per_on_error() {
             .call_context(
                 &hook(addr, on_error, 5_000),
                 ContextReason::BeforeRequest,
-                &envelope(),
+                &serde_json::to_vec(&envelope()).unwrap(),
                 None,
                 None,
             )
@@ -216,7 +216,7 @@ async fn a_hook_that_never_answers_times_out() {
         .call_context(
             &hook(addr, OnError::Fail, 50),
             ContextReason::Ephemeral,
-            &envelope(),
+            &serde_json::to_vec(&envelope()).unwrap(),
             None,
             None,
         )
@@ -253,7 +253,7 @@ async fn malformed_answers_are_failures_with_the_reason() {
             .call_context(
                 &hook(addr, OnError::Continue, 5_000),
                 ContextReason::Ephemeral,
-                &envelope(),
+                &serde_json::to_vec(&envelope()).unwrap(),
                 None,
                 None,
             )
@@ -280,7 +280,7 @@ async fn connection_refused_is_a_failure_without_the_url() {
         .call_context(
             &hook(addr, OnError::Continue, 5_000),
             ContextReason::Ephemeral,
-            &envelope(),
+            &serde_json::to_vec(&envelope()).unwrap(),
             None,
             None,
         )
@@ -307,7 +307,7 @@ async fn a_patch_without_invalidate_reason_is_parsed_then_refused_by_check_reaso
         .call_context(
             &hook(addr, OnError::Continue, 5_000),
             ContextReason::BeforeRequest,
-            &envelope(),
+            &serde_json::to_vec(&envelope()).unwrap(),
             None,
             None,
         )
@@ -365,7 +365,7 @@ async fn a_failure_logs_one_clear_warning_without_secrets() {
         .call_context(
             &hook(addr, OnError::Continue, 5_000),
             ContextReason::Ephemeral,
-            &envelope(),
+            &serde_json::to_vec(&envelope()).unwrap(),
             None,
             None,
         )

@@ -63,7 +63,7 @@ async fn documented_python_hook_server_works() {
         .call_context(
             &hook,
             ContextReason::Ephemeral,
-            &json!({"system": {}}),
+            br#"{"system": {}}"#,
             None,
             None,
         )
@@ -80,7 +80,7 @@ async fn documented_python_hook_server_works() {
     assert!(result.patch.iter().all(|op| op.check_reason().is_ok()));
 
     let call = client
-        .call_before_provider_request(&hook, Provider::Anthropic, Endpoint::Messages, &json!({}))
+        .call_before_provider_request(&hook, Provider::Anthropic, Endpoint::Messages, b"{}")
         .await;
     assert_eq!(call.outcome, HookOutcome::NoChange);
     drop(server);

@@ -583,3 +583,145 @@ patch = [{ op = "messages_uncached_append", messages = [{ role = "user", content
     );
     (proxy, upstream, dir)
 }
+
+/// Claude Code's body, as it would send it without white space.
+fn claude_code_compact() -> (Value, String) {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/clients/claude_code.json"
+    ))
+    .unwrap();
+    let body: Value = serde_json::from_str(&text).unwrap();
+    let compact = serde_json::to_string(&body).unwrap();
+    (body, compact)
+}
+
+/// A policy that drops the client's `metadata` (its user id) before the provider sees it
+/// takes out that member and nothing else: the members after it stay where they were.
+/// Before, the edit ran on a `Value`, whose removal swaps the last member into the gap, so
+/// Claude Code's `stream` moved in front of `max_tokens`, `thinking` and the rest.
+#[tokio::test]
+async fn a_removed_member_leaves_the_others_in_the_clients_order() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(
+        dir.path(),
+        "private",
+        r#"
+name = "private"
+[[payload]]
+json_patch = [ { op = "remove", path = "/metadata" } ]
+"#,
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let (mut body, compact) = claude_code_compact();
+    assert_eq!(send(&proxy, "cc", &compact).await, 200);
+    body.as_object_mut().unwrap().shift_remove("metadata");
+    let expected = serde_json::to_string(&body).unwrap();
+    let sent = String::from_utf8(upstream.requests()[0].body.to_vec()).unwrap();
+    assert_eq!(sent, expected);
+    proxy.shutdown().await;
+}
+
+/// A hook's JSON Patch that moves a value up into its parent and then fails a `test` is
+/// refused as a whole, and the request goes on unchanged. Before, the `json-patch` crate
+/// undid the move with the inverse move, which it refuses ("cannot move the value inside
+/// itself"), and panicked: the request's task died and the client's connection was cut.
+#[tokio::test]
+async fn a_hook_patch_that_fails_after_a_move_is_refused_not_a_crash() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_hook_server(|event| match event["type"].as_str() {
+        Some("before_provider_request") => Some(json!({"json_patch": [
+            {"op": "move", "from": "/metadata/user_id", "path": "/metadata"},
+            {"op": "test", "path": "/model", "value": "claude-haiku-4-5"},
+        ]})),
+        _ => None,
+    })
+    .await;
+    let policy = policy_file(
+        dir.path(),
+        "hooks",
+        &format!(
+            "name = \"hooks\"\n[[hook]]\nurl = \"{}\"\nevents = [\"before_provider_request\"]\n",
+            hook.url
+        ),
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    let (_, compact) = claude_code_compact();
+    let status = client()
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("x-api-key", "k")
+        .header("x-cachet-session", "cc")
+        .body(compact.clone())
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    assert_eq!(status.ok(), Some(200), "the request is answered");
+    assert_eq!(
+        upstream.requests()[0].body,
+        compact.as_bytes(),
+        "sent unchanged"
+    );
+    let m = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_value(&m, "cachet_hook_failures_total", &[("hook", "hooks#0")]),
+        Some(1.0)
+    );
+    proxy.shutdown().await;
+}
+
+/// A hook that answers with the whole payload, parsed and written again (numbers and white
+/// space its own way) with one field changed: what it did not change goes upstream in the
+/// client's bytes.
+#[tokio::test]
+async fn a_replaced_payload_keeps_the_clients_bytes_where_it_agrees() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_hook_server(|event| match event["type"].as_str() {
+        Some("before_provider_request") => {
+            let mut payload = event["payload"].clone();
+            payload["max_tokens"] = json!(64);
+            Some(json!({ "payload": payload }))
+        }
+        _ => None,
+    })
+    .await;
+    let policy = policy_file(
+        dir.path(),
+        "hooks",
+        &format!(
+            "name = \"hooks\"\n[[hook]]\nurl = \"{}\"\nevents = [\"before_provider_request\"]\n",
+            hook.url
+        ),
+    );
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    assert_eq!(send(&proxy, "s", BODY).await, 200);
+    let sent = String::from_utf8(upstream.requests()[0].body.to_vec()).unwrap();
+    assert_eq!(
+        sent,
+        BODY.replace("\"max_tokens\":100", "\"max_tokens\":64")
+    );
+    // The hook saw the payload as it goes upstream, white space and all.
+    let events = hook.events.lock().unwrap().clone();
+    assert_eq!(
+        events[0]["payload"],
+        serde_json::from_str::<Value>(BODY).unwrap()
+    );
+    proxy.shutdown().await;
+}

@@ -1,0 +1,29 @@
+//! Edits of a JSON document made on its bytes: RFC 6902 JSON Patch, RFC 7396 merge patch,
+//! and a replacement document spliced over the one it replaces.
+//!
+//! `before_provider_request` edits (a policy's `[[payload]]`, a hook's answer) run on every
+//! request they match, over a body that carries the whole history. Parsing that body into a
+//! `serde_json::Value`, cloning it and writing it back costs far more than the edit, and
+//! re-serialising moves bytes the provider's cache keys on. Here a pointer is followed with
+//! the envelope's span scanner, each edit replaces one byte range, and what no edit touches
+//! keeps its bytes: key order, white space and number formatting included. The results are
+//! those of the `json-patch` crate on a parse of the same document (`tests.rs` holds that on
+//! generated documents and patches); only the bytes differ, where that crate would reorder
+//! an object's keys on a removal or re-serialise the whole document.
+//!
+//! A key named twice in one object reads as its last value, as a parse keeps it; an edit of
+//! such a key leaves it named once.
+
+mod doc;
+mod equal;
+mod merge;
+mod patch;
+mod pointer;
+mod splice;
+#[cfg(test)]
+mod tests;
+
+pub use equal::equal;
+pub use merge::merge;
+pub use patch::{patch, PatchError, PatchErrorKind};
+pub use splice::splice;
