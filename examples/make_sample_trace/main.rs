@@ -146,6 +146,7 @@ fn record(
         path: "/v1/messages".into(),
         headers,
         body,
+        body_text: None,
         body_base64: None,
         usage,
         status: Some(200),

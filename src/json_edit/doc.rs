@@ -72,8 +72,12 @@ impl Doc {
         let entries = self.entries(object)?;
         match self.last_named(&entries, key) {
             Some(i) => {
+                let twice = self.named(&entries, key) > 1;
                 self.replace(entries[i].value.clone(), value);
-                self.dedupe(object, key)
+                match twice {
+                    true => self.dedupe(object, key),
+                    false => Some(()),
+                }
             }
             None => {
                 let mut member = serde_json::to_vec(key).ok()?;
@@ -98,6 +102,14 @@ impl Doc {
         }
     }
 
+    /// How many of `entries` are named `key`.
+    pub fn named(&self, entries: &[Entry], key: &str) -> usize {
+        entries
+            .iter()
+            .filter(|e| scan::key_is(&self.bytes, &e.key, key))
+            .count()
+    }
+
     /// Remove every entry named `key` from the object at `object`; whether there was one.
     pub fn remove_member(&mut self, object: usize, key: &str) -> Option<bool> {
         let mut removed = false;
@@ -106,9 +118,13 @@ impl Doc {
             let Some(i) = self.last_named(&entries, key) else {
                 return Some(removed);
             };
+            let more = self.named(&entries, key) > 1;
             let spans: Vec<Span> = entries.iter().map(|e| e.key.start..e.value.end).collect();
             self.replace(removal(&spans, i), b"");
             removed = true;
+            if !more {
+                return Some(true);
+            }
         }
     }
 

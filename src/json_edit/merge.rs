@@ -31,10 +31,16 @@ fn merge_at(doc: &mut Doc, at: Span, patch: &Value) {
             let _ = doc.remove_member(object, key);
             continue;
         }
-        let _ = doc.dedupe(object, key);
-        let Some(entries) = doc.entries(object) else {
+        let Some(mut entries) = doc.entries(object) else {
             return;
         };
+        if doc.named(&entries, key) > 1 {
+            let _ = doc.dedupe(object, key);
+            let Some(deduped) = doc.entries(object) else {
+                return;
+            };
+            entries = deduped;
+        }
         match doc.last_named(&entries, key) {
             Some(i) => merge_at(doc, entries[i].value.clone(), value),
             None => {

@@ -24,6 +24,36 @@ mod splice;
 mod tests;
 
 pub use equal::equal;
+
+/// Give the document's root object the member `key` with the JSON text `value` (its last
+/// entry's value replaced, or a new entry at the end); `false` when the root is no object.
+pub fn set_member(bytes: &mut Vec<u8>, key: &str, value: &[u8]) -> bool {
+    let mut doc = doc::Doc::new(std::mem::take(bytes));
+    let root = doc.root();
+    let set = doc.bytes.get(root.start) == Some(&b'{')
+        && doc.set_member(root.start, key, value).is_some();
+    *bytes = doc.bytes;
+    set
+}
+
+/// Remove every member of the document's root object whose name `keep` refuses.
+pub fn retain_members(bytes: &mut Vec<u8>, keep: impl Fn(&str) -> bool) {
+    let mut doc = doc::Doc::new(std::mem::take(bytes));
+    let root = doc.root();
+    if doc.bytes.get(root.start) == Some(&b'{') {
+        let names: Vec<String> = doc
+            .entries(root.start)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| crate::envelope::scan::decode_str(&doc.bytes, &e.key))
+            .filter(|name| !keep(name))
+            .collect();
+        for name in names {
+            let _ = doc.remove_member(root.start, &name);
+        }
+    }
+    *bytes = doc.bytes;
+}
 pub use merge::merge;
 pub use patch::{patch, PatchError, PatchErrorKind};
 pub use splice::splice;

@@ -439,8 +439,8 @@ impl Pipeline {
         Ok((env, history))
     }
 
-    /// The trace record of a request as the client sent it, when recording. A body that
-    /// serde_json cannot read into a value is recorded as its bytes.
+    /// The trace record of a request as the client sent it, when recording: its body as the
+    /// client's JSON text, or, when serde_json cannot read it, as its bytes.
     fn trace_record(&self, ctx: &RequestCtx) -> Option<crate::replay::trace::Record> {
         self.recorder.as_ref()?;
         if !ctx.route.endpoint.is_generation() {
@@ -448,17 +448,20 @@ impl Pipeline {
         }
         let path = ctx.parts.uri.path();
         let headers = &ctx.parts.headers;
-        let parsed = serde_json::from_slice::<serde_json::Value>(&ctx.body)
-            .ok()
-            .zip(
+        // Replay reads the trace with serde_json: a body it reads is recorded as its text
+        // (read here without building a value of it), any other as its bytes.
+        let readable = crate::replay::recorder::readable(&ctx.body);
+        let parsed = readable
+            .then(|| {
                 crate::envelope::Envelope::parse(
                     ctx.route.provider,
                     ctx.route.endpoint,
                     ctx.body.clone(),
                 )
-                .ok(),
-            );
-        let Some((value, env)) = parsed else {
+                .ok()
+            })
+            .flatten();
+        let Some(env) = parsed else {
             let session = session::identity::named_in_headers(headers)
                 .map(|id| identify::in_namespace(&id, ctx.namespace()))
                 .unwrap_or_else(|| "unknown".into());
@@ -479,13 +482,13 @@ impl Pipeline {
             _ => None,
         }
         .unwrap_or_else(|| identify::in_namespace(&named.id, ctx.namespace()));
-        Some(crate::replay::recorder::capture(
+        Some(crate::replay::recorder::capture_text(
             self.clock.now_ms(),
             &session,
             ctx.route,
             path,
             headers,
-            &value,
+            &ctx.body,
         ))
     }
 

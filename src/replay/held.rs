@@ -144,6 +144,7 @@ mod tests {
             path: "/v1/responses".into(),
             headers: Default::default(),
             body,
+            body_text: None,
             body_base64: None,
             usage: None,
             status: Some(200),

@@ -162,6 +162,7 @@ mod tests {
             path: "/v1/messages".into(),
             headers: Default::default(),
             body,
+            body_text: None,
             body_base64: None,
             usage: None,
             status: Some(200),

@@ -183,12 +183,92 @@ pub fn capture(
         path: path.split('?').next().unwrap_or("").to_string(),
         headers: recordable_headers(headers),
         body,
+        body_text: None,
         body_base64: None,
         usage: None,
         status: None,
         response_id: None,
         output: None,
     }
+}
+
+/// Whether serde_json reads `body` as a value, as replay will read the trace: every string
+/// decoded (a lone surrogate escape fails), nesting within its limit, but nothing kept, so
+/// no `Value` of the body is built.
+pub fn readable(body: &[u8]) -> bool {
+    serde_json::from_slice::<Readable>(body).is_ok()
+}
+
+/// A JSON value read and let go of.
+struct Readable;
+
+impl<'de> serde::Deserialize<'de> for Readable {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Readable)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Readable {
+    type Value = Readable;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Readable, E> {
+        Ok(Readable)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Readable, E> {
+        Ok(Readable)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Readable, E> {
+        Ok(Readable)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Readable, E> {
+        Ok(Readable)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Readable, E> {
+        Ok(Readable)
+    }
+
+    fn visit_unit<E>(self) -> Result<Readable, E> {
+        Ok(Readable)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Readable, A::Error> {
+        while seq.next_element::<Readable>()?.is_some() {}
+        Ok(Readable)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Readable, A::Error> {
+        while map.next_entry::<Readable, Readable>()?.is_some() {}
+        Ok(Readable)
+    }
+}
+
+/// [`capture`] of a body serde_json reads, kept as its JSON text rather than parsed: made
+/// one line (its line breaks can only be white space between tokens), without the members
+/// [`redact_body`] removes.
+pub fn capture_text(
+    time_ms: u64,
+    session: &str,
+    route: Route,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Record {
+    let mut record = capture(time_ms, session, route, path, headers, &Value::Null);
+    let mut text: Vec<u8> = body
+        .iter()
+        .map(|&c| if matches!(c, b'\n' | b'\r') { b' ' } else { c })
+        .collect();
+    crate::json_edit::retain_members(&mut text, |name| !is_secret_field(name));
+    record.body_text = Some(bytes::Bytes::from(text));
+    record
 }
 
 /// A record of a request whose body is not a JSON value serde_json can read: its bytes,
@@ -246,8 +326,13 @@ const SECRET_BODY_FIELDS: &[&str] = &[
 /// Drop credential fields from a body before it is recorded, should a client send one.
 pub fn redact_body(body: &mut Value) {
     if let Some(obj) = body.as_object_mut() {
-        obj.retain(|k, _| !SECRET_BODY_FIELDS.contains(&k.to_ascii_lowercase().as_str()));
+        obj.retain(|k, _| !is_secret_field(k));
     }
+}
+
+/// A top-level body field a trace never keeps.
+fn is_secret_field(name: &str) -> bool {
+    SECRET_BODY_FIELDS.contains(&name.to_ascii_lowercase().as_str())
 }
 
 #[cfg(test)]
@@ -296,6 +381,67 @@ mod tests {
         assert_eq!(written, 3);
     }
 
+    /// `readable` answers as a parse into a `Value` does, on what serde_json refuses only
+    /// once it decodes a string or counts the nesting.
+    #[test]
+    fn readable_is_what_a_value_reads() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let cases: [&[u8]; 11] = [
+            br#"{"a":"\ud800"}"#,
+            br#"{"a":"\ud83d\ude00","b":[1,2.5e3,null,true]}"#,
+            br#"{"\ud800":1}"#,
+            br#"{"a":"\x"}"#,
+            b"{\"a\":\"\xff\"}",
+            br#"{"a":1} x"#,
+            br#"{"a":1,"a":2}"#,
+            deep.as_bytes(),
+            b"[1e400]",
+            b"",
+            b"  {\n\"a\" :\t[ ]}  ",
+        ];
+        for case in cases {
+            assert_eq!(
+                readable(case),
+                serde_json::from_slice::<Value>(case).is_ok(),
+                "{}",
+                String::from_utf8_lossy(case)
+            );
+        }
+    }
+
+    /// A recorded body is held as its text, about its own size, where a `Value` of a long
+    /// history (what the recorder held before) is several times the body.
+    #[test]
+    fn a_captured_body_is_held_as_its_text() {
+        let route = Route {
+            provider: crate::providers::Provider::Anthropic,
+            endpoint: crate::providers::Endpoint::Messages,
+        };
+        let messages: Vec<Value> = (0..2_000)
+            .map(|i| serde_json::json!({"role": "user", "content": [{"type": "text", "text": format!("step {i}")}]}))
+            .collect();
+        let body =
+            serde_json::to_vec(&serde_json::json!({"model": "m", "messages": messages})).unwrap();
+        let h = HeaderMap::new();
+        let (text, held) =
+            crate::alloc_meter::kept_by(|| capture_text(0, "s", route, "/v1/messages", &h, &body));
+        let (value, held_as_value) = crate::alloc_meter::kept_by(|| {
+            let parsed: Value = serde_json::from_slice(&body).unwrap();
+            capture(0, "s", route, "/v1/messages", &h, &parsed)
+        });
+        assert!(
+            held < body.len() + 4096,
+            "{held} bytes for a {}-byte body",
+            body.len()
+        );
+        assert!(held_as_value > 3 * held, "{held_as_value} against {held}");
+        let (a, b): (Record, Record) = (
+            serde_json::from_str(&text.to_line()).unwrap(),
+            serde_json::from_str(&value.to_line()).unwrap(),
+        );
+        assert_eq!(a, b, "the same record either way");
+    }
+
     #[test]
     fn starting_outside_a_runtime_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
@@ -326,5 +472,18 @@ mod tests {
         );
         assert_eq!(r.path, "/v1/messages");
         assert!(!r.to_line().contains("sk-"));
+        let text = "{\"model\": \"m\",\n \"API_KEY\": \"sk\", \"max_tokens\": 5}";
+        let r = capture_text(0, "s", route, "/v1/messages", &h, text.as_bytes());
+        let line = r.to_line();
+        assert!(!line.contains("sk") && !line.contains('\n'), "{line}");
+        let read: Record = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            read.body,
+            serde_json::json!({"model": "m", "max_tokens": 5})
+        );
+        assert!(
+            line.contains(r#""body":{"model": "m",  "max_tokens": 5}"#),
+            "{line}"
+        );
     }
 }

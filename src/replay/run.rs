@@ -341,6 +341,7 @@ mod tests {
             path: "/v1/chat/completions".into(),
             headers: Default::default(),
             body: json!({"model": "gpt-4o", "messages": messages}),
+            body_text: None,
             body_base64: None,
             usage: Some(Usage {
                 output: 7,

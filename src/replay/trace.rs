@@ -35,9 +35,15 @@ pub struct Record {
     /// Non-secret request headers (lower-case names).
     #[serde(default)]
     pub headers: Map<String, Value>,
-    /// The request body as the client sent it (`null` when it is in `body_base64`).
+    /// The request body as the client sent it (`null` when it is in `body_base64`, or in
+    /// `body_text` until the record is written).
     #[serde(default)]
     pub body: Value,
+    /// The body as its JSON text, as the recorder captures it (on one line, credentials
+    /// removed), never parsed on the request path: written in `body`'s place. A record read
+    /// back has its body in `body`.
+    #[serde(skip)]
+    pub body_text: Option<bytes::Bytes>,
     /// A body that is not a JSON value serde_json can read (invalid JSON sent unchecked, a
     /// lone surrogate escape, nesting deeper than 128), as base64 of its bytes. Replay skips
     /// such records as errors.
@@ -63,9 +69,21 @@ impl Record {
     /// Whether a later request may continue this one's answer from what the provider
     /// holds: a Responses answer stored, or added to the conversation the request names.
     pub fn may_be_continued(&self) -> bool {
-        use crate::providers::openai_responses::{conversation_of, stores_answer_of};
-        self.endpoint() == Endpoint::Responses
-            && (stores_answer_of(&self.body) || conversation_of(&self.body).is_some())
+        use crate::providers::openai_responses::{
+            conversation_id, conversation_of, stores_answer, stores_answer_of,
+        };
+        if self.endpoint() != Endpoint::Responses {
+            return false;
+        }
+        match &self.body_text {
+            Some(text) => {
+                let start = crate::envelope::scan::skip_ws(text, 0);
+                let field = |name| crate::envelope::scan::field(text, start, name);
+                stores_answer(field("store").map(|s| &text[s]))
+                    || field("conversation").is_some_and(|s| conversation_id(&text[s]).is_some())
+            }
+            None => stores_answer_of(&self.body) || conversation_of(&self.body).is_some(),
+        }
     }
 
     pub fn endpoint(&self) -> Endpoint {
@@ -83,7 +101,12 @@ impl Record {
     /// One JSONL line (without the newline).
     pub fn to_line(&self) -> String {
         // A record holds only JSON values and numbers; serialising it cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        if let Some(text) = &self.body_text {
+            crate::json_edit::set_member(&mut line, "body", text);
+        }
+        // Serialised JSON and a body serde_json read are UTF-8.
+        String::from_utf8(line).unwrap_or_default()
     }
 }
 

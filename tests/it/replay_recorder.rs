@@ -17,6 +17,7 @@ fn record(n: u64, headers: &HeaderMap) -> Record {
         headers: recordable_headers(headers),
         body: json!({"model": "claude-sonnet-4-5", "max_tokens": 1024,
             "messages": [{"role": "user", "content": format!("prompt {n}")}]}),
+        body_text: None,
         body_base64: None,
         usage: Some(Usage {
             cache_read: n,
