@@ -442,6 +442,30 @@ mod tests {
         assert_eq!(a, b, "the same record either way");
     }
 
+    /// Whether a stored answer's output is kept reads the same from the body's text as from a
+    /// `Value` of it.
+    #[test]
+    fn a_continued_answer_is_told_from_the_text_as_from_a_value() {
+        let responses = Route {
+            provider: crate::providers::Provider::OpenAi,
+            endpoint: crate::providers::Endpoint::Responses,
+        };
+        let h = HeaderMap::new();
+        for body in [
+            r#"{"model":"gpt-5","input":"hi"}"#,
+            r#"{"model":"gpt-5","input":"hi","store":false}"#,
+            r#"{"model":"gpt-5","input":"hi", "store" : true}"#,
+            r#"{"model":"gpt-5","input":"hi","store":false,"conversation":"conv_1"}"#,
+            r#"{"model":"gpt-5","input":"hi","store":false,"conversation":{"id":"conv_2"}}"#,
+            r#"{"model":"gpt-5","input":"hi","store":false,"conversation":{"id":" "}}"#,
+        ] {
+            let text = capture_text(0, "s", responses, "/v1/responses", &h, body.as_bytes());
+            let value: Value = serde_json::from_str(body).unwrap();
+            let parsed = capture(0, "s", responses, "/v1/responses", &h, &value);
+            assert_eq!(text.may_be_continued(), parsed.may_be_continued(), "{body}");
+        }
+    }
+
     #[test]
     fn starting_outside_a_runtime_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
