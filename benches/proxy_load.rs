@@ -42,7 +42,8 @@
 //! `LOAD_SCENARIOS` (default `pass,session,shaping,large`), `LOAD_REQUESTS` (per round, pass
 //! scenario, default 2000; 500 KB cases send a quarter), `LOAD_ROUNDS` (default 3),
 //! `LOAD_CONCURRENCY` (list, default `1,8`), `LOAD_SESSIONS` (sessions per round: default 4
-//! in `session`, 3 in `shaping`), `LOAD_PIN=1` (driver and upstream on CPU 0, each hop on
+//! in `session`, 3 in `shaping`), `LOAD_SHAPING_POLICY` (policy files added to `shaping`'s
+//! three, comma-separated), `LOAD_PIN=1` (driver and upstream on CPU 0, each hop on
 //! CPU 1), `LOAD_ONLY=2KB:false` (one pass case), `LOAD_VERBOSE=1` (every round),
 //! `LOAD_BUFFERED_HOP=1` (a third bare hop in `pass`: the hyper client with the request body
 //! read whole first), `LOAD_LARGE_MB` (default 30), `BENCH_CACHET_RUST_LOG` (cachet's
@@ -820,14 +821,25 @@ async fn shaping(rig: &Rig<'_>, rounds: usize) {
         rig.up_addr.as_str(),
         rig.bare,
     );
-    let args = [
-        "--policy",
-        "policies/anthropic-auto-breakpoints.toml",
-        "--policy",
-        "policies/stabilize-volatile.toml",
-        "--policy",
-        "policies/memory-pinned.toml",
+    let mut args = vec![
+        "--policy".to_string(),
+        "policies/anthropic-auto-breakpoints.toml".into(),
+        "--policy".into(),
+        "policies/stabilize-volatile.toml".into(),
+        "--policy".into(),
+        "policies/memory-pinned.toml".into(),
     ];
+    // More policies beside the three (`LOAD_SHAPING_POLICY`, comma-separated files), e.g. a
+    // `[[payload]]` edit, measured on the same sessions.
+    for extra in std::env::var("LOAD_SHAPING_POLICY")
+        .unwrap_or_default()
+        .split(',')
+    {
+        if !extra.is_empty() {
+            args.extend(["--policy".to_string(), extra.to_string()]);
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let cachet = launch.cachet("cachet, full shaping", up_url, &[], &args, None, &[]);
     let b = variant_b(launch, up_url, &[], &args);
     let mut hops = vec![bare[0], bare[1], &cachet];

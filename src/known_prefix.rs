@@ -553,7 +553,7 @@ fn matched(known: Arc<Known>, body: &[u8], first: (usize, u128)) -> Option<Prefi
 /// by ever smaller runs inside the page that differs (or the last, partial one), so that
 /// at most a few bytes are compared one at a time. Comparing that page byte by byte was
 /// most of a small body's lookup: a body repeated whole never leaves the last page.
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+pub(crate) fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     let n = a.len().min(b.len());
     let mut at = 0;
     for run in [4096, 256, 16] {
@@ -564,6 +564,25 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     at + a[at..n]
         .iter()
         .zip(&b[at..n])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// The length of the longest common suffix of two byte strings, compared as
+/// [`common_prefix`] compares from the start.
+pub(crate) fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
+    let mut at = 0;
+    for run in [4096, 256, 16] {
+        while at + run <= n && a[n - at - run..n - at] == b[n - at - run..n - at] {
+            at += run;
+        }
+    }
+    at + a[..n - at]
+        .iter()
+        .rev()
+        .zip(b[..n - at].iter().rev())
         .take_while(|(x, y)| x == y)
         .count()
 }
@@ -653,8 +672,19 @@ mod tests {
                     "len {len}, differs at {at}"
                 );
                 assert_eq!(common_prefix(&a, &b), at);
+                let rev = |v: &[u8]| v.iter().rev().copied().collect::<Vec<u8>>();
+                assert_eq!(
+                    common_suffix(&rev(&a), &rev(&b)),
+                    at,
+                    "suffix: len {len}, differs {at} from the end"
+                );
             }
+            assert_eq!(common_suffix(&a, same), plain(&rev_of(&a), &rev_of(same)));
         }
+    }
+
+    fn rev_of(v: &[u8]) -> Vec<u8> {
+        v.iter().rev().copied().collect()
     }
 
     fn body(conversation: usize, messages: usize, size: usize) -> Bytes {

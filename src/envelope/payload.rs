@@ -143,6 +143,31 @@ impl Payload {
         })
     }
 
+    /// The body with the bytes of `range` replaced by `with`: the pieces around it shared
+    /// (sliced, not copied), so an edit of a few fields keeps the body a splice of the
+    /// client's bytes.
+    pub fn replaced(&self, range: Range<usize>, with: Bytes) -> Payload {
+        let mut out = Payload::default();
+        let mut at = 0;
+        for piece in &self.pieces {
+            let (start, end) = (at, at + piece.len());
+            if start < range.start {
+                out.push(piece.slice(..range.start.min(end) - start));
+            }
+            if (start..end).contains(&range.start) || (range.start == end && end == self.len) {
+                out.push(with.clone());
+            }
+            if end > range.end {
+                out.push(piece.slice(range.end.max(start) - start..));
+            }
+            at = end;
+        }
+        if self.pieces.is_empty() {
+            out.push(with);
+        }
+        out
+    }
+
     fn push(&mut self, piece: Bytes) {
         if !piece.is_empty() {
             self.len += piece.len();
@@ -396,6 +421,32 @@ mod tests {
             peak < 16 * 1024,
             "{peak} bytes allocated for a {len}-byte body"
         );
+    }
+
+    proptest::proptest! {
+        /// A range replaced in a body of any pieces is the body's bytes with that range
+        /// replaced, and what lies around it is still shared with the pieces.
+        #[test]
+        fn a_replaced_range_keeps_the_pieces_around_it(
+            pieces in proptest::collection::vec(proptest::collection::vec(0u8..255, 0..40), 0..6),
+            cut in (0usize..300, 0usize..300),
+            with in proptest::collection::vec(0u8..255, 0..20),
+        ) {
+            let mut payload = Payload::default();
+            for piece in &pieces {
+                payload.push(Bytes::from(piece.clone()));
+            }
+            let whole = payload.to_bytes();
+            let (a, b) = (cut.0.min(whole.len()), cut.1.min(whole.len()));
+            let range = a.min(b)..a.max(b);
+            let out = payload.replaced(range.clone(), Bytes::from(with.clone()));
+            let mut want = whole[..range.start].to_vec();
+            want.extend_from_slice(&with);
+            want.extend_from_slice(&whole[range.end..]);
+            proptest::prop_assert_eq!(&out.to_bytes()[..], &want[..]);
+            proptest::prop_assert_eq!(out.len(), want.len());
+            proptest::prop_assert!(out.pieces().len() <= payload.pieces().len() + 2);
+        }
     }
 
     #[test]

@@ -341,11 +341,15 @@ impl Pipeline {
                 _ => {}
             }
         }
-        // Nothing changed: the body goes out as the splice it was compiled into.
-        if body[..] == sent[..] {
+        // What the edits changed lies between the bytes they left at both ends: only that is
+        // copied, and the rest goes out as the splice it was compiled into.
+        let same_start = crate::known_prefix::common_prefix(&body, &sent);
+        let same_end = crate::known_prefix::common_suffix(&body[same_start..], &sent[same_start..]);
+        if same_start == body.len() && body.len() == sent.len() {
             return Ok(payload);
         }
-        Ok(Payload::from(bytes::Bytes::from(body)))
+        let changed = bytes::Bytes::copy_from_slice(&body[same_start..body.len() - same_end]);
+        Ok(payload.replaced(same_start..sent.len() - same_end, changed))
     }
 }
 
