@@ -43,7 +43,8 @@
 //! scenario, default 2000; 500 KB cases send a quarter), `LOAD_ROUNDS` (default 3),
 //! `LOAD_CONCURRENCY` (list, default `1,8`), `LOAD_SESSIONS` (sessions per round: default 4
 //! in `session`, 3 in `shaping`), `LOAD_SHAPING_POLICY` (policy files added to `shaping`'s
-//! three, comma-separated), `LOAD_PIN=1` (driver and upstream on CPU 0, each hop on
+//! three, comma-separated), `LOAD_CACHET_CONFIG` (TOML dotted keys added to every cachet's
+//! configuration, `;`-separated), `LOAD_PIN=1` (driver and upstream on CPU 0, each hop on
 //! CPU 1), `LOAD_ONLY=2KB:false` (one pass case), `LOAD_VERBOSE=1` (every round),
 //! `LOAD_BUFFERED_HOP=1` (a third bare hop in `pass`: the hyper client with the request body
 //! read whole first), `LOAD_LARGE_MB` (default 30), `BENCH_CACHET_RUST_LOG` (cachet's
@@ -157,6 +158,15 @@ impl Launcher {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("cachet.toml");
         let mut text = config.join("\n");
+        // Configuration every cachet of the run gets (`LOAD_CACHET_CONFIG`, TOML dotted keys
+        // separated by `;`), e.g. `record.dir = "/tmp/traces"` to measure recording.
+        for line in std::env::var("LOAD_CACHET_CONFIG")
+            .unwrap_or_default()
+            .split(';')
+        {
+            text.push('\n');
+            text.push_str(line);
+        }
         text.push_str(&format!(
             "\nsessions.store = \"{}/\"\n",
             dir.path().join("store").display()
