@@ -325,3 +325,54 @@ fn pi_responses_developer_item_is_the_system_prompt() {
         br#"{"role":"user","content":[{"type":"input_text","text":"What does main.rs do?"}]}"#
     ));
 }
+
+/// The envelope a hook receives is written from the body's bytes; it reads as the envelope
+/// built of values (each tool and message parsed, the options a map of the top-level fields
+/// the envelope does not own, with their edits) did, for every client's shape, as sent and
+/// after a patch that touches each section.
+#[test]
+fn the_hook_envelope_reads_as_the_one_built_of_values() {
+    fn of_values(env: &Envelope) -> Value {
+        let parse = |raw: &[u8]| serde_json::from_slice::<Value>(raw).unwrap();
+        let parts: Vec<Value> = env
+            .system_parts()
+            .iter()
+            .map(|p| json!({"name": p.name, "text": p.text}))
+            .collect();
+        json!({
+            "system": {"parts": parts, "compiled": env.system_compiled()},
+            "tools": env.tools_raw().map(parse).collect::<Vec<_>>(),
+            "messages": {
+                "cached": env.history_raw().map(parse).collect::<Vec<_>>(),
+                "uncached": env.uncached_raw().map(parse).collect::<Vec<_>>(),
+            },
+            "options": Value::Object(env.options()),
+            "meta": env.meta.to_json(),
+        })
+    }
+    for &(p, e, name) in ALL {
+        let mut env = parse(p, e, name);
+        for patched in [false, true] {
+            if patched {
+                env.apply(
+                    &ops(json!([
+                        {"op": "system_part_set", "partName": "rules", "text": "Be brief.",
+                         "invalidateCacheReason": "rules"},
+                        {"op": "messages_insert", "at": "before_last_user_prompt",
+                         "messages": [{"role": "custom", "content": "Notes: tabs."}],
+                         "invalidateCacheReason": "memory"},
+                        {"op": "messages_uncached_append",
+                         "messages": [{"role": "user", "content": "Now: 10:42"}]},
+                        {"op": "options_set", "options": {"temperature": 0, "top_k": null}}
+                    ])),
+                    "test",
+                )
+                .unwrap_or_else(|r| panic!("{name}: {r}"));
+            }
+            let bytes = env.to_json_bytes();
+            let read: Value = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|err| panic!("{name}: {err}: {}", String::from_utf8_lossy(&bytes)));
+            assert_eq!(read, of_values(&env), "{name}, patched: {patched}");
+        }
+    }
+}
