@@ -24,11 +24,7 @@ async fn send(proxy: &cachet::transport::server::ProxyHandle, session: &str, bod
 #[tokio::test]
 async fn context_patches_change_only_their_part_and_keep_bytes() {
     let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = policy_file(
-        dir.path(),
-        "shape",
-        r#"
+    let (proxy, _dir) = with_policy(&upstream, "shape", r#"
 name = "shape"
 [[context]]
 reason = "before_request"
@@ -36,14 +32,7 @@ patch = [{ op = "system_part_set", partName = "rules", text = " Never print secr
 [[context]]
 reason = "ephemeral"
 patch = [{ op = "messages_uncached_append", messages = [{ role = "user", content = "request {{request_index}}" }] }]
-"#,
-    );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy],
-        &dir.path().join("store"),
-    ))
-    .await;
+"#).await;
     assert_eq!(send(&proxy, "s1", BODY).await, 200);
     let got = upstream.requests()[0].body.clone();
     let text = String::from_utf8(got.to_vec()).unwrap();
@@ -90,9 +79,8 @@ patch = [{ op = "messages_uncached_append", messages = [{ role = "user", content
 #[tokio::test]
 async fn payload_edits_apply_json_patch_and_merge_patch() {
     let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = policy_file(
-        dir.path(),
+    let (proxy, _dir) = with_policy(
+        &upstream,
         "payload",
         r#"
 name = "payload"
@@ -101,12 +89,7 @@ merge_patch = { temperature = 0 }
 [[payload]]
 json_patch = [ { op = "add", path = "/metadata", value = { user_id = "{{session}}" } } ]
 "#,
-    );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy],
-        &dir.path().join("store"),
-    ))
+    )
     .await;
     assert_eq!(send(&proxy, "team-7", BODY).await, 200);
     let v: Value = serde_json::from_slice(&upstream.requests()[0].body).unwrap();
@@ -339,22 +322,8 @@ async fn turn_end_gets_the_assistant_message_assembled_from_a_stream() {
         })
         .collect();
     let upstream = FakeUpstream::start(Script::sse(steps)).await;
-    let dir = tempfile::tempdir().unwrap();
     let hook = start_hook_server(|_| None).await;
-    let policy = policy_file(
-        dir.path(),
-        "te",
-        &format!(
-            "name = \"te\"\n[[hook]]\nurl = \"{}\"\nevents = [\"context:turn_end\"]\n",
-            hook.url
-        ),
-    );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy],
-        &dir.path().join("store"),
-    ))
-    .await;
+    let (proxy, _dir) = with_hook(&upstream, "te", &hook, "context:turn_end").await;
     let r = client()
         .post(format!("http://{}/v1/messages", proxy.addr))
         .header("x-api-key", "k")
@@ -389,21 +358,15 @@ async fn turn_end_gets_the_assistant_message_assembled_from_a_stream() {
 #[tokio::test]
 async fn payload_edits_keep_the_bytes_they_do_not_touch() {
     let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = policy_file(
-        dir.path(),
+    let (proxy, _dir) = with_policy(
+        &upstream,
         "payload",
         r#"
 name = "payload"
 [[payload]]
 json_patch = [ { op = "add", path = "/metadata", value = { user_id = "{{session}}" } } ]
 "#,
-    );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy],
-        &dir.path().join("store"),
-    ))
+    )
     .await;
     let messages = r#"[{"role":"user","content":"run it"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"timeout":120000,"command":"ls -la",  "description":"List files"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"total 0","is_error":false}]}]"#;
     let body = format!(
@@ -603,22 +566,12 @@ fn claude_code_compact() -> (Value, String) {
 #[tokio::test]
 async fn a_removed_member_leaves_the_others_in_the_clients_order() {
     let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = policy_file(
-        dir.path(),
-        "private",
-        r#"
+    let policy = r#"
 name = "private"
 [[payload]]
 json_patch = [ { op = "remove", path = "/metadata" } ]
-"#,
-    );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy],
-        &dir.path().join("store"),
-    ))
-    .await;
+"#;
+    let (proxy, _dir) = with_policy(&upstream, "private", policy).await;
     let (mut body, compact) = claude_code_compact();
     assert_eq!(send(&proxy, "cc", &compact).await, 200);
     body.as_object_mut().unwrap().shift_remove("metadata");
@@ -628,6 +581,55 @@ json_patch = [ { op = "remove", path = "/metadata" } ]
     proxy.shutdown().await;
 }
 
+/// A proxy whose one policy (`hooks`) sends `before_provider_request` to a hook answering
+/// `answer(event)`.
+async fn with_payload_hook(
+    upstream: &FakeUpstream,
+    answer: impl Fn(&Value) -> Value + Send + Sync + 'static,
+) -> (
+    cachet::transport::server::ProxyHandle,
+    HookServer,
+    tempfile::TempDir,
+) {
+    let hook = start_hook_server(move |event| {
+        (event["type"] == "before_provider_request").then(|| answer(event))
+    })
+    .await;
+    let (proxy, dir) = with_hook(upstream, "hooks", &hook, "before_provider_request").await;
+    (proxy, hook, dir)
+}
+
+/// A proxy whose one policy, `name`, sends `event` to `hook`.
+async fn with_hook(
+    upstream: &FakeUpstream,
+    name: &str,
+    hook: &HookServer,
+    event: &str,
+) -> (cachet::transport::server::ProxyHandle, tempfile::TempDir) {
+    let text = format!(
+        "name = \"{name}\"\n[[hook]]\nurl = \"{}\"\nevents = [\"{event}\"]\n",
+        hook.url
+    );
+    with_policy(upstream, name, &text).await
+}
+
+/// A proxy with one policy, `name`, of `text`, and its embedded store in the folder.
+async fn with_policy(
+    upstream: &FakeUpstream,
+    name: &str,
+    text: &str,
+) -> (cachet::transport::server::ProxyHandle, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_file(dir.path(), name, text);
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        vec![policy],
+        &dir.path().join("store"),
+    ))
+    .await;
+    (proxy, dir)
+}
+
 /// A hook's JSON Patch that moves a value up into its parent and then fails a `test` is
 /// refused as a whole, and the request goes on unchanged. Before, the `json-patch` crate
 /// undid the move with the inverse move, which it refuses ("cannot move the value inside
@@ -635,28 +637,12 @@ json_patch = [ { op = "remove", path = "/metadata" } ]
 #[tokio::test]
 async fn a_hook_patch_that_fails_after_a_move_is_refused_not_a_crash() {
     let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let hook = start_hook_server(|event| match event["type"].as_str() {
-        Some("before_provider_request") => Some(json!({"json_patch": [
+    let (proxy, _hook, _dir) = with_payload_hook(&upstream, |_| {
+        json!({"json_patch": [
             {"op": "move", "from": "/metadata/user_id", "path": "/metadata"},
             {"op": "test", "path": "/model", "value": "claude-haiku-4-5"},
-        ]})),
-        _ => None,
+        ]})
     })
-    .await;
-    let policy = policy_file(
-        dir.path(),
-        "hooks",
-        &format!(
-            "name = \"hooks\"\n[[hook]]\nurl = \"{}\"\nevents = [\"before_provider_request\"]\n",
-            hook.url
-        ),
-    );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy],
-        &dir.path().join("store"),
-    ))
     .await;
     let (_, compact) = claude_code_compact();
     let status = client()
@@ -687,29 +673,11 @@ async fn a_hook_patch_that_fails_after_a_move_is_refused_not_a_crash() {
 #[tokio::test]
 async fn a_replaced_payload_keeps_the_clients_bytes_where_it_agrees() {
     let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let hook = start_hook_server(|event| match event["type"].as_str() {
-        Some("before_provider_request") => {
-            let mut payload = event["payload"].clone();
-            payload["max_tokens"] = json!(64);
-            Some(json!({ "payload": payload }))
-        }
-        _ => None,
+    let (proxy, hook, _dir) = with_payload_hook(&upstream, |event| {
+        let mut payload = event["payload"].clone();
+        payload["max_tokens"] = json!(64);
+        json!({ "payload": payload })
     })
-    .await;
-    let policy = policy_file(
-        dir.path(),
-        "hooks",
-        &format!(
-            "name = \"hooks\"\n[[hook]]\nurl = \"{}\"\nevents = [\"before_provider_request\"]\n",
-            hook.url
-        ),
-    );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy],
-        &dir.path().join("store"),
-    ))
     .await;
     assert_eq!(send(&proxy, "s", BODY).await, 200);
     let sent = String::from_utf8(upstream.requests()[0].body.to_vec()).unwrap();
