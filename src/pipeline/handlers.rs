@@ -292,9 +292,12 @@ impl Pipeline {
         vars: &TemplateVars,
         route: crate::providers::Route,
     ) -> Result<Payload, ApiError> {
-        let edits: Vec<_> = policies
+        let edits: Vec<(&str, usize, &crate::policy::PayloadEdit)> = policies
             .iter()
-            .flat_map(|p| p.payload.iter().cloned())
+            .flat_map(|p| {
+                let name = p.name.as_str();
+                p.payload.iter().enumerate().map(move |(i, e)| (name, i, e))
+            })
             .collect();
         let hooks: Vec<_> = policies
             .iter()
@@ -307,13 +310,24 @@ impl Pipeline {
         // (DESIGN §2), and no `Value` of the body is built.
         let sent = payload.to_bytes();
         let mut body = sent.to_vec();
-        if let Err(e) = crate::policy::apply_payload_edits(&mut body, &edits, vars) {
-            tracing::warn!("payload edit skipped: {e}");
-            if self.config.policies.strict {
-                return Err(ApiError::new(
-                    ErrorKind::Internal,
-                    format!("payload edit failed: {e}"),
-                ));
+        // Each edit on its own: one that fails is left out (logged and counted, or the
+        // request's failure in strict mode), and the next one still applies.
+        for (policy, i, edit) in edits {
+            let result = crate::policy::apply_payload_edit(&mut body, edit, vars);
+            let outcome = if result.is_ok() { "applied" } else { "refused" };
+            self.metrics
+                .patches
+                .with_label_values(&[policy, edit.name(), outcome])
+                .inc();
+            if let Err(e) = result {
+                let e = format!("policy `{policy}` payload[{i}].{}: {e}", edit.name());
+                tracing::warn!("payload edit skipped: {e}");
+                if self.config.policies.strict {
+                    return Err(ApiError::new(
+                        ErrorKind::Internal,
+                        format!("payload edit failed: {e}"),
+                    ));
+                }
             }
         }
         for hook in hooks {

@@ -26,7 +26,7 @@ pub use model::{
     BreakpointMode, Breakpoints, CacheTtl, ContextAction, ContextHandler, ContextReason, HookEvent,
     HookSpec, InjectMode, InjectSource, InjectSpec, OnError, PayloadEdit, Policy, PromptCacheKey,
 };
-pub use payload::apply_payload_edits;
+pub use payload::apply_payload_edit;
 pub use raw::{DEFAULT_HOOK_TIMEOUT_MS, DEFAULT_ORDER};
 pub use template::{render, render_value, utc_date, TemplateVars, TEMPLATE_VARIABLES};
 pub use transform::MoveLines;

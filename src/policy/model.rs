@@ -180,6 +180,16 @@ pub enum PayloadEdit {
     MergePatch(Value),
 }
 
+impl PayloadEdit {
+    /// The edit's key in a policy file, and its `op` label in `cachet_patches_total`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PayloadEdit::JsonPatch(_) => "json_patch",
+            PayloadEdit::MergePatch(_) => "merge_patch",
+        }
+    }
+}
+
 /// One `[[inject]]` entry (DESIGN §6). Parsed and validated here; run by the injector.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InjectSpec {

@@ -5,28 +5,24 @@
 use super::model::PayloadEdit;
 use super::template::{render_value, TemplateVars};
 
-/// Apply the edits in order; each sees the previous one's result. A JSON Patch that fails
-/// (e.g. `test` or `remove` on a missing path) leaves the payload as it was before that
-/// edit and stops with the reason.
-pub fn apply_payload_edits(
+/// Apply one edit. A JSON Patch that fails (e.g. `test` or `remove` on a missing path)
+/// leaves the payload as it was and says why.
+pub fn apply_payload_edit(
     payload: &mut Vec<u8>,
-    edits: &[PayloadEdit],
+    edit: &PayloadEdit,
     vars: &TemplateVars,
 ) -> Result<(), String> {
-    for (i, edit) in edits.iter().enumerate() {
-        match edit {
-            PayloadEdit::JsonPatch(ops) => {
-                let patch: json_patch::Patch = serde_json::from_value(render_value(ops, vars))
-                    .map_err(|e| format!("payload[{i}].json_patch: {e}"))?;
-                crate::json_edit::patch(payload, &patch)
-                    .map_err(|e| format!("payload[{i}].json_patch: {e}"))?;
-            }
-            PayloadEdit::MergePatch(merge) => {
-                crate::json_edit::merge(payload, &render_value(merge, vars));
-            }
+    match edit {
+        PayloadEdit::JsonPatch(ops) => {
+            let patch: json_patch::Patch =
+                serde_json::from_value(render_value(ops, vars)).map_err(|e| e.to_string())?;
+            crate::json_edit::patch(payload, &patch).map_err(|e| e.to_string())
+        }
+        PayloadEdit::MergePatch(merge) => {
+            crate::json_edit::merge(payload, &render_value(merge, vars));
+            Ok(())
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -34,14 +30,13 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn apply(
-        payload: Value,
-        edits: &[PayloadEdit],
-        vars: &TemplateVars,
-    ) -> (Value, Result<(), String>) {
+    fn apply(payload: Value, edits: &[PayloadEdit], vars: &TemplateVars) -> (Value, Vec<String>) {
         let mut bytes = serde_json::to_vec(&payload).unwrap();
-        let result = apply_payload_edits(&mut bytes, edits, vars);
-        (serde_json::from_slice(&bytes).unwrap(), result)
+        let errors = edits
+            .iter()
+            .filter_map(|edit| apply_payload_edit(&mut bytes, edit, vars).err())
+            .collect();
+        (serde_json::from_slice(&bytes).unwrap(), errors)
     }
 
     #[test]
@@ -58,8 +53,8 @@ mod tests {
             session: "s-9".into(),
             ..TemplateVars::default()
         };
-        let (payload, result) = apply(payload, &edits, &vars);
-        result.unwrap();
+        let (payload, errors) = apply(payload, &edits, &vars);
+        assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(
             payload,
             json!({"model": "m", "messages": [],
@@ -73,9 +68,11 @@ mod tests {
             {"op": "add", "path": "/x", "value": 1},
             {"op": "remove", "path": "/missing"}
         ]))];
-        let (payload, result) = apply(json!({"model": "m"}), &edits, &TemplateVars::default());
-        let err = result.unwrap_err();
-        assert!(err.starts_with("payload[0].json_patch: "), "{err}");
+        let (payload, errors) = apply(json!({"model": "m"}), &edits, &TemplateVars::default());
+        assert_eq!(
+            errors,
+            ["operation '/1' failed at path '/missing': path is invalid"]
+        );
         assert_eq!(payload, json!({"model": "m"}));
     }
 }

@@ -693,3 +693,35 @@ async fn a_replaced_payload_keeps_the_clients_bytes_where_it_agrees() {
     );
     proxy.shutdown().await;
 }
+
+/// A `[[payload]]` edit that fails is left out, logged and counted, and the next edit still
+/// applies. Before, the first failure stopped every edit after it, and nothing counted it.
+#[tokio::test]
+async fn a_failing_payload_edit_is_counted_and_the_next_one_applies() {
+    let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
+    let policy = r#"
+name = "edits"
+[[payload]]
+json_patch = [ { op = "remove", path = "/top_k" } ]
+[[payload]]
+merge_patch = { temperature = 0 }
+"#;
+    let (proxy, _dir) = with_policy(&upstream, "edits", policy).await;
+    assert_eq!(send(&proxy, "s", BODY).await, 200);
+    let sent = String::from_utf8(upstream.requests()[0].body.to_vec()).unwrap();
+    assert_eq!(
+        sent,
+        BODY.replace("\"temperature\":0.50", "\"temperature\":0")
+    );
+    let m = metrics_text(&proxy).await;
+    let count = |op, outcome| {
+        metric_value(
+            &m,
+            "cachet_patches_total",
+            &[("transformer", "edits"), ("op", op), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(count("json_patch", "refused"), Some(1.0));
+    assert_eq!(count("merge_patch", "applied"), Some(1.0));
+    proxy.shutdown().await;
+}
