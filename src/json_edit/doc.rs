@@ -9,13 +9,20 @@ pub struct Doc {
     /// Each edit since the last commit: where its new bytes start, how many there are, and
     /// the bytes they replaced.
     undo: Vec<(usize, usize, Vec<u8>)>,
+    /// Bytes the edits have copied or shifted so far: the work they cost, which stays
+    /// within a few times the document however many items one edit removes.
+    pub moved: usize,
 }
+
+/// Ranges removed one by one up to this many; more are cut out in one copy of the rest.
+const CUT_ONE_BY_ONE: usize = 4;
 
 impl Doc {
     pub fn new(bytes: Vec<u8>) -> Doc {
         Doc {
             bytes,
             undo: Vec::new(),
+            moved: 0,
         }
     }
 
@@ -32,11 +39,34 @@ impl Doc {
 
     /// Replace the bytes of `range` with `with`.
     pub fn replace(&mut self, range: Span, with: &[u8]) {
+        self.moved += with.len() + (self.bytes.len() - range.end);
         let old = self
             .bytes
             .splice(range.clone(), with.iter().copied())
             .collect();
         self.undo.push((range.start, with.len(), old));
+    }
+
+    /// Take out `ranges` (in order, apart): one by one when they are few, else by copying
+    /// what lies between them once, so that cutting many items costs one pass.
+    pub fn cut(&mut self, ranges: &[Span]) {
+        if ranges.len() <= CUT_ONE_BY_ONE {
+            for range in ranges.iter().rev() {
+                self.replace(range.clone(), b"");
+            }
+            return;
+        }
+        let removed: usize = ranges.iter().map(|r| r.len()).sum();
+        let mut kept = Vec::with_capacity(self.bytes.len() - removed);
+        let mut at = 0;
+        for range in ranges {
+            kept.extend_from_slice(&self.bytes[at..range.start]);
+            at = range.end;
+        }
+        kept.extend_from_slice(&self.bytes[at..]);
+        self.moved += kept.len();
+        let old = std::mem::replace(&mut self.bytes, kept);
+        self.undo.push((0, self.bytes.len(), old));
     }
 
     /// Keep every edit made so far.
@@ -112,37 +142,32 @@ impl Doc {
 
     /// Remove every entry named `key` from the object at `object`; whether there was one.
     pub fn remove_member(&mut self, object: usize, key: &str) -> Option<bool> {
-        let mut removed = false;
-        loop {
-            let entries = self.entries(object)?;
-            let Some(i) = self.last_named(&entries, key) else {
-                return Some(removed);
-            };
-            let more = self.named(&entries, key) > 1;
-            let spans: Vec<Span> = entries.iter().map(|e| e.key.start..e.value.end).collect();
-            self.replace(removal(&spans, i), b"");
-            removed = true;
-            if !more {
-                return Some(true);
-            }
-        }
+        let entries = self.entries(object)?;
+        let named: Vec<bool> = entries
+            .iter()
+            .map(|e| scan::key_is(&self.bytes, &e.key, key))
+            .collect();
+        let any = named.contains(&true);
+        self.remove_entries(&entries, &named);
+        Some(any)
     }
 
     /// Leave only the last entry named `key` in the object at `object`.
     pub fn dedupe(&mut self, object: usize, key: &str) -> Option<()> {
-        loop {
-            let entries = self.entries(object)?;
-            let named: Vec<usize> = (0..entries.len())
-                .filter(|&i| scan::key_is(&self.bytes, &entries[i].key, key))
-                .collect();
-            if named.len() < 2 {
-                return Some(());
-            }
-            let spans: Vec<Span> = entries.iter().map(|e| e.key.start..e.value.end).collect();
-            // The first is never the object's last entry, so its removal keeps the comma
-            // before the entry that follows it.
-            self.replace(removal(&spans, named[0]), b"");
-        }
+        let entries = self.entries(object)?;
+        let last = self.last_named(&entries, key);
+        let earlier: Vec<bool> = (0..entries.len())
+            .map(|i| Some(i) != last && scan::key_is(&self.bytes, &entries[i].key, key))
+            .collect();
+        self.remove_entries(&entries, &earlier);
+        Some(())
+    }
+
+    /// Remove the entries of one object that `remove` marks, however many, in one pass: a
+    /// body naming a key a million times costs one scan, not one per name.
+    pub fn remove_entries(&mut self, entries: &[Entry], remove: &[bool]) {
+        let spans: Vec<Span> = entries.iter().map(|e| e.key.start..e.value.end).collect();
+        self.cut(&removals(&spans, remove));
     }
 
     /// Insert `value` as element `i` of the array at `array` (`i` = its length: at the end).
@@ -173,11 +198,34 @@ impl Doc {
 /// start of an entry's key or an element to the end of its value): the item and the comma
 /// after it, or, for the last of several, the comma before it.
 fn removal(spans: &[Span], i: usize) -> Span {
-    match (i.checked_sub(1), spans.get(i + 1)) {
-        (_, Some(next)) => spans[i].start..next.start,
-        (Some(before), None) => spans[before].end..spans[i].end,
-        (None, None) => spans[i].clone(),
+    let mut remove = vec![false; spans.len()];
+    remove[i] = true;
+    removals(spans, &remove).remove(0)
+}
+
+/// The byte ranges, in order and apart, that remove the items `remove` marks: each run of
+/// marked items with the comma after it, or, for a run at the end, with the comma before
+/// it; every item when all are marked.
+fn removals(spans: &[Span], remove: &[bool]) -> Vec<Span> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < spans.len() {
+        if !remove[i] {
+            i += 1;
+            continue;
+        }
+        let first = i;
+        while i < spans.len() && remove[i] {
+            i += 1;
+        }
+        let last = i - 1;
+        out.push(match (spans.get(i), first.checked_sub(1)) {
+            (Some(next), _) => spans[first].start..next.start,
+            (None, Some(before)) => spans[before].end..spans[last].end,
+            (None, None) => spans[first].start..spans[last].end,
+        });
     }
+    out
 }
 
 /// A value's JSON text, as serde_json writes it (no white space).

@@ -24,6 +24,9 @@ mod splice;
 mod tests;
 
 pub use equal::equal;
+pub use merge::merge;
+pub use patch::{patch, PatchError, PatchErrorKind};
+pub use splice::splice;
 
 /// Give the document's root object the member `key` with the JSON text `value` (its last
 /// entry's value replaced, or a new entry at the end); `false` when the root is no object.
@@ -41,19 +44,14 @@ pub fn retain_members(bytes: &mut Vec<u8>, keep: impl Fn(&str) -> bool) {
     let mut doc = doc::Doc::new(std::mem::take(bytes));
     let root = doc.root();
     if doc.bytes.get(root.start) == Some(&b'{') {
-        let names: Vec<String> = doc
-            .entries(root.start)
-            .unwrap_or_default()
+        let entries = doc.entries(root.start).unwrap_or_default();
+        let remove: Vec<bool> = entries
             .iter()
-            .filter_map(|e| crate::envelope::scan::decode_str(&doc.bytes, &e.key))
-            .filter(|name| !keep(name))
+            .map(|e| {
+                crate::envelope::scan::decode_str(&doc.bytes, &e.key).is_some_and(|k| !keep(&k))
+            })
             .collect();
-        for name in names {
-            let _ = doc.remove_member(root.start, &name);
-        }
+        doc.remove_entries(&entries, &remove);
     }
     *bytes = doc.bytes;
 }
-pub use merge::merge;
-pub use patch::{patch, PatchError, PatchErrorKind};
-pub use splice::splice;

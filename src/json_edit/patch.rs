@@ -52,8 +52,15 @@ use PatchErrorKind::*;
 /// Apply `ops` in order to the document `bytes`; on failure the document is left as it was.
 pub fn patch(bytes: &mut Vec<u8>, ops: &[PatchOperation]) -> Result<(), PatchError> {
     let mut doc = Doc::new(std::mem::take(bytes));
+    let result = apply_to(&mut doc, ops);
+    *bytes = doc.bytes;
+    result
+}
+
+/// [`patch`] on a document being edited.
+pub(super) fn apply_to(doc: &mut Doc, ops: &[PatchOperation]) -> Result<(), PatchError> {
     let result = ops.iter().enumerate().try_for_each(|(i, op)| {
-        apply(&mut doc, op).map_err(|kind| PatchError {
+        apply(doc, op).map_err(|kind| PatchError {
             operation: i,
             path: op.path().as_str().to_string(),
             kind,
@@ -63,7 +70,6 @@ pub fn patch(bytes: &mut Vec<u8>, ops: &[PatchOperation]) -> Result<(), PatchErr
         Ok(()) => doc.commit(),
         Err(_) => doc.rollback(),
     }
-    *bytes = doc.bytes;
     result
 }
 

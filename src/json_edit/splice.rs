@@ -69,12 +69,18 @@ fn object(old: &[u8], o: usize, new: &[u8], n: usize, out: &mut Vec<u8>) -> Opti
         return None;
     }
     let spans: Vec<Span> = before.iter().map(|e| e.key.start..e.value.end).collect();
+    // The old members by name, so that an object of many keys is matched in one pass.
+    let by_name: std::collections::HashMap<String, usize> = before
+        .iter()
+        .enumerate()
+        .filter_map(|(j, e)| Some((scan::decode_str(old, &e.key)?, j)))
+        .collect();
     let mut layout = Layout::new(old, o, &spans, close);
     let mut kept = before.len() == after.len();
     out.push(b'{');
     for entry in &after {
         let key = scan::decode_str(new, &entry.key)?;
-        let from = before.iter().position(|e| scan::key_is(old, &e.key, &key));
+        let from = by_name.get(&key).copied();
         layout.separator(from, out);
         match from {
             Some(j) => {

@@ -368,3 +368,42 @@ fn a_hooks_reserialised_payload_keeps_the_clients_bytes() {
         r#"{"model":"m", "messages":[{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":"b"}],"max_tokens":7,"metadata": {"user_id": "s"}}"#
     );
 }
+
+/// A key named in every other member of a long object, edited: every entry of it goes in
+/// one pass over the object, not one pass per entry.
+#[test]
+fn a_key_named_many_times_is_edited_in_one_pass() {
+    let n = 20_000;
+    let members: Vec<String> = (0..n)
+        .map(|i| format!(r#""{}":{i}"#, if i % 2 == 0 { "a" } else { "b" }))
+        .collect();
+    let body = format!("{{{}}}", members.join(","));
+    for op in [
+        json!({"op": "remove", "path": "/a"}),
+        json!({"op": "replace", "path": "/a", "value": 0}),
+    ] {
+        let ops: json_patch::Patch = serde_json::from_value(json!([op])).unwrap();
+        let mut doc = super::doc::Doc::new(body.clone().into_bytes());
+        super::patch::apply_to(&mut doc, &ops).unwrap();
+        assert!(
+            doc.moved <= 2 * body.len(),
+            "{} bytes moved for {}",
+            doc.moved,
+            body.len()
+        );
+        let mut expected: Value = serde_json::from_str(&body).unwrap();
+        let mut theirs = expected.clone();
+        json_patch::patch_unsafe(&mut theirs, &ops).unwrap();
+        expected = theirs;
+        assert_eq!(
+            serde_json::from_slice::<Value>(&doc.bytes).unwrap(),
+            expected
+        );
+    }
+    let mut bytes = body.clone().into_bytes();
+    super::retain_members(&mut bytes, |k| k != "b");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&bytes).unwrap(),
+        json!({"a": n - 2})
+    );
+}
