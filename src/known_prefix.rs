@@ -672,9 +672,8 @@ mod tests {
                     "len {len}, differs at {at}"
                 );
                 assert_eq!(common_prefix(&a, &b), at);
-                let rev = |v: &[u8]| v.iter().rev().copied().collect::<Vec<u8>>();
                 assert_eq!(
-                    common_suffix(&rev(&a), &rev(&b)),
+                    common_suffix(&rev_of(&a), &rev_of(&b)),
                     at,
                     "suffix: len {len}, differs {at} from the end"
                 );

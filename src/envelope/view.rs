@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::{owned_keys, scan, Envelope};
+use crate::json_edit::write_json;
 
 impl Envelope {
     /// `{system: {parts, compiled}, tools, messages: {cached, uncached}, options, meta}`,
@@ -89,11 +90,6 @@ fn set_option<'a>(out: &mut Vec<(String, &'a [u8])>, key: String, value: Option<
         }
         (None, None) => {}
     }
-}
-
-fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    // Strings and a `Value` always serialise.
-    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 fn write_list<'a>(out: &mut Vec<u8>, items: impl Iterator<Item = &'a [u8]>) {

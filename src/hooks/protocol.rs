@@ -6,6 +6,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::outcome::HookOutcome;
+use crate::json_edit::write_json;
 use crate::patch::HandlerResult;
 use crate::policy::ContextReason;
 use crate::providers::{Endpoint, Provider};
@@ -49,11 +50,6 @@ pub fn provider_event(provider: Provider, endpoint: Endpoint, payload: &[u8]) ->
     event.extend_from_slice(payload);
     event.push(b'}');
     event
-}
-
-fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    // A string or a `Value` always serialises.
-    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 /// A context hook's 200 answer: `{"patch":[…],"transformerName":…,"display":…}`.

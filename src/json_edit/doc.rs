@@ -230,6 +230,7 @@ fn removals(spans: &[Span], remove: &[bool]) -> Vec<Span> {
 
 /// A value's JSON text, as serde_json writes it (no white space).
 pub fn json(value: &serde_json::Value) -> Vec<u8> {
-    // Writing a `Value` into a Vec cannot fail.
-    serde_json::to_vec(value).unwrap_or_default()
+    let mut out = Vec::new();
+    super::write_json(&mut out, value);
+    out
 }

@@ -16,7 +16,8 @@ pub fn equal(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-fn value_span(b: &[u8]) -> Option<Span> {
+/// The span of a text's one value, `None` unless the text is that value and white space.
+pub(super) fn value_span(b: &[u8]) -> Option<Span> {
     let start = scan::skip_ws(b, 0);
     let end = scan::value_end(b, start).ok()?;
     (scan::skip_ws(b, end) == b.len()).then_some(start..end)

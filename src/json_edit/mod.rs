@@ -28,6 +28,12 @@ pub use merge::merge;
 pub use patch::{patch, PatchError, PatchErrorKind};
 pub use splice::splice;
 
+/// Append `value` to `out` as serde_json writes it (no white space).
+pub fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // A string, a `Value` or a map of them always serialises into a Vec.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
 /// Give the document's root object the member `key` with the JSON text `value` (its last
 /// entry's value replaced, or a new entry at the end); `false` when the root is no object.
 pub fn set_member(bytes: &mut Vec<u8>, key: &str, value: &[u8]) -> bool {

@@ -3,13 +3,13 @@
 //! original's bytes, so a hook that parses and re-serialises the payload to change one
 //! field does not re-serialise the history the provider's cache keys on.
 
-use super::equal::eq;
+use super::equal::{eq, value_span};
 use crate::envelope::scan::{self, Span};
 
 /// The bytes of `new`, with the bytes of `old` wherever the two agree. Either text that
 /// does not scan gives `new` as it is.
 pub fn splice(old: &[u8], new: &[u8]) -> Vec<u8> {
-    let (Some(o), Some(n)) = (span_of(old), span_of(new)) else {
+    let (Some(o), Some(n)) = (value_span(old), value_span(new)) else {
         return new.to_vec();
     };
     let mut out = Vec::with_capacity(old.len().max(new.len()) + 64);
@@ -17,12 +17,6 @@ pub fn splice(old: &[u8], new: &[u8]) -> Vec<u8> {
     value(old, o.clone(), new, n, &mut out);
     out.extend_from_slice(&old[o.end..]);
     out
-}
-
-fn span_of(b: &[u8]) -> Option<Span> {
-    let start = scan::skip_ws(b, 0);
-    let end = scan::value_end(b, start).ok()?;
-    (scan::skip_ws(b, end) == b.len()).then_some(start..end)
 }
 
 /// Write the value at `ns` of `new`, reusing `old`'s bytes at `os`; whether what was
