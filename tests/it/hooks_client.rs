@@ -84,6 +84,11 @@ fn envelope() -> Value {
         "tools": [], "messages": {"cached": [], "uncached": []}, "options": {}, "meta": {}})
 }
 
+/// [`envelope`] as the JSON text the client sends.
+fn envelope_text() -> Vec<u8> {
+    serde_json::to_vec(&envelope()).unwrap()
+}
+
 #[tokio::test]
 async fn context_patch_is_returned_and_the_event_has_the_contract_shape() {
     let (addr, seen) = hook_server(Reply::Answer(
@@ -96,7 +101,7 @@ async fn context_patch_is_returned_and_the_event_has_the_contract_shape() {
         .call_context(
             &hook(addr, OnError::Continue, 5_000),
             ContextReason::TurnEnd,
-            &serde_json::to_vec(&envelope()).unwrap(),
+            &envelope_text(),
             Some(&json!({"role": "assistant", "content": "done"})),
             Some(&json!({"input_tokens": 10})),
         )
@@ -125,7 +130,7 @@ async fn no_content_means_no_change() {
         .call_context(
             &hook(addr, OnError::Fail, 5_000),
             ContextReason::Ephemeral,
-            &serde_json::to_vec(&envelope()).unwrap(),
+            &envelope_text(),
             None,
             None,
         )
@@ -191,7 +196,7 @@ async fn server_error_fails_open_or_closed_per_on_error() {
             .call_context(
                 &hook(addr, on_error, 5_000),
                 ContextReason::BeforeRequest,
-                &serde_json::to_vec(&envelope()).unwrap(),
+                &envelope_text(),
                 None,
                 None,
             )
@@ -216,7 +221,7 @@ async fn a_hook_that_never_answers_times_out() {
         .call_context(
             &hook(addr, OnError::Fail, 50),
             ContextReason::Ephemeral,
-            &serde_json::to_vec(&envelope()).unwrap(),
+            &envelope_text(),
             None,
             None,
         )
@@ -253,7 +258,7 @@ async fn malformed_answers_are_failures_with_the_reason() {
             .call_context(
                 &hook(addr, OnError::Continue, 5_000),
                 ContextReason::Ephemeral,
-                &serde_json::to_vec(&envelope()).unwrap(),
+                &envelope_text(),
                 None,
                 None,
             )
@@ -280,7 +285,7 @@ async fn connection_refused_is_a_failure_without_the_url() {
         .call_context(
             &hook(addr, OnError::Continue, 5_000),
             ContextReason::Ephemeral,
-            &serde_json::to_vec(&envelope()).unwrap(),
+            &envelope_text(),
             None,
             None,
         )
@@ -307,7 +312,7 @@ async fn a_patch_without_invalidate_reason_is_parsed_then_refused_by_check_reaso
         .call_context(
             &hook(addr, OnError::Continue, 5_000),
             ContextReason::BeforeRequest,
-            &serde_json::to_vec(&envelope()).unwrap(),
+            &envelope_text(),
             None,
             None,
         )
@@ -365,7 +370,7 @@ async fn a_failure_logs_one_clear_warning_without_secrets() {
         .call_context(
             &hook(addr, OnError::Continue, 5_000),
             ContextReason::Ephemeral,
-            &serde_json::to_vec(&envelope()).unwrap(),
+            &envelope_text(),
             None,
             None,
         )

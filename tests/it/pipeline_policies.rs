@@ -209,7 +209,6 @@ on_error = "{on_error}"
 #[tokio::test]
 async fn before_provider_request_hook_replaces_the_payload_and_turn_end_sees_the_reply() {
     let upstream = FakeUpstream::start(Script::json(200, REPLY)).await;
-    let dir = tempfile::tempdir().unwrap();
     let hook = start_hook_server(|event| match event["type"].as_str() {
         Some("before_provider_request") => {
             Some(json!({"json_patch": [{"op": "replace", "path": "/max_tokens", "value": 7}]}))
@@ -217,25 +216,16 @@ async fn before_provider_request_hook_replaces_the_payload_and_turn_end_sees_the
         _ => None,
     })
     .await;
-    let policy = policy_file(
-        dir.path(),
-        "hooks",
-        &format!(
-            r#"
+    let policy = format!(
+        r#"
 name = "hooks"
 [[hook]]
 url = "{}"
 events = ["before_provider_request", "context:turn_end"]
 "#,
-            hook.url
-        ),
+        hook.url
     );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy],
-        &dir.path().join("store"),
-    ))
-    .await;
+    let (proxy, _dir) = with_policy(&upstream, "hooks", &policy).await;
     assert_eq!(send(&proxy, "s", BODY).await, 200);
     let v: Value = serde_json::from_slice(&upstream.requests()[0].body).unwrap();
     assert_eq!(v["max_tokens"], 7);
@@ -408,24 +398,14 @@ async fn turn_end_does_not_run_on_cut_or_failed_streams() {
         .collect();
     for (name, steps) in [("cut", cut), ("failed", failed)] {
         let upstream = FakeUpstream::start(Script::sse(steps)).await;
-        let dir = tempfile::tempdir().unwrap();
-        let policy = policy_file(
-            dir.path(),
-            "notes",
-            r#"
+        let policy = r#"
 name = "notes"
 [[context]]
 reason = "turn_end"
 patch = [ { op = "messages_insert", at = "end", messages = [ { role = "user", content = "NOTE" } ],
             invalidateCacheReason = "a note for later turns" } ]
-"#,
-        );
-        let proxy = start_proxy(policy_config(
-            &upstream.url(),
-            vec![policy],
-            &dir.path().join("store"),
-        ))
-        .await;
+"#;
+        let (proxy, _dir) = with_policy(&upstream, "notes", policy).await;
         let r = client()
             .post(format!("http://{}/v1/messages", proxy.addr))
             .header("x-api-key", "k")
@@ -505,19 +485,13 @@ async fn held_turns_counted(
     tempfile::TempDir,
 ) {
     let upstream = FakeUpstream::start(Script::json(200, &held_turn_reply("resp_0"))).await;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = policy_file(
-        dir.path(),
-        "turns",
-        r#"
+    let policy = r#"
 name = "turns"
 [[context]]
 reason = "ephemeral"
 patch = [{ op = "messages_uncached_append", messages = [{ role = "user", content = "turn {{turn_index}}" }] }]
-"#,
-    );
-    let store = dir.path().join("store");
-    let proxy = start_proxy(policy_config(&upstream.url(), vec![policy], &store)).await;
+"#;
+    let (proxy, dir) = with_policy(&upstream, "turns", policy).await;
     for i in 0..4 {
         upstream.set_script(Script::json(200, &held_turn_reply(&format!("resp_{i}"))));
         let mut body = json!({"model": "gpt-4.1", "instructions": "Be brief.",
