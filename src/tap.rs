@@ -66,6 +66,24 @@ pub struct TapResult {
     pub kept_events: Vec<(String, Bytes)>,
 }
 
+impl TapResult {
+    /// What a replayed request's answer is known by: its usage, read from the cache model,
+    /// and nothing of its body.
+    pub fn replayed(usage: Option<Usage>) -> TapResult {
+        TapResult {
+            usage,
+            model: None,
+            response_id: None,
+            provider_diagnostics: None,
+            outcome: Outcome::Complete,
+            bytes: 0,
+            events: 0,
+            json_body: None,
+            kept_events: Vec::new(),
+        }
+    }
+}
+
 pub type OnFinish = Box<dyn FnOnce(TapResult) + Send>;
 
 enum Reader {

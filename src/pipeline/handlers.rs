@@ -25,13 +25,13 @@ pub struct Persisted {
 
 /// The envelope being shaped, with the map from envelope to client positions and the
 /// patch events for the session log.
-pub struct Shaping<'a> {
+pub struct Patching<'a> {
     pub env: &'a mut Envelope,
     pub map: &'a mut HistoryMap,
     pub events: Vec<PatchEvent>,
 }
 
-impl Shaping<'_> {
+impl Patching<'_> {
     /// Apply ops one at a time (so each insert position is known), all or nothing: to a
     /// copy of the envelope, kept only when every op applied.
     /// Returns the ops with message positions as client positions.
@@ -110,7 +110,7 @@ impl Pipeline {
     /// logged for the session.
     pub(super) fn note_applied(
         &self,
-        shaping: &mut Shaping<'_>,
+        shaping: &mut Patching<'_>,
         transformer: &str,
         reason: &str,
         outcome: PatchOutcome,
@@ -125,7 +125,7 @@ impl Pipeline {
     /// A refused patch: counted, logged, and noted for the session.
     pub(super) fn note_refused(
         &self,
-        shaping: &mut Shaping<'_>,
+        shaping: &mut Patching<'_>,
         refusal: &PatchRefusal,
         reason: &str,
         ops: &[Op],
@@ -173,7 +173,7 @@ impl Pipeline {
     /// Apply one handler's result; returns what to persist when it applied.
     fn apply_result(
         &self,
-        shaping: &mut Shaping<'_>,
+        shaping: &mut Patching<'_>,
         result: &HandlerResult,
         default_name: &str,
         reason: ContextReason,
@@ -224,7 +224,7 @@ impl Pipeline {
         &self,
         policies: &[&Policy],
         reason: ContextReason,
-        shaping: &mut Shaping<'_>,
+        shaping: &mut Patching<'_>,
         vars: &TemplateVars,
         response: Option<(&Value, &Value)>,
     ) -> Result<Vec<Persisted>, ApiError> {
@@ -400,7 +400,7 @@ mod tests {
         )
         .unwrap();
         let mut map = HistoryMap::new(env.history_len());
-        let mut shaping = Shaping {
+        let mut shaping = Patching {
             env: &mut env,
             map: &mut map,
             events: Vec::new(),

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::handlers::Shaping;
+use super::handlers::Patching;
 use super::Pipeline;
 use crate::error::ApiError;
 use crate::inject::{self, Injection, Mode, ModeChoice, SourceSpec};
@@ -97,7 +97,7 @@ impl Pipeline {
         policies: &[&Policy],
         ctx: &SessionContext,
         prompt: Option<(usize, String)>,
-        shaping: &mut Shaping<'_>,
+        shaping: &mut Patching<'_>,
     ) -> Result<Injected, ApiError> {
         let mut out = Injected::default();
         let Some(injections) = &self.injections else {
@@ -187,12 +187,12 @@ impl Pipeline {
     async fn pin_once(
         &self,
         ctx: &SessionContext,
-        shaping: &mut Shaping<'_>,
+        shaping: &mut Patching<'_>,
         pin: Pin<'_>,
         before: (crate::envelope::Envelope, super::history::HistoryMap),
     ) -> Result<(), ApiError> {
         let reason = ContextReason::BeforeRequest.label();
-        let unpersisted = |shaping: &mut Shaping<'_>| {
+        let unpersisted = |shaping: &mut Patching<'_>| {
             self.note_applied(
                 shaping,
                 pin.injection,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Pipeline, RequestCtx};
+use super::{Exchange, Pipeline};
 use crate::providers::Endpoint;
 use crate::transport::upstream_client::RequestBody;
 use crate::ttl::keep_warm;
@@ -61,14 +61,14 @@ impl Arrivals {
 }
 
 impl Pipeline {
-    /// After a final answer (`assistant`) to the request of `ctx`, whose forwarded body was
+    /// After a final answer (`assistant`) to the request of `ex`, whose forwarded body was
     /// `sent` (its last `tail` messages the request-only tail): arm the keep-warm timer.
     /// It stands down if the session sent a request numbered after `arrived_by_answer`
     /// (the latest number when the answer ended).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn arm_keep_warm(
         self: &Arc<Self>,
-        ctx: &RequestCtx,
+        ex: &Exchange,
         session: &str,
         sent: &Bytes,
         tail: usize,
@@ -87,11 +87,11 @@ impl Pipeline {
             self.count_keep_warm("unbuilt");
             return;
         };
-        let route = ctx.route;
-        let to = crate::transport::forward::Destination::of(route.provider, &ctx.parts.headers);
-        let mut headers = self.upstreams.request_headers(to, &ctx.parts.headers, true);
+        let route = ex.route;
+        let to = crate::transport::forward::Destination::of(route.provider, &ex.parts.headers);
+        let mut headers = self.upstreams.request_headers(to, &ex.parts.headers, true);
         headers.remove(http::header::CONTENT_ENCODING);
-        let path = ctx
+        let path = ex
             .parts
             .uri
             .path_and_query()
@@ -100,9 +100,9 @@ impl Pipeline {
             self.count_keep_warm("unbuilt");
             return;
         };
-        let wait = Duration::from_secs(after_secs).saturating_sub(ctx.start.elapsed());
-        let (pipeline, session, model) = (self.clone(), session.to_string(), ctx.model.clone());
-        let key = ctx.key_label().to_string();
+        let wait = Duration::from_secs(after_secs).saturating_sub(ex.start.elapsed());
+        let (pipeline, session, model) = (self.clone(), session.to_string(), ex.model.clone());
+        let key = ex.key_label().to_string();
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             if pipeline.arrivals.since(&session, arrived_by_answer) {

@@ -1,17 +1,20 @@
 //! The request pipeline of DESIGN §1. [`Pipeline::handle`] is the phase list, top to
-//! bottom, over one per-request context ([`RequestCtx`]):
+//! bottom, over one [`Exchange`] per provider call, which [`Pipeline::finish`] closes once
+//! whatever the outcome:
 //!
-//! read the body → check its shape → shape it (parse into the envelope → identify the
-//! session → replay its persisted patches → `context(before_request)` → inject →
-//! `context(ephemeral)` → compile with cache markers → `before_provider_request`) →
-//! forward → stream the answer back through the usage tap → finish (metrics, trace record;
-//! then, off the request path, `context(turn_end)`, the session log and the prefix-break
-//! diagnosis).
+//! accept → read the body → check its shape → shape it (parse into the envelope →
+//! identify the session → replay its persisted patches → `context(before_request)` →
+//! inject → `context(ephemeral)` → compile with cache markers → `before_provider_request`)
+//! → forward → stream the answer back through the usage tap → finish (count, span, trace
+//! record; then, off the request path and in order per session, `context(turn_end)`, the
+//! session record and the prefix-break diagnosis).
 //!
 //! Requests no policy matches are not shaped: their bytes go out as they came, and the
-//! session log and diagnosis are computed after the response from those same bytes
+//! session record and diagnosis are computed after the response from those same bytes
 //! (monitoring, on unless `sessions.monitor = false`).
 
+mod diagnose;
+mod exchange;
 mod finish;
 mod handlers;
 pub mod history;
@@ -19,11 +22,11 @@ mod identify;
 mod inject;
 mod keep_warm;
 mod queue;
+mod record;
 mod shape;
 mod upstream;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -31,7 +34,6 @@ use http::Response;
 use hyper::body::Incoming;
 
 use crate::config::{Config, StoreFailure};
-use crate::envelope::Client;
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookClient;
 use crate::known_prefix::{self, KnownPrefixes, PrefixMatch};
@@ -39,14 +41,13 @@ use crate::metrics::Metrics;
 use crate::policy::PolicySet;
 use crate::providers::{Endpoint, Route};
 use crate::replay::recorder::Recorder;
+use crate::replay::trace::Record;
 use crate::session::{self, SessionStore};
-use crate::telemetry::{RequestTelemetry, Telemetry};
-use crate::transport::client_auth::{ClientName, NO_KEY};
+use crate::telemetry::Telemetry;
 use crate::transport::forward::Upstreams;
 use crate::transport::{error_response, ProxyBody};
 
-pub use finish::After;
-pub use shape::Shaped;
+pub use exchange::{After, Answer, Exchange, Outcome, Shaping};
 
 /// Everything shared by every request: configuration, the upstream client, policies,
 /// hooks, the session store and metrics.
@@ -83,72 +84,8 @@ pub struct Pipeline {
     known: KnownPrefixes,
 }
 
-impl RequestCtx {
-    /// The `key` metric label: the client key's name, or `none`.
-    pub fn key_label(&self) -> &str {
-        self.key.as_deref().unwrap_or(NO_KEY)
-    }
-
-    /// The session namespace: the client key's name, when client keys are configured.
-    pub fn namespace(&self) -> Option<&str> {
-        self.key.as_deref()
-    }
-
-    /// The session for this request's log line and span: the pipeline's when a policy ran,
-    /// else the one the headers name, in the key's namespace as the session log stores it.
-    /// (A session found by fingerprint or continuation is known only after the response.)
-    fn session_for_logs(&self, shaped: &Shaped) -> Option<String> {
-        match shaped.session() {
-            Some(session) => Some(session.to_owned()),
-            None => crate::session::identity::named_in_headers(&self.parts.headers)
-                .map(|id| identify::in_namespace(&id, self.namespace())),
-        }
-    }
-}
-
 /// Sessions whose latest answer ids are remembered for the provider's cache diagnostics.
 const REMEMBERED_ANSWERS: u64 = 10_000;
-
-/// One request on its way through the phases.
-pub struct RequestCtx {
-    pub route: Route,
-    pub parts: Parts,
-    /// The body as the client sent it (decoded, when it came compressed).
-    pub body: Bytes,
-    /// The compressed bytes the client sent, when it sent a `content-encoding`.
-    pub encoded: Option<Bytes>,
-    /// The model the body names (`unknown` until checked).
-    pub model: String,
-    pub client: Client,
-    /// The client key the request presented (`[[server.client_keys]]`), when any are set.
-    pub key: Option<Arc<str>>,
-    pub start: Instant,
-    /// The request's log span, in-flight count and exported span.
-    pub telemetry: RequestTelemetry,
-    /// Offline replay: the recorded arrival time, which stands for the clock.
-    pub replayed_at_ms: Option<u64>,
-    /// The remembered body this one repeats the first history messages of, if any.
-    pub known: Option<PrefixMatch>,
-    /// The whole body passed the body check.
-    pub checked: bool,
-    /// What the check gathered of the body (its top-level fields, history and tools), so
-    /// that its envelope is split without scanning it again; held only while an envelope
-    /// read is still to come.
-    pub gathered: Option<known_prefix::Gathered>,
-}
-
-impl RequestCtx {
-    /// What the body check gathered of the body, once the whole body passed it.
-    pub fn gathered(&self) -> Option<&known_prefix::Gathered> {
-        self.gathered.as_ref().filter(|_| self.checked)
-    }
-
-    /// Now, for this request: the clock, or the recorded time in replay.
-    /// When the request is taking place: its recorded time in a replay, else now.
-    pub fn now_ms(&self, clock: &session::SessionClock) -> u64 {
-        self.replayed_at_ms.unwrap_or_else(|| clock.now_ms())
-    }
-}
 
 impl Pipeline {
     /// The pipeline for a configuration and its loaded policies. Opens the session store
@@ -200,11 +137,6 @@ impl Pipeline {
         self.store.as_ref()
     }
 
-    /// When `ctx` is taking place, on the session log's clock.
-    pub(super) fn now_of(&self, ctx: &RequestCtx) -> u64 {
-        ctx.now_ms(&self.clock)
-    }
-
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
@@ -224,6 +156,12 @@ impl Pipeline {
         &self.telemetry
     }
 
+    /// A request accepted at the edge: its exchange, with its span and in-flight count.
+    pub fn accept(&self, route: Route, parts: Parts) -> Exchange {
+        let telemetry = self.telemetry.request(route, &parts.headers);
+        Exchange::accepted(route, parts, telemetry)
+    }
+
     /// One proxied request, phase by phase; a failure in any phase is answered once, in
     /// the client's provider format.
     pub async fn handle(
@@ -232,87 +170,51 @@ impl Pipeline {
         req: http::Request<Incoming>,
     ) -> Response<ProxyBody> {
         let (parts, body) = req.into_parts();
-        let telemetry = self.telemetry.request(route, &parts.headers);
-        let span = telemetry.span();
-        let key = parts.extensions.get::<ClientName>().map(|c| c.0.clone());
-        let mut ctx = RequestCtx {
-            key,
-            route,
-            body: Bytes::new(),
-            encoded: None,
-            model: "unknown".into(),
-            client: Client::Unknown,
-            start: Instant::now(),
-            parts,
-            telemetry,
-            replayed_at_ms: None,
-            known: None,
-            checked: false,
-            gathered: None,
-        };
-        let mut trace = None;
+        let mut ex = self.accept(route, parts);
+        let span = ex.telemetry.span();
         let phases = async {
-            let unread = match reads_body(ctx.route.endpoint) {
-                true => {
-                    self.read_body(&mut ctx, body).await?;
-                    None
-                }
-                // Any other call (a file upload, a batch) goes upstream as it arrives.
-                false => Some(body),
-            };
-            self.check_body(&mut ctx)?;
-            trace = self.trace_record(&ctx);
-            // Boxed: shaping's state (7.6 KB) would otherwise sit in every request's future
-            // for as long as its answer streams, though it is done before forwarding.
-            let shaped = Box::pin(self.shape(&ctx)).await?;
-            // Only monitoring reads the body's envelope again, after the response.
-            if !matches!(shaped.after, After::Observe) {
-                ctx.gathered = None;
+            let unread = self.read_body(&mut ex, body).await?;
+            self.check_body(&mut ex)?;
+            ex.trace = self.trace_record(&ex);
+            // Boxed: shaping's state would otherwise sit in every request's future for as
+            // long as its answer streams, though it is done before forwarding.
+            Box::pin(self.shape(&mut ex)).await?;
+            // Only monitoring reads the body's envelope, after the response.
+            if !matches!(ex.after, After::Observe { .. }) {
+                ex.read.gathered = None;
             }
-            let session = ctx.session_for_logs(&shaped);
-            ctx.telemetry
-                .record_shaping(session.as_deref(), &shaped.variant);
-            let upstream = self.forward(&ctx, &shaped, unread).await?;
-            ctx.telemetry.record_upstream(upstream.headers());
-            Ok::<_, ApiError>((shaped, upstream))
+            let session = ex.session_for_logs();
+            ex.telemetry.record_shaping(session.as_deref(), &ex.variant);
+            let upstream = self.forward(&mut ex, unread).await?;
+            ex.telemetry.record_upstream(upstream.headers());
+            Ok::<_, ApiError>(upstream)
         };
         match tracing::Instrument::instrument(phases, span).await {
-            Ok((shaped, upstream)) => self.stream_back(ctx, shaped, upstream, trace),
-            Err(err) => self.refuse(ctx, &err, trace),
+            Ok(upstream) => self.stream_back(ex, upstream),
+            Err(err) => self.refuse(ex, err),
         }
     }
 
-    /// cachet answers the request itself: counted, logged once, rendered in the client's
-    /// provider format.
-    fn refuse(
-        &self,
-        ctx: RequestCtx,
-        err: &ApiError,
-        trace: Option<crate::replay::trace::Record>,
-    ) -> Response<ProxyBody> {
-        // A request recorded before it failed (upstream unreachable, a hook failing the
-        // request) is still recorded, with the status cachet answered.
-        if let (Some(recorder), Some(mut record)) = (&self.recorder, trace) {
-            record.status = Some(err.status().as_u16());
-            recorder.record(record);
-        }
-        self.metrics.record_request(
-            ctx.route.provider,
-            ctx.route.endpoint,
-            &ctx.model,
-            err.status().as_str(),
-            "none",
-            ctx.key_label(),
-            None,
-        );
-        ctx.telemetry.refused(err.status().as_u16(), &err.message);
-        error_response(ctx.route.provider, err)
+    /// cachet answers the request itself, in the client's provider format; the exchange
+    /// is finished with the failure.
+    pub fn refuse(self: &Arc<Self>, ex: Exchange, err: ApiError) -> Response<ProxyBody> {
+        let response = error_response(ex.route.provider, &err);
+        self.clone().finish(ex, Outcome::Failed(err));
+        response
     }
 
     /// Read a generation body within its limit; a compressed one is decoded for reading (its
-    /// own bytes still go upstream when nothing changes them).
-    async fn read_body(&self, ctx: &mut RequestCtx, body: Incoming) -> Result<(), ApiError> {
-        let declared = ctx
+    /// own bytes still go upstream when nothing changes them). Any other call's body (a file
+    /// upload, a batch) is handed back unread, to go upstream as it arrives.
+    async fn read_body(
+        &self,
+        ex: &mut Exchange,
+        body: Incoming,
+    ) -> Result<Option<Incoming>, ApiError> {
+        if !reads_body(ex.route.endpoint) {
+            return Ok(Some(body));
+        }
+        let declared = ex
             .parts
             .headers
             .get(http::header::CONTENT_LENGTH)
@@ -321,49 +223,49 @@ impl Pipeline {
         let limit = self.config.server.max_body_bytes;
         let timeout = std::time::Duration::from_millis(self.config.server.body_read_timeout_ms);
         let body = crate::transport::http::read_body(body, declared, limit, timeout).await?;
-        let decoded = crate::content_encoding::decode(&ctx.parts.headers, body, limit)?;
-        ctx.body = decoded.readable().clone();
-        ctx.encoded = decoded.plain.is_some().then_some(decoded.sent);
-        Ok(())
+        let decoded = crate::content_encoding::decode(&ex.parts.headers, body, limit)?;
+        ex.body = decoded.readable().clone();
+        ex.encoded = decoded.plain.is_some().then_some(decoded.sent);
+        Ok(None)
     }
 
     /// A generation body must be JSON of its API's shape: a clear 400 otherwise, before
     /// anything is forwarded. Policies read the body, so it is always checked for them;
     /// monitoring reads it after the response and never refuses what it cannot read.
-    fn check_body(&self, ctx: &mut RequestCtx) -> Result<(), ApiError> {
+    fn check_body(&self, ex: &mut Exchange) -> Result<(), ApiError> {
         let reads_body = !self.policies.is_empty();
         let checks = self.config.server.check_body || reads_body;
-        if is_generation_like(ctx.route.endpoint) && checks {
+        if is_generation_like(ex.route.endpoint) && checks {
             // Unchecked, the body is first read after the response (monitoring), and looked
             // up there.
-            ctx.known = self.find_known(&ctx.body);
+            ex.read.known = self.find_known(&ex.body);
             // One pass: what the check reads of the body's top level, history and tools, the
             // envelope is split from (by a policy now, or by monitoring after the response);
             // with no envelope read, the body is kept for the next request from it.
             let reads = self.reads_envelopes();
             let keeps = !reads && self.config.server.incremental;
             let mut gathered = (reads || keeps).then(known_prefix::Gathered::new);
-            ctx.model = crate::shape::check_known(
-                ctx.route.endpoint,
-                &ctx.body,
-                ctx.known.as_ref(),
+            ex.model = crate::shape::check_known(
+                ex.route.endpoint,
+                &ex.body,
+                ex.read.known.as_ref(),
                 gathered.as_mut(),
             )?;
             if let (Some(gathered), true) = (&gathered, keeps) {
                 self.known
-                    .remember_checked(&ctx.body, gathered, ctx.known.as_ref());
+                    .remember_checked(&ex.body, gathered, ex.read.known.as_ref());
             }
-            ctx.gathered = gathered.filter(|_| reads);
-            ctx.checked = true;
-            ctx.telemetry.record_model(&ctx.model);
+            ex.read.gathered = gathered.filter(|_| reads);
+            ex.read.checked = true;
+            ex.telemetry.record_model(&ex.model);
         }
-        if ctx.route.endpoint.is_generation() {
-            ctx.client = crate::envelope::detect_client(&ctx.parts.headers, &ctx.body);
+        if ex.route.endpoint.is_generation() {
+            ex.client = crate::envelope::detect_client(&ex.parts.headers, &ex.body);
         }
-        if ctx.route.endpoint == Endpoint::Compact {
+        if ex.route.endpoint == Endpoint::Compact {
             // Counted, never reshaped: only its model is read; the provider judges the rest.
-            ctx.model = finish::requested_model(&ctx.body);
-            ctx.telemetry.record_model(&ctx.model);
+            ex.model = finish::requested_model(&ex.body);
+            ex.telemetry.record_model(&ex.model);
         }
         Ok(())
     }
@@ -441,54 +343,54 @@ impl Pipeline {
 
     /// The trace record of a request as the client sent it, when recording: its body as the
     /// client's JSON text, or, when serde_json cannot read it, as its bytes.
-    fn trace_record(&self, ctx: &RequestCtx) -> Option<crate::replay::trace::Record> {
+    fn trace_record(&self, ex: &Exchange) -> Option<Record> {
         self.recorder.as_ref()?;
-        if !ctx.route.endpoint.is_generation() {
+        if !ex.route.endpoint.is_generation() {
             return None;
         }
-        let path = ctx.parts.uri.path();
-        let headers = &ctx.parts.headers;
+        let path = ex.parts.uri.path();
+        let headers = &ex.parts.headers;
         // Replay reads the trace with serde_json: a body it reads is recorded as its text
         // (read here without building a value of it), any other as its bytes.
-        let readable = crate::replay::recorder::readable(&ctx.body);
+        let readable = crate::replay::recorder::readable(&ex.body);
         let parsed = readable
             .then(|| {
                 crate::envelope::Envelope::parse(
-                    ctx.route.provider,
-                    ctx.route.endpoint,
-                    ctx.body.clone(),
+                    ex.route.provider,
+                    ex.route.endpoint,
+                    ex.body.clone(),
                 )
                 .ok()
             })
             .flatten();
         let Some(env) = parsed else {
             let session = session::identity::named_in_headers(headers)
-                .map(|id| identify::in_namespace(&id, ctx.namespace()))
+                .map(|id| identify::in_namespace(&id, ex.namespace()))
                 .unwrap_or_else(|| "unknown".into());
             return Some(crate::replay::recorder::capture_raw(
-                self.now_of(ctx),
+                self.clock.now_ms(),
                 &session,
-                ctx.route,
+                ex.route,
                 path,
                 headers,
-                &ctx.body,
+                &ex.body,
             ));
         };
         let named = session::identify(headers, &env);
         // The session the session log will give it, as far as that is known now: a stateful
         // Responses request goes under the session of the answer it names.
         let session = match named.source {
-            session::IdSource::Fingerprint => self.continued_answer(&env, ctx.namespace()),
+            session::IdSource::Fingerprint => self.continued_answer(&env, ex.namespace()),
             _ => None,
         }
-        .unwrap_or_else(|| identify::in_namespace(&named.id, ctx.namespace()));
+        .unwrap_or_else(|| identify::in_namespace(&named.id, ex.namespace()));
         Some(crate::replay::recorder::capture_text(
             self.clock.now_ms(),
             &session,
-            ctx.route,
+            ex.route,
             path,
             headers,
-            &ctx.body,
+            &ex.body,
         ))
     }
 

@@ -15,8 +15,12 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::finish::{Finished, Identified};
+use super::exchange::{Answer, Exchange};
+use super::record::KeepWarm;
 use super::Pipeline;
+
+/// An answered exchange waiting for its session record.
+type Job = (Box<Exchange>, Answer);
 
 /// Finished requests waiting to be identified.
 const INTAKE: usize = 4096;
@@ -26,36 +30,36 @@ const WORKERS: usize = 8;
 const PER_WORKER: usize = 1024;
 
 pub(super) struct AfterQueue {
-    intake: Mutex<Option<mpsc::Sender<Finished>>>,
+    intake: Mutex<Option<mpsc::Sender<Job>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl AfterQueue {
     pub(super) fn start(pipeline: Weak<Pipeline>) -> AfterQueue {
-        let (intake, mut finished) = mpsc::channel::<Finished>(INTAKE);
+        let (intake, mut finished) = mpsc::channel::<Job>(INTAKE);
         let mut tasks = Vec::new();
         let mut workers = Vec::new();
         for _ in 0..WORKERS {
-            let (tx, mut rx) = mpsc::channel::<(Finished, Identified)>(PER_WORKER);
+            let (tx, mut rx) = mpsc::channel::<Job>(PER_WORKER);
             let pipeline = pipeline.clone();
             tasks.push(tokio::spawn(async move {
-                while let Some((job, identified)) = rx.recv().await {
+                while let Some((ex, answer)) = rx.recv().await {
                     let_requests_in().await;
                     let Some(p) = pipeline.upgrade() else { break };
-                    p.after_response(job, identified).await;
+                    p.after_response(*ex, answer, KeepWarm::MayArm).await;
                 }
             }));
             workers.push(tx);
         }
         tasks.push(tokio::spawn(async move {
-            while let Some(job) = finished.recv().await {
+            while let Some((mut ex, answer)) = finished.recv().await {
                 let Some(p) = pipeline.upgrade() else { break };
-                let Some(identified) = p.identify_finished(&job).await else {
+                if !p.identify_answered(&mut ex, &answer).await {
                     continue;
-                };
+                }
                 drop(p);
-                let worker = shard(&identified.session.id);
-                if workers[worker].send((job, identified)).await.is_err() {
+                let worker = shard(ex.session_id().unwrap_or_default());
+                if workers[worker].send((ex, answer)).await.is_err() {
                     break;
                 }
             }
@@ -66,10 +70,10 @@ impl AfterQueue {
         }
     }
 
-    /// Queue a finished request; `false` when the queue is full or closed.
-    pub(super) fn submit(&self, job: Finished) -> bool {
+    /// Queue an answered exchange; `false` when the queue is full or closed.
+    pub(super) fn submit(&self, ex: Exchange, answer: Answer) -> bool {
         let intake = self.intake.lock().ok().and_then(|i| i.clone());
-        intake.is_some_and(|tx| tx.try_send(job).is_ok())
+        intake.is_some_and(|tx| tx.try_send((Box::new(ex), answer)).is_ok())
     }
 
     /// Take no more, and wait (up to `grace`) for what is queued to be written.

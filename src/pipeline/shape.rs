@@ -5,119 +5,71 @@
 
 use bytes::Bytes;
 
-use super::finish::{After, ShapedAfter};
-use super::handlers::{Persisted, Shaping};
+use super::exchange::{After, Exchange, Shaping};
+use super::handlers::{Patching, Persisted};
 use super::history::HistoryMap;
-use super::{Pipeline, RequestCtx};
+use super::Pipeline;
 use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Payload, Ttl};
 use crate::error::ApiError;
 use crate::policy::{self, ContextReason, Policy, RequestFacts, TemplateVars};
 use crate::session::{self, PatchEvent, PatchOutcome, PrefixHashes, SessionContext};
 
-/// What to forward, and what to do once the response has ended.
-pub struct Shaped {
-    /// The body to send: the client's, or a splice of it.
-    pub body: Payload,
-    pub variant: String,
-    pub after: After,
-    /// A beta the request must name in `anthropic-beta` (cachet asked for the provider's
-    /// cache diagnostics).
-    pub anthropic_beta: Option<&'static str>,
-}
-
-impl Shaped {
-    fn passthrough(body: Bytes, after: After) -> Self {
-        Shaped {
-            body: Payload::from(body),
-            variant: "none".into(),
-            after,
-            anthropic_beta: None,
-        }
-    }
-
-    /// The session, when shaping identified it.
-    pub fn session(&self) -> Option<&str> {
-        match &self.after {
-            After::Shaped(s) => Some(&s.ctx.id.id),
-            _ => None,
-        }
-    }
-
-    /// Messages of the request-only tail at the end of the body.
-    pub fn uncached_tail(&self) -> usize {
-        match &self.after {
-            After::Shaped(s) => s.uncached_tail,
-            _ => 0,
-        }
-    }
-
-    /// Whether a `context(turn_end)` handler will want the assistant message (the stream's
-    /// events are kept only then).
-    pub fn wants_assistant(&self) -> bool {
-        matches!(&self.after, After::Shaped(s) if s.wants_assistant || s.keep_warm().is_some())
-    }
-
-    /// The adaptive-TTL decision made for the request (`ttl = "auto"`).
-    pub fn ttl_decision(&self) -> Option<&crate::ttl::TtlDecision> {
-        match &self.after {
-            After::Shaped(s) => s.ttl_decision.as_ref(),
-            _ => None,
-        }
-    }
-}
-
 impl Pipeline {
-    /// Shape a request outside the proxy, as if it arrived at `at_ms` (offline replay runs
-    /// the live phases this way, on the recorded times).
+    /// Shape a request outside the proxy, at the pipeline clock's time (offline replay runs
+    /// the live phases this way, with the clock set to each request's recorded time).
     pub async fn shape_request(
         &self,
         route: crate::providers::Route,
         headers: http::HeaderMap,
         body: Bytes,
         model: &str,
-        at_ms: u64,
-    ) -> Result<Shaped, ApiError> {
-        self.shape(&replayed_ctx(route, headers, body, model, at_ms))
-            .await
+    ) -> Result<Exchange, ApiError> {
+        let mut ex = unforwarded(route, headers, body, model);
+        self.shape(&mut ex).await?;
+        Ok(ex)
     }
 
     /// Shape a request for the upstream; requests no policy matches pass as they came.
-    pub(super) async fn shape(&self, ctx: &RequestCtx) -> Result<Shaped, ApiError> {
-        let route = ctx.route;
+    pub(super) async fn shape(&self, ex: &mut Exchange) -> Result<(), ApiError> {
+        ex.payload = Payload::from(ex.body.clone());
+        let route = ex.route;
         if !route.endpoint.is_generation() {
-            return Ok(Shaped::passthrough(ctx.body.clone(), After::Nothing));
+            return Ok(());
         }
         let facts = RequestFacts {
             provider: route.provider,
             endpoint: route.endpoint,
-            model: &ctx.model,
-            client: ctx.client,
-            headers: &ctx.parts.headers,
+            model: &ex.model,
+            client: ex.client,
+            headers: &ex.parts.headers,
         };
         let policies = self.policies.matching(&facts);
         if policies.is_empty() {
-            let after = match self.store.is_some() && self.config.sessions.monitor {
-                true => After::Observe,
-                false => After::Nothing,
-            };
-            return Ok(Shaped::passthrough(ctx.body.clone(), after));
+            if self.store.is_some() && self.config.sessions.monitor {
+                ex.after = After::Observe {
+                    recount_turn: false,
+                };
+            }
+            return Ok(());
         }
-        let body = ctx.body.clone();
-        let model = ctx.model.as_str();
         // One parse serves the envelope, the session identity and the anchors.
-        let (mut env, history) =
-            self.read_envelope(route, body.clone(), ctx.known.as_ref(), ctx.gathered())?;
+        let (mut env, history) = self.read_envelope(
+            route,
+            ex.body.clone(),
+            ex.read.known.as_ref(),
+            ex.read.gathered(),
+        )?;
         let id = self
-            .identify(&ctx.parts.headers, &env, &history, ctx.namespace())
+            .identify(&ex.parts.headers, &env, &history, ex.namespace())
             .await;
         let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
         self.arrivals.note(&id);
         let request_index = session_ctx.request_index;
         env.meta.session = Some(id.clone());
-        env.meta.client = ctx.client;
+        env.meta.client = ex.client;
         env.meta.request_index = request_index;
-        env.meta.turn_index = self.turn_index(&env, ctx.namespace(), Some(&session_ctx.log));
+        env.meta.turn_index = self.turn_index(&env, ex.namespace(), Some(&session_ctx.log));
         // The current turn's prompt in the client's own history, before any patch.
         // A pasted file of megabytes is read only as far as a memory source is asked about.
         let prompt = env.latest_user_prompt(crate::inject::QUERY_MAX_BYTES / 2);
@@ -125,32 +77,32 @@ impl Pipeline {
             session: id.clone(),
             request_index,
             turn_index: env.meta.turn_index,
-            model: model.to_string(),
+            model: ex.model.clone(),
             provider: route.provider.label().to_string(),
             date: policy::utc_date(std::time::SystemTime::now()),
         };
 
         let mut map = HistoryMap::new(session_ctx.history.len());
-        let mut shaping = Shaping {
+        let mut patching = Patching {
             env: &mut env,
             map: &mut map,
             events: Vec::new(),
         };
-        self.replay(&session_ctx, &mut shaping);
+        self.replay(&session_ctx, &mut patching);
         let reason = ContextReason::BeforeRequest;
         let persisted = self
-            .run_context(&policies, reason, &mut shaping, &vars, None)
+            .run_context(&policies, reason, &mut patching, &vars, None)
             .await?;
         self.persist(&session_ctx, reason, persisted).await?;
         // Pinned injections persist their own placements, once per turn.
         let injected = self
-            .inject(&policies, &session_ctx, prompt, &mut shaping)
+            .inject(&policies, &session_ctx, prompt, &mut patching)
             .await?;
         let reason = ContextReason::Ephemeral;
-        self.run_context(&policies, reason, &mut shaping, &vars, None)
+        self.run_context(&policies, reason, &mut patching, &vars, None)
             .await?;
 
-        let patches = std::mem::take(&mut shaping.events);
+        let patches = std::mem::take(&mut patching.events);
         let wants_diagnosis = route.endpoint == crate::providers::Endpoint::Messages
             && policies.iter().any(|p| p.provider_diagnostics);
         let diagnosis_lane = match wants_diagnosis {
@@ -159,8 +111,8 @@ impl Pipeline {
         };
         let (mut opts, adaptive) = compile_options(&policies, &id);
         let ttl_decision = adaptive.and_then(|keep_warm| {
-            let now = self.now_of(ctx);
-            crate::ttl::for_request(&env, &session_ctx, &ctx.parts.headers, now, keep_warm)
+            let now = self.clock.now_ms();
+            crate::ttl::for_request(&env, &session_ctx, &ex.parts.headers, now, keep_warm)
         });
         if let Some(d) = &ttl_decision {
             opts.breakpoints = BreakpointMode::Auto { ttl: d.ttl() };
@@ -173,36 +125,32 @@ impl Pipeline {
             };
         }
         let compiled = env.compile_with_markers(&opts);
-        let variant = injected.variant.unwrap_or("none").to_string();
-        let body = self.run_payload(&policies, compiled, &vars, route).await?;
-        let policy_names = policies.iter().map(|p| p.name.clone()).collect();
+        ex.payload = self.run_payload(&policies, compiled, &vars, route).await?;
+        ex.variant = injected.variant.unwrap_or("none").to_string();
+        ex.anthropic_beta = diagnosis_lane
+            .is_some()
+            .then_some(crate::providers::anthropic::CACHE_DIAGNOSIS_BETA);
         let wants_assistant = policies.iter().any(|p| {
             p.context_for(ContextReason::TurnEnd).next().is_some()
                 || p.hooks_for(policy::HookEvent::Context(ContextReason::TurnEnd))
                     .next()
                     .is_some()
         });
-        Ok(Shaped {
-            anthropic_beta: diagnosis_lane
-                .is_some()
-                .then_some(crate::providers::anthropic::CACHE_DIAGNOSIS_BETA),
-            body,
-            variant: variant.clone(),
-            after: After::Shaped(Box::new(ShapedAfter {
-                ctx: session_ctx,
-                uncached_tail: env.uncached_raw().count(),
-                patches,
-                diagnosis_lane,
-                env,
-                map,
-                vars,
-                policy_names,
-                variant: (variant != "none").then_some(variant),
-                wants_assistant,
-                ttl_decision,
-                arrived_by_answer: 0,
-            })),
-        })
+        ex.turn_index = vars.turn_index;
+        ex.after = After::Shaped(Box::new(Shaping {
+            map,
+            uncached_tail: env.uncached_raw().count(),
+            patches,
+            diagnosis_lane,
+            vars,
+            policy_names: policies.iter().map(|p| p.name.clone()).collect(),
+            wants_assistant,
+            ttl_decision,
+            arrived_by_answer: 0,
+        }));
+        ex.env = Some(env);
+        ex.session = Some(session_ctx);
+        Ok(())
     }
 
     /// Ask the provider for its own cache-miss reason against the previous answer of this
@@ -249,7 +197,7 @@ impl Pipeline {
     }
 
     /// Apply the session's persisted patches whose anchor matches this history.
-    fn replay(&self, ctx: &SessionContext, shaping: &mut Shaping<'_>) {
+    fn replay(&self, ctx: &SessionContext, patching: &mut Patching<'_>) {
         let plan = ctx.plan();
         for stale in &plan.stale {
             for (op, n) in &stale.ops {
@@ -258,9 +206,9 @@ impl Pipeline {
                     .with_label_values(&[&stale.transformer, op, "stale"])
                     .inc_by(*n as u64);
             }
-            PatchEvent::push_folded(&mut shaping.events, stale.event(PatchOutcome::Stale));
+            PatchEvent::push_folded(&mut patching.events, stale.event(PatchOutcome::Stale));
         }
-        self.replay_transforms(shaping, &plan.apply);
+        self.replay_transforms(patching, &plan.apply);
     }
 
     /// Apply persisted patches in log order, each counted and noted for the session log.
@@ -268,28 +216,28 @@ impl Pipeline {
     /// so the others still apply and only it is noted refused.
     pub(super) fn replay_transforms(
         &self,
-        shaping: &mut Shaping<'_>,
+        patching: &mut Patching<'_>,
         transforms: &[&session::ContextTransform],
     ) {
         let together = transforms
             .iter()
             .map(|t| (t.patch.as_slice(), t.transformer.as_str()));
-        if transforms.len() > 1 && shaping.replay_all(together).is_ok() {
+        if transforms.len() > 1 && patching.replay_all(together).is_ok() {
             for transform in transforms {
-                self.note_replayed(shaping, transform);
+                self.note_replayed(patching, transform);
             }
             return;
         }
         for transform in transforms {
-            match shaping.replay(&transform.patch, &transform.transformer) {
-                Ok(()) => self.note_replayed(shaping, transform),
-                Err(refusal) => self.note_refused(shaping, &refusal, "replay", &transform.patch),
+            match patching.replay(&transform.patch, &transform.transformer) {
+                Ok(()) => self.note_replayed(patching, transform),
+                Err(refusal) => self.note_refused(patching, &refusal, "replay", &transform.patch),
             }
         }
     }
 
     /// A replayed persisted patch: counted, and noted for the session log.
-    fn note_replayed(&self, shaping: &mut Shaping<'_>, transform: &session::ContextTransform) {
+    fn note_replayed(&self, patching: &mut Patching<'_>, transform: &session::ContextTransform) {
         for op in &transform.patch {
             self.metrics
                 .patches
@@ -297,7 +245,7 @@ impl Pipeline {
                 .inc();
         }
         PatchEvent::push_folded(
-            &mut shaping.events,
+            &mut patching.events,
             PatchEvent::new(
                 &transform.transformer,
                 "replay",
@@ -356,31 +304,20 @@ fn compile_options(policies: &[&Policy], session: &str) -> (CompileOptions, Opti
     (opts, adaptive)
 }
 
-/// The context of a request replayed offline: recorded headers and body, recorded time.
-pub(super) fn replayed_ctx(
+/// The exchange of a request shaped outside the proxy (offline replay): recorded headers
+/// and body, and no client waiting on a connection.
+pub(super) fn unforwarded(
     route: crate::providers::Route,
     headers: http::HeaderMap,
     body: Bytes,
     model: &str,
-    at_ms: u64,
-) -> RequestCtx {
+) -> Exchange {
     let (mut parts, ()) = http::Request::new(()).into_parts();
     parts.method = http::Method::POST;
-    let client = crate::envelope::detect_client(&headers, &body);
     parts.headers = headers;
-    RequestCtx {
-        route,
-        parts,
-        body,
-        encoded: None,
-        model: model.to_string(),
-        client,
-        start: std::time::Instant::now(),
-        key: None,
-        telemetry: crate::telemetry::RequestTelemetry::none(),
-        replayed_at_ms: Some(at_ms),
-        known: None,
-        checked: false,
-        gathered: None,
-    }
+    let mut ex = Exchange::accepted(route, parts, crate::telemetry::RequestTelemetry::none());
+    ex.client = crate::envelope::detect_client(&ex.parts.headers, &body);
+    ex.model = model.to_string();
+    ex.body = body;
+    ex
 }

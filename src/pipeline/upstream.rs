@@ -10,8 +10,8 @@ use http::{Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Body, Frame, Incoming};
 
-use super::shape::Shaped;
-use super::{Pipeline, RequestCtx};
+use super::exchange::{Answer, Exchange, Outcome};
+use super::Pipeline;
 use crate::envelope::Payload;
 use crate::error::{ApiError, ErrorKind};
 use crate::replay::trace::Record;
@@ -23,7 +23,6 @@ use crate::transport::{forward, ProxyBody};
 /// An upstream response whose headers have arrived.
 pub(super) struct Upstream {
     response: UpstreamResponse,
-    sent: Instant,
 }
 
 impl Upstream {
@@ -37,24 +36,23 @@ impl Pipeline {
     /// body, when cachet does not read it, to go upstream as it arrives.
     pub(super) async fn forward(
         &self,
-        ctx: &RequestCtx,
-        shaped: &Shaped,
+        ex: &mut Exchange,
         unread: Option<Incoming>,
     ) -> Result<Upstream, ApiError> {
-        let route = ctx.route;
+        let route = ex.route;
         let identity = route.endpoint.is_billed();
-        let to = forward::Destination::of(route.provider, &ctx.parts.headers);
+        let to = forward::Destination::of(route.provider, &ex.parts.headers);
         let mut headers = self
             .upstreams
-            .request_headers(to, &ctx.parts.headers, identity);
-        if let Some(beta) = shaped.anthropic_beta {
+            .request_headers(to, &ex.parts.headers, identity);
+        if let Some(beta) = ex.anthropic_beta {
             add_beta(&mut headers, beta);
         }
         // A call without a body goes without one, as before (a stream would go chunked).
         let (body, arrival) = match unread.filter(|body| !body.is_end_stream()) {
             Some(incoming) => {
                 // The length the client declared, kept: it has not been read to be counted.
-                if let Some(length) = forward::declared_length(&ctx.parts.headers) {
+                if let Some(length) = forward::declared_length(&ex.parts.headers) {
                     headers.insert(http::header::CONTENT_LENGTH, length.clone());
                 }
                 let idle = Duration::from_millis(self.config.server.body_read_timeout_ms);
@@ -63,18 +61,18 @@ impl Pipeline {
             }
             // A compressed body goes as the client sent it unless shaping changed it; a
             // changed one goes plain.
-            None => match &ctx.encoded {
-                Some(encoded) if shaped.body.is(&ctx.body) => {
+            None => match &ex.encoded {
+                Some(encoded) if ex.payload.is(&ex.body) => {
                     (RequestBody::Whole(Payload::from(encoded.clone())), None)
                 }
                 Some(_) => {
                     headers.remove(http::header::CONTENT_ENCODING);
-                    (RequestBody::Whole(shaped.body.clone()), None)
+                    (RequestBody::Whole(ex.payload.clone()), None)
                 }
-                None => (RequestBody::Whole(shaped.body.clone()), None),
+                None => (RequestBody::Whole(ex.payload.clone()), None),
             },
         };
-        let path_and_query = ctx
+        let path_and_query = ex
             .parts
             .uri
             .path_and_query()
@@ -85,12 +83,13 @@ impl Pipeline {
         self.metrics
             .route(route.provider, route.endpoint)
             .overhead
-            .observe(ctx.start.elapsed().as_secs_f64());
+            .observe(ex.start.elapsed().as_secs_f64());
 
         let sent = Instant::now();
+        ex.sent_at = Some(sent);
         let request = self
             .client
-            .send(ctx.parts.method.clone(), url, headers, body);
+            .send(ex.parts.method.clone(), url, headers, body);
         let timeout = Duration::from_millis(self.config.upstream.response_timeout_ms);
         // A body passed on as it arrives is waited for first; a client that cut it off is
         // told so, whatever the upstream made of the part it got.
@@ -116,19 +115,17 @@ impl Pipeline {
             .route(route.provider, route.endpoint)
             .first_byte
             .observe(sent.elapsed().as_secs_f64());
-        Ok(Upstream { response, sent })
+        Ok(Upstream { response })
     }
 
     /// The client's response: the upstream's status and headers, and its body streamed
     /// through the usage tap.
     pub(super) fn stream_back(
         self: &Arc<Self>,
-        ctx: RequestCtx,
-        shaped: Shaped,
+        ex: Exchange,
         upstream: Upstream,
-        trace: Option<Record>,
     ) -> Response<ProxyBody> {
-        let Upstream { response, sent } = upstream;
+        let Upstream { response } = upstream;
         let status = response.status().as_u16();
         let sse = response
             .headers()
@@ -140,16 +137,16 @@ impl Pipeline {
         let (response_headers, length) = forward::response_head(
             response.headers(),
             status,
-            ctx.parts.method == http::Method::HEAD,
+            ex.parts.method == http::Method::HEAD,
             !sse,
         );
         // A recorded answer that a later request may continue keeps its output for replay.
-        let record_output = trace.as_ref().is_some_and(Record::may_be_continued);
-        let keep_events = shaped.wants_assistant() || record_output;
-        let tap = Tap::new(ctx.route.endpoint, sse, keep_events);
+        let record_output = ex.trace.as_ref().is_some_and(Record::may_be_continued);
+        let keep_events = ex.wants_assistant() || record_output;
+        let tap = Tap::new(ex.route.endpoint, sse, keep_events);
         let pipeline = Arc::clone(self);
-        let on_finish = Box::new(move |result: TapResult| {
-            pipeline.finish(ctx, shaped, trace, status, sent, result);
+        let on_finish = Box::new(move |tap: TapResult| {
+            pipeline.finish(ex, Outcome::Answered(Answer { status, tap }));
         });
         let idle = Duration::from_millis(self.config.upstream.idle_timeout_ms);
         let stream =

@@ -32,14 +32,6 @@ enum Job {
     Answered(u64, Usage, mpsc::Sender<()>),
 }
 
-/// A shaped request waiting for its usage, to be written to the session log.
-struct Pending {
-    route: Route,
-    headers: HeaderMap,
-    body: Bytes,
-    shaped: crate::pipeline::Shaped,
-}
-
 /// An arm shaped by the live pipeline with the arm's policy files.
 pub struct PipelineShaper {
     jobs: mpsc::Sender<Job>,
@@ -53,6 +45,8 @@ impl PipelineShaper {
         let store = tempfile::tempdir().context("temporary session store")?;
         let mut config = Config::default();
         config.sessions.store = store.path().to_string_lossy().into_owned();
+        // The pipeline's clock stands at each request's recorded time.
+        let clock = crate::session::SessionClock::stopped(0);
         let (jobs, inbox) = mpsc::channel::<Job>();
         let (ready_tx, ready) = mpsc::channel::<anyhow::Result<()>>();
         std::thread::spawn(move || {
@@ -72,17 +66,19 @@ impl PipelineShaper {
                 set,
                 Arc::new(Metrics::new()),
                 None,
-                Default::default(),
+                clock.clone(),
             )) {
                 Ok(p) => p,
                 Err(e) => return drop(ready_tx.send(Err(e))),
             };
             let _ = ready_tx.send(Ok(()));
             let pipeline = Arc::new(pipeline);
-            let mut pending: Option<Pending> = None;
+            // The request shaped last, waiting for its usage to be written to the log.
+            let mut pending: Option<crate::pipeline::Exchange> = None;
             for job in inbox {
                 match job {
                     Job::Shape(record, reply) => {
+                        clock.set(record.time_ms);
                         let shaped = runtime.block_on(shape(&pipeline, &record)).map(|(s, p)| {
                             pending = Some(p);
                             s
@@ -90,15 +86,9 @@ impl PipelineShaper {
                         let _ = reply.send(shaped);
                     }
                     Job::Answered(at_ms, usage, done) => {
-                        if let Some(p) = pending.take() {
-                            runtime.block_on(pipeline.clone().record_replayed(
-                                p.route,
-                                p.headers,
-                                p.body,
-                                at_ms,
-                                p.shaped,
-                                Some(usage),
-                            ));
+                        if let Some(ex) = pending.take() {
+                            clock.set(at_ms);
+                            runtime.block_on(pipeline.clone().record_replayed(ex, Some(usage)));
                         }
                         let _ = done.send(());
                     }
@@ -112,7 +102,10 @@ impl PipelineShaper {
     }
 }
 
-async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<(Shaped, Pending)> {
+async fn shape(
+    pipeline: &Pipeline,
+    record: &Record,
+) -> anyhow::Result<(Shaped, crate::pipeline::Exchange)> {
     let route = Route {
         provider: record.provider(),
         endpoint: record.endpoint(),
@@ -135,11 +128,11 @@ async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<(Shaped, 
         .to_string();
     let body = Bytes::from(serde_json::to_vec(&record.body)?);
     let prepared = pipeline
-        .shape_request(route, headers.clone(), body.clone(), &model, record.time_ms)
+        .shape_request(route, headers, body, &model)
         .await
         .map_err(|e| anyhow!("{}", e.message))?;
     let shaped = Shaped {
-        body: serde_json::from_slice(&prepared.body.to_bytes())?,
+        body: serde_json::from_slice(&prepared.payload.to_bytes())?,
         uncached_tail: prepared.uncached_tail(),
         variant: (prepared.variant != "none").then(|| prepared.variant.clone()),
         keep_warm_after_ms: prepared
@@ -147,13 +140,7 @@ async fn shape(pipeline: &Pipeline, record: &Record) -> anyhow::Result<(Shaped, 
             .and_then(|d| d.keep_warm_after_secs)
             .map(|s| s * 1000),
     };
-    let pending = Pending {
-        route,
-        headers,
-        body,
-        shaped: prepared,
-    };
-    Ok((shaped, pending))
+    Ok((shaped, prepared))
 }
 
 impl Shaper for PipelineShaper {

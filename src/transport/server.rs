@@ -12,14 +12,14 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::admin::{self, AdminState};
-use super::client_auth::{ClientKeys, ClientName, NO_KEY};
+use super::client_auth::{ClientKeys, ClientName};
 use super::http::{error_response, full, serve_connections, ConnectionLimits, ProxyBody};
 use super::path_guard;
 use crate::config::Config;
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
-use crate::providers::{classify, Endpoint, Provider};
+use crate::providers::{classify, Endpoint, Route};
 use crate::replay::recorder::{self, Recorder, RecorderTask};
 use crate::session::store::Maintenance;
 
@@ -184,7 +184,11 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
     let path = req.uri().path();
     if let Err(err) = path_guard::check(path) {
         let provider = crate::providers::family_of(path, req.headers());
-        return edge_refusal(&edge.pipeline, provider, Endpoint::Other, &err);
+        let route = Route {
+            provider,
+            endpoint: Endpoint::Other,
+        };
+        return edge_refusal(&edge.pipeline, route, req, err);
     }
     let Some(route) = classify(req.method(), path, req.headers()) else {
         return local_response(&req);
@@ -197,7 +201,7 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
                 req.method()
             ),
         );
-        return edge_refusal(&edge.pipeline, route.provider, route.endpoint, &err);
+        return edge_refusal(&edge.pipeline, route, req, err);
     }
     if edge.keys.required() {
         let Some(client) = edge.keys.authenticate(req.headers()) else {
@@ -205,7 +209,7 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
                 ErrorKind::Authentication,
                 "a cachet client key is required (x-api-key or authorization: Bearer)",
             );
-            return edge_refusal(&edge.pipeline, route.provider, route.endpoint, &err);
+            return edge_refusal(&edge.pipeline, route, req, err);
         };
         // The client's cachet key is never forwarded upstream.
         req.headers_mut().remove(&client.header);
@@ -226,26 +230,18 @@ fn asks_for_websocket(headers: &http::HeaderMap) -> bool {
         .any(|protocol| protocol.trim().eq_ignore_ascii_case("websocket"))
 }
 
-/// A request refused at the edge: counted, logged, answered in the provider's format, and
-/// its connection closed.
+/// A request refused at the edge, before its body is read: its exchange is finished with
+/// the refusal (counted, logged), it is answered in the provider's format, and its
+/// connection is closed.
 fn edge_refusal(
-    pipeline: &Pipeline,
-    provider: Provider,
-    endpoint: Endpoint,
-    err: &ApiError,
+    pipeline: &Arc<Pipeline>,
+    route: Route,
+    req: Request<Incoming>,
+    err: ApiError,
 ) -> Response<ProxyBody> {
-    let status = err.status();
-    tracing::info!(status = status.as_u16(), "{}", err.message);
-    pipeline.metrics().record_request(
-        provider,
-        endpoint,
-        "unknown",
-        status.as_str(),
-        "none",
-        NO_KEY,
-        None,
-    );
-    let mut resp = error_response(provider, err);
+    let (parts, _unread) = req.into_parts();
+    let ex = pipeline.accept(route, parts);
+    let mut resp = pipeline.refuse(ex, err);
     // Refused before its body was read: the connection carries no further request.
     resp.headers_mut().insert(
         http::header::CONNECTION,
