@@ -67,9 +67,9 @@ pub struct TapResult {
 }
 
 impl TapResult {
-    /// What a replayed request's answer is known by: its usage, read from the cache model,
-    /// and nothing of its body.
-    pub fn replayed(usage: Option<Usage>) -> TapResult {
+    /// A complete answer known only by its usage (a keep-warm's, read whole; a replayed
+    /// request's, from the cache model).
+    pub fn with_usage(usage: Option<Usage>) -> TapResult {
         TapResult {
             usage,
             model: None,

@@ -157,7 +157,7 @@ impl Pipeline {
     ) {
         let answer = Answer {
             status: 200,
-            tap: crate::tap::TapResult::replayed(usage),
+            tap: crate::tap::TapResult::with_usage(usage),
         };
         if self.identify_answered(&mut ex, &answer).await {
             self.after_response(ex, answer, super::record::KeepWarm::Never)
@@ -266,7 +266,7 @@ mod tests {
             .unwrap();
         let answer = super::Answer {
             status: 200,
-            tap: crate::tap::TapResult::replayed(None),
+            tap: crate::tap::TapResult::with_usage(None),
         };
         let (identified, held) = crate::alloc_meter::peak_during(|| {
             rt.block_on(pipeline.identify_answered(&mut ex, &answer))

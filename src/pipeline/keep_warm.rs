@@ -10,8 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{Exchange, Pipeline};
+use super::{Answer, Exchange, Outcome, Pipeline};
 use crate::providers::Endpoint;
+use crate::telemetry::RequestTelemetry;
 use crate::transport::upstream_client::RequestBody;
 use crate::ttl::keep_warm;
 
@@ -102,7 +103,14 @@ impl Pipeline {
         };
         let wait = Duration::from_secs(after_secs).saturating_sub(ex.start.elapsed());
         let (pipeline, session, model) = (self.clone(), session.to_string(), ex.model.clone());
-        let key = ex.key_label().to_string();
+        let key = ex.key.clone();
+        // The keep-warm is an exchange of its own, counted as every request is.
+        let route = crate::providers::Route {
+            endpoint: Endpoint::Messages,
+            ..route
+        };
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.method = http::Method::POST;
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             if pipeline.arrivals.since(&session, arrived_by_answer) {
@@ -129,15 +137,15 @@ impl Pipeline {
                 return;
             };
             let usage = crate::usage::read_response_body(Endpoint::Messages, &bytes).usage;
-            pipeline.metrics.record_request(
-                route.provider,
-                Endpoint::Messages,
-                &model,
-                status.as_str(),
-                "keep-warm",
-                &key,
-                usage.as_ref(),
-            );
+            let mut kept_warm = Exchange::accepted(route, parts, RequestTelemetry::none());
+            (kept_warm.model, kept_warm.variant, kept_warm.key) = (model, "keep-warm".into(), key);
+            let answer = Answer {
+                status: status.as_u16(),
+                tap: crate::tap::TapResult::with_usage(usage),
+            };
+            pipeline
+                .clone()
+                .finish(kept_warm, Outcome::Answered(answer));
             pipeline.count_keep_warm(if status.is_success() {
                 "sent"
             } else {
