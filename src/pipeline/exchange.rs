@@ -106,7 +106,6 @@ pub enum After {
 pub struct Shaping {
     /// Where the client's history messages sit among those the patches inserted.
     pub map: HistoryMap,
-    pub vars: TemplateVars,
     pub policy_names: Vec<String>,
     /// Messages of the request-only tail at the end of what was sent.
     pub uncached_tail: usize,
@@ -241,6 +240,19 @@ impl Exchange {
     /// it: both are taken, neither is read again.
     pub fn sent_in_one(&mut self) -> Bytes {
         std::mem::take(&mut self.payload).into_one(std::mem::take(&mut self.body))
+    }
+
+    /// The template variables of policy text (`{{session}}`, ...) for this request in
+    /// `session`.
+    pub fn template_vars(&self, session: &SessionContext) -> TemplateVars {
+        TemplateVars {
+            session: session.id.id.clone(),
+            request_index: session.request_index,
+            turn_index: self.turn_index,
+            model: self.model.clone(),
+            provider: self.route.provider.label().to_string(),
+            date: crate::policy::utc_date(std::time::SystemTime::now()),
+        }
     }
 
     /// The adaptive-TTL decision made for the request (`ttl = "auto"`).

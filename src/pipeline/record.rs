@@ -254,11 +254,12 @@ impl Pipeline {
                 .assistant_message(tap.json_body.as_deref(), &tap.kept_events)
         })
         .flatten();
-        if let (Some(assistant), true, Some(env)) =
-            (&assistant, shaping.wants_assistant, ex.env.as_mut())
-        {
-            self.turn_end(env, shaping, session_ctx, assistant, tap.usage)
-                .await;
+        if let (Some(assistant), true) = (&assistant, shaping.wants_assistant) {
+            let vars = ex.template_vars(session_ctx);
+            if let Some(env) = ex.env.as_mut() {
+                self.turn_end(env, shaping, session_ctx, &vars, assistant, tap.usage)
+                    .await;
+            }
         }
         ex.env = None;
         crate::memory::release_after(ex.body.len());
@@ -280,6 +281,7 @@ impl Pipeline {
         env: &mut crate::envelope::Envelope,
         shaping: &mut Shaping,
         session_ctx: &SessionContext,
+        vars: &crate::policy::TemplateVars,
         assistant: &Value,
         usage: Option<crate::usage::Usage>,
     ) {
@@ -299,7 +301,7 @@ impl Pipeline {
                 &policies,
                 ContextReason::TurnEnd,
                 &mut patching,
-                &shaping.vars,
+                vars,
                 Some((assistant, &usage_json)),
             )
             .await;

@@ -11,7 +11,7 @@ use super::history::HistoryMap;
 use super::Pipeline;
 use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Payload, Ttl};
 use crate::error::ApiError;
-use crate::policy::{self, ContextReason, Policy, RequestFacts, TemplateVars};
+use crate::policy::{self, ContextReason, Policy, RequestFacts};
 use crate::session::{self, PatchEvent, PatchOutcome, PrefixHashes, SessionContext};
 
 impl Pipeline {
@@ -65,22 +65,15 @@ impl Pipeline {
         let session_ctx = self.session_context(id, history).await?;
         let id = session_ctx.id.id.clone();
         self.arrivals.note(&id);
-        let request_index = session_ctx.request_index;
         env.meta.session = Some(id.clone());
         env.meta.client = ex.client;
-        env.meta.request_index = request_index;
+        env.meta.request_index = session_ctx.request_index;
         env.meta.turn_index = self.turn_index(&env, ex.namespace(), Some(&session_ctx.log));
+        ex.turn_index = env.meta.turn_index;
+        let vars = ex.template_vars(&session_ctx);
         // The current turn's prompt in the client's own history, before any patch.
         // A pasted file of megabytes is read only as far as a memory source is asked about.
         let prompt = env.latest_user_prompt(crate::inject::QUERY_MAX_BYTES / 2);
-        let vars = TemplateVars {
-            session: id.clone(),
-            request_index,
-            turn_index: env.meta.turn_index,
-            model: ex.model.clone(),
-            provider: route.provider.label().to_string(),
-            date: policy::utc_date(std::time::SystemTime::now()),
-        };
 
         let mut map = HistoryMap::new(session_ctx.history.len());
         let mut patching = Patching {
@@ -136,13 +129,11 @@ impl Pipeline {
                     .next()
                     .is_some()
         });
-        ex.turn_index = vars.turn_index;
         ex.after = After::Shaped(Box::new(Shaping {
             map,
             uncached_tail: env.uncached_raw().count(),
             patches,
             diagnosis_lane,
-            vars,
             policy_names: policies.iter().map(|p| p.name.clone()).collect(),
             wants_assistant,
             ttl_decision,
