@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate docs/timeline.png and docs/sessions.png from a real run.
+"""Regenerate docs/src/images/timeline.png and docs/src/images/sessions.png from a real run.
 
 It starts `cachet emulate` and `cachet serve` (with policies/stabilize-volatile.toml) on
 loopback, drives a few scripted sessions through the proxy, and takes headless Chromium
@@ -211,7 +211,7 @@ def main():
             post(f"{upstream}/emulator/clock/advance", {}, {"seconds": time.time() - started})
         agent.turn("I'm back: did the pull request's checks pass?", "bash", output(12, "ci"))
 
-        docs = os.path.join(ROOT, "docs")
+        docs = os.path.join(ROOT, "docs", "src", "images")
         screenshot(f"{admin}/sessions/refactor-42/timeline", os.path.join(docs, "timeline.png"), 1450)
         screenshot(f"{admin}/sessions", os.path.join(docs, "sessions.png"), 440)
     finally:

@@ -13,11 +13,14 @@ fi
 
 # Debian packages the tests run for real: redis-server backs the shared-store tests;
 # prometheus (with promtool) scrapes cachet in the dashboard and exposition tests; headless
-# chromium (with a font for its screenshots) renders the admin pages in tests/it/admin_pages.rs.
+# chromium (with a font for its screenshots) renders the admin pages in tests/it/admin_pages.rs;
+# curl and jq run the commands the docs show (tests/it/docs_run.rs).
 MISSING=""
 command -v redis-server >/dev/null 2>&1 || MISSING="$MISSING redis-server"
 { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || MISSING="$MISSING prometheus"
 command -v chromium >/dev/null 2>&1 || MISSING="$MISSING chromium fonts-dejavu-core"
+command -v curl >/dev/null 2>&1 || MISSING="$MISSING curl"
+command -v jq >/dev/null 2>&1 || MISSING="$MISSING jq"
 if [ -n "$MISSING" ]; then
   echo "installing$MISSING"
   SUDO=""

@@ -1,5 +1,6 @@
 //! `cachet.toml`: strict raw structs (unknown fields refused), then flags on top.
-//! Every field is documented in the README's configuration reference.
+//! Every field is documented in the book's configuration reference
+//! (docs/src/operations/configuration.md; `tests/it/docs_reference.rs` holds it to these structs).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@ scripts/record-traces.sh; see tests/data/traces/README.md).
 Each session runs through `cachet serve --record DIR` (no policy: the client's own
 requests) in front of `cachet emulate --tool-calls first --tool-steps N`, one user turn
 per client invocation, with the pieces of the agents end-to-end run (tests/e2e/run.py):
-the same clients, configured from the README's blocks, in scratch folders with their own
+the same clients, configured from the book's client blocks (docs/src/agents.md), in scratch folders with their own
 HOME and dummy keys. Between turns the person's pause is played on the emulator's clock
 (`POST /emulator/clock/advance`): the emulator's cache expires as it would have, and the
 records of every later turn are moved later by the same amount, so that their `time`
@@ -54,7 +54,7 @@ class SdkUnmarked:
         pass
 
     def env(self, ctx):
-        env = e2e.readme_env(ctx.blocks, "sdk", ctx.base)
+        env = e2e.client_env(ctx.blocks, "sdk", ctx.base)
         env["ANTHROPIC_API_KEY"] = e2e.ANTHROPIC_KEY
         return env
 
@@ -214,7 +214,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--scratch", default="", help="folder for the clients' scratch folders and homes")
     args = ap.parse_args()
-    blocks = e2e.readme_blocks()
+    blocks = e2e.client_blocks()
     only = set(filter(None, args.only.split(",")))
     print(f"clients: {versions(args)}", flush=True)
     for session in SESSIONS:

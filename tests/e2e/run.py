@@ -2,7 +2,7 @@
 """Real agents through cachet, end to end (run by scripts/agents-e2e.sh).
 
 Each client runs two turns in a scratch folder with its own HOME, configured with the blocks
-of the README's "Pointing an agent at cachet" section, against `cachet serve` in front of
+of the book's "Point an agent at cachet" page (docs/src/agents.md), against `cachet serve` in front of
 `cachet emulate --tool-calls first --tool-steps 2`. Capturing shims sit on both sides of
 cachet, so the bytes that crossed it can be compared. Each client runs once without a
 policy, then once with each shipped policy that matches it.
@@ -32,7 +32,7 @@ from shim import Shim  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EMULATOR_TEXT = "Hello from the cachet emulator. This reply is deterministic."
-README_URL = "http://127.0.0.1:8787"
+CLIENT_URL = "http://127.0.0.1:8787"
 TOOL_STEPS = 2
 PROMPTS = ["List the files in this folder.", "Now look at them again."]
 # Generation paths, with the (provider, endpoint) labels policies match on.
@@ -82,42 +82,52 @@ class Report:
         return cond
 
 
-# ---------------------------------------------------------------- README configuration
+# ---------------------------------------------------------------- client configuration
 
-def readme_blocks():
-    """The fenced blocks of the README's client section: {("file"|"env", name): text}."""
-    text = open(os.path.join(ROOT, "README.md")).read()
-    start = text.index("### Pointing an agent at cachet")
-    end = text.index("\n### ", start + 1)
-    section = text[start:end]
+# The book's page of client configurations: every block tagged `env=NAME` or `file=PATH`
+# is run here as written (the README repeats some of them; the docs test holds the copies
+# to these bytes).
+CLIENT_PAGE = os.path.join(ROOT, "docs", "src", "agents.md")
+CLIENT_BLOCKS = [("env", "claude-code"), ("env", "sdk"), ("file", "~/.codex/config.toml"),
+                 ("file", "~/.codex/config.toml#chatgpt"),
+                 ("file", "~/.codex/config.toml#chatgpt-keyed"),
+                 ("file", "~/.pi/agent/models.json")]
+
+
+def client_blocks():
+    """The fenced client blocks of the book's agents page: {("file"|"env", name): text}."""
+    text = open(CLIENT_PAGE).read()
     blocks = {}
-    for m in re.finditer(r"```\w+ (file|env)=(\S+)\n(.*?)```", section, re.S):
+    for m in re.finditer(r"```\w+ (file|env)=(\S+)\n(.*?)```", text, re.S):
         blocks[(m.group(1), m.group(2))] = m.group(3)
+    missing = [f"{kind}={name}" for kind, name in CLIENT_BLOCKS if (kind, name) not in blocks]
+    if missing:
+        raise SystemExit(f"{CLIENT_PAGE}: no block {', '.join(missing)}")
     return blocks
 
 
-def readme_env(blocks, name, base):
+def client_env(blocks, name, base):
     env = {}
     for line in blocks[("env", name)].splitlines():
         m = re.match(r"export (\w+)=(\S+)$", line.strip())
         if m:
-            env[m.group(1)] = m.group(2).replace(README_URL, base)
+            env[m.group(1)] = m.group(2).replace(CLIENT_URL, base)
     return env
 
 
-def write_readme_file(blocks, name, home, base):
-    """Write the README's block `name` (a path; `#variant` tells two blocks for one file
+def write_client_file(blocks, name, home, base):
+    """Write the client block `name` (a path; `#variant` tells two blocks for one file
     apart) under `home`."""
     path = os.path.join(home, name.split("#")[0].replace("~/", ""))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        f.write(blocks[("file", name)].replace(README_URL, base))
+        f.write(blocks[("file", name)].replace(CLIENT_URL, base))
 
 
-# ---------------------------------------------------------------- session identity (README rules)
+# ---------------------------------------------------------------- session identity (the book's rules)
 
 def expected_session(headers, body):
-    """(source, id) by the README's "Which session a request belongs to" table."""
+    """(source, id) by the "Which session a request belongs to" table (docs/src/sessions.md)."""
     h = {k.lower(): v for k, v in headers}
     if h.get("x-cachet-session"):
         return "header", h["x-cachet-session"]
@@ -290,7 +300,7 @@ class Pi(Client):
         self.provider, self.model = provider, model
 
     def setup(self, ctx):
-        write_readme_file(ctx.blocks, "~/.pi/agent/models.json", ctx.home, ctx.base)
+        write_client_file(ctx.blocks, "~/.pi/agent/models.json", ctx.home, ctx.base)
 
     def env(self, ctx):
         return {"ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY,
@@ -311,7 +321,7 @@ class ClaudeCode(Client):
         pass
 
     def env(self, ctx):
-        env = readme_env(ctx.blocks, "claude-code", ctx.base)
+        env = client_env(ctx.blocks, "claude-code", ctx.base)
         env.update({"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
                     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
         if self.subscription:
@@ -330,7 +340,7 @@ class Codex(Client):
         super().__init__("codex", {"openai"}, {"responses"}, "prompt_cache_key")
 
     def setup(self, ctx):
-        write_readme_file(ctx.blocks, "~/.codex/config.toml", ctx.home, ctx.base)
+        write_client_file(ctx.blocks, "~/.codex/config.toml", ctx.home, ctx.base)
 
     def env(self, ctx):
         return {"OPENAI_API_KEY": OPENAI_KEY}
@@ -343,7 +353,7 @@ class Codex(Client):
 class CodexFast(Codex):
     """Codex with its Fast speed on (`service_tier = "fast"` in its config), which it sends as
     `service_tier: "priority"` on a model its catalog offers Fast for (GPT-6 Sol; not the
-    README's gpt-5.1-codex): every answer is read as served in fast mode, and priced so. Its
+    agents page's gpt-5.1-codex): every answer is read as served in fast mode, and priced so. Its
     policy runs are Codex's own, so it has none."""
 
     fast = True
@@ -357,7 +367,7 @@ class CodexFast(Codex):
         with open(config) as f:
             text = f.read()
         text = re.sub(r'^model = ".*"$', 'model = "gpt-6-sol"', text, count=1, flags=re.M)
-        # A top-level key: first, so that it belongs to no table of the README's block.
+        # A top-level key: first, so that it belongs to no table of the agents page's block.
         with open(config, "w") as f:
             f.write('service_tier = "fast"\n' + text)
 
@@ -374,11 +384,11 @@ class CodexChatGpt(Codex):
         Client.__init__(self, name, {"openai"}, {"responses"}, "prompt_cache_key")
 
     def setup(self, ctx):
-        write_readme_file(ctx.blocks, self.config_block, ctx.home, ctx.base)
+        write_client_file(ctx.blocks, self.config_block, ctx.home, ctx.base)
         # Signed in with ChatGPT, Codex also calls ChatGPT's own services (apps, plugins,
         # analytics) at `chatgpt_base_url`. This namespace has no network, where each of those
         # waits out a DNS time-out; cachet answers them at once (404, no route).
-        # A top-level key: first, so that it belongs to no table of the README's block.
+        # A top-level key: first, so that it belongs to no table of the agents page's block.
         config = os.path.join(ctx.home, ".codex", "config.toml")
         with open(config) as f:
             text = f.read()
@@ -421,7 +431,7 @@ CHATGPT_TOKEN = chatgpt_token()
 class ClaudeCodeKeyed(ClaudeCode):
     """Claude Code signed in to a Claude plan, at a team's cachet that holds an Anthropic key:
     it presents its cachet key beside its own token, which goes upstream in place of the held
-    key (README, "A subscription keeps its own token")."""
+    key (docs/src/operations/security.md, "A subscription keeps its own token")."""
 
     serve_config, serve_env = KEYED_CONFIG, KEYED_ENV
     own_token = f"Bearer {OAUTH_TOKEN}"
@@ -435,7 +445,7 @@ class ClaudeCodeKeyed(ClaudeCode):
 
 
 class CodexChatGptKeyed(CodexChatGpt):
-    """Codex signed in with ChatGPT at a team's cachet, through the README's provider that
+    """Codex signed in with ChatGPT at a team's cachet, through the agents page's provider that
     keeps the sign-in and sends the cachet key beside it."""
 
     serve_config, serve_env = KEYED_CONFIG, KEYED_ENV
@@ -458,7 +468,7 @@ class Sdk(Client):
         pass
 
     def env(self, ctx):
-        env = readme_env(ctx.blocks, "sdk", ctx.base)
+        env = client_env(ctx.blocks, "sdk", ctx.base)
         env.update({"ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY})
         return env
 
@@ -614,7 +624,7 @@ def check_identity(r, run):
     gen = run.generation()
     sources = {expected_session(e.req_headers, e.request_json())[0] for e in gen}
     r.check(sources == {client.id_source},
-            f"{run.label}: requests carry what the README names for the session ({client.id_source})",
+            f"{run.label}: requests carry what the docs name for the session ({client.id_source})",
             f"found {sorted(sources)}")
     wrong = []
     for rec in run.records:
@@ -624,7 +634,7 @@ def check_identity(r, run):
         if not ok:
             wrong.append((source, sid, rec["session"]))
     r.check(bool(run.records) and not wrong and len(run.records) == len(gen),
-            f"{run.label}: cachet names each request's session as the README documents",
+            f"{run.label}: cachet names each request's session as the docs say",
             f"{len(run.records)} records for {len(gen)} requests; mismatches: {wrong[:3]}")
     ids = {rec["session"] for rec in run.records}
     if client.one_session:
@@ -686,7 +696,7 @@ def check_websocket(r, run):
 
 
 def per_session_turns(run):
-    """{session: [generation exchanges of turn 1, of turn 2, ...]} by the README's identity."""
+    """{session: [generation exchanges of turn 1, of turn 2, ...]} by the documented identity."""
     out = {}
     for i in range(len(run.turns)):
         for e in run.turn_generation(i):
@@ -881,7 +891,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
-    blocks = readme_blocks()
+    blocks = client_blocks()
     shipped = sorted(os.path.join(ROOT, "policies", f) for f in os.listdir(os.path.join(ROOT, "policies"))
                      if f.endswith(".toml"))
     policies = {p: tomllib.load(open(p, "rb")) for p in shipped}
@@ -964,4 +974,8 @@ def check_no_route_logged(r, args):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--list-blocks"]:
+        for (kind, name), text in sorted(client_blocks().items()):
+            print(f"{kind}={name}: {len(text.splitlines())} lines")
+        sys.exit(0)
     sys.exit(main())

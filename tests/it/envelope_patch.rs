@@ -292,29 +292,37 @@ fn parse_errors_say_what_is_wrong() {
     .is_err());
 }
 
-/// The library example of the README.
+/// The library example of the book (docs/src/envelope.md shows the region between the
+/// `docs:` markers, and the docs test holds the page to it).
 #[test]
 fn docs_example_works() -> Result<(), Box<dyn std::error::Error>> {
-    use cachet::envelope::{BreakpointMode, Ttl};
+    // docs: library-envelope
+    use bytes::Bytes;
+    use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
+    use cachet::patch::parse_ops;
+    use cachet::providers::{Endpoint, Provider};
+
     let body = Bytes::from_static(
         br#"{"model":"claude-sonnet-4-5","max_tokens":64,
   "messages":[{"role":"user","content":"hi"}]}"#,
     );
     let mut env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())?;
-    assert_eq!(env.compile(&CompileOptions::default()), body);
+    assert_eq!(env.compile(&CompileOptions::default()), body); // byte-identical
+
     let ops = parse_ops(
-        &json!([{"op": "messages_uncached_append",
+        &serde_json::json!([{"op": "messages_uncached_append",
                  "messages": [{"role": "custom", "content": "Time: 10:42"}]}]),
         "clock",
     )?;
-    let report = env.apply(&ops, "clock")?;
-    assert_eq!(report.ops[0].op, "messages_uncached_append");
+    let report = env.apply(&ops, "clock")?; // Err(PatchRefusal) leaves env unchanged
     let payload = env.compile(&CompileOptions {
         breakpoints: BreakpointMode::Auto {
             ttl: Ttl::FiveMinutes,
         },
         ..Default::default()
     });
+    // docs: end
+    assert_eq!(report.ops[0].op, "messages_uncached_append");
     let v: Value = serde_json::from_slice(&payload)?;
     assert_eq!(
         v["messages"][1],

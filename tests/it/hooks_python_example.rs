@@ -1,4 +1,4 @@
-//! The Python hook server printed in the README, run as written, answers the way
+//! The Python hook server printed in the book (docs/src/hooks.md), run as written, answers the way
 //! the hook client expects. Needs `python3` on PATH.
 
 use std::io::{BufRead, BufReader};
@@ -23,9 +23,10 @@ impl Drop for Server {
 }
 
 fn python_example() -> String {
-    let doc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let doc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/src/hooks.md");
     let text = std::fs::read_to_string(doc).unwrap();
-    let start = text.find("```python\n").expect("a python block") + "```python\n".len();
+    let fence = text.find("```python").expect("a python block");
+    let start = fence + text[fence..].find('\n').unwrap() + 1;
     let end = start + text[start..].find("```").unwrap();
     text[start..end].to_string()
 }

@@ -1,6 +1,7 @@
 //! The repository's traces (tests/data/traces/, recorded with real agents against the
-//! emulator, and tests/data/sample-trace.jsonl) through the replay arms of the README's
-//! adaptive-TTL table: relations between the arms, never totals copied from a trace.
+//! emulator, and tests/data/sample-trace.jsonl) through the replay arms of the book's
+//! adaptive-TTL table (docs/src/cache-markers.md): relations between the arms, and the
+//! table's cells held to what the replays cost.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -221,4 +222,47 @@ fn an_unmarked_sdk_app_reaches_the_ideal_with_the_shipped_auto_breakpoints() {
         let share = t.ideal.share_of(t.arms[arm].cache_read_tokens).unwrap();
         assert!(share >= 0.98, "{arm}: {share:.3} of the ideal");
     }
+}
+
+/// The adaptive lifetime's table in the book (docs/src/cache-markers.md) is what these
+/// replays cost: every cell, and the keep-warm requests it names.
+#[test]
+fn the_books_table_of_arms_is_what_the_replays_cost() {
+    let page = std::fs::read_to_string(root().join("docs/src/cache-markers.md")).unwrap();
+    let header =
+        "| trace | pauses between turns | client | all 5m | all 1h | auto | auto + keep-warm |";
+    let start = page.find(header).expect("the table of arms");
+    let arms = ["client", "5m", "1h", "auto", "auto+keep-warm"];
+    let mut rows = 0;
+    for line in page[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+    {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let trace = cells[1].split('`').nth(1).expect("a trace name");
+        let t = replayed()
+            .iter()
+            .find(|t| t.name == trace || t.name == format!("{trace}.jsonl.gz"))
+            .unwrap_or_else(|| panic!("no trace `{trace}`"));
+        for (arm, cell) in arms.iter().zip(&cells[3..8]) {
+            let shown = cell.split(' ').next().unwrap();
+            assert_eq!(
+                shown,
+                format!("${:.4}", cost(t, arm)),
+                "{trace}, {arm}: {line}"
+            );
+            let warm = t.arms[*arm].keep_warm_requests;
+            match cell.split_once('(') {
+                Some((_, n)) => assert_eq!(
+                    n.split(' ').next().unwrap(),
+                    warm.to_string(),
+                    "{trace}, {arm}: keep-warm requests"
+                ),
+                None => assert_eq!(warm, 0, "{trace}, {arm}: keep-warm requests not shown"),
+            }
+        }
+        rows += 1;
+    }
+    assert_eq!(rows, replayed().len(), "a row for every trace");
 }
