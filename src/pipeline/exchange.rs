@@ -146,9 +146,22 @@ pub enum Outcome {
 pub struct Answer {
     pub status: u16,
     pub tap: TapResult,
+    /// The assistant message, in the provider's own shape, when something reads it (the
+    /// trace record of an answer a later request may continue, a `turn_end` handler, a
+    /// keep-warm): assembled once, from the tapped body or events.
+    pub assistant: Option<serde_json::Value>,
 }
 
 impl Answer {
+    /// The upstream's answer as the tap read it.
+    pub fn new(status: u16, tap: TapResult) -> Answer {
+        Answer {
+            status,
+            tap,
+            assistant: None,
+        }
+    }
+
     /// A complete answer with a success status: one a `turn_end` handler may see.
     pub fn is_complete(&self) -> bool {
         self.tap.outcome == crate::tap::Outcome::Complete && (200..300).contains(&self.status)

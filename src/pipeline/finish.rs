@@ -24,6 +24,7 @@ impl Pipeline {
             }
             Outcome::Answered(answer) => answer,
         };
+        let mut answer = answer;
         // An unchecked body leaves the model to the response.
         if let (Some(answered), "unknown") = (&answer.tap.model, ex.model.as_str()) {
             ex.model = answered.clone();
@@ -35,6 +36,7 @@ impl Pipeline {
             usage: answer.tap.usage.as_ref(),
             response_model: answer.tap.model.as_deref(),
         });
+        self.read_assistant(&ex, &mut answer);
         self.write_trace(&mut ex, answer.status, Some(&answer));
         if let After::Shaped(shaping) = &mut ex.after {
             // Known before the client can send its next request: that request names this
@@ -132,17 +134,32 @@ impl Pipeline {
             return;
         };
         record.status = Some(status);
-        if let Some(Answer { tap, .. }) = answer {
-            record.usage = tap.usage;
-            record.response_id = tap.response_id.clone();
+        if let Some(answer) = answer {
+            record.usage = answer.tap.usage;
+            record.response_id = answer.tap.response_id.clone();
             if record.may_be_continued() && (200..300).contains(&status) {
-                record.output = ex
-                    .route
-                    .endpoint
-                    .assistant_message(tap.json_body.as_deref(), &tap.kept_events);
+                record.output = answer.assistant.clone();
             }
         }
         recorder.record(record);
+    }
+
+    /// Assemble the assistant message once, when the trace record or shaping reads it; the
+    /// tapped body and events it came from are let go of then.
+    fn read_assistant(&self, ex: &Exchange, answer: &mut Answer) {
+        let for_trace = (200..300).contains(&answer.status)
+            && ex.trace.as_ref().is_some_and(|r| r.may_be_continued());
+        let for_shaping = ex.wants_assistant() && answer.is_complete();
+        if !for_trace && !for_shaping {
+            return;
+        }
+        let tap = &mut answer.tap;
+        answer.assistant = ex
+            .route
+            .endpoint
+            .assistant_message(tap.json_body.as_deref(), &tap.kept_events);
+        tap.json_body = None;
+        tap.kept_events = Vec::new();
     }
 
     /// Offline replay: the session record of a request shaped with
@@ -155,10 +172,7 @@ impl Pipeline {
         mut ex: Exchange,
         usage: Option<crate::usage::Usage>,
     ) {
-        let answer = Answer {
-            status: 200,
-            tap: crate::tap::TapResult::with_usage(usage),
-        };
+        let answer = Answer::new(200, crate::tap::TapResult::with_usage(usage));
         if self.identify_answered(&mut ex, &answer).await {
             self.after_response(ex, answer, super::record::KeepWarm::Never)
                 .await;
@@ -264,10 +278,7 @@ mod tests {
         let mut ex = rt
             .block_on(pipeline.shape_request(ANTHROPIC, headers, body, model))
             .unwrap();
-        let answer = super::Answer {
-            status: 200,
-            tap: crate::tap::TapResult::with_usage(None),
-        };
+        let answer = super::Answer::new(200, crate::tap::TapResult::with_usage(None));
         let (identified, held) = crate::alloc_meter::peak_during(|| {
             rt.block_on(pipeline.identify_answered(&mut ex, &answer))
         });

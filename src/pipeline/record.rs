@@ -155,7 +155,13 @@ impl Pipeline {
         // conversation; its prompt is that conversation, held by the provider, which cachet
         // does not see, so it is not compared with the previous request (not diagnosed).
         let continued = Continued::of(&sent).and_then(|c| c.lane_in_log(log));
-        let lane = continued.unwrap_or_else(|| {
+        // A request the provider was asked to diagnose is compared on the lane it was asked
+        // against.
+        let asked = match &after {
+            After::Shaped(shaping) => shaping.diagnosis_lane,
+            _ => None,
+        };
+        let lane = continued.or(asked).unwrap_or_else(|| {
             session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history)
         });
         let previous = session::lanes::previous_answered(log, lane).filter(|_| continued.is_none());
@@ -246,15 +252,8 @@ impl Pipeline {
         // A turn_end handler sees only a complete answer: a cut or abandoned stream would
         // hand it a partial message, and its patches would be persisted.
         let tap = &answer.tap;
-        let assistant = (answer.is_complete()
-            && (shaping.wants_assistant || shaping.keep_warm().is_some()))
-        .then(|| {
-            ex.route
-                .endpoint
-                .assistant_message(tap.json_body.as_deref(), &tap.kept_events)
-        })
-        .flatten();
-        if let (Some(assistant), true) = (&assistant, shaping.wants_assistant) {
+        let assistant = answer.assistant.as_ref().filter(|_| answer.is_complete());
+        if let (Some(assistant), true) = (assistant, shaping.wants_assistant) {
             let vars = ex.template_vars(session_ctx);
             if let Some(env) = ex.env.as_mut() {
                 self.turn_end(env, shaping, session_ctx, &vars, assistant, tap.usage)
@@ -266,7 +265,7 @@ impl Pipeline {
         let keep_warm_secs = shaping
             .keep_warm()
             .filter(|_| keep_warm == KeepWarm::MayArm);
-        let (Some(assistant), Some(secs)) = (&assistant, keep_warm_secs) else {
+        let (Some(assistant), Some(secs)) = (assistant, keep_warm_secs) else {
             return None;
         };
         let sent = ex.sent_in_one();

@@ -146,7 +146,7 @@ impl Pipeline {
         let tap = Tap::new(ex.route.endpoint, sse, keep_events);
         let pipeline = Arc::clone(self);
         let on_finish = Box::new(move |tap: TapResult| {
-            pipeline.finish(ex, Outcome::Answered(Answer { status, tap }));
+            pipeline.finish(ex, Outcome::Answered(Answer::new(status, tap)));
         });
         let idle = Duration::from_millis(self.config.upstream.idle_timeout_ms);
         let stream =
