@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cachet::patch::ops::Op;
 use cachet::session::{
-    now_ms, open_store, plan_replay, record_request, Anchor, ContextTransform, Entry, PrefixHashes,
+    now_ms, open_store, record_request, Anchor, ContextTransform, Entry, PrefixHashes,
     RequestDraft, ENTRY_VERSION,
 };
 use serde_json::{json, Value};
@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
         let start = Instant::now();
         let log = store.load("bench").await?;
         let hashes = PrefixHashes::new(sent);
-        let plan = plan_replay(&log, &hashes);
+        let plan = log.replay_plan(&hashes);
         let planned = start.elapsed();
         plan_times.push(planned);
         if i >= REQUESTS - 50 {

@@ -79,7 +79,7 @@ async fn previous_shape(
     prev: &session::RequestRecord,
     current: &PromptShape,
 ) -> PromptShape {
-    let decode = |k: &Option<String>| k.as_deref().and_then(session::record::decode_key);
+    let decode = |k: &Option<String>| k.as_deref().and_then(session::entry::decode_key);
     let tools_key = decode(&prev.tools_key);
     let system_key = decode(&prev.system_key);
     let list = |key: Option<session::MessageKey>, same: bool, mine: &Vec<crate::measure::Named>| {

@@ -174,7 +174,7 @@ impl Pipeline {
     ) {
         let answer = Answer::new(200, crate::tap::TapResult::with_usage(usage));
         if self.identify_answered(&mut ex, &answer).await {
-            self.after_response(ex, answer, super::record::KeepWarm::Never)
+            self.after_response(ex, answer, super::keep_warm::KeepWarm::Never)
                 .await;
         }
     }

@@ -16,6 +16,15 @@ use crate::telemetry::RequestTelemetry;
 use crate::transport::upstream_client::RequestBody;
 use crate::ttl::keep_warm;
 
+/// Whether an answer may be followed by a keep-warm request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeepWarm {
+    /// Live: a keep-warm is armed when the request's policy asks for one.
+    MayArm,
+    /// The answer is not a live one (offline replay): none is.
+    Never,
+}
+
 /// Sessions remembered for keep-warm timers (least recently used go first).
 const SESSIONS: u64 = 10_000;
 

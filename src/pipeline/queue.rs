@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::exchange::{Answer, Exchange};
-use super::record::KeepWarm;
+use super::keep_warm::KeepWarm;
 use super::Pipeline;
 
 /// An answered exchange waiting for its session record.

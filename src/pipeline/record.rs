@@ -10,19 +10,11 @@ use serde_json::Value;
 use super::exchange::{After, Answer, Exchange, Shaping};
 use super::handlers::Patching;
 use super::identify::Continued;
+use super::keep_warm::KeepWarm;
 use super::Pipeline;
 use crate::measure::PromptShape;
 use crate::policy::ContextReason;
 use crate::session::{self, Entry, RequestDraft, SessionContext};
-
-/// Whether the answer may be followed by a keep-warm request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum KeepWarm {
-    /// Live: a keep-warm is armed when the request's policy asks for one.
-    MayArm,
-    /// The answer is not a live one (offline replay): none is.
-    Never,
-}
 
 impl Pipeline {
     /// The session of an answered request, in the order answers end: shaping knew it
@@ -198,7 +190,7 @@ impl Pipeline {
             usage,
             status: Some(answer.status),
             lane,
-            conversation: session::lanes::Conversation::of(&session_ctx.history),
+            conversation: session::entry::Conversation::of(&session_ctx.history),
             diagnosis,
             patches,
             variant: (ex.variant != "none").then(|| ex.variant.clone()),

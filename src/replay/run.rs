@@ -273,7 +273,7 @@ impl SessionLanes {
     ) -> Option<Diagnosis> {
         let lane = lanes::assign(&self.heads, &sent.shape, client);
         self.heads.retain(|h| h.lane != lane);
-        let conversation = lanes::Conversation::of(client);
+        let conversation = crate::session::entry::Conversation::of(client);
         self.heads
             .insert(0, LaneHead::of(lane, &sent.shape, conversation));
         let lane_requests =

@@ -7,8 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::anchor::Anchor;
-use super::lanes::Conversation;
+use super::anchor::{Anchor, PrefixHashes};
 use super::MessageKey;
 use crate::measure::{Diagnosis, Mark};
 use crate::patch::ops::Op;
@@ -396,6 +395,32 @@ pub fn now_ms() -> u64 {
 }
 
 /// Entries for tests of the session log and its stores.
+/// The client's own history of a request, as lanes compare it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Conversation {
+    /// The whole history.
+    pub history: Anchor,
+    /// The history's first message (its one-message anchor hash), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<String>,
+}
+
+impl Conversation {
+    pub fn of(client: &PrefixHashes) -> Self {
+        Conversation {
+            history: client.full(),
+            first: client.anchor_at(1).map(|a| a.hash),
+        }
+    }
+}
+
+/// A hex content address.
+pub fn decode_key(hex_key: &str) -> Option<MessageKey> {
+    let mut key = [0u8; 32];
+    hex::decode_to_slice(hex_key, &mut key).ok()?;
+    Some(key)
+}
+
 #[cfg(test)]
 pub(crate) mod fixtures {
     use super::*;

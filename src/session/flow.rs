@@ -8,7 +8,7 @@ use super::anchor::{Anchor, PrefixHashes};
 use super::entry::{is_persisted_reason, now_ms, ContextTransform, Entry, ENTRY_VERSION};
 use super::identity::SessionId;
 use super::log::SessionLog;
-use super::replay::{plan_replay, ReplayPlan};
+use super::replay::ReplayPlan;
 use super::store::{Appended, SessionStore, StoreResult};
 use crate::patch::ops::Op;
 
@@ -61,7 +61,7 @@ pub async fn observed(
 impl SessionContext {
     /// Which persisted patches apply to this request, and which are stale.
     pub fn plan(&self) -> ReplayPlan<'_> {
-        plan_replay(&self.log, &self.history)
+        self.log.replay_plan(&self.history)
     }
 
     /// The anchor for a patch made during this request: the whole client history.

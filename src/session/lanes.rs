@@ -16,33 +16,12 @@
 //! 3. failing that, a new lane: a new subagent, or a compacted history that shares no
 //!    message with the conversation it replaces.
 
-use serde::{Deserialize, Serialize};
-
-use super::anchor::{Anchor, PrefixHashes};
-use super::entry::RequestRecord;
+use super::anchor::PrefixHashes;
+use super::entry::decode_key;
+use super::entry::{Conversation, RequestRecord};
 use super::log::Entries;
-use super::record::decode_key;
 use crate::measure::PromptShape;
 use crate::session::normalize::MessageKey;
-
-/// The client's own history of a request, as lanes compare it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Conversation {
-    /// The whole history.
-    pub history: Anchor,
-    /// The history's first message (its one-message anchor hash), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first: Option<String>,
-}
-
-impl Conversation {
-    pub fn of(client: &PrefixHashes) -> Self {
-        Conversation {
-            history: client.full(),
-            first: client.anchor_at(1).map(|a| a.hash),
-        }
-    }
-}
 
 /// The latest request of a lane, as lane assignment sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -91,8 +91,50 @@ pub trait Entries {
     /// The whole list of message keys request `request_index` sent, following its chain
     /// of bases; `None` when a base is missing.
     fn sent_keys(&self, request_index: u64) -> Option<Vec<MessageKey>> {
-        super::record::walk_sent_keys(self, request_index)
+        walk_sent_keys(self, request_index)
     }
+}
+
+/// The full list of message keys a recorded request sent ([`Entries::sent_keys`]).
+pub fn sent_keys(log: &(impl Entries + ?Sized), request_index: u64) -> Option<Vec<MessageKey>> {
+    log.sent_keys(request_index)
+}
+
+/// The full list of message keys a recorded request sent, following its chain of bases
+/// through the log. `None` when a base is missing from the log. A loaded
+/// [`crate::session::SessionLog`] answers from its index instead
+/// ([`Entries::sent_keys`]).
+pub fn walk_sent_keys(
+    log: &(impl Entries + ?Sized),
+    request_index: u64,
+) -> Option<Vec<MessageKey>> {
+    let find = |index: u64| {
+        log.entries().rev().find_map(|e| match e {
+            Entry::Request(r) if r.request_index == index => Some(r),
+            _ => None,
+        })
+    };
+    let entries = log.entries().count();
+    let mut chain = Vec::new();
+    let mut current = find(request_index)?;
+    loop {
+        chain.push(current);
+        match current.sent.extends {
+            Some(base) if current.sent.base > 0 && chain.len() <= entries => {
+                current = find(base)?;
+            }
+            _ => break,
+        }
+    }
+    let mut keys = Vec::new();
+    for record in chain.iter().rev() {
+        keys.truncate(record.sent.base);
+        if keys.len() != record.sent.base {
+            return None;
+        }
+        keys.extend_from_slice(&record.sent.keys);
+    }
+    Some(keys)
 }
 
 /// What a request reads of the earlier request its client history continues: when it
@@ -276,7 +318,7 @@ impl Index {
     }
 
     /// The whole key list `r` sent, from its base's list and its own keys (see
-    /// [`crate::session::record::walk_sent_keys`], the walk this replaces).
+    /// [`walk_sent_keys`], the walk this replaces).
     fn sent_list(&self, r: &RequestRecord) -> Option<persistent::Vector<MessageKey>> {
         let mut keys = match r.sent.extends {
             Some(base) if r.sent.base > 0 => self.sent.get(&base)?.1.clone()?,
@@ -639,7 +681,7 @@ mod tests {
                 cache_read: i,
                 ..Usage::default()
             }),
-            conversation: super::super::lanes::Conversation::of(&PrefixHashes::new(
+            conversation: super::super::entry::Conversation::of(&PrefixHashes::new(
                 &crate::session::entry::fixtures::conversation(conversation, messages),
             )),
             sent: crate::session::SentMessages {

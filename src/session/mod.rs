@@ -30,10 +30,11 @@ pub use entry::{
 };
 pub use flow::{observed, prepare, PersistedOnce, SessionContext};
 pub use identity::{identify, IdSource, SessionId};
+pub use log::sent_keys;
 pub use log::{Entries, SessionLog};
 pub use normalize::{message_key, MessageKey};
-pub use record::{compact_request, record_request, sent_keys, RequestDraft};
-pub use replay::{plan_replay, ReplayPlan};
+pub use record::{compact_request, record_request, RequestDraft};
+pub use replay::ReplayPlan;
 pub use store::{
     open_store, open_store_with, Appended, Blob, CachedStore, RedisStore, SessionStore,
     SessionSummary, SqliteStore, StoreError, StoreHealth, StoreOptions, StoreResult, StoreStats,

@@ -37,7 +37,7 @@ pub struct RequestDraft<'a> {
     pub status: Option<u16>,
     pub lane: u32,
     /// The client's own history, before any patch.
-    pub conversation: super::lanes::Conversation,
+    pub conversation: super::entry::Conversation,
     pub diagnosis: Option<Diagnosis>,
     pub patches: Vec<PatchEvent>,
     pub variant: Option<String>,
@@ -211,55 +211,6 @@ pub async fn record_request(
         .record(session, &Entry::Request(record.clone()), blobs)
         .await?;
     Ok(record)
-}
-
-/// The full list of message keys a recorded request sent ([`Entries::sent_keys`]).
-pub fn sent_keys(log: &(impl Entries + ?Sized), request_index: u64) -> Option<Vec<MessageKey>> {
-    log.sent_keys(request_index)
-}
-
-/// The full list of message keys a recorded request sent, following its chain of bases
-/// through the log. `None` when a base is missing from the log. A loaded
-/// [`crate::session::SessionLog`] answers from its index instead
-/// ([`Entries::sent_keys`]).
-pub fn walk_sent_keys(
-    log: &(impl Entries + ?Sized),
-    request_index: u64,
-) -> Option<Vec<MessageKey>> {
-    let find = |index: u64| {
-        log.entries().rev().find_map(|e| match e {
-            Entry::Request(r) if r.request_index == index => Some(r),
-            _ => None,
-        })
-    };
-    let entries = log.entries().count();
-    let mut chain = Vec::new();
-    let mut current = find(request_index)?;
-    loop {
-        chain.push(current);
-        match current.sent.extends {
-            Some(base) if current.sent.base > 0 && chain.len() <= entries => {
-                current = find(base)?;
-            }
-            _ => break,
-        }
-    }
-    let mut keys = Vec::new();
-    for record in chain.iter().rev() {
-        keys.truncate(record.sent.base);
-        if keys.len() != record.sent.base {
-            return None;
-        }
-        keys.extend_from_slice(&record.sent.keys);
-    }
-    Some(keys)
-}
-
-/// A hex content address.
-pub fn decode_key(hex_key: &str) -> Option<MessageKey> {
-    let mut key = [0u8; 32];
-    hex::decode_to_slice(hex_key, &mut key).ok()?;
-    Some(key)
 }
 
 #[cfg(test)]

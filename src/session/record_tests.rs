@@ -1,4 +1,5 @@
 use super::*;
+use crate::session::log::sent_keys;
 use crate::session::normalize::message_key;
 use serde_json::json;
 

@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use super::anchor::PrefixHashes;
 use super::entry::{ContextTransform, PatchEvent, PatchOutcome};
-use super::log::Entries;
 
 #[derive(Debug, Default)]
 pub struct ReplayPlan<'a> {
@@ -26,11 +25,7 @@ pub struct ReplayPlan<'a> {
 }
 
 /// Sort a session's persisted patches into those that apply to this history and stale ones.
-pub fn plan_replay<'a>(log: &'a (impl Entries + ?Sized), history: &PrefixHashes) -> ReplayPlan<'a> {
-    log.replay_plan(history)
-}
-
-/// The plan by walking every persisted patch: what [`Entries::replay_plan`] does for a log
+/// The plan by walking every persisted patch: what `Entries::replay_plan` does for a log
 /// that keeps no index.
 pub(crate) fn walk_plan<'a>(
     transforms: impl Iterator<Item = &'a ContextTransform>,
@@ -147,6 +142,7 @@ mod tests {
     use crate::session::anchor::Anchor;
     use crate::session::entry::fixtures::conversation;
     use crate::session::entry::{Entry, RequestRecord, SentMessages, ENTRY_VERSION};
+    use crate::session::log::Entries;
     use crate::session::log::SessionLog;
     use serde_json::{json, Value};
 
@@ -209,7 +205,7 @@ mod tests {
         let mut forked = history(4);
         forked.push(json!({"role": "user", "content": "other way"}));
         forked.push(json!({"role": "assistant", "content": "ok"}));
-        let plan = plan_replay(&log, &PrefixHashes::new(&forked));
+        let plan = log.replay_plan(&PrefixHashes::new(&forked));
         let names: Vec<&str> = plan.apply.iter().map(|t| t.transformer.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(plan.stale.len(), 1);
@@ -221,7 +217,7 @@ mod tests {
     fn compaction_leaves_every_anchored_patch_stale() {
         let log = SessionLog::from(vec![transform("a", Anchor::of(&history(2)))]);
         let compacted = vec![json!({"role": "user", "content": "summary"})];
-        let plan = plan_replay(&log, &PrefixHashes::new(&compacted));
+        let plan = log.replay_plan(&PrefixHashes::new(&compacted));
         assert!(plan.apply.is_empty());
         assert_eq!(plan.stale.len(), 1);
     }
@@ -289,7 +285,7 @@ mod tests {
                         entries.transforms().count()
                     );
                     for log in SessionLog::loaded_and_grown(&entries, chunk) {
-                        let kept = plan_replay(&log, &history);
+                        let kept = log.replay_plan(&history);
                         prop_assert_eq!(&kept.apply, &walked.apply);
                         prop_assert_eq!(&kept.stale, &walked.stale);
                     }
@@ -308,7 +304,7 @@ mod tests {
             generated(0, 1, 3, true),
         ]);
         // Conversation 0 goes on: the first patch applies, the others are stale.
-        let plan = plan_replay(&log, &PrefixHashes::new(&conversation(0, 5)));
+        let plan = log.replay_plan(&PrefixHashes::new(&conversation(0, 5)));
         assert_eq!(plan.apply.len(), 1);
         let t0 = &plan.stale[0];
         assert_eq!((t0.transformer.as_str(), t0.patches), ("t0", 2));
@@ -334,7 +330,7 @@ mod tests {
     #[test]
     fn a_patch_anchored_at_an_empty_history_always_applies() {
         let log = SessionLog::from(vec![transform("system", Anchor::of(&[]))]);
-        let plan = plan_replay(&log, &PrefixHashes::new(&history(9)));
+        let plan = log.replay_plan(&PrefixHashes::new(&history(9)));
         assert_eq!(plan.apply.len(), 1);
     }
 }

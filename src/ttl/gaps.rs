@@ -210,7 +210,7 @@ fn share(late: usize, all: usize) -> f64 {
 mod tests {
     use super::*;
     use crate::session::entry::fixtures::conversation;
-    use crate::session::lanes::Conversation;
+    use crate::session::entry::Conversation;
     use crate::session::Entry;
 
     fn history(n: usize) -> PrefixHashes {

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::session_support::{history, insert_note};
-use cachet::session::{plan_replay, Entry, PrefixHashes, SessionStore, SqliteStore};
+use cachet::session::{Entry, PrefixHashes, SessionStore, SqliteStore};
 
 const CHILD_ENV: &str = "CACHET_CRASH_CHILD_DB";
 const SESSION: &str = "crash";
@@ -103,7 +103,7 @@ async fn appends_that_returned_survive_sigkill() {
     }
     // Every stored patch replays on a history that extends all of them.
     let full = history(2 * log.len() + 2);
-    let plan = plan_replay(&log, &PrefixHashes::new(&full));
+    let plan = log.replay_plan(&PrefixHashes::new(&full));
     assert_eq!(plan.apply.len(), log.len());
     assert!(plan.stale.is_empty());
     // The request counter never hands out an index twice after the crash.

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use crate::session_support::{appends_say_where_they_landed, history, insert_note, system_part};
 use crate::support::redis::RedisServer;
 use cachet::session::{
-    message_key, open_store, plan_replay, Blob, PrefixHashes, RedisStore, SessionStore, StoreError,
-    StoreOptions,
+    message_key, open_store, Blob, PrefixHashes, RedisStore, SessionStore, StoreError, StoreOptions,
 };
 
 #[tokio::test]
@@ -44,11 +43,15 @@ async fn two_instances_serve_one_session_interchangeably() {
         let here = this.load("s").await.unwrap();
         let there = other.load("s").await.unwrap();
         assert_eq!(here, there);
-        plans_a.push(serde_json::to_string(&plan_replay(&here, &hashes).apply).unwrap());
-        plans_b.push(serde_json::to_string(&plan_replay(&there, &hashes).apply).unwrap());
+        plans_a.push(serde_json::to_string(&here.replay_plan(&hashes).apply).unwrap());
+        plans_b.push(serde_json::to_string(&there.replay_plan(&hashes).apply).unwrap());
     }
     assert_eq!(plans_a, plans_b);
-    let last = plan_replay(&a.load("s").await.unwrap(), &PrefixHashes::new(&full))
+    let last = a
+        .load("s")
+        .await
+        .unwrap()
+        .replay_plan(&PrefixHashes::new(&full))
         .apply
         .len();
     assert_eq!(last, 7);

@@ -10,8 +10,8 @@ use cachet::measure::SentRequest;
 use cachet::patch::ops::Op;
 use cachet::providers::{Endpoint, Provider};
 use cachet::session::{
-    message_key, open_store, plan_replay, record_request, sent_keys, session_json, sessions_json,
-    Blob, CachedStore, Entry, PrefixHashes, RequestDraft, SessionLog, SessionStore, SqliteStore,
+    message_key, open_store, record_request, sent_keys, session_json, sessions_json, Blob,
+    CachedStore, Entry, PrefixHashes, RequestDraft, SessionLog, SessionStore, SqliteStore,
 };
 use serde_json::json;
 
@@ -329,7 +329,7 @@ async fn replay_after_reopen_applies_only_to_the_same_history() {
     }
     let store = SqliteStore::open(&path).await.unwrap();
     let log = store.load("a").await.unwrap();
-    let plan = plan_replay(&log, &PrefixHashes::new(&h));
+    let plan = log.replay_plan(&PrefixHashes::new(&h));
     assert_eq!(plan.apply.len(), 2);
     assert!(plan.stale.is_empty());
     // The replayed messages are byte-identical to the ones persisted, so the provider sees
@@ -348,7 +348,7 @@ async fn replay_after_reopen_applies_only_to_the_same_history() {
     // A fork that drops the last two turns of the anchored prefix: the note is stale.
     let mut forked = h[..2].to_vec();
     forked.push(json!({"role": "user", "content": "go another way"}));
-    let plan = plan_replay(&log, &PrefixHashes::new(&forked));
+    let plan = log.replay_plan(&PrefixHashes::new(&forked));
     assert_eq!(plan.apply.len(), 1);
     assert_eq!(plan.apply[0].transformer, "memory");
     assert_eq!(plan.stale.len(), 1);

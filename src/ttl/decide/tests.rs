@@ -3,7 +3,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::providers::{Endpoint, Provider};
-use crate::session::lanes::Conversation;
+use crate::session::entry::Conversation;
 use crate::session::Entry;
 use crate::session::RequestRecord;
 use crate::usage::Usage;

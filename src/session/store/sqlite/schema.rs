@@ -189,7 +189,7 @@ fn migrate_from_first_layout(conn: &Connection) -> rusqlite::Result<()> {
             if let Entry::Request(record) = Entry::decode(&body) {
                 let lists = [&record.system_key, &record.tools_key]
                     .into_iter()
-                    .filter_map(|k| k.as_deref().and_then(crate::session::record::decode_key));
+                    .filter_map(|k| k.as_deref().and_then(crate::session::entry::decode_key));
                 for key in record.sent.keys.iter().copied().chain(lists) {
                     copy.execute(params![session, &key[..]])?;
                 }
