@@ -282,25 +282,20 @@ impl Diagnosis {
         }
     }
 
-    /// An OpenAI miss left `unexplained` becomes `rate_overflow` when its lane sent more
-    /// requests in the minute ending with this one than the provider serves from one
-    /// machine for a prefix and `prompt_cache_key`. `lane_requests` counts them (this one
-    /// included), asked only for such a miss.
-    pub fn refine_overflow(&mut self, endpoint: Endpoint, lane_requests: impl FnOnce() -> usize) {
+    /// An OpenAI miss left `unexplained` becomes `rate_overflow` when more requests took its
+    /// route (prompt start and `prompt_cache_key`, see [`super::overflow`]) in the minute
+    /// ending with it than the provider serves from one machine. `route_requests` counts
+    /// them, this one included.
+    pub fn refine_overflow(&mut self, route_requests: usize) {
         use crate::cache_model::{OVERFLOW_PER_MINUTE, RATE_WINDOW_MS};
-        if self.reason != BreakReason::Unexplained
-            || !matches!(endpoint, Endpoint::Chat | Endpoint::Responses)
-        {
+        if self.reason != BreakReason::Unexplained || route_requests <= OVERFLOW_PER_MINUTE {
             return;
         }
-        let sent = lane_requests();
-        if sent > OVERFLOW_PER_MINUTE {
-            self.reason = BreakReason::RateOverflow;
-            self.detail = format!(
-                "{sent} requests of this lane in {} s; past about {OVERFLOW_PER_MINUTE} a minute for one prefix and prompt_cache_key, the provider routes some to machines that have not cached it",
-                RATE_WINDOW_MS / 1000
-            );
-        }
+        self.reason = BreakReason::RateOverflow;
+        self.detail = format!(
+            "{route_requests} requests with this prompt start and prompt_cache_key in {} s; past about {OVERFLOW_PER_MINUTE} a minute on one route, the provider sends some to machines that have not cached it",
+            RATE_WINDOW_MS / 1000
+        );
     }
 }
 

@@ -367,9 +367,8 @@ fn only_an_anthropic_request_with_markers_that_cached_nothing_counts_tokens() {
 }
 
 /// Only an OpenAI miss left `unexplained` is put down to the routing rate, and only past
-/// the rate the cache model routes by: within it, or on Anthropic (which routes by no
-/// rate), or for a miss another reason explains, the diagnosis stays as it was, and the
-/// lane's requests are not even counted.
+/// the rate the cache model routes by: within it, or for a miss another reason explains, the
+/// diagnosis stays as it was. Anthropic routes by no rate: its requests have no route.
 #[test]
 fn only_an_unexplained_openai_miss_past_the_rate_is_an_overflow() {
     use super::{BreakReason, Diagnosis, SectionName};
@@ -384,36 +383,44 @@ fn only_an_unexplained_openai_miss_past_the_rate_is_an_overflow() {
         read: 0,
         detail: "read 0 tokens".into(),
     };
-    let refined = |endpoint, reason, sent: usize| {
+    let refined = |reason, sent: usize| {
         let mut d = miss(reason);
-        d.refine_overflow(endpoint, || sent);
+        d.refine_overflow(sent);
         d.reason
     };
     let past = OVERFLOW_PER_MINUTE + 1;
-    for endpoint in [Endpoint::Chat, Endpoint::Responses] {
-        assert_eq!(
-            refined(endpoint, BreakReason::Unexplained, past),
-            BreakReason::RateOverflow
-        );
-        assert_eq!(
-            refined(endpoint, BreakReason::Unexplained, OVERFLOW_PER_MINUTE),
-            BreakReason::Unexplained
-        );
-        assert_eq!(
-            refined(endpoint, BreakReason::TtlExpired, past),
-            BreakReason::TtlExpired
-        );
-    }
     assert_eq!(
-        refined(Endpoint::Messages, BreakReason::Unexplained, past),
+        refined(BreakReason::Unexplained, past),
+        BreakReason::RateOverflow
+    );
+    assert_eq!(
+        refined(BreakReason::Unexplained, OVERFLOW_PER_MINUTE),
         BreakReason::Unexplained
     );
-    let mut counted = false;
-    miss(BreakReason::MessageEdited).refine_overflow(Endpoint::Responses, || {
-        counted = true;
-        past
-    });
-    assert!(!counted, "counted only for an unexplained miss");
+    assert_eq!(
+        refined(BreakReason::TtlExpired, past),
+        BreakReason::TtlExpired
+    );
+    let route = |endpoint, body: &serde_json::Value| {
+        let provider = match endpoint {
+            Endpoint::Messages => Provider::Anthropic,
+            _ => Provider::OpenAi,
+        };
+        let env = Envelope::parse(provider, endpoint, body.to_string().into()).unwrap();
+        crate::measure::overflow::route_of(&env)
+    };
+    let messages = json!({"model": "claude-sonnet-4-5", "max_tokens": 9,
+        "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(route(Endpoint::Messages, &messages), None);
+    let responses = |key: &str, first: &str| {
+        json!({"model": "gpt-5.1-codex", "instructions": "Be brief. ".repeat(200),
+            "prompt_cache_key": key, "input": [{"role": "user", "content": first}]})
+    };
+    let r = |key, first| route(Endpoint::Responses, &responses(key, first)).unwrap();
+    // Past the routing bytes the rest of the prompt (a compaction's new history) does not
+    // move the route; the key does.
+    assert_eq!(r("s", "first"), r("s", "summary of earlier work"));
+    assert_ne!(r("s", "first"), r("t", "first"));
 }
 
 /// An OpenAI request that reads nothing after a prompt the provider stored whole says so,

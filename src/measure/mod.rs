@@ -3,6 +3,7 @@
 //! offline replay.
 
 pub mod breaks;
+pub mod overflow;
 pub mod shape;
 
 pub use breaks::{diagnose, BreakReason, Diagnosis, Previous};

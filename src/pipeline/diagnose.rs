@@ -57,15 +57,6 @@ impl Pipeline {
                 }
             }
         }
-        // This request and its lane's earlier ones in the provider's rate window.
-        diagnosis.refine_overflow(shape.endpoint, || {
-            let window = crate::cache_model::RATE_WINDOW_MS;
-            1 + log
-                .latest_requests()
-                .take_while(|r| r.time + window > now_ms)
-                .filter(|r| r.lane == prev.lane)
-                .count()
-        });
         Some(diagnosis)
     }
 }

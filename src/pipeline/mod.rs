@@ -82,6 +82,8 @@ pub struct Pipeline {
     /// Recent bodies' history prefixes, so a request is read from where it stops
     /// repeating one (`server.incremental`).
     known: KnownPrefixes,
+    /// OpenAI's routing rate over every session, for the overflow diagnosis.
+    routes: std::sync::Mutex<crate::measure::overflow::Routes>,
 }
 
 /// Sessions whose latest answer ids are remembered for the provider's cache diagnostics.
@@ -130,6 +132,7 @@ impl Pipeline {
             clock,
             arrivals: Default::default(),
             known,
+            routes: Default::default(),
         })
     }
 

@@ -159,12 +159,22 @@ impl Pipeline {
         let previous = session::lanes::previous_answered(log, lane).filter(|_| continued.is_none());
         super::queue::let_requests_in().await;
         let now = self.clock.now_ms();
+        // Every request counts toward its route's rate, diagnosed or not.
+        let route_requests = crate::measure::overflow::route_of(&sent).map(|route| {
+            let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+            routes.count(route, now)
+        });
         let diagnosis = match (previous, answer.billed_usage()) {
             (Some(prev), Some(usage)) => {
                 let session = session_ctx.id.id.as_str();
                 let current = (&shape, &sent, usage, now);
-                self.diagnose(store.as_ref(), session, log, prev, current)
-                    .await
+                let mut d = self
+                    .diagnose(store.as_ref(), session, log, prev, current)
+                    .await;
+                if let (Some(d), Some(sent)) = (&mut d, route_requests) {
+                    d.refine_overflow(sent);
+                }
+                d
             }
             _ => None,
         };

@@ -86,6 +86,8 @@ pub fn replay_arm(
     }
     let mut cache = CacheModel::new(CacheModelConfig::default());
     let mut sessions: HashMap<&str, SessionLanes> = HashMap::new();
+    // The provider's routing rate, counted over every session as the live path counts it.
+    let mut routes = crate::measure::overflow::Routes::default();
     let mut total = Usage::default();
     let mut keep_warms = KeepWarms::default();
     let mut held = super::held::Held::default();
@@ -190,11 +192,13 @@ pub fn replay_arm(
                         Ok(c) => crate::session::PrefixHashes::of_raw(c.env.history_raw()),
                         Err(_) => crate::session::PrefixHashes::from_keys(Vec::new()),
                     };
+                let route_requests = crate::measure::overflow::route_of(&sent.env)
+                    .map(|route| routes.count(route, record.time_ms));
                 sessions.entry(&record.session).or_default().diagnose(
                     sent,
                     &client,
                     usage,
-                    record.time_ms,
+                    (record.time_ms, route_requests),
                 )
             }
             Err(_) => None,
@@ -259,8 +263,6 @@ fn keep_warm(
 struct SessionLanes {
     heads: Vec<LaneHead>,
     answered: HashMap<u32, (SentRequest, Usage, u64)>,
-    /// Each lane's request times in the provider's rate window (see `refine_overflow`).
-    recent: HashMap<u32, std::collections::VecDeque<u64>>,
 }
 
 impl SessionLanes {
@@ -269,15 +271,13 @@ impl SessionLanes {
         sent: SentRequest,
         client: &crate::session::PrefixHashes,
         usage: Usage,
-        time_ms: u64,
+        (time_ms, route_requests): (u64, Option<usize>),
     ) -> Option<Diagnosis> {
         let lane = lanes::assign(&self.heads, &sent.shape, client);
         self.heads.retain(|h| h.lane != lane);
         let conversation = crate::session::entry::Conversation::of(client);
         self.heads
             .insert(0, LaneHead::of(lane, &sent.shape, conversation));
-        let lane_requests =
-            crate::cache_model::count_in_window(self.recent.entry(lane).or_default(), time_ms);
         let diagnosis = self.answered.get(&lane).and_then(|(prev, prev_usage, at)| {
             let previous = Previous {
                 shape: &prev.shape,
@@ -302,7 +302,9 @@ impl SessionLanes {
             ) {
                 d.refine_thinking(before, now);
             }
-            d.refine_overflow(sent.shape.endpoint, || lane_requests);
+            if let Some(sent) = route_requests {
+                d.refine_overflow(sent);
+            }
             Some(d)
         });
         self.answered.insert(lane, (sent, usage, time_ms));

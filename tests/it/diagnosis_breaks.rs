@@ -530,6 +530,42 @@ async fn an_openai_miss_past_the_routing_rate_is_an_overflow() {
     assert!(d[18].is_null(), "a quiet minute later: {}", d[18]);
 }
 
+/// The rate is the provider's per prompt start and `prompt_cache_key`, not per lane: pi on
+/// the Responses API compacts mid-loop, and the requests after the compaction start a second
+/// lane with the same instructions, tools and key. The 16th to 18th requests on that route
+/// within a minute overflow although their lane has sent only a few: each is named
+/// `rate_overflow`, none `unexplained`.
+#[tokio::test]
+async fn an_overflow_is_counted_over_the_lanes_that_share_a_route() {
+    let compacted = |steps: usize| {
+        let mut body = codex_request(steps);
+        body["input"][0]["content"][0]["text"] =
+            json!("Summary of the earlier conversation: the loader is renamed; fix its callers.");
+        body
+    };
+    let d = live_and_replayed(
+        async |rig: &mut Rig| {
+            for steps in 0..9 {
+                rig.send_codex(&codex_request(steps)).await;
+                rig.advance(Duration::from_secs(2));
+            }
+            for steps in 0..9 {
+                rig.send_codex(&compacted(steps)).await;
+                rig.advance(Duration::from_secs(2));
+            }
+        },
+        &[],
+    )
+    .await;
+    let reasons: Vec<&Value> = d.iter().map(|d| &d["reason"]).collect();
+    assert!(
+        reasons.iter().all(|r| *r != "unexplained"),
+        "{reasons:?}\n{d:#?}"
+    );
+    let overflowed = reasons.iter().filter(|r| **r == "rate_overflow").count();
+    assert!(overflowed >= 2, "requests 16-18 overflow: {reasons:?}");
+}
+
 /// GPT-5.6 and later on Responses take `prompt_cache_options.ttl: "12h"`: "The minimum
 /// lifetime applied to every implicit and explicit cache breakpoint written by the request.
 /// Supported values are `30m` (the default) and `12h`" (openai-python 3.57, Responses
