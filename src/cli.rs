@@ -107,6 +107,17 @@ pub struct EmulateArgs {
     /// Tool calls in a row after each user prompt before the reply is text.
     #[arg(long, env = "CACHET_EMULATE_TOOL_STEPS", default_value_t = crate::emulator::reply::DEFAULT_TOOL_STEPS)]
     pub tool_steps: u32,
+    /// Accept only requests presenting this key or token where the provider reads it
+    /// (Anthropic `x-api-key` or `authorization: Bearer`, OpenAI `authorization: Bearer`);
+    /// others get the provider's 401 (repeatable; comma-separated in the variable). Without
+    /// it, any credential is accepted.
+    #[arg(
+        long = "api-key",
+        env = "CACHET_EMULATE_API_KEYS",
+        value_name = "KEY",
+        value_delimiter = ','
+    )]
+    pub api_keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -327,7 +327,11 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
     let emulator = emulator::spawn(
         TcpListener::bind("127.0.0.1:0").await?,
-        EmulatorOptions::default(),
+        // The demo stays up for agents, which pace their own requests.
+        EmulatorOptions {
+            clock: Some(crate::cache_model::Clock::running()),
+            ..EmulatorOptions::default()
+        },
     )
     .await?;
     let mut config = Config::default();

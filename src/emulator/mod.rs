@@ -39,6 +39,9 @@ pub struct EmulatorOptions {
     pub cache: CacheModelConfig,
     /// Share a clock with the caller; a fresh one otherwise.
     pub clock: Option<Clock>,
+    /// The keys and tokens the provider APIs accept (`--api-key`): a request presenting none
+    /// of them gets the provider's 401. Empty: any credential is accepted.
+    pub api_keys: Vec<String>,
 }
 
 /// A running emulator.
@@ -116,12 +119,17 @@ pub async fn spawn(
 /// `cachet emulate`: serve until Ctrl-C.
 pub async fn run_emulate(args: EmulateArgs) -> anyhow::Result<()> {
     crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
-    let mut opts = EmulatorOptions::default();
+    // Agents pace their own requests: the cache model sees them at that pace.
+    let mut opts = EmulatorOptions {
+        clock: Some(Clock::running()),
+        ..EmulatorOptions::default()
+    };
     if let Some(text) = args.reply {
         opts.reply.text = text;
     }
     opts.reply.tool_calls = ToolCalls::parse(args.tool_calls.as_deref().unwrap_or(""));
     opts.reply.max_tool_steps = args.tool_steps;
+    opts.api_keys = args.api_keys;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;

@@ -56,6 +56,8 @@ pub struct Shared {
     stored: Mutex<Stored>,
     /// The Conversations API's conversations, for requests that name one.
     conversations: Mutex<Conversations>,
+    /// The credentials the provider APIs accept (empty: any).
+    api_keys: Vec<String>,
 }
 
 impl Shared {
@@ -69,6 +71,7 @@ impl Shared {
             fingerprints: Mutex::new(Recent::new(DIAGNOSIS_CAPACITY)),
             stored: Mutex::new(Stored::default()),
             conversations: Mutex::new(Conversations::default()),
+            api_keys: opts.api_keys.clone(),
         }
     }
 
@@ -102,6 +105,35 @@ impl Shared {
         };
         store.insert(message_id.to_string(), current);
         Ok(reason.map(|r| diagnostics_json(r.as_ref())))
+    }
+
+    /// The provider's 401 for a request that presents none of the accepted credentials
+    /// (Anthropic: "invalid x-api-key"; OpenAI: `invalid_api_key`). The message never
+    /// repeats what was sent.
+    fn refuse_credentials(
+        &self,
+        provider: Provider,
+        headers: &http::HeaderMap,
+    ) -> Option<ApiError> {
+        if self.api_keys.is_empty() {
+            return None;
+        }
+        let presented = crate::providers::auth::presented(provider, headers);
+        let accepted = presented.iter().any(|p| {
+            self.api_keys
+                .iter()
+                .any(|k| bool::from(subtle::ConstantTimeEq::ct_eq(k.as_bytes(), p.as_bytes())))
+        });
+        if accepted {
+            return None;
+        }
+        let message = match (provider, presented.is_empty()) {
+            (Provider::Anthropic, true) => "x-api-key header is required",
+            (Provider::Anthropic, false) => "invalid x-api-key",
+            (Provider::OpenAi, true) => "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            (Provider::OpenAi, false) => "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+        };
+        Some(ApiError::new(ErrorKind::Authentication, message))
     }
 
     /// Forget every cached prefix, as a provider evicting its cache does.
@@ -155,6 +187,12 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Pro
     // The same edge rule as the proxy: no path that climbs out of where it points.
     if let Err(err) = crate::transport::path_guard::check(req.uri().path()) {
         return error_response(provider, &request_id, &err);
+    }
+    // The provider APIs check the credential; the emulator's own controls do not.
+    if path.starts_with("/v1/") {
+        if let Some(err) = shared.refuse_credentials(provider, req.headers()) {
+            return error_response(provider, &request_id, &err);
+        }
     }
     let endpoint = match (req.method(), path.as_str()) {
         (&Method::POST, "/v1/messages") => Endpoint::Messages,

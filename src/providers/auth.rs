@@ -78,6 +78,28 @@ pub fn signed_in_with_chatgpt(headers: &HeaderMap) -> bool {
     headers.contains_key(CHATGPT_ACCOUNT_HEADER)
 }
 
+/// The secrets a request presents where `provider` reads its credential: Anthropic's
+/// `x-api-key` (an API key) or `authorization: Bearer` (a subscription's OAuth token);
+/// OpenAI's `authorization: Bearer` (an API key, or a ChatGPT access token on the ChatGPT
+/// backend).
+pub fn presented(provider: super::Provider, headers: &HeaderMap) -> Vec<&str> {
+    let bearer = headers
+        .get_all(http::header::AUTHORIZATION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(bearer_token);
+    match provider {
+        super::Provider::Anthropic => headers
+            .get_all("x-api-key")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::trim)
+            .chain(bearer)
+            .collect(),
+        super::Provider::OpenAi => bearer.collect(),
+    }
+}
+
 /// The token of an `authorization: Bearer TOKEN` value.
 fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.trim().split_once(' ')?;

@@ -210,6 +210,12 @@ def http_get(url, timeout=10):
         return r.read()
 
 
+def accepted_credentials():
+    """What the emulator serves: each client's own key or token, and the keys cachet holds.
+    Never TEAM_KEY: that is cachet's, and must not reach the provider."""
+    return [ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, HELD_ANTHROPIC, HELD_OPENAI]
+
+
 class Stack:
     """emulator <- back shim <- cachet serve <- front shim, all on loopback ports."""
 
@@ -218,8 +224,14 @@ class Stack:
         os.makedirs(workdir, exist_ok=True)
         self.procs = []
         self.env = env or {}
+        # As strict as a provider: only the clients' own credentials and the keys cachet
+        # holds are served, so a block that sends the wrong key (or a cachet key leaking
+        # upstream) fails with the provider's 401.
+        keys = []
+        for k in accepted_credentials():
+            keys += ["--api-key", k]
         emu = self._start([cachet, "emulate", "--listen", "127.0.0.1:0", "--tool-calls", "first",
-                           "--tool-steps", str(TOOL_STEPS)], "emulate.log")
+                           "--tool-steps", str(TOOL_STEPS)] + keys, "emulate.log")
         self.emulator_url = re.search(r"http://\S+", emu.stdout.readline()).group(0)
         self.back = Shim(self.emulator_url)
         args = [cachet, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
