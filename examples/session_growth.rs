@@ -119,6 +119,7 @@ async fn main() -> anyhow::Result<()> {
             hashes: None,
             usage: None,
             status: Some(200),
+            outcome: None,
             lane: 0,
             conversation: Default::default(),
             diagnosis: None,

@@ -199,6 +199,8 @@ impl Pipeline {
             hashes: Some(&session_ctx.history),
             usage,
             status: Some(answer.status),
+            outcome: (answer.tap.outcome != crate::tap::Outcome::Complete)
+                .then(|| answer.tap.outcome.label()),
             lane,
             conversation: session::entry::Conversation::of(&session_ctx.history),
             diagnosis,

@@ -60,17 +60,27 @@ pub async fn admin_route(
     let result = if path == "/sessions" || path == "/sessions/" {
         sessions_json(store, limit_from(query)).await.map(Some)
     } else {
-        let id = path.strip_prefix("/sessions/")?;
-        if id.is_empty() || id.contains('/') {
-            return None;
-        }
-        session_json(store, id).await
+        let id = session_id_segment(path.strip_prefix("/sessions/")?)?;
+        session_json(store, &id).await
     };
     Some(match result {
         Ok(Some(body)) => (200, body),
         Ok(None) => (404, json!({"error": "no such session"})),
         Err(err) => (503, json!({"error": err.to_string()})),
     })
+}
+
+/// A session id from one path segment, percent-decoded (`team-a%3Ab7…` is `team-a:b7…`, as
+/// browsers and links send it). `None` for an empty segment, more than one, or bytes that
+/// do not decode to UTF-8.
+pub fn session_id_segment(segment: &str) -> Option<String> {
+    if segment.is_empty() || segment.contains('/') {
+        return None;
+    }
+    let id = percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()?;
+    (!id.is_empty()).then(|| id.into_owned())
 }
 
 /// The `limit=N` of a `GET /sessions` query, bounded (the HTML overview reads it too).

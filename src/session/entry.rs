@@ -158,6 +158,11 @@ pub struct RequestRecord {
     /// Upstream HTTP status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// How the answer ended when it did not end whole (`client_gone` for an interrupt,
+    /// `upstream_cut`, `upstream_error`, `idle_timeout`); absent for a complete answer.
+    /// Its usage is what was counted before the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
     /// Why the request read less from the cache than it could have, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<Diagnosis>,

@@ -35,6 +35,8 @@ pub struct RequestDraft<'a> {
     pub hashes: Option<&'a PrefixHashes>,
     pub usage: Option<Usage>,
     pub status: Option<u16>,
+    /// How the answer ended, when not whole (see [`RequestRecord::outcome`]).
+    pub outcome: Option<&'a str>,
     pub lane: u32,
     /// The client's own history, before any patch.
     pub conversation: super::entry::Conversation,
@@ -154,6 +156,7 @@ pub fn compact_request(
         conversation: draft.conversation.clone(),
         usage: draft.usage,
         status: draft.status,
+        outcome: draft.outcome.map(str::to_string),
         diagnosis: draft.diagnosis.clone(),
         provider_diagnosis: None,
         patches: draft.patches.clone(),

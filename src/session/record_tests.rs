@@ -58,6 +58,7 @@ fn record_body(
         hashes: None,
         usage: None,
         status: Some(200),
+        outcome: None,
         lane: 0,
         conversation: Default::default(),
         diagnosis: None,

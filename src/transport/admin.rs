@@ -88,7 +88,7 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
                 return not_kept();
             };
             let id = timeline_id(p).unwrap_or_default();
-            match pages::timeline_html(store.as_ref(), id, query).await {
+            match pages::timeline_html(store.as_ref(), &id, query).await {
                 Ok(Some(page)) => with_type(Response::new(full(page)), HTML),
                 Ok(None) => status(StatusCode::NOT_FOUND, "no such session\n"),
                 Err(e) => status(StatusCode::SERVICE_UNAVAILABLE, &format!("{e}\n")),
@@ -128,10 +128,10 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
     }
 }
 
-/// The session id of `/sessions/{id}/timeline` (one non-empty path segment).
-fn timeline_id(path: &str) -> Option<&str> {
+/// The session id of `/sessions/{id}/timeline` (one non-empty path segment, decoded).
+fn timeline_id(path: &str) -> Option<String> {
     let id = path.strip_prefix("/sessions/")?.strip_suffix("/timeline")?;
-    (!id.is_empty() && !id.contains('/')).then_some(id)
+    crate::session::admin::session_id_segment(id)
 }
 
 fn kept(state: &AdminState) -> Option<Arc<dyn SessionStore>> {
@@ -247,7 +247,15 @@ mod tests {
 
     #[test]
     fn the_timeline_path_names_one_session() {
-        assert_eq!(timeline_id("/sessions/abc/timeline"), Some("abc"));
+        assert_eq!(
+            timeline_id("/sessions/abc/timeline").as_deref(),
+            Some("abc")
+        );
+        assert_eq!(
+            timeline_id("/sessions/team-a%3Aabc/timeline").as_deref(),
+            Some("team-a:abc")
+        );
+        assert_eq!(timeline_id("/sessions/%FF/timeline"), None);
         assert_eq!(timeline_id("/sessions/timeline"), None);
         assert_eq!(timeline_id("/sessions//timeline"), None);
         assert_eq!(timeline_id("/sessions/a/b/timeline"), None);

@@ -298,12 +298,34 @@ ab = {{ "system-prompt" = 50, "context-hook" = 50 }}
     }
     assert_eq!(expected.len(), 2, "20 sessions fall in both arms");
     let m = metrics_text(&proxy).await;
-    for (variant, n) in expected {
+    for (variant, n) in &expected {
         assert_eq!(
             metric_sum(&m, "cachet_requests_total", &[("variant", variant)]),
-            n,
+            *n,
             "{variant}"
         );
     }
+    // The sessions overview shows each session's arm in its own column.
+    wait_for_requests(&proxy, "user-19", 2).await;
+    let page = client()
+        .get(format!("http://{}/sessions", proxy.admin_addr))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let arm19 = cachet::inject::choose_arm("user-19", &arms)
+        .unwrap()
+        .label();
+    let row = page
+        .split("<tr>")
+        .find(|r| r.contains(">user-19<"))
+        .unwrap_or_else(|| panic!("no row for user-19: {page}"));
+    assert!(
+        row.contains(&format!("title=\"A/B variant\">variant {arm19}</span>")),
+        "{row}"
+    );
     proxy.shutdown().await;
 }

@@ -377,6 +377,63 @@ async fn client_disconnect_cancels_the_upstream_request() {
     }
 }
 
+/// Claude Code interrupted mid-answer (Esc in the UI) closes its stream after the first
+/// events. The session entry says so: its outcome is `client_gone`, beside the usage counted
+/// before the end, and the timeline row shows it; an answer that ends whole has no outcome.
+#[tokio::test]
+async fn an_interrupted_answer_is_recorded_as_interrupted() {
+    let gate = Arc::new(Notify::new());
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude-sonnet-4-5\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n";
+    let upstream = FakeUpstream::start(Script::sse(vec![
+        chunk(start),
+        Step::Wait(gate.clone()),
+        chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+    ]))
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let body = serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 32000,
+        "stream": true, "messages": [{"role": "user", "content": "Rename the loader."}]});
+    let send = || {
+        client()
+            .post(format!("http://{}/v1/messages", proxy.addr))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01")
+            .header("x-claude-code-session-id", "cc-interrupt")
+            .json(&body)
+            .send()
+    };
+    let mut s = send().await.unwrap().bytes_stream();
+    s.next().await.unwrap().unwrap();
+    drop(s);
+    let log = wait_for_requests(&proxy, "cc-interrupt", 1).await;
+    let entry = request_entries(&log)[0].clone();
+    assert_eq!(entry["outcome"], "client_gone", "{entry:#}");
+    assert_eq!(entry["status"], 200);
+    let page = client()
+        .get(format!(
+            "http://{}/sessions/cc-interrupt/timeline",
+            proxy.admin_addr
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("interrupted by the client"), "{page}");
+    // The next turn's answer ends whole.
+    upstream.set_script(Script::sse(vec![
+        chunk(start),
+        chunk("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+    ]));
+    let whole = send().await.unwrap().bytes().await.unwrap();
+    assert!(String::from_utf8_lossy(&whole).contains("message_stop"));
+    let log = wait_for_requests(&proxy, "cc-interrupt", 2).await;
+    let second = request_entries(&log)[1];
+    assert!(second.get("outcome").is_none(), "{second:#}");
+    proxy.shutdown().await;
+}
+
 #[tokio::test]
 async fn graceful_shutdown_drains_streams_in_flight() {
     let gate = Arc::new(Notify::new());

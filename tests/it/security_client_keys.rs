@@ -227,6 +227,21 @@ async fn key_names_label_the_metrics_and_namespace_the_sessions() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404, "a session outside every namespace");
+    // A browser or a link sends the namespaced id percent-encoded; it names the same session.
+    for path in ["team-a%3As1", "team-a%3as1/timeline"] {
+        let r = reqwest::get(format!("http://{}/sessions/{path}", proxy.admin_addr))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "/sessions/{path}");
+    }
+    let encoded: serde_json::Value =
+        reqwest::get(format!("http://{}/sessions/team-a%3As1", proxy.admin_addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(encoded["requests"], 2);
 
     let metrics = metrics_text(&proxy).await;
     let requests = |key: &str| {

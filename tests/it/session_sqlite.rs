@@ -390,6 +390,7 @@ async fn admin_json_lists_entries_and_recent_sessions() {
         hashes: None,
         usage: Some(usage),
         status: Some(200),
+        outcome: None,
         lane: 0,
         conversation: Default::default(),
         diagnosis: None,

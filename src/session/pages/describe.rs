@@ -119,6 +119,17 @@ pub fn provider_reason(v: &Value) -> String {
     }
 }
 
+/// How an answer that did not end whole ended, in words (the entry's `outcome`).
+pub fn outcome(outcome: &str) -> String {
+    match outcome {
+        "client_gone" => "interrupted by the client".into(),
+        "upstream_cut" => "cut off by the provider".into(),
+        "upstream_error" => "ended by a provider error event".into(),
+        "idle_timeout" => "provider went silent (idle time-out)".into(),
+        other => format!("ended: {other}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

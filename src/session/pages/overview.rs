@@ -1,5 +1,5 @@
 //! `GET /sessions` for a browser: the most recently active sessions (`limit`, 50 unless
-//! asked otherwise) with client, model, requests, hit ratio, cost, savings, breaks and last
+//! asked otherwise) with client (and its A/B variant), model, requests, hit ratio, cost, savings, breaks and last
 //! activity, each linked to its timeline. Sorted by `?sort=KEY&order=asc|desc`; the column
 //! headers are those links, so sorting needs no script.
 
@@ -284,7 +284,13 @@ fn session_row(row: &SessionRow, now: u64) -> Markup {
     html! {
         tr {
             td.l { a href={ "/sessions/" (s.id) "/timeline" } { (s.id) } }
-            td.l { (t.main_client().unwrap_or("–")) }
+            td.l {
+                (t.main_client().unwrap_or("–"))
+                // The A/B arm (injection mode or experiment) the session is in.
+                @if let Some(variant) = t.main_variant() {
+                    span.inv title="A/B variant" { "variant " (variant) }
+                }
+            }
             td.l title=(models.join(", ")) {
                 (t.main_model().unwrap_or("–"))
                 @if others > 0 { span.dim { " +" (others) } }

@@ -278,6 +278,12 @@ fn events(r: &RequestView<'_>) -> Markup {
                 @if r.usage.is_none() { "no usage reported" }
             }
         }
+        @if let Some(outcome) = &rec.outcome {
+            div.ev {
+                span.tag.status { (describe::outcome(outcome)) }
+                " usage as counted before the end"
+            }
+        }
         @if let Some(d) = &rec.diagnosis {
             details.ev.brk {
                 summary { b { (d.reason.label()) } " in " (d.section.label()) ": " (d.detail) }

@@ -135,6 +135,11 @@ impl Totals {
         most_used(&self.clients)
     }
 
+    /// The A/B arm most requests went in (`None` outside any split).
+    pub fn main_variant(&self) -> Option<&str> {
+        most_used(&self.variants)
+    }
+
     fn add(&mut self, r: &RequestView<'_>) {
         let rec = r.record;
         self.requests += 1;
