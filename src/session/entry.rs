@@ -408,14 +408,39 @@ pub struct Conversation {
     /// The history's first message (its one-message anchor hash), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first: Option<String>,
+    /// The content keys (hex) of the second and the last message, for a history of two or
+    /// more: a later request that has both where this one had them, and another first
+    /// message, is this conversation with its first message rewritten (Claude Code's
+    /// reminder naming the model after a model switch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<String>,
 }
 
 impl Conversation {
     pub fn of(client: &PrefixHashes) -> Self {
+        let keys = client.keys();
+        let key_at = |i: usize| (keys.len() >= 2).then(|| hex::encode(keys[i]));
         Conversation {
             history: client.full(),
             first: client.anchor_at(1).map(|a| a.hash),
+            second: key_at(1),
+            last: key_at(keys.len().saturating_sub(1)),
         }
+    }
+
+    /// Whether `client` is this conversation with only its first message rewritten: it
+    /// holds this history's second and last message where this history had them.
+    pub fn rewritten_first(&self, client: &PrefixHashes) -> bool {
+        let count = self.history.count;
+        let keys = client.keys();
+        let is = |key: &Option<String>, at: usize| {
+            key.as_deref()
+                .and_then(decode_key)
+                .is_some_and(|k| keys.get(at) == Some(&k))
+        };
+        count >= 2 && keys.len() >= count && is(&self.second, 1) && is(&self.last, count - 1)
     }
 }
 

@@ -13,7 +13,11 @@
 //!    repeats the lane's history is a side request on those messages (a title, a
 //!    classifier) when it comes on another model without the lane's tools, or with other
 //!    tools and another system prompt;
-//! 3. failing that, a new lane: a new subagent, or a compacted history that shares no
+//! 3. failing that, the most recently active lane with the same tools whose history this
+//!    one repeats from its second message on: the conversation with its first message
+//!    rewritten (Claude Code names the model in it, so a model switch rewrites it), which
+//!    the diagnosis reports;
+//! 4. failing that, a new lane: a new subagent, or a compacted history that shares no
 //!    message with the conversation it replaces.
 
 use super::anchor::PrefixHashes;
@@ -70,7 +74,14 @@ pub fn assign(heads: &[LaneHead], shape: &PromptShape, client: &PrefixHashes) ->
             .rev()
             .max_by_key(|h| h.conversation.history.count)
     };
-    match same_shape.or_else(continued) {
+    let rewritten_first = || {
+        heads.iter().find(|h| {
+            h.tools_key.is_some()
+                && h.tools_key == shape.tools_key
+                && h.conversation.rewritten_first(client)
+        })
+    };
+    match same_shape.or_else(continued).or_else(rewritten_first) {
         Some(h) => h.lane,
         None => heads.iter().map(|h| h.lane + 1).max().unwrap_or(0),
     }

@@ -8,6 +8,7 @@ mod admin_pages;
 mod demo;
 mod diagnosis_breaks;
 mod diagnosis_clients;
+mod diagnosis_model_switch;
 mod docs_blocks;
 mod docs_examples;
 mod docs_reference;
