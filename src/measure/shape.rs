@@ -18,6 +18,34 @@ pub struct Named {
     pub key: MessageKey,
 }
 
+/// The system parts the cache keys on, each by its name and the address of its text.
+pub fn system_of(env: &Envelope) -> Vec<Named> {
+    let endpoint = env.endpoint();
+    env.system_parts()
+        .iter()
+        .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
+        .map(|p| Named {
+            name: p.name.clone(),
+            // The text is what keys the cache: a string system prompt equals its one text
+            // block, and markers never count.
+            key: key_of_repeated_bytes(p.text.as_bytes()),
+        })
+        .collect()
+}
+
+impl PromptShape {
+    /// Name the system parts as `named` (the envelope that was shaped) did, where a part's
+    /// text is the same: the body read back after shaping names its parts by position
+    /// (`base.2`), where the shaped envelope knew a policy's part by its name (`memory`).
+    pub fn name_system_parts(&mut self, named: &[Named]) {
+        for part in &mut self.system {
+            if let Some(n) = named.iter().find(|n| n.key == part.key) {
+                part.name.clone_from(&n.name);
+            }
+        }
+    }
+}
+
 /// A cache marker: where it sits, counted in content blocks from the start of the prompt
 /// (tools, then system, then messages), and its lifetime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,17 +143,7 @@ impl PromptShape {
             .tools_raw()
             .map(|raw| named_tool(endpoint, raw))
             .collect();
-        let system: Vec<Named> = env
-            .system_parts()
-            .iter()
-            .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
-            .map(|p| Named {
-                name: p.name.clone(),
-                // The text is what keys the cache: a string system prompt equals its one
-                // text block, and markers never count.
-                key: key_of_repeated_bytes(p.text.as_bytes()),
-            })
-            .collect();
+        let system = system_of(env);
         let cut = history.len().saturating_sub(tail);
         let mut messages = history;
         let tail = messages.split_off(cut);

@@ -106,6 +106,8 @@ pub enum After {
 pub struct Shaping {
     /// Where the client's history messages sit among those the patches inserted.
     pub map: HistoryMap,
+    /// The system parts as shaped, by name: what the diagnosis calls them.
+    pub system: Vec<crate::measure::Named>,
     pub policy_names: Vec<String>,
     /// Messages of the request-only tail at the end of what was sent.
     pub uncached_tail: usize,

@@ -128,7 +128,10 @@ impl Pipeline {
             }
         };
         super::queue::let_requests_in().await;
-        let shape = PromptShape::with_history_keys(&sent, uncached_tail, keys);
+        let mut shape = PromptShape::with_history_keys(&sent, uncached_tail, keys);
+        if let After::Shaped(shaping) = &after {
+            shape.name_system_parts(&shaping.system);
+        }
         // The log as it is now: entries of this session's earlier answers may have been
         // written since this request was shaped (the queue writes them in order).
         let log = if observed {

@@ -131,6 +131,7 @@ impl Pipeline {
         });
         ex.after = After::Shaped(Box::new(Shaping {
             map,
+            system: crate::measure::shape::system_of(&env),
             uncached_tail: env.uncached_raw().count(),
             patches,
             diagnosis_lane,
