@@ -92,12 +92,9 @@ pub enum After {
     /// Nothing: not a generation request, or neither a policy nor monitoring applies.
     Nothing,
     /// Monitoring only: the request went out as the client sent it; its session and
-    /// diagnosis are read from those bytes after the answer.
-    Observe {
-        /// A stateful request whose continued turn was not remembered (after a restart):
-        /// its turn is counted again from the session's log once that is loaded.
-        recount_turn: bool,
-    },
+    /// diagnosis are read from those bytes after the answer, and its turn counted on from
+    /// its session's log once that is loaded.
+    Observe,
     /// A policy shaped it: its handlers and what they did.
     Shaped(Box<Shaping>),
 }

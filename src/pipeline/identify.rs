@@ -1,8 +1,11 @@
 //! Identify the session: the first identifier that applies (see `session::identity`);
 //! without one, the session whose latest request this request's history extends, as the
-//! provider's prefix cache would see it; only when none does, the fingerprint of a new
-//! session. A tool or system change mid-session (an MCP server connecting) is then a
-//! diagnosed break inside the session, not a new session.
+//! provider's prefix cache would see it; then the session a compacted history's kept
+//! messages come from; only when none does, the fingerprint of a new session. A tool or
+//! system change mid-session (an MCP server connecting) is then a diagnosed break inside
+//! the session, not a new session. Two conversations with one fingerprint (the same first
+//! prompt in the same folder) are told apart by the message after the first: the first
+//! answer, with its own tool-call ids.
 //!
 //! With client keys configured, every session lives in its key's namespace: the id a
 //! request names (or its fingerprint) becomes `NAME:id`, and history continuation looks
@@ -15,7 +18,7 @@ use http::HeaderMap;
 
 use super::Pipeline;
 use crate::envelope::Envelope;
-use crate::session::{self, IdSource, PrefixHashes, SessionId};
+use crate::session::{self, IdSource, MessageKey, PrefixHashes, SessionId};
 
 /// How many recent histories are remembered for continuation: one per request, about
 /// 400 bytes each with the system allocator's overhead (273 allocated: moka's entry with
@@ -34,6 +37,17 @@ pub(super) const REMEMBERED_ANSWER_SESSIONS: u64 = 16_384;
 /// A request continues a session only by a history of this many messages or more (a
 /// prompt and an answer at least): a shared first prompt alone is no continuation.
 const MIN_CONTINUED: usize = 2;
+/// How many message pairs of recent histories without a session id are remembered with
+/// their session, for the request that goes on after a compaction (a summary, then the
+/// messages kept): about 400 bytes each, as `REMEMBERED_HISTORIES`, so about 13 MB when
+/// full. Each request adds the pairs it is the first to send.
+pub(super) const REMEMBERED_PAIRS: u64 = 32_768;
+/// A compacted history is looked for by the pairs that start at these positions: after
+/// the summary (which may be a message or two), where its kept messages begin.
+const KEPT_STARTS: std::ops::RangeInclusive<usize> = 1..=3;
+/// How many fingerprint sessions are remembered with the message after their first, which
+/// tells a second conversation with the same first prompt apart (32 bytes of key each).
+pub(super) const REMEMBERED_STARTS: u64 = 16_384;
 
 impl Pipeline {
     pub(super) async fn identify(
@@ -53,6 +67,8 @@ impl Pipeline {
                 };
             }
         }
+        // Messages of this history a remembered one already had.
+        let mut known = 0;
         if id.source == IdSource::Fingerprint {
             for n in (MIN_CONTINUED..=hashes.len()).rev() {
                 let Some(hash) = hashes.hash_at(n) else {
@@ -63,9 +79,21 @@ impl Pipeline {
                         id: found,
                         source: IdSource::History,
                     };
+                    known = n;
                     break;
                 }
             }
+        }
+        if id.source == IdSource::Fingerprint {
+            if let Some(found) = self.compacted_from(hashes, namespace).await {
+                id = SessionId {
+                    id: found,
+                    source: IdSource::Compacted,
+                };
+            }
+        }
+        if id.source == IdSource::Fingerprint {
+            id.id = self.apart_from_twins(id.id, hashes).await;
         }
         // Remembered as soon as it is identified: the next request may come before this
         // one's entry is written.
@@ -76,7 +104,80 @@ impl Pipeline {
             let remembered = history_key(hash, namespace);
             self.histories.insert(remembered, id.id.clone()).await;
         }
+        if id.source.is_inferred() {
+            self.remember_pairs(hashes, known, &id.id, namespace).await;
+        }
         id
+    }
+
+    /// The session of the conversation a compacted history goes on: a history that
+    /// continues no remembered one, but whose messages after its summary (a pair of them,
+    /// one of the first few) were sent in that session.
+    async fn compacted_from(
+        &self,
+        hashes: &PrefixHashes,
+        namespace: Option<&str>,
+    ) -> Option<String> {
+        let keys = hashes.keys();
+        for at in KEPT_STARTS {
+            let Some(pair) = keys.get(at..at + 2) else {
+                break;
+            };
+            if let Some(found) = self.pairs.get(&pair_key(pair, namespace)).await {
+                return Some(found.to_string());
+            }
+        }
+        None
+    }
+
+    /// Remember the message pairs of a history without a session id with its session,
+    /// from where the remembered history it continues ended (`known` messages).
+    async fn remember_pairs(
+        &self,
+        hashes: &PrefixHashes,
+        known: usize,
+        session: &str,
+        namespace: Option<&str>,
+    ) {
+        let keys = hashes.keys();
+        let session: Arc<str> = Arc::from(session);
+        for pair in keys[known.saturating_sub(1)..].windows(2) {
+            let key = pair_key(pair, namespace);
+            self.pairs.insert(key, session.clone()).await;
+        }
+    }
+
+    /// A fingerprint session's id, or, for a second conversation with the same fingerprint
+    /// (the same system prompt, tools and first prompt: two sessions of one agent started
+    /// alike in one folder), an id of its own. The first history of two messages or more
+    /// under a fingerprint claims it by its second message (the first answer, whose tool-call
+    /// ids are its own); a history with another second message is another conversation,
+    /// named by the fingerprint and that message. After a restart the claim is read from the
+    /// session's log, so both conversations keep their ids.
+    async fn apart_from_twins(&self, fingerprint: String, hashes: &PrefixHashes) -> String {
+        let Some(&second) = hashes.keys().get(1) else {
+            return fingerprint;
+        };
+        let first = hashes.anchor_at(1).map(|a| a.hash);
+        let claim = async {
+            let log = match &self.store {
+                Some(store) => store.load(&fingerprint).await.ok(),
+                None => None,
+            };
+            log.and_then(|log| session::lanes::second_of(&log, first.as_deref()))
+                .unwrap_or(second)
+        };
+        let claimed = self
+            .starts
+            .entry(namespaced_key(fingerprint.as_bytes(), None))
+            .or_insert_with(claim)
+            .await
+            .into_value();
+        if claimed == second {
+            fingerprint
+        } else {
+            format!("{fingerprint}-{}", &hex::encode(second)[..12])
+        }
     }
 }
 
@@ -102,15 +203,43 @@ impl Pipeline {
     }
 
     /// `meta.turn_index` of a request: the turns its history carries, after those of what
-    /// it continues when it is a stateful Responses request (the provider holds them).
+    /// it continues when it is a stateful Responses request (the provider holds them), or,
+    /// with its session's log, counted on from that log (a compacted history goes on from
+    /// its session's turn, see [`session::lanes::turn_index`]).
     pub(super) fn turn_index(
         &self,
         env: &Envelope,
         namespace: Option<&str>,
-        log: Option<&session::SessionLog>,
+        session: Option<(&session::SessionLog, &PrefixHashes)>,
     ) -> u64 {
+        let log = session.map(|(log, _)| log);
         self.continued_turn_index(env, namespace, log)
-            .unwrap_or_else(|| env.turn_index())
+            .unwrap_or_else(|| match session {
+                Some((log, client)) => {
+                    session::lanes::turn_index(log, client, &env.history_kinds())
+                }
+                None => env.turn_index(),
+            })
+    }
+
+    /// `meta.turn_index` of an observed request counted again once its session's log is
+    /// loaded, after its own answer was remembered: a stateful request's from the log alone
+    /// (the remembered answer of its conversation may be its own by now; `None` when the log
+    /// does not hold what it continues), any other's on from the log's lanes.
+    pub(super) fn turn_index_in_log(
+        &self,
+        env: &Envelope,
+        log: &session::SessionLog,
+        client: &PrefixHashes,
+    ) -> Option<u64> {
+        let kinds = env.history_kinds();
+        match Continued::of(env) {
+            Some(continued) => Some(crate::providers::turns::continued_turn_index(
+                continued.turn_in_log(log)?,
+                &kinds,
+            )),
+            None => Some(session::lanes::turn_index(log, client, &kinds)),
+        }
     }
 
     /// `meta.turn_index` of a stateful Responses request, counted from the turn of what it
@@ -128,20 +257,6 @@ impl Pipeline {
             Some(found) => found.turn_index,
             None => continued.turn_in_log(log?)?,
         };
-        Some(crate::providers::turns::continued_turn_index(
-            turn,
-            &env.history_kinds(),
-        ))
-    }
-
-    /// [`Pipeline::continued_turn_index`] read from the session's log alone: what an
-    /// observed request's turn is once its session is loaded, when nothing was remembered.
-    pub(super) fn continued_turn_index_in_log(
-        &self,
-        env: &Envelope,
-        log: &session::SessionLog,
-    ) -> Option<u64> {
-        let turn = Continued::of(env)?.turn_in_log(log)?;
         Some(crate::providers::turns::continued_turn_index(
             turn,
             &env.history_kinds(),
@@ -251,6 +366,12 @@ fn namespaced_key(bytes: &[u8], namespace: Option<&str>) -> u128 {
     hasher.update(&[0]);
     hasher.update(bytes);
     hasher.digest128()
+}
+
+/// Two consecutive messages' keys inside a client key's namespace, as the pairs are
+/// remembered.
+fn pair_key(pair: &[MessageKey], namespace: Option<&str>) -> u128 {
+    namespaced_key(pair.concat().as_slice(), namespace)
 }
 
 /// A session id (or remembered history) inside a client key's namespace.

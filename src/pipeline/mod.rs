@@ -65,6 +65,12 @@ pub struct Pipeline {
     /// Recent client histories (rolling hash) and their sessions, for requests that carry
     /// no session id.
     histories: moka::future::Cache<u128, String>,
+    /// Recent message pairs of those histories and their sessions, for the request that
+    /// goes on after a compaction.
+    pairs: moka::future::Cache<u128, Arc<str>>,
+    /// Fingerprint sessions and the message after their first, which tells a second
+    /// conversation with the same fingerprint apart.
+    starts: moka::future::Cache<u128, session::MessageKey>,
     /// Recent Responses answers' ids, with their sessions and turns, for requests that
     /// continue an answer by `previous_response_id` (inserted as a response ends, before the
     /// client can name it).
@@ -126,6 +132,8 @@ impl Pipeline {
             recorder,
             config,
             histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
+            pairs: moka::future::Cache::new(identify::REMEMBERED_PAIRS),
+            starts: moka::future::Cache::new(identify::REMEMBERED_STARTS),
             answers: moka::sync::Cache::new(identify::REMEMBERED_ANSWER_SESSIONS),
             after_queue: std::sync::OnceLock::new(),
             response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
@@ -183,7 +191,7 @@ impl Pipeline {
             // long as its answer streams, though it is done before forwarding.
             Box::pin(self.shape(&mut ex)).await?;
             // Only monitoring reads the body's envelope, after the response.
-            if !matches!(ex.after, After::Observe { .. }) {
+            if !matches!(ex.after, After::Observe) {
                 ex.read.gathered = None;
             }
             let session = ex.session_for_logs();

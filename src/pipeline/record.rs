@@ -21,11 +21,11 @@ impl Pipeline {
     /// already; an observed request is identified now, from the bytes it went out with.
     /// `false` when there is nothing to record.
     pub(super) async fn identify_answered(&self, ex: &mut Exchange, answer: &Answer) -> bool {
-        let recount = match &mut ex.after {
+        match &ex.after {
             After::Nothing => return false,
             After::Shaped(_) => return true,
-            After::Observe { recount_turn } => recount_turn,
-        };
+            After::Observe => {}
+        }
         super::queue::let_requests_in().await;
         let found = match ex.read.checked {
             true => ex.read.known.clone(),
@@ -48,11 +48,9 @@ impl Pipeline {
             .await;
         // The turn as far as the remembered answers tell it (always, but after a restart):
         // what the next request in the chain counts from.
-        let continued = self.continued_turn_index(&env, namespace, None);
-        ex.turn_index = continued.unwrap_or_else(|| env.turn_index());
+        ex.turn_index = self.turn_index(&env, namespace, None);
         let response_id = answer.tap.response_id.as_deref();
         self.remember_answer(&env, response_id, &id.id, ex.turn_index, namespace);
-        *recount = continued.is_none() && Continued::of(&env).is_some();
         // Its log is loaded by the worker that writes its record, just before it does.
         ex.session = Some(SessionContext {
             id,
@@ -79,14 +77,14 @@ impl Pipeline {
             return;
         };
         let usage = answer.tap.usage;
-        let observed = matches!(ex.after, After::Observe { .. });
+        let observed = matches!(ex.after, After::Observe);
         let mut after = std::mem::replace(&mut ex.after, After::Nothing);
         // What went out and its history's message keys: an observed request went out as it
         // was read; a shaped body is read again from where it repeats the previous shaped
         // body of its session.
         let (sent, keys, uncached_tail) = match &mut after {
             After::Nothing => return,
-            After::Observe { recount_turn } => {
+            After::Observe => {
                 // An observed request's session is loaded here, just before it is recorded.
                 session_ctx.log = match store.load(&session_ctx.id.id).await {
                     Ok(log) => log,
@@ -96,18 +94,15 @@ impl Pipeline {
                     }
                 };
                 let Some(sent) = ex.env.take() else { return };
-                // After a restart, the continued answer's turn is in the log: this answer is
-                // remembered again with the turn it gives.
-                if *recount_turn {
-                    let log = &session_ctx.log;
-                    if let Some(counted) = self.continued_turn_index_in_log(&sent, log) {
-                        if counted != ex.turn_index {
-                            let (id, session) =
-                                (answer.tap.response_id.as_deref(), &session_ctx.id.id);
-                            self.remember_answer(&sent, id, session, counted, ex.namespace());
-                            ex.turn_index = counted;
-                        }
-                    }
+                // The turn counted on from the log now at hand: a compacted history goes on
+                // from its session's turn, and after a restart a continued answer's turn is
+                // read from it. This answer is then remembered again with the turn it gives.
+                let (log, history) = (&session_ctx.log, &session_ctx.history);
+                let counted = self.turn_index_in_log(&sent, log, history);
+                if let Some(counted) = counted.filter(|&counted| counted != ex.turn_index) {
+                    let (id, session) = (answer.tap.response_id.as_deref(), &session_ctx.id.id);
+                    self.remember_answer(&sent, id, session, counted, ex.namespace());
+                    ex.turn_index = counted;
                 }
                 (sent, session_ctx.history.keys().to_vec(), 0)
             }

@@ -46,9 +46,7 @@ impl Pipeline {
         let policies = self.policies.matching(&facts);
         if policies.is_empty() {
             if self.store.is_some() && self.config.sessions.monitor {
-                ex.after = After::Observe {
-                    recount_turn: false,
-                };
+                ex.after = After::Observe;
             }
             return Ok(());
         }
@@ -68,7 +66,8 @@ impl Pipeline {
         env.meta.session = Some(id.clone());
         env.meta.client = ex.client;
         env.meta.request_index = session_ctx.request_index;
-        env.meta.turn_index = self.turn_index(&env, ex.namespace(), Some(&session_ctx.log));
+        let session = Some((&session_ctx.log, &session_ctx.history));
+        env.meta.turn_index = self.turn_index(&env, ex.namespace(), session);
         ex.turn_index = env.meta.turn_index;
         let vars = ex.template_vars(&session_ctx);
         // The current turn's prompt in the client's own history, before any patch.

@@ -8,7 +8,8 @@
 //! 5. Codex's `session-id` header (`session_id` in versions before 0.169);
 //! 6. otherwise a fingerprint of the system prompt, the tools and the first user message
 //!    (which `pipeline::identify` replaces with the session of the answer a Responses
-//!    `previous_response_id` names, or of the history the request extends).
+//!    `previous_response_id` names, of the history the request extends, or of the messages
+//!    a compacted history kept; and tells apart two conversations with one fingerprint).
 
 use http::{HeaderMap, HeaderName};
 use serde::Serialize;
@@ -41,6 +42,9 @@ pub enum IdSource {
     History,
     /// No identifier: the session of the answer the Responses `previous_response_id` names.
     PreviousResponse,
+    /// No identifier: the session whose messages a compacted history kept after its
+    /// summary.
+    Compacted,
 }
 
 impl IdSource {
@@ -55,7 +59,16 @@ impl IdSource {
             IdSource::Fingerprint => "fingerprint",
             IdSource::History => "history",
             IdSource::PreviousResponse => "previous_response",
+            IdSource::Compacted => "compacted",
         }
+    }
+
+    /// Whether the session was inferred from the history, the client naming none.
+    pub fn is_inferred(self) -> bool {
+        matches!(
+            self,
+            IdSource::Fingerprint | IdSource::History | IdSource::Compacted
+        )
     }
 }
 

@@ -25,6 +25,7 @@ use super::entry::decode_key;
 use super::entry::{Conversation, RequestRecord};
 use super::log::Entries;
 use crate::measure::PromptShape;
+use crate::providers::{turns, MsgKind};
 use crate::session::normalize::MessageKey;
 
 /// The latest request of a lane, as lane assignment sees it.
@@ -110,6 +111,43 @@ pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
             conversation: r.conversation.clone(),
         })
         .collect()
+}
+
+/// `meta.turn_index` of a request on its session: the turns its client history carries
+/// (see [`crate::providers::turns`]), counted on from the session's log, so that a
+/// conversation whose history was compacted goes on from the turn it had reached instead
+/// of starting again at 0.
+///
+/// - A history that continues an earlier request's goes on from that request's turn.
+/// - One that continues none and is shorter than a lane's history (a compacted history,
+///   whose summary stands for the turns it replaced; a subagent's, inside the current
+///   turn) goes on from the session's latest turn.
+/// - Otherwise (the session's first request, a history edited in place) its own count.
+pub fn turn_index(log: &(impl Entries + ?Sized), client: &PrefixHashes, kinds: &[MsgKind]) -> u64 {
+    let own = turns::turn_index(kinds);
+    if let Some(continued) = log.latest_continued(client) {
+        if let Some(turn) = continued.turn_index {
+            let before = turns::turn_index(&kinds[..continued.history_count.min(kinds.len())]);
+            return turn + own.saturating_sub(before);
+        }
+    }
+    let heads = log.lane_heads();
+    let longest = heads.iter().map(|r| r.conversation.history.count).max();
+    let latest = heads.iter().filter_map(|r| r.turn_index).max();
+    match (latest, longest) {
+        (Some(latest), Some(longest)) if client.len() < longest => latest + own,
+        _ => own,
+    }
+}
+
+/// The key of the second message of the most recently active lane whose history starts
+/// with the message `first` (its one-message anchor hash) and holds two messages or more:
+/// which conversation a fingerprint session holds.
+pub fn second_of(log: &(impl Entries + ?Sized), first: Option<&str>) -> Option<MessageKey> {
+    log.lane_heads()
+        .into_iter()
+        .filter(|r| r.conversation.history.count >= 2 && r.conversation.first.as_deref() == first)
+        .find_map(|r| r.conversation.second.as_deref().and_then(decode_key))
 }
 
 /// The lane a stateful Responses request goes on (`previous_response_id`): the lane whose

@@ -64,6 +64,7 @@ mod security_record;
 mod security_subscription;
 mod session_cache_budget;
 mod session_crash;
+mod session_long;
 mod session_pinned_once;
 mod session_redis;
 mod session_retention;
