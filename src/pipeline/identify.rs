@@ -39,14 +39,16 @@ pub(super) const REMEMBERED_ANSWER_SESSIONS: u64 = 16_384;
 const MIN_CONTINUED: usize = 2;
 /// How many message pairs of recent histories without a session id are remembered with
 /// their session, for the request that goes on after a compaction (a summary, then the
-/// messages kept): about 400 bytes each, as `REMEMBERED_HISTORIES`, so about 13 MB when
-/// full. Each request adds the pairs it is the first to send.
+/// messages kept): about 370 bytes each with the allocator's overhead (250 allocated, the
+/// pairs of one request sharing their session's id), so about 12 MB when full. Each request
+/// adds the pairs it is the first to send.
 pub(super) const REMEMBERED_PAIRS: u64 = 32_768;
 /// A compacted history is looked for by the pairs that start at these positions: after
 /// the summary (which may be a message or two), where its kept messages begin.
 const KEPT_STARTS: std::ops::RangeInclusive<usize> = 1..=3;
 /// How many fingerprint sessions are remembered with the message after their first, which
-/// tells a second conversation with the same first prompt apart (32 bytes of key each).
+/// tells a second conversation with the same first prompt apart: about 400 bytes each with
+/// the allocator's overhead (275 allocated), so about 6.5 MB when full.
 pub(super) const REMEMBERED_STARTS: u64 = 16_384;
 
 impl Pipeline {
@@ -440,6 +442,61 @@ mod tests {
         // namespace (64 bytes and more of key, besides the entry's share).
         let each = kept / REQUESTS;
         assert!(each < 300, "{each} bytes a remembered history");
+    }
+
+    /// What a request without a session id keeps, per request, beside its remembered
+    /// history: its message pairs (for a compaction) and its fingerprint's claim (for a
+    /// twin conversation). 2,000 conversations of three messages each.
+    #[test]
+    fn an_inferred_session_keeps_its_pairs_and_claim_small() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut config = crate::config::Config::default();
+        config.sessions.monitor = false;
+        let pipeline = rt
+            .block_on(super::Pipeline::new(
+                config,
+                Default::default(),
+                std::sync::Arc::new(crate::metrics::Metrics::new()),
+                None,
+                Default::default(),
+            ))
+            .unwrap();
+        let route = Route {
+            provider: Provider::Anthropic,
+            endpoint: Endpoint::Messages,
+        };
+        const REQUESTS: usize = 2_000;
+        let requests: Vec<_> = (0..REQUESTS)
+            .map(|i| {
+                let body = serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 8,
+                    "messages": [{"role": "user", "content": format!("task {i}")},
+                                 {"role": "assistant", "content": format!("done {i}")},
+                                 {"role": "user", "content": "next"}]});
+                let body = bytes::Bytes::from(body.to_string());
+                let (env, hashes) = pipeline.read_envelope(route, body, None, None).unwrap();
+                (env, hashes)
+            })
+            .collect();
+        let headers = http::HeaderMap::new();
+        let ((), kept) = crate::alloc_meter::kept_by(|| {
+            rt.block_on(async {
+                for (env, hashes) in &requests {
+                    pipeline.identify(&headers, env, hashes, None).await;
+                }
+                pipeline.histories.run_pending_tasks().await;
+                pipeline.pairs.run_pending_tasks().await;
+                pipeline.starts.run_pending_tasks().await;
+            })
+        });
+        assert_eq!(pipeline.starts.entry_count(), REQUESTS as u64);
+        assert_eq!(pipeline.pairs.entry_count(), 2 * REQUESTS as u64);
+        // About 1,460 bytes allocated: a history (273), two pairs sharing their session's id
+        // (about 540) and a fingerprint's claim (about 275), beside the sessions' ids.
+        let each = kept / REQUESTS;
+        assert!(each < 2_000, "{each} bytes a request without a session id");
     }
 
     #[test]
