@@ -299,6 +299,66 @@ impl Diagnosis {
     }
 }
 
+/// Whether the message `now` is `before` with content blocks appended after its own
+/// (markers aside): a client that adds its next words to the last message instead of
+/// sending a message of its own, as Claude Code's `/compact` appends its summary prompt to
+/// the last tool result's message. The provider keys its cache on blocks, so such a
+/// prompt still extends the previous one.
+pub fn appends_blocks(before: &[u8], now: &[u8]) -> bool {
+    let (Ok(before), Ok(now)) = (
+        serde_json::from_slice::<serde_json::Value>(before),
+        serde_json::from_slice::<serde_json::Value>(now),
+    ) else {
+        return false;
+    };
+    let blocks = |m: &serde_json::Value| match m.get("content") {
+        Some(serde_json::Value::String(text)) => {
+            vec![serde_json::json!({"type": "text", "text": text})]
+        }
+        Some(serde_json::Value::Array(blocks)) => blocks.clone(),
+        _ => Vec::new(),
+    };
+    let (had, has) = (blocks(&before), blocks(&now));
+    if before.get("role") != now.get("role") || had.is_empty() || has.len() <= had.len() {
+        return false;
+    }
+    let key = |blocks: &[serde_json::Value]| {
+        crate::session::message_key(
+            &serde_json::json!({"role": now.get("role"), "content": blocks}),
+        )
+    };
+    key(&had) == key(&has[..had.len()])
+}
+
+impl Diagnosis {
+    /// For a `message_edited` at the last message of the previous request's history that
+    /// only had blocks appended ([`appends_blocks`]; `before` and `now` are that message's
+    /// JSON in the previous and this request): the diagnosis of this request as the
+    /// extension it is to the provider. `None` when the edit is another.
+    pub fn as_appended(
+        &self,
+        prev: &Previous<'_>,
+        cur: &Current<'_>,
+        tokens_through: &dyn Fn(u32) -> u64,
+        (before, now): (&[u8], &[u8]),
+    ) -> Option<Option<Diagnosis>> {
+        let at = self.message_index?;
+        let appended = self.reason == BreakReason::MessageEdited
+            && at + 1 == prev.shape.messages.len()
+            && appends_blocks(before, now);
+        if !appended {
+            return None;
+        }
+        let mut grown = prev.shape.clone();
+        grown.messages[at] = *cur.shape.messages.get(at)?;
+        let prev = Previous {
+            shape: &grown,
+            ..prev.clone()
+        };
+        Some(diagnose(&prev, cur, tokens_through))
+    }
+}
+
 /// A message without its thinking blocks, and how many it had.
 fn without_thinking(message: &serde_json::Value) -> (serde_json::Value, usize) {
     let mut out = message.clone();
@@ -506,6 +566,11 @@ fn anthropic_miss(
         );
         return Some(d);
     }
+    // Read about all it cached: nothing lost, wherever this request's markers are (a
+    // client that moved its marker back a block or two).
+    if !short {
+        return None;
+    }
     let reaches = |m: &Mark| m.block >= entry.block && m.block - entry.block < LOOKBACK;
     if !cur.shape.marks.iter().any(reaches) {
         if let Some(d) = below_minimum(cur, tokens_through, &base) {
@@ -520,9 +585,6 @@ fn anthropic_miss(
             None => "no marker at or after the cached prefix".into(),
         };
         return Some(d);
-    }
-    if !short {
-        return None;
     }
     d.detail = format!("read {read} of the {cached} tokens cached by the previous request");
     Some(d)

@@ -40,11 +40,9 @@ impl Pipeline {
             // The vocabulary loads off the runtime's threads.
             let _ = tokio::task::spawn_blocking(crate::tokens::warm).await;
         }
-        let mut diagnosis = crate::measure::diagnose(&previous, &current, &|block| {
-            crate::measure::shape::tokens_through(sent, block, min_tokens)
-        })?;
-        // A message that differs only by the thinking blocks it lost is a dropped thought,
-        // not an edit.
+        let tokens_through = |block| crate::measure::shape::tokens_through(sent, block, min_tokens);
+        let mut diagnosis = crate::measure::diagnose(&previous, &current, &tokens_through)?;
+        // An edited message is read from the store, to tell what kind of edit it is.
         if diagnosis.reason == crate::measure::BreakReason::MessageEdited {
             let at = diagnosis.message_index.unwrap_or(0);
             if let (Some(key), Some(now)) =
@@ -52,6 +50,12 @@ impl Pipeline {
             {
                 if let Ok(found) = store.get_blobs(session, std::slice::from_ref(key)).await {
                     if let Some(Some(before)) = found.first() {
+                        let edit = (&before[..], now);
+                        if let Some(again) =
+                            diagnosis.as_appended(&previous, &current, &tokens_through, edit)
+                        {
+                            return again;
+                        }
                         diagnosis.refine_thinking(before, now);
                     }
                 }

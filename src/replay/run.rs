@@ -292,15 +292,18 @@ impl SessionLanes {
                 thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(&sent.env),
                 retention: crate::measure::breaks::retention(&sent.env),
             };
-            let mut d = diagnose(&previous, &current, &|block| {
-                crate::measure::shape::tokens_through(&sent.env, block, current.min_tokens)
-            })?;
+            let tokens_through =
+                |block| crate::measure::shape::tokens_through(&sent.env, block, current.min_tokens);
+            let mut d = diagnose(&previous, &current, &tokens_through)?;
             let at = d.message_index.unwrap_or(0);
             if let (Some(before), Some(now)) = (
                 prev.env.history_raw().nth(at),
                 sent.env.history_raw().nth(at),
             ) {
-                d.refine_thinking(before, now);
+                match d.as_appended(&previous, &current, &tokens_through, (before, now)) {
+                    Some(again) => d = again?,
+                    None => d.refine_thinking(before, now),
+                }
             }
             if let Some(sent) = route_requests {
                 d.refine_overflow(sent);

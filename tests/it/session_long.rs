@@ -285,3 +285,46 @@ async fn a_memory_break_names_the_memory_part() {
     );
     proxy.shutdown().await;
 }
+
+/// Claude Code's `/compact` asks for its summary in the last message: the summary prompt
+/// is appended to the last tool result's message as a text block of its own, and the
+/// marker moves back to the message before (captured from Claude Code 2.1.332). The
+/// provider keys its cache on blocks, so the prompt still extends the previous one and
+/// reads what it cached: no break.
+#[tokio::test]
+async fn claude_codes_summary_request_is_no_break() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/clients/claude_code_tool_loop.json"
+    );
+    let first: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    send(&proxy, &first, Some("cc-summary")).await;
+
+    let mut history = messages(&first);
+    let last = history.len() - 1;
+    for block in history[last]["content"].as_array_mut().unwrap() {
+        block.as_object_mut().unwrap().remove("cache_control");
+    }
+    history[last]["content"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "text", "text":
+        "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\n\nYour task is to create a \
+         detailed summary of the conversation so far, paying close attention to the user's \
+         explicit requests and your previous actions."}));
+    let before = history[last - 1]["content"].as_array_mut().unwrap();
+    before.last_mut().unwrap()["cache_control"] = json!({"type": "ephemeral"});
+    send(&proxy, &with_messages(&first, history), Some("cc-summary")).await;
+
+    let log = wait_for_requests(&proxy, "cc-summary", 2).await;
+    let entries = request_entries(&log);
+    assert!(
+        entries[1]["usage"]["cache_read"].as_u64().unwrap() > 0,
+        "{:#}",
+        entries[1]
+    );
+    assert!(entries[1]["diagnosis"].is_null(), "{:#}", entries[1]);
+    proxy.shutdown().await;
+}
