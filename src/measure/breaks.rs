@@ -436,7 +436,11 @@ pub fn diagnose(
                 d.part = part;
                 Some(d)
             }
-            Section::Messages => messages_divergence(p, c, &base),
+            // An edit after the previous request's last marker changes nothing it cached
+            // (Claude Code's retried summary request edits its last message, past the
+            // marker it moved back): what it cached is checked as for an extension.
+            Section::Messages => messages_divergence(p, c, &base)
+                .filter(|d| !d.message_index.is_some_and(|at| after_last_mark(p, at))),
             _ => None,
         };
         if diagnosis.is_some() {
@@ -453,6 +457,15 @@ pub fn diagnose(
         Endpoint::Chat | Endpoint::Responses => openai_miss(prev, cur, base),
         _ => anthropic_miss(prev, cur, tokens_through, base),
     }
+}
+
+/// Whether history message `at` comes after the last marker of the prompt `p` (an
+/// Anthropic prompt whose last marker sits in an earlier message).
+fn after_last_mark(p: &PromptShape, at: usize) -> bool {
+    p.marks
+        .last()
+        .and_then(|m| m.message)
+        .is_some_and(|m| (m as usize) < at)
 }
 
 /// Where the history stopped extending the previous one, if it did.

@@ -299,6 +299,13 @@ class Client:
     def matches(self, policy):
         return policy_matches(policy, self.providers, self.endpoints)
 
+    def turn_count(self):
+        return len(PROMPTS)
+
+    def shows_text(self, turn):
+        """Whether the turn prints the model's answer (a compaction prints nothing)."""
+        return True
+
 
 def policy_matches(policy, providers, endpoints):
     m = policy.get("match", {})
@@ -489,6 +496,30 @@ class Sdk(Client):
                 os.path.join(ctx.work, ".sdk-state.json"), str(turn + 1)]
 
 
+class ClaudeCodeLong(ClaudeCode):
+    """A longer Claude Code session, as users drive one: two turns, `/compact`, a turn
+    after it, then a switch of model (`--model`, which rewrites the first message's model
+    line). See check_long_session for what is asserted."""
+
+    long_session = True
+    STEPS = [([], PROMPTS[0]), (["-c"], "/compact"), (["-c"], PROMPTS[1]),
+             (["-c", "--model", "claude-opus-4-5"], "And once more.")]
+
+    def __init__(self):
+        super().__init__(subscription=False)
+        self.name = "claude-code-long"
+
+    def turn_count(self):
+        return len(self.STEPS)
+
+    def shows_text(self, turn):
+        return self.STEPS[turn][1] != "/compact"
+
+    def argv(self, ctx, turn):
+        flags, prompt = self.STEPS[turn]
+        return [ctx.bin("claude"), *flags, "-p", prompt]
+
+
 CLIENTS = [
     Pi("cachet-anthropic", "claude-sonnet-4-5", "anthropic-messages", "anthropic", "messages", "fingerprint"),
     Pi("cachet-openai", "gpt-4.1", "openai-completions", "openai", "chat", "fingerprint"),
@@ -501,6 +532,7 @@ CLIENTS = [
     Sdk(),
     ClaudeCodeKeyed(),
     CodexChatGptKeyed(),
+    ClaudeCodeLong(),
 ]
 
 
@@ -564,7 +596,7 @@ def run_client(client, policies, args, blocks, out_dir):
         env = {"PATH": os.environ.get("PATH", ""), "HOME": ctx.home, "TERM": "dumb", "NO_COLOR": "1",
                "LANG": "C.UTF-8", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
         env.update(client.env(ctx))
-        for turn in range(len(PROMPTS)):
+        for turn in range(client.turn_count()):
             start = len(stack.front.snapshot())
             out, err = open(os.path.join(scenario, f"turn{turn + 1}.out"), "w+"), \
                 open(os.path.join(scenario, f"turn{turn + 1}.err"), "w+")
@@ -626,7 +658,7 @@ def metric_sum(text, name):
 
 def check_turns(r, run):
     for i, (_, _, rc, out, err) in enumerate(run.turns):
-        shown = EMULATOR_TEXT in out
+        shown = EMULATOR_TEXT in out or not run.client.shows_text(i)
         r.check(rc == 0 and shown, f"{run.label}: turn {i + 1} completes and shows the emulator's text",
                 f"exit {rc}; stdout: {out[-400:]!r}; stderr: {err[-600:]!r}")
 
@@ -758,6 +790,40 @@ def diagnoses(run):
     for sid, e in request_entries(run):
         if e.get("diagnosis"):
             yield sid, e
+
+
+def check_long_session(r, run):
+    """A session through a compaction and a model switch is one session: the summary
+    requests of `/compact` (the last message with the summary prompt appended) are no break,
+    the turn index goes on after the compaction, and the first request on the new model is
+    diagnosed `model_changed` on the lane it continues."""
+    entries = [e for _, e in request_entries(run)]
+    r.check(len(run.sessions) == 1 and len(entries) == len(run.generation()),
+            f"{run.label}: one session through the compaction and the model switch",
+            f"sessions {sorted(run.sessions)}; {len(entries)} entries for {len(run.generation())} requests")
+    by_turn = [len(run.turn_generation(i)) for i in range(len(run.turns))]
+    bounds = [sum(by_turn[:i]) for i in range(len(by_turn) + 1)]
+    turn = lambda i: entries[bounds[i]:bounds[i + 1]]
+    compact, after, switched = turn(1), turn(2), turn(3)
+    diagnosed = [e.get("diagnosis") for e in compact if e.get("diagnosis")]
+    r.check(compact and not diagnosed,
+            f"{run.label}: /compact's summary requests are no break ({len(compact)} requests)",
+            f"diagnosed {diagnosed}")
+    before = max((e.get("turn_index") or 0) for e in turn(0)) if turn(0) else 0
+    r.check(after and all((e.get("turn_index") or 0) > before for e in after),
+            f"{run.label}: the turn index goes on after the compaction",
+            f"turns before {before}, after {[e.get('turn_index') for e in after]}")
+    first = switched[0] if switched else {}
+    reason = (first.get("diagnosis") or {}).get("reason")
+    r.check(reason == "model_changed" and first.get("lane") == (after[-1].get("lane") if after else None),
+            f"{run.label}: the model switch is diagnosed model_changed on its lane",
+            f"diagnosis {first.get('diagnosis')}; lane {first.get('lane')} after {[e.get('lane') for e in after]}")
+    breaks = metric_sum(run.metrics, "cachet_prefix_breaks_total")
+    r.check(breaks == 1, f"{run.label}: the switch is the session's only break",
+            f"cachet_prefix_breaks_total = {breaks:g}")
+    late = [e.get("diagnosis") for e in switched[1:] if e.get("diagnosis")]
+    r.check(switched and not late, f"{run.label}: the new model's tool loop reads on without a break",
+            f"diagnosed {late}")
 
 
 def check_fast(r, run):
@@ -927,9 +993,16 @@ def main():
         check_bytes(r, base)
         check_websocket(r, base)
         check_cache(r, base)
-        check_no_breaks(r, base, "no prefix break without a policy (monitoring)")
+        long_session = getattr(client, "long_session", False)
+        if long_session:
+            check_long_session(r, base)
+        else:
+            check_no_breaks(r, base, "no prefix break without a policy (monitoring)")
         check_storage(r, base)
         check_common(r, base)
+        if long_session:
+            print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")
+            continue
         if client.name == "python-sdks":
             check_no_route_logged(r, args)
         if getattr(client, "fast", False):

@@ -316,15 +316,34 @@ async fn claude_codes_summary_request_is_no_break() {
          explicit requests and your previous actions."}));
     let before = history[last - 1]["content"].as_array_mut().unwrap();
     before.last_mut().unwrap()["cache_control"] = json!({"type": "ephemeral"});
+    send(
+        &proxy,
+        &with_messages(&first, history.clone()),
+        Some("cc-summary"),
+    )
+    .await;
+    // An answer without `<summary>` tags is asked again, the prompt's text edited: after
+    // the marker, so nothing cached is lost.
+    let prompt = history[last]["content"]
+        .as_array_mut()
+        .unwrap()
+        .last_mut()
+        .unwrap();
+    let asked = format!(
+        "{}\n\nFor this reply only: write the summary inside <summary></summary> tags.",
+        prompt["text"].as_str().unwrap()
+    );
+    prompt["text"] = json!(asked);
     send(&proxy, &with_messages(&first, history), Some("cc-summary")).await;
 
-    let log = wait_for_requests(&proxy, "cc-summary", 2).await;
+    let log = wait_for_requests(&proxy, "cc-summary", 3).await;
     let entries = request_entries(&log);
-    assert!(
-        entries[1]["usage"]["cache_read"].as_u64().unwrap() > 0,
-        "{:#}",
-        entries[1]
-    );
-    assert!(entries[1]["diagnosis"].is_null(), "{:#}", entries[1]);
+    for entry in &entries[1..] {
+        assert!(
+            entry["usage"]["cache_read"].as_u64().unwrap() > 0,
+            "{entry:#}"
+        );
+        assert!(entry["diagnosis"].is_null(), "{entry:#}");
+    }
     proxy.shutdown().await;
 }
