@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
 use cachet::patch::{parse_ops, Op};
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::{json, Value};
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use cachet::envelope::Envelope;
 use cachet::known_prefix::{Gathered, KnownPrefixes};
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 
 const BATCHES: usize = 5;
 const ROUNDS: usize = 40;

@@ -101,8 +101,8 @@ async fn main() -> anyhow::Result<()> {
         }
         let start = Instant::now();
         let req = cachet::measure::SentRequest::from_json(
-            cachet::providers::Provider::Anthropic,
-            cachet::providers::Endpoint::Messages,
+            cachet::route::Provider::Anthropic,
+            cachet::route::Endpoint::Messages,
             &serde_json::json!({"model": "claude-sonnet-4-5", "system": system, "tools": tools, "messages": sent}),
             0,
         )?;

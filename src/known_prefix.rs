@@ -30,9 +30,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 
-use crate::envelope::scan::{self, Entry, Span};
 use crate::envelope::{Envelope, OrigFacts};
-use crate::json_check;
+use crate::json::check as json_check;
+use crate::json::scan::{self, Entry, Span};
 use crate::session::PrefixHashes;
 
 /// Bodies kept under one lead: a conversation's forks share it.
@@ -644,7 +644,7 @@ const TOOLS_KEY: [&[u8]; 1] = [b"tools"];
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{Endpoint, Provider};
+    use crate::route::{Endpoint, Provider};
 
     /// Against the plain definition, with the first difference on each side of every run's
     /// boundary and bodies that end inside a run.

@@ -15,7 +15,7 @@ use prometheus::{
 pub use labels::{Capped, Charset, LabelSet};
 
 use crate::measure::breaks::{BreakReason, SectionName};
-use crate::providers::{Endpoint, Provider};
+use crate::route::{Endpoint, Provider};
 use crate::usage::Usage;
 
 /// Distinct model label values kept before new ones are reported as `other`.

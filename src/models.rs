@@ -133,7 +133,7 @@ impl ModelInfo {
 }
 
 /// The factor on every price of an answer served by OpenAI's flex processing
-/// (`providers::OPENAI_FLEX_TIER`): "Tokens are priced at Batch API rates"
+/// (`providers::openai::FLEX_TIER`): "Tokens are priced at Batch API rates"
 /// (developers.openai.com, Flex processing), which are half the standard ones. The answer
 /// saying `flex` is what counts: a model without flex refuses the request instead.
 pub const FLEX_FACTOR: f64 = 0.5;
@@ -143,7 +143,7 @@ pub const FLEX_FACTOR: f64 = 0.5;
 /// of any other: "A 1.1x pricing multiplier applies".
 pub const US_ONLY_FACTOR: f64 = 1.1;
 
-/// Whether a request on `model` that asks for flex processing (`providers::asks_flex`) is
+/// Whether a request on `model` that asks for flex processing (`providers::openai::asks_flex`) is
 /// served so by the emulator: every OpenAI model it knows. (The API refuses flex on the
 /// models its pricing page does not list; cachet keeps no such list.)
 pub fn serves_flex(model: &str, asks_flex: bool) -> bool {

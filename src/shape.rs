@@ -13,9 +13,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::error::ApiError;
-use crate::json_check;
+use crate::json::check as json_check;
 use crate::known_prefix::{Gathered, PrefixMatch};
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// Check that a body is JSON of the API's shape; returns the model.
 pub fn check(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
@@ -90,7 +90,7 @@ fn fast_head<'b>(
         Some(m) => {
             let inner = |key: &Range<usize>| key.start + 1..key.end - 1;
             // The kept entries' keys include their quotes; the check's fields do not.
-            let as_fields = |entries: &[crate::envelope::scan::Entry]| -> Vec<json_check::Field> {
+            let as_fields = |entries: &[crate::json::scan::Entry]| -> Vec<json_check::Field> {
                 entries
                     .iter()
                     .map(|e| json_check::Field {

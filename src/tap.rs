@@ -12,7 +12,9 @@ use bytes::Bytes;
 use futures_util::Stream;
 use tokio::time::Sleep;
 
-use crate::providers::{Endpoint, Terminal};
+use crate::providers::Terminal;
+
+use crate::route::Endpoint;
 use crate::sse;
 use crate::usage::{self, StreamUsage, Usage};
 
@@ -147,7 +149,7 @@ impl Tap {
                 kept,
             } => decoder.feed(chunk, |ev| {
                 usage.on_event(endpoint, ev.event, ev.data);
-                if let Some(t) = endpoint.terminal(ev.event, ev.data) {
+                if let Some(t) = crate::providers::api(endpoint).terminal(ev.event, ev.data) {
                     terminal.get_or_insert(t);
                 }
                 if *keep_events {
@@ -278,8 +280,7 @@ impl<S> TapStream<S> {
     ) -> Poll<Option<Result<Bytes, std::io::Error>>> {
         self.finish(outcome);
         self.ended = true;
-        match self
-            .endpoint
+        match crate::providers::api(self.endpoint)
             .stream_break_event(message)
             .filter(|_| self.sse)
         {

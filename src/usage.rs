@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// Token usage of one request, normalised.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,9 +222,9 @@ impl ServedWords for AnthropicGeo {
 impl ServedWords for OpenAiTier {
     type Meaning = ServedAt;
     fn meaning(word: &str) -> ServedAt {
-        if crate::providers::OPENAI_FAST_TIERS.contains(&word) {
+        if crate::providers::openai::FAST_TIERS.contains(&word) {
             ServedAt::Fast
-        } else if word == crate::providers::OPENAI_FLEX_TIER {
+        } else if word == crate::providers::openai::FLEX_TIER {
             ServedAt::Flex
         } else {
             ServedAt::Standard
@@ -748,7 +748,7 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
     // validated.
     let (mut usage_at, mut model_at, mut id_at, mut diag_at) = (None, None, None, None);
     let (mut edits_at, mut tier_at) = (None, None);
-    let valid = crate::json_check::check(body, |field| match &body[field.key] {
+    let valid = crate::json::check::check(body, |field| match &body[field.key] {
         b"usage" => usage_at = Some(field.value),
         b"model" => model_at = Some(field.value),
         b"id" => id_at = Some(field.value),

@@ -10,7 +10,7 @@
 //! Run: `cargo run --example make_sample_trace [OUT.jsonl]`
 
 use cachet::cache_model::{CacheModel, CacheModelConfig};
-use cachet::providers::Endpoint;
+use cachet::route::Endpoint;
 use cachet::replay::{Record, TRACE_VERSION};
 use serde_json::{json, Map, Value};
 

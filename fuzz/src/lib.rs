@@ -1,6 +1,6 @@
 //! Helpers shared by the fuzz targets.
 
-use cachet::providers::Endpoint;
+use cachet::route::Endpoint;
 
 /// The generation endpoint a fuzz input's first byte selects, and the rest of the input.
 pub fn endpoint_and_rest(data: &[u8]) -> Option<(Endpoint, &[u8])> {
@@ -14,9 +14,9 @@ pub fn endpoint_and_rest(data: &[u8]) -> Option<(Endpoint, &[u8])> {
 }
 
 /// The provider of a generation endpoint.
-pub fn provider_of(endpoint: Endpoint) -> cachet::providers::Provider {
+pub fn provider_of(endpoint: Endpoint) -> cachet::route::Provider {
     match endpoint {
-        Endpoint::Messages | Endpoint::CountTokens => cachet::providers::Provider::Anthropic,
-        _ => cachet::providers::Provider::OpenAi,
+        Endpoint::Messages | Endpoint::CountTokens => cachet::route::Provider::Anthropic,
+        _ => cachet::route::Provider::OpenAi,
     }
 }

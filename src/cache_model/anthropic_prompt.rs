@@ -104,7 +104,7 @@ pub fn flatten(req: &Value) -> Result<Prompt, ApiError> {
         .ok_or_else(|| ApiError::invalid("messages: Input should be a valid list"))?;
     let fast = crate::models::serves_fast(
         model,
-        crate::providers::asks_fast(crate::providers::Endpoint::Messages, req),
+        crate::providers::asks_fast(crate::route::Endpoint::Messages, req),
     );
     let mut chain = Chain::new(&["model", model]);
     if fast {

@@ -12,7 +12,7 @@ use super::openai::{lifetime_ms, part_keys, takes_breakpoints, write_positions};
 use super::openai_prompt::render;
 use super::{CacheModelConfig, MIN_CACHED_TOKENS, STEP_TOKENS};
 use crate::error::ApiError;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// Cacheable boundaries of one request.
 #[derive(Debug, Clone, Default)]

@@ -36,7 +36,7 @@ pub use openai::{
 };
 
 use crate::error::ApiError;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// What counts as one block for the Anthropic lookback (the provider does not document
 /// it precisely).

@@ -33,7 +33,7 @@ use super::hash::PrefixHash;
 use super::openai_prompt::{render, CacheMode, OpenAiPrompt};
 use super::{Accounting, CacheModelConfig, Detail, Marker};
 use crate::error::ApiError;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// Shortest prompt (or breakpoint prefix) that is cached.
 pub const MIN_CACHED_TOKENS: u64 = 1024;

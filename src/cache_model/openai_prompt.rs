@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use super::hash::canonical_json;
 use super::tokens::{OPENAI_IMAGE_TOKENS, OPENAI_MESSAGE_OVERHEAD};
 use crate::error::ApiError;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// How explicit caching (GPT-5.6 and later) is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,9 +52,9 @@ impl OpenAiPrompt {
     pub fn chain(&self, start: &[&str]) -> super::hash::Chain {
         let mut chain = super::hash::Chain::new(start);
         if self.fast {
-            chain.push(&["service_tier", crate::providers::OPENAI_FAST_ANSWER]);
+            chain.push(&["service_tier", crate::providers::openai::FAST_ANSWER]);
         } else if self.flex {
-            chain.push(&["service_tier", crate::providers::OPENAI_FLEX_TIER]);
+            chain.push(&["service_tier", crate::providers::openai::FLEX_TIER]);
         }
         chain
     }
@@ -146,7 +146,7 @@ pub fn render(endpoint: Endpoint, req: &Value) -> Result<OpenAiPrompt, ApiError>
             ttl,
         ),
         fast: crate::models::serves_fast(model, crate::providers::asks_fast(endpoint, req)),
-        flex: crate::models::serves_flex(model, crate::providers::asks_flex(endpoint, req)),
+        flex: crate::models::serves_flex(model, crate::providers::openai::asks_flex(endpoint, req)),
     })
 }
 

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::{Accounting, CacheModel};
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 const SONNET: &str = "claude-sonnet-4-5"; // minimum 1024 tokens
 

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::{CacheModel, CacheModelConfig};
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 fn chat(words: usize, key: Option<&str>) -> Value {
     let mut req = json!({

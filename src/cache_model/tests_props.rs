@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::CacheModel;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 fn arb_json() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![

@@ -12,7 +12,7 @@
 use serde_json::{json, Value};
 
 use super::{Accounting, CacheModel};
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 fn words(tag: &str, n: usize) -> String {
     format!(

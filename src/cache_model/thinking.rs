@@ -22,7 +22,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::providers::{turns, Endpoint, MsgKind};
+use crate::providers::{turns, MsgKind};
+
+use crate::route::Endpoint;
 
 /// How many assistant turns keep their thinking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

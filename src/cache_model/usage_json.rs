@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use super::Accounting;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 impl Accounting {
     /// The provider's `usage` object for `endpoint`, with the reply's output tokens.
@@ -57,9 +57,9 @@ impl Accounting {
     /// The `service_tier` of an OpenAI answer (Chat and Responses): the tier that served it.
     pub fn openai_service_tier(&self) -> &'static str {
         if self.fast {
-            crate::providers::OPENAI_FAST_ANSWER
+            crate::providers::openai::FAST_ANSWER
         } else if self.flex {
-            crate::providers::OPENAI_FLEX_TIER
+            crate::providers::openai::FLEX_TIER
         } else {
             "default"
         }

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::error::{anthropic_stream_error_event, error_body, ApiError, ErrorKind};
-use crate::providers::{Endpoint, Provider};
+use crate::error::{ApiError, ErrorKind};
+use crate::providers::anthropic::stream_error_event as anthropic_stream_error_event;
+use crate::providers::error_body;
+use crate::route::{Endpoint, Provider};
 
 pub const HEADER: &str = "x-cachet-emulate-fault";
 

@@ -8,7 +8,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::Provider;
+use crate::route::Provider;
 
 /// The largest upload the emulator reads: OpenAI's limit, "Individual files can be up to
 /// 512 MB" (API reference, `POST /files`), above Anthropic's 500 MB.

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::tool_loop::{allowed_tool, example_input, steps_since_prompt};
 use crate::error::ApiError;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// The reply text when none is configured.
 pub const DEFAULT_TEXT: &str = "Hello from the cachet emulator. This reply is deterministic.";

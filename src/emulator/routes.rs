@@ -21,8 +21,9 @@ use super::turn::Turn;
 use super::{anthropic, chat, files, models, responses, EmulatorOptions};
 use crate::cache_model::diagnosis::{diagnostics_json, CacheMissReason, Fingerprint};
 use crate::cache_model::{Accounting, CacheModel, Clock};
-use crate::error::{error_body, ApiError, ErrorKind};
-use crate::providers::{Endpoint, Provider};
+use crate::error::{ApiError, ErrorKind};
+use crate::providers::error_body;
+use crate::route::{Endpoint, Provider};
 use crate::transport::{full, ProxyBody};
 
 /// Requests remembered for [`super::EmulatorHandle::accounted`].

@@ -10,7 +10,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::providers::{Endpoint, MsgKind};
+use crate::providers::MsgKind;
+
+use crate::route::Endpoint;
 
 /// Tools the emulator calls on its own choice, by name (case-insensitive), in order of
 /// preference: tools that read, list or search, then shells. Tools that spawn agents

@@ -1,7 +1,7 @@
 //! Anthropic content blocks and their `cache_control` markers, edited by splicing: adding,
 //! changing or removing a marker rewrites only the bytes of that entry.
 
-use super::scan::{self, Span};
+use crate::json::scan::{self, Span};
 
 /// A marker lifetime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord, Hash)]

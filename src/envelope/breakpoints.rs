@@ -132,7 +132,7 @@ impl Envelope {
     pub fn prefix_marks(&self, history: usize) -> Vec<(u32, Ttl, Option<u32>)> {
         if !matches!(
             self.endpoint,
-            crate::providers::Endpoint::Messages | crate::providers::Endpoint::CountTokens
+            crate::route::Endpoint::Messages | crate::route::Endpoint::CountTokens
         ) {
             return Vec::new();
         }

@@ -3,7 +3,7 @@
 use http::{HeaderMap, HeaderName};
 use serde::Serialize;
 
-use crate::providers::{Endpoint, Provider};
+use crate::route::{Endpoint, Provider};
 
 /// The client program, as named in policies (`client = [...]`) and the envelope's meta.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]

@@ -9,11 +9,11 @@ use bytes::Bytes;
 use super::blocks;
 use super::breakpoints::{self, BreakpointMode, Plan};
 use super::payload::{Payload, Splicer};
-use super::scan;
 use super::seq::{render, rendered, Container, Item, Seq, Sink};
 use super::{owned_keys, Envelope, SystemForm};
+use crate::json::scan;
 use crate::memo::{self, Memo};
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// How to compile an envelope.
 #[derive(Debug, Clone, Default)]
@@ -415,7 +415,7 @@ impl<'a> Ctx<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Provider;
+    use crate::route::Provider;
 
     #[test]
     fn identity_is_the_same_bytes() {

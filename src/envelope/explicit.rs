@@ -19,9 +19,9 @@
 
 use bytes::Bytes;
 
-use super::scan::{self, Span};
 use super::{BreakpointMode, CompileOptions, Envelope, Payload};
-use crate::providers::Endpoint;
+use crate::json::scan::{self, Span};
+use crate::route::Endpoint;
 
 const MARKER: &str = r#""prompt_cache_breakpoint":{"mode":"explicit"}"#;
 /// Below this many bytes the prefix is surely under OpenAI's 1024-token minimum.
@@ -188,7 +188,7 @@ fn mark_item(b: &[u8], span: &Span, endpoint: Endpoint) -> Option<(Span, Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Provider;
+    use crate::route::Provider;
     use serde_json::{json, Value};
 
     fn compile(endpoint: Endpoint, body: &Value) -> Value {

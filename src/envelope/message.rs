@@ -2,7 +2,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 fn neutral_block(block: &Value) -> bool {
     let Some(obj) = block.as_object() else {

@@ -16,14 +16,17 @@ mod facts;
 mod message;
 mod parse;
 mod payload;
-pub(crate) mod scan;
 mod seq;
 mod view;
 
 use bytes::Bytes;
 
-use crate::providers::{turns, Endpoint, MsgKind, Provider};
+use crate::providers::{turns, MsgKind};
 
+use crate::route::{Endpoint, Provider};
+
+use crate::json::scan;
+pub(crate) use crate::json::scan::Span;
 pub use blocks::{content_block_spans, count_markers, is_markable, Ttl};
 pub use breakpoints::{BreakpointMode, MAX_MARKERS};
 pub use client::{detect_client, Client, Meta};
@@ -31,7 +34,6 @@ pub use compile::CompileOptions;
 pub use facts::OrigFacts;
 pub use message::neutral_to_provider;
 pub use payload::Payload;
-pub(crate) use scan::Span;
 
 /// The bytes of one element: a range of the client's body, or bytes cachet produced.
 #[derive(Debug, Clone)]

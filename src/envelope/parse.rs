@@ -3,13 +3,13 @@
 
 use bytes::Bytes;
 
-use super::scan::{self, Span};
 use super::{Element, Envelope, Meta, OrigArray, SystemForm, SystemPart};
 use crate::error::ApiError;
-use crate::json_check;
+use crate::json::check as json_check;
+use crate::json::scan::{self, Span};
 use crate::known_prefix::{Gathered, PrefixMatch};
 use crate::memo::{self, Memo};
-use crate::providers::{Endpoint, Provider};
+use crate::route::{Endpoint, Provider};
 
 /// The name of the n-th part the client's own system prompt arrives as.
 pub(crate) fn base_part_name(n: usize) -> String {

@@ -1,7 +1,7 @@
 //! Render a JSON array or object from a list of elements, copying the client's own
 //! separators (whitespace, commas) wherever two untouched neighbours stay side by side.
 
-use super::scan::Span;
+use crate::json::scan::Span;
 
 /// Where rendered bytes go: one buffer, or a splice of the client's body
 /// ([`super::payload::Splicer`], which keeps what it is given until it is finished, hence

@@ -4,7 +4,8 @@
 
 use serde_json::{Map, Value};
 
-use super::{owned_keys, scan, Envelope};
+use super::{owned_keys, Envelope};
+use crate::json::scan;
 use crate::json_edit::write_json;
 
 impl Envelope {

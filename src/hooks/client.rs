@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::outcome::{HookCall, HookOutcome};
 use super::protocol::{context_event, parse_context_answer, parse_payload_answer, provider_event};
 use crate::policy::{ContextReason, HookSpec};
-use crate::providers::{Endpoint, Provider};
+use crate::route::{Endpoint, Provider};
 
 /// Calls external hook servers. Cheap to clone; one per process keeps connections warm.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use super::outcome::HookOutcome;
 use crate::json_edit::write_json;
 use crate::patch::HandlerResult;
 use crate::policy::ContextReason;
-use crate::providers::{Endpoint, Provider};
+use crate::route::{Endpoint, Provider};
 
 /// `{"type":"context","reason":…,"state":{"envelope":E}}`, plus `assistant` and `usage`
 /// for `turn_end`; `envelope` is the envelope's JSON text

@@ -141,7 +141,7 @@ pub fn query_of(prompt: &str) -> std::borrow::Cow<'_, str> {
     while !prompt.is_char_boundary(tail) {
         tail += 1;
     }
-    let elided = crate::envelope::scan::ELIDED;
+    let elided = crate::json::scan::ELIDED;
     format!("{}{elided}{}", &prompt[..head], &prompt[tail..]).into()
 }
 

@@ -2,7 +2,7 @@
 //! edit replaced, so that a JSON Patch that fails half way is undone without a copy of the
 //! document taken before it.
 
-use crate::envelope::scan::{self, Entry, Span};
+use crate::json::scan::{self, Entry, Span};
 
 pub struct Doc {
     pub bytes: Vec<u8>,

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use crate::envelope::scan::{self, Entry, Span};
+use crate::json::scan::{self, Entry, Span};
 
 /// Whether the JSON texts `a` and `b` (one value each, white space around it allowed) are
 /// equal values. A text that does not scan is equal only to the same bytes.

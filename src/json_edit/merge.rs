@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::doc::{json, Doc};
-use crate::envelope::scan::Span;
+use crate::json::scan::Span;
 
 /// Merge `patch` into the document `bytes`.
 pub fn merge(bytes: &mut Vec<u8>, patch: &Value) {

@@ -53,9 +53,7 @@ pub fn retain_members(bytes: &mut Vec<u8>, keep: impl Fn(&str) -> bool) {
         let entries = doc.entries(root.start).unwrap_or_default();
         let remove: Vec<bool> = entries
             .iter()
-            .map(|e| {
-                crate::envelope::scan::decode_str(&doc.bytes, &e.key).is_some_and(|k| !keep(&k))
-            })
+            .map(|e| crate::json::scan::decode_str(&doc.bytes, &e.key).is_some_and(|k| !keep(&k)))
             .collect();
         doc.remove_entries(&entries, &remove);
     }

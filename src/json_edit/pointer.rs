@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::doc::Doc;
-use crate::envelope::scan::{self, Span};
+use crate::json::scan::{self, Span};
 
 /// A pointer token with `~1` and `~0` decoded, in that order (so `~01` is `~1`).
 pub fn unescape(token: &str) -> Cow<'_, str> {

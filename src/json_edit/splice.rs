@@ -4,7 +4,7 @@
 //! field does not re-serialise the history the provider's cache keys on.
 
 use super::equal::{eq, value_span};
-use crate::envelope::scan::{self, Span};
+use crate::json::scan::{self, Span};
 
 /// The bytes of `new`, with the bytes of `old` wherever the two agree. Either text that
 /// does not scan gives `new` as it is.

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::shape::{Mark, Named, PromptShape};
 use crate::cache_model::STEP_TOKENS;
-use crate::providers::{anthropic, Endpoint, Section};
+use crate::providers::anthropic;
+use crate::route::{Endpoint, Section};
 use crate::usage::Usage;
 
 /// Why a request lost (part of) its cached prefix. A bounded vocabulary: it is a label
@@ -422,7 +423,7 @@ pub fn diagnose(
         return Some(d);
     }
     // The first section, in the order the provider keys on them, that stopped extending.
-    for section in c.endpoint.cache_key_order() {
+    for section in crate::providers::api(c.endpoint).cache_key_order() {
         let diagnosis = match section {
             Section::Tools if p.tools_key != c.tools_key => {
                 let (tool, detail) = first_difference(&p.tools, &c.tools, "tool");

@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 
 use super::thinking_stripped_from;
 use crate::envelope::Envelope;
-use crate::providers::{turns, Endpoint, MsgKind, Provider};
+use crate::providers::{turns, MsgKind};
+use crate::route::{Endpoint, Provider};
 
 /// The rule as it was computed from a whole-body parse, kept as the reference.
 fn from_value(endpoint: Endpoint, body: &[u8]) -> Option<usize> {

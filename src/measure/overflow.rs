@@ -12,7 +12,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::cache_model::{count_in_window, RATE_WINDOW_MS, ROUTING_TOKENS};
 use crate::envelope::Envelope;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// Bytes of the prompt start hashed for the route: the provider's [`ROUTING_TOKENS`] at
 /// about four bytes a token.

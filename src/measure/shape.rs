@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::envelope::{Envelope, Ttl};
-use crate::providers::{tool_name, Endpoint, Section};
+use crate::providers::tool_name;
+use crate::route::{Endpoint, Section};
 use crate::session::normalize::{key_of_bytes, key_of_raw, key_of_repeated_bytes, MessageKey};
 
 /// A named element of the prefix: a tool (by name) or a system part (by part name).
@@ -23,7 +24,7 @@ pub fn system_of(env: &Envelope) -> Vec<Named> {
     let endpoint = env.endpoint();
     env.system_parts()
         .iter()
-        .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
+        .filter(|p| !crate::providers::api(endpoint).is_cache_neutral_system_text(&p.text))
         .map(|p| Named {
             name: p.name.clone(),
             // The text is what keys the cache: a string system prompt equals its one text
@@ -182,7 +183,7 @@ impl SentRequest {
 
     /// From a JSON body (for callers that hold a value rather than the bytes sent).
     pub fn from_json(
-        provider: crate::providers::Provider,
+        provider: crate::route::Provider,
         endpoint: Endpoint,
         body: &Value,
         tail: usize,
@@ -252,7 +253,7 @@ pub fn tokens_through(env: &Envelope, block: u32, enough: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Provider;
+    use crate::route::Provider;
     use bytes::Bytes;
 
     /// The diagnosis asks whether a marker's prefix reaches the model's minimum: counting

@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 use super::ops::{HandlerResult, Op, PartSpec, Selector};
 use super::refusal::{ApplyReport, OpOutcome, PatchRefusal, RefusalReason};
 use crate::envelope::{neutral_to_provider, Element, Envelope, SystemPart};
-use crate::providers::{check_boundary, tool_name, Endpoint, MsgKind};
+use crate::providers::{check_boundary, tool_name, MsgKind};
+use crate::route::Endpoint;
 
 type OpResult = Result<(), RefusalReason>;
 

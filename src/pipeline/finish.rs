@@ -154,9 +154,7 @@ impl Pipeline {
             return;
         }
         let tap = &mut answer.tap;
-        answer.assistant = ex
-            .route
-            .endpoint
+        answer.assistant = crate::providers::api(ex.route.endpoint)
             .assistant_message(tap.json_body.as_deref(), &tap.kept_events);
         tap.json_body = None;
         tap.kept_events = Vec::new();
@@ -200,7 +198,7 @@ pub(super) fn requested_model(body: &[u8]) -> String {
 mod tests {
     use serde_json::Value;
 
-    use crate::providers::{Endpoint, Provider, Route};
+    use crate::route::{Endpoint, Provider, Route};
     use std::sync::Arc;
 
     const ANTHROPIC: Route = Route {

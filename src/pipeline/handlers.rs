@@ -290,7 +290,7 @@ impl Pipeline {
         policies: &[&Policy],
         payload: Payload,
         vars: &TemplateVars,
-        route: crate::providers::Route,
+        route: crate::route::Route,
     ) -> Result<Payload, ApiError> {
         let edits: Vec<(&str, usize, &crate::policy::PayloadEdit)> = policies
             .iter()
@@ -376,7 +376,7 @@ fn bounded(reason: &str) -> String {
 mod tests {
     use super::*;
     use crate::envelope::CompileOptions;
-    use crate::providers::{Endpoint, Provider};
+    use crate::route::{Endpoint, Provider};
 
     const BODY: &str = r#"{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"Base."}],"messages":[{"role":"user","content":"first"},{"role":"assistant","content":"ok"},{"role":"user","content":"second"}],"max_tokens":100}"#;
 

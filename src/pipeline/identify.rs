@@ -279,7 +279,7 @@ impl Pipeline {
         namespace: Option<&str>,
     ) {
         let Some(answer) = answer else { return };
-        if sent.endpoint() != crate::providers::Endpoint::Responses {
+        if sent.endpoint() != crate::route::Endpoint::Responses {
             return;
         }
         let answered = Answered {
@@ -387,7 +387,7 @@ pub(super) fn in_namespace(id: &str, namespace: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::in_namespace;
-    use crate::providers::{Endpoint, Provider, Route};
+    use crate::route::{Endpoint, Provider, Route};
 
     /// What remembering a request's history keeps, per request: the cache's entry and the
     /// session's id, and no copy of the history's hash (2,000 requests, each named by

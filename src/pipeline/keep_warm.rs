@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::{Answer, Exchange, Outcome, Pipeline};
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 use crate::telemetry::RequestTelemetry;
 use crate::transport::upstream_client::RequestBody;
 use crate::ttl::keep_warm;
@@ -114,7 +114,7 @@ impl Pipeline {
         let (pipeline, session, model) = (self.clone(), session.to_string(), ex.model.clone());
         let key = ex.key.clone();
         // The keep-warm is an exchange of its own, counted as every request is.
-        let route = crate::providers::Route {
+        let route = crate::route::Route {
             endpoint: Endpoint::Messages,
             ..route
         };

@@ -39,9 +39,9 @@ use crate::hooks::HookClient;
 use crate::known_prefix::{self, KnownPrefixes, PrefixMatch};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
-use crate::providers::{Endpoint, Route};
 use crate::replay::recorder::Recorder;
 use crate::replay::trace::Record;
+use crate::route::{Endpoint, Route};
 use crate::session::{self, SessionStore};
 use crate::telemetry::Telemetry;
 use crate::transport::forward::Upstreams;
@@ -308,7 +308,7 @@ impl Pipeline {
     /// gathered, when the whole body passed it.
     pub(super) fn read_envelope(
         &self,
-        route: crate::providers::Route,
+        route: crate::route::Route,
         body: Bytes,
         known: Option<&PrefixMatch>,
         gathered: Option<&known_prefix::Gathered>,
@@ -321,7 +321,7 @@ impl Pipeline {
     /// client's.
     pub(super) fn read_sent_envelope(
         &self,
-        route: crate::providers::Route,
+        route: crate::route::Route,
         body: Bytes,
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
         let known = self.known.find_sent(&body);
@@ -330,7 +330,7 @@ impl Pipeline {
 
     fn read_kept(
         &self,
-        route: crate::providers::Route,
+        route: crate::route::Route,
         body: Bytes,
         known: Option<&PrefixMatch>,
         gathered: Option<&known_prefix::Gathered>,

@@ -19,7 +19,7 @@ impl Pipeline {
     /// the live phases this way, with the clock set to each request's recorded time).
     pub async fn shape_request(
         &self,
-        route: crate::providers::Route,
+        route: crate::route::Route,
         headers: http::HeaderMap,
         body: Bytes,
         model: &str,
@@ -95,7 +95,7 @@ impl Pipeline {
             .await?;
 
         let patches = std::mem::take(&mut patching.events);
-        let wants_diagnosis = route.endpoint == crate::providers::Endpoint::Messages
+        let wants_diagnosis = route.endpoint == crate::route::Endpoint::Messages
             && policies.iter().any(|p| p.provider_diagnostics);
         let diagnosis_lane = match wants_diagnosis {
             true => Some(self.ask_provider_diagnosis(&mut env, &session_ctx).await),
@@ -298,7 +298,7 @@ fn compile_options(policies: &[&Policy], session: &str) -> (CompileOptions, Opti
 /// The exchange of a request shaped outside the proxy (offline replay): recorded headers
 /// and body, and no client waiting on a connection.
 pub(super) fn unforwarded(
-    route: crate::providers::Route,
+    route: crate::route::Route,
     headers: http::HeaderMap,
     body: Bytes,
     model: &str,

@@ -5,7 +5,7 @@ use http::header::HeaderName;
 use http::HeaderMap;
 
 use crate::providers::auth::Credential;
-use crate::providers::{Endpoint, Provider};
+use crate::route::{Endpoint, Provider};
 
 /// The coding agent (or SDK) a request comes from: the envelope's client detection.
 pub use crate::envelope::Client as ClientKind;

@@ -6,7 +6,7 @@ use http::HeaderMap;
 use serde_json::json;
 
 use super::*;
-use crate::providers::{Endpoint, Provider};
+use crate::route::{Endpoint, Provider};
 
 fn errors(text: &str) -> Vec<String> {
     match parse_policy(Path::new("p.toml"), text) {

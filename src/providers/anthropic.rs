@@ -16,8 +16,10 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use super::message::Fields;
-use super::{MsgKind, Section, Terminal};
-use crate::envelope::scan;
+use super::{Api, MsgKind, Section, Terminal};
+use crate::error::ErrorKind;
+use crate::json::scan;
+use crate::route::Endpoint;
 
 /// `speed` of a request, and of the answer's `usage`, served in fast mode (platform.claude.com,
 /// Fast mode: `speed: "fast"`; anthropic-python `Usage.speed`: `standard` | `fast`).
@@ -112,6 +114,52 @@ pub fn compaction_trigger(request: &Value) -> Result<Option<u64>, String> {
     }
 }
 
+/// Anthropic Messages (`POST /v1/messages`), or its token count (`count_tokens`), which is
+/// read by the same rules but answers no stream and no assistant message.
+pub struct Messages {
+    endpoint: Endpoint,
+}
+
+pub static MESSAGES: Messages = Messages {
+    endpoint: Endpoint::Messages,
+};
+pub static COUNT_TOKENS: Messages = Messages {
+    endpoint: Endpoint::CountTokens,
+};
+
+impl Api for Messages {
+    fn endpoint(&self) -> Endpoint {
+        self.endpoint
+    }
+
+    fn terminal(&self, event: &str, _data: &[u8]) -> Option<Terminal> {
+        match self.endpoint {
+            Endpoint::Messages => terminal(event),
+            _ => Some(Terminal::Done),
+        }
+    }
+
+    fn stream_break_event(&self, message: &str) -> Option<Bytes> {
+        (self.endpoint == Endpoint::Messages).then(|| stream_break_event(message))
+    }
+
+    fn assistant_from_body(&self, answer: &Value) -> Option<Value> {
+        (self.endpoint == Endpoint::Messages).then(|| assistant_from_body(answer))?
+    }
+
+    fn assistant_from_stream(&self, events: &[(String, Bytes)]) -> Option<Value> {
+        (self.endpoint == Endpoint::Messages).then(|| assistant_from_stream(events))?
+    }
+
+    fn cache_key_order(&self) -> [Section; 3] {
+        CACHE_KEY_ORDER
+    }
+
+    fn is_cache_neutral_system_text(&self, text: &str) -> bool {
+        is_cache_neutral_system_text(text)
+    }
+}
+
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 
@@ -172,7 +220,42 @@ pub fn terminal(event: &str) -> Option<Terminal> {
 /// The event sent to the client when the upstream breaks off after its 200: the SDKs
 /// raise it as an error.
 pub fn stream_break_event(message: &str) -> Bytes {
-    crate::error::anthropic_stream_error_event(crate::error::ErrorKind::BadGateway, message)
+    stream_error_event(ErrorKind::BadGateway, message)
+}
+
+/// The `error.type` of an error body (PROVIDERS.md, Errors).
+fn error_type(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::InvalidRequest | ErrorKind::UpgradeRefused => "invalid_request_error",
+        ErrorKind::TooLarge => "request_too_large",
+        ErrorKind::Authentication => "authentication_error",
+        ErrorKind::NotFound => "not_found_error",
+        ErrorKind::RequestTimeout => "timeout_error",
+        ErrorKind::RateLimit => "rate_limit_error",
+        ErrorKind::Internal | ErrorKind::BadGateway => "api_error",
+        ErrorKind::Unavailable | ErrorKind::Overloaded => "overloaded_error",
+        ErrorKind::Timeout => "timeout_error",
+    }
+}
+
+/// An error body: `{"type":"error","error":{"type":T,"message":M}}`.
+pub fn error_body(kind: ErrorKind, message: &str) -> Bytes {
+    let value = json!({
+        "type": "error",
+        "error": { "type": error_type(kind), "message": message },
+    });
+    Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
+}
+
+/// The SSE `error` event of a stream that fails after its 200 (an `overloaded_error`, or a
+/// break cachet reports).
+pub fn stream_error_event(kind: ErrorKind, message: &str) -> Bytes {
+    let body = error_body(kind, message);
+    let mut out = Vec::with_capacity(body.len() + 24);
+    out.extend_from_slice(b"event: error\ndata: ");
+    out.extend_from_slice(&body);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
 }
 
 /// The assistant message of a non-streaming response body.

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::{anthropic, openai_chat, openai_responses, Endpoint};
-use crate::envelope::scan;
+use crate::json::scan;
 
 /// Roles of messages that carry the client's instructions rather than a turn.
 pub const INSTRUCTION_ROLES: [&str; 2] = ["system", "developer"];

@@ -13,6 +13,7 @@
 pub mod anthropic;
 pub mod auth;
 mod message;
+pub mod openai;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod turns;
@@ -21,33 +22,14 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method};
 use serde_json::Value;
 
+use crate::route::{Endpoint, Provider, Route, Section};
+
 #[cfg(test)]
 pub(crate) use message::TOOL_SHAPES;
 pub use message::{check_boundary, text_of, tool_name, MsgKind};
 
-/// OpenAI fast mode (priority processing until 2026-07-30), the same on Chat and Responses:
-/// a request asks for it with `service_tier: "fast"` or `"priority"`, and an answer served so
-/// says `"priority"` whichever it asked (developers.openai.com/api/docs/guides/fast-mode;
-/// openai-python 3.57, `Response.service_tier`). Its cache is not the standard tier's: a
-/// tier change is a miss (`service_tier_changed`, the Responses `prompt_cache_diagnostics`).
-pub const OPENAI_FAST_TIERS: [&str; 2] = ["priority", "fast"];
-/// The `service_tier` of an OpenAI answer served in fast mode.
-pub const OPENAI_FAST_ANSWER: &str = "priority";
-
-/// OpenAI flex processing, on Chat and Responses: asked and answered `service_tier: "flex"`,
-/// billed at the Batch API's rates, half the standard ones (developers.openai.com, Flex
-/// processing), and refused with a 400 by a model without it. A tier of its own, cached
-/// apart like fast mode (`service_tier_changed`).
-pub const OPENAI_FLEX_TIER: &str = "flex";
-
-/// Whether a Chat or Responses request asks for flex processing ([`OPENAI_FLEX_TIER`]).
-pub fn asks_flex(endpoint: Endpoint, request: &Value) -> bool {
-    matches!(endpoint, Endpoint::Chat | Endpoint::Responses)
-        && request.get("service_tier").and_then(Value::as_str) == Some(OPENAI_FLEX_TIER)
-}
-
 /// Whether a generation request asks to be served in fast mode: Anthropic's `speed`
-/// ([`anthropic::FAST_SPEED`]), OpenAI's `service_tier` ([`OPENAI_FAST_TIERS`]). Whether it
+/// ([`anthropic::FAST_SPEED`]), OpenAI's `service_tier` ([`openai::FAST_TIERS`]). Whether it
 /// is so served depends on the model too (`models::serves_fast`).
 pub fn asks_fast(endpoint: Endpoint, request: &Value) -> bool {
     match endpoint {
@@ -57,26 +39,16 @@ pub fn asks_fast(endpoint: Endpoint, request: &Value) -> bool {
         Endpoint::Chat | Endpoint::Responses => request
             .get("service_tier")
             .and_then(Value::as_str)
-            .is_some_and(|tier| OPENAI_FAST_TIERS.contains(&tier)),
+            .is_some_and(|tier| openai::FAST_TIERS.contains(&tier)),
         _ => false,
     }
 }
 
-/// A section of the prompt, in the providers' cache-key vocabulary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Section {
-    Tools,
-    System,
-    Messages,
-}
-
-impl Section {
-    pub fn label(self) -> &'static str {
-        match self {
-            Section::Tools => "tools",
-            Section::System => "system",
-            Section::Messages => "messages",
-        }
+/// An error cachet answers itself, in the provider family's own error format.
+pub fn error_body(provider: Provider, kind: crate::error::ErrorKind, message: &str) -> Bytes {
+    match provider {
+        Provider::Anthropic => anthropic::error_body(kind, message),
+        Provider::OpenAi => openai::error_body(kind, message),
     }
 }
 
@@ -89,154 +61,84 @@ pub enum Terminal {
     Error,
 }
 
-/// The provider family: decides the upstream and the error format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Provider {
-    Anthropic,
-    OpenAi,
-}
+/// One provider API: what cachet asks of it once a request's route is known. Each API's
+/// module implements it; [`api`] is the table from route to API, and the one place the
+/// rest of cachet learns which rules apply.
+pub trait Api: Send + Sync {
+    /// The endpoint whose rules these are.
+    fn endpoint(&self) -> Endpoint;
 
-impl Provider {
-    pub fn label(self) -> &'static str {
-        match self {
-            Provider::Anthropic => "anthropic",
-            Provider::OpenAi => "openai",
-        }
-    }
-}
-
-/// The API endpoint, as named in policies and metric labels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    /// Anthropic `POST /v1/messages`.
-    Messages,
-    /// Anthropic `POST /v1/messages/count_tokens`.
-    CountTokens,
-    /// OpenAI `POST /v1/chat/completions`.
-    Chat,
-    /// OpenAI `POST /v1/responses`.
-    Responses,
-    /// OpenAI `POST /v1/responses/compact`: the model compacts a conversation. Billed like a
-    /// generation (its answer carries a response's `usage`), so it is counted like one;
-    /// never reshaped, and kept out of the session log (its answer is not a turn).
-    Compact,
-    /// `GET /v1/models` (either family).
-    Models,
-    /// Any other `/v1/...` path: forwarded untouched.
-    Other,
-}
-
-impl Endpoint {
-    pub fn label(self) -> &'static str {
-        match self {
-            Endpoint::Messages => "messages",
-            Endpoint::CountTokens => "count_tokens",
-            Endpoint::Chat => "chat",
-            Endpoint::Responses => "responses",
-            Endpoint::Compact => "responses_compact",
-            Endpoint::Models => "models",
-            Endpoint::Other => "other",
-        }
-    }
-
-    /// Endpoints whose body is a model request cachet parses and taps.
-    pub fn is_generation(self) -> bool {
-        matches!(
-            self,
-            Endpoint::Messages | Endpoint::Chat | Endpoint::Responses
-        )
-    }
-
-    /// Endpoints whose answer is a bill: its `usage` is read and counted.
-    pub fn is_billed(self) -> bool {
-        self.is_generation() || self == Endpoint::Compact
-    }
-
-    /// Whether an answer with this status is a bill, whose usage the figures need: one
-    /// without it counts in `cachet_usage_missing_total`.
-    pub fn bills(self, status: u16) -> bool {
-        self.is_billed() && (200..300).contains(&status)
-    }
-
-    /// The endpoint whose rules read this one's request and usage: a compaction's are a
-    /// response's (the same prompt fields, the same `usage` object).
-    pub fn read_as(self) -> Endpoint {
-        match self {
-            Endpoint::Compact => Endpoint::Responses,
-            other => other,
-        }
-    }
-}
-
-impl Endpoint {
     /// Whether an SSE event ends the stream, and how.
-    pub fn terminal(self, event: &str, data: &[u8]) -> Option<Terminal> {
-        match self {
-            Endpoint::Messages => anthropic::terminal(event),
-            Endpoint::Chat => openai_chat::terminal(data),
-            Endpoint::Responses => openai_responses::terminal(event),
-            _ => Some(Terminal::Done),
-        }
+    fn terminal(&self, event: &str, data: &[u8]) -> Option<Terminal>;
+
+    /// What the client is sent when the upstream breaks off after its 200: an `error`
+    /// event its SDK raises, or `None` to abort the body, so the client's HTTP layer
+    /// reports an incomplete answer instead of a silently short one.
+    fn stream_break_event(&self, _message: &str) -> Option<Bytes> {
+        None
     }
 
-    /// What the client is sent when the upstream breaks off after its 200: Anthropic and
-    /// Responses streams get an `error` event (their SDKs raise it); Chat streams are aborted
-    /// (`None`) so the client's HTTP layer reports an incomplete body instead of a silently
-    /// short answer.
-    pub fn stream_break_event(self, message: &str) -> Option<Bytes> {
-        match self {
-            Endpoint::Messages => Some(anthropic::stream_break_event(message)),
-            Endpoint::Responses => Some(openai_responses::stream_break_event(message)),
-            _ => None,
-        }
+    /// The assistant message of a whole JSON answer, in the provider's own shape.
+    fn assistant_from_body(&self, _answer: &Value) -> Option<Value> {
+        None
     }
 
-    /// The assistant message of a response, in the provider's own shape (an Anthropic
-    /// message, a Chat message, the Responses output items), from the whole JSON body or
-    /// the stream's events.
-    pub fn assistant_message(
-        self,
-        json_body: Option<&[u8]>,
-        events: &[(String, Bytes)],
-    ) -> Option<Value> {
-        if let Some(body) = json_body {
-            let v: Value = serde_json::from_slice(body).ok()?;
-            return match self {
-                Endpoint::Messages => anthropic::assistant_from_body(&v),
-                Endpoint::Chat => openai_chat::assistant_from_body(&v),
-                Endpoint::Responses => openai_responses::assistant_from_body(&v),
-                _ => None,
-            };
-        }
-        match self {
-            Endpoint::Messages => anthropic::assistant_from_stream(events),
-            Endpoint::Chat => openai_chat::assistant_from_stream(events),
-            Endpoint::Responses => openai_responses::assistant_from_stream(events),
-            _ => None,
-        }
+    /// The assistant message assembled from a stream's events.
+    fn assistant_from_stream(&self, _events: &[(String, Bytes)]) -> Option<Value> {
+        None
     }
 
     /// The sections of a prompt in the order the provider's prompt cache keys on them.
-    pub fn cache_key_order(self) -> [Section; 3] {
-        match self {
-            Endpoint::Chat => openai_chat::CACHE_KEY_ORDER,
-            Endpoint::Responses => openai_responses::CACHE_KEY_ORDER,
-            _ => anthropic::CACHE_KEY_ORDER,
-        }
+    fn cache_key_order(&self) -> [Section; 3] {
+        [Section::Tools, Section::System, Section::Messages]
     }
 
     /// Whether a system text is left out of the provider's cache key.
-    pub fn is_cache_neutral_system_text(self, text: &str) -> bool {
-        matches!(self, Endpoint::Messages | Endpoint::CountTokens)
-            && anthropic::is_cache_neutral_system_text(text)
+    fn is_cache_neutral_system_text(&self, _text: &str) -> bool {
+        false
     }
 }
 
-/// A classified request target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Route {
-    pub provider: Provider,
-    pub endpoint: Endpoint,
+impl dyn Api {
+    /// The assistant message of an answer, from the whole JSON body or the stream's events.
+    pub fn assistant_message(
+        &self,
+        json_body: Option<&[u8]>,
+        events: &[(String, Bytes)],
+    ) -> Option<Value> {
+        match json_body {
+            Some(body) => self.assistant_from_body(&serde_json::from_slice(body).ok()?),
+            None => self.assistant_from_stream(events),
+        }
+    }
+}
+
+/// A call cachet forwards without reading (a model list, a file upload): any event ends
+/// nothing in particular, so the stream ends where the body does.
+struct Passthrough(Endpoint);
+
+impl Api for Passthrough {
+    fn endpoint(&self) -> Endpoint {
+        self.0
+    }
+
+    fn terminal(&self, _event: &str, _data: &[u8]) -> Option<Terminal> {
+        Some(Terminal::Done)
+    }
+}
+
+/// The rules of a route's API: one row per endpoint (a token count is read by Messages'
+/// rules, a compaction by Responses').
+pub fn api(endpoint: Endpoint) -> &'static dyn Api {
+    match endpoint {
+        Endpoint::Messages => &anthropic::MESSAGES,
+        Endpoint::CountTokens => &anthropic::COUNT_TOKENS,
+        Endpoint::Chat => &openai_chat::CHAT,
+        Endpoint::Responses => &openai_responses::RESPONSES,
+        Endpoint::Compact => &openai_responses::COMPACT,
+        Endpoint::Models => &Passthrough(Endpoint::Models),
+        Endpoint::Other => &Passthrough(Endpoint::Other),
+    }
 }
 
 /// The API version header every Anthropic client sends.
@@ -322,6 +224,20 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rout
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn anthropic_and_openai_error_shapes() {
+        let kind = crate::error::ErrorKind::TooLarge;
+        let message = "body is 40 MiB, limit 32 MiB";
+        let a: Value =
+            serde_json::from_slice(&error_body(Provider::Anthropic, kind, message)).unwrap();
+        assert_eq!(a["type"], "error");
+        assert_eq!(a["error"]["type"], "request_too_large");
+        let o: Value =
+            serde_json::from_slice(&error_body(Provider::OpenAi, kind, message)).unwrap();
+        assert_eq!(o["error"]["message"], message);
+        assert_eq!(kind.status().as_u16(), 413);
+    }
 
     /// Codex signed in with ChatGPT, at a cachet with client keys, sends its cachet key as
     /// `x-api-key` beside its ChatGPT token (README, `~/.codex/config.toml#chatgpt-keyed`):

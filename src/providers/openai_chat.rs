@@ -14,8 +14,36 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::message::Fields;
-use super::{MsgKind, Section, Terminal};
-use crate::envelope::scan;
+use super::{Api, MsgKind, Section, Terminal};
+use crate::json::scan;
+use crate::route::Endpoint;
+
+/// OpenAI Chat Completions.
+pub struct Chat;
+
+pub static CHAT: Chat = Chat;
+
+impl Api for Chat {
+    fn endpoint(&self) -> Endpoint {
+        Endpoint::Chat
+    }
+
+    fn terminal(&self, _event: &str, data: &[u8]) -> Option<Terminal> {
+        terminal(data)
+    }
+
+    fn assistant_from_body(&self, answer: &Value) -> Option<Value> {
+        assistant_from_body(answer)
+    }
+
+    fn assistant_from_stream(&self, events: &[(String, Bytes)]) -> Option<Value> {
+        assistant_from_stream(events)
+    }
+
+    fn cache_key_order(&self) -> [Section; 3] {
+        CACHE_KEY_ORDER
+    }
+}
 
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];

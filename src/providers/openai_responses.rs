@@ -16,7 +16,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::message::Fields;
-use super::{MsgKind, Section, Terminal};
+use super::{Api, MsgKind, Section, Terminal};
+use crate::route::Endpoint;
 
 /// The base URL Codex uses when signed in with ChatGPT (codex-rs `CHATGPT_CODEX_BASE_URL`),
 /// and its path. Codex appends `/responses` and `/models` to it, where an API key's base
@@ -139,6 +140,48 @@ pub fn check_boundary(prev: Option<&MsgKind>, next: Option<&MsgKind>) -> Result<
         }
     }
     Ok(())
+}
+
+/// OpenAI Responses, or a compaction (`/v1/responses/compact`), whose request and usage are
+/// read by the same rules but which answers no stream and no turn.
+pub struct Responses {
+    endpoint: Endpoint,
+}
+
+pub static RESPONSES: Responses = Responses {
+    endpoint: Endpoint::Responses,
+};
+pub static COMPACT: Responses = Responses {
+    endpoint: Endpoint::Compact,
+};
+
+impl Api for Responses {
+    fn endpoint(&self) -> Endpoint {
+        self.endpoint
+    }
+
+    fn terminal(&self, event: &str, _data: &[u8]) -> Option<Terminal> {
+        match self.endpoint {
+            Endpoint::Responses => terminal(event),
+            _ => Some(Terminal::Done),
+        }
+    }
+
+    fn stream_break_event(&self, message: &str) -> Option<Bytes> {
+        (self.endpoint == Endpoint::Responses).then(|| stream_break_event(message))
+    }
+
+    fn assistant_from_body(&self, answer: &Value) -> Option<Value> {
+        (self.endpoint == Endpoint::Responses).then(|| assistant_from_body(answer))?
+    }
+
+    fn assistant_from_stream(&self, events: &[(String, Bytes)]) -> Option<Value> {
+        (self.endpoint == Endpoint::Responses).then(|| assistant_from_stream(events))?
+    }
+
+    fn cache_key_order(&self) -> [Section; 3] {
+        CACHE_KEY_ORDER
+    }
 }
 
 /// How an SSE event ends the stream, if it does.

@@ -69,7 +69,7 @@ pub fn last_prompt_range(kinds: &[MsgKind]) -> Option<std::ops::Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Endpoint;
+    use crate::route::Endpoint;
 
     fn kinds(endpoint: Endpoint, msgs: &[&str]) -> Vec<MsgKind> {
         msgs.iter()

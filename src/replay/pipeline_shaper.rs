@@ -22,7 +22,7 @@ use super::trace::Record;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
-use crate::providers::Route;
+use crate::route::Route;
 use crate::usage::Usage;
 
 enum Job {

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use super::time::date_of;
 use super::trace::{Record, TRACE_VERSION};
-use crate::providers::Route;
+use crate::route::Route;
 use crate::secret::is_secret_header;
 
 /// Records waiting for the writer before new ones are dropped.
@@ -353,8 +353,8 @@ mod tests {
             rt.block_on(async {
                 let (recorder, task) = Recorder::start(&path, 8).unwrap();
                 let route = Route {
-                    provider: crate::providers::Provider::Anthropic,
-                    endpoint: crate::providers::Endpoint::Messages,
+                    provider: crate::route::Provider::Anthropic,
+                    endpoint: crate::route::Endpoint::Messages,
                 };
                 let body = serde_json::json!({"model": "m", "max_tokens": 5});
                 for i in 0..3 {
@@ -414,8 +414,8 @@ mod tests {
     #[test]
     fn a_captured_body_is_held_as_its_text() {
         let route = Route {
-            provider: crate::providers::Provider::Anthropic,
-            endpoint: crate::providers::Endpoint::Messages,
+            provider: crate::route::Provider::Anthropic,
+            endpoint: crate::route::Endpoint::Messages,
         };
         let messages: Vec<Value> = (0..2_000)
             .map(|i| serde_json::json!({"role": "user", "content": [{"type": "text", "text": format!("step {i}")}]}))
@@ -447,8 +447,8 @@ mod tests {
     #[test]
     fn a_continued_answer_is_told_from_the_text_as_from_a_value() {
         let responses = Route {
-            provider: crate::providers::Provider::OpenAi,
-            endpoint: crate::providers::Endpoint::Responses,
+            provider: crate::route::Provider::OpenAi,
+            endpoint: crate::route::Endpoint::Responses,
         };
         let h = HeaderMap::new();
         for body in [
@@ -485,8 +485,8 @@ mod tests {
         assert_eq!(kept["anthropic-version"], "2023-06-01");
         let body = serde_json::json!({"model": "m", "api_key": "sk", "max_tokens": 5});
         let route = Route {
-            provider: crate::providers::Provider::Anthropic,
-            endpoint: crate::providers::Endpoint::Messages,
+            provider: crate::route::Provider::Anthropic,
+            endpoint: crate::route::Endpoint::Messages,
         };
         let r = capture(0, "s", route, "/v1/messages?key=sk-123", &h, &body);
         assert_eq!(r.body, serde_json::json!({"model": "m", "max_tokens": 5}));

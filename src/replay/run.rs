@@ -242,7 +242,7 @@ fn keep_warm(
     body: &serde_json::Value,
     at_ms: u64,
 ) {
-    let Ok(accounting) = cache.account(crate::providers::Endpoint::Messages, body, at_ms) else {
+    let Ok(accounting) = cache.account(crate::route::Endpoint::Messages, body, at_ms) else {
         stats.errors += 1;
         return;
     };

@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::time::{format_rfc3339, parse_rfc3339};
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 use crate::usage::Usage;
 
 /// The version written in every record's `v`.
@@ -77,8 +77,8 @@ impl Record {
         }
         match &self.body_text {
             Some(text) => {
-                let start = crate::envelope::scan::skip_ws(text, 0);
-                let field = |name| crate::envelope::scan::field(text, start, name);
+                let start = crate::json::scan::skip_ws(text, 0);
+                let field = |name| crate::json::scan::field(text, start, name);
                 stores_answer(field("store").map(|s| &text[s]))
                     || field("conversation").is_some_and(|s| conversation_id(&text[s]).is_some())
             }
@@ -90,11 +90,11 @@ impl Record {
         endpoint_from_label(&self.endpoint)
     }
 
-    pub fn provider(&self) -> crate::providers::Provider {
+    pub fn provider(&self) -> crate::route::Provider {
         if self.provider == "anthropic" {
-            crate::providers::Provider::Anthropic
+            crate::route::Provider::Anthropic
         } else {
-            crate::providers::Provider::OpenAi
+            crate::route::Provider::OpenAi
         }
     }
 

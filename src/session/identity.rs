@@ -18,7 +18,8 @@ use sha2::{Digest, Sha256};
 
 use super::normalize::{canonical_bytes, canonical_field_of_raw};
 use crate::envelope::Envelope;
-use crate::providers::{MsgKind, Provider};
+use crate::providers::MsgKind;
+use crate::route::Provider;
 
 /// Where a session id came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -153,7 +154,7 @@ fn non_empty(value: Option<&str>) -> Option<String> {
 
 /// The Responses `conversation`: its id, given as a string or as `{"id": …}`.
 pub fn conversation(env: &Envelope) -> Option<String> {
-    if env.endpoint() != crate::providers::Endpoint::Responses {
+    if env.endpoint() != crate::route::Endpoint::Responses {
         return None;
     }
     crate::providers::openai_responses::conversation_id(env.option_raw("conversation")?)
@@ -220,7 +221,7 @@ pub fn fingerprint(env: &Envelope) -> String {
         hasher.update(bytes);
     };
     for part in env.system_parts() {
-        if !endpoint.is_cache_neutral_system_text(&part.text) {
+        if !crate::providers::api(endpoint).is_cache_neutral_system_text(&part.text) {
             piece(b's', part.text.as_bytes());
         }
     }
@@ -246,7 +247,7 @@ fn system_and_tools(env: &Envelope) -> (Vec<Value>, Vec<Value>) {
     let system = env
         .system_parts()
         .iter()
-        .filter(|p| !endpoint.is_cache_neutral_system_text(&p.text))
+        .filter(|p| !crate::providers::api(endpoint).is_cache_neutral_system_text(&p.text))
         .map(|p| json!({"type": "text", "text": p.text}))
         .collect();
     let tools = env

@@ -1,5 +1,5 @@
 use super::*;
-use crate::providers::Endpoint;
+use crate::route::Endpoint;
 
 /// Identify a request given as a JSON value (through its envelope, as the pipeline does).
 fn identify_value(h: &HeaderMap, body: &Value, p: Provider, e: Endpoint) -> SessionId {

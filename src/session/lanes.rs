@@ -224,7 +224,7 @@ mod tests {
 
     fn shape(tools: u8, system: u8) -> PromptShape {
         PromptShape {
-            endpoint: crate::providers::Endpoint::Messages,
+            endpoint: crate::route::Endpoint::Messages,
             model: "m".into(),
             tools: Vec::new(),
             tools_key: Some([tools; 32]),

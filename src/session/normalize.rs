@@ -181,7 +181,7 @@ pub fn canonical_bytes_of_raw(raw: &[u8]) -> Option<Vec<u8>> {
 /// made (an escaped key, an escape serde_json spells otherwise, bytes that are not JSON):
 /// the caller parses.
 pub fn canonical_field_of_raw<O: Out>(raw: &[u8], field: &str, out: &mut O) -> Option<()> {
-    use crate::envelope::scan;
+    use crate::json::scan;
     let entries = scan::entries(raw, scan::skip_ws(raw, 0)).ok()?;
     if entries.iter().any(|e| raw[e.key.clone()].contains(&b'\\')) {
         return None;
@@ -219,7 +219,7 @@ struct RawReader<'a> {
 
 impl<'a> RawReader<'a> {
     fn skip_space(&mut self) {
-        self.at = crate::json_check::skip_ws(self.raw, self.at);
+        self.at = crate::json::check::skip_ws(self.raw, self.at);
     }
 
     fn eat(&mut self, byte: u8) -> Option<()> {
@@ -292,7 +292,7 @@ impl<'a> RawReader<'a> {
         let mut at = start + 1;
         loop {
             // The body check's scan to the next quote, backslash, control or non-ASCII byte.
-            at = crate::json_check::find_special(self.raw, at);
+            at = crate::json::check::find_special(self.raw, at);
             match *self.raw.get(at)? {
                 b'"' => break,
                 b'\\' => match *self.raw.get(at + 1)? {
@@ -365,7 +365,7 @@ impl<'a> RawReader<'a> {
                 self.eat(b':')?;
                 self.skip_space();
                 let start = self.at;
-                self.at = crate::envelope::scan::value_end(self.raw, start).ok()?;
+                self.at = crate::json::scan::value_end(self.raw, start).ok()?;
                 if !is_dropped(key) {
                     fields.push((key, start..self.at));
                 }

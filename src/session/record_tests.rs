@@ -39,8 +39,8 @@ fn record_body(
     tail: usize,
 ) -> (RequestRecord, Vec<Blob>) {
     let env = crate::envelope::Envelope::parse(
-        crate::providers::Provider::Anthropic,
-        crate::providers::Endpoint::Messages,
+        crate::route::Provider::Anthropic,
+        crate::route::Endpoint::Messages,
         bytes::Bytes::from(body.to_string()),
     )
     .unwrap();

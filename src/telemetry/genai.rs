@@ -9,7 +9,7 @@
 
 use opentelemetry::KeyValue;
 
-use crate::providers::Route;
+use crate::route::Route;
 use crate::usage::Usage;
 
 /// Everything the span says, gathered when the response ends.
@@ -108,7 +108,7 @@ impl Facts<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{Endpoint, Provider};
+    use crate::route::{Endpoint, Provider};
 
     fn value<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a opentelemetry::Value> {
         attrs

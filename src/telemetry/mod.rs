@@ -17,7 +17,7 @@ pub use logs::{init_logging, LogGuard};
 pub use request::{Finished, RequestTelemetry};
 
 use crate::metrics::Metrics;
-use crate::providers::Route;
+use crate::route::Route;
 
 /// Shared by every request.
 pub struct Telemetry {

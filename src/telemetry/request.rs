@@ -10,7 +10,7 @@ use tracing::field::{display, Empty};
 use super::genai::Facts;
 use super::otlp::{Otlp, SpanRecord, TRACE_HEADERS};
 use crate::metrics::{InFlight, Metrics};
-use crate::providers::Route;
+use crate::route::Route;
 use crate::usage::Usage;
 
 /// Longest value of a client-chosen field (model, session) kept in logs and spans.
@@ -50,7 +50,7 @@ struct Inner {
 }
 
 fn route_label(route: Route) -> &'static str {
-    use crate::providers::{Endpoint as E, Provider as P};
+    use crate::route::{Endpoint as E, Provider as P};
     match (route.provider, route.endpoint) {
         (P::Anthropic, E::Messages) => "anthropic/messages",
         (P::Anthropic, E::CountTokens) => "anthropic/count_tokens",

@@ -5,7 +5,8 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::{auth, Provider};
+use crate::providers::auth;
+use crate::route::Provider;
 use crate::secret::Secret;
 use crate::transport::upstream_client::{SendError, UpstreamClient};
 

@@ -15,7 +15,7 @@ use tokio::sync::{watch, Semaphore};
 
 use super::coarse_timer::CoarseTimer;
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::Provider;
+use crate::route::Provider;
 
 pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
 
@@ -111,7 +111,11 @@ pub fn full(body: impl Into<Bytes>) -> ProxyBody {
 
 /// A provider-format error response.
 pub fn error_response(provider: Provider, err: &ApiError) -> Response<ProxyBody> {
-    let mut resp = Response::new(full(err.body(provider)));
+    let mut resp = Response::new(full(crate::providers::error_body(
+        provider,
+        err.kind,
+        &err.message,
+    )));
     *resp.status_mut() = err.status();
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,

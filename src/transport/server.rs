@@ -19,8 +19,9 @@ use crate::config::Config;
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
-use crate::providers::{classify, Endpoint, Route};
+use crate::providers::classify;
 use crate::replay::recorder::{self, Recorder, RecorderTask};
+use crate::route::{Endpoint, Route};
 use crate::session::store::Maintenance;
 
 /// A running proxy (and its admin listener).

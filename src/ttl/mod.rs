@@ -27,7 +27,7 @@ pub fn for_request(
     now_ms: u64,
     keep_warm_after_secs: Option<u64>,
 ) -> Option<TtlDecision> {
-    if env.endpoint() != crate::providers::Endpoint::Messages {
+    if env.endpoint() != crate::route::Endpoint::Messages {
         return None;
     }
     let allowed = keep_warm::allowed(env, headers);

@@ -480,11 +480,14 @@ fn configurations_policies_and_model_tables_parse() {
 
 /// What the code answers for the errors the FAQ quotes.
 fn message(name: &str) -> String {
-    use cachet::providers::Provider;
+    use cachet::route::Provider;
     match name {
         "body-late" => {
             let err = cachet::transport::http::body_late(std::time::Duration::from_millis(30_000));
-            String::from_utf8(err.body(Provider::Anthropic).to_vec()).unwrap()
+            String::from_utf8(
+                cachet::providers::error_body(Provider::Anthropic, err.kind, &err.message).to_vec(),
+            )
+            .unwrap()
         }
         "open-relay" => {
             let server = cachet::config::ServerConfig::default();

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use cachet::envelope::{count_markers, reshape, BreakpointMode, CompileOptions, Envelope, Ttl};
 use cachet::patch::parse_ops;
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 use serde_json::{json, Value};
 
 const AUTO: BreakpointMode = BreakpointMode::Auto {

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use cachet::envelope::{CompileOptions, Envelope};
 use cachet::patch::{parse_ops, HandlerResult, Op, RefusalReason};
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 use serde_json::{json, Value};
 
 const ANTHROPIC: &str = r#"{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"Base prompt."}],"tools":[{"name":"read","input_schema":{"type":"object"}},{"name":"bash","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"first"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"read","input":{"b":1,"a":2}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"data"}]},{"role":"assistant","content":"done"},{"role":"user","content":"second"}],"max_tokens":100}"#;
@@ -47,7 +47,10 @@ fn a_refused_patch_changes_nothing() {
         &env.compile(&CompileOptions::default())[..],
         ANTHROPIC.as_bytes()
     );
-    let body = r.to_api_error().body(Provider::Anthropic);
+    let body = {
+        let e = r.to_api_error();
+        cachet::providers::error_body(Provider::Anthropic, e.kind, &e.message)
+    };
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["type"], "api_error");
     assert!(v["error"]["message"].as_str().unwrap().contains("`memory`"));
@@ -300,7 +303,7 @@ fn docs_example_works() -> Result<(), Box<dyn std::error::Error>> {
     use bytes::Bytes;
     use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
     use cachet::patch::parse_ops;
-    use cachet::providers::{Endpoint, Provider};
+    use cachet::route::{Endpoint, Provider};
 
     let body = Bytes::from_static(
         br#"{"model":"claude-sonnet-4-5","max_tokens":64,

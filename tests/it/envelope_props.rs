@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use cachet::envelope::{count_markers, BreakpointMode, CompileOptions, Envelope, Ttl};
 use cachet::patch::{parse_ops, Op};
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

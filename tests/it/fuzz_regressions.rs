@@ -1,7 +1,7 @@
 //! Inputs the fuzz targets (fuzz/, `scripts/fuzz.sh`) single out, kept as tests: every
 //! crash a campaign finds lands here. The campaign recorded in BENCHMARKS.md found none.
 
-use cachet::providers::Endpoint;
+use cachet::route::Endpoint;
 use serde::de::IgnoredAny;
 
 /// Nesting far deeper than serde_json's value limit of 128: the fast body check and
@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 fn deep_nesting_is_checked_without_overflow() {
     for depth in [129, 10_000, 1_000_000] {
         let doc = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
-        assert!(cachet::json_check::check(doc.as_bytes(), |_| {}).is_ok());
+        assert!(cachet::json::check::check(doc.as_bytes(), |_| {}).is_ok());
         assert!(serde_json::from_str::<IgnoredAny>(&doc).is_ok());
         let err = serde_json::from_str::<serde_json::Value>(&doc).unwrap_err();
         assert!(
@@ -23,7 +23,7 @@ fn deep_nesting_is_checked_without_overflow() {
         assert!(cachet::shape::check(Endpoint::Messages, body.as_bytes()).is_ok());
         // Unclosed, it is invalid for both.
         let open = "[".repeat(depth);
-        assert!(cachet::json_check::check(open.as_bytes(), |_| {}).is_err());
+        assert!(cachet::json::check::check(open.as_bytes(), |_| {}).is_err());
         assert!(serde_json::from_str::<IgnoredAny>(&open).is_err());
         assert!(cachet::shape::check(Endpoint::Chat, open.as_bytes()).is_err());
     }

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use cachet::hooks::{HookClient, HookOutcome};
 use cachet::patch::Op;
 use cachet::policy::{ContextReason, HookEvent, HookSpec, OnError};
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 
 /// How the test server answers.
 #[derive(Clone)]

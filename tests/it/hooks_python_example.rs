@@ -10,7 +10,7 @@ use serde_json::json;
 
 use cachet::hooks::{HookClient, HookOutcome};
 use cachet::policy::{ContextReason, HookEvent, HookSpec, OnError};
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 
 /// Kills the server when the test ends, pass or fail.
 struct Server(Child);

@@ -2,7 +2,7 @@
 //! damaged at random: both accept exactly the same UTF-8 bodies, the fast check never
 //! accepts invalid UTF-8, and the top-level fields it reports are the object's own.
 
-use cachet::json_check;
+use cachet::json::check as json_check;
 use proptest::prelude::*;
 use serde::de::IgnoredAny;
 

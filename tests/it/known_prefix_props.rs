@@ -13,7 +13,7 @@
 use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
 use cachet::known_prefix::{Gathered, KnownPrefixes};
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 use cachet::session::PrefixHashes;
 use proptest::prelude::*;
 

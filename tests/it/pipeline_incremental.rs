@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use cachet::providers::Endpoint;
+use cachet::route::Endpoint;
 use serde_json::Value;
 
 use crate::support::sessions::{fixture, session, step, Step, CLIENTS};

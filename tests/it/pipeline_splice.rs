@@ -2,7 +2,7 @@
 //! hyper client writes its pieces one after the other, reqwest sends them as one buffer.
 //! Either way the upstream receives the same bytes, with their length, never chunked.
 
-use cachet::providers::Endpoint;
+use cachet::route::Endpoint;
 use serde_json::Value;
 
 use crate::support::sessions::{fixture, session, Step, CLIENTS};

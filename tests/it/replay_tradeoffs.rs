@@ -34,8 +34,8 @@ fn turn_starts(records: &[Record]) -> Vec<usize> {
     for (i, r) in records.iter().enumerate() {
         let body = bytes::Bytes::from(r.body.to_string());
         let env = cachet::envelope::Envelope::parse(
-            cachet::providers::Provider::Anthropic,
-            cachet::providers::Endpoint::Messages,
+            cachet::route::Provider::Anthropic,
+            cachet::route::Endpoint::Messages,
             body,
         )
         .unwrap();
@@ -73,7 +73,7 @@ fn notes_arms() -> Vec<ArmArg> {
 /// injection (what the first request writes as recorded).
 fn base_prefix(records: &[Record]) -> u64 {
     cachet::cache_model::CacheModel::count_tokens(
-        cachet::providers::Endpoint::Messages,
+        cachet::route::Endpoint::Messages,
         &serde_json::json!({"model": records[0].body["model"], "tools": records[0].body["tools"],
             "system": records[0].body["system"], "messages": []}),
     )

@@ -8,7 +8,7 @@ use crate::session_support::{
 };
 use cachet::measure::SentRequest;
 use cachet::patch::ops::Op;
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 use cachet::session::{
     message_key, open_store, record_request, sent_keys, session_json, sessions_json, Blob,
     CachedStore, Entry, PrefixHashes, RequestDraft, SessionLog, SessionStore, SqliteStore,
@@ -497,8 +497,8 @@ async fn prepare_plan_persist_across_requests() {
     let mut headers = HeaderMap::new();
     headers.insert("x-cachet-session", "flow".parse().unwrap());
     let body = json!({"messages": h[..1]});
-    let provider = cachet::providers::Provider::Anthropic;
-    let endpoint = cachet::providers::Endpoint::Messages;
+    let provider = cachet::route::Provider::Anthropic;
+    let endpoint = cachet::route::Endpoint::Messages;
 
     // Request 0: nothing to replay; a before_request patch is persisted, an ephemeral one not.
     let env =

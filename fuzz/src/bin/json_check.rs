@@ -5,7 +5,7 @@ use serde::de::IgnoredAny;
 
 fn main() {
     afl::fuzz!(|data: &[u8]| {
-        let fast = cachet::json_check::check(data, |_| {}).is_ok();
+        let fast = cachet::json::check::check(data, |_| {}).is_ok();
         let serde =
             std::str::from_utf8(data).is_ok() && serde_json::from_slice::<IgnoredAny>(data).is_ok();
         assert_eq!(fast, serde, "json_check and serde_json disagree");

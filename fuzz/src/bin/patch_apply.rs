@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use cachet::envelope::{CompileOptions, Envelope};
-use cachet::providers::Endpoint;
+use cachet::route::Endpoint;
 
 const REQUESTS: [(Endpoint, &str); 3] = [
     (

@@ -10,7 +10,7 @@ use super::describe;
 use super::format;
 use super::layout::{self, card, swatch, BREAK, READ, TTL, UNCACHED, WRITE, WRITE_1H};
 use super::view::{Money, RequestView, Row, SessionView, Totals};
-use crate::providers::Provider;
+use crate::route::Provider;
 use crate::session::entry::{ContextTransform, Entry};
 use crate::session::store::{SessionStore, StoreResult};
 use crate::usage::Usage;

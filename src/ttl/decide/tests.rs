@@ -2,7 +2,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::providers::{Endpoint, Provider};
+use crate::route::{Endpoint, Provider};
 use crate::session::entry::Conversation;
 use crate::session::Entry;
 use crate::session::RequestRecord;

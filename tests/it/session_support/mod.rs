@@ -93,7 +93,7 @@ async fn record_body(
     (index, turn): (u64, u64),
 ) -> cachet::session::RequestRecord {
     use cachet::measure::SentRequest;
-    use cachet::providers::{Endpoint, Provider};
+    use cachet::route::{Endpoint, Provider};
     let req = SentRequest::from_json(Provider::Anthropic, Endpoint::Messages, body, 0).unwrap();
     let history = req.history();
     let draft = cachet::session::RequestDraft {

@@ -2,7 +2,7 @@
 //! (`tests/data/clients`): bodies that extend, fork, truncate, edit, move the client's
 //! cache marker, change a field before the history, reformat, or break the JSON.
 
-use cachet::providers::{Endpoint, Provider};
+use cachet::route::{Endpoint, Provider};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

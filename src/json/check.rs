@@ -776,7 +776,7 @@ mod tests {
             let (key, start) = e.array.clone().expect(body);
             assert!(keys.contains(&&b[key.clone()]), "{body}");
             assert_eq!(b[start], b'[');
-            let scanned = crate::envelope::scan::elements(b, start).unwrap();
+            let scanned = crate::json::scan::elements(b, start).unwrap();
             assert_eq!(e.spans, scanned, "{body}");
             assert_eq!(e.spans_at(start), Some(&scanned[..]));
             // The other array gathered beside the history: the first named `tools`.
@@ -787,7 +787,7 @@ mod tests {
                 let gathered = e.spans_at(f.value.start);
                 match tools {
                     Some(t) if t == f => {
-                        let scanned = crate::envelope::scan::elements(b, f.value.start).unwrap();
+                        let scanned = crate::json::scan::elements(b, f.value.start).unwrap();
                         assert_eq!(gathered, Some(&scanned[..]), "{body}: tools");
                     }
                     _ if f.value.start == start => {}

@@ -1,0 +1,55 @@
+//! The OpenAI family's rules shared by Chat Completions and Responses: the error body and
+//! the service tiers.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::error::ErrorKind;
+use crate::route::Endpoint;
+
+/// OpenAI fast mode (priority processing until 2026-07-30), the same on Chat and Responses:
+/// a request asks for it with `service_tier: "fast"` or `"priority"`, and an answer served so
+/// says `"priority"` whichever it asked (developers.openai.com/api/docs/guides/fast-mode;
+/// openai-python 3.57, `Response.service_tier`). Its cache is not the standard tier's: a
+/// tier change is a miss (`service_tier_changed`, the Responses `prompt_cache_diagnostics`).
+pub const FAST_TIERS: [&str; 2] = ["priority", "fast"];
+/// The `service_tier` of an OpenAI answer served in fast mode.
+pub const FAST_ANSWER: &str = "priority";
+
+/// OpenAI flex processing, on Chat and Responses: asked and answered `service_tier: "flex"`,
+/// billed at the Batch API's rates, half the standard ones (developers.openai.com, Flex
+/// processing), and refused with a 400 by a model without it. A tier of its own, cached
+/// apart like fast mode (`service_tier_changed`).
+pub const FLEX_TIER: &str = "flex";
+
+/// Whether a Chat or Responses request asks for flex processing ([`FLEX_TIER`]).
+pub fn asks_flex(endpoint: Endpoint, request: &Value) -> bool {
+    matches!(endpoint, Endpoint::Chat | Endpoint::Responses)
+        && request.get("service_tier").and_then(Value::as_str) == Some(FLEX_TIER)
+}
+
+/// The `error.type` and `error.code` of an error body (PROVIDERS.md, Errors).
+fn error_type(kind: ErrorKind) -> (&'static str, Option<&'static str>) {
+    match kind {
+        ErrorKind::InvalidRequest => ("invalid_request_error", None),
+        ErrorKind::TooLarge => ("invalid_request_error", Some("request_too_large")),
+        ErrorKind::Authentication => ("invalid_request_error", Some("invalid_api_key")),
+        ErrorKind::NotFound => ("invalid_request_error", Some("not_found")),
+        ErrorKind::RequestTimeout => ("invalid_request_error", Some("request_timeout")),
+        ErrorKind::UpgradeRefused => ("invalid_request_error", Some("websocket_not_supported")),
+        ErrorKind::RateLimit => ("requests", Some("rate_limit_exceeded")),
+        ErrorKind::Internal => ("server_error", None),
+        ErrorKind::BadGateway => ("server_error", Some("bad_gateway")),
+        ErrorKind::Unavailable | ErrorKind::Overloaded => ("server_error", Some("overloaded")),
+        ErrorKind::Timeout => ("server_error", Some("timeout")),
+    }
+}
+
+/// An error body: `{"error":{"message":M,"type":T,"param":null,"code":C}}`.
+pub fn error_body(kind: ErrorKind, message: &str) -> Bytes {
+    let (ty, code) = error_type(kind);
+    let value = serde_json::json!({
+        "error": { "message": message, "type": ty, "param": null, "code": code },
+    });
+    Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
+}

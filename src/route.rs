@@ -1,0 +1,126 @@
+//! Which provider API a request speaks, as named everywhere (policies, metric labels, the
+//! session log): the provider family, the endpoint, and the two together as a route. The
+//! rules of each API live in `providers/`; this is only their names, below every layer
+//! that needs to say which API it is looking at.
+
+/// A section of the prompt, in the providers' cache-key vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Section {
+    Tools,
+    System,
+    Messages,
+}
+
+impl Section {
+    pub fn label(self) -> &'static str {
+        match self {
+            Section::Tools => "tools",
+            Section::System => "system",
+            Section::Messages => "messages",
+        }
+    }
+}
+
+/// The provider family: decides the upstream and the error format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provider {
+    Anthropic,
+    OpenAi,
+}
+
+impl Provider {
+    pub fn label(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+        }
+    }
+}
+
+/// The API endpoint, as named in policies and metric labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// Anthropic `POST /v1/messages`.
+    Messages,
+    /// Anthropic `POST /v1/messages/count_tokens`.
+    CountTokens,
+    /// OpenAI `POST /v1/chat/completions`.
+    Chat,
+    /// OpenAI `POST /v1/responses`.
+    Responses,
+    /// OpenAI `POST /v1/responses/compact`: the model compacts a conversation. Billed like a
+    /// generation (its answer carries a response's `usage`), so it is counted like one;
+    /// never reshaped, and kept out of the session log (its answer is not a turn).
+    Compact,
+    /// `GET /v1/models` (either family).
+    Models,
+    /// Any other `/v1/...` path: forwarded untouched.
+    Other,
+}
+
+impl Endpoint {
+    pub fn label(self) -> &'static str {
+        match self {
+            Endpoint::Messages => "messages",
+            Endpoint::CountTokens => "count_tokens",
+            Endpoint::Chat => "chat",
+            Endpoint::Responses => "responses",
+            Endpoint::Compact => "responses_compact",
+            Endpoint::Models => "models",
+            Endpoint::Other => "other",
+        }
+    }
+
+    /// Endpoints whose body is a model request cachet parses and taps.
+    pub fn is_generation(self) -> bool {
+        matches!(
+            self,
+            Endpoint::Messages | Endpoint::Chat | Endpoint::Responses
+        )
+    }
+
+    /// Endpoints whose answer is a bill: its `usage` is read and counted.
+    pub fn is_billed(self) -> bool {
+        self.is_generation() || self == Endpoint::Compact
+    }
+
+    /// Whether an answer with this status is a bill, whose usage the figures need: one
+    /// without it counts in `cachet_usage_missing_total`.
+    pub fn bills(self, status: u16) -> bool {
+        self.is_billed() && (200..300).contains(&status)
+    }
+
+    /// The endpoint whose rules read this one's request and usage: a compaction's are a
+    /// response's (the same prompt fields, the same `usage` object).
+    pub fn read_as(self) -> Endpoint {
+        match self {
+            Endpoint::Compact => Endpoint::Responses,
+            other => other,
+        }
+    }
+}
+
+impl Endpoint {
+    /// The endpoint a label names ([`Endpoint::label`] read back; an unknown label is
+    /// [`Endpoint::Other`]).
+    pub fn from_label(label: &str) -> Endpoint {
+        [
+            Endpoint::Messages,
+            Endpoint::CountTokens,
+            Endpoint::Chat,
+            Endpoint::Responses,
+            Endpoint::Compact,
+            Endpoint::Models,
+        ]
+        .into_iter()
+        .find(|e| e.label() == label)
+        .unwrap_or(Endpoint::Other)
+    }
+}
+
+/// A classified request target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub provider: Provider,
+    pub endpoint: Endpoint,
+}
