@@ -6,9 +6,9 @@
 //! patch and a JSON Patch) on the body's bytes against the same edit on a `Value` of it.
 
 use bytes::Bytes;
-use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
+use cachet::envelope::{BreakpointMode, CompileOptions, Ttl};
 use cachet::patch::{parse_ops, Op};
-use cachet::route::{Endpoint, Provider};
+use cachet::route::Endpoint;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use serde_json::{json, Value};
 
@@ -78,9 +78,8 @@ fn benches(c: &mut Criterion) {
             &body,
             |b, body| {
                 b.iter(|| {
-                    let env =
-                        Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())
-                            .expect("parses");
+                    let env = cachet::providers::parse_envelope(Endpoint::Messages, body.clone())
+                        .expect("parses");
                     black_box(env.compile(&default))
                 })
             },
@@ -91,7 +90,7 @@ fn benches(c: &mut Criterion) {
             |b, body| {
                 b.iter(|| {
                     let mut env =
-                        Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())
+                        cachet::providers::parse_envelope(Endpoint::Messages, body.clone())
                             .expect("parses");
                     env.apply(&patch, "bench").expect("applies");
                     black_box(env.compile(&default))
@@ -104,7 +103,7 @@ fn benches(c: &mut Criterion) {
             |b, body| {
                 b.iter(|| {
                     let mut env =
-                        Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())
+                        cachet::providers::parse_envelope(Endpoint::Messages, body.clone())
                             .expect("parses");
                     env.apply(&patch, "bench").expect("applies");
                     black_box(env.compile(&auto))
@@ -131,7 +130,9 @@ fn benches(c: &mut Criterion) {
         let body = session_body(size);
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_with_input(BenchmarkId::new("shape_check", name), &body, |b, body| {
-            b.iter(|| black_box(cachet::shape::check(Endpoint::Messages, body).expect("valid")))
+            b.iter(|| {
+                black_box(cachet::providers::check::check(Endpoint::Messages, body).expect("valid"))
+            })
         });
         group.bench_with_input(
             BenchmarkId::new("serde_json_head", name),
@@ -182,7 +183,9 @@ fn benches(c: &mut Criterion) {
             });
         }
         group.bench_with_input(BenchmarkId::new("shape_check", name), &body, |b, body| {
-            b.iter(|| black_box(cachet::shape::check(Endpoint::Messages, body).expect("valid")))
+            b.iter(|| {
+                black_box(cachet::providers::check::check(Endpoint::Messages, body).expect("valid"))
+            })
         });
     }
     group.finish();

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cachet::envelope::Envelope;
-use cachet::known_prefix::{Gathered, KnownPrefixes};
-use cachet::route::{Endpoint, Provider};
+use cachet::known_prefix::KnownPrefixes;
+use cachet::route::Endpoint;
 
 const BATCHES: usize = 5;
 const ROUNDS: usize = 40;
@@ -100,8 +100,8 @@ fn read_session(bodies: &[Bytes]) -> [Duration; 5] {
             };
             let found = known.find(body);
             lap(0, &mut phases);
-            let mut gathered = Gathered::new();
-            cachet::shape::check_known(
+            let mut gathered = cachet::providers::gathered();
+            cachet::known_prefix::check(
                 Endpoint::Messages,
                 body,
                 found.as_ref(),
@@ -109,13 +109,11 @@ fn read_session(bodies: &[Bytes]) -> [Duration; 5] {
             )
             .unwrap();
             lap(1, &mut phases);
-            let split = |gathered: Option<&Gathered>| {
-                let provider = Provider::Anthropic;
+            let split = |gathered: Option<&cachet::json::check::Gathered>| {
                 Envelope::parse_checked(
-                    provider,
-                    Endpoint::Messages,
+                    cachet::providers::wire(Endpoint::Messages).unwrap(),
                     body.clone(),
-                    found.as_ref(),
+                    found.as_ref().map(|m| m.resume()).as_ref(),
                     gathered,
                 )
                 .unwrap()

@@ -101,7 +101,6 @@ async fn main() -> anyhow::Result<()> {
         }
         let start = Instant::now();
         let req = cachet::measure::SentRequest::from_json(
-            cachet::route::Provider::Anthropic,
             cachet::route::Endpoint::Messages,
             &serde_json::json!({"model": "claude-sonnet-4-5", "system": system, "tools": tools, "messages": sent}),
             0,

@@ -30,9 +30,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 
+use crate::envelope::parse::{Resume, Scanned, Tail};
 use crate::envelope::{Envelope, OrigFacts};
-use crate::json::check as json_check;
+use crate::json::check::{self as json_check, Gathered};
 use crate::json::scan::{self, Entry, Span};
+use crate::providers::{history_keys, tools_keys};
 use crate::session::PrefixHashes;
 
 /// Bodies kept under one lead: a conversation's forks share it.
@@ -100,78 +102,6 @@ impl Known {
     }
 }
 
-/// What follows a body's history array: its top-level entries and the element spans of
-/// the split arrays among them (the tools), at offsets from the array's end. Agents send
-/// their tools and system prompt after the history, the same bytes on every request: a body
-/// that ends with the same bytes after its history takes them as read.
-#[derive(Debug)]
-pub(crate) struct Tail {
-    /// Where it starts: just after the history array's `]`.
-    pub at: usize,
-    pub entries: Vec<Entry>,
-    /// By where each array starts.
-    pub arrays: Vec<(usize, Vec<Span>)>,
-    /// The most containers open where a value started in it, as the body check counts
-    /// them (0 when it was not counted: the scanner, which refuses deeper nesting, read it).
-    pub deepest: usize,
-}
-
-impl Tail {
-    /// The entries after the history of `entries`, the history's value ending at `at`, with
-    /// the spans `spans_at` gives of the arrays among them; `None` when an array the
-    /// envelope splits has none.
-    fn of(
-        body: &[u8],
-        at: usize,
-        after: &[Entry],
-        spans_at: impl Fn(usize) -> Option<Vec<Span>>,
-        deepest: usize,
-    ) -> Option<Tail> {
-        let shift = |s: &Span| s.start - at..s.end - at;
-        let mut arrays = Vec::new();
-        for entry in after {
-            if body.get(entry.value.start) == Some(&b'[') && is_tools_key(body, &entry.key) {
-                let spans = spans_at(entry.value.start)?;
-                arrays.push((entry.value.start - at, spans.iter().map(shift).collect()));
-            }
-        }
-        Some(Tail {
-            at,
-            entries: after
-                .iter()
-                .map(|e| Entry {
-                    key: shift(&e.key),
-                    value: shift(&e.value),
-                })
-                .collect(),
-            arrays,
-            deepest,
-        })
-    }
-
-    /// Its entries at `at` in another body.
-    pub(crate) fn entries_at(&self, at: usize) -> impl Iterator<Item = Entry> + '_ {
-        let shift = move |s: &Span| s.start + at..s.end + at;
-        self.entries.iter().map(move |e| Entry {
-            key: shift(&e.key),
-            value: shift(&e.value),
-        })
-    }
-
-    /// The element spans of its array starting at `start` in another body whose tail is at
-    /// `at`.
-    pub(crate) fn spans_at(&self, at: usize, start: usize) -> Option<Vec<Span>> {
-        let (_, spans) = self.arrays.iter().find(|(s, _)| *s + at == start)?;
-        Some(spans.iter().map(|s| s.start + at..s.end + at).collect())
-    }
-}
-
-/// Whether the key span (quotes included) names the tools array, as written: a key with
-/// escapes is no key the body check gathers, and is not kept.
-fn is_tools_key(body: &[u8], key: &Span) -> bool {
-    TOOLS_KEY.contains(&&body[key.start + 1..key.end - 1])
-}
-
 /// A body's match with a remembered one: its first `messages` history elements are the
 /// same bytes, at the same offsets.
 #[derive(Clone)]
@@ -190,6 +120,92 @@ impl PrefixMatch {
     pub fn resume_at(&self) -> usize {
         self.elems().last().map_or(0, |s| s.end)
     }
+
+    /// What the envelope's parse takes as read of the body.
+    pub fn resume(&self) -> Resume<'_> {
+        let known = &self.known;
+        Resume {
+            key: &known.key,
+            array_start: known.array_start,
+            before: &known.before,
+            arrays_before: &known.arrays_before,
+            elems: self.elems(),
+            tail: known.tail(),
+            facts: &known.facts,
+        }
+    }
+
+    /// What the body check takes as read of the body, when the kept body passed it.
+    pub fn check_resume<'a>(&'a self, fields: &'a Fields) -> Option<json_check::Resume<'a>> {
+        let known = &self.known;
+        if !known.checked {
+            return None;
+        }
+        let tail = known.tail().map(|(tail, bytes)| json_check::KnownTail {
+            bytes,
+            fields: &fields.tail,
+            arrays: &tail.arrays,
+            deepest: tail.deepest,
+        });
+        Some(json_check::Resume {
+            pos: self.resume_at(),
+            elems: self.elems(),
+            fields_before: &fields.before,
+            arrays_before: &known.arrays_before,
+            array_key: inner(&known.key),
+            array_start: known.array_start,
+            tail,
+        })
+    }
+
+    /// The kept entries as the body check's fields, for [`Self::check_resume`].
+    pub fn check_fields(&self) -> Fields {
+        let known = &self.known;
+        Fields {
+            before: as_fields(&known.before),
+            tail: known
+                .tail()
+                .map_or_else(Vec::new, |(t, _)| as_fields(&t.entries)),
+        }
+    }
+}
+
+/// The body check ([`crate::providers::check::check_known`]) of a body that repeats the
+/// kept body of `found`: resumed after the repeated messages when that body passed it.
+pub fn check(
+    endpoint: crate::route::Endpoint,
+    body: &[u8],
+    found: Option<&PrefixMatch>,
+    gather: Option<&mut Gathered>,
+) -> Result<String, crate::error::ApiError> {
+    let fields = found.map(PrefixMatch::check_fields);
+    let resume = found
+        .zip(fields.as_ref())
+        .and_then(|(found, fields)| found.check_resume(fields));
+    crate::providers::check::check_known(endpoint, body, resume.as_ref(), gather)
+}
+
+/// The kept body's top-level entries as the body check's fields (before and after the
+/// history array).
+pub struct Fields {
+    before: Vec<json_check::Field>,
+    tail: Vec<json_check::Field>,
+}
+
+/// A key's span without its quotes: the kept entries' keys include them, the check's
+/// fields do not.
+fn inner(key: &Span) -> Span {
+    key.start + 1..key.end - 1
+}
+
+fn as_fields(entries: &[Entry]) -> Vec<json_check::Field> {
+    entries
+        .iter()
+        .map(|e| json_check::Field {
+            key: inner(&e.key),
+            value: e.value.clone(),
+        })
+        .collect()
 }
 
 /// The prefix hashes of `env`'s history (for session identity and anchors), taking those
@@ -219,64 +235,6 @@ pub fn history_hashes(
         let _ = this.history.set((offset, hashes.clone()));
     }
     hashes
-}
-
-/// What a parsed body's history looks like, for [`KnownPrefixes::remember`].
-pub struct Scanned<'a> {
-    pub(crate) facts: OrigFacts,
-    pub body: &'a Bytes,
-    pub key: Span,
-    pub array_start: usize,
-    /// Just after the history array's `]`.
-    pub array_end: usize,
-    pub before: &'a [Entry],
-    pub elems: &'a [Span],
-    /// The top-level entries after the history.
-    pub after: &'a [Entry],
-    /// The other arrays split (the tools): where each starts and its elements.
-    pub arrays: Vec<(usize, &'a [Span])>,
-    /// The most containers open where a value started, as the body check counts them; 0
-    /// when the scanner read the body (it refuses deeper nesting).
-    pub deepest: usize,
-}
-
-/// What the body check gathers of a body as it passes it: every top-level field, and the
-/// element spans of the history array and of the tools. The envelope is split from them
-/// without a second scan (by a policy before forwarding, or by monitoring after the
-/// response), and a body no envelope reads (no policy, monitoring off) is kept from them.
-pub struct Gathered {
-    pub(crate) fields: Vec<json_check::Field>,
-    pub(crate) elements: json_check::Elements<'static>,
-    /// The check's fast path ran to its end (serde_json's fallback gathers nothing).
-    pub(crate) complete: bool,
-}
-
-impl Gathered {
-    pub fn new() -> Self {
-        Gathered {
-            fields: Vec::new(),
-            elements: json_check::Elements::of_first(&HISTORY_KEYS).and_first(&TOOLS_KEY),
-            complete: false,
-        }
-    }
-
-    /// What the check gathered, when it stands for the envelope scanner's reading of the
-    /// same body: the check's fast path ran to its end, and nothing nests as deep as the
-    /// scanner refuses (past 128 levels, which the check accepts), so that such a body is
-    /// still read, and refused, by the scanner.
-    pub(crate) fn as_scanned(
-        &self,
-    ) -> Option<(&[json_check::Field], &json_check::Elements<'static>)> {
-        const SCANNER_DEPTH: usize = 128;
-        (self.complete && self.elements.deepest <= SCANNER_DEPTH)
-            .then_some((&self.fields, &self.elements))
-    }
-}
-
-impl Default for Gathered {
-    fn default() -> Self {
-        Gathered::new()
-    }
 }
 
 /// Recently read bodies, by their leads.
@@ -415,7 +373,7 @@ impl KnownPrefixes {
         // entries before are known, so this body needs no scan of its own.
         let b: &[u8] = scanned.body;
         let history_at = |key: &Span, value_start: usize| {
-            HISTORY_KEYS.contains(&&b[key.start + 1..key.end - 1])
+            history_keys().contains(&&b[key.start + 1..key.end - 1])
                 && b.get(value_start) == Some(&b'[')
         };
         if !history_at(&scanned.key, scanned.array_start)
@@ -434,13 +392,17 @@ impl KnownPrefixes {
         let arrays_before = scanned
             .before
             .iter()
-            .filter(|e| b.get(e.value.start) == Some(&b'[') && is_tools_key(b, &e.key))
+            .filter(|e| {
+                b.get(e.value.start) == Some(&b'[')
+                    && tools_keys().contains(&&b[e.key.start + 1..e.key.end - 1])
+            })
             .filter_map(|e| Some((e.value.start, spans_at(e.value.start)?)))
             .collect();
         let tail = Tail::of(
             b,
             scanned.array_end,
             scanned.after,
+            tools_keys(),
             spans_at,
             scanned.deepest,
         );
@@ -603,7 +565,7 @@ fn first_link(body: &[u8]) -> Option<(usize, u128)> {
         (body.get(colon) == Some(&b':')).then_some(())?;
         let value = scan::skip_ws(body, colon + 1);
         let name = &body[key.start + 1..key.end - 1];
-        if HISTORY_KEYS.contains(&name) && body.get(value) == Some(&b'[') {
+        if history_keys().contains(&name) && body.get(value) == Some(&b'[') {
             let first = scan::skip_ws(body, value + 1);
             if body.get(first) == Some(&b']') {
                 return None;
@@ -635,16 +597,10 @@ fn lead_at(body: &[u8], end: usize) -> u128 {
     crate::memo::key(&(end as u64).to_le_bytes(), &body[from..end])
 }
 
-/// Top-level keys whose array is a history (`messages`; Responses `input`).
-const HISTORY_KEYS: [&[u8]; 2] = [b"messages", b"input"];
-
-/// The top-level key of the tools array, which the envelope also splits.
-const TOOLS_KEY: [&[u8]; 1] = [b"tools"];
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::{Endpoint, Provider};
+    use crate::route::Endpoint;
 
     /// Against the plain definition, with the first difference on each side of every run's
     /// boundary and bodies that end inside a run.
@@ -702,10 +658,9 @@ mod tests {
     fn read(known: &KnownPrefixes, body: Bytes) -> Option<PrefixMatch> {
         let found = known.find(&body);
         let env = Envelope::parse_checked(
-            Provider::Anthropic,
-            Endpoint::Messages,
+            crate::providers::wire(Endpoint::Messages).unwrap(),
             body,
-            found.as_ref(),
+            found.as_ref().map(|m| m.resume()).as_ref(),
             None,
         )
         .unwrap();
@@ -742,12 +697,13 @@ mod tests {
         ];
         for (endpoint, text) in bodies {
             let body = Bytes::from(*text);
-            let provider = match endpoint {
-                Endpoint::Messages => Provider::Anthropic,
-                _ => Provider::OpenAi,
-            };
-            let env =
-                Envelope::parse_checked(provider, *endpoint, body.clone(), None, None).unwrap();
+            let env = Envelope::parse_checked(
+                crate::providers::wire(*endpoint).unwrap(),
+                body.clone(),
+                None,
+                None,
+            )
+            .unwrap();
             let known = KnownPrefixes::new(true, 1 << 20);
             let kept = env
                 .scanned()
@@ -789,8 +745,7 @@ mod tests {
         let kept = with(&|_| {});
         let known = KnownPrefixes::new(true, 1 << 20);
         let env = Envelope::parse_checked(
-            Provider::Anthropic,
-            Endpoint::Messages,
+            crate::providers::wire(Endpoint::Messages).unwrap(),
             kept.clone(),
             None,
             None,
@@ -832,8 +787,7 @@ mod tests {
         let claude_code =
             Bytes::from_static(include_bytes!("../tests/data/clients/claude_code.json"));
         let env = Envelope::parse_checked(
-            Provider::Anthropic,
-            Endpoint::Messages,
+            crate::providers::wire(Endpoint::Messages).unwrap(),
             claude_code,
             None,
             None,
@@ -863,14 +817,18 @@ mod tests {
             ];
             for text in bodies {
                 let body = Bytes::from(text);
-                let mut gathered = Gathered::new();
-                crate::shape::check_known(Endpoint::Messages, &body, None, Some(&mut gathered))
-                    .unwrap();
+                let mut gathered = crate::providers::gathered();
+                crate::providers::check::check_known(
+                    Endpoint::Messages,
+                    &body,
+                    None,
+                    Some(&mut gathered),
+                )
+                .unwrap();
                 assert!(gathered.complete);
                 let read = |g: Option<&Gathered>| {
                     let env = Envelope::parse_checked(
-                        Provider::Anthropic,
-                        Endpoint::Messages,
+                        crate::providers::wire(Endpoint::Messages).unwrap(),
                         body.clone(),
                         None,
                         g,
@@ -882,8 +840,9 @@ mod tests {
         }
         // Past what the scanner reads, the scanner answers.
         let deep = Bytes::from(format!(r#"{{"messages":[{}]}}"#, nested(200)));
-        let mut gathered = Gathered::new();
-        crate::shape::check_known(Endpoint::Messages, &deep, None, Some(&mut gathered)).ok();
+        let mut gathered = crate::providers::gathered();
+        crate::providers::check::check_known(Endpoint::Messages, &deep, None, Some(&mut gathered))
+            .ok();
         assert!(gathered.as_scanned().is_none());
     }
 
@@ -896,10 +855,9 @@ mod tests {
         let known = KnownPrefixes::new(true, 16 << 20);
         let parse = |body: &Bytes, found: Option<&PrefixMatch>| {
             Envelope::parse_checked(
-                Provider::Anthropic,
-                Endpoint::Messages,
+                crate::providers::wire(Endpoint::Messages).unwrap(),
                 body.clone(),
-                found,
+                found.map(|m| m.resume()).as_ref(),
                 None,
             )
             .unwrap()

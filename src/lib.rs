@@ -46,7 +46,6 @@ pub mod replay;
 pub mod route;
 pub mod secret;
 pub mod session;
-pub mod shape;
 pub mod sse;
 pub mod tap;
 pub mod telemetry;

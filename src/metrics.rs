@@ -612,7 +612,7 @@ mod tests {
         // Anthropic's usage with the TTL split: `cache_creation_input_tokens` is the sum of
         // `cache_creation.ephemeral_5m_input_tokens` and `ephemeral_1h_input_tokens`.
         let mut u = Usage::default();
-        crate::usage::merge_anthropic(
+        crate::providers::usage::merge_anthropic(
             &mut u,
             &serde_json::json!({
                 "input_tokens": 3, "cache_read_input_tokens": 100,
@@ -629,7 +629,7 @@ mod tests {
         let m = Metrics::new();
         let u = anthropic_usage();
         // OpenAI-style writes carry no TTL.
-        let openai = crate::usage::from_openai_chat(&serde_json::json!({
+        let openai = crate::providers::usage::from_openai_chat(&serde_json::json!({
             "prompt_tokens": 100, "completion_tokens": 1,
             "prompt_tokens_details": {"cached_tokens": 60, "cache_write_tokens": 40}
         }));
@@ -670,7 +670,7 @@ mod tests {
         assert_eq!(ttl("5m", "claude-sonnet-4-5"), 20);
         assert_eq!(ttl("1h", "claude-sonnet-4-5"), 30);
         // A Responses answer splits its writes by lifetime: the 12-hour ones are `12h`.
-        let split = crate::usage::from_openai_responses(&serde_json::json!({
+        let split = crate::providers::usage::from_openai_responses(&serde_json::json!({
             "input_tokens": 9000, "output_tokens": 1,
             "input_tokens_details": {"cached_tokens": 1000, "cache_write_tokens": 5000,
                 "cache_write_tokens_details": {"ttl_30m_tokens": 2000, "ttl_12h_tokens": 3000}}
@@ -865,7 +865,7 @@ mod tests {
     #[test]
     fn openai_writes_are_counted_and_priced() {
         let m = Metrics::new();
-        let u = crate::usage::from_openai_responses(&serde_json::json!({
+        let u = crate::providers::usage::from_openai_responses(&serde_json::json!({
             "input_tokens": 100_000, "output_tokens": 0,
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 100_000}}));
         m.record_request(

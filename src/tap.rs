@@ -14,9 +14,11 @@ use tokio::time::Sleep;
 
 use crate::providers::Terminal;
 
+use crate::providers::usage as read_usage;
+use crate::providers::usage::StreamUsage;
 use crate::route::Endpoint;
 use crate::sse;
-use crate::usage::{self, StreamUsage, Usage};
+use crate::usage::Usage;
 
 /// Largest non-streaming body copied for usage extraction; larger bodies pass untapped.
 const MAX_JSON_COPY: usize = 16 * 1024 * 1024;
@@ -186,10 +188,10 @@ impl Tap {
                 ..
             } => (usage.facts(), decoder.events, None, kept),
             Reader::Json { copy, overflow } if !overflow => {
-                let facts = usage::read_response_body(endpoint, &copy);
+                let facts = read_usage::read_response_body(endpoint, &copy);
                 (facts, 0, Some(Bytes::from(copy)), Vec::new())
             }
-            _ => (usage::ResponseFacts::default(), 0, None, Vec::new()),
+            _ => (read_usage::ResponseFacts::default(), 0, None, Vec::new()),
         };
         TapResult {
             usage: facts.usage,

@@ -207,7 +207,7 @@ fn gpt_5_6_implicit_mode_writes_the_prompt_and_reports_cache_write_tokens() {
         b.cache_write_30m
     );
     assert_eq!(usage["prompt_tokens"], b.input_tokens);
-    let u = crate::usage::from_openai_chat(&usage);
+    let u = crate::providers::usage::from_openai_chat(&usage);
     assert_eq!(
         (u.cache_read, u.cache_write),
         (b.cache_read, b.cache_write_30m)
@@ -371,7 +371,7 @@ fn a_twelve_hour_ttl_keeps_what_it_writes_half_a_day_and_reports_it_apart() {
         details["cache_write_tokens_details"],
         json!({"ttl_30m_tokens": 0, "ttl_12h_tokens": first.cache_write_12h})
     );
-    let read = crate::usage::from_openai_responses(&usage);
+    let read = crate::providers::usage::from_openai_responses(&usage);
     assert_eq!(read, first.usage(5));
     assert_eq!(read.cache_write_12h, first.cache_write_12h);
 

@@ -22,7 +22,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::providers::{turns, MsgKind};
+use crate::envelope::{turns, MsgKind};
 
 use crate::route::Endpoint;
 
@@ -55,7 +55,7 @@ pub fn kept_by_message(request: &Map<String, Value>, messages: &[Value], model: 
     let kinds: Vec<MsgKind> = messages
         .iter()
         .map(|m| {
-            MsgKind::of(
+            crate::providers::message_kind(
                 Endpoint::Messages,
                 &serde_json::to_vec(m).unwrap_or_default(),
             )
@@ -118,7 +118,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::{kept_by_kind, Keep};
-    use crate::providers::{turns, MsgKind};
+    use crate::envelope::{turns, MsgKind};
 
     /// The rule as first written: each message's turn counted from scratch.
     fn kept_by_counting(keep: Option<Keep>, kinds: &[MsgKind]) -> Vec<bool> {

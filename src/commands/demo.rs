@@ -11,7 +11,8 @@ use tokio::net::TcpListener;
 use crate::cli::DemoArgs;
 use crate::config::Config;
 use crate::emulator::{self, EmulatorOptions};
-use crate::usage::{self, Usage};
+use crate::providers::usage as read_usage;
+use crate::usage::Usage;
 
 const MODEL: &str = "claude-sonnet-4-5";
 /// The turn at which the scripted session's date changes.
@@ -110,7 +111,7 @@ impl Agent {
         }
         let mut u = Usage::default();
         if let Some(usage) = answer.get("usage") {
-            usage::merge_anthropic(&mut u, usage);
+            read_usage::merge_anthropic(&mut u, usage);
         }
         self.rows.push(Row {
             turn,

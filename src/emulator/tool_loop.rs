@@ -10,7 +10,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::providers::MsgKind;
+use crate::envelope::MsgKind;
 
 use crate::route::Endpoint;
 
@@ -49,7 +49,9 @@ pub fn steps_since_prompt(endpoint: Endpoint, req: &Value) -> u32 {
     };
     let kinds: Vec<MsgKind> = items
         .iter()
-        .map(|m| MsgKind::of(endpoint, &serde_json::to_vec(m).unwrap_or_default()))
+        .map(|m| {
+            crate::providers::message_kind(endpoint, &serde_json::to_vec(m).unwrap_or_default())
+        })
         .collect();
     let mut steps = 0;
     let mut end = kinds.len();

@@ -1,26 +1,24 @@
-//! Provider adapters, compile side: splice the envelope back into the provider payload.
-//! Untouched elements are copied from the client's body; only new or changed elements are
-//! serialised. With nothing changed, the client's bytes are returned as they are.
+//! The compile side: splice the envelope back into the provider payload. Untouched
+//! elements are copied from the client's body; only new or changed elements are
+//! serialised, where and as the wire says ([`super::Wire::owned`]). With nothing changed,
+//! the client's bytes are returned as they are.
 
 use std::borrow::Cow;
 
 use bytes::Bytes;
 
-use super::blocks;
-use super::breakpoints::{self, BreakpointMode, Plan};
 use super::payload::{Payload, Splicer};
 use super::seq::{render, rendered, Container, Item, Seq, Sink};
-use super::{owned_keys, Envelope, SystemForm};
+use super::{BreakpointMode, Envelope, Owned, Plan, SystemForm};
 use crate::json::scan;
 use crate::memo::{self, Memo};
-use crate::route::Endpoint;
 
 /// How to compile an envelope.
 #[derive(Debug, Clone, Default)]
 pub struct CompileOptions {
-    /// Anthropic cache markers.
+    /// Cache markers.
     pub breakpoints: BreakpointMode,
-    /// OpenAI `prompt_cache_key` to set (Chat and Responses).
+    /// `prompt_cache_key` to set, where the API has one.
     pub prompt_cache_key: Option<String>,
     /// Replace a `prompt_cache_key` the client sent itself.
     pub override_prompt_cache_key: bool,
@@ -47,10 +45,6 @@ fn system_literal(text: &str) -> Bytes {
 const REMEMBERED_LITERAL: usize = 64 * 1024;
 
 impl Envelope {
-    fn is_anthropic(&self) -> bool {
-        matches!(self.endpoint, Endpoint::Messages | Endpoint::CountTokens)
-    }
-
     /// The JSON string literal interior of part `i` (original bytes when untouched).
     fn part_interior(&self, i: usize) -> Vec<u8> {
         let part = &self.system[i];
@@ -62,7 +56,7 @@ impl Envelope {
         lit[1..lit.len() - 1].to_vec()
     }
 
-    /// Part `i` as an Anthropic system text block. A rewritten client block keeps every
+    /// Part `i` as a system text block. A rewritten client block keeps every
     /// field but its text: a client's cache marker on it survives the rewrite.
     pub(crate) fn system_block_bytes(&self, i: usize) -> std::borrow::Cow<'_, [u8]> {
         let part = &self.system[i];
@@ -81,6 +75,13 @@ impl Envelope {
         out.into()
     }
 
+    /// Compile with `opts`, then add what the wire's marker rules add after compiling
+    /// (OpenAI's explicit breakpoints, where `auto` asks for them).
+    pub fn compile_with_markers(&self, opts: &CompileOptions) -> Payload {
+        let compiled = self.compile_payload(opts);
+        self.wire.after_compile(self, compiled, opts)
+    }
+
     /// Compile the envelope into the provider payload, in one buffer.
     pub fn compile(&self, opts: &CompileOptions) -> Bytes {
         self.compile_payload(opts).to_bytes()
@@ -88,29 +89,11 @@ impl Envelope {
 
     /// Compile the envelope into the provider payload, as a splice of the client's body.
     pub fn compile_payload(&self, opts: &CompileOptions) -> Payload {
-        let (mode, plan) = if self.is_anthropic() {
-            breakpoints::plan(self, opts.breakpoints)
-        } else {
-            (BreakpointMode::Preserve, breakpoints::Plan::default())
-        };
+        let wire = self.wire;
+        let (mode, plan) = wire.plan_markers(self, opts.breakpoints);
         let mut option_edits = self.option_edits.clone();
-        if self.is_anthropic()
-            && mode != BreakpointMode::Preserve
-            && self.option_raw("cache_control").is_some()
-        {
-            // A top-level marker would count against the limit of 4 behind our back.
-            option_edits.push(("cache_control".into(), None));
-        }
-        if let (Some(key), false) = (&opts.prompt_cache_key, self.is_anthropic()) {
-            if opts.override_prompt_cache_key || self.option_raw("prompt_cache_key").is_none() {
-                option_edits.push(("prompt_cache_key".into(), Some(Bytes::from(json_str(key)))));
-            }
-        }
-        let tail_markers = self.is_anthropic()
-            && self.uncached.iter().any(|m| {
-                memchr::memmem::find(self.bytes_of(&m.raw), b"\"cache_control\"").is_some()
-            });
-        if !self.is_patched() && plan.is_empty() && option_edits.is_empty() && !tail_markers {
+        wire.option_edits(self, mode, opts, &mut option_edits);
+        if !self.is_patched() && plan.is_empty() && option_edits.is_empty() {
             return Payload::from(self.body.clone());
         }
         let ctx = Ctx {
@@ -123,7 +106,7 @@ impl Envelope {
         for (i, e) in self.top.iter().enumerate() {
             let key = scan::decode_str(b, &e.key).unwrap_or_default();
             let new_value: Option<Option<Section<'_>>> =
-                if owned_keys(self.endpoint).contains(&key.as_str()) {
+                if wire.owned_keys().contains(&key.as_str()) {
                     done.push(key.clone());
                     ctx.section(&key)
                 } else if let Some((_, v)) = option_edits.iter().rev().find(|(k, _)| *k == key) {
@@ -150,7 +133,7 @@ impl Envelope {
                 },
             });
         }
-        for key in owned_keys(self.endpoint) {
+        for key in wire.owned_keys() {
             if !done.iter().any(|d| d == key) {
                 match ctx.section(key) {
                     Some(Some(Section::Bytes(v))) => {
@@ -242,22 +225,12 @@ impl<'a> Ctx<'a> {
     fn section(&self, key: &str) -> Option<Option<Section<'a>>> {
         let bytes = |v: Option<Option<Vec<u8>>>| v.map(|v| v.map(Section::Bytes));
         let env = self.env;
-        match (env.endpoint, key) {
-            (_, "model") => None,
-            (_, "tools") => bytes(self.tools()),
-            (Endpoint::Chat, "messages") => self.messages(),
-            (Endpoint::Responses, "input") => self.messages(),
-            (Endpoint::Responses, "instructions") => match env.system_form {
-                SystemForm::LeadingMessages { .. } => None,
-                _ => bytes(self.text_system()),
-            },
-            (_, "messages") => self.messages(),
-            (_, "system") => match env.system_form {
-                SystemForm::Blocks(_) => bytes(self.block_system()),
-                _ if !self.plan.system.is_empty() => bytes(self.block_system()),
-                _ => bytes(self.text_system()),
-            },
-            _ => None,
+        let marks_system = !self.plan.system.is_empty();
+        match env.wire.owned(key, &env.system_form, marks_system)? {
+            Owned::Tools => bytes(self.tools()),
+            Owned::History => self.messages(),
+            Owned::TextSystem => bytes(self.text_system()),
+            Owned::BlockSystem => bytes(self.block_system()),
         }
     }
 
@@ -269,20 +242,22 @@ impl<'a> Ctx<'a> {
         if env.tools.is_empty() && env.tools_orig.span.is_none() {
             return Some(None);
         }
-        let items: Vec<Item<'_>> =
-            env.tools
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let raw = env.bytes_of(&t.raw);
-                    let bytes = match self.plan.tools.get(&i) {
-                        Some(&want) => blocks::set_object_marker(raw, want)
-                            .map_or(Cow::Borrowed(raw), Cow::Owned),
-                        None => Cow::Borrowed(raw),
-                    };
-                    Item::new(t.origin, bytes)
-                })
-                .collect();
+        let items: Vec<Item<'_>> = env
+            .tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let raw = env.bytes_of(&t.raw);
+                let bytes = match self.plan.tools.get(&i) {
+                    Some(&want) => env
+                        .wire
+                        .set_marker(raw, want)
+                        .map_or(Cow::Borrowed(raw), Cow::Owned),
+                    None => Cow::Borrowed(raw),
+                };
+                Item::new(t.origin, bytes)
+            })
+            .collect();
         let c = Container {
             src: &env.body,
             span: env.tools_orig.span.clone(),
@@ -308,7 +283,7 @@ impl<'a> Ctx<'a> {
         Some(Some(out))
     }
 
-    /// Anthropic system text blocks, one per part.
+    /// System text blocks, one per part.
     fn block_system(&self) -> Option<Option<Vec<u8>>> {
         let env = self.env;
         if !env.system_dirty && self.plan.system.is_empty() {
@@ -322,7 +297,7 @@ impl<'a> Ctx<'a> {
             .map(|i| {
                 let raw = env.system_block_bytes(i);
                 let bytes = match self.plan.system.get(&i) {
-                    Some(&want) => blocks::set_object_marker(&raw, want).map_or(raw, Cow::Owned),
+                    Some(&want) => env.wire.set_marker(&raw, want).map_or(raw, Cow::Owned),
                     None => raw,
                 };
                 let origin = env.system[i]
@@ -352,9 +327,8 @@ impl<'a> Ctx<'a> {
         let env = self.env;
         let leading = match &env.system_form {
             SystemForm::LeadingMessages { role } => Some(role.as_str()),
-            // Chat has no other place for a system prompt than leading messages.
-            _ if env.endpoint == Endpoint::Chat => Some("system"),
-            _ => None,
+            // An API whose only place for a system prompt is leading messages.
+            _ => env.wire.leading_system_role(),
         };
         let system_here = leading.is_some() && env.system_dirty;
         let tail_dirty = !env.uncached.is_empty();
@@ -389,13 +363,12 @@ impl<'a> Ctx<'a> {
                 .plan
                 .messages
                 .get(&i)
-                .and_then(|changes| blocks::message_marker_edits(raw, changes));
+                .and_then(|changes| env.wire.marker_edits(raw, changes));
             items.push(Item::edited(m.origin, raw, edits.unwrap_or_default()));
         }
-        let anthropic = env.is_anthropic();
         for m in &env.uncached {
             let raw = env.bytes_of(&m.raw);
-            let edits = anthropic.then(|| blocks::strip_marker_edits(raw)).flatten();
+            let edits = env.wire.tail_edits(raw);
             items.push(Item::edited(None, raw, edits.unwrap_or_default()));
         }
         let c = Container {
@@ -415,12 +388,13 @@ impl<'a> Ctx<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::Provider;
+    use crate::envelope::Ttl;
+    use crate::route::Endpoint;
 
     #[test]
     fn identity_is_the_same_bytes() {
         let body = Bytes::from_static(b" {\"model\" : \"claude-sonnet-4-5\", \"system\":\"s\",\n \"messages\":[{\"role\":\"user\",\"content\":\"hi\"} ] } ");
-        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
+        let env = crate::providers::parse_envelope(Endpoint::Messages, body.clone()).unwrap();
         let out = env.compile(&CompileOptions::default());
         assert_eq!(out, body);
         assert_eq!(
@@ -444,10 +418,10 @@ mod tests {
             "messages": [{"role": "user", "content": "hi"}],
         });
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
-        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+        let env = crate::providers::parse_envelope(Endpoint::Messages, body).unwrap();
         let auto = CompileOptions {
             breakpoints: BreakpointMode::Auto {
-                ttl: blocks::Ttl::FiveMinutes,
+                ttl: Ttl::FiveMinutes,
             },
             ..Default::default()
         };
@@ -488,7 +462,7 @@ mod tests {
             "messages": (0..40).flat_map(turn).collect::<Vec<_>>(),
         });
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
-        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
+        let env = crate::providers::parse_envelope(Endpoint::Messages, body.clone()).unwrap();
         let auto = auto_markers();
         let payload = env.compile_payload(&auto);
         let whole = env.compile(&auto);
@@ -515,7 +489,7 @@ mod tests {
             .collect();
         let body = serde_json::json!({"model": "claude-sonnet-4-5", "messages": messages});
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
-        Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap()
+        crate::providers::parse_envelope(Endpoint::Messages, body).unwrap()
     }
 
     /// A history of more messages than half the memos hold (an agent's many small steps)
@@ -535,7 +509,7 @@ mod tests {
             (kinds, blocks)
         });
         assert_eq!(read, (n, n));
-        let kinds = n * std::mem::size_of::<crate::providers::MsgKind>();
+        let kinds = n * std::mem::size_of::<crate::envelope::MsgKind>();
         // An `Arc<[Block]>` of one block: the block after two counts, and its handle.
         let blocks = n * (std::mem::size_of::<super::super::blocks::Block>() + 16 + 16);
         let held = kinds + blocks;
@@ -580,7 +554,7 @@ mod tests {
             "messages": [{"role": "user", "content": text}],
         });
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
-        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
+        let env = crate::providers::parse_envelope(Endpoint::Messages, body.clone()).unwrap();
         let auto = auto_markers();
         let (payload, peak) = crate::alloc_meter::peak_during(|| env.compile_payload(&auto));
         assert!(peak < 64 * 1024, "{peak} bytes held at once compiling");
@@ -609,7 +583,7 @@ mod tests {
             "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
         });
         let body = Bytes::from(serde_json::to_vec(&body).unwrap());
-        let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone()).unwrap();
+        let env = crate::providers::parse_envelope(Endpoint::Messages, body.clone()).unwrap();
         let (prompt, peak) = crate::alloc_meter::peak_during(|| env.latest_user_prompt(8192));
         let (at, prompt) = prompt.unwrap();
         assert_eq!(at, 0);
@@ -625,7 +599,7 @@ mod tests {
     fn auto_markers() -> CompileOptions {
         CompileOptions {
             breakpoints: BreakpointMode::Auto {
-                ttl: blocks::Ttl::FiveMinutes,
+                ttl: Ttl::FiveMinutes,
             },
             ..Default::default()
         }
@@ -645,7 +619,7 @@ mod tests {
     #[test]
     fn prompt_cache_key_is_added_but_never_overrides_unless_asked() {
         let body = Bytes::from_static(br#"{"model":"gpt-5","input":"hi"}"#);
-        let env = Envelope::parse(Provider::OpenAi, Endpoint::Responses, body).unwrap();
+        let env = crate::providers::parse_envelope(Endpoint::Responses, body).unwrap();
         let opts = CompileOptions {
             prompt_cache_key: Some("s1".into()),
             ..Default::default()
@@ -656,7 +630,7 @@ mod tests {
         );
         let body =
             Bytes::from_static(br#"{"model":"gpt-5","prompt_cache_key":"own","messages":[]}"#);
-        let env = Envelope::parse(Provider::OpenAi, Endpoint::Chat, body.clone()).unwrap();
+        let env = crate::providers::parse_envelope(Endpoint::Chat, body.clone()).unwrap();
         assert_eq!(env.compile(&opts), body);
         let opts = CompileOptions {
             override_prompt_cache_key: true,

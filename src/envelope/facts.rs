@@ -7,7 +7,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::blocks::Block;
-use crate::providers::MsgKind;
+use super::MsgKind;
 
 type Shared<T> = Arc<OnceLock<Vec<T>>>;
 

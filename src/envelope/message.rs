@@ -1,8 +1,53 @@
-//! The conversion of neutral `{role, content}` patch messages into each provider's shape.
+//! Messages given in patches (DESIGN §3): the neutral `{role, content}` shape, read here,
+//! which each wire writes in its own shape ([`super::Wire::to_wire_message`]); a message
+//! already in a provider's shape passes as it is, where that wire accepts it.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use crate::route::Endpoint;
+/// A patch message, as read.
+pub enum PatchMessage<'a> {
+    /// The neutral shape: its role (`custom` is sent as `user`) and content.
+    Neutral {
+        role: &'static str,
+        content: Content<'a>,
+    },
+    /// A message in some provider's own shape, with what a wire checks of it.
+    Own {
+        has_role: bool,
+        has_type: bool,
+        has_content: bool,
+    },
+}
+
+/// A neutral message's content.
+pub enum Content<'a> {
+    Text(&'a str),
+    Parts(Vec<Part<'a>>),
+}
+
+/// One part of a neutral message's content.
+pub enum Part<'a> {
+    /// Its text, as given (a missing one is empty).
+    Text(Value),
+    Image(Image<'a>),
+}
+
+/// A neutral image part: by URL, or base64 data with its media type.
+pub struct Image<'a> {
+    pub url: Option<&'a str>,
+    pub media_type: &'a str,
+    pub data: &'a str,
+}
+
+impl Image<'_> {
+    /// The image as one URL: its own, or a `data:` URL of its bytes.
+    pub fn as_url(&self) -> String {
+        match self.url {
+            Some(url) => url.to_owned(),
+            None => format!("data:{};base64,{}", self.media_type, self.data),
+        }
+    }
+}
 
 fn neutral_block(block: &Value) -> bool {
     let Some(obj) = block.as_object() else {
@@ -31,136 +76,53 @@ fn is_neutral(m: &Map<String, Value>) -> bool {
     role_ok && content_ok && m.keys().all(|k| k == "role" || k == "content")
 }
 
-fn image_url(block: &Map<String, Value>) -> String {
-    if let Some(url) = block.get("url").and_then(Value::as_str) {
-        return url.to_owned();
+fn part<'a>(role: &str, block: &'a Map<String, Value>) -> Result<Part<'a>, String> {
+    if block.get("type").and_then(Value::as_str) != Some("image") {
+        let text = block.get("text").cloned();
+        return Ok(Part::Text(text.unwrap_or(Value::String(String::new()))));
     }
-    let mime = block
-        .get("mimeType")
-        .or_else(|| block.get("media_type"))
-        .and_then(Value::as_str)
-        .unwrap_or("image/png");
-    let data = block.get("data").and_then(Value::as_str).unwrap_or("");
-    format!("data:{mime};base64,{data}")
-}
-
-fn convert_block(
-    endpoint: Endpoint,
-    role: &str,
-    block: &Map<String, Value>,
-) -> Result<Value, String> {
-    let text = block
-        .get("text")
-        .cloned()
-        .unwrap_or(Value::String(String::new()));
-    let is_image = block.get("type").and_then(Value::as_str) == Some("image");
-    if is_image && role == "assistant" {
+    if role == "assistant" {
         return Err("an assistant message cannot carry images".into());
     }
-    Ok(match (endpoint, is_image) {
-        (Endpoint::Chat, false) => json!({"type": "text", "text": text}),
-        (Endpoint::Chat, true) => {
-            json!({"type": "image_url", "image_url": {"url": image_url(block)}})
-        }
-        (Endpoint::Responses, false) if role == "assistant" => {
-            json!({"type": "output_text", "text": text})
-        }
-        (Endpoint::Responses, false) => json!({"type": "input_text", "text": text}),
-        (Endpoint::Responses, true) => {
-            json!({"type": "input_image", "image_url": image_url(block)})
-        }
-        (_, false) => json!({"type": "text", "text": text}),
-        (_, true) => match block.get("url").and_then(Value::as_str) {
-            Some(url) => json!({"type": "image", "source": {"type": "url", "url": url}}),
-            None => json!({"type": "image", "source": {
-                "type": "base64",
-                "media_type": block.get("mimeType").or_else(|| block.get("media_type"))
-                    .and_then(Value::as_str).unwrap_or("image/png"),
-                "data": block.get("data").and_then(Value::as_str).unwrap_or(""),
-            }}),
-        },
-    })
+    let str_of = |key: &str| block.get(key).and_then(Value::as_str);
+    Ok(Part::Image(Image {
+        url: str_of("url"),
+        media_type: str_of("mimeType")
+            .or_else(|| str_of("media_type"))
+            .unwrap_or("image/png"),
+        data: str_of("data").unwrap_or(""),
+    }))
 }
 
-/// Convert a patch message to the provider's own shape. Neutral `{role, content}` messages
-/// are converted (`custom` is sent as `user`); provider-shape messages pass as they are.
-pub fn neutral_to_provider(endpoint: Endpoint, message: &Value) -> Result<Value, String> {
+/// Read a patch message.
+pub fn read(message: &Value) -> Result<PatchMessage<'_>, String> {
     let Some(m) = message.as_object() else {
         return Err("a message must be a JSON object".into());
     };
     if !is_neutral(m) {
-        let has_role = m.get("role").and_then(Value::as_str).is_some();
-        let has_type = m.get("type").and_then(Value::as_str).is_some();
-        return match endpoint {
-            Endpoint::Responses if has_role || has_type => Ok(message.clone()),
-            _ if has_role && (m.contains_key("content") || endpoint == Endpoint::Chat) => {
-                Ok(message.clone())
-            }
-            _ => Err("a message needs `role` (user, assistant or custom) and `content`".into()),
-        };
+        return Ok(PatchMessage::Own {
+            has_role: m.get("role").and_then(Value::as_str).is_some(),
+            has_type: m.get("type").and_then(Value::as_str).is_some(),
+            has_content: m.contains_key("content"),
+        });
     }
     let role = match m.get("role").and_then(Value::as_str) {
         Some("assistant") => "assistant",
         _ => "user",
     };
-    let content = m.get("content").cloned().unwrap_or(Value::Null);
-    let blocks: Vec<Value> = match &content {
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(Value::as_object)
-            .map(|b| convert_block(endpoint, role, b))
-            .collect::<Result<_, _>>()?,
-        _ => Vec::new(),
+    let content = match m.get("content") {
+        Some(Value::String(text)) => Content::Text(text),
+        Some(Value::Array(blocks)) => Content::Parts(
+            blocks
+                .iter()
+                .filter_map(Value::as_object)
+                .map(|b| part(role, b))
+                .collect::<Result<_, _>>()?,
+        ),
+        _ => Content::Parts(Vec::new()),
     };
-    Ok(match endpoint {
-        Endpoint::Responses => {
-            let parts = match &content {
-                Value::String(text) => {
-                    let t = if role == "assistant" {
-                        "output_text"
-                    } else {
-                        "input_text"
-                    };
-                    vec![json!({"type": t, "text": text})]
-                }
-                _ => blocks,
-            };
-            json!({"type": "message", "role": role, "content": parts})
-        }
-        _ => match content {
-            Value::String(text) => json!({"role": role, "content": text}),
-            _ => json!({"role": role, "content": blocks}),
-        },
-    })
+    Ok(PatchMessage::Neutral { role, content })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn neutral_messages_convert_per_provider() {
-        let m = json!({"role": "custom", "content": "remember this"});
-        assert_eq!(
-            neutral_to_provider(Endpoint::Messages, &m).unwrap(),
-            json!({"role": "user", "content": "remember this"})
-        );
-        assert_eq!(
-            neutral_to_provider(Endpoint::Responses, &m).unwrap(),
-            json!({"type": "message", "role": "user",
-                   "content": [{"type": "input_text", "text": "remember this"}]})
-        );
-        let img = json!({"role": "user", "content": [
-            {"type": "text", "text": "see"},
-            {"type": "image", "data": "AAAA", "mimeType": "image/jpeg"}]});
-        let chat = neutral_to_provider(Endpoint::Chat, &img).unwrap();
-        assert_eq!(
-            chat["content"][1]["image_url"]["url"],
-            "data:image/jpeg;base64,AAAA"
-        );
-        let anth = neutral_to_provider(Endpoint::Messages, &img).unwrap();
-        assert_eq!(anth["content"][1]["source"]["media_type"], "image/jpeg");
-        assert!(neutral_to_provider(Endpoint::Messages, &json!({"content": "x"})).is_err());
-        assert!(neutral_to_provider(Endpoint::Messages, &json!("x")).is_err());
-    }
-}
+/// The refusal of a message in neither the neutral shape nor one the wire accepts.
+pub const NOT_A_MESSAGE: &str = "a message needs `role` (user, assistant or custom) and `content`";

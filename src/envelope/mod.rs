@@ -3,37 +3,38 @@
 //! client's body so that compiling it back copies every untouched element verbatim.
 //!
 //! ```text
-//! Envelope::parse(provider, endpoint, body) ──► apply(ops, transformer)* ──► compile(opts)
+//! crate::providers::parse_envelope(endpoint, body) ──► apply(ops, transformer)* ──► compile(opts)
 //! ```
 //! With no patch and default options, `compile` returns the very bytes that were parsed.
 
 mod blocks;
-mod breakpoints;
 mod client;
 mod compile;
-mod explicit;
 mod facts;
-mod message;
-mod parse;
+mod kinds;
+mod markers;
+pub mod message;
+pub mod parse;
 mod payload;
 mod seq;
+pub mod turns;
 mod view;
+mod wire;
 
 use bytes::Bytes;
-
-use crate::providers::{turns, MsgKind};
 
 use crate::route::{Endpoint, Provider};
 
 use crate::json::scan;
 pub(crate) use crate::json::scan::Span;
-pub use blocks::{content_block_spans, count_markers, is_markable, Ttl};
-pub use breakpoints::{BreakpointMode, MAX_MARKERS};
-pub use client::{detect_client, Client, Meta};
+pub use blocks::{Block, Edit, Ttl};
+pub use client::{Client, Meta};
 pub use compile::CompileOptions;
 pub use facts::OrigFacts;
-pub use message::neutral_to_provider;
+pub use kinds::MsgKind;
+pub use markers::{BreakpointMode, Plan};
 pub use payload::Payload;
+pub use wire::{HistoryShape, Owned, Wire};
 
 /// The bytes of one element: a range of the client's body, or bytes cachet produced.
 #[derive(Debug, Clone)]
@@ -101,7 +102,7 @@ impl SystemPart {
 
 /// How the client sent its system prompt; decides how parts compile back.
 #[derive(Debug, Clone)]
-pub(crate) enum SystemForm {
+pub enum SystemForm {
     /// No system prompt was sent.
     Absent,
     /// One JSON string (Anthropic `system`, Responses `instructions`).
@@ -117,7 +118,7 @@ pub(crate) enum SystemForm {
 /// A top-level array the envelope splits (tools, messages/input): where it sat and the
 /// spans of its original elements.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct OrigArray {
+pub struct OrigArray {
     pub span: Option<Span>,
     pub elems: Vec<Span>,
 }
@@ -125,8 +126,8 @@ pub(crate) struct OrigArray {
 /// The context envelope of one request.
 #[derive(Debug, Clone)]
 pub struct Envelope {
-    pub(crate) provider: Provider,
-    pub(crate) endpoint: Endpoint,
+    /// The API the body was read as: its rules split it and write it back.
+    pub(crate) wire: &'static dyn Wire,
     pub(crate) body: Bytes,
     /// Top-level entries of the client's body: (key, value).
     pub(crate) top: Vec<scan::Entry>,
@@ -153,36 +154,31 @@ pub struct Envelope {
 }
 
 impl Envelope {
-    /// Parse a request body. Errors are 400-style and say what is wrong.
-    pub fn parse(
-        provider: Provider,
-        endpoint: Endpoint,
-        body: Bytes,
-    ) -> Result<Envelope, crate::error::ApiError> {
-        parse::parse(provider, endpoint, body, None, None)
+    /// Parse a request body of the API `wire` reads. Errors are 400-style and say what is
+    /// wrong.
+    pub fn parse(wire: &'static dyn Wire, body: Bytes) -> Result<Envelope, crate::error::ApiError> {
+        parse::parse(wire, body, None, None)
     }
 
     /// [`Envelope::parse`] of a body that repeats a remembered one's first history
     /// messages (`known`): only what follows them is scanned. When the body check passed
-    /// the body, what it gathered (`gathered`, see [`crate::known_prefix::Gathered`]) stands
-    /// for the scan of the top-level entries, the history and the tools. The same envelope
-    /// as [`Envelope::parse`] gives.
+    /// the body, what it gathered (`gathered`) stands for the scan of the top-level
+    /// entries, the history and the tools. The same envelope as [`Envelope::parse`] gives.
     pub fn parse_checked(
-        provider: Provider,
-        endpoint: Endpoint,
+        wire: &'static dyn Wire,
         body: Bytes,
-        known: Option<&crate::known_prefix::PrefixMatch>,
-        gathered: Option<&crate::known_prefix::Gathered>,
+        known: Option<&parse::Resume<'_>>,
+        gathered: Option<&crate::json::check::Gathered>,
     ) -> Result<Envelope, crate::error::ApiError> {
-        parse::parse(provider, endpoint, body, known, gathered)
+        parse::parse(wire, body, known, gathered)
     }
 
     /// The client's history array as scanned, for [`crate::known_prefix::KnownPrefixes`]:
     /// its key, where it starts, the top-level entries before it and its elements.
-    pub fn scanned(&self) -> Option<crate::known_prefix::Scanned<'_>> {
+    pub fn scanned(&self) -> Option<parse::Scanned<'_>> {
         let array = self.messages_orig.span.as_ref()?;
         let at = self.top.iter().position(|e| e.value == *array)?;
-        Some(crate::known_prefix::Scanned {
+        Some(parse::Scanned {
             facts: self.orig_facts.share(),
             body: &self.body,
             key: self.top[at].key.clone(),
@@ -200,11 +196,16 @@ impl Envelope {
     }
 
     pub fn provider(&self) -> Provider {
-        self.provider
+        self.wire.provider()
     }
 
     pub fn endpoint(&self) -> Endpoint {
-        self.endpoint
+        self.wire.endpoint()
+    }
+
+    /// The rules of the API the body was read as.
+    pub fn wire(&self) -> &'static dyn Wire {
+        self.wire
     }
 
     /// The body as the client sent it.
@@ -303,7 +304,7 @@ impl Envelope {
     pub(crate) fn kind_of(&self, m: &Element) -> MsgKind {
         match self.client_element(m) {
             Some(o) => self.orig_kinds()[o].clone(),
-            None => MsgKind::of(self.endpoint, self.bytes_of(&m.raw)),
+            None => self.read_kind(self.bytes_of(&m.raw), 1),
         }
     }
 
@@ -312,26 +313,35 @@ impl Envelope {
     fn orig_kinds(&self) -> &[MsgKind] {
         let elems = &self.messages_orig.elems;
         self.orig_facts.kinds.get(elems.len(), |i| {
-            MsgKind::of_among(self.endpoint, &self.body[elems[i].clone()], elems.len())
+            self.read_kind(&self.body[elems[i].clone()], elems.len())
         })
+    }
+
+    /// What a message is, as the wire reads it, remembered across requests; one of `among`
+    /// messages read together.
+    pub(crate) fn read_kind(&self, b: &[u8], among: usize) -> MsgKind {
+        let wire = self.wire;
+        MsgKind::remembered(wire.endpoint(), b, among, |b| wire.classify(b))
     }
 
     /// `f` of the content blocks of one history message (spans within its bytes): the
     /// client's element's, read once per body (or taken from the kept body) and borrowed,
     /// so a walk over every message of a long history touches no reference count; else
     /// read now.
-    pub(crate) fn with_blocks<R>(&self, m: &Element, f: impl FnOnce(&[blocks::Block]) -> R) -> R {
+    pub(crate) fn with_blocks<R>(&self, m: &Element, f: impl FnOnce(&[Block]) -> R) -> R {
         match self.client_element(m) {
             Some(o) => f(&self.client_blocks()[o]),
-            None => f(&blocks::message_blocks(self.bytes_of(&m.raw))),
+            None => f(&self.wire.message_blocks(self.bytes_of(&m.raw), 1)),
         }
     }
 
     /// The blocks of each of the client's messages-array elements.
-    fn client_blocks(&self) -> &[std::sync::Arc<[blocks::Block]>] {
+    fn client_blocks(&self) -> &[std::sync::Arc<[Block]>] {
         let elems = &self.messages_orig.elems;
         self.orig_facts.blocks.get(elems.len(), |i| {
-            blocks::message_blocks_among(&self.body[elems[i].clone()], elems.len()).into()
+            self.wire
+                .message_blocks(&self.body[elems[i].clone()], elems.len())
+                .into()
         })
     }
 
@@ -342,8 +352,15 @@ impl Envelope {
             .is_some_and(|m| self.with_blocks(m, |blocks| blocks.iter().any(|b| b.thinking)))
     }
 
+    /// The marked content blocks of the tools, the system prompt and the first `history`
+    /// messages: each one's number in prompt order (from 0, over every block, marked or
+    /// not), its marker, and the history message it sits in. Empty for APIs without markers.
+    pub fn prefix_marks(&self, history: usize) -> Vec<(u32, Ttl, Option<u32>)> {
+        self.wire.prefix_marks(self, history)
+    }
+
     /// Index in the history where the current turn's prompt starts (see
-    /// [`crate::providers::turns`]): the `before_last_user_prompt` insertion point.
+    /// [`turns`]): the `before_last_user_prompt` insertion point.
     pub fn last_user_prompt_index(&self) -> Option<usize> {
         turns::last_prompt_start(&self.history_kinds())
     }
@@ -355,14 +372,14 @@ impl Envelope {
 
     /// The current turn's prompt: where it starts in the history, and its text (the user
     /// messages of the turn, joined by newlines; a text part longer than `4 * ends` bytes
-    /// read only at its ends, see [`crate::providers::text_of`]). What memory
+    /// read only at its ends). What memory
     /// retrieval runs against.
     pub fn latest_user_prompt(&self, ends: usize) -> Option<(usize, String)> {
         let range = turns::last_prompt_range(&self.history_kinds())?;
         let texts: Vec<String> = self.cached[range.clone()]
             .iter()
             .filter(|m| self.kind_of(m).is_user_content())
-            .map(|m| crate::providers::text_of(self.endpoint, self.bytes_of(&m.raw), ends))
+            .map(|m| self.wire.message_text(self.bytes_of(&m.raw), ends))
             .collect();
         Some((range.start, texts.join("\n")))
     }
@@ -392,27 +409,4 @@ impl Envelope {
             || !self.uncached.is_empty()
             || !self.option_edits.is_empty()
     }
-}
-
-/// Top-level keys the envelope owns (not options) for an endpoint.
-pub(crate) fn owned_keys(endpoint: Endpoint) -> &'static [&'static str] {
-    match endpoint {
-        Endpoint::Chat => &["model", "messages", "tools"],
-        Endpoint::Responses => &["model", "instructions", "input", "tools"],
-        _ => &["model", "system", "messages", "tools"],
-    }
-}
-
-/// Parse, then compile with `opts` and no patch: the one-call form for shaping cache
-/// markers (Anthropic `cache_control`, OpenAI explicit breakpoints) or setting
-/// `prompt_cache_key` on a request (e.g. from a test or the emulator).
-pub fn reshape(
-    provider: Provider,
-    endpoint: Endpoint,
-    body: Bytes,
-    opts: &CompileOptions,
-) -> Result<Bytes, crate::error::ApiError> {
-    Ok(Envelope::parse(provider, endpoint, body)?
-        .compile_with_markers(opts)
-        .to_bytes())
 }

@@ -1,15 +1,15 @@
-//! Provider adapters, parse side: split a request body into the envelope in one scan,
-//! recording byte ranges instead of building a document.
+//! The parse side: split a request body into the envelope in one scan, recording byte
+//! ranges instead of building a document. Which keys hold what is the wire's
+//! ([`Wire::split_prompt`]); the scan, and the pieces the wires build the envelope from, are
+//! here.
 
 use bytes::Bytes;
 
-use super::{Element, Envelope, Meta, OrigArray, SystemForm, SystemPart};
+use super::{Element, Envelope, Meta, OrigArray, OrigFacts, SystemForm, SystemPart, Wire};
 use crate::error::ApiError;
-use crate::json::check as json_check;
-use crate::json::scan::{self, Span};
-use crate::known_prefix::{Gathered, PrefixMatch};
+use crate::json::check::{self as json_check, Gathered};
+use crate::json::scan::{self, Entry, Span};
 use crate::memo::{self, Memo};
-use crate::route::{Endpoint, Provider};
 
 /// The name of the n-th part the client's own system prompt arrives as.
 pub(crate) fn base_part_name(n: usize) -> String {
@@ -20,67 +20,141 @@ pub(crate) fn base_part_name(n: usize) -> String {
     }
 }
 
-/// Keys whose arrays are split into elements during the top-level scan.
-fn is_split_key(endpoint: Endpoint, key: &str) -> bool {
-    match endpoint {
-        Endpoint::Responses => key == "input" || key == "tools",
-        _ => key == "messages" || key == "tools",
+/// What is known of a body this one repeats the first history messages of (the kept body
+/// of its conversation, `crate::known_prefix`): the same bytes at the same offsets, so
+/// their reading is taken as it was.
+pub struct Resume<'a> {
+    /// The history array's key (quotes included) and where its value (`[`) starts.
+    pub key: &'a Span,
+    pub array_start: usize,
+    /// Top-level entries before the history array.
+    pub before: &'a [Entry],
+    /// The element spans of the split arrays (the tools) among them, by where each starts.
+    pub arrays_before: &'a [(usize, Vec<Span>)],
+    /// The repeated history elements (at least one).
+    pub elems: &'a [Span],
+    /// What follows the kept body's history array, when known whole, and its bytes.
+    pub tail: Option<(&'a Tail, &'a [u8])>,
+    /// What the kept body's elements are and hold, as far as read.
+    pub facts: &'a OrigFacts,
+}
+
+/// What follows a body's history array: its top-level entries and the element spans of
+/// the split arrays among them (the tools), at offsets from the array's end. Agents send
+/// their tools and system prompt after the history, the same bytes on every request: a body
+/// that ends with the same bytes after its history takes them as read.
+#[derive(Debug)]
+pub struct Tail {
+    /// Where it starts: just after the history array's `]`.
+    pub at: usize,
+    pub entries: Vec<Entry>,
+    /// By where each array starts.
+    pub arrays: Vec<(usize, Vec<Span>)>,
+    /// The most containers open where a value started in it, as the body check counts
+    /// them (0 when it was not counted: the scanner, which refuses deeper nesting, read it).
+    pub deepest: usize,
+}
+
+impl Tail {
+    /// The entries after the history of `entries`, the history's value ending at `at`, with
+    /// the spans `spans_at` gives of the arrays among them; `None` when an array the
+    /// envelope splits (named one of `tools_keys`) has none.
+    pub fn of(
+        body: &[u8],
+        at: usize,
+        after: &[Entry],
+        tools_keys: &[&[u8]],
+        spans_at: impl Fn(usize) -> Option<Vec<Span>>,
+        deepest: usize,
+    ) -> Option<Tail> {
+        let shift = |s: &Span| s.start - at..s.end - at;
+        let mut arrays = Vec::new();
+        for entry in after {
+            let key = &body[entry.key.start + 1..entry.key.end - 1];
+            // A key with escapes is no key the body check gathers.
+            if body.get(entry.value.start) == Some(&b'[') && tools_keys.contains(&key) {
+                let spans = spans_at(entry.value.start)?;
+                arrays.push((entry.value.start - at, spans.iter().map(shift).collect()));
+            }
+        }
+        Some(Tail {
+            at,
+            entries: after
+                .iter()
+                .map(|e| Entry {
+                    key: shift(&e.key),
+                    value: shift(&e.value),
+                })
+                .collect(),
+            arrays,
+            deepest,
+        })
+    }
+
+    /// Its entries at `at` in another body.
+    pub fn entries_at(&self, at: usize) -> impl Iterator<Item = Entry> + '_ {
+        let shift = move |s: &Span| s.start + at..s.end + at;
+        self.entries.iter().map(move |e| Entry {
+            key: shift(&e.key),
+            value: shift(&e.value),
+        })
+    }
+
+    /// The element spans of its array starting at `start` in another body whose tail is at
+    /// `at`.
+    pub fn spans_at(&self, at: usize, start: usize) -> Option<Vec<Span>> {
+        let (_, spans) = self.arrays.iter().find(|(s, _)| *s + at == start)?;
+        Some(spans.iter().map(|s| s.start + at..s.end + at).collect())
     }
 }
 
-/// Parse a body; with `known`, its history array's first elements are taken from the
-/// remembered body it repeats (see [`crate::known_prefix`]) instead of being scanned again;
-/// with `gathered`, the top-level entries and the elements of the history and the tools are
-/// the ones the body check found, and only an array it did not read is scanned.
-pub(crate) fn parse(
-    provider: Provider,
-    endpoint: Endpoint,
-    body: Bytes,
-    known: Option<&PrefixMatch>,
-    gathered: Option<&Gathered>,
-) -> Result<Envelope, ApiError> {
-    if !matches!(
-        endpoint,
-        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
-    ) {
-        return Err(ApiError::invalid(format!(
-            "the {} endpoint has no context envelope",
-            endpoint.label()
-        )));
-    }
-    let b: &[u8] = &body;
-    let start = scan::skip_ws(b, 0);
-    if b.get(start) != Some(&b'{') {
-        return Err(ApiError::invalid("the request body must be a JSON object"));
-    }
-    let mut arrays: Vec<(String, Vec<Span>)> = Vec::new();
-    let resumed = known.filter(|m| split_key(b, endpoint, &m.known.key).is_some());
-    let (top, end) = match (gathered.and_then(Gathered::as_scanned), resumed) {
-        (Some((fields, history)), _) => from_check(b, endpoint, fields, history, &mut arrays),
-        (None, Some(m)) => scan_resumed(b, endpoint, m, &mut arrays),
-        (None, None) => scan::entries_with(b, start, |key, vstart| {
-            split_value(b, endpoint, key, vstart, &mut arrays)
-        }),
-    }
-    .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
-    if scan::skip_ws(b, end) != b.len() {
-        return Err(ApiError::invalid(
-            "the request body has trailing data after the JSON object",
-        ));
-    }
-    let find = |name: &str| {
-        top.iter()
-            .find(|e| scan::key_is(b, &e.key, name))
+/// What a parsed body's history looks like, for the kept bodies of `crate::known_prefix`.
+pub struct Scanned<'a> {
+    pub facts: OrigFacts,
+    pub body: &'a Bytes,
+    pub key: Span,
+    pub array_start: usize,
+    /// Just after the history array's `]`.
+    pub array_end: usize,
+    pub before: &'a [Entry],
+    pub elems: &'a [Span],
+    /// The top-level entries after the history.
+    pub after: &'a [Entry],
+    /// The other arrays split (the tools): where each starts and its elements.
+    pub arrays: Vec<(usize, &'a [Span])>,
+    /// The most containers open where a value started, as the body check counts them; 0
+    /// when the scanner read the body (it refuses deeper nesting).
+    pub deepest: usize,
+}
+
+/// The top level of a body being parsed: its entries, and the element spans of the arrays
+/// split on the way (the history and the tools), for a wire's [`Wire::split_prompt`].
+pub struct Top<'a> {
+    b: &'a [u8],
+    entries: &'a [Entry],
+    arrays: &'a [(String, Vec<Span>)],
+}
+
+impl Top<'_> {
+    /// The value span of a top-level key.
+    pub fn find(&self, name: &str) -> Option<Span> {
+        self.entries
+            .iter()
+            .find(|e| scan::key_is(self.b, &e.key, name))
             .map(|e| e.value.clone())
-    };
-    let take_array = |name: &str| -> Result<OrigArray, ApiError> {
-        let Some(span) = find(name) else {
+    }
+
+    /// A split array's span and element spans (none when absent or `null`); an error when
+    /// the key holds anything but an array.
+    pub fn array(&self, name: &str) -> Result<OrigArray, ApiError> {
+        let Some(span) = self.find(name) else {
             return Ok(OrigArray::default());
         };
-        if &b[span.clone()] == b"null" {
+        if &self.b[span.clone()] == b"null" {
             return Ok(OrigArray::default());
         }
-        let elems = arrays
+        let elems = self
+            .arrays
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, e)| e.clone())
@@ -89,18 +163,59 @@ pub(crate) fn parse(
             span: Some(span),
             elems,
         })
+    }
+}
+
+/// The keys whose arrays are split into elements during the top-level scan.
+fn is_split_key(wire: &dyn Wire, key: &str) -> bool {
+    key == wire.history_key() || key == wire.tools_key()
+}
+
+/// Parse a body; with `known`, its history array's first elements are taken from the
+/// remembered body it repeats (see [`crate::known_prefix`]) instead of being scanned again;
+/// with `gathered`, the top-level entries and the elements of the history and the tools are
+/// the ones the body check found, and only an array it did not read is scanned.
+pub(crate) fn parse(
+    wire: &'static dyn Wire,
+    body: Bytes,
+    known: Option<&Resume<'_>>,
+    gathered: Option<&Gathered>,
+) -> Result<Envelope, ApiError> {
+    let b: &[u8] = &body;
+    let start = scan::skip_ws(b, 0);
+    if b.get(start) != Some(&b'{') {
+        return Err(ApiError::invalid("the request body must be a JSON object"));
+    }
+    let mut arrays: Vec<(String, Vec<Span>)> = Vec::new();
+    let resumed = known.filter(|m| split_key(b, wire, m.key).is_some());
+    let (top, end) = match (gathered.and_then(Gathered::as_scanned), resumed) {
+        (Some((fields, history)), _) => from_check(b, wire, fields, history, &mut arrays),
+        (None, Some(m)) => scan_resumed(b, wire, m, &mut arrays),
+        (None, None) => scan::entries_with(b, start, |key, vstart| {
+            split_value(b, wire, key, vstart, &mut arrays)
+        }),
+    }
+    .map_err(|e| ApiError::invalid(format!("the request body is not valid JSON: {e}")))?;
+    if scan::skip_ws(b, end) != b.len() {
+        return Err(ApiError::invalid(
+            "the request body has trailing data after the JSON object",
+        ));
+    }
+    let view = Top {
+        b,
+        entries: &top,
+        arrays: &arrays,
     };
-    let model = match find("model") {
+    let model = match view.find("model") {
         Some(span) => {
             scan::decode_str(b, &span).ok_or_else(|| ApiError::invalid("model must be a string"))?
         }
         None => String::new(),
     };
-    let tools_orig = take_array("tools")?;
+    let tools_orig = view.array(wire.tools_key())?;
     let tools = elements_of(&tools_orig, 0);
     let mut env = Envelope {
-        provider,
-        endpoint,
+        wire,
         body: body.clone(),
         top: top.clone(),
         top_span: start..end,
@@ -116,65 +231,12 @@ pub(crate) fn parse(
         uncached: Vec::new(),
         messages_dirty: false,
         option_edits: Vec::new(),
-        meta: Meta::new(provider, endpoint, model),
+        meta: Meta::new(wire.provider(), wire.endpoint(), model),
         orig_facts: known
-            .map(|m| super::OrigFacts::after(&m.known.facts, m.elems().len()))
+            .map(|m| OrigFacts::after(m.facts, m.elems.len()))
             .unwrap_or_default(),
     };
-    match endpoint {
-        Endpoint::Chat => {
-            if find("messages").is_none() {
-                return Err(ApiError::invalid("messages is required"));
-            }
-            env.messages_orig = take_array("messages")?;
-            check_objects(b, &env.messages_orig, "messages")?;
-            split_leading_system(&mut env);
-        }
-        Endpoint::Responses => {
-            if let Some(span) = find("instructions") {
-                text_system(&mut env, span, "instructions")?;
-            }
-            match find("input") {
-                Some(span) if b[span.start] == b'"' => {
-                    let item = format!(
-                        r#"{{"type":"message","role":"user","content":{}}}"#,
-                        String::from_utf8_lossy(&b[span.clone()])
-                    );
-                    env.cached.push(Element::new(Bytes::from(item)));
-                    env.input_text = Some(span);
-                }
-                _ => {
-                    env.messages_orig = take_array("input")?;
-                    check_objects(b, &env.messages_orig, "input")?;
-                    if env.system.is_empty() && find("instructions").is_none() {
-                        split_leading_system(&mut env);
-                    } else {
-                        env.cached = elements_of(&env.messages_orig, 0);
-                    }
-                }
-            }
-        }
-        _ => {
-            if find("messages").is_none() {
-                return Err(ApiError::invalid("messages is required"));
-            }
-            env.messages_orig = take_array("messages")?;
-            check_objects(b, &env.messages_orig, "messages")?;
-            env.cached = elements_of(&env.messages_orig, 0);
-            if let Some(span) = find("system") {
-                match b[span.start] {
-                    b'"' => text_system(&mut env, span, "system")?,
-                    b'[' => block_system(&mut env, span)?,
-                    b'n' => {}
-                    _ => {
-                        return Err(ApiError::invalid(
-                            "system must be a string or an array of text blocks",
-                        ))
-                    }
-                }
-            }
-        }
-    }
+    wire.split_prompt(&mut env, &view)?;
     Ok(env)
 }
 
@@ -182,12 +244,12 @@ pub(crate) fn parse(
 /// split into `arrays` on the way.
 fn split_value(
     b: &[u8],
-    endpoint: Endpoint,
+    wire: &dyn Wire,
     key: &Span,
     vstart: usize,
     arrays: &mut Vec<(String, Vec<Span>)>,
 ) -> Result<usize, scan::ScanError> {
-    if let Some(name) = split_array(b, endpoint, key, vstart) {
+    if let Some(name) = split_array(b, wire, key, vstart) {
         let (elems, end) = scan::elements_end(b, vstart)?;
         arrays.push((name, elems));
         return Ok(end);
@@ -202,13 +264,13 @@ fn split_value(
 /// the same bytes, else scanned.
 fn scan_resumed(
     b: &[u8],
-    endpoint: Endpoint,
-    m: &PrefixMatch,
+    wire: &dyn Wire,
+    m: &Resume<'_>,
     arrays: &mut Vec<(String, Vec<Span>)>,
 ) -> Result<(Vec<scan::Entry>, usize), scan::ScanError> {
-    let known = &m.known;
-    let mut top = known.before.clone();
-    for entry in &known.before {
+    let known = m;
+    let mut top = known.before.to_vec();
+    for entry in known.before {
         let kept = || {
             let (_, elems) = known
                 .arrays_before
@@ -216,27 +278,27 @@ fn scan_resumed(
                 .find(|(s, _)| *s == entry.value.start)?;
             Some(elems.clone())
         };
-        split_entry(b, endpoint, entry, kept, arrays)?;
+        split_entry(b, wire, entry, kept, arrays)?;
     }
-    let (elems, end) = scan::elements_end_after(b, m.elems())?;
+    let (elems, end) = scan::elements_end_after(b, m.elems)?;
     let history = scan::Entry {
         key: known.key.clone(),
         value: known.array_start..end,
     };
-    split_entry(b, endpoint, &history, || Some(elems), arrays)?;
+    split_entry(b, wire, &history, || Some(elems), arrays)?;
     top.push(history);
-    match known.tail() {
+    match known.tail {
         Some((tail, bytes)) if b.get(end..) == Some(bytes) => {
             for entry in tail.entries_at(end) {
                 let kept = || tail.spans_at(end, entry.value.start);
-                split_entry(b, endpoint, &entry, kept, arrays)?;
+                split_entry(b, wire, &entry, kept, arrays)?;
                 top.push(entry);
             }
             // The kept body ended with one object and blanks after it.
             Ok((top, object_end(b)))
         }
         _ => scan::entries_with_after(b, top, end, |key, vstart| {
-            split_value(b, endpoint, key, vstart, arrays)
+            split_value(b, wire, key, vstart, arrays)
         }),
     }
 }
@@ -254,12 +316,12 @@ fn object_end(b: &[u8]) -> usize {
 /// element spans `known` gives, when it knows them, else into those scanned.
 fn split_entry(
     b: &[u8],
-    endpoint: Endpoint,
+    wire: &dyn Wire,
     entry: &scan::Entry,
     known: impl FnOnce() -> Option<Vec<Span>>,
     arrays: &mut Vec<(String, Vec<Span>)>,
 ) -> Result<(), scan::ScanError> {
-    if let Some(name) = split_array(b, endpoint, &entry.key, entry.value.start) {
+    if let Some(name) = split_array(b, wire, &entry.key, entry.value.start) {
         let elems = match known() {
             Some(elems) => elems,
             None => scan::elements_end(b, entry.value.start)?.0,
@@ -271,13 +333,13 @@ fn split_entry(
 
 /// The name of the top-level key `key` when its value, at `vstart`, is an array the
 /// envelope splits into elements.
-fn split_array(b: &[u8], endpoint: Endpoint, key: &Span, vstart: usize) -> Option<String> {
-    (b.get(vstart) == Some(&b'[')).then(|| split_key(b, endpoint, key))?
+fn split_array(b: &[u8], wire: &dyn Wire, key: &Span, vstart: usize) -> Option<String> {
+    (b.get(vstart) == Some(&b'[')).then(|| split_key(b, wire, key))?
 }
 
 /// The name of a top-level key whose array is split into elements, if it is one.
-fn split_key(b: &[u8], endpoint: Endpoint, key: &Span) -> Option<String> {
-    scan::decode_str(b, key).filter(|k| is_split_key(endpoint, k))
+fn split_key(b: &[u8], wire: &dyn Wire, key: &Span) -> Option<String> {
+    scan::decode_str(b, key).filter(|k| is_split_key(wire, k))
 }
 
 /// The top-level entries, and the elements of the arrays split, of a body the check passed
@@ -287,7 +349,7 @@ fn split_key(b: &[u8], endpoint: Endpoint, key: &Span) -> Option<String> {
 /// that body.
 fn from_check(
     b: &[u8],
-    endpoint: Endpoint,
+    wire: &dyn Wire,
     fields: &[json_check::Field],
     history: &json_check::Elements<'_>,
     arrays: &mut Vec<(String, Vec<Span>)>,
@@ -301,13 +363,14 @@ fn from_check(
         .collect();
     for entry in &top {
         let known = || history.spans_at(entry.value.start).map(<[Span]>::to_vec);
-        split_entry(b, endpoint, entry, known, arrays)?;
+        split_entry(b, wire, entry, known, arrays)?;
     }
     // The check passed one object with only blanks around it.
     Ok((top, object_end(b)))
 }
 
-fn elements_of(arr: &OrigArray, skip: usize) -> Vec<Element> {
+/// The elements of a client's array from `skip` on, each the client's own.
+pub(crate) fn elements_of(arr: &OrigArray, skip: usize) -> Vec<Element> {
     arr.elems
         .iter()
         .enumerate()
@@ -316,14 +379,16 @@ fn elements_of(arr: &OrigArray, skip: usize) -> Vec<Element> {
         .collect()
 }
 
-fn check_objects(b: &[u8], arr: &OrigArray, name: &str) -> Result<(), ApiError> {
+/// An array whose elements must be objects (`{name}[i] must be an object` otherwise).
+pub(crate) fn check_objects(b: &[u8], arr: &OrigArray, name: &str) -> Result<(), ApiError> {
     match arr.elems.iter().position(|s| b[s.start] != b'{') {
         Some(i) => Err(ApiError::invalid(format!("{name}[{i}] must be an object"))),
         None => Ok(()),
     }
 }
 
-fn text_system(env: &mut Envelope, span: Span, field: &str) -> Result<(), ApiError> {
+/// A system prompt sent as one string at `span` (`null`: none), the part `base`.
+pub(crate) fn text_system(env: &mut Envelope, span: Span, field: &str) -> Result<(), ApiError> {
     if &env.body[span.clone()] == b"null" {
         return Ok(());
     }
@@ -338,33 +403,10 @@ fn text_system(env: &mut Envelope, span: Span, field: &str) -> Result<(), ApiErr
     Ok(())
 }
 
-fn block_system(env: &mut Envelope, span: Span) -> Result<(), ApiError> {
-    let b = &env.body;
-    let blocks =
-        scan::elements(b, span.start).map_err(|e| ApiError::invalid(format!("system: {e}")))?;
-    for (i, block) in blocks.into_iter().enumerate() {
-        if b[block.start] != b'{' {
-            return Err(ApiError::invalid(format!(
-                "system[{i}] must be a text block"
-            )));
-        }
-        let text = scan::field(b, block.start, "text")
-            .and_then(|span| system_text(b, &span))
-            .ok_or_else(|| ApiError::invalid(format!("system[{i}] must be a text block")))?;
-        env.system.push(SystemPart::new(
-            base_part_name(i),
-            text,
-            Some(Element::orig(i, block)),
-        ));
-    }
-    env.system_form = SystemForm::Blocks(span);
-    Ok(())
-}
-
 /// The decoded text of a system prompt's JSON string at `span`. Agents resend the same
 /// system prompt, often tens of KB with escapes on every line, on every request: a long one
 /// is remembered by its bytes (up to [`REMEMBERED_TEXT`] each, a few at a time).
-fn system_text(b: &[u8], span: &Span) -> Option<String> {
+pub(crate) fn system_text(b: &[u8], span: &Span) -> Option<String> {
     static TEXTS: Memo<Option<String>> = Memo::new(32);
     if !(1024..=REMEMBERED_TEXT).contains(&span.len()) {
         return scan::decode_str(b, span);
@@ -375,54 +417,6 @@ fn system_text(b: &[u8], span: &Span) -> Option<String> {
 
 /// The longest system text remembered.
 const REMEMBERED_TEXT: usize = 64 * 1024;
-
-/// The leading `system`/`developer` messages are the system parts: always for Chat, for
-/// Responses when it sends no `instructions` (what a system role is, is the provider
-/// modules' rule).
-fn split_leading_system(env: &mut Envelope) {
-    let b = &env.body;
-    let mut leading = 0;
-    let mut role_of_first = None;
-    for span in &env.messages_orig.elems {
-        let role = scan::str_field(b, span.start, "role").unwrap_or_default();
-        let kind = crate::providers::MsgKind::of(env.endpoint, &b[span.clone()]);
-        let message = kind.item_type.is_empty() || kind.item_type == "message";
-        if !(kind.is_instruction() && message) {
-            break;
-        }
-        role_of_first.get_or_insert(role);
-        let text = chat_text(b, span.start);
-        env.system.push(SystemPart::new(
-            base_part_name(leading),
-            text,
-            Some(Element::orig(leading, span.clone())),
-        ));
-        leading += 1;
-    }
-    env.system_form = match role_of_first {
-        Some(role) => SystemForm::LeadingMessages { role },
-        None if env.endpoint == Endpoint::Chat => SystemForm::LeadingMessages {
-            role: "system".into(),
-        },
-        None => SystemForm::Absent,
-    };
-    env.cached = elements_of(&env.messages_orig, leading);
-}
-
-/// The text of a Chat message: its string content or its text parts joined.
-fn chat_text(b: &[u8], start: usize) -> String {
-    let Some(content) = scan::field(b, start, "content") else {
-        return String::new();
-    };
-    if let Some(text) = scan::decode_str(b, &content) {
-        return text;
-    }
-    scan::elements(b, content.start)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|part| scan::str_field(b, part.start, "text"))
-        .collect()
-}
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{owned_keys, Envelope};
+use super::Envelope;
 use crate::json::scan;
 use crate::json_edit::write_json;
 
@@ -65,7 +65,7 @@ impl Envelope {
     /// once, with its last value; an edited option with its new value, a new one last.
     fn options_raw(&self) -> Vec<(String, &[u8])> {
         let b: &[u8] = &self.body;
-        let owned = owned_keys(self.endpoint);
+        let owned = self.wire.owned_keys();
         let mut out: Vec<(String, &[u8])> = Vec::new();
         for e in &self.top {
             let key = scan::decode_str(b, &e.key).unwrap_or_default();

@@ -186,6 +186,8 @@ impl<'k> Elements<'k> {
 pub struct Resume<'a> {
     /// The end of the element (the last byte read).
     pub pos: usize,
+    /// The array's elements known up to `pos`, which the gathered ones start with.
+    pub elems: &'a [Range<usize>],
     /// The top-level fields before the array's, in order.
     pub fields_before: &'a [Field],
     /// The element spans of gathered arrays among `fields_before`, by where each starts.
@@ -751,6 +753,42 @@ mod swar {
     }
 }
 
+/// What the body check gathers of a body as it passes it: every top-level field, and the
+/// element spans of the history array and of the tools. The envelope is split from them
+/// without a second scan (by a policy before forwarding, or by monitoring after the
+/// response), and a body no envelope reads (no policy, monitoring off) is kept from them.
+pub struct Gathered {
+    pub fields: Vec<Field>,
+    pub elements: Elements<'static>,
+    /// The check's fast path ran to its end (serde_json's fallback gathers nothing).
+    pub complete: bool,
+}
+
+impl Gathered {
+    /// Ready to gather a body whose history array is named one of `history_keys`, and
+    /// its tools one of `tools_keys`.
+    pub fn new(
+        history_keys: &'static [&'static [u8]],
+        tools_keys: &'static [&'static [u8]],
+    ) -> Self {
+        Gathered {
+            fields: Vec::new(),
+            elements: Elements::of_first(history_keys).and_first(tools_keys),
+            complete: false,
+        }
+    }
+
+    /// What the check gathered, when it stands for the envelope scanner's reading of the
+    /// same body: the check's fast path ran to its end, and nothing nests as deep as the
+    /// scanner refuses (past 128 levels, which the check accepts), so that such a body is
+    /// still read, and refused, by the scanner.
+    pub fn as_scanned(&self) -> Option<(&[Field], &Elements<'static>)> {
+        const SCANNER_DEPTH: usize = 128;
+        (self.complete && self.elements.deepest <= SCANNER_DEPTH)
+            .then_some((&self.fields, &self.elements))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -820,6 +858,7 @@ mod tests {
                 for with_tail in [false, true] {
                     let resume = Resume {
                         pos: scanned[known - 1].end,
+                        elems: &scanned[..known],
                         fields_before: &fields[..at],
                         arrays_before: &[],
                         array_key: key.clone(),
@@ -873,6 +912,7 @@ mod tests {
         };
         let resume = |tail| Resume {
             pos: 20,
+            elems: &[],
             fields_before: &[],
             arrays_before: &[],
             array_key: 2..10,

@@ -200,7 +200,7 @@ pub fn agrees_with_provider(ours: Option<&Diagnosis>, theirs: &serde_json::Value
 /// prompt). The cached prefix ends there whatever the client sent. Read from the envelope:
 /// only the two options the rule looks at are parsed, never the whole body.
 pub fn thinking_stripped_from(env: &crate::envelope::Envelope) -> Option<usize> {
-    use crate::providers::turns;
+    use crate::envelope::turns;
     if env.endpoint() != Endpoint::Messages {
         return None;
     }

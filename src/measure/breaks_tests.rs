@@ -6,8 +6,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::thinking_stripped_from;
-use crate::envelope::Envelope;
-use crate::providers::{turns, MsgKind};
+use crate::envelope::{turns, MsgKind};
 use crate::route::{Endpoint, Provider};
 
 /// The rule as it was computed from a whole-body parse, kept as the reference.
@@ -33,7 +32,9 @@ fn from_value(endpoint: Endpoint, body: &[u8]) -> Option<usize> {
     };
     let kinds: Vec<MsgKind> = messages
         .iter()
-        .map(|m| MsgKind::of(endpoint, &serde_json::to_vec(m).unwrap_or_default()))
+        .map(|m| {
+            crate::providers::message_kind(endpoint, &serde_json::to_vec(m).unwrap_or_default())
+        })
         .collect();
     let starts = turns::prompt_starts(&kinds);
     let turn_of = |i: usize| starts.iter().filter(|&&s| s <= i).count();
@@ -54,12 +55,8 @@ fn claude_code_body() -> Value {
 }
 
 fn via_envelope(body: &[u8]) -> Option<usize> {
-    let env = Envelope::parse(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        Bytes::copy_from_slice(body),
-    )
-    .expect("a valid request");
+    let env = crate::providers::parse_envelope(Endpoint::Messages, Bytes::copy_from_slice(body))
+        .expect("a valid request");
     thinking_stripped_from(&env)
 }
 
@@ -246,16 +243,22 @@ proptest! {
 }
 
 /// The prompt shape of a request body as sent.
-fn shape_of(provider: Provider, endpoint: Endpoint, body: &Value) -> crate::measure::PromptShape {
+fn shape_of(endpoint: Endpoint, body: &Value) -> crate::measure::PromptShape {
     let body = Bytes::from(serde_json::to_vec(body).unwrap());
-    crate::measure::PromptShape::of(&Envelope::parse(provider, endpoint, body).unwrap(), 0)
+    crate::measure::PromptShape::of(
+        &crate::providers::parse_envelope(endpoint, body).unwrap(),
+        0,
+    )
 }
 
 /// The usage cachet reads from an Anthropic answer.
 fn anthropic_usage(answer: Value) -> crate::usage::Usage {
-    crate::usage::read_response_body(Endpoint::Messages, &serde_json::to_vec(&answer).unwrap())
-        .usage
-        .unwrap()
+    crate::providers::usage::read_response_body(
+        Endpoint::Messages,
+        &serde_json::to_vec(&answer).unwrap(),
+    )
+    .usage
+    .unwrap()
 }
 
 /// A conversation of `turns` prompts and answers, then one more prompt whose text block
@@ -338,7 +341,7 @@ fn only_an_anthropic_request_with_markers_that_cached_nothing_counts_tokens() {
         uncached: 5000,
         ..Default::default()
     };
-    let claude_code = shape_of(Provider::Anthropic, Endpoint::Messages, &claude_code_body());
+    let claude_code = shape_of(Endpoint::Messages, &claude_code_body());
     assert!(
         !claude_code.marks.is_empty(),
         "Claude Code marks its prompt"
@@ -357,14 +360,11 @@ fn only_an_anthropic_request_with_markers_that_cached_nothing_counts_tokens() {
     let unmarked = json!({"model": "claude-sonnet-4-5", "max_tokens": 8,
         "messages": [{"role": "user", "content": "hi"}]});
     assert!(!asks(
-        &shape_of(Provider::Anthropic, Endpoint::Messages, &unmarked),
+        &shape_of(Endpoint::Messages, &unmarked),
         nothing_cached
     ));
     let chat = json!({"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]});
-    assert!(!asks(
-        &shape_of(Provider::OpenAi, Endpoint::Chat, &chat),
-        nothing_cached
-    ));
+    assert!(!asks(&shape_of(Endpoint::Chat, &chat), nothing_cached));
 }
 
 /// Only an OpenAI miss left `unexplained` is put down to the routing rate, and only past
@@ -403,11 +403,11 @@ fn only_an_unexplained_openai_miss_past_the_rate_is_an_overflow() {
         BreakReason::TtlExpired
     );
     let route = |endpoint, body: &serde_json::Value| {
-        let provider = match endpoint {
+        let _provider = match endpoint {
             Endpoint::Messages => Provider::Anthropic,
             _ => Provider::OpenAi,
         };
-        let env = Envelope::parse(provider, endpoint, body.to_string().into()).unwrap();
+        let env = crate::providers::parse_envelope(endpoint, body.to_string().into()).unwrap();
         crate::measure::overflow::route_of(&env)
     };
     let messages = json!({"model": "claude-sonnet-4-5", "max_tokens": 9,
@@ -440,7 +440,7 @@ fn an_openai_miss_after_a_stored_prompt_names_what_was_stored() {
         }
         messages.push(json!({"role": "user", "content": format!("question {n}")}));
         let body = json!({"model": "gpt-4.1", "messages": messages});
-        shape_of(Provider::OpenAi, Endpoint::Chat, &body)
+        shape_of(Endpoint::Chat, &body)
     };
     let (first, second) = (body(0), body(1));
     let previous = Previous {
@@ -486,7 +486,7 @@ fn a_compaction_is_not_a_break_before_or_after() {
             "system": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}],
             "context_management": {"edits": [{"type": "compact_20260112"}]},
             "messages": marked_conversation(turns)});
-        shape_of(Provider::Anthropic, Endpoint::Messages, &body)
+        shape_of(Endpoint::Messages, &body)
     };
     let usage = |usage: Value| anthropic_usage(json!({"id": "msg_1", "usage": usage}));
     let counts = |kind: &str, read: u64, write: u64| {
@@ -549,7 +549,7 @@ fn a_miss_where_the_provider_cleared_tool_results_is_a_context_edit() {
             "system": [{"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}}],
             "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
             "messages": messages});
-        shape_of(Provider::Anthropic, Endpoint::Messages, &body)
+        shape_of(Endpoint::Messages, &body)
     };
     let answer = anthropic_usage;
     let before = answer(
@@ -623,8 +623,7 @@ fn an_openai_miss_after_a_pause_is_an_expiry_only_past_the_retention() {
             for (k, v) in options.as_object().unwrap() {
                 body[k] = v.clone();
             }
-            Envelope::parse(
-                Provider::OpenAi,
+            crate::providers::parse_envelope(
                 Endpoint::Responses,
                 Bytes::from(serde_json::to_vec(&body).unwrap()),
             )
@@ -710,7 +709,7 @@ fn after_a_server_tool_loop_the_next_request_is_held_to_the_last_sampling() {
         let body = json!({"model": "claude-opus-4-6", "max_tokens": 64,
             "tools": [{"type": "web_search_20250305", "name": "web_search"}],
             "messages": marked_conversation(turns)});
-        shape_of(Provider::Anthropic, Endpoint::Messages, &body)
+        shape_of(Endpoint::Messages, &body)
     };
     let answer = |usage: Value| anthropic_usage(json!({"id": "msg_1", "usage": usage}));
     let sampling = |read: u64, write: u64| {
@@ -751,7 +750,7 @@ fn an_openai_request_after_a_compaction_is_not_a_break() {
     let shape = |items: &[Value]| {
         let body = json!({"model": "gpt-5.6", "instructions": "You are Codex. ".repeat(300),
             "input": items, "prompt_cache_key": "019a-thread", "store": false});
-        shape_of(Provider::OpenAi, Endpoint::Responses, &body)
+        shape_of(Endpoint::Responses, &body)
     };
     let user = |t: &str| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": t}]});
     let said = |t: &str| json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]});
@@ -803,8 +802,8 @@ fn an_openai_request_after_a_compaction_is_not_a_break() {
 fn a_change_of_speed_that_read_less_is_named() {
     let body = |turns: usize| json!({"model": "claude-opus-5-5", "max_tokens": 8, "messages": marked_conversation(turns)});
     let (before, now) = (body(1), body(2));
-    let p = shape_of(Provider::Anthropic, Endpoint::Messages, &before);
-    let c = shape_of(Provider::Anthropic, Endpoint::Messages, &now);
+    let p = shape_of(Endpoint::Messages, &before);
+    let c = shape_of(Endpoint::Messages, &now);
     let usage = |fast: bool, read: u64, written: u64| crate::usage::Usage {
         cache_read: read,
         cache_write: written,
@@ -869,8 +868,8 @@ fn a_change_to_or_from_flex_that_read_less_is_named() {
         json!({"model": "o3", "prompt_cache_key": "s", "input": (0..turns).map(|i| json!({
             "role": "user", "content": format!("step {i} ").repeat(200)})).collect::<Vec<_>>()})
     };
-    let p = shape_of(Provider::OpenAi, Endpoint::Responses, &body(1));
-    let c = shape_of(Provider::OpenAi, Endpoint::Responses, &body(2));
+    let p = shape_of(Endpoint::Responses, &body(1));
+    let c = shape_of(Endpoint::Responses, &body(2));
     let usage = |tier: &str, read: u64| crate::usage::Usage {
         cache_read: read,
         uncached: 4000,

@@ -183,14 +183,13 @@ impl SentRequest {
 
     /// From a JSON body (for callers that hold a value rather than the bytes sent).
     pub fn from_json(
-        provider: crate::route::Provider,
         endpoint: Endpoint,
         body: &Value,
         tail: usize,
     ) -> Result<Self, crate::error::ApiError> {
         let bytes = bytes::Bytes::from(serde_json::to_vec(body).unwrap_or_default());
         Ok(SentRequest::new(
-            Envelope::parse(provider, endpoint, bytes)?,
+            crate::providers::parse_envelope(endpoint, bytes)?,
             tail,
         ))
     }
@@ -236,7 +235,7 @@ pub fn tokens_through(env: &Envelope, block: u32, enough: u64) -> u64 {
     let tools = env.tools_raw();
     let system = env.system_parts().iter().map(|p| p.text.as_bytes());
     let history = env.history_raw().flat_map(|raw| {
-        crate::envelope::content_block_spans(raw)
+        crate::providers::anthropic::blocks::content_block_spans(raw)
             .into_iter()
             .map(move |span| &raw[span])
     });
@@ -253,7 +252,7 @@ pub fn tokens_through(env: &Envelope, block: u32, enough: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::Provider;
+
     use bytes::Bytes;
 
     /// The diagnosis asks whether a marker's prefix reaches the model's minimum: counting
@@ -266,8 +265,7 @@ mod tests {
             .map(|i| serde_json::json!({"role": "user", "content": [{"type": "text", "text": text(i)}]}))
             .collect();
         let body = serde_json::json!({"model": "claude-sonnet-4-5", "system": "Be brief.", "messages": messages});
-        let env = Envelope::parse(
-            Provider::Anthropic,
+        let env = crate::providers::parse_envelope(
             Endpoint::Messages,
             Bytes::from(serde_json::to_vec(&body).unwrap()),
         )
@@ -300,12 +298,9 @@ mod tests {
     }
 
     fn shape(body: &str, tail: usize) -> PromptShape {
-        let env = Envelope::parse(
-            Provider::Anthropic,
-            Endpoint::Messages,
-            Bytes::from(body.to_string()),
-        )
-        .unwrap();
+        let env =
+            crate::providers::parse_envelope(Endpoint::Messages, Bytes::from(body.to_string()))
+                .unwrap();
         PromptShape::of(&env, tail)
     }
 
@@ -358,8 +353,7 @@ mod tests {
             "tools": [{"name": "Bash", "input_schema": {"type": "object"}}, {"name": "Read", "input_schema": {"type": "object"}}],
             "messages": messages,
         });
-        Envelope::parse(
-            Provider::Anthropic,
+        crate::providers::parse_envelope(
             Endpoint::Messages,
             Bytes::from(serde_json::to_vec(&body).unwrap()),
         )

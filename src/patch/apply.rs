@@ -6,9 +6,8 @@ use serde_json::{json, Value};
 
 use super::ops::{HandlerResult, Op, PartSpec, Selector};
 use super::refusal::{ApplyReport, OpOutcome, PatchRefusal, RefusalReason};
-use crate::envelope::{neutral_to_provider, Element, Envelope, SystemPart};
-use crate::providers::{check_boundary, tool_name, MsgKind};
-use crate::route::Endpoint;
+use crate::envelope::{Element, Envelope, MsgKind, SystemPart, Wire};
+use crate::providers::{check_boundary, tool_name};
 
 type OpResult = Result<(), RefusalReason>;
 
@@ -110,7 +109,7 @@ fn apply_op(env: &mut Envelope, op: &Op) -> OpResult {
         Op::ToolsReplace { tools, .. } => {
             env.tools = tools
                 .iter()
-                .map(|t| tool_element(env.endpoint, t))
+                .map(|t| tool_element(env.wire, t))
                 .collect::<Result<_, _>>()?;
             env.tools_dirty = true;
             Ok(())
@@ -118,7 +117,7 @@ fn apply_op(env: &mut Envelope, op: &Op) -> OpResult {
         Op::ToolsRemove { names, .. } => {
             for name in names {
                 let at = env.tools.iter().position(|t| {
-                    tool_name(env.endpoint, env.bytes_of(&t.raw)).as_deref() == Some(name)
+                    tool_name(env.endpoint(), env.bytes_of(&t.raw)).as_deref() == Some(name)
                 });
                 let at = at.ok_or_else(|| RefusalReason::UnknownTool(name.clone()))?;
                 env.tools.remove(at);
@@ -127,7 +126,7 @@ fn apply_op(env: &mut Envelope, op: &Op) -> OpResult {
             Ok(())
         }
         Op::MessagesCachedReplace { messages, .. } => {
-            let new = convert_all(env.endpoint, messages)?;
+            let new = convert_all(env.wire, messages)?;
             check_sequence(env, None, &new, env.uncached.first())?;
             env.cached = new;
             env.messages_dirty = true;
@@ -135,7 +134,7 @@ fn apply_op(env: &mut Envelope, op: &Op) -> OpResult {
         }
         Op::MessagesInsert { at, messages, .. } => insert(env, at, messages),
         Op::MessagesUncachedAppend { messages, .. } => {
-            let new = convert_all(env.endpoint, messages)?;
+            let new = convert_all(env.wire, messages)?;
             let prev = env.uncached.last().or(env.cached.last()).cloned();
             check_sequence(env, prev.as_ref(), &new, None)?;
             env.uncached.extend(new);
@@ -143,7 +142,7 @@ fn apply_op(env: &mut Envelope, op: &Op) -> OpResult {
         }
         Op::OptionsSet { options, .. } => {
             for (key, value) in options {
-                if crate::envelope::owned_keys(env.endpoint).contains(&key.as_str()) {
+                if env.wire.owned_keys().contains(&key.as_str()) {
                     return Err(RefusalReason::NotAnOption(key.clone()));
                 }
                 let raw = (!value.is_null())
@@ -209,7 +208,7 @@ fn replace_parts(env: &mut Envelope, parts: &[PartSpec]) {
 }
 
 /// A tool from a patch: neutral `{name, description, parameters}` or the provider's shape.
-fn tool_element(endpoint: Endpoint, tool: &Value) -> Result<Element, RefusalReason> {
+fn tool_element(wire: &dyn Wire, tool: &Value) -> Result<Element, RefusalReason> {
     let obj = tool
         .as_object()
         .ok_or_else(|| RefusalReason::BadElement("a tool must be a JSON object".into()))?;
@@ -221,30 +220,22 @@ fn tool_element(endpoint: Endpoint, tool: &Value) -> Result<Element, RefusalReas
             obj.get("description").cloned().unwrap_or(json!("")),
             &obj["parameters"],
         );
-        match endpoint {
-            Endpoint::Chat => {
-                json!({"type": "function", "function": {"name": name, "description": desc, "parameters": params}})
-            }
-            Endpoint::Responses => {
-                json!({"type": "function", "name": name, "description": desc, "parameters": params})
-            }
-            _ => json!({"name": name, "description": desc, "input_schema": params}),
-        }
+        wire.to_wire_tool(name, &desc, params)
     } else {
         tool.clone()
     };
     let bytes = serde_json::to_vec(&value).map_err(|e| RefusalReason::BadElement(e.to_string()))?;
-    if tool_name(endpoint, &bytes).is_none() && !obj.contains_key("type") {
+    if tool_name(wire.endpoint(), &bytes).is_none() && !obj.contains_key("type") {
         return Err(RefusalReason::BadElement("a tool needs a name".into()));
     }
     Ok(Element::new(Bytes::from(bytes)))
 }
 
-fn convert_all(endpoint: Endpoint, messages: &[Value]) -> Result<Vec<Element>, RefusalReason> {
+fn convert_all(wire: &dyn Wire, messages: &[Value]) -> Result<Vec<Element>, RefusalReason> {
     messages
         .iter()
         .map(|m| {
-            let v = neutral_to_provider(endpoint, m).map_err(RefusalReason::BadElement)?;
+            let v = wire.to_wire_message(m).map_err(RefusalReason::BadElement)?;
             let bytes =
                 serde_json::to_vec(&v).map_err(|e| RefusalReason::BadElement(e.to_string()))?;
             Ok(Element::new(Bytes::from(bytes)))
@@ -268,7 +259,7 @@ fn check_sequence(
         if pair[0].is_none() && pair[1].is_none() {
             continue;
         }
-        check_boundary(env.endpoint, pair[0].as_ref(), pair[1].as_ref())
+        check_boundary(env.endpoint(), pair[0].as_ref(), pair[1].as_ref())
             .map_err(RefusalReason::ProviderRule)?;
     }
     Ok(())
@@ -286,7 +277,7 @@ fn insert(env: &mut Envelope, at: &Selector, messages: &[Value]) -> OpResult {
         })
     })?;
     let injected = *at == Selector::BeforeLastUserPrompt;
-    let mut new = convert_all(env.endpoint, messages)?;
+    let mut new = convert_all(env.wire, messages)?;
     let prev = index
         .checked_sub(1)
         .and_then(|i| env.cached.get(i))

@@ -376,7 +376,7 @@ fn bounded(reason: &str) -> String {
 mod tests {
     use super::*;
     use crate::envelope::CompileOptions;
-    use crate::route::{Endpoint, Provider};
+    use crate::route::Endpoint;
 
     const BODY: &str = r#"{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"Base."}],"messages":[{"role":"user","content":"first"},{"role":"assistant","content":"ok"},{"role":"user","content":"second"}],"max_tokens":100}"#;
 
@@ -393,8 +393,7 @@ mod tests {
             "t",
         )
         .unwrap();
-        let mut env = Envelope::parse(
-            Provider::Anthropic,
+        let mut env = crate::providers::parse_envelope(
             Endpoint::Messages,
             bytes::Bytes::from_static(BODY.as_bytes()),
         )

@@ -236,7 +236,7 @@ impl Pipeline {
     ) -> Option<u64> {
         let kinds = env.history_kinds();
         match Continued::of(env) {
-            Some(continued) => Some(crate::providers::turns::continued_turn_index(
+            Some(continued) => Some(crate::envelope::turns::continued_turn_index(
                 continued.turn_in_log(log)?,
                 &kinds,
             )),
@@ -259,7 +259,7 @@ impl Pipeline {
             Some(found) => found.turn_index,
             None => continued.turn_in_log(log?)?,
         };
-        Some(crate::providers::turns::continued_turn_index(
+        Some(crate::envelope::turns::continued_turn_index(
             turn,
             &env.history_kinds(),
         ))

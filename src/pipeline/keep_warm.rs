@@ -145,7 +145,8 @@ impl Pipeline {
                 pipeline.count_keep_warm("failed");
                 return;
             };
-            let usage = crate::usage::read_response_body(Endpoint::Messages, &bytes).usage;
+            let usage =
+                crate::providers::usage::read_response_body(Endpoint::Messages, &bytes).usage;
             let mut kept_warm = Exchange::accepted(route, parts, RequestTelemetry::none());
             (kept_warm.model, kept_warm.variant, kept_warm.key) = (model, "keep-warm".into(), key);
             let tap = crate::tap::TapResult::with_usage(usage);

@@ -255,8 +255,8 @@ impl Pipeline {
             // with no envelope read, the body is kept for the next request from it.
             let reads = self.reads_envelopes();
             let keeps = !reads && self.config.server.incremental;
-            let mut gathered = (reads || keeps).then(known_prefix::Gathered::new);
-            ex.model = crate::shape::check_known(
+            let mut gathered = (reads || keeps).then(crate::providers::gathered);
+            ex.model = known_prefix::check(
                 ex.route.endpoint,
                 &ex.body,
                 ex.read.known.as_ref(),
@@ -271,7 +271,7 @@ impl Pipeline {
             ex.telemetry.record_model(&ex.model);
         }
         if ex.route.endpoint.is_generation() {
-            ex.client = crate::envelope::detect_client(&ex.parts.headers, &ex.body);
+            ex.client = crate::providers::clients::detect_client(&ex.parts.headers, &ex.body);
         }
         if ex.route.endpoint == Endpoint::Compact {
             // Counted, never reshaped: only its model is read; the provider judges the rest.
@@ -311,7 +311,7 @@ impl Pipeline {
         route: crate::route::Route,
         body: Bytes,
         known: Option<&PrefixMatch>,
-        gathered: Option<&known_prefix::Gathered>,
+        gathered: Option<&crate::json::check::Gathered>,
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
         self.read_kept(route, body, known, gathered, known_prefix::Kind::Received)
     }
@@ -333,16 +333,12 @@ impl Pipeline {
         route: crate::route::Route,
         body: Bytes,
         known: Option<&PrefixMatch>,
-        gathered: Option<&known_prefix::Gathered>,
+        gathered: Option<&crate::json::check::Gathered>,
         kind: known_prefix::Kind,
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
-        let env = crate::envelope::Envelope::parse_checked(
-            route.provider,
-            route.endpoint,
-            body,
-            known,
-            gathered,
-        )?;
+        let wire = crate::providers::wire_or_refuse(route.endpoint)?;
+        let resume = known.map(PrefixMatch::resume);
+        let env = crate::envelope::Envelope::parse_checked(wire, body, resume.as_ref(), gathered)?;
         let checked = gathered.is_some();
         let remembered = env.scanned().and_then(|scanned| match kind {
             known_prefix::Kind::Received => self.known.remember(scanned, known, checked),
@@ -365,14 +361,7 @@ impl Pipeline {
         // (read here without building a value of it), any other as its bytes.
         let readable = crate::replay::recorder::readable(&ex.body);
         let parsed = readable
-            .then(|| {
-                crate::envelope::Envelope::parse(
-                    ex.route.provider,
-                    ex.route.endpoint,
-                    ex.body.clone(),
-                )
-                .ok()
-            })
+            .then(|| crate::providers::parse_envelope(ex.route.endpoint, ex.body.clone()).ok())
             .flatten();
         let Some(env) = parsed else {
             let session = session::identity::named_in_headers(headers)

@@ -307,7 +307,7 @@ pub(super) fn unforwarded(
     parts.method = http::Method::POST;
     parts.headers = headers;
     let mut ex = Exchange::accepted(route, parts, crate::telemetry::RequestTelemetry::none());
-    ex.client = crate::envelope::detect_client(&ex.parts.headers, &body);
+    ex.client = crate::providers::clients::detect_client(&ex.parts.headers, &body);
     ex.model = model.to_string();
     ex.body = body;
     ex

@@ -4,9 +4,10 @@
 use std::borrow::Cow;
 
 use super::{anthropic, openai_chat, openai_responses, Endpoint};
+use crate::envelope::MsgKind;
 use crate::json::scan;
 
-/// Roles of messages that carry the client's instructions rather than a turn.
+/// Roles of OpenAI messages that carry the client's instructions rather than a turn.
 pub const INSTRUCTION_ROLES: [&str; 2] = ["system", "developer"];
 
 /// A message object's top-level fields, as the provider modules' classifiers read them.
@@ -64,25 +65,6 @@ const KNOWN_NAMES: [&str; 13] = [
     "local_shell_call_output",
 ];
 
-/// The facts about one history message that ordering rules, turns and retrieval need.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MsgKind {
-    pub role: Cow<'static, str>,
-    /// Responses item `type` (empty for other providers).
-    pub item_type: Cow<'static, str>,
-    /// Said by the model: an assistant message, or a Responses reasoning or call item.
-    pub from_model: bool,
-    /// Carries a tool call (Anthropic `tool_use`, Chat `tool_calls`, Responses `*_call`).
-    pub calls_tool: bool,
-    /// Carries a tool result (Anthropic `tool_result`, Chat role `tool`, Responses `*_output`).
-    pub tool_result: bool,
-    /// Carries something besides tool results (text, images, ...).
-    pub other_content: bool,
-    /// Carries the provider's summary of everything before it (an Anthropic `compaction`
-    /// block, a Responses `compaction` item): the provider's prompt starts there.
-    pub compaction: bool,
-}
-
 /// A message's kind, read by its API's module.
 fn classify(endpoint: Endpoint, b: &[u8]) -> MsgKind {
     match endpoint {
@@ -92,33 +74,14 @@ fn classify(endpoint: Endpoint, b: &[u8]) -> MsgKind {
     }
 }
 
-impl MsgKind {
-    /// Classify a message (a Responses input item) from its raw JSON bytes. Remembered
-    /// across requests by a hash of the bytes: an agent resends its history every time,
-    /// and the scan reads every block of every message.
-    pub fn of(endpoint: Endpoint, b: &[u8]) -> MsgKind {
-        Self::of_among(endpoint, b, 1)
-    }
+/// What a message (a Responses input item) of `endpoint` is, from its raw JSON bytes.
+pub fn message_kind(endpoint: Endpoint, b: &[u8]) -> MsgKind {
+    message_kind_among(endpoint, b, 1)
+}
 
-    /// [`MsgKind::of`] for one of `among` messages read together (a body's history).
-    pub fn of_among(endpoint: Endpoint, b: &[u8], among: usize) -> MsgKind {
-        static SEEN: crate::memo::Memo<MsgKind> = crate::memo::Memo::new(65_536);
-        // Each API reads other fields: the endpoint is part of the key.
-        let key = || crate::memo::key(endpoint.label().as_bytes(), b);
-        SEEN.get_or_insert_among(among, key, || classify(endpoint, b))
-    }
-
-    /// The client's own instructions inside the history: Anthropic `role: "system"`
-    /// messages (Claude Code sends them), OpenAI `system`/`developer` messages.
-    pub fn is_instruction(&self) -> bool {
-        INSTRUCTION_ROLES.contains(&&*self.role)
-    }
-
-    /// A user message with content of its own (text, images), as opposed to one that only
-    /// carries tool results.
-    pub fn is_user_content(&self) -> bool {
-        self.role == "user" && self.other_content && !self.from_model
-    }
+/// [`message_kind`] of one of `among` messages read together (a body's history).
+pub fn message_kind_among(endpoint: Endpoint, b: &[u8], among: usize) -> MsgKind {
+    MsgKind::remembered(endpoint, b, among, |b| classify(endpoint, b))
 }
 
 /// The provider's rule for two neighbouring messages (`None` = start or end of the list):
@@ -156,14 +119,14 @@ pub fn tool_name(endpoint: Endpoint, raw: &[u8]) -> Option<String> {
 /// The text a message carries for a reader (retrieval): string content, or its text parts
 /// joined by newlines; a part longer than a few times `ends` bytes is read only at its ends
 /// ([`scan::decode_str_ends`]), so a pasted file of megabytes is never decoded whole.
-pub fn text_of(endpoint: Endpoint, b: &[u8], ends: usize) -> String {
+pub fn text_of(b: &[u8], ends: usize) -> String {
     let Some(content) = scan::field(b, scan::skip_ws(b, 0), "content") else {
         return String::new();
     };
     if let Some(text) = scan::decode_str_ends(b, &content, ends) {
         return text;
     }
-    let _ = endpoint; // text, input_text and output_text parts all carry `text`
+    // Text, input_text and output_text parts all carry `text`.
     scan::elements(b, content.start)
         .unwrap_or_default()
         .iter()
@@ -204,13 +167,13 @@ mod tests {
 
     use std::borrow::Cow;
 
-    use super::{tool_name, Endpoint, MsgKind, TOOL_SHAPES};
+    use super::{message_kind, tool_name, Endpoint, TOOL_SHAPES};
 
     /// The names the APIs define are borrowed (a copied kind allocates nothing); any other
     /// is kept exactly as sent, escapes decoded.
     #[test]
     fn known_names_are_borrowed_and_others_kept() {
-        let kind = MsgKind::of(
+        let kind = message_kind(
             Endpoint::Responses,
             br#"{"type":"function_call_output","call_id":"c","output":"ok"}"#,
         );
@@ -219,9 +182,9 @@ mod tests {
             Cow::Borrowed("function_call_output")
         ));
         assert!(kind.tool_result);
-        let kind = MsgKind::of(Endpoint::Messages, br#"{"role":"user","content":"hi"}"#);
+        let kind = message_kind(Endpoint::Messages, br#"{"role":"user","content":"hi"}"#);
         assert!(matches!(kind.role, Cow::Borrowed("user")));
-        let kind = MsgKind::of(
+        let kind = message_kind(
             Endpoint::Responses,
             br#"{"type":"apply_patch_call","role":"n\u00e9w"}"#,
         );
@@ -306,8 +269,8 @@ mod memo_tests {
             for message in body[field].as_array().unwrap() {
                 let raw = serde_json::to_vec(message).unwrap();
                 let direct = classify(endpoint, &raw);
-                assert_eq!(MsgKind::of(endpoint, &raw), direct);
-                assert_eq!(MsgKind::of(endpoint, &raw), direct);
+                assert_eq!(message_kind(endpoint, &raw), direct);
+                assert_eq!(message_kind(endpoint, &raw), direct);
                 seen += 1;
             }
         }
@@ -319,11 +282,11 @@ mod memo_tests {
             openai_responses::message_kind(tool)
         );
         assert_eq!(
-            MsgKind::of(Endpoint::Chat, tool),
+            message_kind(Endpoint::Chat, tool),
             openai_chat::message_kind(tool)
         );
         assert_eq!(
-            MsgKind::of(Endpoint::Responses, tool),
+            message_kind(Endpoint::Responses, tool),
             openai_responses::message_kind(tool)
         );
     }

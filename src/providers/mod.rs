@@ -12,21 +12,25 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod check;
+pub mod clients;
 mod message;
 pub mod openai;
 pub mod openai_chat;
 pub mod openai_responses;
-pub mod turns;
+pub mod usage;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method};
 use serde_json::Value;
 
+use crate::envelope::{CompileOptions, Envelope, MsgKind, Wire};
+use crate::error::ApiError;
 use crate::route::{Endpoint, Provider, Route, Section};
 
 #[cfg(test)]
 pub(crate) use message::TOOL_SHAPES;
-pub use message::{check_boundary, text_of, tool_name, MsgKind};
+pub use message::{check_boundary, message_kind, message_kind_among, text_of, tool_name};
 
 /// Whether a generation request asks to be served in fast mode: Anthropic's `speed`
 /// ([`anthropic::FAST_SPEED`]), OpenAI's `service_tier` ([`openai::FAST_TIERS`]). Whether it
@@ -111,6 +115,80 @@ impl dyn Api {
             None => self.assistant_from_stream(events),
         }
     }
+}
+
+/// The request wire of an endpoint that has a context envelope (the generation endpoints
+/// and a token count, which is read as Messages).
+pub fn wire(endpoint: Endpoint) -> Option<&'static dyn Wire> {
+    match endpoint {
+        Endpoint::Messages => Some(&anthropic::MESSAGES),
+        Endpoint::CountTokens => Some(&anthropic::COUNT_TOKENS),
+        Endpoint::Chat => Some(&openai_chat::CHAT),
+        Endpoint::Responses => Some(&openai_responses::RESPONSES),
+        Endpoint::Compact | Endpoint::Models | Endpoint::Other => None,
+    }
+}
+
+/// Every API's request wire, one row each.
+const WIRES: [&dyn Wire; 3] = [
+    &anthropic::MESSAGES,
+    &openai_chat::CHAT,
+    &openai_responses::RESPONSES,
+];
+
+/// The names a body's history array has on some API (`messages`, `input`), for reading a
+/// body before its API's rules are asked.
+pub fn history_keys() -> &'static [&'static [u8]] {
+    static KEYS: std::sync::LazyLock<Vec<&'static [u8]>> =
+        std::sync::LazyLock::new(|| keys_of(|w| w.history_key()));
+    &KEYS
+}
+
+/// The names a body's tool definitions have on some API.
+pub fn tools_keys() -> &'static [&'static [u8]] {
+    static KEYS: std::sync::LazyLock<Vec<&'static [u8]>> =
+        std::sync::LazyLock::new(|| keys_of(|w| w.tools_key()));
+    &KEYS
+}
+
+fn keys_of(key: impl Fn(&dyn Wire) -> &'static str) -> Vec<&'static [u8]> {
+    let mut keys: Vec<&'static [u8]> = Vec::new();
+    for wire in WIRES {
+        let k = key(wire).as_bytes();
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// What the body check gathers of a body of any API, to split its envelope from.
+pub fn gathered() -> crate::json::check::Gathered {
+    crate::json::check::Gathered::new(history_keys(), tools_keys())
+}
+
+/// Parse a request body of `endpoint` into its envelope.
+pub fn parse_envelope(endpoint: Endpoint, body: Bytes) -> Result<Envelope, ApiError> {
+    Envelope::parse(wire_or_refuse(endpoint)?, body)
+}
+
+/// The wire of an endpoint, or the refusal of one that has no context envelope.
+pub fn wire_or_refuse(endpoint: Endpoint) -> Result<&'static dyn Wire, ApiError> {
+    wire(endpoint).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "the {} endpoint has no context envelope",
+            endpoint.label()
+        ))
+    })
+}
+
+/// Parse, then compile with `opts` and no patch: the one-call form for shaping cache
+/// markers (Anthropic `cache_control`, OpenAI explicit breakpoints) or setting
+/// `prompt_cache_key` on a request (e.g. from a test or the emulator).
+pub fn reshape(endpoint: Endpoint, body: Bytes, opts: &CompileOptions) -> Result<Bytes, ApiError> {
+    Ok(parse_envelope(endpoint, body)?
+        .compile_with_markers(opts)
+        .to_bytes())
 }
 
 /// A call cachet forwards without reading (a model list, a file upload): any event ends

@@ -180,18 +180,12 @@ pub fn replay_arm(
                 }
             }
         }
-        let diagnosis = match SentRequest::from_json(
-            record.provider(),
-            endpoint,
-            &shaped.body,
-            shaped.uncached_tail,
-        ) {
+        let diagnosis = match SentRequest::from_json(endpoint, &shaped.body, shaped.uncached_tail) {
             Ok(sent) => {
-                let client =
-                    match SentRequest::from_json(record.provider(), endpoint, &record.body, 0) {
-                        Ok(c) => crate::session::PrefixHashes::of_raw(c.env.history_raw()),
-                        Err(_) => crate::session::PrefixHashes::from_keys(Vec::new()),
-                    };
+                let client = match SentRequest::from_json(endpoint, &record.body, 0) {
+                    Ok(c) => crate::session::PrefixHashes::of_raw(c.env.history_raw()),
+                    Err(_) => crate::session::PrefixHashes::from_keys(Vec::new()),
+                };
                 let route_requests = crate::measure::overflow::route_of(&sent.env)
                     .map(|route| routes.count(route, record.time_ms));
                 sessions.entry(&record.session).or_default().diagnose(

@@ -18,7 +18,6 @@ use sha2::{Digest, Sha256};
 
 use super::normalize::{canonical_bytes, canonical_field_of_raw};
 use crate::envelope::Envelope;
-use crate::providers::MsgKind;
 use crate::route::Provider;
 
 /// Where a session id came from.
@@ -80,8 +79,7 @@ pub struct SessionId {
 }
 
 const CACHET_HEADER: HeaderName = HeaderName::from_static("x-cachet-session");
-pub(crate) const CLAUDE_CODE_HEADER: HeaderName =
-    HeaderName::from_static("x-claude-code-session-id");
+use crate::providers::clients::CLAUDE_CODE_HEADER;
 /// Codex 0.169 sends `session-id`; older versions `session_id`.
 const CODEX_HEADERS: [HeaderName; 2] = [
     HeaderName::from_static("session-id"),
@@ -238,7 +236,7 @@ pub fn fingerprint(env: &Envelope) -> String {
 fn first_user_message(env: &Envelope) -> Option<&[u8]> {
     let endpoint = env.endpoint();
     env.history_raw()
-        .find(|m| MsgKind::of(endpoint, m).role == "user")
+        .find(|m| crate::providers::message_kind(endpoint, m).role == "user")
 }
 
 /// The system texts and tools the fingerprint reads, as values.

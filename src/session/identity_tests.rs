@@ -2,8 +2,8 @@ use super::*;
 use crate::route::Endpoint;
 
 /// Identify a request given as a JSON value (through its envelope, as the pipeline does).
-fn identify_value(h: &HeaderMap, body: &Value, p: Provider, e: Endpoint) -> SessionId {
-    let env = Envelope::parse(p, e, bytes::Bytes::from(body.to_string())).unwrap();
+fn identify_value(h: &HeaderMap, body: &Value, _p: Provider, e: Endpoint) -> SessionId {
+    let env = crate::providers::parse_envelope(e, bytes::Bytes::from(body.to_string())).unwrap();
     identify(h, &env)
 }
 use http::HeaderValue;
@@ -305,9 +305,9 @@ fn fingerprint_cases() -> Vec<(Provider, Endpoint, Value)> {
 fn remembered_fingerprint_equals_the_canonical_one() {
     let cases = fingerprint_cases();
     let mut ids = Vec::new();
-    for (provider, endpoint, body) in &cases {
-        let env =
-            Envelope::parse(*provider, *endpoint, bytes::Bytes::from(body.to_string())).unwrap();
+    for (_, endpoint, body) in &cases {
+        let env = crate::providers::parse_envelope(*endpoint, bytes::Bytes::from(body.to_string()))
+            .unwrap();
         let canonical = canonical_fingerprint(&env);
         assert_eq!(fingerprint(&env), canonical);
         assert_eq!(fingerprint(&env), canonical, "remembered");
@@ -331,8 +331,7 @@ fn remembered_fingerprint_equals_the_canonical_one() {
 fn fingerprint_memo_is_bounded() {
     for i in 0..FINGERPRINTS_KEPT + 100 {
         let body = json!({"system": format!("agent {i}"), "messages": [{"role": "user", "content": "hi"}]});
-        let env = Envelope::parse(
-            Provider::Anthropic,
+        let env = crate::providers::parse_envelope(
             Endpoint::Messages,
             bytes::Bytes::from(body.to_string()),
         )
@@ -352,12 +351,9 @@ fn fingerprint_memo_is_bounded() {
 fn a_huge_first_prompt_is_fingerprinted_in_bounded_memory() {
     let text = format!("{}\n", "log line with a pasted file in it ".repeat(120_000));
     let body = json!({"system": "agent", "messages": [{"role": "user", "content": text}]});
-    let env = Envelope::parse(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        bytes::Bytes::from(body.to_string()),
-    )
-    .unwrap();
+    let env =
+        crate::providers::parse_envelope(Endpoint::Messages, bytes::Bytes::from(body.to_string()))
+            .unwrap();
     let (id, peak) = crate::alloc_meter::peak_during(|| canonical_fingerprint(&env));
     assert!(id.starts_with("fp-"));
     assert!(
@@ -386,7 +382,9 @@ fn fingerprint_by_value(env: &Envelope) -> String {
 fn the_copied_fingerprint_is_the_parsed_one() {
     let mut envs: Vec<Envelope> = fingerprint_cases()
         .into_iter()
-        .map(|(p, e, body)| Envelope::parse(p, e, bytes::Bytes::from(body.to_string())).unwrap())
+        .map(|(_, e, body)| {
+            crate::providers::parse_envelope(e, bytes::Bytes::from(body.to_string())).unwrap()
+        })
         .collect();
     for message in [
         r#"{"role":"user","content":"plain"}"#,
@@ -401,12 +399,7 @@ fn the_copied_fingerprint_is_the_parsed_one() {
     ] {
         let body = format!(r#"{{"system":"agent","messages":[{message}]}}"#);
         envs.push(
-            Envelope::parse(
-                Provider::Anthropic,
-                Endpoint::Messages,
-                bytes::Bytes::from(body),
-            )
-            .unwrap(),
+            crate::providers::parse_envelope(Endpoint::Messages, bytes::Bytes::from(body)).unwrap(),
         );
     }
     for env in &envs {

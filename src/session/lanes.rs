@@ -24,8 +24,8 @@ use super::anchor::PrefixHashes;
 use super::entry::decode_key;
 use super::entry::{Conversation, RequestRecord};
 use super::log::Entries;
+use crate::envelope::{turns, MsgKind};
 use crate::measure::PromptShape;
-use crate::providers::{turns, MsgKind};
 use crate::session::normalize::MessageKey;
 
 /// The latest request of a lane, as lane assignment sees it.
@@ -114,7 +114,7 @@ pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
 }
 
 /// `meta.turn_index` of a request on its session: the turns its client history carries
-/// (see [`crate::providers::turns`]), counted on from the session's log, so that a
+/// (see [`crate::envelope::turns`]), counted on from the session's log, so that a
 /// conversation whose history was compacted goes on from the turn it had reached instead
 /// of starting again at 0.
 ///

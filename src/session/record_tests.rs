@@ -38,8 +38,7 @@ fn record_body(
     body: &Value,
     tail: usize,
 ) -> (RequestRecord, Vec<Blob>) {
-    let env = crate::envelope::Envelope::parse(
-        crate::route::Provider::Anthropic,
+    let env = crate::providers::parse_envelope(
         crate::route::Endpoint::Messages,
         bytes::Bytes::from(body.to_string()),
     )

@@ -18,10 +18,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::gaps::{lifetime_ms, Gaps, Previous};
+use crate::envelope::MsgKind;
 use crate::envelope::{Envelope, Ttl};
 use crate::measure::MarkTtl;
 use crate::models::ModelInfo;
-use crate::providers::MsgKind;
 use crate::session::PrefixHashes;
 
 /// Bytes per token assumed before the session has a request to measure it on.
@@ -115,7 +115,7 @@ fn keep_warm_pays(gaps: &Gaps, prices: &ModelInfo, after_ms: u64) -> bool {
 /// prior worth half a turn: a turn length seen once already counts for more than the
 /// average, while a step no turn ended at keeps a small chance.
 fn end_chance(kinds: &[MsgKind]) -> f64 {
-    let starts = crate::providers::turns::prompt_starts(kinds);
+    let starts = crate::envelope::turns::prompt_starts(kinds);
     let Some(&current) = starts.last() else {
         return DEFAULT_END_CHANCE;
     };

@@ -78,7 +78,8 @@ pub fn request_body(sent: &Value, tail: usize, assistant: &Value) -> Option<Valu
         _ => return None,
     };
     let last = content.iter().rposition(|block| {
-        serde_json::to_vec(block).is_ok_and(|b| crate::envelope::is_markable(&b))
+        serde_json::to_vec(block)
+            .is_ok_and(|b| crate::providers::anthropic::blocks::is_markable(&b))
     })?;
     content[last]
         .as_object_mut()?
@@ -92,7 +93,7 @@ pub fn request_body(sent: &Value, tail: usize, assistant: &Value) -> Option<Valu
             for item in items.iter_mut() {
                 if let Some(cc) = item.get_mut("cache_control").filter(|c| c.is_object()) {
                     head_markers += 1;
-                    if head_markers > crate::envelope::MAX_MARKERS - 1 {
+                    if head_markers > crate::providers::anthropic::markers::MAX_MARKERS - 1 {
                         item.as_object_mut()?.remove("cache_control");
                     } else {
                         cc.as_object_mut()?.insert("ttl".into(), "1h".into());

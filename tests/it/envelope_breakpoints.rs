@@ -1,9 +1,11 @@
 //! Anthropic cache-marker shaping: preserve, auto and strip (DESIGN §7).
 
 use bytes::Bytes;
-use cachet::envelope::{count_markers, reshape, BreakpointMode, CompileOptions, Envelope, Ttl};
+use cachet::envelope::{BreakpointMode, CompileOptions, Ttl};
 use cachet::patch::parse_ops;
-use cachet::route::{Endpoint, Provider};
+use cachet::providers::anthropic::blocks::count_markers;
+use cachet::providers::reshape;
+use cachet::route::Endpoint;
 use serde_json::{json, Value};
 
 const AUTO: BreakpointMode = BreakpointMode::Auto {
@@ -83,7 +85,7 @@ fn markers(payload: &[u8]) -> Vec<(String, String)> {
 #[test]
 fn auto_marks_system_and_last_message_and_no_marker_that_reads_nothing_more() {
     let body = session(40, |_| {});
-    let out = reshape(Provider::Anthropic, Endpoint::Messages, body, &opts(AUTO)).unwrap();
+    let out = reshape(Endpoint::Messages, body, &opts(AUTO)).unwrap();
     let m = markers(&out);
     let last_msg = serde_json::from_slice::<Value>(&out).unwrap()["messages"]
         .as_array()
@@ -124,21 +126,9 @@ fn a_step_beyond_the_lookback_gets_a_marker_where_the_previous_request_ended() {
     };
     let mut history = vec![json!({"role": "user", "content": "Read every file of the crate."})];
     history.extend(step(1));
-    let first = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        request(&history),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let first = reshape(Endpoint::Messages, request(&history), &opts(AUTO)).unwrap();
     history.extend(step(12));
-    let second = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        request(&history),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let second = reshape(Endpoint::Messages, request(&history), &opts(AUTO)).unwrap();
     let m = markers(&second);
     // Blocks: message 0 (1), message 1 (1), message 2 (1): the previous request ended at block 2.
     assert!(m.iter().any(|(p, _)| p == "message 2 block 2"), "{m:?}");
@@ -183,7 +173,7 @@ fn client_markers_are_reused_and_their_messages_keep_their_bytes() {
     let body = session(3, |msgs| {
         msgs[0]["content"][0]["cache_control"] = json!({"type": "ephemeral"});
     });
-    let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+    let env = cachet::providers::parse_envelope(Endpoint::Messages, body).unwrap();
     let first: Vec<u8> = env.history_raw().next().unwrap().to_vec();
     let out = env.compile(&opts(AUTO));
     assert!(
@@ -210,21 +200,9 @@ fn invalid_client_markers_are_not_repaired_by_auto() {
         }
     });
     assert!(count_markers(&body) > 4);
-    let out = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        body.clone(),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let out = reshape(Endpoint::Messages, body.clone(), &opts(AUTO)).unwrap();
     assert_eq!(out, body, "five markers go as sent");
-    let stripped = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        body,
-        &opts(BreakpointMode::Strip),
-    )
-    .unwrap();
+    let stripped = reshape(Endpoint::Messages, body, &opts(BreakpointMode::Strip)).unwrap();
     assert_eq!(count_markers(&stripped), 0);
 
     let empty_marked = session(2, |msgs| {
@@ -232,13 +210,7 @@ fn invalid_client_markers_are_not_repaired_by_auto() {
             {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}]}));
         msgs.push(json!({"role": "user", "content": "go on"}));
     });
-    let out = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        empty_marked.clone(),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let out = reshape(Endpoint::Messages, empty_marked.clone(), &opts(AUTO)).unwrap();
     assert_eq!(
         out, empty_marked,
         "a marker on an empty text block goes as sent"
@@ -248,16 +220,9 @@ fn invalid_client_markers_are_not_repaired_by_auto() {
 #[test]
 fn no_marker_below_the_minimum_prefix() {
     let body = Bytes::from_static(br#"{"model":"claude-opus-4-6","max_tokens":10,"system":[{"type":"text","text":"short","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]}"#);
-    let out = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        body.clone(),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let out = reshape(Endpoint::Messages, body.clone(), &opts(AUTO)).unwrap();
     assert_eq!(count_markers(&out), 0);
     let kept = reshape(
-        Provider::Anthropic,
         Endpoint::Messages,
         body.clone(),
         &opts(BreakpointMode::Preserve),
@@ -269,7 +234,7 @@ fn no_marker_below_the_minimum_prefix() {
 #[test]
 fn a_marker_sits_before_the_injection_point() {
     let mut env =
-        Envelope::parse(Provider::Anthropic, Endpoint::Messages, session(4, |_| {})).unwrap();
+        cachet::providers::parse_envelope(Endpoint::Messages, session(4, |_| {})).unwrap();
     let prompt = env.last_user_prompt_index().unwrap();
     let ops = parse_ops(
         &json!([{"op": "messages_insert", "at": "before_last_user_prompt",
@@ -305,17 +270,10 @@ fn one_hour_markers_never_follow_five_minute_ones() {
         let last = msgs.len() - 1;
         msgs[last]["content"][0]["cache_control"] = json!({"type": "ephemeral", "ttl": "1h"});
     });
-    let out = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        body.clone(),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let out = reshape(Endpoint::Messages, body.clone(), &opts(AUTO)).unwrap();
     let ttls: Vec<String> = markers(&out).into_iter().map(|(_, t)| t).collect();
     assert!(ttls.iter().all(|t| t == "5m"), "{ttls:?}");
     let out = reshape(
-        Provider::Anthropic,
         Endpoint::Messages,
         body,
         &opts(BreakpointMode::Auto { ttl: Ttl::OneHour }),
@@ -330,7 +288,7 @@ fn strip_removes_every_marker_and_touches_only_marked_blocks() {
     let body = session(2, |msgs| {
         msgs[1]["content"][0]["cache_control"] = json!({"type": "ephemeral"});
     });
-    let env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+    let env = cachet::providers::parse_envelope(Endpoint::Messages, body).unwrap();
     let untouched: Vec<Vec<u8>> = env
         .history_raw()
         .enumerate()
@@ -357,7 +315,7 @@ fn thinking_blocks_are_never_marked() {
         msgs[last]["content"] = json!([{"type": "text", "text": "answer"}, {"type": "thinking", "thinking": "t", "signature": "s"}]);
         msgs.pop();
     });
-    let out = reshape(Provider::Anthropic, Endpoint::Messages, body, &opts(AUTO)).unwrap();
+    let out = reshape(Endpoint::Messages, body, &opts(AUTO)).unwrap();
     let v: Value = serde_json::from_slice(&out).unwrap();
     let last = v["messages"].as_array().unwrap().last().unwrap().clone();
     assert!(last["content"][1].get("cache_control").is_none());
@@ -368,7 +326,7 @@ fn thinking_blocks_are_never_marked() {
 fn openai_payloads_before_gpt_5_6_are_never_given_markers() {
     let body =
         Bytes::from_static(br#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#);
-    let out = reshape(Provider::OpenAi, Endpoint::Chat, body.clone(), &opts(AUTO)).unwrap();
+    let out = reshape(Endpoint::Chat, body.clone(), &opts(AUTO)).unwrap();
     assert_eq!(out, body);
 }
 
@@ -386,21 +344,9 @@ fn prefixes_between_the_byte_bounds_are_counted_with_the_tokenizer() {
             .unwrap(),
         )
     };
-    let short = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        body("cache ", 1_500),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let short = reshape(Endpoint::Messages, body("cache ", 1_500), &opts(AUTO)).unwrap();
     assert_eq!(count_markers(&short), 0);
-    let long = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        body("ab ", 5_000),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let long = reshape(Endpoint::Messages, body("ab ", 5_000), &opts(AUTO)).unwrap();
     assert_eq!(
         markers(&long).first().map(|(p, _)| p.as_str()),
         Some("system 0")
@@ -425,20 +371,13 @@ fn a_one_hour_request_lifts_claude_codes_own_markers() {
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "no such file", "cache_control": {"type": "ephemeral"}},
                                          {"type": "text", "text": "<system-reminder>todo list empty</system-reminder>"}]}]});
     let body = Bytes::from(serde_json::to_vec(&body).unwrap());
-    let five = reshape(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        body.clone(),
-        &opts(AUTO),
-    )
-    .unwrap();
+    let five = reshape(Endpoint::Messages, body.clone(), &opts(AUTO)).unwrap();
     assert!(
         markers(&five).iter().all(|(_, t)| t == "5m"),
         "{:?}",
         markers(&five)
     );
     let hour = reshape(
-        Provider::Anthropic,
         Endpoint::Messages,
         body.clone(),
         &opts(BreakpointMode::Auto { ttl: Ttl::OneHour }),
@@ -481,8 +420,7 @@ fn gpt_5_6_auto_breakpoints_read_what_the_end_of_the_prompt_alone_does_not() {
     };
     // A policy's request-only tail: the time, different on every request.
     let shape = |body: &Value, tail: Option<&str>, mode: BreakpointMode| -> Value {
-        let mut env = Envelope::parse(
-            Provider::OpenAi,
+        let mut env = cachet::providers::parse_envelope(
             Endpoint::Chat,
             Bytes::from(serde_json::to_vec(body).unwrap()),
         )
@@ -582,7 +520,7 @@ fn compacted(rounds: usize, system: &str, summary: &str, calls: usize) -> Value 
 /// `body` as `auto` breakpoints send it.
 fn auto_reshaped(body: &Value) -> Bytes {
     let bytes = Bytes::from(serde_json::to_vec(body).unwrap());
-    reshape(Provider::Anthropic, Endpoint::Messages, bytes, &opts(AUTO)).unwrap()
+    reshape(Endpoint::Messages, bytes, &opts(AUTO)).unwrap()
 }
 
 /// Where each marker sits, as (message, block), and the compaction block's place.
@@ -640,6 +578,6 @@ fn the_minimum_prefix_after_a_compaction_counts_only_what_the_provider_reads() {
     );
     // The same history without the compaction is long enough to mark.
     let whole = session(60, |_| {});
-    let out = reshape(Provider::Anthropic, Endpoint::Messages, whole, &opts(AUTO)).unwrap();
+    let out = reshape(Endpoint::Messages, whole, &opts(AUTO)).unwrap();
     assert!(count_markers(&out) > 0);
 }

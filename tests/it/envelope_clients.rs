@@ -2,8 +2,9 @@
 //! pi (Anthropic and Responses), Claude Code, Codex, the Anthropic and OpenAI SDKs.
 
 use bytes::Bytes;
-use cachet::envelope::{count_markers, BreakpointMode, CompileOptions, Envelope, Ttl};
+use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
 use cachet::patch::{parse_ops, Op};
+use cachet::providers::anthropic::blocks::count_markers;
 use cachet::route::{Endpoint, Provider};
 use serde_json::{json, Value};
 
@@ -12,8 +13,8 @@ fn fixture(name: &str) -> Bytes {
     Bytes::from(std::fs::read(path).expect("fixture exists"))
 }
 
-fn parse(provider: Provider, endpoint: Endpoint, name: &str) -> Envelope {
-    Envelope::parse(provider, endpoint, fixture(name)).expect("fixture parses")
+fn parse(endpoint: Endpoint, name: &str) -> Envelope {
+    cachet::providers::parse_envelope(endpoint, fixture(name)).expect("fixture parses")
 }
 
 fn ops(v: Value) -> Vec<Op> {
@@ -43,8 +44,8 @@ const ALL: &[(Provider, Endpoint, &str)] = &[
 
 #[test]
 fn every_client_shape_round_trips_byte_identical() {
-    for &(p, e, name) in ALL {
-        let env = parse(p, e, name);
+    for &(_, e, name) in ALL {
+        let env = parse(e, name);
         assert_eq!(
             env.compile(&CompileOptions::default()),
             fixture(name),
@@ -63,8 +64,8 @@ fn every_client_shape_round_trips_byte_identical() {
 
 #[test]
 fn an_injection_patch_keeps_every_untouched_element_for_every_client() {
-    for &(p, e, name) in ALL {
-        let mut env = parse(p, e, name);
+    for &(_, e, name) in ALL {
+        let mut env = parse(e, name);
         let history: Vec<Vec<u8>> = env.history_raw().map(<[u8]>::to_vec).collect();
         let tools: Vec<Vec<u8>> = env.tools_raw().map(<[u8]>::to_vec).collect();
         let prompt = env.last_user_prompt_index().expect("a user prompt");
@@ -111,7 +112,7 @@ fn an_injection_patch_keeps_every_untouched_element_for_every_client() {
 
 #[test]
 fn claude_code_shape_is_carried_through_and_auto_markers_stay_within_limits() {
-    let mut env = parse(Provider::Anthropic, Endpoint::Messages, "claude_code.json");
+    let mut env = parse(Endpoint::Messages, "claude_code.json");
     let parts: Vec<&str> = env.system_parts().iter().map(|p| p.name.as_str()).collect();
     assert_eq!(parts, ["base", "base.1", "base.2"]);
     assert!(env.system_parts()[0]
@@ -159,11 +160,7 @@ fn claude_code_shape_is_carried_through_and_auto_markers_stay_within_limits() {
 
 #[test]
 fn codex_shape_keeps_reasoning_items_and_namespace_tools() {
-    let mut env = parse(
-        Provider::OpenAi,
-        Endpoint::Responses,
-        "codex_responses.json",
-    );
+    let mut env = parse(Endpoint::Responses, "codex_responses.json");
     assert_eq!(env.system_parts()[0].name, "base");
     assert_eq!(env.tools_raw().count(), 2);
     // The last user prompt is "Go ahead.", after the reasoning and tool items.
@@ -197,7 +194,7 @@ fn codex_shape_keeps_reasoning_items_and_namespace_tools() {
 
 #[test]
 fn chat_system_messages_are_parts_and_new_parts_become_messages() {
-    let mut env = parse(Provider::OpenAi, Endpoint::Chat, "openai_chat_sdk.json");
+    let mut env = parse(Endpoint::Chat, "openai_chat_sdk.json");
     assert_eq!(env.system_parts().len(), 1);
     assert_eq!(env.history_len(), 6);
     env.apply(
@@ -236,11 +233,7 @@ fn chat_system_messages_are_parts_and_new_parts_become_messages() {
 
 #[test]
 fn sdk_string_system_gets_a_part_and_stays_a_string() {
-    let mut env = parse(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        "anthropic_sdk.json",
-    );
+    let mut env = parse(Endpoint::Messages, "anthropic_sdk.json");
     env.apply(
         &ops(
             json!([{"op": "system_part_set", "partName": "style", "text": " Answer in one line.",
@@ -266,7 +259,7 @@ fn a_tool_result_with_an_appended_reminder_is_not_a_new_turn() {
         {"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"ok"},
                                   {"type":"text","text":"<reminder>keep going</reminder>"}]}]}"#,
     );
-    let mut env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+    let mut env = cachet::providers::parse_envelope(Endpoint::Messages, body).unwrap();
     assert_eq!(env.last_user_prompt_index(), Some(0));
     assert_eq!(env.turn_index(), 0);
     let report = env.apply(
@@ -284,7 +277,7 @@ fn a_tool_result_with_an_appended_reminder_is_not_a_new_turn() {
 #[test]
 fn pi_responses_developer_item_is_the_system_prompt() {
     let original = fixture("pi_responses.json");
-    let mut env = parse(Provider::OpenAi, Endpoint::Responses, "pi_responses.json");
+    let mut env = parse(Endpoint::Responses, "pi_responses.json");
     assert_eq!(env.system_parts().len(), 1);
     assert!(env
         .system_compiled()
@@ -350,8 +343,8 @@ fn the_hook_envelope_reads_as_the_one_built_of_values() {
             "meta": env.meta.to_json(),
         })
     }
-    for &(p, e, name) in ALL {
-        let mut env = parse(p, e, name);
+    for &(_, e, name) in ALL {
+        let mut env = parse(e, name);
         for patched in [false, true] {
             if patched {
                 env.apply(

@@ -10,12 +10,8 @@ use serde_json::{json, Value};
 const ANTHROPIC: &str = r#"{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"Base prompt."}],"tools":[{"name":"read","input_schema":{"type":"object"}},{"name":"bash","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"first"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"read","input":{"b":1,"a":2}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"data"}]},{"role":"assistant","content":"done"},{"role":"user","content":"second"}],"max_tokens":100}"#;
 
 fn anthropic() -> Envelope {
-    Envelope::parse(
-        Provider::Anthropic,
-        Endpoint::Messages,
-        Bytes::from_static(ANTHROPIC.as_bytes()),
-    )
-    .unwrap()
+    cachet::providers::parse_envelope(Endpoint::Messages, Bytes::from_static(ANTHROPIC.as_bytes()))
+        .unwrap()
 }
 
 fn ops(v: Value) -> Vec<Op> {
@@ -177,7 +173,7 @@ fn tool_ops_convert_neutral_tools_per_provider() {
     );
     let body =
         Bytes::from_static(br#"{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}]}"#);
-    let mut chat = Envelope::parse(Provider::OpenAi, Endpoint::Chat, body).unwrap();
+    let mut chat = cachet::providers::parse_envelope(Endpoint::Chat, body).unwrap();
     chat.apply(
         &ops(json!([{"op": "tools_replace", "tools": [{"name": "grep", "parameters": {"type": "object"}}],
                      "invalidateCacheReason": "r"}])),
@@ -278,21 +274,14 @@ fn parse_errors_say_what_is_wrong() {
         (br#"[]"#, "must be a JSON object"),
     ];
     for (body, want) in cases {
-        let e = Envelope::parse(
-            Provider::Anthropic,
-            Endpoint::Messages,
-            Bytes::copy_from_slice(body),
-        )
-        .unwrap_err();
+        let e = cachet::providers::parse_envelope(Endpoint::Messages, Bytes::copy_from_slice(body))
+            .unwrap_err();
         assert!(e.message.contains(want), "{} vs {want}", e.message);
         assert_eq!(e.status().as_u16(), 400);
     }
-    assert!(Envelope::parse(
-        Provider::OpenAi,
-        Endpoint::Models,
-        Bytes::from_static(b"{}")
-    )
-    .is_err());
+    assert!(
+        cachet::providers::parse_envelope(Endpoint::Models, Bytes::from_static(b"{}")).is_err()
+    );
 }
 
 /// The library example of the book (docs/src/envelope.md shows the region between the
@@ -301,15 +290,16 @@ fn parse_errors_say_what_is_wrong() {
 fn docs_example_works() -> Result<(), Box<dyn std::error::Error>> {
     // docs: library-envelope
     use bytes::Bytes;
-    use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
+    use cachet::envelope::{BreakpointMode, CompileOptions, Ttl};
     use cachet::patch::parse_ops;
-    use cachet::route::{Endpoint, Provider};
+    use cachet::providers::parse_envelope;
+    use cachet::route::Endpoint;
 
     let body = Bytes::from_static(
         br#"{"model":"claude-sonnet-4-5","max_tokens":64,
   "messages":[{"role":"user","content":"hi"}]}"#,
     );
-    let mut env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body.clone())?;
+    let mut env = parse_envelope(Endpoint::Messages, body.clone())?;
     assert_eq!(env.compile(&CompileOptions::default()), body); // byte-identical
 
     let ops = parse_ops(
@@ -337,7 +327,7 @@ fn docs_example_works() -> Result<(), Box<dyn std::error::Error>> {
 #[test]
 fn responses_string_input_and_chat_without_system_take_patches() {
     let body = Bytes::from_static(br#"{"model":"gpt-5","input":"What is 2+2?","store":false}"#);
-    let mut env = Envelope::parse(Provider::OpenAi, Endpoint::Responses, body).unwrap();
+    let mut env = cachet::providers::parse_envelope(Endpoint::Responses, body).unwrap();
     env.apply(
         &ops(json!([
             {"op": "messages_insert", "at": "before_last_user_prompt",
@@ -360,7 +350,7 @@ fn responses_string_input_and_chat_without_system_take_patches() {
 
     let body =
         Bytes::from_static(br#"{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}]}"#);
-    let mut chat = Envelope::parse(Provider::OpenAi, Endpoint::Chat, body).unwrap();
+    let mut chat = cachet::providers::parse_envelope(Endpoint::Chat, body).unwrap();
     chat.apply(
         &ops(
             json!([{"op": "system_part_set", "partName": "policy", "text": "No secrets.",

@@ -4,9 +4,10 @@
 //! Anthropic `auto` never exceeds 4 markers and never marks the uncached tail.
 
 use bytes::Bytes;
-use cachet::envelope::{count_markers, BreakpointMode, CompileOptions, Envelope, Ttl};
+use cachet::envelope::{BreakpointMode, CompileOptions, Ttl};
 use cachet::patch::{parse_ops, Op};
-use cachet::route::{Endpoint, Provider};
+use cachet::providers::anthropic::blocks::count_markers;
+use cachet::route::Endpoint;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -203,12 +204,8 @@ fn responses_body(turns: &[Turn]) -> Value {
         "client_metadata": {"b": "1", "a": "2"}})
 }
 
-fn endpoint_of(api: usize) -> (Provider, Endpoint) {
-    [
-        (Provider::Anthropic, Endpoint::Messages),
-        (Provider::OpenAi, Endpoint::Chat),
-        (Provider::OpenAi, Endpoint::Responses),
-    ][api]
+fn endpoint_of(api: usize) -> Endpoint {
+    [Endpoint::Messages, Endpoint::Chat, Endpoint::Responses][api]
 }
 
 fn body(api: usize, turns: &[Turn], string_system: bool, style: Vec<u8>) -> Bytes {
@@ -322,18 +319,18 @@ proptest! {
     #[test]
     fn identity_round_trip_is_byte_identical(api in 0..3usize, turns in turns(), string_system in any::<bool>(),
                                              style in prop::collection::vec(any::<u8>(), 1..64)) {
-        let (p, e) = endpoint_of(api);
+        let e = endpoint_of(api);
         let body = body(api, &turns, string_system, style);
-        let env = Envelope::parse(p, e, body.clone()).unwrap();
+        let env = cachet::providers::parse_envelope(e, body.clone()).unwrap();
         prop_assert_eq!(env.compile(&CompileOptions::default()), body);
     }
 
     #[test]
     fn a_single_valid_patch_keeps_untouched_elements(api in 0..3usize, turns in turns(), string_system in any::<bool>(),
                                                      style in prop::collection::vec(any::<u8>(), 1..64), kind in 0..11usize) {
-        let (p, e) = endpoint_of(api);
+        let e = endpoint_of(api);
         let body = body(api, &turns, string_system, style);
-        let mut env = Envelope::parse(p, e, body.clone()).unwrap();
+        let mut env = cachet::providers::parse_envelope(e, body.clone()).unwrap();
         let history: Vec<Vec<u8>> = env.history_raw().map(<[u8]>::to_vec).collect();
         let tools: Vec<Vec<u8>> = env.tools_raw().map(<[u8]>::to_vec).collect();
         let system: Vec<Vec<u8>> = env.system_raw().flatten().map(<[u8]>::to_vec).collect();
@@ -361,8 +358,8 @@ proptest! {
             for part in &system {
                 prop_assert!(contains(&out, part), "lost system element {}", String::from_utf8_lossy(part));
             }
-            let before = Envelope::parse(p, e, body.clone()).unwrap().to_json();
-            let after: Value = Envelope::parse(p, e, out.clone()).unwrap().to_json();
+            let before = cachet::providers::parse_envelope(e, body.clone()).unwrap().to_json();
+            let after: Value = cachet::providers::parse_envelope(e, out.clone()).unwrap().to_json();
             prop_assert_eq!(&before["system"], &after["system"]);
         }
     }
@@ -372,7 +369,7 @@ proptest! {
                                        style in prop::collection::vec(any::<u8>(), 1..64), kind in 0..11usize,
                                        one_hour in any::<bool>()) {
         let body = body(0, &turns, string_system, style);
-        let mut env = Envelope::parse(Provider::Anthropic, Endpoint::Messages, body).unwrap();
+        let mut env = cachet::providers::parse_envelope(Endpoint::Messages, body).unwrap();
         let (op, _) = single_op(kind);
         let _ = env.apply(&parse_ops(&json!([op]), "prop").unwrap(), "prop");
         let tail = env.uncached_raw().count();
@@ -422,11 +419,12 @@ fn generators_cover_formatting_and_valid_ops() {
         "{text}"
     );
     for api in 0..3 {
-        let (p, e) = endpoint_of(api);
+        let e = endpoint_of(api);
         let applied = (0..11)
             .filter(|&kind| {
                 let mut env =
-                    Envelope::parse(p, e, body(api, &turns, false, vec![1, 2, 3])).unwrap();
+                    cachet::providers::parse_envelope(e, body(api, &turns, false, vec![1, 2, 3]))
+                        .unwrap();
                 env.apply(&parse_ops(&json!([single_op(kind).0]), "t").unwrap(), "t")
                     .is_ok()
             })
@@ -442,14 +440,14 @@ proptest! {
     #[test]
     fn truncated_or_corrupted_bodies_never_panic(api in 0..3usize, turns in turns(), cut in 0.0f64..1.0,
                                                  flip in any::<u8>(), at in 0.0f64..1.0) {
-        let (p, e) = endpoint_of(api);
+        let e = endpoint_of(api);
         let full = body(api, &turns, false, vec![5, 9, 200]);
         let mut bytes = full[..(full.len() as f64 * cut) as usize].to_vec();
         if !bytes.is_empty() {
             let i = ((bytes.len() - 1) as f64 * at) as usize;
             bytes[i] = flip;
         }
-        if let Ok(env) = Envelope::parse(p, e, Bytes::from(bytes.clone())) {
+        if let Ok(env) = cachet::providers::parse_envelope(e, Bytes::from(bytes.clone())) {
             prop_assert_eq!(&env.compile(&CompileOptions::default())[..], &bytes[..]);
         }
     }

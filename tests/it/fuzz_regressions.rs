@@ -20,11 +20,11 @@ fn deep_nesting_is_checked_without_overflow() {
             "{err}"
         );
         let body = format!(r#"{{"model":"m","messages":[],"metadata":{doc}}}"#);
-        assert!(cachet::shape::check(Endpoint::Messages, body.as_bytes()).is_ok());
+        assert!(cachet::providers::check::check(Endpoint::Messages, body.as_bytes()).is_ok());
         // Unclosed, it is invalid for both.
         let open = "[".repeat(depth);
         assert!(cachet::json::check::check(open.as_bytes(), |_| {}).is_err());
         assert!(serde_json::from_str::<IgnoredAny>(&open).is_err());
-        assert!(cachet::shape::check(Endpoint::Chat, open.as_bytes()).is_err());
+        assert!(cachet::providers::check::check(Endpoint::Chat, open.as_bytes()).is_err());
     }
 }

@@ -12,8 +12,8 @@
 
 use bytes::Bytes;
 use cachet::envelope::{BreakpointMode, CompileOptions, Envelope, Ttl};
-use cachet::known_prefix::{Gathered, KnownPrefixes};
-use cachet::route::{Endpoint, Provider};
+use cachet::known_prefix::KnownPrefixes;
+use cachet::route::Endpoint;
 use cachet::session::PrefixHashes;
 use proptest::prelude::*;
 
@@ -34,7 +34,6 @@ enum Keeper {
 /// and compiled bytes (with the client's markers, and with `auto` markers). `one_pass`:
 /// the envelope is split from what the check gathered, not by the scanner.
 fn read(
-    provider: Provider,
     endpoint: Endpoint,
     body: &[u8],
     known: &KnownPrefixes,
@@ -43,8 +42,8 @@ fn read(
 ) -> (String, String, Vec<Bytes>) {
     let incremental = keeper != Keeper::Nothing;
     let found = if incremental { known.find(body) } else { None };
-    let mut gathered = (keeper == Keeper::Check || one_pass).then(Gathered::new);
-    let checked = cachet::shape::check_known(endpoint, body, found.as_ref(), gathered.as_mut());
+    let mut gathered = (keeper == Keeper::Check || one_pass).then(cachet::providers::gathered);
+    let checked = cachet::known_prefix::check(endpoint, body, found.as_ref(), gathered.as_mut());
     if let (Some(gathered), Ok(_), Keeper::Check) = (&gathered, &checked, keeper) {
         known.remember_checked(&Bytes::copy_from_slice(body), gathered, found.as_ref());
     }
@@ -53,10 +52,9 @@ fn read(
         Err(e) => format!("error {}", e.message),
     };
     let parsed = Envelope::parse_checked(
-        provider,
-        endpoint,
+        cachet::providers::wire(endpoint).unwrap(),
         Bytes::copy_from_slice(body),
-        found.as_ref(),
+        found.as_ref().map(|m| m.resume()).as_ref(),
         gathered.as_ref().filter(|_| one_pass && checked.is_ok()),
     );
     let (structure, compiled) = match &parsed {
@@ -114,7 +112,7 @@ fn read(
 /// pass; kept by the check alone); returns how many bodies each incremental read found a
 /// kept prefix for.
 fn same_reads(client: usize, steps: &[Step]) -> Result<[usize; 3], TestCaseError> {
-    let (name, provider, endpoint) = CLIENTS[client];
+    let (name, _, endpoint) = CLIENTS[client];
     let bodies = session(&fixture(name), endpoint, steps);
     let kept = [
         (Keeper::Envelope, false),
@@ -125,8 +123,8 @@ fn same_reads(client: usize, steps: &[Step]) -> Result<[usize; 3], TestCaseError
     let mut incremental = [0; 3];
     let whole = KnownPrefixes::new(false, 0);
     for (i, body) in bodies.iter().enumerate() {
-        let full = read(provider, endpoint, body, &whole, Keeper::Nothing, false);
-        let one_pass = read(provider, endpoint, body, &whole, Keeper::Nothing, true);
+        let full = read(endpoint, body, &whole, Keeper::Nothing, false);
+        let one_pass = read(endpoint, body, &whole, Keeper::Nothing, true);
         prop_assert_eq!(
             &one_pass,
             &full,
@@ -136,7 +134,7 @@ fn same_reads(client: usize, steps: &[Step]) -> Result<[usize; 3], TestCaseError
         );
         for (count, ((keeper, one_pass), known)) in incremental.iter_mut().zip(&kept) {
             *count += usize::from(known.find(body).is_some());
-            let inc = read(provider, endpoint, body, known, *keeper, *one_pass);
+            let inc = read(endpoint, body, known, *keeper, *one_pass);
             let by = match (keeper, one_pass) {
                 (Keeper::Check, _) => "kept by the check",
                 (_, true) => "kept by the envelope, one pass",

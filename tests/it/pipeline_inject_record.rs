@@ -4,8 +4,9 @@
 use crate::support::*;
 use serde_json::{json, Value};
 
+use cachet::providers::usage::merge_anthropic;
 use cachet::replay::{read_traces, replay_arm, AsRecorded};
-use cachet::usage::{merge_anthropic, Usage};
+use cachet::usage::Usage;
 
 fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -225,7 +226,9 @@ async fn a_recorded_stateful_responses_session_replays_to_the_same_token_counts(
                 .clone(),
         };
         previous = Some(answer["id"].clone());
-        live.push(cachet::usage::from_openai_responses(&answer["usage"]));
+        live.push(cachet::providers::usage::from_openai_responses(
+            &answer["usage"],
+        ));
     }
     assert!(live[2].cache_read > live[1].cache_read && live[5].cache_read > live[4].cache_read);
     proxy.shutdown().await; // flushes the recorder

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use cachet::cache_model::Clock;
 use cachet::emulator::{self, EmulatorOptions};
+use cachet::providers::usage::merge_anthropic;
 use cachet::replay::{read_traces, replay_arm, shaper_for, ArmArg, Record, Recorder};
-use cachet::usage::{merge_anthropic, Usage};
+use cachet::usage::Usage;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -33,12 +33,8 @@ fn turn_starts(records: &[Record]) -> Vec<usize> {
     let mut last = None;
     for (i, r) in records.iter().enumerate() {
         let body = bytes::Bytes::from(r.body.to_string());
-        let env = cachet::envelope::Envelope::parse(
-            cachet::route::Provider::Anthropic,
-            cachet::route::Endpoint::Messages,
-            body,
-        )
-        .unwrap();
+        let env =
+            cachet::providers::parse_envelope(cachet::route::Endpoint::Messages, body).unwrap();
         let prompt = env.last_user_prompt_index();
         if last.is_some() && prompt != last {
             out.push(i);

@@ -8,7 +8,7 @@ use crate::session_support::{
 };
 use cachet::measure::SentRequest;
 use cachet::patch::ops::Op;
-use cachet::route::{Endpoint, Provider};
+use cachet::route::Endpoint;
 use cachet::session::{
     message_key, open_store, record_request, sent_keys, session_json, sessions_json, Blob,
     CachedStore, Entry, PrefixHashes, RequestDraft, SessionLog, SessionStore, SqliteStore,
@@ -371,7 +371,6 @@ async fn admin_json_lists_entries_and_recent_sessions() {
         ..Default::default()
     };
     let req = SentRequest::from_json(
-        Provider::Anthropic,
         Endpoint::Messages,
         &json!({"model": "claude-sonnet-4-5", "messages": h}),
         0,
@@ -497,13 +496,11 @@ async fn prepare_plan_persist_across_requests() {
     let mut headers = HeaderMap::new();
     headers.insert("x-cachet-session", "flow".parse().unwrap());
     let body = json!({"messages": h[..1]});
-    let provider = cachet::route::Provider::Anthropic;
     let endpoint = cachet::route::Endpoint::Messages;
 
     // Request 0: nothing to replay; a before_request patch is persisted, an ephemeral one not.
     let env =
-        cachet::envelope::Envelope::parse(provider, endpoint, bytes::Bytes::from(body.to_string()))
-            .unwrap();
+        cachet::providers::parse_envelope(endpoint, bytes::Bytes::from(body.to_string())).unwrap();
     let id = identify(&headers, &env);
     assert_eq!(id.source, IdSource::Header);
     let ctx = prepare(store.as_ref(), id.clone(), PrefixHashes::new(&h[..1]))

@@ -11,7 +11,7 @@ fn main() {
         };
         let body = Bytes::copy_from_slice(rest);
         let provider = cachet_fuzz::provider_of(endpoint);
-        if let Ok(env) = Envelope::parse(provider, endpoint, body.clone()) {
+        if let Ok(env) = cachet::providers::parse_envelope(endpoint, body.clone()) {
             let _ = env.history_len();
             assert_eq!(
                 env.compile(&CompileOptions::default()),

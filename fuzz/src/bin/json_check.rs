@@ -10,7 +10,7 @@ fn main() {
             std::str::from_utf8(data).is_ok() && serde_json::from_slice::<IgnoredAny>(data).is_ok();
         assert_eq!(fast, serde, "json_check and serde_json disagree");
         if let Some((endpoint, rest)) = cachet_fuzz::endpoint_and_rest(data) {
-            let _ = cachet::shape::check(endpoint, rest);
+            let _ = cachet::providers::check::check(endpoint, rest);
         }
     });
 }

@@ -33,7 +33,7 @@ fn main() {
         };
         let (endpoint, body) = REQUESTS[usize::from(which) % REQUESTS.len()];
         let provider = cachet_fuzz::provider_of(endpoint);
-        let mut env = Envelope::parse(provider, endpoint, Bytes::from_static(body.as_bytes()))
+        let mut env = cachet::providers::parse_envelope(endpoint, Bytes::from_static(body.as_bytes()))
             .expect("fixture parses");
         let before = env.compile(&CompileOptions::default());
         match env.apply(&ops, "fuzz") {

@@ -2,7 +2,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::route::{Endpoint, Provider};
+use crate::route::Endpoint;
 use crate::session::entry::Conversation;
 use crate::session::Entry;
 use crate::session::RequestRecord;
@@ -32,8 +32,7 @@ fn requests(turns: &[usize]) -> Vec<(Vec<Value>, u64)> {
 fn envelope(messages: &[Value]) -> Envelope {
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 1000,
         "system": "You are a careful coding agent. ".repeat(300), "messages": messages});
-    Envelope::parse(
-        Provider::Anthropic,
+    crate::providers::parse_envelope(
         Endpoint::Messages,
         Bytes::from(serde_json::to_vec(&body).unwrap()),
     )

@@ -93,8 +93,8 @@ async fn record_body(
     (index, turn): (u64, u64),
 ) -> cachet::session::RequestRecord {
     use cachet::measure::SentRequest;
-    use cachet::route::{Endpoint, Provider};
-    let req = SentRequest::from_json(Provider::Anthropic, Endpoint::Messages, body, 0).unwrap();
+    use cachet::route::Endpoint;
+    let req = SentRequest::from_json(Endpoint::Messages, body, 0).unwrap();
     let history = req.history();
     let draft = cachet::session::RequestDraft {
         time_ms: cachet::session::now_ms(),

@@ -1,6 +1,9 @@
 //! The OpenAI family's rules shared by Chat Completions and Responses: the error body and
 //! the service tiers.
 
+pub(crate) mod explicit;
+pub(crate) mod request;
+
 use bytes::Bytes;
 use serde_json::Value;
 

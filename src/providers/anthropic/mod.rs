@@ -10,6 +10,10 @@
 //! - Cache key order: tools, then system, then messages.
 //! - Stream: `message_stop` ends an answer, an `error` event ends it in failure.
 
+pub mod blocks;
+pub mod markers;
+mod request;
+
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -174,6 +178,7 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
         return kind;
     };
     kind.role = fields.name("role").unwrap_or_default();
+    kind.instruction = super::message::INSTRUCTION_ROLES.contains(&&*kind.role);
     kind.from_model = kind.role == "assistant";
     match fields.get("content") {
         Some(content) if b.get(content.start) == Some(&b'[') => {

@@ -19,7 +19,7 @@
 
 use bytes::Bytes;
 
-use super::{BreakpointMode, CompileOptions, Envelope, Payload};
+use crate::envelope::{Envelope, Payload, SystemForm};
 use crate::json::scan::{self, Span};
 use crate::route::Endpoint;
 
@@ -27,106 +27,87 @@ const MARKER: &str = r#""prompt_cache_breakpoint":{"mode":"explicit"}"#;
 /// Below this many bytes the prefix is surely under OpenAI's 1024-token minimum.
 const MIN_PREFIX_BYTES: usize = 1024;
 
-impl Envelope {
-    /// Compile with `opts`, then place OpenAI explicit breakpoints where `auto` asks for
-    /// them (Anthropic markers are placed by [`Envelope::compile`] itself).
-    pub fn compile_with_markers(&self, opts: &CompileOptions) -> Payload {
-        let compiled = self.compile_payload(opts);
-        match opts.breakpoints {
-            BreakpointMode::Auto { .. } => self.explicit_breakpoints(compiled),
-            _ => compiled,
+/// `compiled` (`env` compiled) with explicit breakpoints added, for models that take
+/// them; otherwise `compiled` as it is.
+pub(crate) fn explicit_breakpoints(env: &Envelope, compiled: Payload) -> Payload {
+    let Some(limit) = crate::models::explicit_breakpoints(&env.meta.model) else {
+        return compiled;
+    };
+    let whole = compiled.to_bytes();
+    let b: &[u8] = &whole;
+    let key = env.wire().history_key();
+    let Some(items) = scan::field(b, scan::skip_ws(b, 0), key)
+        .filter(|s| b.get(s.start) == Some(&b'['))
+        .and_then(|s| scan::elements(b, s.start).ok())
+    else {
+        return compiled;
+    };
+    let explicit = env.option_raw("prompt_cache_options").is_some_and(|raw| {
+        serde_json::from_slice::<serde_json::Value>(raw)
+            .ok()
+            .and_then(|v| v.get("mode")?.as_str().map(|m| m == "explicit"))
+            .unwrap_or(false)
+    });
+    // In implicit mode the end of the prompt takes one of the writes.
+    let room = (limit as usize)
+        .saturating_sub(usize::from(!explicit))
+        .saturating_sub(memchr::memmem::find_iter(b, b"\"prompt_cache_breakpoint\"").count());
+    let head = leading_system_items(env, b, &items);
+    let history_end = head_offset(env, head) + env.cached.len();
+    let mut targets = Vec::new();
+    if (!env.uncached.is_empty() || explicit) && history_end > 0 {
+        targets.push(history_end - 1);
+    }
+    if let Some(first) = env.cached.iter().position(|m| m.injected) {
+        if first > 0 {
+            targets.push(head_offset(env, head) + first - 1);
         }
     }
-
-    /// `compiled` (this envelope compiled) with explicit breakpoints added, for models that
-    /// take them; otherwise `compiled` as it is.
-    fn explicit_breakpoints(&self, compiled: Payload) -> Payload {
-        if !matches!(self.endpoint, Endpoint::Chat | Endpoint::Responses) {
-            return compiled;
-        }
-        let Some(limit) = crate::models::explicit_breakpoints(&self.meta.model) else {
-            return compiled;
-        };
-        let whole = compiled.to_bytes();
-        let b: &[u8] = &whole;
-        let key = if self.endpoint == Endpoint::Chat {
-            "messages"
-        } else {
-            "input"
-        };
-        let Some(items) = scan::field(b, scan::skip_ws(b, 0), key)
-            .filter(|s| b.get(s.start) == Some(&b'['))
-            .and_then(|s| scan::elements(b, s.start).ok())
-        else {
-            return compiled;
-        };
-        let explicit = self.option_raw("prompt_cache_options").is_some_and(|raw| {
-            serde_json::from_slice::<serde_json::Value>(raw)
-                .ok()
-                .and_then(|v| v.get("mode")?.as_str().map(|m| m == "explicit"))
-                .unwrap_or(false)
-        });
-        // In implicit mode the end of the prompt takes one of the writes.
-        let room = (limit as usize)
-            .saturating_sub(usize::from(!explicit))
-            .saturating_sub(memchr::memmem::find_iter(b, b"\"prompt_cache_breakpoint\"").count());
-        let head = self.leading_system_items(b, &items);
-        let history_end = head_offset(self, head) + self.cached.len();
-        let mut targets = Vec::new();
-        if (!self.uncached.is_empty() || explicit) && history_end > 0 {
-            targets.push(history_end - 1);
-        }
-        if let Some(first) = self.cached.iter().position(|m| m.injected) {
-            if first > 0 {
-                targets.push(head_offset(self, head) + first - 1);
-            }
-        }
-        if head > 0 {
-            targets.push(head - 1);
-        }
-        let mut edits: Vec<(Span, Vec<u8>)> = Vec::new();
-        for at in targets {
-            if edits.len() >= room {
-                break;
-            }
-            let Some(span) = items.get(at) else { continue };
-            if span.end < MIN_PREFIX_BYTES || edits.iter().any(|(s, _)| s.start == span.start) {
-                continue;
-            }
-            if let Some(edit) = mark_item(b, span, self.endpoint) {
-                edits.push(edit);
-            }
-        }
-        if edits.is_empty() {
-            return compiled;
-        }
-        edits.sort_by_key(|(s, _)| s.start);
-        let mut out = Vec::with_capacity(b.len() + edits.len() * MARKER.len());
-        let mut at = 0;
-        for (span, bytes) in edits {
-            out.extend_from_slice(&b[at..span.start]);
-            out.extend_from_slice(&bytes);
-            at = span.end;
-        }
-        out.extend_from_slice(&b[at..]);
-        Payload::from(Bytes::from(out))
+    if head > 0 {
+        targets.push(head - 1);
     }
-
-    /// How many items at the start of the compiled array are the system prompt: Chat's
-    /// system parts; Responses' leading developer or system items.
-    fn leading_system_items(&self, b: &[u8], items: &[Span]) -> usize {
-        match self.endpoint {
-            Endpoint::Chat => self.system.len(),
-            _ => items
-                .iter()
-                .take_while(|s| {
-                    matches!(
-                        scan::str_field(b, s.start, "role").as_deref(),
-                        Some("developer") | Some("system")
-                    )
-                })
-                .count(),
+    let mut edits: Vec<(Span, Vec<u8>)> = Vec::new();
+    for at in targets {
+        if edits.len() >= room {
+            break;
         }
+        let Some(span) = items.get(at) else { continue };
+        if span.end < MIN_PREFIX_BYTES || edits.iter().any(|(s, _)| s.start == span.start) {
+            continue;
+        }
+        if let Some(edit) = mark_item(b, span, env.endpoint()) {
+            edits.push(edit);
+        }
+    }
+    if edits.is_empty() {
+        return compiled;
+    }
+    edits.sort_by_key(|(s, _)| s.start);
+    let mut out = Vec::with_capacity(b.len() + edits.len() * MARKER.len());
+    let mut at = 0;
+    for (span, bytes) in edits {
+        out.extend_from_slice(&b[at..span.start]);
+        out.extend_from_slice(&bytes);
+        at = span.end;
+    }
+    out.extend_from_slice(&b[at..]);
+    Payload::from(Bytes::from(out))
+}
+
+/// How many items at the start of the compiled array are the system prompt: Chat's
+/// system parts; Responses' leading developer or system items.
+fn leading_system_items(env: &Envelope, b: &[u8], items: &[Span]) -> usize {
+    match env.endpoint() {
+        Endpoint::Chat => env.system.len(),
+        _ => items
+            .iter()
+            .take_while(|s| {
+                matches!(
+                    scan::str_field(b, s.start, "role").as_deref(),
+                    Some("developer") | Some("system")
+                )
+            })
+            .count(),
     }
 }
 
@@ -134,7 +115,7 @@ impl Envelope {
 /// they are the system prompt (Chat; Responses without `instructions`), else at 0 (Codex
 /// sends `instructions`, and its developer items are history items).
 fn head_offset(env: &Envelope, head: usize) -> usize {
-    if matches!(env.system_form, super::SystemForm::LeadingMessages { .. }) {
+    if matches!(env.system_form, SystemForm::LeadingMessages { .. }) {
         head
     } else {
         0
@@ -188,12 +169,11 @@ fn mark_item(b: &[u8], span: &Span, endpoint: Endpoint) -> Option<(Span, Vec<u8>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::Provider;
+    use crate::envelope::{BreakpointMode, CompileOptions};
     use serde_json::{json, Value};
 
     fn compile(endpoint: Endpoint, body: &Value) -> Value {
-        let env = Envelope::parse(
-            Provider::OpenAi,
+        let env = crate::providers::parse_envelope(
             endpoint,
             Bytes::from(serde_json::to_vec(body).unwrap()),
         )

@@ -11,6 +11,8 @@
 //! - Codex signed in with ChatGPT reaches the API at the ChatGPT backend's Codex base
 //!   ([`CHATGPT_CODEX_BASE_PATH`]), which serves `/responses` and `/models` without `/v1`.
 
+mod request;
+
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
@@ -101,6 +103,7 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
         return kind;
     };
     kind.role = fields.name("role").unwrap_or_default();
+    kind.instruction = super::message::INSTRUCTION_ROLES.contains(&&*kind.role);
     kind.item_type = fields
         .name("type")
         .unwrap_or(std::borrow::Cow::Borrowed("message"));

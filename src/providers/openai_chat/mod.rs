@@ -8,6 +8,8 @@
 //! - Stream: `data: [DONE]` ends an answer; usage arrives in a last chunk with
 //!   `"choices": []` only when `stream_options.include_usage` is set.
 
+mod request;
+
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
@@ -54,6 +56,7 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
         return kind;
     };
     kind.role = fields.name("role").unwrap_or_default();
+    kind.instruction = super::message::INSTRUCTION_ROLES.contains(&&*kind.role);
     kind.from_model = kind.role == "assistant";
     kind.tool_result = kind.role == "tool";
     kind.calls_tool = fields

@@ -73,7 +73,7 @@ mod tests {
 
     fn kinds(endpoint: Endpoint, msgs: &[&str]) -> Vec<MsgKind> {
         msgs.iter()
-            .map(|m| MsgKind::of(endpoint, m.as_bytes()))
+            .map(|m| crate::providers::message_kind(endpoint, m.as_bytes()))
             .collect()
     }
 

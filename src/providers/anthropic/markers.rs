@@ -19,21 +19,15 @@
 //! their `ttl`), so that an early 5m marker does not pin the rest to 5m. The uncached tail
 //! never carries a marker, in every mode.
 
-use std::collections::BTreeMap;
+use super::blocks;
+use crate::envelope::{Block, BreakpointMode, Envelope, Plan, Ttl};
 
-use super::blocks::{self, Block, Ttl};
-use super::Envelope;
-
-/// How cache markers are placed (Anthropic only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BreakpointMode {
-    /// Leave the client's markers as they are.
-    #[default]
-    Preserve,
-    /// cachet places the markers (see the module documentation).
-    Auto { ttl: Ttl },
-    /// Remove every marker.
-    Strip,
+/// Where a block sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Loc {
+    Tool(usize),
+    System(usize),
+    Msg(usize, usize),
 }
 
 /// The provider's limit on markers per request.
@@ -44,28 +38,6 @@ const STEP: usize = 18;
 const SAFE_BYTES_PER_TOKEN: u64 = 6;
 /// Minimum used when the model is not in the table.
 const DEFAULT_MIN_TOKENS: u64 = 1024;
-
-/// Where a block sits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Loc {
-    Tool(usize),
-    System(usize),
-    Msg(usize, usize),
-}
-
-/// Marker changes per element, as computed by [`plan`].
-#[derive(Debug, Default)]
-pub(crate) struct Plan {
-    pub tools: BTreeMap<usize, Option<Ttl>>,
-    pub system: BTreeMap<usize, Option<Ttl>>,
-    pub messages: BTreeMap<usize, Vec<(usize, Option<Ttl>)>>,
-}
-
-impl Plan {
-    pub fn is_empty(&self) -> bool {
-        self.tools.is_empty() && self.system.is_empty() && self.messages.is_empty()
-    }
-}
 
 struct Slot<'a> {
     loc: Loc,
@@ -123,48 +95,39 @@ fn slots(env: &Envelope) -> Vec<Slot<'_>> {
     out
 }
 
-impl Envelope {
-    /// The marked content blocks of the tools, the system prompt and the first `history`
-    /// messages: each one's number in prompt order (from 0, over every block, marked or
-    /// not), its marker, and the history message it sits in. Empty for APIs without
-    /// markers. A prompt carries a few markers among thousands of blocks, so only those are
-    /// listed.
-    pub fn prefix_marks(&self, history: usize) -> Vec<(u32, Ttl, Option<u32>)> {
-        if !matches!(
-            self.endpoint,
-            crate::route::Endpoint::Messages | crate::route::Endpoint::CountTokens
-        ) {
-            return Vec::new();
+/// The marked content blocks of the tools, the system prompt and the first `history`
+/// messages: each one's number in prompt order (from 0, over every block, marked or not),
+/// its marker, and the history message it sits in. A prompt carries a few markers among
+/// thousands of blocks, so only those are listed.
+pub(crate) fn prefix_marks(env: &Envelope, history: usize) -> Vec<(u32, Ttl, Option<u32>)> {
+    let mut out = Vec::new();
+    let mut block = 0u32;
+    let mut note = |marker: Option<Ttl>, message: Option<u32>| {
+        if let Some(ttl) = marker {
+            out.push((block, ttl, message));
         }
-        let mut out = Vec::new();
-        let mut block = 0u32;
-        let mut note = |marker: Option<Ttl>, message: Option<u32>| {
-            if let Some(ttl) = marker {
-                out.push((block, ttl, message));
-            }
-            block += 1;
-        };
-        for tool in &self.tools {
-            note(
-                blocks::whole_object_block(self.bytes_of(&tool.raw)).marker,
-                None,
-            );
-        }
-        for i in 0..self.system.len() {
-            note(
-                blocks::whole_object_block(&self.system_block_bytes(i)).marker,
-                None,
-            );
-        }
-        for (i, m) in self.cached.iter().take(history).enumerate() {
-            self.with_blocks(m, |blocks| {
-                for b in blocks {
-                    note(b.marker, Some(i as u32));
-                }
-            });
-        }
-        out
+        block += 1;
+    };
+    for tool in &env.tools {
+        note(
+            blocks::whole_object_block(env.bytes_of(&tool.raw)).marker,
+            None,
+        );
     }
+    for i in 0..env.system.len() {
+        note(
+            blocks::whole_object_block(&env.system_block_bytes(i)).marker,
+            None,
+        );
+    }
+    for (i, m) in env.cached.iter().take(history).enumerate() {
+        env.with_blocks(m, |blocks| {
+            for b in blocks {
+                note(b.marker, Some(i as u32));
+            }
+        });
+    }
+    out
 }
 
 /// Answers "is the prompt up to slot k at least the model's minimum?". Tokens never

@@ -12,9 +12,9 @@ use std::ops::Range;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::envelope::{HistoryShape, Wire};
 use crate::error::ApiError;
-use crate::json::check as json_check;
-use crate::known_prefix::{Gathered, PrefixMatch};
+use crate::json::check::{self as json_check, Gathered};
 use crate::route::Endpoint;
 
 /// Check that a body is JSON of the API's shape; returns the model.
@@ -22,24 +22,24 @@ pub fn check(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
     check_known(endpoint, body, None, None)
 }
 
-/// [`check`] of a body that repeats a remembered, checked body's first history messages
-/// (`known`): the JSON check resumes after them (see [`crate::known_prefix`]).
-/// `gather`, when given, receives what the check saw of the body's history (see
-/// [`crate::known_prefix::Gathered`]).
+/// [`check`] of a body that repeats a remembered, checked body's first history messages:
+/// the JSON check resumes after them (`known`, see `crate::known_prefix`). `gather`, when
+/// given, receives what the check saw of the body's history.
 pub fn check_known(
     endpoint: Endpoint,
     body: &[u8],
-    known: Option<&PrefixMatch>,
+    known: Option<&json_check::Resume<'_>>,
     gather: Option<&mut Gathered>,
 ) -> Result<String, ApiError> {
+    let wire = super::wire_or_refuse(endpoint)?;
     let head = if is_object(body) {
-        fast_head(body, known.filter(|m| m.known.checked), gather)
+        fast_head(wire, body, known, gather)
     } else {
         None
     };
     match head {
-        Some(head) => check_head(endpoint, head),
-        None => check_with_serde(endpoint, body),
+        Some(head) => check_head(wire, head),
+        None => check_with_serde(wire, body),
     }
 }
 
@@ -48,7 +48,8 @@ fn is_object(body: &[u8]) -> bool {
     body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
-/// The fields cachet needs from a generation request; the rest is skipped unparsed.
+/// The fields cachet needs from a generation request, under every API's name for the
+/// history; the rest is skipped unparsed.
 #[derive(Deserialize)]
 struct RequestHead<'a> {
     #[serde(borrow, default)]
@@ -59,15 +60,33 @@ struct RequestHead<'a> {
     input: Option<&'a RawValue>,
 }
 
+impl<'a> RequestHead<'a> {
+    /// The history under the wire's name for it.
+    fn history(&self, wire: &dyn Wire) -> Option<&'a RawValue> {
+        match wire.history_key() {
+            "input" => self.input,
+            _ => self.messages,
+        }
+    }
+}
+
 /// The head of an object body, from one `json_check` pass; `None` when the body is invalid
 /// or serde_json would read the head differently (escaped keys, repeated fields, a model
 /// that is not a plain string).
 fn fast_head<'b>(
+    wire: &dyn Wire,
     body: &'b [u8],
-    known: Option<&PrefixMatch>,
+    known: Option<&json_check::Resume<'_>>,
     mut gather: Option<&mut Gathered>,
 ) -> Option<Head<'b>> {
-    let mut fields: [Option<Range<usize>>; 3] = [None, None, None];
+    // Every API's history key is read, so that a repeated one sends the body to serde as
+    // it would whatever the API (its derived head reads them all).
+    let keys = super::history_keys();
+    let own = keys
+        .iter()
+        .position(|k| *k == wire.history_key().as_bytes());
+    let mut model: Option<Range<usize>> = None;
+    let mut histories: Vec<Option<Range<usize>>> = vec![None; keys.len()];
     let mut unusual = false;
     let mut all_fields = gather.as_mut().map(|g| std::mem::take(&mut g.fields));
     let on_field = |field: json_check::Field| {
@@ -76,52 +95,25 @@ fn fast_head<'b>(
         }
         let key = &body[field.key];
         let slot = match key {
-            b"model" => 0,
-            b"messages" => 1,
-            b"input" => 2,
-            _ => {
-                unusual |= key.contains(&b'\\');
-                return;
-            }
+            b"model" => &mut model,
+            _ => match keys.iter().position(|k| *k == key) {
+                Some(i) => &mut histories[i],
+                None => {
+                    unusual |= key.contains(&b'\\');
+                    return;
+                }
+            },
         };
-        unusual |= fields[slot].replace(field.value).is_some();
+        unusual |= slot.replace(field.value).is_some();
     };
     let checked = match known {
-        Some(m) => {
-            let inner = |key: &Range<usize>| key.start + 1..key.end - 1;
-            // The kept entries' keys include their quotes; the check's fields do not.
-            let as_fields = |entries: &[crate::json::scan::Entry]| -> Vec<json_check::Field> {
-                entries
-                    .iter()
-                    .map(|e| json_check::Field {
-                        key: inner(&e.key),
-                        value: e.value.clone(),
-                    })
-                    .collect()
-            };
-            let before = as_fields(&m.known.before);
-            let known_tail = m.known.tail();
-            let tail_fields = known_tail.map_or_else(Vec::new, |(t, _)| as_fields(&t.entries));
-            let tail = known_tail.map(|(tail, bytes)| json_check::KnownTail {
-                bytes,
-                fields: &tail_fields,
-                arrays: &tail.arrays,
-                deepest: tail.deepest,
-            });
-            let resume = json_check::Resume {
-                pos: m.resume_at(),
-                fields_before: &before,
-                arrays_before: &m.known.arrays_before,
-                array_key: inner(&m.known.key),
-                array_start: m.known.array_start,
-                tail,
-            };
+        Some(resume) => {
             let elements = gather.as_mut().map(|g| {
                 // The gathered spans start with the known ones: the check reads after them.
-                g.elements.spans = m.elems().to_vec();
+                g.elements.spans = resume.elems.to_vec();
                 &mut g.elements
             });
-            json_check::check_resumed(body, &resume, elements, on_field)
+            json_check::check_resumed(body, resume, elements, on_field)
         }
         None => {
             let elements = gather.as_mut().map(|g| &mut g.elements);
@@ -136,7 +128,8 @@ fn fast_head<'b>(
         g.fields = all;
         g.complete = true;
     }
-    let [model, messages, input] = fields.map(|f| f.map(|r| &body[r]));
+    let history = own.and_then(|i| histories[i].clone()).map(|r| &body[r]);
+    let model = model.map(|r| &body[r]);
     let model = match model {
         None => None,
         // A string without escapes is its own content (the check above proved it UTF-8).
@@ -147,19 +140,17 @@ fn fast_head<'b>(
     };
     Some(Head {
         model: model.map(Cow::Borrowed),
-        messages: messages.map(|r| r.first().copied()),
-        input: input.map(|r| r.first().copied()),
+        history: history.map(|r| r.first().copied()),
     })
 }
 
-/// What the shape rules look at: the model and the first byte of `messages` and `input`.
+/// What the shape rules look at: the model and the first byte of the history.
 struct Head<'a> {
     model: Option<Cow<'a, str>>,
-    messages: Option<Option<u8>>,
-    input: Option<Option<u8>>,
+    history: Option<Option<u8>>,
 }
 
-fn check_with_serde(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError> {
+fn check_with_serde(wire: &dyn Wire, body: &[u8]) -> Result<String, ApiError> {
     if !is_object(body) {
         if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
             return Err(ApiError::invalid(format!(
@@ -171,17 +162,17 @@ fn check_with_serde(endpoint: Endpoint, body: &[u8]) -> Result<String, ApiError>
     let head: RequestHead = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))?;
     let first_byte = |raw: Option<&RawValue>| raw.map(|r| r.get().as_bytes().first().copied());
+    let history = first_byte(head.history(wire));
     check_head(
-        endpoint,
+        wire,
         Head {
             model: head.model,
-            messages: first_byte(head.messages),
-            input: first_byte(head.input),
+            history,
         },
     )
 }
 
-fn check_head(endpoint: Endpoint, head: Head<'_>) -> Result<String, ApiError> {
+fn check_head(wire: &dyn Wire, head: Head<'_>) -> Result<String, ApiError> {
     let model = match head.model {
         Some(m) if !m.is_empty() => m.into_owned(),
         _ => {
@@ -190,20 +181,21 @@ fn check_head(endpoint: Endpoint, head: Head<'_>) -> Result<String, ApiError> {
             ))
         }
     };
-    match endpoint {
-        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat => match head.messages {
-            Some(Some(b'[')) => {}
-            Some(_) => return Err(ApiError::invalid("messages: must be an array")),
-            None => return Err(ApiError::invalid("messages: field required")),
-        },
-        Endpoint::Responses => {
-            if let Some(c) = head.input {
-                if !matches!(c, Some(b'[') | Some(b'"')) {
-                    return Err(ApiError::invalid("input: must be a string or an array"));
-                }
-            }
+    let key = wire.history_key();
+    match (wire.history_shape(), head.history) {
+        (HistoryShape::Array, Some(Some(b'['))) => {}
+        (HistoryShape::Array, Some(_)) => {
+            return Err(ApiError::invalid(format!("{key}: must be an array")))
         }
-        _ => {}
+        (HistoryShape::Array, None) => {
+            return Err(ApiError::invalid(format!("{key}: field required")))
+        }
+        (HistoryShape::ArrayOrText, Some(c)) if !matches!(c, Some(b'[') | Some(b'"')) => {
+            return Err(ApiError::invalid(format!(
+                "{key}: must be a string or an array"
+            )))
+        }
+        (HistoryShape::ArrayOrText, _) => {}
     }
     Ok(model)
 }
@@ -259,7 +251,8 @@ mod tests {
         for body in bodies {
             for endpoint in [Endpoint::Messages, Endpoint::Chat, Endpoint::Responses] {
                 let fast = check(endpoint, body).map_err(|e| e.message);
-                let serde = check_with_serde(endpoint, body).map_err(|e| e.message);
+                let serde = check_with_serde(super::super::wire(endpoint).unwrap(), body)
+                    .map_err(|e| e.message);
                 assert_eq!(fast, serde, "{}", String::from_utf8_lossy(body));
             }
         }
