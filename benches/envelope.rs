@@ -245,11 +245,11 @@ fn benches(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("from_value", name), &message, |b, raw| {
             b.iter(|| {
                 let value: Value = serde_json::from_slice(raw).expect("valid");
-                black_box(cachet::session::normalize::canonical_bytes(&value))
+                black_box(cachet::providers::cache_key::canonical_bytes(&value))
             })
         });
         group.bench_with_input(BenchmarkId::new("from_raw", name), &message, |b, raw| {
-            b.iter(|| black_box(cachet::session::normalize::canonical_bytes_of_raw(raw)))
+            b.iter(|| black_box(cachet::providers::cache_key::canonical_bytes_of_raw(raw)))
         });
     }
     group.finish();

@@ -7,6 +7,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::policy::line_col;
+
+/// The `key` metric label, and the session namespace, of requests that present no client
+/// key: no client key may be named so.
+pub const NO_KEY: &str = "none";
+
 /// The whole configuration file. Every section and field is optional.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -14,9 +20,9 @@ pub struct Config {
     pub server: ServerConfig,
     pub upstream: UpstreamConfig,
     pub policies: PoliciesConfig,
-    pub sessions: SessionsConfig,
+    pub sessions: crate::session::SessionsConfig,
     pub record: RecordConfig,
-    pub log: LogConfig,
+    pub log: crate::telemetry::LogConfig,
     /// A model table (format of `data/models.toml`) whose rows are tried before the shipped
     /// ones: prices, cache minimums and context windows for models cachet does not ship.
     pub models: Option<PathBuf>,
@@ -153,52 +159,6 @@ pub struct PoliciesConfig {
     pub strict: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SessionsConfig {
-    /// `./path/` for the embedded store, `redis://host:port/db` for Redis.
-    pub store: String,
-    /// `fail-open` (forward without replay) or `fail-closed` (503) when the store is down.
-    pub on_store_error: StoreFailure,
-    /// Keep sessions, the request log and prefix-break diagnoses for every generation
-    /// request, policy or not (computed after the response, never changing bytes).
-    pub monitor: bool,
-    /// Budget in bytes of the in-memory cache in front of the store (session logs and
-    /// content), weighed by the bytes each item holds.
-    pub cache_bytes: u64,
-    /// Sessions idle longer than this many days are deleted (0: kept forever).
-    pub retention_days: u64,
-    /// When the store holds more session logs and content than this many bytes, the least
-    /// recently active sessions are deleted (0: no limit).
-    pub max_store_bytes: u64,
-    /// How often retention is enforced, in seconds (also at start; 0: only at start).
-    pub sweep_interval_secs: u64,
-    /// A PEM file of CA certificates to trust for `rediss://`, instead of the public roots.
-    pub redis_ca_file: Option<PathBuf>,
-}
-
-impl Default for SessionsConfig {
-    fn default() -> Self {
-        SessionsConfig {
-            store: "./cachet-data/".into(),
-            on_store_error: StoreFailure::FailOpen,
-            monitor: true,
-            cache_bytes: crate::session::store::DEFAULT_CACHE_BYTES,
-            retention_days: 30,
-            max_store_bytes: 1024 * 1024 * 1024,
-            sweep_interval_secs: 600,
-            redis_ca_file: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StoreFailure {
-    FailOpen,
-    FailClosed,
-}
-
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct RecordConfig {
@@ -206,43 +166,10 @@ pub struct RecordConfig {
     pub dir: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LogConfig {
-    /// `text` or `json`.
-    pub format: LogFormat,
-    /// A tracing filter, e.g. `info` or `cachet=debug`; `RUST_LOG` wins when set.
-    pub level: String,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        LogConfig {
-            format: LogFormat::Text,
-            level: "info".into(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
 /// A configuration error that names the file, the line and what is wrong.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
-
-/// 1-based line and column of a byte offset.
-pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
-    (line, col)
-}
 
 /// Render a TOML deserialisation error as `file:line:col: message`.
 pub fn toml_error(path: &Path, text: &str, err: &toml::de::Error) -> ConfigError {
@@ -342,7 +269,7 @@ impl Config {
                     .name
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-            if !plain || key.name == crate::transport::client_auth::NO_KEY {
+            if !plain || key.name == NO_KEY {
                 return Err(ConfigError(format!(
                     "{at}.name: `{}` must be 1 to 64 letters, digits, `-`, `_` or `.`, and not `none`",
                     key.name

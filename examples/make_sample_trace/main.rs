@@ -10,8 +10,8 @@
 //! Run: `cargo run --example make_sample_trace [OUT.jsonl]`
 
 use cachet::cache_model::{CacheModel, CacheModelConfig};
-use cachet::replay::{Record, TRACE_VERSION};
 use cachet::route::Endpoint;
+use cachet::trace::{Record, TRACE_VERSION};
 use serde_json::{json, Map, Value};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";

@@ -284,7 +284,7 @@ async fn stabilized_run(base: &Config) -> anyhow::Result<Vec<Row>> {
     config.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.policies.files = vec![policy];
     config.sessions.store = dir.path().join("store").to_string_lossy().into_owned();
-    let proxy = crate::transport::server::spawn(config).await?;
+    let proxy = crate::server::spawn(config).await?;
     let rows = drive(&format!("http://{}", proxy.addr)).await;
     proxy.shutdown().await;
     rows
@@ -344,9 +344,9 @@ pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     config.server.listen = bind_proxy(args.listen).await;
     config.server.admin_listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.server.shutdown_grace_secs = 5;
-    let _logs = (!args.once).then(|| crate::telemetry::init_logging(&config));
+    let _logs = (!args.once).then(|| crate::telemetry::init_logging(&config.log));
     let stable = stabilized_run(&config).await?;
-    let proxy = crate::transport::server::spawn(config).await?;
+    let proxy = crate::server::spawn(config).await?;
     let url = format!("http://{}", proxy.addr);
     let rows = drive(&url).await?;
     print_rows(&rows);

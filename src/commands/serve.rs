@@ -2,7 +2,7 @@
 
 use crate::cli::ServeArgs;
 use crate::config::Config;
-use crate::transport::server;
+use crate::server;
 
 /// Apply command-line flags over the configuration file.
 pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
@@ -69,7 +69,7 @@ pub async fn shutdown_signal() {
 pub async fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = config_from_args(&args)?;
     // Held until cachet stops: dropping it writes the log lines still waiting.
-    let _logs = crate::telemetry::init_logging(&config);
+    let _logs = crate::telemetry::init_logging(&config.log);
     crate::models::install_user_table(config.models.as_deref()).map_err(anyhow::Error::msg)?;
     let handle = server::spawn(config).await?;
     println!(

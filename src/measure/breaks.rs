@@ -274,7 +274,10 @@ impl Diagnosis {
         };
         let (a, had) = without_thinking(&before);
         let (b, has) = without_thinking(&now);
-        if had > has && crate::session::message_key(&a) == crate::session::message_key(&b) {
+        if had > has
+            && crate::providers::cache_key::message_key(&a)
+                == crate::providers::cache_key::message_key(&b)
+        {
             self.reason = BreakReason::ThinkingDropped;
             self.detail = format!(
                 "message {} lost its thinking blocks",
@@ -324,7 +327,7 @@ pub fn appends_blocks(before: &[u8], now: &[u8]) -> bool {
         return false;
     }
     let key = |blocks: &[serde_json::Value]| {
-        crate::session::message_key(
+        crate::providers::cache_key::message_key(
             &serde_json::json!({"role": now.get("role"), "content": blocks}),
         )
     };

@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::envelope::{Envelope, Ttl};
+use crate::providers::cache_key::{key_of_bytes, key_of_raw, key_of_repeated_bytes, MessageKey};
 use crate::providers::tool_name;
 use crate::route::{Endpoint, Section};
-use crate::session::normalize::{key_of_bytes, key_of_raw, key_of_repeated_bytes, MessageKey};
 
 /// A named element of the prefix: a tool (by name) or a system part (by part name).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -395,7 +395,7 @@ mod tests {
     /// client's tool shapes.
     #[test]
     fn tool_keys_from_bytes_equal_message_key() {
-        use crate::session::normalize::message_key;
+        use crate::providers::cache_key::message_key;
         for raw in crate::providers::TOOL_SHAPES {
             let v: Value = serde_json::from_str(raw).unwrap();
             assert_eq!(key_of_raw(raw.as_bytes()), message_key(&v), "{raw}");

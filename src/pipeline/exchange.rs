@@ -12,17 +12,22 @@ use bytes::Bytes;
 use http::request::Parts;
 
 use super::history::HistoryMap;
+use crate::config::NO_KEY;
 use crate::envelope::{Client, Envelope, Payload};
 use crate::error::ApiError;
 use crate::json::check::Gathered;
 use crate::known_prefix::PrefixMatch;
 use crate::policy::TemplateVars;
-use crate::replay::trace::Record;
 use crate::route::Route;
 use crate::session::{PatchEvent, SessionContext};
 use crate::tap::TapResult;
 use crate::telemetry::RequestTelemetry;
-use crate::transport::client_auth::NO_KEY;
+use crate::trace::record::Record;
+
+/// The name of the client key a request presented, set in its extensions by the edge
+/// (`[[server.client_keys]]`).
+#[derive(Debug, Clone)]
+pub struct ClientName(pub Arc<str>);
 
 /// One provider call on its way through the phases.
 pub struct Exchange {
@@ -116,7 +121,7 @@ pub struct Shaping {
     /// A `context(turn_end)` handler or hook will want the assistant message.
     pub wants_assistant: bool,
     /// With `ttl = "auto"`: the lifetime chosen, for the session log (and keep-warm).
-    pub ttl_decision: Option<crate::ttl::TtlDecision>,
+    pub ttl_decision: Option<crate::session::TtlDecision>,
     /// The number of the latest request to arrive (of any session) when the answer
     /// ended: a keep-warm stands down once its session sends a later one.
     pub arrived_by_answer: u64,
@@ -176,10 +181,7 @@ impl Answer {
 impl Exchange {
     /// A request accepted at the edge, before its body is read.
     pub fn accepted(route: Route, parts: Parts, telemetry: RequestTelemetry) -> Exchange {
-        let key = parts
-            .extensions
-            .get::<crate::transport::client_auth::ClientName>()
-            .map(|c| c.0.clone());
+        let key = parts.extensions.get::<ClientName>().map(|c| c.0.clone());
         Exchange {
             route,
             parts,
@@ -269,7 +271,7 @@ impl Exchange {
     }
 
     /// The adaptive-TTL decision made for the request (`ttl = "auto"`).
-    pub fn ttl_decision(&self) -> Option<&crate::ttl::TtlDecision> {
+    pub fn ttl_decision(&self) -> Option<&crate::session::TtlDecision> {
         self.shaping()?.ttl_decision.as_ref()
     }
 }

@@ -313,7 +313,7 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .map(crate::session::normalize::message_key)
+            .map(crate::providers::cache_key::message_key)
             .collect();
         assert!(sent.to_string().contains("cache_control"));
         let usage = crate::usage::Usage::default();

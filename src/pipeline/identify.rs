@@ -18,7 +18,8 @@ use http::HeaderMap;
 
 use super::Pipeline;
 use crate::envelope::Envelope;
-use crate::session::{self, IdSource, MessageKey, PrefixHashes, SessionId};
+use crate::providers::cache_key::MessageKey;
+use crate::session::{self, IdSource, PrefixHashes, SessionId};
 
 /// How many recent histories are remembered for continuation: one per request, about
 /// 400 bytes each with the system allocator's overhead (273 allocated: moka's entry with

@@ -33,21 +33,22 @@ use http::request::Parts;
 use http::Response;
 use hyper::body::Incoming;
 
-use crate::config::{Config, StoreFailure};
+use crate::config::Config;
 use crate::error::{ApiError, ErrorKind};
 use crate::hooks::HookClient;
 use crate::known_prefix::{self, KnownPrefixes, PrefixMatch};
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
-use crate::replay::recorder::Recorder;
-use crate::replay::trace::Record;
 use crate::route::{Endpoint, Route};
+use crate::session::StoreFailure;
 use crate::session::{self, SessionStore};
 use crate::telemetry::Telemetry;
+use crate::trace::record::Record;
+use crate::trace::recorder::Recorder;
 use crate::transport::forward::Upstreams;
 use crate::transport::{error_response, ProxyBody};
 
-pub use exchange::{After, Answer, Exchange, Outcome, Shaping};
+pub use exchange::{After, Answer, ClientName, Exchange, Outcome, Shaping};
 
 /// Everything shared by every request: configuration, the upstream client, policies,
 /// hooks, the session store and metrics.
@@ -359,7 +360,7 @@ impl Pipeline {
         let headers = &ex.parts.headers;
         // Replay reads the trace with serde_json: a body it reads is recorded as its text
         // (read here without building a value of it), any other as its bytes.
-        let readable = crate::replay::recorder::readable(&ex.body);
+        let readable = crate::trace::recorder::readable(&ex.body);
         let parsed = readable
             .then(|| crate::providers::parse_envelope(ex.route.endpoint, ex.body.clone()).ok())
             .flatten();
@@ -367,7 +368,7 @@ impl Pipeline {
             let session = session::identity::named_in_headers(headers)
                 .map(|id| identify::in_namespace(&id, ex.namespace()))
                 .unwrap_or_else(|| "unknown".into());
-            return Some(crate::replay::recorder::capture_raw(
+            return Some(crate::trace::recorder::capture_raw(
                 self.clock.now_ms(),
                 &session,
                 ex.route,
@@ -384,7 +385,7 @@ impl Pipeline {
             _ => None,
         }
         .unwrap_or_else(|| identify::in_namespace(&named.id, ex.namespace()));
-        Some(crate::replay::recorder::capture_text(
+        Some(crate::trace::recorder::capture_text(
             self.clock.now_ms(),
             &session,
             ex.route,

@@ -114,6 +114,15 @@ pub fn check_name(name: &str, what: &str) -> Result<(), String> {
     }
 }
 
+/// One line per error, in the order found.
+pub fn render_errors(errors: &[PolicyError]) -> String {
+    errors
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

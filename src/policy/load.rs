@@ -4,12 +4,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::error::{FieldError, FieldPath, PolicyError};
+use super::locate::line_col;
 use super::locate::Locator;
 use super::matcher::RequestFacts;
 use super::model::Policy;
 use super::raw::RawPolicy;
 use super::validate::validate;
-use crate::config::line_col;
 
 /// The active policies, in run order: `order`, then file name.
 #[derive(Debug, Clone, Default)]

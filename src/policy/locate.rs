@@ -7,6 +7,14 @@ use toml_edit::{ArrayOfTables, Document, Item, Table, Value};
 
 use super::error::{FieldPath, Segment};
 
+/// 1-based line and column of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+    (line, col)
+}
+
 /// The parsed document, kept only to answer "where is this field".
 pub struct Locator {
     doc: Option<Document<String>>,

@@ -5,7 +5,6 @@
 //! `load` orders the active set; `matcher` chooses policies per request; `template`,
 //! `transform` and `payload` are the pure functions the pipeline calls.
 
-mod check;
 mod error;
 mod load;
 mod locate;
@@ -18,9 +17,9 @@ mod transform;
 mod validate;
 mod validate_ext;
 
-pub use check::{load_for, render_errors, run_check};
-pub use error::PolicyError;
+pub use error::{render_errors, PolicyError};
 pub use load::{load_policies, parse_policy, PolicySet};
+pub use locate::line_col;
 pub use matcher::{ClientKind, Matcher, RequestFacts};
 pub use model::{
     BreakpointMode, Breakpoints, CacheTtl, ContextAction, ContextHandler, ContextReason, HookEvent,

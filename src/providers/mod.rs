@@ -12,6 +12,7 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod cache_key;
 pub mod check;
 pub mod clients;
 mod message;

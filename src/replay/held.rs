@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::trace::Record;
 use crate::providers::openai_responses::{conversation_of, input_items, stores_answer_of};
+use crate::trace::Record;
 
 /// What came before a held answer's own input.
 #[derive(Clone)]

@@ -17,9 +17,9 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::trace::Record;
 use crate::cache_model::boundaries::Boundaries;
 use crate::cache_model::CacheModelConfig;
+use crate::trace::record::Record;
 
 /// Cache reads of one variant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -150,7 +150,7 @@ mod tests {
     use super::*;
     use crate::replay::run::replay_arm;
     use crate::replay::shaper::AsRecorded;
-    use crate::replay::trace::TRACE_VERSION;
+    use crate::trace::record::TRACE_VERSION;
 
     fn record(t_secs: u64, body: Value) -> Record {
         Record {

@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::shaper::Shaped;
-use super::trace::Record;
 use crate::session::Anchor;
+use crate::trace::Record;
 use crate::ttl::keep_warm::{ends_turn, placeholder_answer, request_body};
 
 /// The latest request of a session that may be followed by a keep-warm.

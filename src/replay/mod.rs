@@ -1,4 +1,4 @@
-//! Trace recording and `cachet replay`: recorded requests, in time order, through each
+//! `cachet replay`: recorded requests (see `crate::trace`), in time order, through each
 //! arm's shaping and the emulator's cache model, compared side by side.
 
 pub mod chart;
@@ -7,21 +7,17 @@ pub mod ideal;
 pub mod keep_warm;
 pub mod output;
 pub mod pipeline_shaper;
-pub mod recorder;
 pub mod run;
 pub mod shaper;
-pub mod time;
-pub mod trace;
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 
+use crate::trace::{read_traces, Record};
 pub use pipeline_shaper::PipelineShaper;
-pub use recorder::{capture, recordable_headers, redact_body, Recorder, RecorderTask};
 pub use run::{replay_arm, ArmStats};
 pub use shaper::{AsRecorded, Shaped, Shaper};
-pub use trace::{read_traces, Record, TRACE_VERSION};
 
 use crate::cli::ReplayArgs;
 

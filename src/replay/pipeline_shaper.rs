@@ -18,11 +18,11 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::shaper::{Shaped, Shaper};
-use super::trace::Record;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::route::Route;
+use crate::trace::Record;
 use crate::usage::Usage;
 
 enum Job {

@@ -6,11 +6,11 @@ use serde::Serialize;
 
 use super::keep_warm::KeepWarms;
 use super::shaper::Shaper;
-use super::trace::Record;
 use crate::cache_model::{CacheModel, CacheModelConfig};
 use crate::measure::breaks::{min_tokens, Current, Previous};
 use crate::measure::{diagnose, Diagnosis, SentRequest};
 use crate::session::lanes::{self, LaneHead};
+use crate::trace::record::Record;
 use crate::usage::Usage;
 
 /// Figures of one arm, in the `--json` shape.
@@ -321,7 +321,7 @@ fn ratio(part: u64, whole: u64) -> f64 {
 mod tests {
     use super::*;
     use crate::replay::shaper::AsRecorded;
-    use crate::replay::trace::{Record, TRACE_VERSION};
+    use crate::trace::record::{Record, TRACE_VERSION};
     use serde_json::json;
 
     fn chat(n: u64, session: &str, system: &str) -> Record {

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::trace::Record;
+use crate::trace::Record;
 
 /// The request an arm sends for one record.
 #[derive(Debug, Clone, PartialEq)]

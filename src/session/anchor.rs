@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::normalize::{message_key, MessageKey};
+use crate::providers::cache_key::{message_key, MessageKey};
 
 /// The client history a patch (or a recorded request) was made against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -85,7 +85,7 @@ impl PrefixHashes {
         hashes.keys.extend_from_slice(&earlier.keys[..reused]);
         hashes.prefix.extend_from_slice(&earlier.prefix[..=reused]);
         for raw in messages.skip(reused) {
-            hashes.push(super::normalize::key_of_raw_among(raw, among));
+            hashes.push(crate::providers::cache_key::key_of_raw_among(raw, among));
         }
         hashes
     }

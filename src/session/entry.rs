@@ -9,7 +9,8 @@ use serde_json::Value;
 
 use super::anchor::{Anchor, PrefixHashes};
 use super::MessageKey;
-use crate::measure::{Diagnosis, Mark};
+use crate::envelope::Ttl;
+use crate::measure::{Diagnosis, Mark, MarkTtl};
 use crate::patch::ops::Op;
 use crate::usage::Usage;
 
@@ -187,7 +188,7 @@ pub struct RequestRecord {
     /// With `ttl = "auto"`: the lifetime chosen for the request's markers, the chance of a
     /// reuse after more than 5 minutes and the expected saving of the choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_decision: Option<crate::ttl::TtlDecision>,
+    pub ttl_decision: Option<TtlDecision>,
 }
 
 /// What happened to one handler's patch during a request.
@@ -451,6 +452,32 @@ pub fn decode_key(hex_key: &str) -> Option<MessageKey> {
     Some(key)
 }
 
+/// What was decided for one request, as the session log shows it (`ttl_decision`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TtlDecision {
+    /// The lifetime the request's markers were written with.
+    pub ttl: MarkTtl,
+    /// The chance that this prefix is next used more than 5 minutes from now (and within
+    /// the hour).
+    pub late_reuse: f64,
+    /// Expected saving of writing this request's new tokens with 1h rather than 5m, in
+    /// USD (token counts estimated from the prompt's size); negative when 5m was chosen.
+    pub expected_saving_usd: f64,
+    /// A keep-warm request follows this many seconds after the request if its answer ends
+    /// the turn and the session sends nothing before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_warm_after_secs: Option<u64>,
+}
+
+impl TtlDecision {
+    pub fn ttl(&self) -> Ttl {
+        match self.ttl {
+            MarkTtl::OneHour => Ttl::OneHour,
+            MarkTtl::FiveMinutes => Ttl::FiveMinutes,
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod fixtures {
     use super::*;
@@ -545,7 +572,7 @@ mod tests {
     #[test]
     fn a_records_keys_are_hex_in_the_log_and_bytes_in_memory() {
         let keys: Vec<MessageKey> = (0..70_000u32)
-            .map(|i| crate::session::normalize::key_of_bytes(&i.to_le_bytes()))
+            .map(|i| crate::providers::cache_key::key_of_bytes(&i.to_le_bytes()))
             .collect();
         let stored = json!({"type": "request", "version": 1, "time": 1,
             "request_index": 0, "model": "m", "provider": "anthropic",

@@ -16,8 +16,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::normalize::{canonical_bytes, canonical_field_of_raw};
 use crate::envelope::Envelope;
+use crate::providers::cache_key::{canonical_bytes, canonical_field_of_raw};
 use crate::route::Provider;
 
 /// Where a session id came from.

@@ -372,7 +372,7 @@ fn fingerprint_by_value(env: &Envelope) -> String {
         .and_then(|m| m.get("content").cloned())
         .unwrap_or(Value::Null);
     let material = json!({"system": system, "tools": tools, "first_user": {"content": first_user}});
-    let digest = Sha256::digest(super::super::normalize::canonical_bytes(&material));
+    let digest = Sha256::digest(crate::providers::cache_key::canonical_bytes(&material));
     format!("fp-{}", &hex::encode(digest)[..32])
 }
 

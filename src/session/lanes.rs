@@ -26,7 +26,7 @@ use super::entry::{Conversation, RequestRecord};
 use super::log::Entries;
 use crate::envelope::{turns, MsgKind};
 use crate::measure::PromptShape;
-use crate::session::normalize::MessageKey;
+use crate::providers::cache_key::MessageKey;
 
 /// The latest request of a lane, as lane assignment sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,11 +28,11 @@ use std::sync::Arc;
 
 use super::anchor::PrefixHashes;
 use super::entry::{ContextTransform, Entry, RequestRecord};
-use super::normalize::MessageKey;
+use super::gaps::Learned;
 use super::replay::{walk_plan, ReplayPlan, Tallies};
 use crate::measure::MarkTtl;
 use crate::persistent;
-use crate::ttl::Learned;
+use crate::providers::cache_key::MessageKey;
 use crate::usage::Usage;
 
 /// A session's entries in log order, however they are held: a loaded [`SessionLog`], or a

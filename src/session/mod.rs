@@ -10,29 +10,32 @@
 pub mod admin;
 pub mod anchor;
 pub mod clock;
+pub mod config;
 pub mod entry;
 pub mod flow;
+pub mod gaps;
 pub mod identity;
 pub mod lanes;
 pub mod log;
-pub mod normalize;
 pub mod pages;
 pub mod record;
 pub mod replay;
 pub mod store;
 
+pub use crate::providers::cache_key::{message_key, MessageKey};
 pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
 pub use clock::SessionClock;
+pub use config::{SessionsConfig, StoreFailure};
 pub use entry::{
     is_persisted_reason, now_ms, ContextTransform, Entry, PatchEvent, PatchOutcome, RequestRecord,
-    SentMessages, ENTRY_VERSION,
+    SentMessages, TtlDecision, ENTRY_VERSION,
 };
 pub use flow::{observed, prepare, PersistedOnce, SessionContext};
+pub use gaps::{lifetime_ms, Gaps, Learned};
 pub use identity::{identify, IdSource, SessionId};
 pub use log::sent_keys;
 pub use log::{Entries, SessionLog};
-pub use normalize::{message_key, MessageKey};
 pub use record::{compact_request, record_request, RequestDraft};
 pub use replay::ReplayPlan;
 pub use store::{

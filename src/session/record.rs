@@ -8,9 +8,9 @@ use serde_json::Value;
 use super::anchor::PrefixHashes;
 use super::entry::{Entry, PatchEvent, RequestRecord, SentMessages, ENTRY_VERSION};
 use super::log::Entries;
-use super::normalize::MessageKey;
 use super::store::{Blob, SessionStore, StoreResult};
 use crate::measure::{Diagnosis, Named, PromptShape};
+use crate::providers::cache_key::MessageKey;
 use crate::usage::Usage;
 
 /// How many earlier requests are tried as the base of the delta (newest first).

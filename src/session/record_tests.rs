@@ -1,6 +1,6 @@
 use super::*;
+use crate::providers::cache_key::message_key;
 use crate::session::log::sent_keys;
-use crate::session::normalize::message_key;
 use serde_json::json;
 
 fn history(n: usize) -> Vec<Value> {
@@ -231,7 +231,7 @@ fn a_long_history_is_recorded_without_growing_copies() {
 #[test]
 fn repeated_blobs_are_dropped_without_copying_their_keys() {
     let n = 40_000u32;
-    let key = |i: u32| crate::session::normalize::key_of_bytes(&i.to_le_bytes());
+    let key = |i: u32| crate::providers::cache_key::key_of_bytes(&i.to_le_bytes());
     let mut blobs: Vec<Blob> = (0..n)
         .chain([7, 11, 7])
         .map(|i| Blob::sent(key(i), bytes::Bytes::new()))

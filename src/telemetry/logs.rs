@@ -18,7 +18,7 @@ use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Config, LogFormat};
+use super::{LogConfig, LogFormat};
 
 /// Longest a line below `warn` waits before it is written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(50);
@@ -27,8 +27,8 @@ const FLUSH_AT: usize = 64 * 1024;
 
 /// Set up logs once, `RUST_LOG` overriding the configured level. Keep the guard while
 /// cachet runs: dropping it writes what is waiting.
-pub fn init_logging(config: &Config) -> LogGuard {
-    let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.level.clone());
+pub fn init_logging(config: &LogConfig) -> LogGuard {
+    let spec = std::env::var("RUST_LOG").unwrap_or_else(|_| config.level.clone());
     let batch = Batch::start(Box::new(write_to_stderr));
     // Escape codes in a log file or a journal are noise: colour only when a person watches.
     let builder = tracing_subscriber::fmt()
@@ -36,7 +36,7 @@ pub fn init_logging(config: &Config) -> LogGuard {
         .with_ansi(std::io::stderr().is_terminal());
     // A plain level is checked once per call site; a full filter (`cachet=debug,...`) is
     // evaluated per event, which costs measurably on the request path.
-    let installed = match (spec.trim().parse::<LevelFilter>(), config.log.format) {
+    let installed = match (spec.trim().parse::<LevelFilter>(), config.format) {
         (Ok(level), LogFormat::Json) => builder.with_max_level(level).json().try_init(),
         (Ok(level), LogFormat::Text) => builder.with_max_level(level).try_init(),
         (Err(_), format) => {

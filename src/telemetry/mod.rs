@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
-pub use config::{OtlpConfig, TelemetryConfig};
+pub use config::{LogConfig, LogFormat, OtlpConfig, TelemetryConfig};
 pub use logs::{init_logging, LogGuard};
 pub use request::{Finished, RequestTelemetry};
 

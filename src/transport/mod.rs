@@ -1,14 +1,12 @@
-//! The network edge: listeners and HTTP plumbing, the proxy's request handler, the upstream
-//! side (URLs, headers, errors) and the admin listener.
+//! HTTP plumbing below the pipeline: body types and reading a body within its limits, the
+//! errors cachet answers itself, and the upstream side (URLs, headers, the client, a body
+//! passed on as it arrives). The listeners and the request handler are `server`'s.
 
-pub mod admin;
 pub mod arriving;
-pub mod client_auth;
 mod coarse_timer;
 pub mod forward;
 pub mod http;
 pub mod path_guard;
-pub mod server;
 pub mod upstream_client;
 
 pub use self::http::{error_response, full, ProxyBody};

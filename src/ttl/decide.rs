@@ -15,13 +15,13 @@
 //! known only once its answer is in; the chance comes from how many requests the
 //! session's earlier turns took (their assistant messages in the history).
 
-use serde::{Deserialize, Serialize};
+use crate::session::TtlDecision;
 
-use super::gaps::{lifetime_ms, Gaps, Previous};
 use crate::envelope::MsgKind;
 use crate::envelope::{Envelope, Ttl};
 use crate::measure::MarkTtl;
 use crate::models::ModelInfo;
+use crate::session::gaps::{lifetime_ms, Gaps, Previous};
 use crate::session::PrefixHashes;
 
 /// Bytes per token assumed before the session has a request to measure it on.
@@ -30,32 +30,6 @@ const DEFAULT_BYTES_PER_TOKEN: f64 = 4.0;
 const DEFAULT_END_CHANCE: f64 = 0.1;
 /// How many turns the session's average turn length counts for, against the turns seen.
 const PRIOR_WEIGHT: f64 = 0.5;
-
-/// What was decided for one request, as the session log shows it (`ttl_decision`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TtlDecision {
-    /// The lifetime the request's markers were written with.
-    pub ttl: MarkTtl,
-    /// The chance that this prefix is next used more than 5 minutes from now (and within
-    /// the hour).
-    pub late_reuse: f64,
-    /// Expected saving of writing this request's new tokens with 1h rather than 5m, in
-    /// USD (token counts estimated from the prompt's size); negative when 5m was chosen.
-    pub expected_saving_usd: f64,
-    /// A keep-warm request follows this many seconds after the request if its answer ends
-    /// the turn and the session sends nothing before.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keep_warm_after_secs: Option<u64>,
-}
-
-impl TtlDecision {
-    pub fn ttl(&self) -> Ttl {
-        match self.ttl {
-            MarkTtl::OneHour => Ttl::OneHour,
-            MarkTtl::FiveMinutes => Ttl::FiveMinutes,
-        }
-    }
-}
 
 /// What the decision needs besides the envelope.
 pub struct Inputs<'a> {

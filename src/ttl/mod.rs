@@ -11,11 +11,10 @@
 //! session cannot be foreseen; [`keep_warm`] (opt-in) covers it after the fact.
 
 mod decide;
-mod gaps;
 pub mod keep_warm;
 
-pub use decide::{decide, Inputs, TtlDecision};
-pub use gaps::{lifetime_ms, Gaps, Learned};
+pub use crate::session::TtlDecision;
+pub use decide::{decide, Inputs};
 
 /// The decision for one shaped request of a policy with `ttl = "auto"` (and keep-warm
 /// after `keep_warm_after_secs`, when on): `None` for APIs whose markers have no lifetime

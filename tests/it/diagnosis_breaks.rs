@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cachet::emulator::EmulatorHandle;
-use cachet::replay::{read_traces, replay_all, ArmArg};
+use cachet::replay::{replay_all, ArmArg};
+use cachet::server::{spawn_with, ProxyHandle, ServeOptions};
 use cachet::session::SessionClock;
-use cachet::transport::server::{spawn_with, ProxyHandle, ServeOptions};
+use cachet::trace::read_traces;
 use serde_json::{json, Value};
 
 use crate::support::*;

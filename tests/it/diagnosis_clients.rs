@@ -234,7 +234,7 @@ fn body(shape: Shape, steps: &[Step], upto: usize, volatile: bool) -> Value {
     }
 }
 
-async fn send(proxy: &cachet::transport::server::ProxyHandle, shape: Shape, body: &Value) -> Value {
+async fn send(proxy: &cachet::server::ProxyHandle, shape: Shape, body: &Value) -> Value {
     let mut req = client()
         .post(format!("http://{}{}", proxy.addr, shape.path()))
         .header("x-cachet-session", format!("{shape:?}"));
@@ -259,9 +259,9 @@ async fn run(shape: Shape, policies: &[&str]) -> Value {
         .map(|p| PathBuf::from(format!("{}/policies/{p}.toml", env!("CARGO_MANIFEST_DIR"))))
         .collect();
     let clock = cachet::session::SessionClock::default();
-    let proxy = cachet::transport::server::spawn_with(
+    let proxy = cachet::server::spawn_with(
         policy_config(&emulator.url(), files, &dir.path().join("store")),
-        cachet::transport::server::ServeOptions {
+        cachet::server::ServeOptions {
             clock: clock.clone(),
         },
     )

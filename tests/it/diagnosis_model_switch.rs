@@ -16,7 +16,7 @@ fn claude_code_request() -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-async fn send(proxy: &cachet::transport::server::ProxyHandle, body: &Value) {
+async fn send(proxy: &cachet::server::ProxyHandle, body: &Value) {
     let r = client()
         .post(format!("http://{}/v1/messages", proxy.addr))
         .header("x-api-key", "k")

@@ -495,7 +495,7 @@ fn message(name: &str) -> String {
                 anthropic_api_key_env: Some("ANTHROPIC_API_KEY".into()),
                 ..Default::default()
             };
-            match cachet::transport::client_auth::ClientKeys::from_config(&server, &upstream) {
+            match cachet::server::client_auth::ClientKeys::from_config(&server, &upstream) {
                 Ok(_) => panic!("an open relay was accepted"),
                 Err(e) => e.to_string(),
             }

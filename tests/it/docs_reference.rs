@@ -223,7 +223,7 @@ fn the_trace_format_names_every_field_of_a_record() {
         .into_iter()
         .map(|f| f.trim_matches('`').to_string())
         .collect();
-    let source = docs::read("src/replay/trace.rs");
+    let source = docs::read("src/trace/record.rs");
     let start = source.find("pub struct Record {").unwrap();
     let body = &source[start..start + source[start..].find("\n}").unwrap()];
     let mut fields = BTreeSet::new();

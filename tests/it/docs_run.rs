@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use cachet::config::ClientKeyConfig;
 use cachet::emulator::EmulatorHandle;
-use cachet::transport::server::ProxyHandle;
+use cachet::server::ProxyHandle;
 
 use crate::support::docs::{self, Block};
 use crate::support::{start_emulator, start_proxy, test_config, wait_for_requests};

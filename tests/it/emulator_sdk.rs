@@ -52,7 +52,7 @@ async fn python_sdks_work_through_the_proxy() {
         config.upstream.openai = emu.url();
         config.policies.files = policies.clone();
         config.sessions.store = dir.path().to_string_lossy().into_owned();
-        let proxy = cachet::transport::server::spawn(config).await.unwrap();
+        let proxy = cachet::server::spawn(config).await.unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/sdk/emulator_sdk.py");
         let url = format!("http://{}", proxy.addr);
         let output = tokio::task::spawn_blocking(move || {

@@ -113,7 +113,7 @@ fn metric_value_plain(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-async fn in_flight(proxy: &cachet::transport::server::ProxyHandle) -> f64 {
+async fn in_flight(proxy: &cachet::server::ProxyHandle) -> f64 {
     metric_value_plain(&metrics_text(proxy).await, "cachet_requests_in_flight").unwrap()
 }
 

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::support::*;
-use cachet::transport::server::ProxyHandle;
+use cachet::server::ProxyHandle;
 use serde_json::{json, Value};
 
 const MINUTE: u64 = 60;

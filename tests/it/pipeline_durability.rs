@@ -177,7 +177,7 @@ async fn store_down_fails_open_or_closed_and_recovers() {
     };
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 5, "system": "base.", "messages": [{"role": "user", "content": "q"}]});
 
-    let open = start_proxy(config(cachet::config::StoreFailure::FailOpen)).await;
+    let open = start_proxy(config(cachet::session::StoreFailure::FailOpen)).await;
     assert_eq!(
         post_anthropic(&open, "s", &body).await.0,
         200,
@@ -185,7 +185,7 @@ async fn store_down_fails_open_or_closed_and_recovers() {
     );
     assert!(metric_sum(&metrics_text(&open).await, "cachet_store_errors_total", &[]) >= 1.0);
 
-    let closed = start_proxy(config(cachet::config::StoreFailure::FailClosed)).await;
+    let closed = start_proxy(config(cachet::session::StoreFailure::FailClosed)).await;
     let (status, answer) = post_anthropic(&closed, "s", &body).await;
     assert_eq!(status, 503);
     assert_eq!(answer["type"], "error");

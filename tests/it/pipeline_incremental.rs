@@ -99,9 +99,9 @@ async fn run(
     config.server.check_body = check_body;
     config.sessions.monitor = monitor;
     let clock = cachet::session::SessionClock::default();
-    let proxy = cachet::transport::server::spawn_with(
+    let proxy = cachet::server::spawn_with(
         config,
-        cachet::transport::server::ServeOptions {
+        cachet::server::ServeOptions {
             clock: clock.clone(),
         },
     )

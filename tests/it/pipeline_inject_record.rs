@@ -5,7 +5,8 @@ use crate::support::*;
 use serde_json::{json, Value};
 
 use cachet::providers::usage::merge_anthropic;
-use cachet::replay::{read_traces, replay_arm, AsRecorded};
+use cachet::replay::{replay_arm, AsRecorded};
+use cachet::trace::read_traces;
 use cachet::usage::Usage;
 
 fn root() -> std::path::PathBuf {
@@ -19,7 +20,7 @@ fn body(history: &[Value]) -> Value {
 /// The emulator, and cachet in front of it recording traces into `traces/` of the folder.
 async fn recording_proxy() -> (
     cachet::emulator::EmulatorHandle,
-    cachet::transport::server::ProxyHandle,
+    cachet::server::ProxyHandle,
     tempfile::TempDir,
 ) {
     let emulator = start_emulator().await;
@@ -31,7 +32,7 @@ async fn recording_proxy() -> (
 }
 
 /// Every request recorded in the traces of `dir`, in time order.
-fn traces_in(dir: &std::path::Path) -> Vec<cachet::replay::Record> {
+fn traces_in(dir: &std::path::Path) -> Vec<cachet::trace::Record> {
     let files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())

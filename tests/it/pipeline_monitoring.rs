@@ -26,7 +26,7 @@ fn pi_body(tools: &[&str], turns: usize) -> Value {
         "messages": messages})
 }
 
-async fn post(proxy: &cachet::transport::server::ProxyHandle, body: &Value) -> reqwest::Response {
+async fn post(proxy: &cachet::server::ProxyHandle, body: &Value) -> reqwest::Response {
     client()
         .post(format!("http://{}/v1/messages", proxy.addr))
         .header("x-api-key", "k")
@@ -216,7 +216,7 @@ async fn a_chain_of_previous_response_ids_is_one_session() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    let recorded = cachet::replay::read_traces(&files).unwrap();
+    let recorded = cachet::trace::read_traces(&files).unwrap();
     let sessions: Vec<&str> = recorded.iter().map(|r| r.session.as_str()).collect();
     assert_eq!(sessions, vec![session.as_str(); 4], "as recorded");
 }
@@ -305,7 +305,7 @@ async fn a_conversation_of_the_conversations_api_is_one_lane_with_its_turns() {
     .await;
     let conversation = created["id"].as_str().unwrap().to_string();
     let instructions = "You are a careful assistant. ".repeat(300);
-    let ask = |proxy: &cachet::transport::server::ProxyHandle, question: &str| {
+    let ask = |proxy: &cachet::server::ProxyHandle, question: &str| {
         // Each question long enough that the conversation grows by cached blocks.
         let question = format!("{question}: {}", "explain the parser. ".repeat(60));
         let body = json!({"model": "gpt-4.1", "instructions": instructions,

@@ -8,7 +8,7 @@ const REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","conten
 /// A client body with formatting serde_json would not reproduce.
 const BODY: &str = "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":100,\"system\":\"You are terse.\",\n  \"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\",  \"cache_control\":{\"type\":\"ephemeral\"}}]}],\"temperature\":0.50}";
 
-async fn send(proxy: &cachet::transport::server::ProxyHandle, session: &str, body: &str) -> u16 {
+async fn send(proxy: &cachet::server::ProxyHandle, session: &str, body: &str) -> u16 {
     client()
         .post(format!("http://{}/v1/messages", proxy.addr))
         .header("x-api-key", "k")
@@ -479,11 +479,7 @@ fn held_turn_reply(id: &str) -> String {
 /// own turn, and so does the session log.
 async fn held_turns_counted(
     stateful: impl Fn(&mut Value, usize),
-) -> (
-    cachet::transport::server::ProxyHandle,
-    FakeUpstream,
-    tempfile::TempDir,
-) {
+) -> (cachet::server::ProxyHandle, FakeUpstream, tempfile::TempDir) {
     let upstream = FakeUpstream::start(Script::json(200, &held_turn_reply("resp_0"))).await;
     let policy = r#"
 name = "turns"
@@ -560,11 +556,7 @@ json_patch = [ { op = "remove", path = "/metadata" } ]
 async fn with_payload_hook(
     upstream: &FakeUpstream,
     answer: impl Fn(&Value) -> Value + Send + Sync + 'static,
-) -> (
-    cachet::transport::server::ProxyHandle,
-    HookServer,
-    tempfile::TempDir,
-) {
+) -> (cachet::server::ProxyHandle, HookServer, tempfile::TempDir) {
     let hook = start_hook_server(move |event| {
         (event["type"] == "before_provider_request").then(|| answer(event))
     })
@@ -579,7 +571,7 @@ async fn with_hook(
     name: &str,
     hook: &HookServer,
     event: &str,
-) -> (cachet::transport::server::ProxyHandle, tempfile::TempDir) {
+) -> (cachet::server::ProxyHandle, tempfile::TempDir) {
     let text = format!(
         "name = \"{name}\"\n[[hook]]\nurl = \"{}\"\nevents = [\"{event}\"]\n",
         hook.url
@@ -592,7 +584,7 @@ async fn with_policy(
     upstream: &FakeUpstream,
     name: &str,
     text: &str,
-) -> (cachet::transport::server::ProxyHandle, tempfile::TempDir) {
+) -> (cachet::server::ProxyHandle, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let policy = policy_file(dir.path(), name, text);
     let proxy = start_proxy(policy_config(

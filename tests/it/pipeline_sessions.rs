@@ -39,7 +39,7 @@ async fn hooked_proxy(
     upstream: &str,
     dir: &std::path::Path,
     hook: &str,
-) -> cachet::transport::server::ProxyHandle {
+) -> cachet::server::ProxyHandle {
     start_proxy(policy_config(
         upstream,
         vec![hook_policy(dir, hook)],

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 async fn post(
-    proxy: &cachet::transport::server::ProxyHandle,
+    proxy: &cachet::server::ProxyHandle,
     path: &str,
     body: impl Into<reqwest::Body>,
     anthropic: bool,

@@ -20,7 +20,7 @@ async fn roundtrip(
     req: &str,
     resp: &str,
     headers: &[(&str, &str)],
-) -> (FakeUpstream, cachet::transport::server::ProxyHandle, Bytes) {
+) -> (FakeUpstream, cachet::server::ProxyHandle, Bytes) {
     let upstream =
         FakeUpstream::start(Script::json(200, resp).header("request-id", "req_abc")).await;
     let proxy = start_proxy(test_config(&upstream.url())).await;

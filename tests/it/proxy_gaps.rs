@@ -23,7 +23,7 @@ fn messages_body() -> Vec<u8> {
 }
 
 async fn post_encoded(
-    proxy: &cachet::transport::server::ProxyHandle,
+    proxy: &cachet::server::ProxyHandle,
     encoding: &str,
     body: Vec<u8>,
 ) -> reqwest::Response {
@@ -42,7 +42,7 @@ async fn post_encoded(
 /// The one compressed body the upstream received is the client's, with its coding, and the
 /// decoded body named the model in the metrics.
 async fn forwarded_as_sent_and_read(
-    proxy: &cachet::transport::server::ProxyHandle,
+    proxy: &cachet::server::ProxyHandle,
     upstream: &FakeUpstream,
     sent: &[u8],
     coding: &str,

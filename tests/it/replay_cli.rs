@@ -57,7 +57,7 @@ fn json_output_has_every_arm_and_field() {
         assert_eq!(a["requests"], 47);
     }
     // Replayed as recorded, the trace reads what it read live.
-    let recorded: u64 = cachet::replay::read_traces(&["tests/data/sample-trace.jsonl".into()])
+    let recorded: u64 = cachet::trace::read_traces(&["tests/data/sample-trace.jsonl".into()])
         .unwrap()
         .iter()
         .map(|r| r.usage.map_or(0, |u| u.cache_read))

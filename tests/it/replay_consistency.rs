@@ -9,7 +9,8 @@ use std::time::Duration;
 use cachet::cache_model::Clock;
 use cachet::emulator::{self, EmulatorOptions};
 use cachet::providers::usage::merge_anthropic;
-use cachet::replay::{read_traces, replay_arm, shaper_for, ArmArg, Record, Recorder};
+use cachet::replay::{replay_arm, shaper_for, ArmArg};
+use cachet::trace::{read_traces, Record, Recorder};
 use cachet::usage::Usage;
 
 fn root() -> PathBuf {

@@ -3,7 +3,7 @@
 use http::HeaderMap;
 use serde_json::json;
 
-use cachet::replay::{read_traces, recordable_headers, Record, Recorder, TRACE_VERSION};
+use cachet::trace::{read_traces, recordable_headers, Record, Recorder, TRACE_VERSION};
 use cachet::usage::Usage;
 
 fn record(n: u64, headers: &HeaderMap) -> Record {

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use cachet::replay::ideal::{ideal, Ideal};
-use cachet::replay::{parse_arm, read_traces, replay_all, ArmStats, Record};
+use cachet::replay::{parse_arm, replay_all, ArmStats};
+use cachet::trace::{read_traces, Record};
 
 const ARMS: &[&str] = &[
     "client",

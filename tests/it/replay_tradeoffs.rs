@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use cachet::replay::{read_traces, replay_all, ArmArg, ArmStats, Record};
+use cachet::replay::{replay_all, ArmArg, ArmStats};
+
+use cachet::trace::{read_traces, Record};
 use cachet::usage::Usage;
 
 fn root() -> PathBuf {

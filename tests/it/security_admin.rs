@@ -66,10 +66,7 @@ async fn the_timeline_route_without_an_id_is_a_404_not_a_panic() {
 async fn a_missing_token_variable_stops_the_start() {
     let mut config = test_config("http://127.0.0.1:1");
     config.server.admin_token_env = Some("CACHET_IT_ADMIN_TOKEN_NEVER_SET".into());
-    let err = cachet::transport::server::spawn(config)
-        .await
-        .err()
-        .unwrap();
+    let err = cachet::server::spawn(config).await.err().unwrap();
     assert!(
         err.to_string().contains("CACHET_IT_ADMIN_TOKEN_NEVER_SET"),
         "{err}"

@@ -4,7 +4,7 @@
 //! clients wait in the listen backlog and are served once a connection ends.
 
 use crate::support::*;
-use cachet::transport::server::ProxyHandle;
+use cachet::server::ProxyHandle;
 
 /// A proxy with its `[server]` section set by `set`, in front of an upstream answering `{}`.
 async fn proxy_with(

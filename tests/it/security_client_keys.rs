@@ -275,7 +275,7 @@ async fn holding_a_key_without_client_keys_is_refused_unless_open_relay_is_allow
     std::env::set_var("CACHET_IT_RELAY_HELD", HELD_ANTHROPIC);
     let mut config = test_config("http://127.0.0.1:1");
     config.upstream.anthropic_api_key_env = Some("CACHET_IT_RELAY_HELD".into());
-    let err = cachet::transport::server::spawn(config.clone())
+    let err = cachet::server::spawn(config.clone())
         .await
         .err()
         .expect("an open relay was started");

@@ -5,7 +5,7 @@
 
 use base64::Engine;
 
-use cachet::replay::read_traces;
+use cachet::trace::read_traces;
 
 use crate::support::*;
 

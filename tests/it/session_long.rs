@@ -45,7 +45,7 @@ fn assistant(text: &str) -> Value {
     json!({"role": "assistant", "content": [{"type": "text", "text": text}]})
 }
 
-async fn send(proxy: &cachet::transport::server::ProxyHandle, body: &Value, session: Option<&str>) {
+async fn send(proxy: &cachet::server::ProxyHandle, body: &Value, session: Option<&str>) {
     let mut request = client()
         .post(format!("http://{}/v1/messages", proxy.addr))
         .header("x-api-key", "k")
@@ -59,10 +59,7 @@ async fn send(proxy: &cachet::transport::server::ProxyHandle, body: &Value, sess
 }
 
 /// Every request entry of every session, by session id.
-async fn sessions(
-    proxy: &cachet::transport::server::ProxyHandle,
-    requests: u64,
-) -> Vec<(String, Value)> {
+async fn sessions(proxy: &cachet::server::ProxyHandle, requests: u64) -> Vec<(String, Value)> {
     let listed = wait_for_session_requests(proxy, requests).await;
     let mut out = Vec::new();
     for s in listed {
@@ -75,7 +72,7 @@ async fn sessions(
 
 /// The session list once its sessions hold `requests` requests in all.
 async fn wait_for_session_requests(
-    proxy: &cachet::transport::server::ProxyHandle,
+    proxy: &cachet::server::ProxyHandle,
     requests: u64,
 ) -> Vec<Value> {
     for _ in 0..400 {

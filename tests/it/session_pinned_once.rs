@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::support::redis::RedisServer;
 use crate::support::*;
-use cachet::transport::server::ProxyHandle;
+use cachet::server::ProxyHandle;
 
 const REPLY: &str = r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Run them in a transaction."}],"model":"claude-sonnet-4-5","stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":7}}"#;
 const CONCURRENT: usize = 16;

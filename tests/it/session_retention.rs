@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 
 use crate::session_support::{files_size, history, insert_note, record_sent};
 use crate::support::redis::RedisServer;
-use cachet::config::SessionsConfig;
 use cachet::session::store::{Maintenance, Retention};
+use cachet::session::SessionsConfig;
 use cachet::session::{
     message_key, now_ms, open_store_with, SessionLog, SessionStore, SqliteStore, StoreOptions,
 };

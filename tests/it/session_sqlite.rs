@@ -455,7 +455,7 @@ async fn a_500_request_session_stores_each_message_once() {
     let message_bytes: u64 = full[..999]
         .iter()
         .map(|m| {
-            serde_json::to_vec(&cachet::session::normalize::canonical(m))
+            serde_json::to_vec(&cachet::providers::cache_key::canonical(m))
                 .unwrap()
                 .len() as u64
         })

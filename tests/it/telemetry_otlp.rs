@@ -148,7 +148,7 @@ async fn a_stuck_collector_never_holds_a_request_and_drops_are_counted() {
     let emulator = start_emulator().await;
     let mut config = test_config(&emulator.url());
     config.telemetry.otlp = Some(otlp(&receiver.url, 2, 60_000));
-    let proxy = cachet::transport::server::spawn(config).await.unwrap();
+    let proxy = cachet::server::spawn(config).await.unwrap();
     let requests = 10;
     // While the collector holds its first export, every request still answers at once.
     let sent = tokio::time::timeout(std::time::Duration::from_secs(60), async {

@@ -6,10 +6,10 @@ fn main() {
         let Ok(text) = std::str::from_utf8(data) else {
             return;
         };
-        if let Ok(records) = cachet::replay::trace::parse_jsonl(text, "fuzz") {
+        if let Ok(records) = cachet::trace::record::parse_jsonl(text, "fuzz") {
             for record in records {
                 let line = record.to_line();
-                let again = cachet::replay::trace::parse_jsonl(&line, "again")
+                let again = cachet::trace::record::parse_jsonl(&line, "again")
                     .expect("a written record reads back");
                 assert_eq!(again.len(), 1);
                 assert_eq!(again[0].to_line(), line, "record changed on a round trip");

@@ -30,10 +30,10 @@ use super::{
     Appended, Blob, Retention, SessionStore, SessionSummary, StoreHealth, StoreResult, StoreStats,
     SweepReport,
 };
+use crate::providers::cache_key::MessageKey;
 use crate::session::entry::decode_key;
 use crate::session::entry::Entry;
 use crate::session::log::SessionLog;
-use crate::session::normalize::MessageKey;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Key {

@@ -12,8 +12,8 @@ use prometheus::IntCounterVec;
 use serde::Serialize;
 
 use super::SessionStore;
-use crate::config::SessionsConfig;
 use crate::session::entry::now_ms;
+use crate::session::SessionsConfig;
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 

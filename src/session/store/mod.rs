@@ -31,8 +31,8 @@ pub use sqlite::SqliteStore;
 
 use super::entry::Entry;
 use super::log::SessionLog;
-use super::normalize::MessageKey;
-use crate::config::{SessionsConfig, StoreFailure};
+use crate::providers::cache_key::MessageKey;
+use crate::session::{SessionsConfig, StoreFailure};
 
 /// Content-addressed bytes: a message, a system prompt or a tool list in canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,11 +72,11 @@ impl Blob {
             BlobBytes::Canonical(bytes) => Some(bytes.as_slice().into()),
             BlobBytes::Sent(raw) => {
                 // Keying a new message made it canonical moments ago.
-                if let Some(bytes) = super::normalize::take_canonical(&self.key) {
+                if let Some(bytes) = crate::providers::cache_key::take_canonical(&self.key) {
                     return Some(bytes.into());
                 }
-                let bytes = super::normalize::canonical_bytes_of_raw(raw)?;
-                debug_assert_eq!(super::normalize::key_of_bytes(&bytes), self.key);
+                let bytes = crate::providers::cache_key::canonical_bytes_of_raw(raw)?;
+                debug_assert_eq!(crate::providers::cache_key::key_of_bytes(&bytes), self.key);
                 Some(bytes.into())
             }
         }

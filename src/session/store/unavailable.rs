@@ -7,8 +7,8 @@ use super::{
     Appended, Blob, Retention, SessionStore, SessionSummary, StoreError, StoreHealth, StoreResult,
     StoreStats, SweepReport,
 };
+use crate::providers::cache_key::MessageKey;
 use crate::session::entry::Entry;
-use crate::session::normalize::MessageKey;
 
 pub struct Unavailable {
     reason: String,

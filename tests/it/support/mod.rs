@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
 use cachet::config::{Config, UpstreamClientKind};
-use cachet::transport::server::{self, ProxyHandle};
+use cachet::server::{self, ProxyHandle};
 use cachet::transport::ProxyBody;
 
 /// One request the fake upstream received.

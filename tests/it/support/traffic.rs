@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{client, policy_config, policy_file, start_emulator, start_hook_server, HookServer};
 use cachet::emulator::EmulatorHandle;
-use cachet::transport::server::ProxyHandle;
+use cachet::server::ProxyHandle;
 
 pub struct Observed {
     pub proxy: ProxyHandle,
@@ -91,7 +91,7 @@ on_error = "continue"
     ];
     let mut config = policy_config(&emulator.url(), policies, &dir.path().join("store"));
     configure(&mut config);
-    let proxy = cachet::transport::server::spawn(config).await.unwrap();
+    let proxy = cachet::server::spawn(config).await.unwrap();
     Observed {
         proxy,
         emulator,

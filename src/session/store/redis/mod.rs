@@ -22,8 +22,8 @@ use super::{
     Appended, Blob, Retention, SessionStore, SessionSummary, StoreError, StoreHealth, StoreOptions,
     StoreResult, StoreStats, SweepReport,
 };
+use crate::providers::cache_key::MessageKey;
 use crate::session::entry::{now_ms, Entry};
-use crate::session::normalize::MessageKey;
 
 const PREFIX: &str = "cachet:";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

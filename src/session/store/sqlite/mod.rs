@@ -20,8 +20,8 @@ use super::{
     Appended, Blob, Retention, SessionStore, SessionSummary, StoreError, StoreHealth, StoreOptions,
     StoreResult, StoreStats, SweepReport,
 };
+use crate::providers::cache_key::MessageKey;
 use crate::session::entry::{now_ms, Entry};
-use crate::session::normalize::MessageKey;
 use writer::{read_job, write_job, Durability, Job, Shared};
 
 pub struct SqliteStore {

@@ -3,8 +3,8 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::schema::load_range;
+use crate::providers::cache_key::{self, MessageKey, Out};
 use crate::session::entry::{now_ms, Entry};
-use crate::session::normalize::{self, MessageKey, Out};
 use crate::session::store::{
     Appended, Blob, BlobBytes, Retention, SessionSummary, StoreStats, SweepReport,
 };
@@ -195,11 +195,11 @@ fn store_blobs(conn: &Connection, session: &str, blobs: &[Blob]) -> rusqlite::Re
         // memory: once counted, then written.
         if let BlobBytes::Sent(raw) = &blob.bytes {
             let len = (raw.len() >= WRITTEN_IN_PIECES)
-                .then(|| normalize::canonical_len_of_raw(raw))
+                .then(|| cache_key::canonical_len_of_raw(raw))
                 .flatten();
             if let Some(len) = len {
                 insert_in_pieces(conn, session, &blob.key, len, |row| {
-                    normalize::write_canonical_of_raw(raw, row)
+                    cache_key::write_canonical_of_raw(raw, row)
                 })?;
                 added += len as i64;
                 continue;
@@ -553,8 +553,8 @@ mod tests {
         let message = serde_json::json!({"role": "user", "content": [
             {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]});
         let raw = bytes::Bytes::from(serde_json::to_vec(&message).unwrap());
-        let canonical = normalize::canonical_bytes(&message);
-        let key = normalize::key_of_bytes(&canonical);
+        let canonical = cache_key::canonical_bytes(&message);
+        let key = cache_key::key_of_bytes(&canonical);
         let blobs = [Blob::sent(key, raw.clone())];
         let mut held = 0;
         let sqlite = sqlite_peak(|run| {
@@ -584,7 +584,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conn = super::super::schema::open(&dir.path().join("s.db")).unwrap();
         let keys: Vec<MessageKey> = (0..40_000u32)
-            .map(|i| normalize::key_of_bytes(&i.to_le_bytes()))
+            .map(|i| cache_key::key_of_bytes(&i.to_le_bytes()))
             .collect();
         let entry = Entry::Request(RequestRecord {
             model: "claude-sonnet-4-5".into(),

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::http::{full, ProxyBody};
 use crate::metrics::Metrics;
 use crate::session::{pages, SessionStore};
+use crate::transport::http::{full, ProxyBody};
 
 /// What the admin listener reads: metrics and the session store.
 pub struct AdminState {

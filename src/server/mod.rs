@@ -11,18 +11,23 @@ use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::admin::{self, AdminState};
-use super::client_auth::{ClientKeys, ClientName};
-use super::http::{error_response, full, serve_connections, ConnectionLimits, ProxyBody};
-use super::path_guard;
+mod admin;
+pub mod client_auth;
+
 use crate::config::Config;
 use crate::error::{ApiError, ErrorKind};
 use crate::metrics::Metrics;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{ClientName, Pipeline};
 use crate::providers::classify;
-use crate::replay::recorder::{self, Recorder, RecorderTask};
 use crate::route::{Endpoint, Route};
 use crate::session::store::Maintenance;
+use crate::trace::recorder::{self, Recorder, RecorderTask};
+use crate::transport::http::{
+    error_response, full, serve_connections, ConnectionLimits, ProxyBody,
+};
+use crate::transport::path_guard;
+use admin::AdminState;
+use client_auth::ClientKeys;
 
 /// A running proxy (and its admin listener).
 pub struct ProxyHandle {

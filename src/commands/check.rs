@@ -2,10 +2,9 @@
 
 use std::path::PathBuf;
 
-use super::error::PolicyError;
-use super::load::{load_policies, PolicySet};
 use crate::cli::{CheckArgs, PolicyArgs};
 use crate::config::Config;
+use crate::policy::{load_policies, render_errors, PolicyError, PolicySet};
 
 /// The policies named by the configuration (`[policies] files`, `dirs`) and the command
 /// line (`--policy`, `--policies`), loaded and validated. `cachet serve` uses this too.
@@ -15,15 +14,6 @@ pub fn load_for(args: &PolicyArgs, config: &Config) -> Result<PolicySet, Vec<Pol
     let mut dirs: Vec<PathBuf> = config.policies.dirs.clone();
     dirs.extend(args.policies.iter().cloned());
     load_policies(&files, &dirs)
-}
-
-/// One line per error, in the order found.
-pub fn render_errors(errors: &[PolicyError]) -> String {
-    errors
-        .iter()
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 pub async fn run_check(args: CheckArgs) -> anyhow::Result<()> {

@@ -19,13 +19,6 @@ use subtle::ConstantTimeEq;
 use crate::config::{ServerConfig, UpstreamConfig};
 use crate::secret::Secret;
 
-/// The metric label and session namespace of requests when no client keys are configured.
-pub const NO_KEY: &str = "none";
-
-/// The name of the client key a request presented, set in the request's extensions.
-#[derive(Debug, Clone)]
-pub struct ClientName(pub Arc<str>);
-
 struct ClientKey {
     name: Arc<str>,
     digest: [u8; 32],

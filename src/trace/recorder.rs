@@ -18,8 +18,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
+use super::record::{Record, TRACE_VERSION};
 use super::time::date_of;
-use super::trace::{Record, TRACE_VERSION};
 use crate::route::Route;
 use crate::secret::is_secret_header;
 
