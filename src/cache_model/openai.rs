@@ -25,6 +25,7 @@
 //! `prompt_cache_options.ttl: "12h"`: what it writes and reads lives at least 12 hours, and
 //! its writes are reported apart (`cache_write_tokens_details.ttl_12h_tokens`).
 
+use crate::providers::openai::{Retention, TTL_12H, TTL_30M};
 use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
@@ -41,36 +42,10 @@ pub const MIN_CACHED_TOKENS: u64 = 1024;
 pub const STEP_TOKENS: u64 = 128;
 /// Tokens of the prompt start that choose the machine.
 pub const ROUTING_TOKENS: usize = 256;
-/// The `prompt_cache_retention` value that keeps entries for a day.
-pub const EXTENDED_RETENTION: &str = "24h";
 /// Lifetime with `prompt_cache_retention: "24h"`.
 const EXTENDED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
-/// The `prompt_cache_options.ttl` values: the default, and the longer one Responses takes.
-pub const TTL_30M: &str = "30m";
-pub const TTL_12H: &str = "12h";
 /// The minimum lifetime of breakpoints written with `ttl: "12h"`.
 const TTL_12H_MS: u64 = 12 * 60 * 60 * 1000;
-
-/// How long an OpenAI request asks the provider to keep its prefix: the two request fields
-/// that say so, read in one place for the emulator and the diagnosis.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Retention {
-    /// `prompt_cache_retention: "24h"`: kept up to a day.
-    pub extended_24h: bool,
-    /// `prompt_cache_options.ttl: "12h"` (Responses, GPT-5.6 and later): every breakpoint
-    /// the request writes lives at least 12 hours.
-    pub ttl_12h: bool,
-}
-
-impl Retention {
-    /// From the request's `prompt_cache_retention` and `prompt_cache_options.ttl` values.
-    pub fn of(retention: Option<&str>, ttl: Option<&str>) -> Retention {
-        Retention {
-            extended_24h: retention == Some(EXTENDED_RETENTION),
-            ttl_12h: ttl == Some(TTL_12H),
-        }
-    }
-}
 
 /// The shortest idle time the provider keeps a prefix: the guide's "5 to 10 minutes of
 /// inactivity" (the model evicts after 10, `CacheModelConfig::openai_idle_secs`).

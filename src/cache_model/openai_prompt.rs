@@ -39,7 +39,7 @@ pub struct OpenAiPrompt {
     /// `prompt_cache_key` ("" when absent).
     pub cache_key: String,
     /// `prompt_cache_retention` and `prompt_cache_options.ttl`.
-    pub retention: super::openai::Retention,
+    pub retention: crate::providers::openai::Retention,
     /// Served in fast mode, whose cache is apart from the standard tier's.
     pub fast: bool,
     /// Served by flex processing, whose cache is apart from the other tiers'.
@@ -141,7 +141,7 @@ pub fn render(endpoint: Endpoint, req: &Value) -> Result<OpenAiPrompt, ApiError>
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string(),
-        retention: super::openai::Retention::of(
+        retention: crate::providers::openai::Retention::of(
             obj.get("prompt_cache_retention").and_then(Value::as_str),
             ttl,
         ),
@@ -157,7 +157,7 @@ fn cache_options(
     endpoint: Endpoint,
     obj: &Map<String, Value>,
 ) -> Result<(CacheMode, Option<&'static str>), ApiError> {
-    use super::openai::{TTL_12H, TTL_30M};
+    use crate::providers::openai::{TTL_12H, TTL_30M};
     let Some(options) = obj.get("prompt_cache_options").filter(|o| !o.is_null()) else {
         return Ok((CacheMode::Implicit, None));
     };

@@ -57,7 +57,7 @@ fn applied_cache_options(request: &Value, model: &str) -> Value {
     };
     json!({
         "mode": asked("mode").unwrap_or_else(|| json!("implicit")),
-        "ttl": asked("ttl").unwrap_or_else(|| json!(crate::cache_model::TTL_30M)),
+        "ttl": asked("ttl").unwrap_or_else(|| json!(crate::providers::openai::TTL_30M)),
         "comparison_response_id": asked("comparison_response_id").unwrap_or(Value::Null),
     })
 }

@@ -158,7 +158,7 @@ pub struct Current<'a> {
     pub thinking_stripped_from: Option<usize>,
     /// OpenAI: how long the request asks the provider to keep its prefix (see
     /// [`retention`]).
-    pub retention: crate::cache_model::Retention,
+    pub retention: crate::providers::openai::Retention,
 }
 
 /// Whether cachet's diagnosis and the provider's own (`diagnostics` of an Anthropic answer)
@@ -232,7 +232,7 @@ pub fn thinking_stripped_from(env: &crate::envelope::Envelope) -> Option<usize> 
 /// (`prompt_cache_retention`, `prompt_cache_options.ttl`): an agent sends the same on every
 /// request, so this request's says how long the previous one's prefix was kept. Only
 /// those two options are parsed.
-pub fn retention(env: &crate::envelope::Envelope) -> crate::cache_model::Retention {
+pub fn retention(env: &crate::envelope::Envelope) -> crate::providers::openai::Retention {
     #[derive(serde::Deserialize)]
     struct Options {
         ttl: Option<String>,
@@ -247,7 +247,7 @@ pub fn retention(env: &crate::envelope::Envelope) -> crate::cache_model::Retenti
         .option_raw("prompt_cache_options")
         .and_then(|raw| serde_json::from_slice::<Options>(raw).ok())
         .and_then(|o| o.ttl);
-    crate::cache_model::Retention::of(retention.as_deref(), ttl.as_deref())
+    crate::providers::openai::Retention::of(retention.as_deref(), ttl.as_deref())
 }
 
 /// Minimum cacheable prefix assumed for a model missing from the table.

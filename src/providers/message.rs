@@ -3,8 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::{anthropic, openai_chat, openai_responses, Endpoint};
-use crate::envelope::MsgKind;
+use super::Endpoint;
 use crate::json::scan;
 
 /// Roles of OpenAI messages that carry the client's instructions rather than a turn.
@@ -64,39 +63,6 @@ const KNOWN_NAMES: [&str; 13] = [
     "local_shell_call",
     "local_shell_call_output",
 ];
-
-/// A message's kind, read by its API's module.
-fn classify(endpoint: Endpoint, b: &[u8]) -> MsgKind {
-    match endpoint {
-        Endpoint::Chat => openai_chat::message_kind(b),
-        Endpoint::Responses => openai_responses::message_kind(b),
-        _ => anthropic::message_kind(b),
-    }
-}
-
-/// What a message (a Responses input item) of `endpoint` is, from its raw JSON bytes.
-pub fn message_kind(endpoint: Endpoint, b: &[u8]) -> MsgKind {
-    message_kind_among(endpoint, b, 1)
-}
-
-/// [`message_kind`] of one of `among` messages read together (a body's history).
-pub fn message_kind_among(endpoint: Endpoint, b: &[u8], among: usize) -> MsgKind {
-    MsgKind::remembered(endpoint, b, among, |b| classify(endpoint, b))
-}
-
-/// The provider's rule for two neighbouring messages (`None` = start or end of the list):
-/// why the pair would be rejected.
-pub fn check_boundary(
-    endpoint: Endpoint,
-    prev: Option<&MsgKind>,
-    next: Option<&MsgKind>,
-) -> Result<(), String> {
-    match endpoint {
-        Endpoint::Responses => openai_responses::check_boundary(prev, next),
-        Endpoint::Chat => openai_chat::check_boundary(prev, next),
-        _ => anthropic::check_boundary(prev, next),
-    }
-}
 
 /// The name of a tool definition (its raw JSON) in the provider's shape: Chat's is under
 /// `function` (when that is an object), else at the top, as the other providers put it.
@@ -167,7 +133,8 @@ mod tests {
 
     use std::borrow::Cow;
 
-    use super::{message_kind, tool_name, Endpoint, TOOL_SHAPES};
+    use super::{tool_name, Endpoint, TOOL_SHAPES};
+    use crate::providers::message_kind;
 
     /// The names the APIs define are borrowed (a copied kind allocates nothing); any other
     /// is kept exactly as sent, escapes decoded.
@@ -229,6 +196,7 @@ mod tests {
 #[cfg(test)]
 mod memo_tests {
     use super::*;
+    use crate::providers::{message_kind, openai_chat, openai_responses};
 
     /// The remembered kind is the classification itself, for every message of real
     /// clients' requests on each API, asked twice (the second answer comes from the memo),
@@ -268,9 +236,9 @@ mod memo_tests {
             let body: serde_json::Value = serde_json::from_str(body).unwrap();
             for message in body[field].as_array().unwrap() {
                 let raw = serde_json::to_vec(message).unwrap();
-                let direct = classify(endpoint, &raw);
-                assert_eq!(message_kind(endpoint, &raw), direct);
-                assert_eq!(message_kind(endpoint, &raw), direct);
+                let direct = crate::providers::wire(endpoint).unwrap().classify(&raw);
+                assert_eq!(crate::providers::message_kind(endpoint, &raw), direct);
+                assert_eq!(crate::providers::message_kind(endpoint, &raw), direct);
                 seen += 1;
             }
         }

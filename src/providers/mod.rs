@@ -31,7 +31,7 @@ use crate::route::{Endpoint, Provider, Route, Section};
 
 #[cfg(test)]
 pub(crate) use message::TOOL_SHAPES;
-pub use message::{check_boundary, message_kind, message_kind_among, text_of, tool_name};
+pub use message::{text_of, tool_name};
 
 /// Whether a generation request asks to be served in fast mode: Anthropic's `speed`
 /// ([`anthropic::FAST_SPEED`]), OpenAI's `service_tier` ([`openai::FAST_TIERS`]). Whether it
@@ -190,6 +190,35 @@ pub fn reshape(endpoint: Endpoint, body: Bytes, opts: &CompileOptions) -> Result
     Ok(parse_envelope(endpoint, body)?
         .compile_with_markers(opts)
         .to_bytes())
+}
+
+/// A message's kind, read by its API's wire (an endpoint without one reads as Messages).
+fn read_kind(endpoint: Endpoint, b: &[u8]) -> MsgKind {
+    wire(endpoint).unwrap_or(&anthropic::MESSAGES).classify(b)
+}
+
+/// What a message (a Responses input item) of `endpoint` is, from its raw JSON bytes.
+pub fn message_kind(endpoint: Endpoint, b: &[u8]) -> MsgKind {
+    message_kind_among(endpoint, b, 1)
+}
+
+/// [`message_kind`] of one of `among` messages read together (a body's history).
+pub fn message_kind_among(endpoint: Endpoint, b: &[u8], among: usize) -> MsgKind {
+    MsgKind::remembered(endpoint, b, among, |b| read_kind(endpoint, b))
+}
+
+/// The provider's rule for two neighbouring messages (`None` = start or end of the list):
+/// why the pair would be rejected.
+pub fn check_boundary(
+    endpoint: Endpoint,
+    prev: Option<&MsgKind>,
+    next: Option<&MsgKind>,
+) -> Result<(), String> {
+    match endpoint {
+        Endpoint::Responses => openai_responses::check_boundary(prev, next),
+        Endpoint::Chat => openai_chat::check_boundary(prev, next),
+        _ => anthropic::check_boundary(prev, next),
+    }
 }
 
 /// A call cachet forwards without reading (a model list, a file upload): any event ends

@@ -7,8 +7,7 @@
 //! of walking every request the session made.
 
 use crate::envelope::Ttl;
-use crate::session::log::{Continued, Entries, SessionLog};
-use crate::session::{PrefixHashes, RequestRecord};
+use crate::session::RequestRecord;
 
 /// A marker lifetime in milliseconds.
 pub fn lifetime_ms(ttl: Ttl) -> u64 {
@@ -34,17 +33,9 @@ pub struct GapCount {
     pub late: usize,
 }
 
-/// The latest earlier request of the conversation a request continues.
-#[derive(Debug, Clone, Copy)]
-pub struct Previous {
-    pub record: Continued,
-    /// Milliseconds from that request to this one.
-    pub gap_ms: u64,
-}
-
 /// What a gap is measured from: a request, as the log recorded it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Seen {
+pub(super) struct Seen {
     time: u64,
     turn: Option<u64>,
     /// Messages in its client history.
@@ -53,15 +44,12 @@ struct Seen {
 
 impl Seen {
     fn of(r: &RequestRecord) -> Seen {
-        Seen::of_continued(&Continued::of(r))
+        Seen::new(r.time, r.turn_index, r.conversation.history.count)
     }
 
-    fn of_continued(r: &Continued) -> Seen {
-        Seen {
-            time: r.time,
-            turn: r.turn_index,
-            count: r.history_count,
-        }
+    /// A request at `time` in turn `turn`, with `count` messages in its client history.
+    pub(super) fn new(time: u64, turn: Option<u64>, count: usize) -> Seen {
+        Seen { time, turn, count }
     }
 }
 
@@ -88,54 +76,22 @@ impl Learned {
         self.last_of_lane.insert(r.lane, Seen::of(r));
     }
 
-    /// Learned from every request of `log`, walking it.
-    pub fn of(log: &(impl Entries + ?Sized)) -> Learned {
+    /// Learned from every request of a log, in log order.
+    pub fn of<'a>(requests: impl IntoIterator<Item = &'a RequestRecord>) -> Learned {
         let mut learned = Learned::default();
-        for entry in log.entries() {
-            if let crate::session::Entry::Request(r) = entry {
-                learned.observe(r);
-            }
+        for r in requests {
+            learned.observe(r);
         }
         learned
+    }
+
+    /// The gaps learned so far.
+    pub(super) fn gaps(&self) -> &Gaps {
+        &self.gaps
     }
 }
 
 impl Gaps {
-    /// The gaps in `log`, plus the gap from this request's previous one (a request at
-    /// `now_ms` in turn `turn_index`, whose client history is `history`).
-    pub fn learn(
-        log: &SessionLog,
-        history: &PrefixHashes,
-        now_ms: u64,
-        turn_index: u64,
-    ) -> (Gaps, Option<Previous>) {
-        Self::learn_from(log.learned(), log, history, now_ms, turn_index)
-    }
-
-    /// [`Gaps::learn`] from what was learned of `log` so far.
-    pub(crate) fn learn_from(
-        learned: &Learned,
-        log: &(impl Entries + ?Sized),
-        history: &PrefixHashes,
-        now_ms: u64,
-        turn_index: u64,
-    ) -> (Gaps, Option<Previous>) {
-        let mut gaps = learned.gaps.clone();
-        let previous = log.latest_continued(history).map(|r| Previous {
-            record: r,
-            gap_ms: now_ms.saturating_sub(r.time),
-        });
-        if let Some(p) = previous {
-            gaps.add(
-                Seen::of_continued(&p.record),
-                now_ms,
-                Some(turn_index),
-                history.len(),
-            );
-        }
-        (gaps, previous)
-    }
-
     /// Gaps from lists of turn and tool-loop gaps, in milliseconds.
     pub fn of_lists(turn: &[u64], tool: &[u64]) -> Gaps {
         let mut gaps = Gaps::default();
@@ -144,7 +100,7 @@ impl Gaps {
         gaps
     }
 
-    fn add(&mut self, before: Seen, time: u64, turn: Option<u64>, count: usize) {
+    pub(super) fn add(&mut self, before: Seen, time: u64, turn: Option<u64>, count: usize) {
         if count <= before.count || time < before.time {
             return;
         }
@@ -211,7 +167,7 @@ mod tests {
     use super::*;
     use crate::session::entry::fixtures::conversation;
     use crate::session::entry::Conversation;
-    use crate::session::Entry;
+    use crate::session::{Entry, PrefixHashes, SessionLog};
 
     fn history(n: usize) -> PrefixHashes {
         history_of(0, n)
@@ -312,7 +268,10 @@ mod tests {
                             })
                         })
                         .collect();
-                    let walked = Learned::of(&entries);
+                    let walked = Learned::of(entries.iter().filter_map(|e| match e {
+                        Entry::Request(r) => Some(r),
+                        _ => None,
+                    }));
                     let now = time + 30_000;
                     let current = history_of(c, n);
                     let (walked_gaps, walked_previous) =

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use super::anchor::PrefixHashes;
 use super::entry::{ContextTransform, Entry, RequestRecord};
-use super::gaps::Learned;
+use super::gaps::{Gaps, Learned, Seen};
 use super::replay::{walk_plan, ReplayPlan, Tallies};
 use crate::measure::MarkTtl;
 use crate::persistent;
@@ -159,6 +159,47 @@ impl Continued {
             last_mark_ttl: r.marks.last().map(|m| m.ttl),
             usage: r.usage,
         }
+    }
+}
+
+/// The latest earlier request of the conversation a request continues.
+#[derive(Debug, Clone, Copy)]
+pub struct Previous {
+    pub record: Continued,
+    /// Milliseconds from that request to this one.
+    pub gap_ms: u64,
+}
+
+impl Gaps {
+    /// The gaps in `log`, plus the gap from this request's previous one (a request at
+    /// `now_ms` in turn `turn_index`, whose client history is `history`).
+    pub fn learn(
+        log: &SessionLog,
+        history: &PrefixHashes,
+        now_ms: u64,
+        turn_index: u64,
+    ) -> (Gaps, Option<Previous>) {
+        Self::learn_from(log.learned(), log, history, now_ms, turn_index)
+    }
+
+    /// [`Gaps::learn`] from what was learned of `log` so far.
+    pub(crate) fn learn_from(
+        learned: &Learned,
+        log: &(impl Entries + ?Sized),
+        history: &PrefixHashes,
+        now_ms: u64,
+        turn_index: u64,
+    ) -> (Gaps, Option<Previous>) {
+        let mut gaps = learned.gaps().clone();
+        let previous = log.latest_continued(history).map(|r| Previous {
+            record: r,
+            gap_ms: now_ms.saturating_sub(r.time),
+        });
+        if let Some(p) = previous {
+            let seen = Seen::new(p.record.time, p.record.turn_index, p.record.history_count);
+            gaps.add(seen, now_ms, Some(turn_index), history.len());
+        }
+        (gaps, previous)
     }
 }
 

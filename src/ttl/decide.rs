@@ -21,7 +21,8 @@ use crate::envelope::MsgKind;
 use crate::envelope::{Envelope, Ttl};
 use crate::measure::MarkTtl;
 use crate::models::ModelInfo;
-use crate::session::gaps::{lifetime_ms, Gaps, Previous};
+use crate::session::gaps::{lifetime_ms, Gaps};
+use crate::session::log::Previous;
 use crate::session::PrefixHashes;
 
 /// Bytes per token assumed before the session has a request to measure it on.

@@ -31,6 +31,33 @@ pub fn asks_flex(endpoint: Endpoint, request: &Value) -> bool {
         && request.get("service_tier").and_then(Value::as_str) == Some(FLEX_TIER)
 }
 
+/// The `prompt_cache_retention` value that keeps entries for a day.
+pub const EXTENDED_RETENTION: &str = "24h";
+/// The `prompt_cache_options.ttl` values: the default, and the longer one Responses takes.
+pub const TTL_30M: &str = "30m";
+pub const TTL_12H: &str = "12h";
+
+/// How long an OpenAI request asks the provider to keep its prefix: the two request fields
+/// that say so, read in one place for the emulator, the diagnosis and shaping.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// `prompt_cache_retention: "24h"`: kept up to a day.
+    pub extended_24h: bool,
+    /// `prompt_cache_options.ttl: "12h"` (Responses, GPT-5.6 and later): every breakpoint
+    /// the request writes lives at least 12 hours.
+    pub ttl_12h: bool,
+}
+
+impl Retention {
+    /// From the request's `prompt_cache_retention` and `prompt_cache_options.ttl` values.
+    pub fn of(retention: Option<&str>, ttl: Option<&str>) -> Retention {
+        Retention {
+            extended_24h: retention == Some(EXTENDED_RETENTION),
+            ttl_12h: ttl == Some(TTL_12H),
+        }
+    }
+}
+
 /// The `error.type` and `error.code` of an error body (PROVIDERS.md, Errors).
 fn error_type(kind: ErrorKind) -> (&'static str, Option<&'static str>) {
     match kind {

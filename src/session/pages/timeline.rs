@@ -252,7 +252,7 @@ fn write_split(provider: &str, u: &Usage) -> String {
     let mut split = if provider == Provider::OpenAi.label() {
         format!(
             "{}: {}",
-            crate::cache_model::TTL_30M,
+            crate::providers::openai::TTL_30M,
             format::tokens(shorter)
         )
     } else {
