@@ -444,6 +444,12 @@ pub fn key_of_raw(raw: &[u8]) -> MessageKey {
 
 /// [`key_of_raw`] of one of `among` messages keyed together (a body's history).
 pub fn key_of_raw_among(raw: &[u8], among: usize) -> MessageKey {
+    key_of_raw_keeping(raw, among, &mut Fresh::default())
+}
+
+/// [`key_of_raw_among`], keeping in `fresh` the canonical bytes of a message keyed for the
+/// first time, for the store to write as they are.
+pub fn key_of_raw_keeping(raw: &[u8], among: usize, fresh: &mut Fresh) -> MessageKey {
     static SEEN: crate::memo::Memo<MessageKey> = crate::memo::Memo::new(65_536);
     let key = || crate::memo::key(b"message", raw);
     SEEN.get_or_insert_among(among, key, || {
@@ -457,7 +463,7 @@ pub fn key_of_raw_among(raw: &[u8], among: usize) -> MessageKey {
         match canonical_bytes_of_raw(raw) {
             Some(bytes) => {
                 let key = key_of_bytes(&bytes);
-                keep_canonical(key, bytes);
+                fresh.keep(key, bytes);
                 key
             }
             None => key_of_bytes(raw),
@@ -471,42 +477,35 @@ impl Out for Sha256 {
     }
 }
 
-/// Canonical bytes of messages keyed lately (new ones: [`key_of_raw`] made them), for a
-/// store to take as it writes them: each new message is parsed and made canonical once, to
-/// be keyed, not a second time to be stored. Bounded in bytes, and what no store takes
-/// within seconds is dropped; a message not found here is made canonical again.
-fn recent_canonical() -> &'static moka::sync::Cache<MessageKey, std::sync::Arc<Vec<u8>>> {
-    static RECENT: std::sync::OnceLock<moka::sync::Cache<MessageKey, std::sync::Arc<Vec<u8>>>> =
-        std::sync::OnceLock::new();
-    RECENT.get_or_init(|| {
-        moka::sync::Cache::builder()
-            .max_capacity(RECENT_CANONICAL_BYTES)
-            .weigher(|_, bytes: &std::sync::Arc<Vec<u8>>| {
-                u32::try_from(bytes.len()).unwrap_or(u32::MAX)
-            })
-            .time_to_live(std::time::Duration::from_secs(10))
-            .build()
-    })
+/// At most this many bytes of canonical messages are kept per request (a first request of
+/// a long history keys every message); the rest are made canonical again as they are
+/// written, rather than held beside the body until the record.
+const KEPT_CANONICAL_BYTES: usize = 1 << 20;
+
+/// The largest canonical message kept for the store.
+const KEPT_CANONICAL: usize = KEPT_CANONICAL_BYTES / 16;
+
+/// The canonical bytes of the messages a request keyed for the first time: each new
+/// message is parsed and made canonical once, to be keyed, and written by the store as it
+/// was made, carried with the request's history hashes to its record.
+#[derive(Debug, Clone, Default)]
+pub struct Fresh {
+    kept: std::collections::HashMap<MessageKey, std::sync::Arc<[u8]>>,
+    bytes: usize,
 }
 
-/// At most this many bytes of canonical messages wait for a store; a message larger than
-/// a sixteenth of it is not kept.
-const RECENT_CANONICAL_BYTES: u64 = 1 << 20;
-
-/// The largest canonical message kept for a store.
-const KEPT_CANONICAL: usize = (RECENT_CANONICAL_BYTES / 16) as usize;
-
-fn keep_canonical(key: MessageKey, bytes: Vec<u8>) {
-    if bytes.len() <= KEPT_CANONICAL {
-        recent_canonical().insert(key, std::sync::Arc::new(bytes));
+impl Fresh {
+    fn keep(&mut self, key: MessageKey, bytes: Vec<u8>) {
+        if bytes.len() <= KEPT_CANONICAL && self.bytes + bytes.len() <= KEPT_CANONICAL_BYTES {
+            self.bytes += bytes.len();
+            self.kept.insert(key, bytes.into());
+        }
     }
-}
 
-/// The canonical bytes of the message keyed `key`, when it was keyed lately; taken, so a
-/// message is handed over once.
-pub fn take_canonical(key: &MessageKey) -> Option<Vec<u8>> {
-    let bytes = recent_canonical().remove(key)?;
-    Some(std::sync::Arc::try_unwrap(bytes).unwrap_or_else(|shared| shared.to_vec()))
+    /// The canonical bytes of the message keyed `key`, when it was keyed here.
+    pub fn get(&self, key: &MessageKey) -> Option<&std::sync::Arc<[u8]>> {
+        self.kept.get(key)
+    }
 }
 
 #[cfg(test)]
@@ -540,22 +539,19 @@ mod tests {
         .into_bytes()
     }
 
-    /// A new message keyed from its raw bytes is handed to the store canonical already, once:
-    /// the bytes the store takes are the canonical bytes of the parsed message. A sent blob
-    /// whose raw bytes are not JSON shows where they came from (made canonical again, it
-    /// would store nothing).
+    /// A new message keyed from its raw bytes comes with its canonical bytes, kept with the
+    /// request that keyed it: they are the canonical bytes of the parsed message, and a
+    /// message keyed before (remembered) brings none, so no other request's bytes are held.
     #[test]
-    fn a_new_message_is_stored_as_it_was_keyed_without_a_second_parse() {
-        use crate::session::store::Blob;
+    fn a_new_message_is_kept_as_it_was_keyed_without_a_second_parse() {
         let raw = tool_result("kept", 10);
         let expected = canonical_bytes(&serde_json::from_slice(&raw).unwrap());
-        let key = key_of_raw(&raw);
-        let blob = Blob::sent(key, bytes::Bytes::from_static(b"not json"));
-        assert_eq!(blob.stored_bytes().as_deref(), Some(&expected[..]));
-        // Taken: a second write of the same blob makes its bytes canonical itself.
-        assert_eq!(blob.stored_bytes(), None);
-        let blob = Blob::sent(key, bytes::Bytes::from(raw));
-        assert_eq!(blob.stored_bytes().as_deref(), Some(&expected[..]));
+        let mut fresh = Fresh::default();
+        let key = key_of_raw_keeping(&raw, 1, &mut fresh);
+        assert_eq!(fresh.get(&key).map(|b| b.to_vec()), Some(expected));
+        let mut again = Fresh::default();
+        assert_eq!(key_of_raw_keeping(&raw, 1, &mut again), key);
+        assert!(again.get(&key).is_none());
     }
 
     /// The messages agents send are copied, not parsed: a Claude Code tool result as it
@@ -567,15 +563,16 @@ mod tests {
         assert_eq!(copy_canonical(&raw), Some(canonical_bytes(&value)));
     }
 
-    /// Memory stays bounded: a message larger than a sixteenth of the budget is not kept.
+    /// Memory stays bounded: a message larger than the limit is not kept beside the body.
     #[test]
     fn a_large_new_message_is_not_kept_for_the_store() {
-        let raw = tool_result("large", (RECENT_CANONICAL_BYTES / 16) as usize);
-        let key = key_of_raw(&raw);
-        assert_eq!(take_canonical(&key), None);
+        let mut fresh = Fresh::default();
+        let raw = tool_result("large", KEPT_CANONICAL);
+        let key = key_of_raw_keeping(&raw, 1, &mut fresh);
+        assert!(fresh.get(&key).is_none());
         let small = tool_result("small", 10);
-        let key = key_of_raw(&small);
-        assert!(take_canonical(&key).is_some());
+        let key = key_of_raw_keeping(&small, 1, &mut fresh);
+        assert!(fresh.get(&key).is_some());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::providers::cache_key::{message_key, MessageKey};
+use crate::providers::cache_key::{key_of_raw_keeping, message_key, Fresh, MessageKey};
 
 /// The client history a patch (or a recorded request) was made against.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -41,11 +41,19 @@ impl Anchor {
 }
 
 /// Rolling hashes of every prefix of one history, computed once per request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct PrefixHashes {
     keys: Vec<MessageKey>,
     /// `prefix[n]` is the rolling hash of the first `n` messages; `len == keys.len() + 1`.
     prefix: Vec<[u8; 32]>,
+    /// The canonical bytes of the messages first keyed here, for the request's record.
+    fresh: Fresh,
+}
+
+impl PartialEq for PrefixHashes {
+    fn eq(&self, other: &Self) -> bool {
+        self.keys == other.keys && self.prefix == other.prefix
+    }
 }
 
 impl PrefixHashes {
@@ -63,6 +71,7 @@ impl PrefixHashes {
         let mut hashes = PrefixHashes {
             keys: Vec::with_capacity(keys.len()),
             prefix: Vec::with_capacity(keys.len() + 1),
+            fresh: Fresh::default(),
         };
         hashes.prefix.push([0u8; 32]);
         keys.into_iter().for_each(|key| hashes.push(key));
@@ -81,11 +90,13 @@ impl PrefixHashes {
         let mut hashes = PrefixHashes {
             keys: Vec::with_capacity(among),
             prefix: Vec::with_capacity(among + 1),
+            fresh: Fresh::default(),
         };
         hashes.keys.extend_from_slice(&earlier.keys[..reused]);
         hashes.prefix.extend_from_slice(&earlier.prefix[..=reused]);
         for raw in messages.skip(reused) {
-            hashes.push(crate::providers::cache_key::key_of_raw_among(raw, among));
+            let key = key_of_raw_keeping(raw, among, &mut hashes.fresh);
+            hashes.push(key);
         }
         hashes
     }
@@ -98,6 +109,11 @@ impl PrefixHashes {
         hasher.update(key);
         self.prefix.push(hasher.finalize().into());
         self.keys.push(key);
+    }
+
+    /// The canonical bytes of a message these hashes keyed for the first time.
+    pub fn fresh(&self, key: &MessageKey) -> Option<&std::sync::Arc<[u8]>> {
+        self.fresh.get(key)
     }
 
     /// Number of messages in the history.

@@ -101,17 +101,17 @@ pub fn compact_request(
     let (extends, base) = find_base(prior, hashes);
     let full = hashes.full();
     let keys = shape.messages[base..].to_vec();
-    // Made canonical by the store as it writes them. Room for the tool and system lists:
-    // growing a vector of 100,000 blobs would hold it twice for a moment.
+    // Made canonical as they were keyed, or else by the store as it writes them. Room for
+    // the tool and system lists: growing a vector of 100,000 blobs would hold it twice for
+    // a moment.
+    let fresh = |key: &MessageKey| draft.hashes.and_then(|h| h.fresh(key)).cloned();
     let mut blobs: Vec<Blob> = Vec::with_capacity(shape.messages.len().saturating_sub(base) + 2);
-    blobs.extend(
-        draft
-            .history
-            .iter()
-            .zip(&shape.messages)
-            .skip(base)
-            .map(|(raw, key)| Blob::sent(*key, raw.clone())),
-    );
+    blobs.extend(draft.history.iter().zip(&shape.messages).skip(base).map(
+        |(raw, key)| match fresh(key) {
+            Some(bytes) => Blob::canonical(*key, bytes),
+            None => Blob::sent(*key, raw.clone()),
+        },
+    ));
     let latest = latest_request(prior);
     let tools = list_blob(
         shape.tools_key,

@@ -46,15 +46,15 @@ pub struct Blob {
 /// time, so recording a 30 MB history never holds a second copy of all of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BlobBytes {
-    Canonical(Vec<u8>),
+    Canonical(std::sync::Arc<[u8]>),
     Sent(bytes::Bytes),
 }
 
 impl Blob {
-    pub fn canonical(key: MessageKey, bytes: Vec<u8>) -> Blob {
+    pub fn canonical(key: MessageKey, bytes: impl Into<std::sync::Arc<[u8]>>) -> Blob {
         Blob {
             key,
-            bytes: BlobBytes::Canonical(bytes),
+            bytes: BlobBytes::Canonical(bytes.into()),
         }
     }
 
@@ -69,12 +69,8 @@ impl Blob {
     /// The bytes to store; `None` for a sent message that is not JSON (nothing is stored).
     pub fn stored_bytes(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
         match &self.bytes {
-            BlobBytes::Canonical(bytes) => Some(bytes.as_slice().into()),
+            BlobBytes::Canonical(bytes) => Some(bytes[..].into()),
             BlobBytes::Sent(raw) => {
-                // Keying a new message made it canonical moments ago.
-                if let Some(bytes) = crate::providers::cache_key::take_canonical(&self.key) {
-                    return Some(bytes.into());
-                }
                 let bytes = crate::providers::cache_key::canonical_bytes_of_raw(raw)?;
                 debug_assert_eq!(crate::providers::cache_key::key_of_bytes(&bytes), self.key);
                 Some(bytes.into())
