@@ -28,16 +28,8 @@ const MAX_CACHED_COUNTERS: usize = 1024;
 /// Session store operations, counted from zero so a rate over them always has data.
 const STORE_OPERATIONS: [&str; 5] = ["open", "load", "append", "record", "request_index"];
 
-const PROVIDERS: [Provider; 2] = [Provider::Anthropic, Provider::OpenAi];
-const ENDPOINTS: [Endpoint; 7] = [
-    Endpoint::Messages,
-    Endpoint::CountTokens,
-    Endpoint::Chat,
-    Endpoint::Responses,
-    Endpoint::Compact,
-    Endpoint::Models,
-    Endpoint::Other,
-];
+const PROVIDERS: [Provider; 2] = Provider::ALL;
+const ENDPOINTS: [Endpoint; 7] = Endpoint::ALL;
 
 /// The latency histograms of one provider and endpoint, resolved once: every request
 /// observes them, and a label lookup hashes every label value each time.

@@ -29,6 +29,9 @@ pub enum Provider {
 }
 
 impl Provider {
+    /// Every provider family.
+    pub const ALL: [Provider; 2] = [Provider::Anthropic, Provider::OpenAi];
+
     pub fn label(self) -> &'static str {
         match self {
             Provider::Anthropic => "anthropic",
@@ -101,20 +104,24 @@ impl Endpoint {
 }
 
 impl Endpoint {
+    /// Every endpoint.
+    pub const ALL: [Endpoint; 7] = [
+        Endpoint::Messages,
+        Endpoint::CountTokens,
+        Endpoint::Chat,
+        Endpoint::Responses,
+        Endpoint::Compact,
+        Endpoint::Models,
+        Endpoint::Other,
+    ];
+
     /// The endpoint a label names ([`Endpoint::label`] read back; an unknown label is
     /// [`Endpoint::Other`]).
     pub fn from_label(label: &str) -> Endpoint {
-        [
-            Endpoint::Messages,
-            Endpoint::CountTokens,
-            Endpoint::Chat,
-            Endpoint::Responses,
-            Endpoint::Compact,
-            Endpoint::Models,
-        ]
-        .into_iter()
-        .find(|e| e.label() == label)
-        .unwrap_or(Endpoint::Other)
+        Endpoint::ALL
+            .into_iter()
+            .find(|e| e.label() == label)
+            .unwrap_or(Endpoint::Other)
     }
 }
 

@@ -370,10 +370,8 @@ fn parse_ttl(cc: &Value, path: &str) -> Result<Ttl, ApiError> {
 }
 
 fn is_thinking(block: &Value) -> bool {
-    matches!(
-        block.get("type").and_then(Value::as_str),
-        Some("thinking") | Some("redacted_thinking")
-    )
+    (block.get("type").and_then(Value::as_str))
+        .is_some_and(crate::providers::anthropic::is_thinking_block)
 }
 
 fn is_markable(block: &Value) -> bool {

@@ -204,15 +204,7 @@ pub fn thinking_stripped_from(env: &crate::envelope::Envelope) -> Option<usize> 
     if env.endpoint() != Endpoint::Messages {
         return None;
     }
-    let mut request = serde_json::Map::new();
-    for key in ["thinking", "context_management"] {
-        if let Some(value) = env
-            .option_raw(key)
-            .and_then(|raw| serde_json::from_slice(raw).ok())
-        {
-            request.insert(key.to_string(), value);
-        }
-    }
+    let request = crate::providers::anthropic::thinking_settings(env);
     let keep = crate::cache_model::thinking::retention(&request, &env.meta.model);
     if matches!(keep, None | Some(crate::cache_model::thinking::Keep::All)) {
         return None;
@@ -228,26 +220,11 @@ pub fn thinking_stripped_from(env: &crate::envelope::Envelope) -> Option<usize> 
     stripped.into_iter().find(|&i| turn_of(i) == newest)
 }
 
-/// How long an OpenAI request asks the provider to keep its prefix
-/// (`prompt_cache_retention`, `prompt_cache_options.ttl`): an agent sends the same on every
-/// request, so this request's says how long the previous one's prefix was kept. Only
-/// those two options are parsed.
+/// How long an OpenAI request asks the provider to keep its prefix: an agent sends the
+/// same on every request, so this request's says how long the previous one's prefix was
+/// kept.
 pub fn retention(env: &crate::envelope::Envelope) -> crate::providers::openai::Retention {
-    #[derive(serde::Deserialize)]
-    struct Options {
-        ttl: Option<String>,
-    }
-    if !matches!(env.endpoint(), Endpoint::Chat | Endpoint::Responses) {
-        return Default::default();
-    }
-    let retention = env
-        .option_raw("prompt_cache_retention")
-        .and_then(|raw| serde_json::from_slice::<String>(raw).ok());
-    let ttl = env
-        .option_raw("prompt_cache_options")
-        .and_then(|raw| serde_json::from_slice::<Options>(raw).ok())
-        .and_then(|o| o.ttl);
-    crate::providers::openai::Retention::of(retention.as_deref(), ttl.as_deref())
+    crate::providers::openai::Retention::of_envelope(env)
 }
 
 /// Minimum cacheable prefix assumed for a model missing from the table.
@@ -369,10 +346,8 @@ fn without_thinking(message: &serde_json::Value) -> (serde_json::Value, usize) {
     let mut removed = 0;
     if let Some(blocks) = out.get_mut("content").and_then(|c| c.as_array_mut()) {
         blocks.retain(|b| {
-            let thinking = matches!(
-                b.get("type").and_then(|t| t.as_str()),
-                Some("thinking" | "redacted_thinking")
-            );
+            let thinking = (b.get("type").and_then(|t| t.as_str()))
+                .is_some_and(crate::providers::anthropic::is_thinking_block);
             removed += usize::from(thinking);
             !thinking
         });

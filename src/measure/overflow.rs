@@ -8,45 +8,16 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use xxhash_rust::xxh3::Xxh3;
-
-use crate::cache_model::{count_in_window, RATE_WINDOW_MS, ROUTING_TOKENS};
+use crate::cache_model::{count_in_window, RATE_WINDOW_MS};
 use crate::envelope::Envelope;
-use crate::route::Endpoint;
 
-/// Bytes of the prompt start hashed for the route: the provider's [`ROUTING_TOKENS`] at
-/// about four bytes a token.
-const ROUTING_BYTES: usize = ROUTING_TOKENS * 4;
 /// Routes remembered before idle ones are dropped (the emulator keeps as many).
 const ROUTES_KEPT: usize = 4096;
 
-/// The route of an OpenAI request: its model, `prompt_cache_key` and the first
-/// [`ROUTING_BYTES`] of its prompt in the provider's cache-key order (tools, instructions,
-/// input). `None` for an API without the rule.
+/// The route of an OpenAI request (see `providers::openai::route_of`); `None` for an API
+/// without the rule.
 pub fn route_of(env: &Envelope) -> Option<u64> {
-    if !matches!(env.endpoint(), Endpoint::Chat | Endpoint::Responses) {
-        return None;
-    }
-    let mut h = Xxh3::new();
-    for key in ["model", "prompt_cache_key"] {
-        let value = env.option_raw(key).unwrap_or_default();
-        h.update(&(value.len() as u64).to_le_bytes());
-        h.update(value);
-    }
-    let mut left = ROUTING_BYTES;
-    let parts = env
-        .tools_raw()
-        .chain(env.system_raw().flatten())
-        .chain(env.history_raw());
-    for part in parts {
-        let take = part.len().min(left);
-        h.update(&part[..take]);
-        left -= take;
-        if left == 0 {
-            break;
-        }
-    }
-    Some(h.digest())
+    crate::providers::openai::route_of(env)
 }
 
 /// Recent request times per route, for [`Routes::count`].

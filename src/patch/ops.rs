@@ -138,9 +138,6 @@ pub enum Op {
     },
 }
 
-/// Options whose change invalidates a provider's cached messages (Anthropic).
-const CACHE_KEYED_OPTIONS: &[&str] = &["thinking", "tool_choice", "reasoning"];
-
 impl Op {
     /// The op's name as written in JSON, for metric labels and errors.
     pub fn name(&self) -> &'static str {
@@ -163,7 +160,7 @@ impl Op {
             Op::OptionsSet { options, .. } => {
                 if options
                     .keys()
-                    .any(|k| CACHE_KEYED_OPTIONS.contains(&k.as_str()))
+                    .any(|k| crate::providers::CACHE_KEYED_OPTIONS.contains(&k.as_str()))
                 {
                     Scope::Cached
                 } else {

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 
 use super::Endpoint;
+use crate::envelope::MsgKind;
 use crate::json::scan;
 
 /// Roles of OpenAI messages that carry the client's instructions rather than a turn.
@@ -20,6 +21,16 @@ impl<'a> Fields<'a> {
     pub fn of(b: &'a [u8]) -> Option<Self> {
         let entries = scan::entries(b, scan::skip_ws(b, 0)).ok()?;
         Some(Fields { b, entries })
+    }
+
+    /// The fields of a message, and its kind as far as its role says: who sent it, and
+    /// whether it carries the client's instructions.
+    pub fn with_role(b: &'a [u8]) -> Option<(Self, MsgKind)> {
+        let fields = Self::of(b)?;
+        let mut kind = MsgKind::default();
+        kind.role = fields.name("role").unwrap_or_default();
+        kind.instruction = INSTRUCTION_ROLES.contains(&&*kind.role);
+        Some((fields, kind))
     }
 
     /// The value span of a field.

@@ -49,6 +49,12 @@ pub fn asks_fast(endpoint: Endpoint, request: &Value) -> bool {
     }
 }
 
+/// Top-level options whose change invalidates the cached messages on some API: Anthropic's
+/// `thinking` and `tool_choice` ("tool_choice, adding or removing images, and thinking
+/// settings invalidate messages only", prompt-caching docs), OpenAI's `reasoning`. A patch
+/// setting one changes cached content (DESIGN §3).
+pub const CACHE_KEYED_OPTIONS: &[&str] = &["thinking", "tool_choice", "reasoning"];
+
 /// An error cachet answers itself, in the provider family's own error format.
 pub fn error_body(provider: Provider, kind: crate::error::ErrorKind, message: &str) -> Bytes {
     match provider {
@@ -221,17 +227,58 @@ pub fn check_boundary(
     }
 }
 
-/// A call cachet forwards without reading (a model list, a file upload): any event ends
-/// nothing in particular, so the stream ends where the body does.
-struct Passthrough(Endpoint);
+/// A value trimmed, unless it is empty.
+fn non_empty(value: Option<&str>) -> Option<String> {
+    value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
 
-impl Api for Passthrough {
+/// An endpoint whose answer is no turn: a token count, a compaction (read by the rules of
+/// `read_as`, whose request and usage it shares), or a call cachet forwards without reading
+/// (a model list, a file upload). Its stream, if any, ends where the body does.
+struct Unanswered {
+    endpoint: Endpoint,
+    read_as: Option<&'static dyn Api>,
+}
+
+static COUNT_TOKENS: Unanswered = Unanswered {
+    endpoint: Endpoint::CountTokens,
+    read_as: Some(&anthropic::MESSAGES),
+};
+static COMPACT: Unanswered = Unanswered {
+    endpoint: Endpoint::Compact,
+    read_as: Some(&openai_responses::RESPONSES),
+};
+static MODELS: Unanswered = Unanswered {
+    endpoint: Endpoint::Models,
+    read_as: None,
+};
+static OTHER: Unanswered = Unanswered {
+    endpoint: Endpoint::Other,
+    read_as: None,
+};
+
+impl Api for Unanswered {
     fn endpoint(&self) -> Endpoint {
-        self.0
+        self.endpoint
     }
 
     fn terminal(&self, _event: &str, _data: &[u8]) -> Option<Terminal> {
         Some(Terminal::Done)
+    }
+
+    fn cache_key_order(&self) -> [Section; 3] {
+        self.read_as
+            .map_or([Section::Tools, Section::System, Section::Messages], |a| {
+                a.cache_key_order()
+            })
+    }
+
+    fn is_cache_neutral_system_text(&self, text: &str) -> bool {
+        self.read_as
+            .is_some_and(|a| a.is_cache_neutral_system_text(text))
     }
 }
 
@@ -240,12 +287,12 @@ impl Api for Passthrough {
 pub fn api(endpoint: Endpoint) -> &'static dyn Api {
     match endpoint {
         Endpoint::Messages => &anthropic::MESSAGES,
-        Endpoint::CountTokens => &anthropic::COUNT_TOKENS,
+        Endpoint::CountTokens => &COUNT_TOKENS,
         Endpoint::Chat => &openai_chat::CHAT,
         Endpoint::Responses => &openai_responses::RESPONSES,
-        Endpoint::Compact => &openai_responses::COMPACT,
-        Endpoint::Models => &Passthrough(Endpoint::Models),
-        Endpoint::Other => &Passthrough(Endpoint::Other),
+        Endpoint::Compact => &COMPACT,
+        Endpoint::Models => &MODELS,
+        Endpoint::Other => &OTHER,
     }
 }
 

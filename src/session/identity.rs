@@ -18,7 +18,6 @@ use sha2::{Digest, Sha256};
 
 use crate::envelope::Envelope;
 use crate::providers::cache_key::{canonical_bytes, canonical_field_of_raw};
-use crate::route::Provider;
 
 /// Where a session id came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -92,22 +91,15 @@ const MAX_ID_LEN: usize = 128;
 /// Identify the session of a generation request, from its headers and its envelope (the
 /// one parse of its body).
 pub fn identify(headers: &HeaderMap, env: &Envelope) -> SessionId {
-    let option_text = |key: &str| {
-        env.option_raw(key)
-            .and_then(|raw| serde_json::from_slice::<String>(raw).ok())
-    };
     let found = header(headers, &CACHET_HEADER)
         .map(|id| (id, IdSource::Header))
         .or_else(|| header(headers, &CLAUDE_CODE_HEADER).map(|id| (id, IdSource::ClaudeCodeHeader)))
         .or_else(|| {
-            (env.provider() == Provider::Anthropic)
-                .then(|| metadata_session(env))
-                .flatten()
+            crate::providers::anthropic::metadata_session(env)
                 .map(|id| (id, IdSource::ClaudeCodeMetadata))
         })
         .or_else(|| {
-            non_empty(option_text("prompt_cache_key").as_deref())
-                .map(|id| (id, IdSource::PromptCacheKey))
+            crate::providers::openai::prompt_cache_key(env).map(|id| (id, IdSource::PromptCacheKey))
         })
         .or_else(|| conversation(env).map(|id| (id, IdSource::Conversation)))
         .or_else(|| {
@@ -150,30 +142,14 @@ fn non_empty(value: Option<&str>) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The Responses `conversation`: its id, given as a string or as `{"id": …}`.
+/// The Responses `conversation` a request names.
 pub fn conversation(env: &Envelope) -> Option<String> {
-    if env.endpoint() != crate::route::Endpoint::Responses {
-        return None;
-    }
-    crate::providers::openai_responses::conversation_id(env.option_raw("conversation")?)
+    crate::providers::openai_responses::conversation_of_envelope(env)
 }
 
 /// The answer a Responses request continues (`previous_response_id`), if it names one.
 pub fn previous_response(env: &Envelope) -> Option<String> {
-    let raw = env.option_raw("previous_response_id")?;
-    non_empty(serde_json::from_slice::<String>(raw).ok().as_deref())
-}
-
-/// The session inside Anthropic `metadata.user_id`: either a JSON object string carrying
-/// `session_id`, or the older `user_<hash>_account_<uuid>_session_<uuid>` form.
-fn metadata_session(env: &Envelope) -> Option<String> {
-    let metadata: Value = serde_json::from_slice(env.option_raw("metadata")?).ok()?;
-    let user_id = metadata.get("user_id")?.as_str()?;
-    if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(user_id) {
-        return non_empty(obj.get("session_id").and_then(Value::as_str));
-    }
-    let (_, session) = user_id.rsplit_once("_session_")?;
-    non_empty(Some(session))
+    crate::providers::openai_responses::previous_response(env)
 }
 
 /// Ids are used in store keys and admin URLs: keep short, plain ones as given, hash others.

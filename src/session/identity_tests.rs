@@ -1,5 +1,6 @@
 use super::*;
 use crate::route::Endpoint;
+use crate::route::Provider;
 
 /// Identify a request given as a JSON value (through its envelope, as the pipeline does).
 fn identify_value(h: &HeaderMap, body: &Value, _p: Provider, e: Endpoint) -> SessionId {

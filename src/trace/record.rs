@@ -87,7 +87,7 @@ impl Record {
     }
 
     pub fn endpoint(&self) -> Endpoint {
-        endpoint_from_label(&self.endpoint)
+        Endpoint::from_label(&self.endpoint)
     }
 
     pub fn provider(&self) -> crate::route::Provider {
@@ -107,17 +107,6 @@ impl Record {
         }
         // Serialised JSON and a body serde_json read are UTF-8.
         String::from_utf8(line).unwrap_or_default()
-    }
-}
-
-pub fn endpoint_from_label(label: &str) -> Endpoint {
-    match label {
-        "messages" => Endpoint::Messages,
-        "count_tokens" => Endpoint::CountTokens,
-        "chat" => Endpoint::Chat,
-        "responses" => Endpoint::Responses,
-        "models" => Endpoint::Models,
-        _ => Endpoint::Other,
     }
 }
 

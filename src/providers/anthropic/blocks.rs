@@ -46,7 +46,7 @@ pub(crate) fn object_block(b: &[u8], span: Span) -> Block {
             block.marker = Some(marker_of(b, &e.value));
         } else if scan::key_is(b, &e.key, "type") {
             let ty = scan::decode_str(b, &e.value).unwrap_or_default();
-            if ty == "thinking" || ty == "redacted_thinking" {
+            if super::is_thinking_block(&ty) {
                 block.markable = false;
                 block.thinking = true;
             }

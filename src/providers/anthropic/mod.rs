@@ -118,8 +118,8 @@ pub fn compaction_trigger(request: &Value) -> Result<Option<u64>, String> {
     }
 }
 
-/// Anthropic Messages (`POST /v1/messages`), or its token count (`count_tokens`), which is
-/// read by the same rules but answers no stream and no assistant message.
+/// Anthropic Messages (`POST /v1/messages`), or its token count (`count_tokens`), whose
+/// request is read by the same wire.
 pub struct Messages {
     endpoint: Endpoint,
 }
@@ -137,22 +137,19 @@ impl Api for Messages {
     }
 
     fn terminal(&self, event: &str, _data: &[u8]) -> Option<Terminal> {
-        match self.endpoint {
-            Endpoint::Messages => terminal(event),
-            _ => Some(Terminal::Done),
-        }
+        terminal(event)
     }
 
     fn stream_break_event(&self, message: &str) -> Option<Bytes> {
-        (self.endpoint == Endpoint::Messages).then(|| stream_break_event(message))
+        Some(stream_break_event(message))
     }
 
     fn assistant_from_body(&self, answer: &Value) -> Option<Value> {
-        (self.endpoint == Endpoint::Messages).then(|| assistant_from_body(answer))?
+        assistant_from_body(answer)
     }
 
     fn assistant_from_stream(&self, events: &[(String, Bytes)]) -> Option<Value> {
-        (self.endpoint == Endpoint::Messages).then(|| assistant_from_stream(events))?
+        assistant_from_stream(events)
     }
 
     fn cache_key_order(&self) -> [Section; 3] {
@@ -164,6 +161,44 @@ impl Api for Messages {
     }
 }
 
+/// The session inside `metadata.user_id` of a Messages request (Claude Code's): either a
+/// JSON object string carrying `session_id`, or the older
+/// `user_<hash>_account_<uuid>_session_<uuid>` form.
+pub fn metadata_session(env: &crate::envelope::Envelope) -> Option<String> {
+    if env.provider() != crate::route::Provider::Anthropic {
+        return None;
+    }
+    let metadata: Value = serde_json::from_slice(env.option_raw("metadata")?).ok()?;
+    let user_id = metadata.get("user_id")?.as_str()?;
+    if let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(user_id) {
+        return super::non_empty(obj.get("session_id").and_then(Value::as_str));
+    }
+    let (_, session) = user_id.rsplit_once("_session_")?;
+    super::non_empty(Some(session))
+}
+
+/// Whether a content block's `type` is a thinking block (`thinking`, or
+/// `redacted_thinking`): it cannot carry a marker, and the provider drops it from the prompt
+/// once the turn that asked for it is over (on models before Opus 4.5).
+pub fn is_thinking_block(kind: &str) -> bool {
+    matches!(kind, "thinking" | "redacted_thinking")
+}
+
+/// The settings that decide which thinking blocks the provider keeps in a request's
+/// prompt (`thinking`, `context_management`), as values: only those two options are parsed.
+pub fn thinking_settings(env: &crate::envelope::Envelope) -> Map<String, Value> {
+    let mut request = Map::new();
+    for key in ["thinking", "context_management"] {
+        if let Some(value) = env
+            .option_raw(key)
+            .and_then(|raw| serde_json::from_slice(raw).ok())
+        {
+            request.insert(key.to_string(), value);
+        }
+    }
+    request
+}
+
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 
@@ -173,12 +208,9 @@ pub fn is_cache_neutral_system_text(text: &str) -> bool {
 }
 
 pub fn message_kind(b: &[u8]) -> MsgKind {
-    let mut kind = MsgKind::default();
-    let Some(fields) = Fields::of(b) else {
-        return kind;
+    let Some((fields, mut kind)) = Fields::with_role(b) else {
+        return MsgKind::default();
     };
-    kind.role = fields.name("role").unwrap_or_default();
-    kind.instruction = super::message::INSTRUCTION_ROLES.contains(&&*kind.role);
     kind.from_model = kind.role == "assistant";
     match fields.get("content") {
         Some(content) if b.get(content.start) == Some(&b'[') => {

@@ -49,6 +49,27 @@ pub struct Retention {
 }
 
 impl Retention {
+    /// What a request's envelope asks (`prompt_cache_retention`,
+    /// `prompt_cache_options.ttl`); only those two options are parsed, and only on Chat
+    /// and Responses.
+    pub fn of_envelope(env: &crate::envelope::Envelope) -> Retention {
+        #[derive(serde::Deserialize)]
+        struct Options {
+            ttl: Option<String>,
+        }
+        if !matches!(env.endpoint(), Endpoint::Chat | Endpoint::Responses) {
+            return Retention::default();
+        }
+        let retention = env
+            .option_raw("prompt_cache_retention")
+            .and_then(|raw| serde_json::from_slice::<String>(raw).ok());
+        let ttl = env
+            .option_raw("prompt_cache_options")
+            .and_then(|raw| serde_json::from_slice::<Options>(raw).ok())
+            .and_then(|o| o.ttl);
+        Retention::of(retention.as_deref(), ttl.as_deref())
+    }
+
     /// From the request's `prompt_cache_retention` and `prompt_cache_options.ttl` values.
     pub fn of(retention: Option<&str>, ttl: Option<&str>) -> Retention {
         Retention {
@@ -56,6 +77,45 @@ impl Retention {
             ttl_12h: ttl == Some(TTL_12H),
         }
     }
+}
+
+/// The `prompt_cache_key` a request sets (its cache routing key; Codex and pi set it to
+/// their session id).
+pub fn prompt_cache_key(env: &crate::envelope::Envelope) -> Option<String> {
+    let raw = env.option_raw("prompt_cache_key")?;
+    super::non_empty(serde_json::from_slice::<String>(raw).ok().as_deref())
+}
+
+/// Bytes of the prompt start hashed for the route: the provider's `cache_model::ROUTING_TOKENS` at
+/// about four bytes a token.
+const ROUTING_BYTES: usize = crate::cache_model::ROUTING_TOKENS * 4;
+/// The route of an OpenAI request: its model, `prompt_cache_key` and the first
+/// `ROUTING_BYTES` of its prompt in the provider's cache-key order (tools, instructions,
+/// input). `None` for an API without the rule.
+pub fn route_of(env: &crate::envelope::Envelope) -> Option<u64> {
+    if !matches!(env.endpoint(), Endpoint::Chat | Endpoint::Responses) {
+        return None;
+    }
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for key in ["model", "prompt_cache_key"] {
+        let value = env.option_raw(key).unwrap_or_default();
+        h.update(&(value.len() as u64).to_le_bytes());
+        h.update(value);
+    }
+    let mut left = ROUTING_BYTES;
+    let parts = env
+        .tools_raw()
+        .chain(env.system_raw().flatten())
+        .chain(env.history_raw());
+    for part in parts {
+        let take = part.len().min(left);
+        h.update(&part[..take]);
+        left -= take;
+        if left == 0 {
+            break;
+        }
+    }
+    Some(h.digest())
 }
 
 /// The `error.type` and `error.code` of an error body (PROVIDERS.md, Errors).

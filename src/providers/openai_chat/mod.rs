@@ -51,12 +51,9 @@ impl Api for Chat {
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 
 pub fn message_kind(b: &[u8]) -> MsgKind {
-    let mut kind = MsgKind::default();
-    let Some(fields) = Fields::of(b) else {
-        return kind;
+    let Some((fields, mut kind)) = Fields::with_role(b) else {
+        return MsgKind::default();
     };
-    kind.role = fields.name("role").unwrap_or_default();
-    kind.instruction = super::message::INSTRUCTION_ROLES.contains(&&*kind.role);
     kind.from_model = kind.role == "assistant";
     kind.tool_result = kind.role == "tool";
     kind.calls_tool = fields

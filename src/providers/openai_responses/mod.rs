@@ -72,6 +72,20 @@ impl ConversationRef {
     }
 }
 
+/// The Conversations API conversation a Responses request names.
+pub fn conversation_of_envelope(env: &crate::envelope::Envelope) -> Option<String> {
+    if env.endpoint() != Endpoint::Responses {
+        return None;
+    }
+    conversation_id(env.option_raw("conversation")?)
+}
+
+/// The answer a Responses request continues (`previous_response_id`), if it names one.
+pub fn previous_response(env: &crate::envelope::Envelope) -> Option<String> {
+    let raw = env.option_raw("previous_response_id")?;
+    super::non_empty(serde_json::from_slice::<String>(raw).ok().as_deref())
+}
+
 /// Whether the provider keeps a request's answer for later requests to continue by
 /// `previous_response_id`: `store` is on unless the request sets it `false` (Codex and pi
 /// do). `store` is the field's raw JSON.
@@ -98,12 +112,9 @@ pub fn input_items(request: &Value) -> Vec<Value> {
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 
 pub fn message_kind(b: &[u8]) -> MsgKind {
-    let mut kind = MsgKind::default();
-    let Some(fields) = Fields::of(b) else {
-        return kind;
+    let Some((fields, mut kind)) = Fields::with_role(b) else {
+        return MsgKind::default();
     };
-    kind.role = fields.name("role").unwrap_or_default();
-    kind.instruction = super::message::INSTRUCTION_ROLES.contains(&&*kind.role);
     kind.item_type = fields
         .name("type")
         .unwrap_or(std::borrow::Cow::Borrowed("message"));
@@ -145,17 +156,13 @@ pub fn check_boundary(prev: Option<&MsgKind>, next: Option<&MsgKind>) -> Result<
     Ok(())
 }
 
-/// OpenAI Responses, or a compaction (`/v1/responses/compact`), whose request and usage are
-/// read by the same rules but which answers no stream and no turn.
+/// OpenAI Responses.
 pub struct Responses {
     endpoint: Endpoint,
 }
 
 pub static RESPONSES: Responses = Responses {
     endpoint: Endpoint::Responses,
-};
-pub static COMPACT: Responses = Responses {
-    endpoint: Endpoint::Compact,
 };
 
 impl Api for Responses {
@@ -164,22 +171,19 @@ impl Api for Responses {
     }
 
     fn terminal(&self, event: &str, _data: &[u8]) -> Option<Terminal> {
-        match self.endpoint {
-            Endpoint::Responses => terminal(event),
-            _ => Some(Terminal::Done),
-        }
+        terminal(event)
     }
 
     fn stream_break_event(&self, message: &str) -> Option<Bytes> {
-        (self.endpoint == Endpoint::Responses).then(|| stream_break_event(message))
+        Some(stream_break_event(message))
     }
 
     fn assistant_from_body(&self, answer: &Value) -> Option<Value> {
-        (self.endpoint == Endpoint::Responses).then(|| assistant_from_body(answer))?
+        assistant_from_body(answer)
     }
 
     fn assistant_from_stream(&self, events: &[(String, Bytes)]) -> Option<Value> {
-        (self.endpoint == Endpoint::Responses).then(|| assistant_from_stream(events))?
+        assistant_from_stream(events)
     }
 
     fn cache_key_order(&self) -> [Section; 3] {
