@@ -19,6 +19,14 @@
 //!   session record and diagnosis, written after the response), reported as its own row.
 //! - `shaping`: `anthropic-auto-breakpoints` + `stabilize-volatile` + `memory-pinned` on
 //!   growing 60-request sessions (100 KB → 500 KB), concurrency 1.
+//! - `growing`: growing 100 KB → 500 KB Claude Code sessions (built from a request Claude
+//!   Code sent: its system blocks, tools and settings as recorded, then a `Read` call and its
+//!   5 KB result appended per request, the marker on the last block), concurrency 1, through
+//!   three cachets in the same rounds: as shipped (no policy, monitoring on), with
+//!   monitoring off (`sessions.monitor = false`; on − off is the monitoring cost, on its own
+//!   line as a ratio of the hyper hop's CPU per request), and with full shaping
+//!   (`anthropic-auto-breakpoints` + `stabilize-volatile` + `memory-pinned`). Its A/B
+//!   variant (`LOAD_B_*`, below) runs as shipped.
 //! - `large`: a 30 MB body through a fresh `cachet serve` with every shipped policy
 //!   (`--policies policies/`) and with none: wall time and peak memory above the idle
 //!   process, for five shapes: an agent's long history (large tool results), one pasted
@@ -31,7 +39,9 @@
 //! throughput ≥ 0.9×, p50 at c=1 ≤ hyper hop + 0.05 ms; (b) no policy as shipped on the
 //! growing session: CPU ≤ 1.3×, p50 ≤ + 0.05 ms, and the monitoring cost beside it; (c) full
 //! shaping: CPU ≤ 2×, p50 ≤ + 0.2 ms; (d) streaming first byte ≤ + 0.5 ms; (e) the large
-//! body with every shipped policy: under 1 s, extra peak memory under 3× the body.
+//! body with every shipped policy: under 1 s, extra peak memory under 3× the body; and
+//! issue 62's on the growing 100–500 KB session: as shipped CPU ≤ 1.5×, the monitoring
+//! cost ≤ 0.3× the hyper hop's CPU, full shaping CPU ≤ 2×.
 //!
 //! CPU per request is the hop process's on-CPU time (per-thread `schedstat`, nanoseconds)
 //! from the first measured request until the process is idle again after the last one, so
@@ -39,13 +49,14 @@
 //! to the first byte of the response body.
 //!
 //! Run: `cargo bench --bench proxy_load` (a few minutes with the defaults). Env:
-//! `LOAD_SCENARIOS` (default `pass,session,shaping,large`), `LOAD_REQUESTS` (per round, pass
-//! scenario, default 2000; 500 KB cases send a quarter), `LOAD_ROUNDS` (default 3),
-//! `LOAD_CONCURRENCY` (list, default `1,8`), `LOAD_SESSIONS` (sessions per round: default 4
-//! in `session`, 3 in `shaping`), `LOAD_SHAPING_POLICY` (policy files added to `shaping`'s
-//! three, comma-separated), `LOAD_CACHET_CONFIG` (TOML dotted keys added to every cachet's
-//! configuration, `;`-separated), `LOAD_PIN=1` (driver and upstream on CPU 0, each hop on
-//! CPU 1), `LOAD_ONLY=2KB:false` (one pass case), `LOAD_VERBOSE=1` (every round),
+//! `LOAD_SCENARIOS` (default `pass,session,shaping,growing,large`), `LOAD_REQUESTS` (per
+//! round, pass scenario, default 2000; 500 KB cases send a quarter), `LOAD_ROUNDS` (default
+//! 3), `LOAD_CONCURRENCY` (list, default `1,8`), `LOAD_SESSIONS` (sessions per round:
+//! default 4 in `session`, 3 in `shaping`, 6 in `growing`), `LOAD_SHAPING_POLICY` (policy
+//! files added to the three of `shaping` and `growing`, comma-separated),
+//! `LOAD_CACHET_CONFIG` (TOML dotted keys added to every cachet's configuration,
+//! `;`-separated), `LOAD_PIN=1` (driver and upstream on CPU 0, each hop on CPU 1),
+//! `LOAD_ONLY=2KB:false` (one pass case), `LOAD_VERBOSE=1` (every round),
 //! `LOAD_BUFFERED_HOP=1` (a third bare hop in `pass`: the hyper client with the request body
 //! read whole first), `LOAD_LARGE_MB` (default 30), `BENCH_CACHET_RUST_LOG` (cachet's
 //! `RUST_LOG`; unset: the shipped level), and an A/B variant of cachet measured beside the
@@ -71,7 +82,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use bodies::{chat_body, pasted_prompt_body, plain_body, responses_body, session_id, AgentSession};
+use bodies::{
+    chat_body, pasted_prompt_body, plain_body, responses_body, session_id, AgentSession,
+    ClaudeCodeSession, ClaudeCodeTemplate,
+};
 use procfs::{cpu_between, cpu_reading, minor_faults, peak_rss_mib, rss_mib};
 
 fn main() {
@@ -575,8 +589,8 @@ async fn drive() {
         .split(',')
         .filter_map(|c| c.trim().parse().ok())
         .collect();
-    let scenarios =
-        std::env::var("LOAD_SCENARIOS").unwrap_or_else(|_| "pass,session,shaping,large".into());
+    let scenarios = std::env::var("LOAD_SCENARIOS")
+        .unwrap_or_else(|_| "pass,session,shaping,growing,large".into());
     let wants = |s: &str| scenarios.split(',').any(|x| x.trim() == s);
     let launch = Launcher {
         pin: std::env::var("LOAD_PIN").is_ok_and(|v| v == "1"),
@@ -615,6 +629,9 @@ async fn drive() {
     }
     if wants("shaping") {
         shaping(&rig, rounds).await;
+    }
+    if wants("growing") {
+        growing(&rig, rounds).await;
     }
     if wants("large") {
         large(&rig, rounds).await;
@@ -823,14 +840,8 @@ async fn session(rig: &Rig<'_>, rounds: usize) {
     );
 }
 
-/// Full shaping on growing 60-request agent sessions (100 KB → 500 KB).
-async fn shaping(rig: &Rig<'_>, rounds: usize) {
-    let (launch, up_url, up_addr, bare) = (
-        rig.launch,
-        rig.up_url.as_str(),
-        rig.up_addr.as_str(),
-        rig.bare,
-    );
+/// cachet's arguments for full shaping: the three policies, and `LOAD_SHAPING_POLICY`'s.
+fn shaping_args() -> Vec<String> {
     let mut args = vec![
         "--policy".to_string(),
         "policies/anthropic-auto-breakpoints.toml".into(),
@@ -849,6 +860,18 @@ async fn shaping(rig: &Rig<'_>, rounds: usize) {
             args.extend(["--policy".to_string(), extra.to_string()]);
         }
     }
+    args
+}
+
+/// Full shaping on growing 60-request agent sessions (100 KB → 500 KB).
+async fn shaping(rig: &Rig<'_>, rounds: usize) {
+    let (launch, up_url, up_addr, bare) = (
+        rig.launch,
+        rig.up_url.as_str(),
+        rig.up_addr.as_str(),
+        rig.bare,
+    );
+    let args = shaping_args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let cachet = launch.cachet("cachet, full shaping", up_url, &[], &args, None, &[]);
     let b = variant_b(launch, up_url, &[], &args);
@@ -885,6 +908,129 @@ async fn shaping(rig: &Rig<'_>, rounds: usize) {
         "p50 − hyper hop p50 (ms)",
         p50_delta(&r, 2),
         Limit::AtMost(0.2),
+    );
+    for hop in &hops {
+        println!("peak RSS {}: {:.1} MiB", hop.name, peak_rss_mib(hop.pid()));
+    }
+}
+
+/// Growing 100 KB → 500 KB Claude Code sessions, a 5 KB tool result appended per request:
+/// as shipped (no policy, monitoring on), with monitoring off, and with full shaping, in
+/// the same rounds.
+async fn growing(rig: &Rig<'_>, rounds: usize) {
+    let (launch, up_url, up_addr, bare) = (
+        rig.launch,
+        rig.up_url.as_str(),
+        rig.up_addr.as_str(),
+        rig.bare,
+    );
+    let shipped = launch.cachet("cachet", up_url, &[], &[], None, &[]);
+    let off = launch.cachet(
+        "cachet, monitor = false",
+        up_url,
+        &["sessions.monitor = false".to_string()],
+        &[],
+        None,
+        &[],
+    );
+    let args = shaping_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let shaping = launch.cachet("cachet, full shaping", up_url, &[], &args, None, &[]);
+    // The A/B variant runs as shipped, with its own keys.
+    let b = variant_b(launch, up_url, &[], &[]);
+    let mut hops = vec![bare[0], bare[1], &shipped, &off, &shaping];
+    hops.extend(b.as_ref());
+    let sessions = env_or("LOAD_SESSIONS", 6);
+    let template = ClaudeCodeTemplate::load();
+    let (start, end, result) = (100 * 1024, 500 * 1024, 5 * 1024);
+    let work = |round| {
+        let mut bodies = Vec::new();
+        for n in 0..sessions {
+            let id = session_id("growing", round, n + 1);
+            bodies.extend(ClaudeCodeSession::new(&template, &id, start, result).requests_to(end));
+        }
+        let warm = ClaudeCodeSession::new(&template, &session_id("growing", round, 0), 0, result)
+            .requests_to(start / 4);
+        Work {
+            warm,
+            requests: bodies.len(),
+            bodies,
+            stream: true,
+            path: MESSAGES,
+        }
+    };
+    let (first, last, per_round) = {
+        let w = work(0);
+        let per_session = w.requests / sessions.max(1);
+        (
+            w.bodies[0].len(),
+            w.bodies[per_session.saturating_sub(1)].len(),
+            w.requests,
+        )
+    };
+    println!(
+        "\n### growing: Claude Code sessions of {first} → {last} bytes, a {result}-byte tool result a request ({per_round} requests a round), streamed, c=1: as shipped, monitoring off, full shaping\n\n{HEADER}"
+    );
+    let r = measure(up_addr, &hops, rounds, 1, &work).await;
+    report("growing session c=1", &hops, &r);
+    // Monitoring's own cost: as shipped − monitoring off, per request, over the hyper hop's.
+    let cost = Spread::of(
+        r.iter()
+            .map(|(_, x)| x[2].cpu_ms_per_req - x[3].cpu_ms_per_req)
+            .collect(),
+    );
+    let share = Spread::of(
+        r.iter()
+            .map(|(_, x)| (x[2].cpu_ms_per_req - x[3].cpu_ms_per_req) / x[0].cpu_ms_per_req)
+            .collect(),
+    );
+    let hop = Spread::of(r.iter().map(|(_, x)| x[0].cpu_ms_per_req).collect());
+    println!("\n| growing session c=1 | hyper hop CPU ms/req (range) | monitoring: CPU ms/req on − off (range) | monitoring × hyper hop CPU (range) |\n|---|---|---|---|");
+    println!("| as shipped − monitoring off | {hop} | {cost} | {share} |");
+    const T: &str = "growing 100–500 KB session";
+    let case = "Claude Code, 5 KB a request, c=1";
+    target(
+        T,
+        "as shipped (no policy, monitoring on)",
+        "CPU/req × hyper hop",
+        cpu_ratio(&r, 2),
+        Limit::AtMost(1.5),
+    );
+    target(
+        T,
+        "monitoring: as shipped − monitoring off",
+        "CPU/req × hyper hop CPU/req",
+        share,
+        Limit::AtMost(0.3),
+    );
+    target(
+        T,
+        "full shaping",
+        "CPU/req × hyper hop",
+        cpu_ratio(&r, 4),
+        Limit::AtMost(2.0),
+    );
+    target(
+        T,
+        "monitoring off",
+        "CPU/req × hyper hop",
+        cpu_ratio(&r, 3),
+        Limit::Info,
+    );
+    target(T, case, "hyper hop CPU ms/req", hop, Limit::Info);
+    target(
+        T,
+        "as shipped (no policy, monitoring on)",
+        "p50 − hyper hop p50 (ms)",
+        p50_delta(&r, 2),
+        Limit::Info,
+    );
+    target(
+        T,
+        "full shaping",
+        "p50 − hyper hop p50 (ms)",
+        p50_delta(&r, 4),
+        Limit::Info,
     );
     for hop in &hops {
         println!("peak RSS {}: {:.1} MiB", hop.name, peak_rss_mib(hop.pid()));

@@ -29,7 +29,6 @@
 //! a change)).
 
 use std::convert::Infallible;
-use std::io::Read;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -44,6 +43,10 @@ use serde_json::{json, Value};
 mod child;
 #[path = "load/procfs.rs"]
 mod procfs;
+#[path = "load/recorded.rs"]
+mod recorded;
+
+use recorded::{fixture, root, strip_markers, trace_record, Corpus};
 
 type Body = http_body_util::Full<Bytes>;
 
@@ -254,27 +257,6 @@ struct Template {
     headers: Vec<(String, String)>,
 }
 
-fn root() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Record `index` of a recorded trace: (headers, body).
-fn trace_record(file: &str, index: usize) -> (Value, Value) {
-    let raw = std::fs::File::open(root().join("tests/data/traces").join(file)).unwrap();
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(raw)
-        .read_to_string(&mut text)
-        .unwrap();
-    let line = text.lines().nth(index).unwrap();
-    let mut record: Value = serde_json::from_str(line).unwrap();
-    (record["headers"].take(), record["body"].take())
-}
-
-fn fixture(file: &str) -> Value {
-    let text = std::fs::read_to_string(root().join("tests/data/clients").join(file)).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
-
 impl Template {
     fn of(client: Client) -> Template {
         let (headers, mut body) = match client {
@@ -342,61 +324,10 @@ fn from_model(client: Client, m: &Value) -> bool {
     }
 }
 
-fn strip_markers(v: &mut Value) {
-    match v {
-        Value::Object(map) => {
-            map.shift_remove("cache_control");
-            map.values_mut().for_each(strip_markers);
-        }
-        Value::Array(items) => items.iter_mut().for_each(strip_markers),
-        _ => {}
-    }
-}
-
-/// Slices of this repository's source files: what the agent's tools read.
-struct Corpus {
-    files: Vec<String>,
-}
-
-impl Corpus {
-    fn load() -> Corpus {
-        let mut files = Vec::new();
-        let mut dirs = vec![root().join("src")];
-        while let Some(dir) = dirs.pop() {
-            for entry in std::fs::read_dir(dir).unwrap().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    dirs.push(path);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    files.push(std::fs::read_to_string(&path).unwrap());
-                }
-            }
-        }
-        files.sort();
-        Corpus { files }
-    }
-
-    /// A 1-5 KB slice for step `n`: its length set by `at` (the request's place in its
-    /// cycle, so that the same place in every cycle carries as many bytes), its text by `n`.
-    fn slice(&self, n: u64, at: u64) -> String {
-        let mix = |v: u64| {
-            let x = v.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ 0x5851_F42D;
-            x ^ (x >> 29)
-        };
-        let x = mix(n);
-        let file = &self.files[(x % self.files.len() as u64) as usize];
-        let want = 1_000 + (mix(at) >> 8) as usize % 4_000;
-        let start = (x >> 20) as usize % file.len().max(1);
-        let mut start = start.min(file.len().saturating_sub(want));
-        while !file.is_char_boundary(start) {
-            start -= 1;
-        }
-        let mut end = (start + want).min(file.len());
-        while !file.is_char_boundary(end) {
-            end -= 1;
-        }
-        file[start..end].to_string()
-    }
+/// A tool result's length, 1-5 KB, set by `at` (the request's place in its cycle, so that
+/// the same place in every cycle carries as many bytes).
+fn result_bytes(at: u64) -> usize {
+    1_000 + (recorded::mix(at) >> 8) as usize % 4_000
 }
 
 /// The messages of one step (`n` counts steps over the whole session).
@@ -682,7 +613,7 @@ async fn run(client: Client, shaping: bool, corpus: &Corpus, upstream: &str) {
                 let pair = if (r - 1) % STEPS_PER_TURN == 0 {
                     turn_end(client, step)
                 } else {
-                    tool_step(client, step, &corpus.slice(step, r))
+                    tool_step(client, step, &corpus.slice(step, result_bytes(r)))
                 };
                 history.push(&pair[0]);
                 history.push(&pair[1]);

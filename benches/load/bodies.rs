@@ -7,8 +7,14 @@
 //!   prompt), with `cache_control` on the system prompt and on the last block of the last
 //!   message, and the session id in `metadata.user_id`, as Claude Code sends them. Each
 //!   session's tool results are its own (they start with its id), as real agents' are.
+//! - [`ClaudeCodeSession`]: a growing session built from a request Claude Code sent
+//!   ([`ClaudeCodeTemplate`]: its system blocks, tools and settings as recorded), each
+//!   request the previous one plus a `Read` call and its result.
 //! - [`chat_body`], [`responses_body`]: one large request of an agent's many small steps,
 //!   in OpenAI Chat and Responses.
+
+#[path = "recorded.rs"]
+mod recorded;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -315,4 +321,182 @@ pub fn session_id(tag: &str, round: usize, n: usize) -> String {
         "{pid:08x}-{round:04x}-4{n:03x}-8000-{:012x}",
         tag.len() as u64 * 1_000_003 + tag.bytes().map(u64::from).sum::<u64>()
     )
+}
+
+/// The request a growing Claude Code session is built from: Claude Code 2.1.330's 13th
+/// request of `tests/data/traces/claude-code.jsonl.gz` (its system blocks with the billing
+/// header, its tools, metadata, thinking, context management and effort, as recorded).
+pub struct ClaudeCodeTemplate {
+    /// The body up to the history's first message.
+    head: String,
+    /// The body after the history's last message.
+    tail: String,
+    /// The history before the model's first message (the prompt and the environment), its
+    /// markers removed.
+    start: Vec<Value>,
+    /// The recorded session id, replaced by each session's own.
+    session: String,
+    corpus: recorded::Corpus,
+}
+
+/// The billing block's version, as recorded; Claude Code changes its suffix every request.
+const CC_VERSION: &str = "cc_version=2.1.330.5e7";
+
+impl ClaudeCodeTemplate {
+    pub fn load() -> ClaudeCodeTemplate {
+        let (headers, mut body) = recorded::trace_record("claude-code.jsonl.gz", 12);
+        let session = headers["x-claude-code-session-id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let start = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .take_while(|m| m["role"] != "assistant")
+            .map(|m| {
+                let mut m = m.clone();
+                recorded::strip_markers(&mut m);
+                m
+            })
+            .collect();
+        body["messages"] = json!(["__HISTORY__"]);
+        let text = serde_json::to_string(&body).unwrap();
+        let (head, tail) = text.split_once("\"__HISTORY__\"").unwrap();
+        assert!(tail.contains(CC_VERSION) && tail.contains(&session));
+        ClaudeCodeTemplate {
+            head: head.to_string(),
+            tail: tail.to_string(),
+            start,
+            session,
+            corpus: recorded::Corpus::load(),
+        }
+    }
+}
+
+/// One Claude Code session that grows request by request: each request is the previous
+/// one plus the model's tool call (`Read` of a file) and its result, up to `result` bytes
+/// of this repository's source in numbered lines as Read returns them; the marker on the
+/// last block of the last message, the billing block's version different every request,
+/// as Claude Code sends them.
+pub struct ClaudeCodeSession<'a> {
+    template: &'a ClaudeCodeTemplate,
+    /// The template's text after the history, with this session's id.
+    tail: String,
+    /// Every message but the last, as JSON text joined by commas.
+    joined: String,
+    last: Value,
+    /// Distinct per session: its tool ids and which source each result holds.
+    seed: u64,
+    step: u64,
+    result: usize,
+}
+
+impl<'a> ClaudeCodeSession<'a> {
+    /// Session `id`, grown (without requests of its own) to at least `start` bytes.
+    pub fn new(
+        template: &'a ClaudeCodeTemplate,
+        id: &str,
+        start: usize,
+        result: usize,
+    ) -> ClaudeCodeSession<'a> {
+        let seed = id
+            .bytes()
+            .fold(0u64, |h, b| recorded::mix(h ^ u64::from(b)));
+        let mut s = ClaudeCodeSession {
+            template,
+            tail: template.tail.replace(&template.session, id),
+            joined: String::new(),
+            last: Value::Null,
+            seed,
+            step: 0,
+            result,
+        };
+        for m in &template.start {
+            s.push(m.clone());
+        }
+        while s.body().len() < start {
+            s.grow();
+        }
+        s
+    }
+
+    fn push(&mut self, message: Value) {
+        let previous = std::mem::replace(&mut self.last, message);
+        if !previous.is_null() {
+            if !self.joined.is_empty() {
+                self.joined.push(',');
+            }
+            self.joined
+                .push_str(&serde_json::to_string(&previous).unwrap());
+        }
+    }
+
+    /// One step: the model's tool call and its result.
+    pub fn grow(&mut self) {
+        let n = self.seed.wrapping_add(self.step);
+        self.step += 1;
+        let id = format!("toolu_{n:024x}");
+        let path = format!("/home/dev/project/src/module_{}.rs", self.step);
+        self.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "Read", "input": {"file_path": path}},
+        ]}));
+        // Read's answer: the file's lines, numbered, up to `result` bytes.
+        let mut text = String::with_capacity(self.result);
+        for (i, line) in self
+            .template
+            .corpus
+            .text(n, self.result)
+            .lines()
+            .enumerate()
+        {
+            let line = format!("{}\t{line}\n", i + 1);
+            if text.len() + line.len() > self.result {
+                break;
+            }
+            text.push_str(&line);
+        }
+        self.push(json!({"role": "user", "content": [
+            {"tool_use_id": id, "type": "tool_result", "content": text},
+        ]}));
+    }
+
+    /// The request as Claude Code sends it now.
+    pub fn body(&self) -> Bytes {
+        let mut last = self.last.clone();
+        if let Some(Value::Object(block)) = last
+            .get_mut("content")
+            .and_then(Value::as_array_mut)
+            .and_then(|blocks| blocks.last_mut())
+        {
+            block.insert("cache_control".into(), json!({"type": "ephemeral"}));
+        }
+        let last = serde_json::to_string(&last).unwrap();
+        let version = format!("cc_version=2.1.330.{:03x}", self.step % 4096);
+        let tail = self.tail.replacen(CC_VERSION, &version, 1);
+        let mut out = String::with_capacity(
+            self.template.head.len() + self.joined.len() + last.len() + tail.len() + 1,
+        );
+        out.push_str(&self.template.head);
+        out.push_str(&self.joined);
+        if !self.joined.is_empty() {
+            out.push(',');
+        }
+        out.push_str(&last);
+        out.push_str(&tail);
+        Bytes::from(out)
+    }
+
+    /// Requests, each the previous one plus a step, until one would pass `end` bytes.
+    pub fn requests_to(&mut self, end: usize) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        loop {
+            let body = self.body();
+            if body.len() > end {
+                return out;
+            }
+            out.push(body);
+            self.grow();
+        }
+    }
 }
