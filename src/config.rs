@@ -106,24 +106,38 @@ pub struct UpstreamConfig {
     pub anthropic_api_key_env: Option<String>,
     /// Same for OpenAI.
     pub openai_api_key_env: Option<String>,
-    /// The HTTP client that forwards requests upstream (hooks and memory sources always use
-    /// reqwest).
+    /// The HTTP client that forwards requests upstream: `"hyper"`, the only one (hooks and
+    /// memory sources use reqwest).
     pub client: UpstreamClientKind,
 }
 
-/// `upstream.client`: which HTTP client forwards requests upstream. Both speak HTTP/1.1 and
-/// HTTP/2 (ALPN) over rustls with the webpki roots, follow no redirects and decompress nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// `upstream.client`: the HTTP client that forwards requests upstream. hyper-util's pooled
+/// client is the only one; `"reqwest"`, which earlier versions also accepted, is refused
+/// with what to do instead, rather than quietly read as `"hyper"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UpstreamClientKind {
-    /// reqwest; honours `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY`, and adds
-    /// `accept: */*` to a request that has none.
-    Reqwest,
-    /// hyper-util's pooled client, without reqwest's layers: the client's headers go as they
-    /// came, at less CPU a request. It speaks to upstreams directly: when a proxy variable
-    /// applies to an upstream, reqwest is used instead.
+    /// hyper-util's pooled client: HTTP/1.1 and HTTP/2 (ALPN) over rustls with the webpki
+    /// roots, no redirects, no decompression, the client's headers as they came; through
+    /// the proxy `HTTPS_PROXY`, `HTTP_PROXY` or `ALL_PROXY` names (`NO_PROXY` exempts).
     #[default]
     Hyper,
+}
+
+impl<'de> Deserialize<'de> for UpstreamClientKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "hyper" => Ok(UpstreamClientKind::Hyper),
+            "reqwest" => Err(D::Error::custom(
+                "upstream.client = \"reqwest\" was removed: requests go upstream through \
+                 hyper-util's client only, which speaks through the proxy HTTPS_PROXY, \
+                 HTTP_PROXY or ALL_PROXY names as reqwest did; remove the line, or write \
+                 \"hyper\"",
+            )),
+            other => Err(D::Error::unknown_variant(other, &["hyper"])),
+        }
+    }
 }
 
 impl Default for UpstreamConfig {

@@ -271,15 +271,15 @@ pub fn response_head(
     (headers, if bodiless { Some(0) } else { kept })
 }
 
-/// The HTTP client for upstreams (`upstream.client`): rustls, no redirects, no transparent
-/// decompression.
+/// The HTTP client for upstreams: hyper-util's, over rustls, through the environment's
+/// proxies, no redirects, no transparent decompression.
 pub fn build_client(cfg: &UpstreamConfig) -> anyhow::Result<UpstreamClient> {
     UpstreamClient::build(cfg)
 }
 
-/// Map a failure to get response headers from the upstream into a client-facing error, the
-/// same for either client: a time-out (connecting included) is a 504, a connection or TLS
-/// handshake that failed a 502 with its innermost cause, anything else a 502. Never the URL.
+/// Map a failure to get response headers from the upstream into a client-facing error: a
+/// time-out (connecting included) is a 504, a connection, proxy tunnel or TLS handshake that
+/// failed a 502 with its innermost cause, anything else a 502. Never the URL.
 pub fn send_error(err: &SendError, host: &str) -> ApiError {
     if err.is_timeout() {
         return ApiError::new(

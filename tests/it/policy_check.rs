@@ -24,6 +24,24 @@ fn cachet_check(dir: &Path, args: &[&str]) -> Run {
     }
 }
 
+/// `cachet serve` with `args` in `dir`, which must refuse to start: what it said.
+fn serve_refuses(dir: &Path, args: &[&str]) -> String {
+    let serve = Command::new(env!("CARGO_BIN_EXE_cachet"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(!serve.status.success(), "serve started with {args:?}");
+    String::from_utf8_lossy(&serve.stderr).into_owned()
+}
+
 /// Check one policy file holding `text`; it must fail with exactly `expected` (one line
 /// per error) followed by the summary line.
 fn assert_refused(text: &str, expected: &[&str]) {
@@ -309,23 +327,60 @@ fn store_values_are_checked() {
         assert!(run.ok, "{ok}: {}", run.stderr);
     }
 
-    let serve = Command::new(env!("CARGO_BIN_EXE_cachet"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--store", "redsi://x"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(!serve.status.success());
-    let stderr = String::from_utf8_lossy(&serve.stderr);
+    let stderr = serve_refuses(dir.path(), &["--store", "redsi://x"]);
     assert!(stderr.contains("unknown scheme `redsi://`"), "{stderr}");
     assert!(
         !dir.path().join("redsi:").exists(),
         "no folder made of a typo"
+    );
+}
+
+/// `upstream.client = "reqwest"` was removed: `check` refuses a configuration that names it,
+/// at its line, saying what to do, rather than forwarding with another client than the one
+/// the file names; `"hyper"` is accepted, and `serve` refuses what `check` refuses.
+#[test]
+fn the_removed_reqwest_client_is_refused_saying_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |client: &str| {
+        std::fs::write(
+            dir.path().join("c.toml"),
+            format!("[upstream]\nconnect_timeout_ms = 5000\nclient = \"{client}\"\n"),
+        )
+        .unwrap();
+    };
+    config("reqwest");
+    let run = cachet_check(dir.path(), &["--config", "c.toml"]);
+    assert!(!run.ok);
+    let lines: Vec<&str> = run.stderr.trim_end().lines().collect();
+    assert_eq!(
+        lines.last(),
+        Some(&"cachet: check failed: the configuration is invalid"),
+        "{}",
+        run.stderr
+    );
+    let first = lines[0];
+    assert!(first.starts_with("c.toml:3:10: "), "{first}");
+    for says in [
+        "\"reqwest\" was removed",
+        "remove the line",
+        "\"hyper\"",
+        "HTTPS_PROXY",
+    ] {
+        assert!(first.contains(says), "{first}");
+    }
+    let stderr = serve_refuses(dir.path(), &["--config", "c.toml"]);
+    assert!(stderr.contains("\"reqwest\" was removed"), "{stderr}");
+
+    config("hyper");
+    let run = cachet_check(dir.path(), &["--config", "c.toml"]);
+    assert!(run.ok, "{}", run.stderr);
+    config("curl");
+    let run = cachet_check(dir.path(), &["--config", "c.toml"]);
+    assert!(!run.ok);
+    assert!(
+        run.stderr
+            .contains("unknown variant `curl`, expected `hyper`"),
+        "{}",
+        run.stderr
     );
 }

@@ -192,101 +192,93 @@ async fn streams_are_byte_identical_and_not_buffered() {
         ("/v1/responses", RESPONSES_REQ, responses, "openai", 1024.0),
     ];
     // Once with each upstream client: both must stream chunk by chunk.
-    for kind in UPSTREAM_CLIENTS {
-        for (path, req, events, provider, cache_read) in cases.clone() {
-            // The upstream sends the first event, then waits until the client has seen it.
-            let gate = Arc::new(Notify::new());
-            let mut steps = vec![chunk(events[0]), Step::Wait(gate.clone())];
-            steps.extend(events[1..].iter().map(|e| chunk(e)));
-            let upstream = FakeUpstream::start(Script::sse(steps)).await;
-            let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
-            let resp = client()
-                .post(format!("http://{}{path}", proxy.addr))
-                .header("x-api-key", "k")
-                .body(req)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(resp.status(), 200);
-            let mut stream = resp.bytes_stream();
-            let mut got = Vec::new();
-            while got.len() < events[0].len() {
-                got.extend_from_slice(&stream.next().await.unwrap().unwrap());
-            }
-            assert_eq!(
-                &got[..],
-                events[0].as_bytes(),
-                "first event arrived alone, before the upstream finished"
-            );
-            gate.notify_one();
-            while let Some(c) = stream.next().await {
-                got.extend_from_slice(&c.unwrap());
-            }
-            assert_eq!(
-                String::from_utf8(got).unwrap(),
-                events.concat(),
-                "{kind:?} {path}"
-            );
-            assert_eq!(upstream.requests()[0].body, Bytes::from(req));
-            let text = metrics_text(&proxy).await;
-            assert_eq!(
-                metric_value(
-                    &text,
-                    "cachet_input_tokens_total",
-                    &[("provider", provider), ("kind", "cache_read")]
-                ),
-                Some(cache_read),
-                "{path}: {text}"
-            );
-            proxy.shutdown().await;
+    for (path, req, events, provider, cache_read) in cases.clone() {
+        // The upstream sends the first event, then waits until the client has seen it.
+        let gate = Arc::new(Notify::new());
+        let mut steps = vec![chunk(events[0]), Step::Wait(gate.clone())];
+        steps.extend(events[1..].iter().map(|e| chunk(e)));
+        let upstream = FakeUpstream::start(Script::sse(steps)).await;
+        let proxy = start_proxy(test_config(&upstream.url())).await;
+        let resp = client()
+            .post(format!("http://{}{path}", proxy.addr))
+            .header("x-api-key", "k")
+            .body(req)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut stream = resp.bytes_stream();
+        let mut got = Vec::new();
+        while got.len() < events[0].len() {
+            got.extend_from_slice(&stream.next().await.unwrap().unwrap());
         }
+        assert_eq!(
+            &got[..],
+            events[0].as_bytes(),
+            "first event arrived alone, before the upstream finished"
+        );
+        gate.notify_one();
+        while let Some(c) = stream.next().await {
+            got.extend_from_slice(&c.unwrap());
+        }
+        assert_eq!(String::from_utf8(got).unwrap(), events.concat(), "{path}");
+        assert_eq!(upstream.requests()[0].body, Bytes::from(req));
+        let text = metrics_text(&proxy).await;
+        assert_eq!(
+            metric_value(
+                &text,
+                "cachet_input_tokens_total",
+                &[("provider", provider), ("kind", "cache_read")]
+            ),
+            Some(cache_read),
+            "{path}: {text}"
+        );
+        proxy.shutdown().await;
     }
 }
 
 #[tokio::test]
 async fn other_v1_paths_are_forwarded_to_their_family() {
-    for kind in UPSTREAM_CLIENTS {
-        let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
-        let mut config = test_config_with(&upstream.url(), kind);
-        config.upstream.openai = "http://127.0.0.1:1".into(); // must not be used for Anthropic
-        let proxy = start_proxy(config).await;
-        let r = client()
-            .get(format!("http://{}/v1/models?limit=5", proxy.addr))
-            .header("anthropic-version", "2023-06-01")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        assert_eq!(r.text().await.unwrap(), "{\"data\":[]}");
-        let r = client()
-            .post(format!("http://{}/v1/messages/batches", proxy.addr))
-            .header("x-api-key", "k")
-            .body("{}")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        let got = upstream.requests();
-        assert_eq!(got[0].path_and_query, "/v1/models?limit=5");
-        assert_eq!(got[1].path_and_query, "/v1/messages/batches");
-        let r = client()
-            .head(format!("http://{}/", proxy.addr))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            r.status(),
-            200,
-            "Claude Code's connectivity probe is answered"
-        );
-        let r = client()
-            .get(format!("http://{}/api/hello", proxy.addr))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        proxy.shutdown().await;
-    }
+    let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
+    let mut config = test_config(&upstream.url());
+    config.upstream.openai = "http://127.0.0.1:1".into(); // must not be used for Anthropic
+    let proxy = start_proxy(config).await;
+    let r = client()
+        .get(format!("http://{}/v1/models?limit=5", proxy.addr))
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "{\"data\":[]}");
+    let r = client()
+        .post(format!("http://{}/v1/messages/batches", proxy.addr))
+        .header("x-api-key", "k")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let got = upstream.requests();
+    assert_eq!(got[0].path_and_query, "/v1/models?limit=5");
+    assert_eq!(got[1].path_and_query, "/v1/messages/batches");
+    let r = client()
+        .head(format!("http://{}/", proxy.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "Claude Code's connectivity probe is answered"
+    );
+    let r = client()
+        .get(format!("http://{}/api/hello", proxy.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    proxy.shutdown().await;
 }
 
 /// The headers a `GET /v1/models` with an extra header of the client's reaches the upstream
@@ -306,27 +298,8 @@ async fn headers_upstream_sees(
     upstream.requests()[0].headers.clone()
 }
 
-/// The one difference between the upstream clients on the wire (README, `upstream.client`):
-/// reqwest adds `accept: */*` to a request without an `accept` header; the hyper client
-/// sends the client's headers as they came. Everything else the client sent arrives alike.
-#[tokio::test]
-async fn only_reqwest_adds_an_accept_header() {
-    for kind in UPSTREAM_CLIENTS {
-        let headers = headers_upstream_sees(|url| test_config_with(url, kind)).await;
-        assert_eq!(headers["anthropic-version"], "2023-06-01", "{kind:?}");
-        assert_eq!(headers["x-api-key"], "k", "{kind:?}");
-        assert_eq!(headers["x-custom"], "1", "{kind:?}");
-        let accept = headers.get("accept").map(|v| v.to_str().unwrap());
-        match kind {
-            cachet::config::UpstreamClientKind::Reqwest => assert_eq!(accept, Some("*/*")),
-            cachet::config::UpstreamClientKind::Hyper => assert_eq!(accept, None),
-        }
-    }
-}
-
-/// Untouched means the headers too: with the default configuration the upstream gets the
-/// client's headers as they came, with no `accept` added on the way (the hyper client is the
-/// default `upstream.client`).
+/// Untouched means the headers too: the upstream gets the client's headers as they came,
+/// with no `accept` added on the way.
 #[tokio::test]
 async fn by_default_the_upstream_gets_the_clients_headers_as_they_came() {
     let headers = headers_upstream_sees(test_config).await;
@@ -347,133 +320,192 @@ async fn by_default_the_upstream_gets_the_clients_headers_as_they_came() {
 /// stream with an error event of its own.
 #[tokio::test]
 async fn a_response_keeps_the_upstreams_content_length() {
-    for kind in UPSTREAM_CLIENTS {
-        let upstream = FakeUpstream::start(
-            Script::json(200, ANTHROPIC_RESP)
-                .header("content-length", &ANTHROPIC_RESP.len().to_string()),
-        )
-        .await;
-        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
-        let request = format!(
-            "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{ANTHROPIC_REQ}",
-            ANTHROPIC_REQ.len()
-        );
-        let answer = raw_exchange(proxy.addr, &request).await;
-        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-        let head = head.to_ascii_lowercase();
-        assert!(head.starts_with("http/1.1 200"), "{kind:?}: {answer}");
-        assert!(
-            head.contains(&format!("\r\ncontent-length: {}", ANTHROPIC_RESP.len())),
-            "{kind:?}: {head}"
-        );
-        assert!(!head.contains("transfer-encoding"), "{kind:?}: {head}");
-        assert_eq!(body, ANTHROPIC_RESP, "{kind:?}");
-        // hyper stops at the declared length without asking the body for its end: the
-        // answer must still count as whole, not as a client that went away.
-        let text = metrics_text(&proxy).await;
-        assert_eq!(
-            metric_sum(&text, "cachet_stream_errors_total", &[]),
-            0.0,
-            "{kind:?}: {text}"
-        );
-        assert_eq!(
-            metric_value(
-                &text,
-                "cachet_input_tokens_total",
-                &[("provider", "anthropic"), ("kind", "cache_read")]
-            ),
-            Some(2000.0),
-            "{kind:?}"
-        );
-        proxy.shutdown().await;
+    let upstream = FakeUpstream::start(
+        Script::json(200, ANTHROPIC_RESP)
+            .header("content-length", &ANTHROPIC_RESP.len().to_string()),
+    )
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{ANTHROPIC_REQ}",
+        ANTHROPIC_REQ.len()
+    );
+    let answer = raw_exchange(proxy.addr, &request).await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    let head = head.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{answer}");
+    assert!(
+        head.contains(&format!("\r\ncontent-length: {}", ANTHROPIC_RESP.len())),
+        "{head}"
+    );
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert_eq!(body, ANTHROPIC_RESP);
+    // hyper stops at the declared length without asking the body for its end: the
+    // answer must still count as whole, not as a client that went away.
+    let text = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(&text, "cachet_stream_errors_total", &[]),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric_value(
+            &text,
+            "cachet_input_tokens_total",
+            &[("provider", "anthropic"), ("kind", "cache_read")]
+        ),
+        Some(2000.0)
+    );
+    proxy.shutdown().await;
 
-        // An upstream that breaks off: the client gets fewer bytes than the length said, and
-        // so knows the answer is not whole.
-        let half = &ANTHROPIC_RESP[..ANTHROPIC_RESP.len() / 2];
-        let mut cut =
-            Script::json(200, half).header("content-length", &ANTHROPIC_RESP.len().to_string());
-        cut.steps.push(Step::Cut);
-        let upstream = FakeUpstream::start(cut).await;
-        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
-        let answer = raw_exchange(proxy.addr, &request).await;
-        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
-        let head = head.to_ascii_lowercase();
-        assert!(
-            head.contains(&format!("\r\ncontent-length: {}", ANTHROPIC_RESP.len())),
-            "{kind:?}: {head}"
-        );
-        assert!(body.len() < ANTHROPIC_RESP.len(), "{kind:?}: {answer}");
-        let text = metrics_text(&proxy).await;
-        assert_eq!(
-            metric_sum(
-                &text,
-                "cachet_stream_errors_total",
-                &[("cause", "upstream_cut")]
-            ),
-            1.0,
-            "{kind:?}: {text}"
-        );
-        proxy.shutdown().await;
+    // An upstream that breaks off: the client gets fewer bytes than the length said, and
+    // so knows the answer is not whole.
+    let half = &ANTHROPIC_RESP[..ANTHROPIC_RESP.len() / 2];
+    let mut cut =
+        Script::json(200, half).header("content-length", &ANTHROPIC_RESP.len().to_string());
+    cut.steps.push(Step::Cut);
+    let upstream = FakeUpstream::start(cut).await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let answer = raw_exchange(proxy.addr, &request).await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains(&format!("\r\ncontent-length: {}", ANTHROPIC_RESP.len())),
+        "{head}"
+    );
+    assert!(body.len() < ANTHROPIC_RESP.len(), "{answer}");
+    let text = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(
+            &text,
+            "cachet_stream_errors_total",
+            &[("cause", "upstream_cut")]
+        ),
+        1.0,
+        "{text}"
+    );
+    proxy.shutdown().await;
 
-        let events = anthropic_events().concat();
-        let upstream = FakeUpstream::start(
-            Script::sse(vec![chunk(&events)]).header("content-length", &events.len().to_string()),
-        )
-        .await;
-        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
-        let answer = raw_exchange(proxy.addr, &request).await;
-        let head = answer
-            .split_once("\r\n\r\n")
-            .unwrap()
-            .0
-            .to_ascii_lowercase();
-        assert!(head.starts_with("http/1.1 200"), "{kind:?}: {answer}");
-        assert!(!head.contains("content-length"), "{kind:?}: {head}");
-        assert!(
-            head.contains("transfer-encoding: chunked"),
-            "{kind:?}: {head}"
-        );
-        proxy.shutdown().await;
-    }
+    let events = anthropic_events().concat();
+    let upstream = FakeUpstream::start(
+        Script::sse(vec![chunk(&events)]).header("content-length", &events.len().to_string()),
+    )
+    .await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let answer = raw_exchange(proxy.addr, &request).await;
+    let head = answer
+        .split_once("\r\n\r\n")
+        .unwrap()
+        .0
+        .to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{answer}");
+    assert!(!head.contains("content-length"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    proxy.shutdown().await;
 }
 
 /// A response to HEAD, a 204 and a 304 carry no body whatever their `content-length` says:
 /// hyper never asks for one, and that is not a client that went away.
 #[tokio::test]
 async fn a_bodiless_answer_is_not_a_broken_one() {
-    for kind in UPSTREAM_CLIENTS {
-        for (status, method) in [(200, "HEAD"), (204, "GET"), (304, "GET")] {
-            let upstream =
-                FakeUpstream::start(Script::json(status, "").header("content-length", "11")).await;
-            let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
-            let answer = raw_exchange(
-                proxy.addr,
-                &format!("{method} /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nconnection: close\r\n\r\n"),
-            )
-            .await;
+    for (status, method) in [(200, "HEAD"), (204, "GET"), (304, "GET")] {
+        let upstream =
+            FakeUpstream::start(Script::json(status, "").header("content-length", "11")).await;
+        let proxy = start_proxy(test_config(&upstream.url())).await;
+        let answer = raw_exchange(
+            proxy.addr,
+            &format!("{method} /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nx-api-key: k\r\nconnection: close\r\n\r\n"),
+        )
+        .await;
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{method} {status}: {answer}"
+        );
+        if status == 204 {
+            // RFC 9110 §8.6: a 204 never carries a length, even if the upstream sent one.
             assert!(
-                answer.starts_with(&format!("HTTP/1.1 {status}")),
-                "{kind:?} {method} {status}: {answer}"
+                !answer.to_ascii_lowercase().contains("content-length"),
+                "{answer}"
             );
-            if status == 204 {
-                // RFC 9110 §8.6: a 204 never carries a length, even if the upstream sent one.
-                assert!(
-                    !answer.to_ascii_lowercase().contains("content-length"),
-                    "{answer}"
-                );
-            }
-            let mut errors = 0.0;
-            // The answer is counted once hyper drops its body: give it the time.
-            for _ in 0..20 {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                let text = metrics_text(&proxy).await;
-                errors = metric_sum(&text, "cachet_stream_errors_total", &[]);
-                if errors > 0.0 {
-                    break;
-                }
-            }
-            assert_eq!(errors, 0.0, "{kind:?} {method} {status}");
-            proxy.shutdown().await;
         }
+        let mut errors = 0.0;
+        // The answer is counted once hyper drops its body: give it the time.
+        for _ in 0..20 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            let text = metrics_text(&proxy).await;
+            errors = metric_sum(&text, "cachet_stream_errors_total", &[]);
+            if errors > 0.0 {
+                break;
+            }
+        }
+        assert_eq!(errors, 0.0, "{method} {status}");
+        proxy.shutdown().await;
     }
+}
+
+/// `cachet serve` reads the proxy variables as reqwest did: with `HTTP_PROXY` (credentials
+/// in its URL) a plain-http upstream is asked of the proxy by its absolute URL, the proxy's
+/// credentials beside the client's headers; `NO_PROXY` exempts a host, which is then
+/// reached directly. (The fake upstream plays the proxy: it answers what it is asked.)
+#[tokio::test]
+async fn the_proxy_variables_are_honoured() {
+    let proxy = FakeUpstream::start(Script::json(200, ANTHROPIC_RESP)).await;
+    let proxy_url = proxy.url().replace("http://", "http://ann:s3cret@");
+    let serve = |upstream: String, no_proxy: &'static str| {
+        let proxy_url = proxy_url.clone();
+        serve_process(move |cmd| {
+            for name in [
+                "HTTPS_PROXY",
+                "ALL_PROXY",
+                "https_proxy",
+                "all_proxy",
+                "http_proxy",
+                "no_proxy",
+            ] {
+                cmd.env_remove(name);
+            }
+            cmd.args(["--anthropic-upstream", &upstream])
+                .env("HTTP_PROXY", proxy_url)
+                .env("NO_PROXY", no_proxy);
+        })
+    };
+    let send = |addr: String| async move {
+        client()
+            .post(format!("http://{addr}/v1/messages"))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01")
+            .body(ANTHROPIC_REQ)
+            .send()
+            .await
+            .unwrap()
+    };
+    // No name resolves here: only the proxy can reach this upstream.
+    let mut through = serve("http://api.upstream.test:8080".into(), "");
+    let answer = send(through.addr.clone()).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.text().await.unwrap(), ANTHROPIC_RESP);
+    let asked = proxy.requests();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].path_and_query, "/v1/messages");
+    assert_eq!(asked[0].headers["host"], "api.upstream.test:8080");
+    assert_eq!(
+        asked[0].headers["proxy-authorization"],
+        "Basic YW5uOnMzY3JldA=="
+    );
+    assert_eq!(asked[0].headers["x-api-key"], "k");
+    assert_eq!(asked[0].body, ANTHROPIC_REQ);
+    let _ = through.child.kill();
+    let _ = through.child.wait();
+
+    let upstream = FakeUpstream::start(Script::json(200, ANTHROPIC_RESP)).await;
+    let mut direct = serve(upstream.url(), "127.0.0.1");
+    assert_eq!(send(direct.addr.clone()).await.status(), 200);
+    assert_eq!(upstream.requests().len(), 1);
+    assert_eq!(
+        proxy.requests().len(),
+        1,
+        "the exempt host is reached directly"
+    );
+    let _ = direct.child.kill();
+    let _ = direct.child.wait();
 }

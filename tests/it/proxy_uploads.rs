@@ -41,63 +41,58 @@ fn chunked(body: &[u8]) -> reqwest::Body {
 /// too. A generation body over the limit is still refused (413) before it is forwarded.
 #[tokio::test]
 async fn an_upload_larger_than_the_body_limit_goes_through_as_sent() {
-    for kind in UPSTREAM_CLIENTS {
-        let upstream = FakeUpstream::start(Script::json(200, r#"{"id":"file-1"}"#)).await;
-        let mut config = test_config_with(&upstream.url(), kind);
-        config.server.max_body_bytes = 128 * 1024;
-        let proxy = start_proxy(config).await;
-        let (content_type, upload) = multipart_upload(1024 * 1024);
-        let files = format!("http://{}/v1/files", proxy.addr);
-        let answer = client()
-            .post(&files)
-            .header("authorization", "Bearer sk-test")
-            .header("content-type", &content_type)
-            .body(upload.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), 200, "{kind:?}: {:?}", answer.text().await);
-        // Anthropic's batches, JSON of the same size, sent chunked.
-        let batch = format!(
-            "{{\"requests\":[{{\"custom_id\":\"a\",\"params\":{{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":8,\"messages\":[{{\"role\":\"user\",\"content\":\"{}\"}}]}}}}]}}",
-            "y".repeat(1024 * 1024)
-        );
-        let answer = client()
-            .post(format!("http://{}/v1/messages/batches", proxy.addr))
-            .header("x-api-key", "sk-ant-test")
-            .header("anthropic-version", "2023-06-01")
-            .header("content-type", "application/json")
-            .body(chunked(batch.as_bytes()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), 200, "{kind:?}");
-        let got = upstream.requests();
-        assert_eq!(got.len(), 2, "{kind:?}");
-        assert_eq!(got[0].path_and_query, "/v1/files");
-        assert!(
-            got[0].body == upload,
-            "{kind:?}: the upload changed on its way"
-        );
-        assert_eq!(
-            got[0].headers["content-length"],
-            upload.len().to_string().as_str(),
-            "{kind:?}: the declared length was lost"
-        );
-        assert_eq!(got[0].headers["content-type"], content_type.as_str());
-        assert_eq!(got[1].path_and_query, "/v1/messages/batches");
-        assert!(got[1].body == batch.as_bytes(), "{kind:?}");
-        // What cachet reads stays bounded.
-        let generation = serde_json::json!({
-            "model": "claude-sonnet-4-5",
-            "max_tokens": 8,
-            "messages": [{"role": "user", "content": "z".repeat(256 * 1024)}],
-        });
-        let answer = post_anthropic(&proxy, "uploads", &generation).await;
-        assert_eq!(answer.0, 413, "{kind:?}");
-        assert_eq!(upstream.requests().len(), 2, "{kind:?}");
-        proxy.shutdown().await;
-    }
+    let upstream = FakeUpstream::start(Script::json(200, r#"{"id":"file-1"}"#)).await;
+    let mut config = test_config(&upstream.url());
+    config.server.max_body_bytes = 128 * 1024;
+    let proxy = start_proxy(config).await;
+    let (content_type, upload) = multipart_upload(1024 * 1024);
+    let files = format!("http://{}/v1/files", proxy.addr);
+    let answer = client()
+        .post(&files)
+        .header("authorization", "Bearer sk-test")
+        .header("content-type", &content_type)
+        .body(upload.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
+    // Anthropic's batches, JSON of the same size, sent chunked.
+    let batch = format!(
+        "{{\"requests\":[{{\"custom_id\":\"a\",\"params\":{{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":8,\"messages\":[{{\"role\":\"user\",\"content\":\"{}\"}}]}}}}]}}",
+        "y".repeat(1024 * 1024)
+    );
+    let answer = client()
+        .post(format!("http://{}/v1/messages/batches", proxy.addr))
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(chunked(batch.as_bytes()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let got = upstream.requests();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].path_and_query, "/v1/files");
+    assert!(got[0].body == upload, "the upload changed on its way");
+    assert_eq!(
+        got[0].headers["content-length"],
+        upload.len().to_string().as_str(),
+        "the declared length was lost"
+    );
+    assert_eq!(got[0].headers["content-type"], content_type.as_str());
+    assert_eq!(got[1].path_and_query, "/v1/messages/batches");
+    assert!(got[1].body == batch.as_bytes());
+    // What cachet reads stays bounded.
+    let generation = serde_json::json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "z".repeat(256 * 1024)}],
+    });
+    let answer = post_anthropic(&proxy, "uploads", &generation).await;
+    assert_eq!(answer.0, 413);
+    assert_eq!(upstream.requests().len(), 2);
+    proxy.shutdown().await;
 }
 
 /// A head announcing 100,000 bytes, then 10 of them, then silence.
@@ -108,31 +103,25 @@ const STALLED_UPLOAD: &str = "POST /v1/files HTTP/1.1\r\nhost: x\r\nauthorizatio
 /// the request whole.
 #[tokio::test]
 async fn a_stalled_upload_is_answered_408_and_never_reaches_the_upstream_whole() {
-    for kind in UPSTREAM_CLIENTS {
-        let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
-        let mut config = test_config_with(&upstream.url(), kind);
-        config.server.body_read_timeout_ms = 300;
-        let proxy = start_proxy(config).await;
-        let answer = tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            raw_exchange(proxy.addr, STALLED_UPLOAD),
-        )
-        .await
-        .expect("the stalled upload was never answered");
-        assert!(answer.starts_with("HTTP/1.1 408"), "{kind:?}: {answer}");
-        assert!(answer.contains("did not arrive"), "{kind:?}: {answer}");
-        assert!(
-            upstream.requests().iter().all(|r| r.body.len() < 100_000),
-            "{kind:?}"
-        );
-        let metrics = metrics_text(&proxy).await;
-        assert_eq!(
-            metric_sum(&metrics, "cachet_requests_total", &[("status", "408")]),
-            1.0,
-            "{kind:?}"
-        );
-        proxy.shutdown().await;
-    }
+    let upstream = FakeUpstream::start(Script::json(200, "{}")).await;
+    let mut config = test_config(&upstream.url());
+    config.server.body_read_timeout_ms = 300;
+    let proxy = start_proxy(config).await;
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        raw_exchange(proxy.addr, STALLED_UPLOAD),
+    )
+    .await
+    .expect("the stalled upload was never answered");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive"), "{answer}");
+    assert!(upstream.requests().iter().all(|r| r.body.len() < 100_000));
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(&metrics, "cachet_requests_total", &[("status", "408")]),
+        1.0
+    );
+    proxy.shutdown().await;
 }
 
 /// `upstream.response_timeout_ms` waits for the answer once the upload has been sent, not
@@ -171,35 +160,33 @@ async fn the_answer_time_out_starts_once_the_upload_is_sent() {
 /// `transfer-encoding`, no `content-length`, through either upstream client.
 #[tokio::test]
 async fn a_call_without_a_body_goes_without_one() {
-    for kind in UPSTREAM_CLIENTS {
-        let upstream = FakeUpstream::start(Script::json(200, r#"{"data":[]}"#)).await;
-        let proxy = start_proxy(test_config_with(&upstream.url(), kind)).await;
-        let base = format!("http://{}", proxy.addr);
-        for request in [
-            client().get(format!("{base}/v1/models")),
-            client().delete(format!("{base}/v1/files/file-1")),
-            client().get(format!("{base}/v1/files/file-1/content")),
-        ] {
-            let answer = request
-                .header("authorization", "Bearer sk-test")
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(answer.status(), 200, "{kind:?}");
-        }
-        for got in upstream.requests() {
-            let framing = ["transfer-encoding", "content-length"].map(|h| got.headers.get(h));
-            assert_eq!(
-                framing,
-                [None, None],
-                "{kind:?}: {} {}",
-                got.method,
-                got.path_and_query
-            );
-            assert!(got.body.is_empty());
-        }
-        proxy.shutdown().await;
+    let upstream = FakeUpstream::start(Script::json(200, r#"{"data":[]}"#)).await;
+    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let base = format!("http://{}", proxy.addr);
+    for request in [
+        client().get(format!("{base}/v1/models")),
+        client().delete(format!("{base}/v1/files/file-1")),
+        client().get(format!("{base}/v1/files/file-1/content")),
+    ] {
+        let answer = request
+            .header("authorization", "Bearer sk-test")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
     }
+    for got in upstream.requests() {
+        let framing = ["transfer-encoding", "content-length"].map(|h| got.headers.get(h));
+        assert_eq!(
+            framing,
+            [None, None],
+            "{} {}",
+            got.method,
+            got.path_and_query
+        );
+        assert!(got.body.is_empty());
+    }
+    proxy.shutdown().await;
 }
 
 /// An upload above the default `server.max_body_bytes` (32 MiB), through cachet to the

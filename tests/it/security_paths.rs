@@ -23,76 +23,73 @@ const ESCAPES: &[&str] = &[
 #[tokio::test]
 async fn escaping_paths_never_reach_the_upstream_outside_its_base() {
     // Once with each upstream client: both must send the URL cachet built, unchanged.
-    for kind in UPSTREAM_CLIENTS {
-        let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
-        let base = format!("{}/gw/anthropic", upstream.url());
-        let mut config = test_config_with(&base, kind);
-        config.upstream.openai = format!("{}/gw/openai", upstream.url());
-        let proxy = start_proxy(config).await;
+    let upstream = FakeUpstream::start(Script::json(200, "{\"data\":[]}")).await;
+    let base = format!("{}/gw/anthropic", upstream.url());
+    let mut config = test_config(&base);
+    config.upstream.openai = format!("{}/gw/openai", upstream.url());
+    let proxy = start_proxy(config).await;
 
-        for path in ESCAPES {
-            for (method, extra) in [
-                ("GET", "anthropic-version: 2023-06-01\r\n"),
-                (
-                    "POST",
-                    "content-type: application/json\r\ncontent-length: 2\r\n",
-                ),
-            ] {
-                let body = if method == "POST" { "{}" } else { "" };
-                let answer = raw_exchange(
-                    proxy.addr,
-                    &format!(
+    for path in ESCAPES {
+        for (method, extra) in [
+            ("GET", "anthropic-version: 2023-06-01\r\n"),
+            (
+                "POST",
+                "content-type: application/json\r\ncontent-length: 2\r\n",
+            ),
+        ] {
+            let body = if method == "POST" { "{}" } else { "" };
+            let answer = raw_exchange(
+                proxy.addr,
+                &format!(
                     "{method} {path} HTTP/1.1\r\nhost: x\r\n{extra}connection: close\r\n\r\n{body}"
                 ),
-                )
-                .await;
-                assert!(
-                    answer.starts_with("HTTP/1.1 400"),
-                    "{method} {path}: {answer}"
-                );
-                // The provider's error format: Anthropic's for Anthropic requests, OpenAI's else.
-                assert!(answer.contains("\"invalid_request_error\""), "{answer}");
-                let anthropic =
-                    extra.contains("anthropic-version") || path.starts_with("/v1/messages");
-                assert_eq!(
-                    answer.contains("{\"type\":\"error\""),
-                    anthropic,
-                    "{answer}"
-                );
-            }
-        }
-        // A backslash path: refused by cachet or by the HTTP parser, never forwarded.
-        let answer = raw_exchange(
-            proxy.addr,
-            "GET /v1\\..\\..\\internal HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
-        )
-        .await;
-        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-
-        // A plain path still goes through, under the base path.
-        let answer = raw_exchange(
-        proxy.addr,
-        "GET /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nconnection: close\r\n\r\n",
-    )
-    .await;
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        let seen = upstream.requests();
-        assert_eq!(seen.len(), 1, "{seen:?}");
-        for r in &seen {
+            )
+            .await;
             assert!(
-                r.path_and_query.starts_with("/gw/anthropic/"),
-                "the upstream saw {}",
-                r.path_and_query
+                answer.starts_with("HTTP/1.1 400"),
+                "{method} {path}: {answer}"
+            );
+            // The provider's error format: Anthropic's for Anthropic requests, OpenAI's else.
+            assert!(answer.contains("\"invalid_request_error\""), "{answer}");
+            let anthropic = extra.contains("anthropic-version") || path.starts_with("/v1/messages");
+            assert_eq!(
+                answer.contains("{\"type\":\"error\""),
+                anthropic,
+                "{answer}"
             );
         }
-        let metrics = metrics_text(&proxy).await;
-        assert!(
-            metric_sum(&metrics, "cachet_requests_total", &[("status", "400")])
-                >= (ESCAPES.len() * 2) as f64,
-            "refusals are counted"
-        );
-        proxy.shutdown().await;
     }
+    // A backslash path: refused by cachet or by the HTTP parser, never forwarded.
+    let answer = raw_exchange(
+        proxy.addr,
+        "GET /v1\\..\\..\\internal HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+
+    // A plain path still goes through, under the base path.
+    let answer = raw_exchange(
+    proxy.addr,
+    "GET /v1/models HTTP/1.1\r\nhost: x\r\nanthropic-version: 2023-06-01\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    for r in &seen {
+        assert!(
+            r.path_and_query.starts_with("/gw/anthropic/"),
+            "the upstream saw {}",
+            r.path_and_query
+        );
+    }
+    let metrics = metrics_text(&proxy).await;
+    assert!(
+        metric_sum(&metrics, "cachet_requests_total", &[("status", "400")])
+            >= (ESCAPES.len() * 2) as f64,
+        "refusals are counted"
+    );
+    proxy.shutdown().await;
 }
 
 #[tokio::test]

@@ -20,7 +20,7 @@ use hyper::body::{Frame, Incoming};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 
-use cachet::config::{Config, UpstreamClientKind};
+use cachet::config::Config;
 use cachet::transport::server::{self, ProxyHandle};
 use cachet::transport::ProxyBody;
 
@@ -218,18 +218,6 @@ pub fn test_config(upstream: &str) -> Config {
     // until the test process ends.
     let store = tempfile::tempdir().unwrap().keep();
     config.sessions.store = store.to_string_lossy().into_owned();
-    config
-}
-
-/// Both upstream clients (`upstream.client`). Fault, secret and fidelity tests run their body
-/// once with each, so a client that answers a failure differently fails them.
-pub const UPSTREAM_CLIENTS: [UpstreamClientKind; 2] =
-    [UpstreamClientKind::Reqwest, UpstreamClientKind::Hyper];
-
-/// [`test_config`] forwarding through `client`.
-pub fn test_config_with(upstream: &str, client: UpstreamClientKind) -> Config {
-    let mut config = test_config(upstream);
-    config.upstream.client = client;
     config
 }
 
