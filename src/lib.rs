@@ -47,6 +47,7 @@ pub mod secret;
 pub mod session;
 pub mod shape;
 pub mod sse;
+pub mod svg;
 pub mod tap;
 pub mod telemetry;
 pub mod tokens;
