@@ -28,6 +28,7 @@ pub mod emulator;
 pub mod envelope;
 pub mod error;
 pub mod hooks;
+pub mod http_serve;
 pub mod inject;
 pub mod json_check;
 pub mod json_edit;

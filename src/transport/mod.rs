@@ -1,13 +1,12 @@
-//! The network edge: listeners and HTTP plumbing, the proxy's request handler, the upstream
-//! side (URLs, headers, errors) and the admin listener.
+//! The network edge: the proxy's listener and request handler, reading request bodies, the
+//! upstream side (URLs, headers, errors, the client) and the admin listener, on the serving
+//! of [`crate::http_serve`].
 
 pub mod admin;
 pub mod arriving;
 pub mod client_auth;
-mod coarse_timer;
 pub mod forward;
 pub mod http;
-pub mod path_guard;
 pub mod server;
 pub mod upstream_client;
 

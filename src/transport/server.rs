@@ -13,10 +13,10 @@ use tokio::sync::watch;
 
 use super::admin::{self, AdminState};
 use super::client_auth::{ClientKeys, ClientName};
-use super::http::{error_response, full, serve_connections, ConnectionLimits, ProxyBody};
-use super::path_guard;
+use super::http::{error_response, full, ProxyBody};
 use crate::config::Config;
 use crate::error::{ApiError, ErrorKind};
+use crate::http_serve::{path_guard, serve_connections, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::providers::{classify, Endpoint, Route};
