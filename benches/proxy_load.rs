@@ -755,6 +755,27 @@ fn agent_work(
     }
 }
 
+/// cachet as shipped but for monitoring (`sessions.monitor = false`).
+fn monitoring_off(launch: Launcher, upstream: &str) -> Hop {
+    let config = ["sessions.monitor = false".to_string()];
+    launch.cachet("cachet, monitor = false", upstream, &config, &[], None, &[])
+}
+
+/// Monitoring's own cost per round, cachet as shipped (hop 2) less cachet with monitoring
+/// off (hop 3): CPU ms a request, and that over the hyper hop's CPU a request.
+fn monitoring_cost(rounds: &Rounds) -> (Spread, Spread) {
+    let cost = |x: &[RunResult]| x[2].cpu_ms_per_req - x[3].cpu_ms_per_req;
+    (
+        Spread::of(rounds.iter().map(|(_, x)| cost(x)).collect()),
+        Spread::of(
+            rounds
+                .iter()
+                .map(|(_, x)| cost(x) / x[0].cpu_ms_per_req)
+                .collect(),
+        ),
+    )
+}
+
 /// No policy as shipped (monitoring on) on growing agent sessions, beside monitoring off.
 async fn session(rig: &Rig<'_>, rounds: usize) {
     let (launch, up_url, up_addr, bare) = (
@@ -764,14 +785,7 @@ async fn session(rig: &Rig<'_>, rounds: usize) {
         rig.bare,
     );
     let on = launch.cachet("cachet", up_url, &[], &[], None, &[]);
-    let off = launch.cachet(
-        "cachet, monitor = false",
-        up_url,
-        &["sessions.monitor = false".to_string()],
-        &[],
-        None,
-        &[],
-    );
+    let off = monitoring_off(launch, up_url);
     let b = variant_b(launch, up_url, &[], &[]);
     let mut hops = vec![bare[0], bare[1], &on, &off];
     hops.extend(b.as_ref());
@@ -791,16 +805,7 @@ async fn session(rig: &Rig<'_>, rounds: usize) {
     );
     let r = measure(up_addr, &hops, rounds, 1, &work).await;
     report("agent session c=1", &hops, &r);
-    let cost = Spread::of(
-        r.iter()
-            .map(|(_, x)| x[2].cpu_ms_per_req - x[3].cpu_ms_per_req)
-            .collect(),
-    );
-    let share = Spread::of(
-        r.iter()
-            .map(|(_, x)| (x[2].cpu_ms_per_req - x[3].cpu_ms_per_req) / x[0].cpu_ms_per_req)
-            .collect(),
-    );
+    let (cost, share) = monitoring_cost(&r);
     let after = Spread::of(
         r.iter()
             .map(|(_, x)| x[2].cpu_ms_per_req - x[2].cpu_in_run_ms_per_req)
@@ -925,14 +930,7 @@ async fn growing(rig: &Rig<'_>, rounds: usize) {
         rig.bare,
     );
     let shipped = launch.cachet("cachet", up_url, &[], &[], None, &[]);
-    let off = launch.cachet(
-        "cachet, monitor = false",
-        up_url,
-        &["sessions.monitor = false".to_string()],
-        &[],
-        None,
-        &[],
-    );
+    let off = monitoring_off(launch, up_url);
     let args = shaping_args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let shaping = launch.cachet("cachet, full shaping", up_url, &[], &args, None, &[]);
@@ -974,16 +972,7 @@ async fn growing(rig: &Rig<'_>, rounds: usize) {
     let r = measure(up_addr, &hops, rounds, 1, &work).await;
     report("growing session c=1", &hops, &r);
     // Monitoring's own cost: as shipped − monitoring off, per request, over the hyper hop's.
-    let cost = Spread::of(
-        r.iter()
-            .map(|(_, x)| x[2].cpu_ms_per_req - x[3].cpu_ms_per_req)
-            .collect(),
-    );
-    let share = Spread::of(
-        r.iter()
-            .map(|(_, x)| (x[2].cpu_ms_per_req - x[3].cpu_ms_per_req) / x[0].cpu_ms_per_req)
-            .collect(),
-    );
+    let (cost, share) = monitoring_cost(&r);
     let hop = Spread::of(r.iter().map(|(_, x)| x[0].cpu_ms_per_req).collect());
     println!("\n| growing session c=1 | hyper hop CPU ms/req (range) | monitoring: CPU ms/req on − off (range) | monitoring × hyper hop CPU (range) |\n|---|---|---|---|");
     println!("| as shipped − monitoring off | {hop} | {cost} | {share} |");

@@ -120,6 +120,19 @@ pub struct EmulateArgs {
     pub api_keys: Vec<String>,
 }
 
+impl From<EmulateArgs> for crate::emulator::EmulateConfig {
+    fn from(args: EmulateArgs) -> Self {
+        crate::emulator::EmulateConfig {
+            listen: args.listen,
+            reply: args.reply,
+            models: args.models.models,
+            tool_calls: args.tool_calls,
+            tool_steps: args.tool_steps,
+            api_keys: args.api_keys,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// Run the scripted session, print the table and exit instead of staying up.

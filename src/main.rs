@@ -55,7 +55,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => cachet::commands::serve::run_serve(args).await,
-            Command::Emulate(args) => cachet::emulator::run_emulate(args).await,
+            Command::Emulate(args) => cachet::emulator::run_emulate(args.into()).await,
             Command::Demo(args) => cachet::commands::demo::run_demo(args).await,
             Command::Check(args) => cachet::commands::check::run_check(args).await,
             Command::Replay(args) => cachet::replay::run_replay(args).await,

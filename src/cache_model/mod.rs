@@ -32,7 +32,7 @@ pub use anthropic_prompt::Ttl;
 pub use clock::Clock;
 pub use openai::{
     count_in_window, surely_kept_ms, takes_breakpoints, OpenAiCache, MIN_CACHED_TOKENS,
-    OVERFLOW_PER_MINUTE, RATE_WINDOW_MS, ROUTING_TOKENS, STEP_TOKENS,
+    OVERFLOW_PER_MINUTE, RATE_WINDOW_MS, STEP_TOKENS,
 };
 
 use crate::error::ApiError;

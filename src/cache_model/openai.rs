@@ -25,7 +25,7 @@
 //! `prompt_cache_options.ttl: "12h"`: what it writes and reads lives at least 12 hours, and
 //! its writes are reported apart (`cache_write_tokens_details.ttl_12h_tokens`).
 
-use crate::providers::openai::{Retention, TTL_12H, TTL_30M};
+use crate::providers::openai::{Retention, ROUTING_TOKENS, TTL_12H, TTL_30M};
 use std::collections::{HashMap, VecDeque};
 
 use serde_json::Value;
@@ -40,8 +40,6 @@ use crate::route::Endpoint;
 pub const MIN_CACHED_TOKENS: u64 = 1024;
 /// Hits come in steps of this many tokens (models before GPT-5.6).
 pub const STEP_TOKENS: u64 = 128;
-/// Tokens of the prompt start that choose the machine.
-pub const ROUTING_TOKENS: usize = 256;
 /// Lifetime with `prompt_cache_retention: "24h"`.
 const EXTENDED_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 /// The minimum lifetime of breakpoints written with `ttl: "12h"`.

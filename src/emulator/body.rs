@@ -7,7 +7,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::Value;
 
-use crate::transport::{full, ProxyBody};
+use crate::http_serve::{full, ResponseBody};
 
 /// One SSE frame. Anthropic and Responses name their events; Chat does not.
 pub fn sse(event: Option<&str>, data: &Value) -> Bytes {
@@ -30,7 +30,7 @@ pub fn event_body(
     events: Vec<Bytes>,
     delay: Option<Duration>,
     cut_after: Option<usize>,
-) -> ProxyBody {
+) -> ResponseBody {
     let state = (events.into_iter(), 0usize, false);
     let stream = futures_util::stream::unfold(state, move |(mut events, sent, cut)| async move {
         if cut {
@@ -52,7 +52,7 @@ pub fn event_body(
 }
 
 /// A whole body, or its first `cut_after` bytes followed by a dropped connection.
-pub fn whole_body(body: Bytes, cut_after: Option<usize>) -> ProxyBody {
+pub fn whole_body(body: Bytes, cut_after: Option<usize>) -> ResponseBody {
     match cut_after {
         None => full(body),
         Some(n) => {

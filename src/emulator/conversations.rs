@@ -240,7 +240,7 @@ impl Conversation {
 
     /// A page of the items: `order` `desc` (the default) or `asc`, after the item `after`.
     fn list(&self, query: Option<&str>) -> Result<Value, ApiError> {
-        let param = |name: &str| crate::session::pages::query_value(query, name);
+        let param = |name: &str| crate::http_serve::query_value(query, name);
         let limit = match param("limit") {
             None => PAGE_DEFAULT,
             Some(n) => n

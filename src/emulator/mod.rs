@@ -29,7 +29,6 @@ pub use reply::{Reply, ReplyScript, ToolCalls};
 pub use routes::{Accounted, LOG_CAPACITY};
 
 use crate::cache_model::{CacheModelConfig, Clock};
-use crate::cli::EmulateArgs;
 
 /// How the emulator behaves. `Default` gives text replies, the providers' cache rules and
 /// a clock starting at the current time.
@@ -93,10 +92,10 @@ pub async fn spawn(
     let shared = Arc::new(routes::Shared::new(&opts, clock.clone()));
     let (tx, rx) = watch::channel(false);
     let handler_state = shared.clone();
-    let task = tokio::spawn(crate::transport::http::serve_connections(
+    let task = tokio::spawn(crate::http_serve::serve_connections(
         listener,
         rx,
-        crate::transport::http::ConnectionLimits {
+        crate::http_serve::ConnectionLimits {
             grace: Duration::from_secs(1),
             header_timeout: Duration::from_secs(30),
             // A load generator's stand-in: bounded only to stay within file descriptors.
@@ -116,26 +115,97 @@ pub async fn spawn(
     })
 }
 
+/// What `cachet emulate` is asked for: its command line's options, converted by the CLI.
+#[derive(Debug, Clone)]
+pub struct EmulateConfig {
+    pub listen: SocketAddr,
+    /// Reply text for every request (default: a short deterministic sentence).
+    pub reply: Option<String>,
+    /// A model table whose rows are tried before the shipped one.
+    pub models: Option<std::path::PathBuf>,
+    /// When requests that offer tools are answered with a tool call (`never`, `first` or a
+    /// tool name; see [`ToolCalls::parse`]).
+    pub tool_calls: Option<String>,
+    /// Tool calls in a row after each user prompt before the reply is text.
+    pub tool_steps: u32,
+    /// The keys and tokens the provider APIs accept (empty: any).
+    pub api_keys: Vec<String>,
+}
+
 /// `cachet emulate`: serve until Ctrl-C.
-pub async fn run_emulate(args: EmulateArgs) -> anyhow::Result<()> {
-    crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
+pub async fn run_emulate(config: EmulateConfig) -> anyhow::Result<()> {
+    crate::models::install_user_table(config.models.as_deref()).map_err(anyhow::Error::msg)?;
     // Agents pace their own requests: the cache model sees them at that pace.
     let mut opts = EmulatorOptions {
         clock: Some(Clock::running()),
         ..EmulatorOptions::default()
     };
-    if let Some(text) = args.reply {
+    if let Some(text) = config.reply {
         opts.reply.text = text;
     }
-    opts.reply.tool_calls = ToolCalls::parse(args.tool_calls.as_deref().unwrap_or(""));
-    opts.reply.max_tool_steps = args.tool_steps;
-    opts.api_keys = args.api_keys;
-    let listener = TcpListener::bind(args.listen)
+    opts.reply.tool_calls = ToolCalls::parse(config.tool_calls.as_deref().unwrap_or(""));
+    opts.reply.max_tool_steps = config.tool_steps;
+    opts.api_keys = config.api_keys;
+    let listener = TcpListener::bind(config.listen)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
     let handle = spawn(listener, opts).await?;
     println!("cachet emulate listening on {}", handle.url());
     tokio::signal::ctrl_c().await?;
     handle.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The emulator depends on nothing of the proxy: the `crate::` paths of its files name
+    /// only the cache model, the provider facts and the layers below them (HTTP serving
+    /// included), so that `cachet emulate` could be a crate of its own without moving code.
+    #[test]
+    fn the_emulator_uses_no_module_of_the_proxy() {
+        const BELOW: &[&str] = &[
+            "emulator",
+            "cache_model",
+            "providers",
+            "models",
+            "tokens",
+            "error",
+            "content_encoding",
+            "usage",
+            "route",
+            "envelope",
+            "json",
+            "sse",
+            "memo",
+            "secret",
+            "http_serve",
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/emulator");
+        let path = regex::Regex::new(r"crate::(\{)?\s*([a-z_]+)").unwrap();
+        let mut used = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let file = entry.unwrap().path();
+            let text = std::fs::read_to_string(&file).unwrap();
+            for m in path.captures_iter(&text) {
+                assert!(
+                    m.get(1).is_none(),
+                    "{}: a grouped `crate::{{…}}` import: name each path",
+                    file.display()
+                );
+                used.push((
+                    file.file_name().unwrap().to_string_lossy().into_owned(),
+                    m[2].to_string(),
+                ));
+            }
+        }
+        assert!(used.len() > 10, "{used:?}");
+        let wrong: Vec<_> = used
+            .iter()
+            .filter(|(_, m)| !BELOW.contains(&m.as_str()))
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "the emulator uses the proxy's modules: {wrong:?}"
+        );
+    }
 }

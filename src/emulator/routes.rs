@@ -22,9 +22,9 @@ use super::{anthropic, chat, files, models, responses, EmulatorOptions};
 use crate::cache_model::diagnosis::{diagnostics_json, CacheMissReason, Fingerprint};
 use crate::cache_model::{Accounting, CacheModel, Clock};
 use crate::error::{ApiError, ErrorKind};
+use crate::http_serve::{full, ResponseBody};
 use crate::providers::error_body;
 use crate::route::{Endpoint, Provider};
-use crate::transport::{full, ProxyBody};
 
 /// Requests remembered for [`super::EmulatorHandle::accounted`].
 pub const LOG_CAPACITY: usize = 10_000;
@@ -180,13 +180,13 @@ fn recover<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
     lock.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ProxyBody> {
+pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ResponseBody> {
     let seq = shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
     let path = req.uri().path().trim_end_matches('/').to_string();
     let provider = crate::providers::family_of(&path, req.headers());
     let request_id = format!("req_emu{seq:020}");
     // The same edge rule as the proxy: no path that climbs out of where it points.
-    if let Err(err) = crate::transport::path_guard::check(req.uri().path()) {
+    if let Err(err) = crate::http_serve::path_guard::check(req.uri().path()) {
         return error_response(provider, &request_id, &err);
     }
     // The provider APIs check the credential; the emulator's own controls do not.
@@ -259,7 +259,7 @@ async fn generate(
     seq: u64,
     request_id: &str,
     req: Request<Incoming>,
-) -> Result<Response<ProxyBody>, ApiError> {
+) -> Result<Response<ResponseBody>, ApiError> {
     let header = |name: &str| {
         req.headers()
             .get(name)
@@ -402,7 +402,7 @@ async fn conversations(
     shared: &Shared,
     request_id: &str,
     req: Request<Incoming>,
-) -> Response<ProxyBody> {
+) -> Response<ResponseBody> {
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
     let query = req.uri().query().map(str::to_string);
@@ -452,7 +452,7 @@ async fn read_optional_json(req: Request<Incoming>) -> Result<Option<Value>, Api
         .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))
 }
 
-async fn advance_clock(shared: &Shared, req: Request<Incoming>) -> Response<ProxyBody> {
+async fn advance_clock(shared: &Shared, req: Request<Incoming>) -> Response<ResponseBody> {
     let body = match read_json(req).await {
         Ok(v) => v,
         Err(e) => return error_response(Provider::OpenAi, "", &e),
@@ -474,8 +474,8 @@ fn json_response(
     provider: Provider,
     request_id: &str,
     status: StatusCode,
-    body: ProxyBody,
-) -> Response<ProxyBody> {
+    body: ResponseBody,
+) -> Response<ResponseBody> {
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
     let headers = resp.headers_mut();
@@ -496,7 +496,7 @@ fn object_response(
     provider: Provider,
     request_id: &str,
     object: Result<Value, ApiError>,
-) -> Response<ProxyBody> {
+) -> Response<ResponseBody> {
     match object {
         Ok(object) => json_response(
             provider,
@@ -509,7 +509,7 @@ fn object_response(
 }
 
 /// An error in the provider's own shape (Anthropic bodies carry the request id too).
-fn error_response(provider: Provider, request_id: &str, err: &ApiError) -> Response<ProxyBody> {
+fn error_response(provider: Provider, request_id: &str, err: &ApiError) -> Response<ResponseBody> {
     let mut body = error_body(provider, err.kind, &err.message);
     if provider == Provider::Anthropic && !request_id.is_empty() {
         if let Ok(mut v) = serde_json::from_slice::<Value>(&body) {

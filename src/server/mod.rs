@@ -16,16 +16,14 @@ pub mod client_auth;
 
 use crate::config::Config;
 use crate::error::{ApiError, ErrorKind};
+use crate::http_serve::{path_guard, serve_connections, ConnectionLimits};
 use crate::metrics::Metrics;
 use crate::pipeline::{ClientName, Pipeline};
 use crate::providers::classify;
 use crate::route::{Endpoint, Route};
 use crate::session::store::Maintenance;
 use crate::trace::recorder::{self, Recorder, RecorderTask};
-use crate::transport::http::{
-    error_response, full, serve_connections, ConnectionLimits, ProxyBody,
-};
-use crate::transport::path_guard;
+use crate::transport::http::{error_response, full, ProxyBody};
 use admin::AdminState;
 use client_auth::ClientKeys;
 

@@ -1,113 +1,20 @@
-//! HTTP plumbing shared by every listener (proxy, admin, emulator): the response body type,
-//! the accept loop with graceful shutdown, reading a request body within its limit, and
-//! provider-format error responses.
+//! The proxy's HTTP plumbing: reading a request body within its limit, and provider-format
+//! error responses. (The accept loop and the response body type every listener shares are
+//! [`crate::http_serve`]'s.)
 
-use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderValue, Request, Response};
-use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full, Limited};
+use http::{HeaderValue, Response};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
 
-use super::coarse_timer::CoarseTimer;
 use crate::error::{ApiError, ErrorKind};
+pub use crate::http_serve::full;
 use crate::route::Provider;
 
-pub type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
-
-/// How a listener treats its connections.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectionLimits {
-    /// On shutdown, how long connections in flight may take to finish.
-    pub grace: Duration,
-    /// Time a client has to send its request head.
-    pub header_timeout: Duration,
-    /// Connections served at once. The next one is accepted only when one ends, so that
-    /// excess clients wait in the kernel's listen backlog instead of making `accept` fail
-    /// (out of file descriptors) for everyone.
-    pub max_connections: usize,
-}
-
-/// Largest read buffer of one connection. hyper grows a connection's buffer while reads fill
-/// it (to 400 KiB by default) and keeps it for the connection's life: with a thousand
-/// connections held open by streams, that alone was most of cachet's memory. At 16 KiB a
-/// 500 KB body took 32 reads and cost up to a third more CPU than at 64 KiB (BENCHMARKS.md,
-/// "The check keeps its bodies, and the read buffer"); 64 KiB left the 1,000-streams
-/// soak's memory where it was.
-const READ_BUFFER: usize = 64 * 1024;
-
-/// Accept loop with graceful shutdown: on the signal, stop accepting and wait (up to
-/// `grace`) for connections in flight, streams included, to finish.
-pub async fn serve_connections<F, Fut>(
-    listener: TcpListener,
-    mut shutdown: watch::Receiver<bool>,
-    limits: ConnectionLimits,
-    handler: F,
-) where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Response<ProxyBody>, Infallible>> + Send + 'static,
-{
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let header_timer = CoarseTimer::start(limits.header_timeout);
-    loop {
-        // A free slot first, then the next connection from the backlog.
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            _ = shutdown.changed() => break,
-        };
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let svc = hyper::service::service_fn(handler.clone());
-                // A client that never finishes its request head must not hold a
-                // connection forever (the timer is checked every tick: see its module).
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(header_timer.clone())
-                    .header_read_timeout(limits.header_timeout)
-                    .max_buf_size(READ_BUFFER)
-                    .serve_connection(io, svc);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!("connection ended with an error: {e}");
-                    }
-                    drop(permit);
-                });
-            }
-            _ = shutdown.changed() => break,
-        }
-    }
-    drop(listener);
-    tokio::select! {
-        _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(limits.grace) => {
-            tracing::warn!("shutdown grace period ended with connections still open");
-        }
-    }
-}
-
-pub fn full(body: impl Into<Bytes>) -> ProxyBody {
-    Full::new(body.into())
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
+/// The body of the proxy's responses: every listener's.
+pub type ProxyBody = crate::http_serve::ResponseBody;
 
 /// A provider-format error response.
 pub fn error_response(provider: Provider, err: &ApiError) -> Response<ProxyBody> {

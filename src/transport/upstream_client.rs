@@ -535,14 +535,7 @@ mod tests {
     /// host they name (so that no name needs resolving). With `password`, a request without
     /// `user:password` in `proxy-authorization` gets a 407.
     async fn proxy(target: SocketAddr, password: Option<&'static str>) -> (String, Seen) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Seen::default();
-        let heads = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let heads = heads.clone();
-                tokio::spawn(async move {
+        let (addr, seen) = serve(move |mut client, heads| async move {
                     let (head, rest) = read_head(&mut client, false).await;
                     heads.lock().unwrap().push(head.clone());
                     let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
@@ -568,37 +561,45 @@ mod tests {
                     }
                     upstream.write_all(&rest).await.unwrap();
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                });
-            }
-        });
+        })
+        .await;
         (format!("http://{addr}"), seen)
     }
 
     /// A server that records the first bytes of each connection and answers a request head
     /// with `200 ok` (a TLS hello gets nothing, and the connection closes).
     async fn upstream() -> (SocketAddr, Seen) {
+        serve(|mut stream, firsts| async move {
+            let mut first = [0u8; 1];
+            if stream.peek(&mut first).await.unwrap_or(0) == 0 {
+                return;
+            }
+            // 0x16: a TLS handshake record.
+            let (bytes, _) = read_head(&mut stream, first[0] == 0x16).await;
+            let tls = bytes.first() == Some(&0x16);
+            firsts.lock().unwrap().push(bytes);
+            if !tls {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            }
+        })
+        .await
+    }
+
+    /// A loopback server handing each connection to `each`, with what the server records.
+    async fn serve<F, Fut>(each: F) -> (SocketAddr, Seen)
+    where
+        F: Fn(TcpStream, Seen) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Seen::default();
-        let firsts = seen.clone();
+        let recorded = seen.clone();
         tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let firsts = firsts.clone();
-                tokio::spawn(async move {
-                    let mut first = [0u8; 1];
-                    if stream.peek(&mut first).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    // 0x16: a TLS handshake record.
-                    let (bytes, _) = read_head(&mut stream, first[0] == 0x16).await;
-                    let tls = bytes.first() == Some(&0x16);
-                    firsts.lock().unwrap().push(bytes);
-                    if !tls {
-                        let _ = stream
-                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                            .await;
-                    }
-                });
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(each(stream, recorded.clone()));
             }
         });
         (addr, seen)

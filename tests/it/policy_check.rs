@@ -24,6 +24,24 @@ fn cachet_check(dir: &Path, args: &[&str]) -> Run {
     }
 }
 
+/// `cachet serve` with `args` in `dir`, which must refuse to start: what it said.
+fn serve_refuses(dir: &Path, args: &[&str]) -> String {
+    let serve = Command::new(env!("CARGO_BIN_EXE_cachet"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(!serve.status.success(), "serve started with {args:?}");
+    String::from_utf8_lossy(&serve.stderr).into_owned()
+}
+
 /// Check one policy file holding `text`; it must fail with exactly `expected` (one line
 /// per error) followed by the summary line.
 fn assert_refused(text: &str, expected: &[&str]) {
@@ -309,20 +327,7 @@ fn store_values_are_checked() {
         assert!(run.ok, "{ok}: {}", run.stderr);
     }
 
-    let serve = Command::new(env!("CARGO_BIN_EXE_cachet"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--store", "redsi://x"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(!serve.status.success());
-    let stderr = String::from_utf8_lossy(&serve.stderr);
+    let stderr = serve_refuses(dir.path(), &["--store", "redsi://x"]);
     assert!(stderr.contains("unknown scheme `redsi://`"), "{stderr}");
     assert!(
         !dir.path().join("redsi:").exists(),
@@ -363,20 +368,7 @@ fn the_removed_reqwest_client_is_refused_saying_what_to_do() {
     ] {
         assert!(first.contains(says), "{first}");
     }
-    let serve = Command::new(env!("CARGO_BIN_EXE_cachet"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--config", "c.toml"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(!serve.status.success());
-    let stderr = String::from_utf8_lossy(&serve.stderr);
+    let stderr = serve_refuses(dir.path(), &["--config", "c.toml"]);
     assert!(stderr.contains("\"reqwest\" was removed"), "{stderr}");
 
     config("hyper");

@@ -86,9 +86,12 @@ pub fn prompt_cache_key(env: &crate::envelope::Envelope) -> Option<String> {
     super::non_empty(serde_json::from_slice::<String>(raw).ok().as_deref())
 }
 
-/// Bytes of the prompt start hashed for the route: the provider's `cache_model::ROUTING_TOKENS` at
+/// Tokens of the prompt start that choose the machine: "roughly the first 256 tokens"
+/// (PROVIDERS.md, OpenAI caching).
+pub const ROUTING_TOKENS: usize = 256;
+/// Bytes of the prompt start hashed for the route: [`ROUTING_TOKENS`] at
 /// about four bytes a token.
-const ROUTING_BYTES: usize = crate::cache_model::ROUTING_TOKENS * 4;
+const ROUTING_BYTES: usize = ROUTING_TOKENS * 4;
 /// The route of an OpenAI request: its model, `prompt_cache_key` and the first
 /// `ROUTING_BYTES` of its prompt in the provider's cache-key order (tools, instructions,
 /// input). `None` for an API without the rule.

@@ -5,7 +5,8 @@
 //!
 //! Bars are placed in percent of the chart's width, so the chart fills the window up to
 //! about 270 requests (4 px each in 1100 px) and scrolls sideways past that; text keeps its
-//! size at any width. `zoom` widens it further.
+//! size at any width. `zoom` widens it further. Written with maud, in [`crate::svg`]'s
+//! coordinates.
 
 use maud::{html, Markup};
 
@@ -14,6 +15,7 @@ use super::format;
 use super::layout::{BREAK, READ, TTL, UNCACHED, WRITE, WRITE_1H};
 use super::view::{Expiry, Money, RequestView};
 use crate::session::entry::{PatchEvent, PatchOutcome};
+use crate::svg::{pct, px};
 
 const TOP: f64 = 14.0;
 const PLOT_HEIGHT: f64 = 200.0;
@@ -36,14 +38,6 @@ const LANES: [&str; 6] = [
 ];
 
 pub const ZOOMS: [u32; 4] = [1, 2, 4, 8];
-
-fn pct(x: f64) -> String {
-    format!("{x:.4}%")
-}
-
-fn px(x: f64) -> String {
-    format!("{x:.1}")
-}
 
 /// An axis step of 1, 2, 2.5 or 5 times a power of ten, giving about `ticks` ticks.
 fn nice_step(max: u64, ticks: u64) -> u64 {

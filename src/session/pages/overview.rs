@@ -88,10 +88,10 @@ pub struct Sort {
 
 impl Sort {
     pub fn from_query(query: Option<&str>) -> Sort {
-        let key = super::query_value(query, "sort")
+        let key = crate::http_serve::query_value(query, "sort")
             .and_then(|name| SortKey::ALL.into_iter().find(|k| k.name() == name))
             .unwrap_or(SortKey::Last);
-        let descending = match super::query_value(query, "order") {
+        let descending = match crate::http_serve::query_value(query, "order") {
             Some("asc") => false,
             Some("desc") => true,
             _ => key.default_descending(),

@@ -30,7 +30,7 @@ pub async fn timeline_html(
 }
 
 fn zoom_from(query: Option<&str>) -> u32 {
-    super::query_value(query, "zoom")
+    crate::http_serve::query_value(query, "zoom")
         .and_then(|z| z.parse().ok())
         .filter(|z| ZOOMS.contains(z))
         .unwrap_or(1)
