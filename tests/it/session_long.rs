@@ -347,3 +347,40 @@ async fn claude_codes_summary_request_is_no_break() {
     }
     proxy.shutdown().await;
 }
+
+/// Codex signed in with ChatGPT, through an inline compaction and a switch of model
+/// (requests as Codex 0.171.0 sent them): one session; the compaction request, which
+/// extends the turn it compacts, is no break; the turn after it is the next turn (its
+/// history keeps the user messages, then the compaction item, then the new prompt); and
+/// the switch is diagnosed `model_changed` on the lane the compacted history started.
+#[tokio::test]
+async fn codex_with_chatgpt_goes_on_after_an_inline_compaction() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let requests = codex_chatgpt_compaction();
+    for body in &requests {
+        let (status, events) = post_codex_chatgpt(&proxy, body).await;
+        assert_eq!(status, 200, "{events:?}");
+    }
+    let listed = sessions(&proxy, requests.len() as u64).await;
+    assert_eq!(listed.len(), 1, "one session: {listed:?}");
+    let (id, log) = &listed[0];
+    assert_eq!(id, requests[0]["prompt_cache_key"].as_str().unwrap());
+    let entries = request_entries(log);
+    let turns: Vec<u64> = entries
+        .iter()
+        .map(|e| e["turn_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, [0, 0, 1, 2], "{entries:?}");
+    let diagnosed: Vec<&str> = entries
+        .iter()
+        .map(|e| e["diagnosis"]["reason"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(diagnosed, ["-", "-", "-", "model_changed"], "{entries:?}");
+    assert_eq!(
+        entries[1]["lane"], entries[0]["lane"],
+        "the compaction extends its turn"
+    );
+    assert_eq!(entries[3]["lane"], entries[2]["lane"], "{entries:?}");
+    proxy.shutdown().await;
+}
