@@ -194,7 +194,65 @@ async fn a_pi_compaction_goes_on_in_its_session_and_its_turns() {
         .iter()
         .map(|e| e["turn_index"].as_u64().unwrap())
         .collect();
-    assert!(turns[4] > turns[3], "turns {turns:?}");
+    // The kept turns were counted before: only the new prompt is a turn more.
+    assert_eq!(turns[4], turns[3] + 1, "turns {turns:?}");
+    proxy.shutdown().await;
+}
+
+fn tool_use(id: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "read",
+        "input": {"path": "example path"}}]})
+}
+
+fn tool_result(id: &str) -> Value {
+    json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id,
+        "content": "line 0: the quick brown fox jumps over the lazy dog"}]})
+}
+
+/// pi compacts inside a tool loop (its context past `contextWindow - reserveTokens` once a
+/// tool's result is in): the next request is the summary, the turns it kept (the current
+/// turn's prompt among them) and the new tool result, and goes on in the turn it was in
+/// (pi 1.6.0's request shape, keepRecentTokens reaching back into the previous turn).
+#[tokio::test]
+async fn a_pi_compaction_inside_a_tool_loop_stays_in_its_turn() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let first = pi_tool_loop();
+    let mut history = messages(&first);
+    send(&proxy, &with_messages(&first, history[..1].to_vec()), None).await;
+    send(&proxy, &first, None).await;
+    history.extend([tool_use("toolu_2"), tool_result("toolu_2")]);
+    send(&proxy, &with_messages(&first, history.clone()), None).await;
+    let kept_from = history.len();
+    history.extend([
+        assistant("Hello from the cachet emulator. This reply is deterministic."),
+        user("Now look at them again."),
+    ]);
+    send(&proxy, &with_messages(&first, history.clone()), None).await;
+    history.extend([tool_use("toolu_3"), tool_result("toolu_3")]);
+    send(&proxy, &with_messages(&first, history.clone()), None).await;
+
+    let summary = user(
+        "The conversation history before this point was compacted into the following summary:\
+         \n\n<summary>\n## Goal\nList the files.\n</summary>",
+    );
+    let mut compacted = vec![summary];
+    compacted.extend(history[kept_from..].iter().cloned());
+    compacted.extend([tool_use("toolu_4"), tool_result("toolu_4")]);
+    send(&proxy, &with_messages(&first, compacted), None).await;
+
+    let sessions = sessions(&proxy, 6).await;
+    assert_eq!(
+        sessions.len(),
+        1,
+        "{:?}",
+        sessions.iter().map(|s| &s.0).collect::<Vec<_>>()
+    );
+    let turns: Vec<u64> = request_entries(&sessions[0].1)
+        .iter()
+        .map(|e| e["turn_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, [0, 0, 0, 1, 1, 1], "the compaction is inside turn 1");
     proxy.shutdown().await;
 }
 
