@@ -231,6 +231,34 @@ pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&Re
     log.previous_answered(lane)
 }
 
+/// The latest answered request of `lane` sent before a request that went upstream at
+/// `sent_ms`: what a diagnosis compares it with. The log is in the order answers ended, so
+/// a request of the lane sent after it but answered first comes before it (two sessions
+/// started alike send the same first request at once); what that one wrote was not there
+/// for it to read.
+pub fn previous_answered_before(
+    log: &(impl Entries + ?Sized),
+    lane: u32,
+    sent_ms: Option<u64>,
+) -> Option<&RequestRecord> {
+    let latest = log.previous_answered(lane)?;
+    let sent_before = |r: &RequestRecord| match (r.sent_ms, sent_ms) {
+        (Some(theirs), Some(mine)) => theirs <= mine,
+        _ => true,
+    };
+    if sent_before(latest) {
+        return Some(latest);
+    }
+    log.entries().rev().find_map(|e| match e {
+        super::entry::Entry::Request(r)
+            if r.lane == lane && r.usage.is_some() && sent_before(r) =>
+        {
+            Some(r)
+        }
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

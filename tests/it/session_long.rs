@@ -148,6 +148,74 @@ async fn twin_pi_sessions_with_one_first_prompt_are_two_sessions() {
     proxy.shutdown().await;
 }
 
+/// Two pi sessions started at once with the same prompt send the same first request side
+/// by side. The one sent first may be answered last (here its answer streams slowly): its
+/// entry then follows the other's in the lane, yet it could read nothing the other one
+/// wrote, since it was sent before it. It is not compared with a request sent after it:
+/// no break.
+#[tokio::test]
+async fn a_request_is_not_compared_with_one_sent_after_it() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let first = pi_tool_loop();
+    // pi marks its last message: here the prompt, long enough to be cached.
+    let mut prompt = messages(&first)[0].clone();
+    let text = format!(
+        "Why does this fail?\n{}",
+        "error[E0308]: mismatched types\n".repeat(200)
+    );
+    prompt["content"][0] =
+        json!({"type": "text", "text": text, "cache_control": {"type": "ephemeral"}});
+    let first = with_messages(&first, vec![prompt]);
+    let url = format!("http://{}/v1/messages", proxy.addr);
+    let slow = {
+        let (url, body) = (url.clone(), first.clone());
+        tokio::spawn(async move {
+            let r = client()
+                .post(url)
+                .header("x-api-key", "k")
+                .header("anthropic-version", "2023-06-01")
+                .header("x-cachet-emulate-fault", "slow-events:100")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+        })
+    };
+    // The slow one is accounted first (it writes the prefix), then the other reads it and
+    // is answered at once.
+    for _ in 0..200 {
+        if !emulator.accounted().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    send(&proxy, &first, None).await;
+    slow.await.unwrap();
+
+    let sessions = sessions(&proxy, 2).await;
+    let entries: Vec<&Value> = sessions
+        .iter()
+        .flat_map(|(_, log)| request_entries(log))
+        .collect();
+    let reads: Vec<u64> = entries
+        .iter()
+        .map(|e| e["usage"]["cache_read"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        reads.iter().filter(|&&r| r == 0).count(),
+        1,
+        "one wrote, one read: {reads:?}"
+    );
+    assert!(
+        entries.iter().all(|e| e["diagnosis"].is_null()),
+        "no break: {entries:?}"
+    );
+    proxy.shutdown().await;
+}
+
 /// pi compacts (its `/compact`, or on a full context window): the next request sends a
 /// summary as its first message, then the messages it kept, then the new prompt. It is the
 /// same conversation: one session, its turns counted on from those before the compaction.
