@@ -58,6 +58,16 @@ async fn send(proxy: &cachet::transport::server::ProxyHandle, body: &Value, sess
     r.bytes().await.unwrap();
 }
 
+/// pi's first turn as far as its first tool call: the prompt alone, then with the call and
+/// its result. The request sent last, and its history.
+async fn pi_first_call(proxy: &cachet::transport::server::ProxyHandle) -> (Value, Vec<Value>) {
+    let first = pi_tool_loop();
+    let history = messages(&first);
+    send(proxy, &with_messages(&first, history[..1].to_vec()), None).await;
+    send(proxy, &first, None).await;
+    (first, history)
+}
+
 /// Every request entry of every session, by session id.
 async fn sessions(
     proxy: &cachet::transport::server::ProxyHandle,
@@ -223,10 +233,7 @@ async fn a_request_is_not_compared_with_one_sent_after_it() {
 async fn a_pi_compaction_goes_on_in_its_session_and_its_turns() {
     let emulator = start_emulator().await;
     let proxy = start_proxy(test_config(&emulator.url())).await;
-    let first = pi_tool_loop();
-    let mut history = messages(&first);
-    send(&proxy, &with_messages(&first, history[..1].to_vec()), None).await;
-    send(&proxy, &first, None).await;
+    let (first, mut history) = pi_first_call(&proxy).await;
     history.extend([assistant("Two files."), user("Read the notes.")]);
     send(&proxy, &with_messages(&first, history.clone()), None).await;
     let kept_from = history.len() - 1;
@@ -285,10 +292,7 @@ fn tool_result(id: &str) -> Value {
 async fn a_pi_compaction_inside_a_tool_loop_stays_in_its_turn() {
     let emulator = start_emulator().await;
     let proxy = start_proxy(test_config(&emulator.url())).await;
-    let first = pi_tool_loop();
-    let mut history = messages(&first);
-    send(&proxy, &with_messages(&first, history[..1].to_vec()), None).await;
-    send(&proxy, &first, None).await;
+    let (first, mut history) = pi_first_call(&proxy).await;
     history.extend([tool_use("toolu_2"), tool_result("toolu_2")]);
     send(&proxy, &with_messages(&first, history.clone()), None).await;
     let kept_from = history.len();
