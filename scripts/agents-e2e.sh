@@ -2,7 +2,9 @@
 # Real agents through cachet, end to end: pi (its three APIs), Claude Code (API key and
 # subscription token), Codex and the Python SDKs, each for two turns of a scripted tool loop
 # against `cachet serve` in front of `cachet emulate`, without a policy and with each shipped
-# policy that matches it. See tests/e2e/run.py for the assertions.
+# policy that matches it; then longer sessions (compactions, switches of model, two sessions
+# side by side, interrupts mid-stream, a paced OpenAI session). See tests/e2e/run.py for the
+# assertions.
 #
 # Installs the pinned clients into target/e2e/ when missing (npm and pip), builds cachet
 # (debug, or uses $CACHET_BIN), and runs everything in a network namespace of its own where

@@ -12,6 +12,9 @@ use super::turn::{json_pieces, Turn};
 /// The output item, complete (`done`) or as first announced.
 fn item(turn: &Turn, done: bool) -> Value {
     let status = if done { "completed" } else { "in_progress" };
+    if turn.compaction {
+        return compaction_item(turn);
+    }
     match turn.reply {
         Reply::Text(text) => json!({
             "id": turn.id("msg_"),
@@ -98,11 +101,24 @@ pub fn response(turn: &Turn, done: bool) -> Value {
     })
 }
 
-/// A compacted conversation (`POST /v1/responses/compact`): "all user messages, followed by
-/// a single compaction item" (openai-python, `CompactedResponse.output`). The item's
-/// content is the reply's text, encoded, not encrypted: opaque to the client all the same.
-pub fn compaction(turn: &Turn) -> Value {
+/// The opaque compaction item: the reply's text, encoded, not encrypted (opaque to the
+/// client all the same). It has no parts to stream: it is announced and done whole.
+fn compaction_item(turn: &Turn) -> Value {
     use base64::Engine;
+    let summary = match turn.reply {
+        Reply::Text(text) => text.as_str(),
+        Reply::ToolCall { name, .. } => name.as_str(),
+    };
+    json!({
+        "id": turn.id("cmp_"),
+        "type": crate::providers::openai_responses::COMPACTION_ITEM,
+        "encrypted_content": base64::engine::general_purpose::STANDARD.encode(summary),
+    })
+}
+
+/// A compacted conversation (`POST /v1/responses/compact`): "all user messages, followed by
+/// a single compaction item" (openai-python, `CompactedResponse.output`).
+pub fn compaction(turn: &Turn) -> Value {
     let user_message =
         |content: Value| json!({"type": "message", "role": "user", "content": content});
     let mut output: Vec<Value> = match turn.request.get("input") {
@@ -116,15 +132,7 @@ pub fn compaction(turn: &Turn) -> Value {
             .collect(),
         _ => Vec::new(),
     };
-    let summary = match turn.reply {
-        Reply::Text(text) => text.as_str(),
-        Reply::ToolCall { name, .. } => name.as_str(),
-    };
-    output.push(json!({
-        "id": turn.id("cmp_"),
-        "type": "compaction",
-        "encrypted_content": base64::engine::general_purpose::STANDARD.encode(summary),
-    }));
+    output.push(compaction_item(turn));
     json!({
         "id": turn.id("resp_"),
         "object": "response.compaction",
@@ -144,6 +152,7 @@ pub fn events(turn: &Turn) -> Vec<Bytes> {
     let done_item = item(turn, true);
     let item_id = done_item["id"].clone();
     match turn.reply {
+        _ if turn.compaction => {}
         Reply::Text(text) => {
             let part = |t: &str| json!({"item_id": item_id, "output_index": 0, "content_index": 0, "part": output_text(t)});
             let mut added = part("");

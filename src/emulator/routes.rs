@@ -295,8 +295,7 @@ async fn generate(
     {
         return Err(ApiError::invalid("max_tokens: Field required"));
     }
-    // A compaction reads its prompt as a response does, and answers with a summary: text,
-    // whatever the script says of tool calls.
+    // A compaction reads its prompt as a response does.
     let rules = endpoint.read_as();
     // A request that continues a stored response, or names a conversation, is a prompt of
     // the whole conversation.
@@ -312,8 +311,12 @@ async fn generate(
         _ => None,
     };
     let prompt = expanded.as_ref().unwrap_or(&request);
+    // A compaction, asked by its endpoint or inline (Codex signed in with ChatGPT), answers
+    // with a summary: text, whatever the script says of tool calls.
+    let compaction = endpoint == Endpoint::Responses
+        && crate::providers::openai_responses::asks_compaction(&request);
     let reply_header = match endpoint {
-        Endpoint::Compact => reply_header
+        _ if compaction || endpoint == Endpoint::Compact => reply_header
             .filter(|h| h.starts_with("text:"))
             .or(Some("text".into())),
         _ => reply_header,
@@ -337,6 +340,7 @@ async fn generate(
         accounting: &accounting,
         output_tokens,
         created: shared.clock.now_secs(),
+        compaction,
     };
     let diagnostics = if endpoint == Endpoint::Messages && diagnosis_beta {
         shared.diagnose(&request, &turn.id("msg_"), faults.diagnostics_unavailable)?

@@ -15,6 +15,9 @@ pub struct Turn<'a> {
     pub output_tokens: u64,
     /// Seconds since the epoch on the emulator's clock.
     pub created: u64,
+    /// A Responses request that asks for a compaction inline: its one output item is the
+    /// compaction, the reply's text its summary.
+    pub compaction: bool,
 }
 
 impl Turn<'_> {

@@ -8,22 +8,30 @@
 //! its tool call, and so does cachet: "Consecutive `user` or `assistant` turns in your
 //! request will be combined into a single turn" (Anthropic Messages API reference, the
 //! `messages` parameter), so a text message after a tool result is part of the tool
-//! result's turn.
+//! result's turn. A Responses `compaction` item is the model's too: the summary it answered
+//! stands for the turns it replaced, so the prompt after it starts a turn (Codex keeps the
+//! user messages, then the compaction item, then its next prompt).
 
 use super::MsgKind;
+
+/// Whether a message ends the user's turn: the model's own (an answer, a tool call, a
+/// compaction's summary).
+fn ends_user_turn(kind: &MsgKind) -> bool {
+    kind.from_model || kind.compaction
+}
 
 /// Position of the first user message of each turn that starts a prompt, in order.
 pub fn prompt_starts(kinds: &[MsgKind]) -> Vec<usize> {
     let mut starts = Vec::new();
     let mut i = 0;
     while i < kinds.len() {
-        if kinds[i].from_model {
+        if ends_user_turn(&kinds[i]) {
             i += 1;
             continue;
         }
         let end = kinds[i..]
             .iter()
-            .position(|k| k.from_model)
+            .position(ends_user_turn)
             .map_or(kinds.len(), |n| i + n);
         let turn = &kinds[i..end];
         if !turn.iter().any(|k| k.tool_result) {
@@ -61,7 +69,7 @@ pub fn last_prompt_range(kinds: &[MsgKind]) -> Option<std::ops::Range<usize>> {
     let start = last_prompt_start(kinds)?;
     let end = kinds[start..]
         .iter()
-        .position(|k| k.from_model)
+        .position(ends_user_turn)
         .map_or(kinds.len(), |n| start + n);
     Some(start..end)
 }
@@ -146,6 +154,27 @@ mod tests {
         assert_eq!(prompt_starts(&h), vec![1]);
         assert_eq!(turn_index(&h), 0);
         assert_eq!(last_prompt_range(&h), Some(1..3));
+    }
+
+    /// Codex signed in with ChatGPT after an inline compaction (0.171.0): its history keeps
+    /// the user messages, then the compaction item the model answered, then the next prompt.
+    /// The compaction stands for the model's turns it replaced: the prompt after it starts
+    /// a turn of its own.
+    #[test]
+    fn a_prompt_after_a_compaction_item_starts_a_turn() {
+        let h = kinds(
+            Endpoint::Responses,
+            &[
+                r#"{"type":"message","id":"msg_1","role":"developer","content":[{"type":"input_text","text":"You are Codex"}]}"#,
+                r#"{"type":"message","id":"msg_2","role":"user","content":[{"type":"input_text","text":"<environment_context>"}]}"#,
+                r#"{"type":"message","id":"msg_3","role":"user","content":[{"type":"input_text","text":"List the files in this folder."}],"internal_chat_message_metadata_passthrough":{"turn_id":"t1"}}"#,
+                r#"{"type":"compaction","id":"cmp_1","encrypted_content":"SGVsbG8="}"#,
+                r#"{"type":"message","id":"msg_4","role":"user","content":[{"type":"input_text","text":"Now look at them again."}],"internal_chat_message_metadata_passthrough":{"turn_id":"t2"}}"#,
+            ],
+        );
+        assert_eq!(prompt_starts(&h), vec![1, 4]);
+        assert_eq!(turn_index(&h), 1);
+        assert_eq!(last_prompt_range(&h), Some(4..5));
     }
 
     #[test]

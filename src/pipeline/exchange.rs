@@ -71,6 +71,8 @@ pub struct Exchange {
     pub anthropic_beta: Option<&'static str>,
     /// When the request went upstream.
     pub sent_at: Option<Instant>,
+    /// When it went upstream on the session clock, the clock of the log's times.
+    pub sent_ms: Option<u64>,
 }
 
 /// How far cachet has read a request's body.
@@ -202,6 +204,7 @@ impl Exchange {
             variant: "none".into(),
             anthropic_beta: None,
             sent_at: None,
+            sent_ms: None,
         }
     }
 

@@ -154,7 +154,8 @@ impl Pipeline {
         let lane = continued.or(asked).unwrap_or_else(|| {
             session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history)
         });
-        let previous = session::lanes::previous_answered(log, lane).filter(|_| continued.is_none());
+        let previous = session::lanes::previous_answered_before(log, lane, ex.sent_ms)
+            .filter(|_| continued.is_none());
         super::queue::let_requests_in().await;
         let now = self.clock.now_ms();
         // Every request counts toward its route's rate, diagnosed or not.
@@ -209,6 +210,7 @@ impl Pipeline {
         };
         super::queue::let_requests_in().await;
         let (mut record, blobs) = session::compact_request(log, &draft);
+        record.sent_ms = ex.sent_ms;
         if let Some(theirs) = answer.tap.provider_diagnostics {
             let agree =
                 crate::measure::breaks::agrees_with_provider(record.diagnosis.as_ref(), &theirs);

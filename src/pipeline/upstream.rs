@@ -87,6 +87,7 @@ impl Pipeline {
 
         let sent = Instant::now();
         ex.sent_at = Some(sent);
+        ex.sent_ms = Some(self.clock.now_ms());
         let request = self
             .client
             .send(ex.parts.method.clone(), url, headers, body);

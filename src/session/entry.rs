@@ -123,6 +123,10 @@ pub struct RequestRecord {
     pub version: u32,
     /// Unix time in milliseconds.
     pub time: u64,
+    /// When the request went upstream, on the clock of `time`: requests sent side by side
+    /// are written in the order their answers ended, not the order they were sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_ms: Option<u64>,
     pub request_index: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_index: Option<u64>,

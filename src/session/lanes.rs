@@ -121,7 +121,9 @@ pub fn heads_of(log: &(impl Entries + ?Sized)) -> Vec<LaneHead> {
 /// - A history that continues an earlier request's goes on from that request's turn.
 /// - One that continues none and is shorter than a lane's history (a compacted history,
 ///   whose summary stands for the turns it replaced; a subagent's, inside the current
-///   turn) goes on from the session's latest turn.
+///   turn) goes on from the session's latest turn, a turn more for each prompt after its
+///   first that the session has not sent before: a compaction keeps its latest turns as
+///   they were, and their prompts were counted when they were sent.
 /// - Otherwise (the session's first request, a history edited in place) its own count.
 pub fn turn_index(log: &(impl Entries + ?Sized), client: &PrefixHashes, kinds: &[MsgKind]) -> u64 {
     let own = turns::turn_index(kinds);
@@ -135,9 +137,33 @@ pub fn turn_index(log: &(impl Entries + ?Sized), client: &PrefixHashes, kinds: &
     let longest = heads.iter().map(|r| r.conversation.history.count).max();
     let latest = heads.iter().filter_map(|r| r.turn_index).max();
     match (latest, longest) {
-        (Some(latest), Some(longest)) if client.len() < longest => latest + own,
+        (Some(latest), Some(longest)) if client.len() < longest => {
+            latest + new_prompts(log, client, kinds)
+        }
         _ => own,
     }
+}
+
+/// The prompts of a history after its first that no request of the session sent.
+fn new_prompts(log: &(impl Entries + ?Sized), client: &PrefixHashes, kinds: &[MsgKind]) -> u64 {
+    let keys = client.keys();
+    let later: Vec<&MessageKey> = turns::prompt_starts(kinds)
+        .into_iter()
+        .skip(1)
+        .filter_map(|i| keys.get(i))
+        .collect();
+    if later.is_empty() {
+        return 0;
+    }
+    let sent: std::collections::HashSet<&MessageKey> = log
+        .entries()
+        .filter_map(|e| match e {
+            super::entry::Entry::Request(r) => Some(r.sent.keys.iter()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    later.into_iter().filter(|k| !sent.contains(k)).count() as u64
 }
 
 /// The key of the second message of the most recently active lane whose history starts
@@ -203,6 +229,34 @@ fn latest_in_conversation<'a>(
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.
 pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&RequestRecord> {
     log.previous_answered(lane)
+}
+
+/// The latest answered request of `lane` sent before a request that went upstream at
+/// `sent_ms`: what a diagnosis compares it with. The log is in the order answers ended, so
+/// a request of the lane sent after it but answered first comes before it (two sessions
+/// started alike send the same first request at once); what that one wrote was not there
+/// for it to read.
+pub fn previous_answered_before(
+    log: &(impl Entries + ?Sized),
+    lane: u32,
+    sent_ms: Option<u64>,
+) -> Option<&RequestRecord> {
+    let latest = log.previous_answered(lane)?;
+    let sent_before = |r: &RequestRecord| match (r.sent_ms, sent_ms) {
+        (Some(theirs), Some(mine)) => theirs <= mine,
+        _ => true,
+    };
+    if sent_before(latest) {
+        return Some(latest);
+    }
+    log.entries().rev().find_map(|e| match e {
+        super::entry::Entry::Request(r)
+            if r.lane == lane && r.usage.is_some() && sent_before(r) =>
+        {
+            Some(r)
+        }
+        _ => None,
+    })
 }
 
 #[cfg(test)]

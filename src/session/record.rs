@@ -135,6 +135,7 @@ pub fn compact_request(
     let record = RequestRecord {
         version: ENTRY_VERSION,
         time: draft.time_ms,
+        sent_ms: None,
         request_index: draft.request_index,
         turn_index: draft.turn_index,
         model: shape.model.clone(),

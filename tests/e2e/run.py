@@ -5,7 +5,9 @@ Each client runs two turns in a scratch folder with its own HOME, configured wit
 of the book's "Point an agent at cachet" page (docs/src/agents.md), against `cachet serve` in front of
 `cachet emulate --tool-calls first --tool-steps 2`. Capturing shims sit on both sides of
 cachet, so the bytes that crossed it can be compared. Each client runs once without a
-policy, then once with each shipped policy that matches it.
+policy, then once with each shipped policy that matches it. Longer sessions (a client with
+a `check` of its own: compactions, switches of model, twin sessions, interrupts, a paced
+OpenAI session) run once, without a policy.
 
 Every assertion prints `ok:` or `FAIL:` with its figures; the run goes on after a failure
 and ends with `N passed, M failed`.
@@ -14,6 +16,7 @@ Usage: run.py --cachet BIN --bin-dir NODE_BIN [--only NAME,...] [--keep DIR]
 """
 
 import argparse
+import collections
 import hashlib
 import json
 import os
@@ -25,6 +28,7 @@ import sys
 import time
 import tomllib
 import urllib.error
+import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -62,6 +66,14 @@ KEYED_ENV = {"CACHET_E2E_HELD_ANTHROPIC": HELD_ANTHROPIC, "CACHET_E2E_HELD_OPENA
 # A runaway tool loop is stopped here instead of at the invocation's time limit.
 MAX_REQUESTS_PER_TURN = 40
 TURN_TIMEOUT = 180
+# Interrupts: every answer's events come this slowly (the emulator's fault header), and the
+# client is killed this long after its first answer started.
+FAULT_HEADER = "x-cachet-emulate-fault"
+SLOW_EVENTS = "slow-events:300"
+# OpenAI routes a prompt start and key to other machines past about this many requests a
+# minute (the emulator's rule, src/cache_model/openai.rs).
+OVERFLOW_PER_MINUTE = 15
+INTERRUPT_AFTER = 1.2
 
 
 # ---------------------------------------------------------------- reporting
@@ -219,7 +231,7 @@ def accepted_credentials():
 class Stack:
     """emulator <- back shim <- cachet serve <- front shim, all on loopback ports."""
 
-    def __init__(self, cachet, workdir, policies, config=None, env=None):
+    def __init__(self, cachet, workdir, policies, config=None, env=None, tool_steps=TOOL_STEPS):
         self.dir = workdir
         os.makedirs(workdir, exist_ok=True)
         self.procs = []
@@ -231,7 +243,7 @@ class Stack:
         for k in accepted_credentials():
             keys += ["--api-key", k]
         emu = self._start([cachet, "emulate", "--listen", "127.0.0.1:0", "--tool-calls", "first",
-                           "--tool-steps", str(TOOL_STEPS)] + keys, "emulate.log")
+                           "--tool-steps", str(tool_steps)] + keys, "emulate.log")
         self.emulator_url = re.search(r"http://\S+", emu.stdout.readline()).group(0)
         self.back = Shim(self.emulator_url)
         args = [cachet, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
@@ -262,6 +274,15 @@ class Stack:
 
     def admin(self, path):
         return json.loads(http_get(self.admin_url + path))
+
+    def advance_emulator_clock(self, seconds):
+        """Move the emulator's clock on (its cache lifetimes and OpenAI's per-minute routing
+        rate read it), as if that much time had passed between two turns."""
+        req = urllib.request.Request(self.emulator_url + "/emulator/clock/advance", method="POST",
+                                     data=json.dumps({"seconds": seconds}).encode(),
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
 
     def metrics(self):
         return http_get(self.admin_url + "/metrics").decode()
@@ -299,12 +320,43 @@ class Client:
     def matches(self, policy):
         return policy_matches(policy, self.providers, self.endpoints)
 
+    # The emulator's tool calls before each answer (`--tool-steps`).
+    tool_steps = TOOL_STEPS
+    # The prompt of each turn; or each turn's (flags, prompt), for clients that read them.
+    PROMPTS = PROMPTS
+    STEPS = None
+    # The scenario's own assertions (`check(r, run)`), for the longer sessions; None: an
+    # append-only session, checked for no break.
+    check = None
+
     def turn_count(self):
-        return len(PROMPTS)
+        return len(self.STEPS or self.PROMPTS)
 
     def shows_text(self, turn):
         """Whether the turn prints the model's answer (a compaction prints nothing)."""
         return True
+
+    def before_turn(self, ctx, turn):
+        """Change the client's configuration before a turn (nothing by default)."""
+
+    def turn_env(self, ctx, turn):
+        """Environment for one turn only, beside the client's own."""
+        return {}
+
+    def invocations(self, ctx, turn):
+        """The processes of a turn, run at once: one, unless a scenario runs sessions side by side."""
+        return [self.argv(ctx, turn)]
+
+    def invocation_count(self, turn):
+        return 1
+
+    def interrupted(self, turn):
+        """Whether the turn is interrupted: its process killed mid-answer."""
+        return False
+
+    def pause_after(self, turn):
+        """Seconds the emulator's clock moves on after the turn (a user's pause)."""
+        return 0
 
 
 def policy_matches(policy, providers, endpoints):
@@ -325,9 +377,15 @@ class Pi(Client):
         return {"ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY,
                 "PI_OFFLINE": "1", "PI_TELEMETRY": "0"}
 
-    def argv(self, ctx, turn):
-        cont = ["-c"] if turn > 0 else []
-        return [ctx.bin("pi"), *cont, "-p", "--provider", self.provider, "--model", self.model, PROMPTS[turn]]
+    def model_for(self, turn):
+        return self.model
+
+    def argv(self, ctx, turn, session=None):
+        """`pi -p`, going on in the folder's latest session after the first turn, or in the
+        one `--session-id` names."""
+        flags = ["--session-id", session] if session else ["-c"] if turn > 0 else []
+        return [ctx.bin("pi"), *flags, "-p", "--provider", self.provider, "--model", self.model_for(turn),
+                self.PROMPTS[turn]]
 
 
 class ClaudeCode(Client):
@@ -351,7 +409,15 @@ class ClaudeCode(Client):
 
     def argv(self, ctx, turn):
         cont = ["-c"] if turn > 0 else []
-        return [ctx.bin("claude"), *cont, "-p", PROMPTS[turn]]
+        return [ctx.bin("claude"), *cont, "-p", self.PROMPTS[turn]]
+
+
+# Codex calls GitHub and ChatGPT's services as it starts (its plugin sync) and waits for
+# them before it exits: in a namespace without network each waits out a DNS time-out, about
+# 5 s a process. Through a proxy at a closed loopback port they fail at once; loopback,
+# where cachet is, goes direct.
+CODEX_OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+                 "NO_PROXY": "127.0.0.1,localhost"}
 
 
 class Codex(Client):
@@ -362,11 +428,12 @@ class Codex(Client):
         write_client_file(ctx.blocks, "~/.codex/config.toml", ctx.home, ctx.base)
 
     def env(self, ctx):
-        return {"OPENAI_API_KEY": OPENAI_KEY}
+        return {**CODEX_OFFLINE, "OPENAI_API_KEY": OPENAI_KEY}
 
     def argv(self, ctx, turn):
-        resume = ["resume", "--last"] if turn > 0 else []
-        return [ctx.bin("codex"), "exec", "--skip-git-repo-check", *resume, PROMPTS[turn]]
+        flags, prompt = self.STEPS[turn] if self.STEPS else \
+            (["resume", "--last"] if turn > 0 else [], self.PROMPTS[turn])
+        return [ctx.bin("codex"), "exec", "--skip-git-repo-check", *flags, prompt]
 
 
 class CodexFast(Codex):
@@ -417,7 +484,7 @@ class CodexChatGpt(Codex):
             json.dump(chatgpt_auth(), f)
 
     def env(self, ctx):
-        return {}
+        return dict(CODEX_OFFLINE)
 
 
 def chatgpt_token():
@@ -475,7 +542,7 @@ class CodexChatGptKeyed(CodexChatGpt):
         super().__init__("codex-chatgpt-keyed")
 
     def env(self, ctx):
-        return {"CACHET_API_KEY": TEAM_KEY}
+        return {**CODEX_OFFLINE, "CACHET_API_KEY": TEAM_KEY}
 
 
 class Sdk(Client):
@@ -501,7 +568,6 @@ class ClaudeCodeLong(ClaudeCode):
     after it, then a switch of model (`--model`, which rewrites the first message's model
     line). See check_long_session for what is asserted."""
 
-    long_session = True
     STEPS = [([], PROMPTS[0]), (["-c"], "/compact"), (["-c"], PROMPTS[1]),
              (["-c", "--model", "claude-opus-4-5"], "And once more.")]
 
@@ -509,15 +575,230 @@ class ClaudeCodeLong(ClaudeCode):
         super().__init__(subscription=False)
         self.name = "claude-code-long"
 
-    def turn_count(self):
-        return len(self.STEPS)
-
     def shows_text(self, turn):
         return self.STEPS[turn][1] != "/compact"
 
     def argv(self, ctx, turn):
         flags, prompt = self.STEPS[turn]
         return [ctx.bin("claude"), *flags, "-p", prompt]
+
+    def check(self, r, run):
+        check_long_session(r, run)
+
+
+class PiTwins(Pi):
+    """Two pi sessions side by side in one folder, started with the same prompt (each named
+    by `--session-id`): one fingerprint, two conversations. See check_twins."""
+
+    def __init__(self):
+        super().__init__("cachet-anthropic", "claude-sonnet-4-5", "anthropic-messages", "anthropic",
+                         "messages", "fingerprint")
+        self.name = "pi-twins"
+        self.one_session = False
+
+    def invocation_count(self, turn):
+        return 2
+
+    def invocations(self, ctx, turn):
+        return [self.argv(ctx, turn, twin) for twin in ("twin-a", "twin-b")]
+
+    def check(self, r, run):
+        check_twins(r, run)
+
+
+class PiLong(Pi):
+    """pi on the Anthropic API through its automatic compaction, then a switch of model
+    (`-c --model`). A small `contextWindow` for the first model (models.json) and
+    `compaction.reserveTokens` (settings.json) put the threshold (window - reserve = 3,160
+    tokens) between turn 2's first and second tool results, each of about 570 tokens (the
+    file the emulator's `read` call names, `example path`, is 40 lines): pi compacts once,
+    inside turn 2's tool loop, keeping the turns within `keepRecentTokens`. The new model
+    has pi's default window. See check_pi_long."""
+
+    SWITCH_TO = "claude-opus-4-8"
+    PROMPTS = [PROMPTS[0], PROMPTS[1], "And once more."]
+
+    def __init__(self):
+        super().__init__("cachet-anthropic", "claude-sonnet-4-5", "anthropic-messages", "anthropic",
+                         "messages", "fingerprint")
+        self.name = "pi-long"
+        self.one_session = False  # pi's summarisation request is a session of its own
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        path = os.path.join(ctx.home, ".pi", "agent", "models.json")
+        with open(path) as f:
+            models = json.load(f)
+        models["providers"][self.provider]["models"] = [{"id": self.model, "contextWindow": 4000},
+                                                        {"id": self.SWITCH_TO}]
+        with open(path, "w") as f:
+            json.dump(models, f, indent=2)
+        with open(os.path.join(ctx.home, ".pi", "agent", "settings.json"), "w") as f:
+            json.dump({"compaction": {"reserveTokens": 840, "keepRecentTokens": 1200}}, f)
+        with open(os.path.join(ctx.work, "example path"), "w") as f:
+            f.writelines(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(40))
+
+    def model_for(self, turn):
+        return self.SWITCH_TO if turn == 2 else self.model
+
+    def check(self, r, run):
+        check_pi_long(r, run)
+
+
+class CodexLong(Codex):
+    """Codex with an API key: two turns, then `resume --last -m gpt-5.2` twice, with
+    `model_auto_compact_token_limit = 10000`. Codex's context is about 8,200 tokens on
+    gpt-5.1-codex and 11,900 on gpt-5.2 (its instructions are longer), so the first request
+    on the new model passes the limit and Codex compacts inside that turn, with a summary
+    request of its own; the compacted history, about 8,300 tokens, stays under it (a limit
+    below it compacts again and again). See check_codex_long."""
+
+    SWITCH_TO = "gpt-5.2"
+    LIMIT = 10_000
+    STEPS = [([], PROMPTS[0]), (["resume", "--last"], PROMPTS[1]),
+             (["resume", "--last", "-m", SWITCH_TO], "And once more."),
+             (["resume", "--last", "-m", SWITCH_TO], "And again.")]
+
+    def __init__(self):
+        super().__init__()
+        self.name = "codex-long"
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        prepend_config(ctx, f"model_auto_compact_token_limit = {self.LIMIT}")
+
+    def check(self, r, run):
+        check_codex_long(r, run)
+
+
+class CodexChatGptLong(CodexChatGpt):
+    """Codex signed in with ChatGPT: a turn, a turn with `-c model_auto_compact_token_limit`
+    below the first turn's context (about 16,200 tokens), which Codex compacts before it by
+    a Responses request ending with `compaction_trigger`, then `resume --last -m gpt-6-sol`.
+    See check_codex_chatgpt_long."""
+
+    SWITCH_TO = "gpt-6-sol"
+    STEPS = [([], PROMPTS[0]),
+             (["-c", "model_auto_compact_token_limit=12000", "resume", "--last"], PROMPTS[1]),
+             (["resume", "--last", "-m", SWITCH_TO], "And once more.")]
+
+    def __init__(self):
+        super().__init__("codex-chatgpt-long")
+
+    def check(self, r, run):
+        check_codex_chatgpt_long(r, run)
+
+
+def prepend_config(ctx, line):
+    """Put a top-level key first in Codex's config.toml, so that it belongs to no table of
+    the agents page's block."""
+    path = os.path.join(ctx.home, ".codex", "config.toml")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(line + "\n" + text)
+
+
+class Interrupted:
+    """Turn 1 interrupted: every answer's events come slowly (the emulator's fault header,
+    set the client's own way), and the client is killed in the middle of its first answer;
+    turn 2 goes on without the header. See check_interrupt."""
+
+    def interrupted(self, turn):
+        return turn == 0
+
+    def check(self, r, run):
+        check_interrupt(r, run)
+
+
+class PiInterrupt(Interrupted, Pi):
+    """The header in models.json's `headers` of the provider, for turn 1 only."""
+
+    def __init__(self):
+        Pi.__init__(self, "cachet-anthropic", "claude-sonnet-4-5", "anthropic-messages", "anthropic",
+                    "messages", "fingerprint")
+        self.name = "pi-interrupt"
+
+    def before_turn(self, ctx, turn):
+        write_client_file(ctx.blocks, "~/.pi/agent/models.json", ctx.home, ctx.base)
+        if turn == 0:
+            path = os.path.join(ctx.home, ".pi", "agent", "models.json")
+            with open(path) as f:
+                models = json.load(f)
+            models["providers"][self.provider]["headers"] = {FAULT_HEADER: SLOW_EVENTS}
+            with open(path, "w") as f:
+                json.dump(models, f, indent=2)
+
+
+class ClaudeCodeInterrupt(Interrupted, ClaudeCode):
+    """The header in `ANTHROPIC_CUSTOM_HEADERS`, for turn 1 only."""
+
+    def __init__(self):
+        ClaudeCode.__init__(self, subscription=False)
+        self.name = "claude-code-interrupt"
+
+    def turn_env(self, ctx, turn):
+        return {"ANTHROPIC_CUSTOM_HEADERS": f"{FAULT_HEADER}: {SLOW_EVENTS}"} if turn == 0 else {}
+
+
+class CodexInterrupt(Interrupted, Codex):
+    """The header in the provider's `http_headers` (`-c` on the command line), for turn 1 only."""
+
+    def __init__(self):
+        Codex.__init__(self)
+        self.name = "codex-interrupt"
+
+    def argv(self, ctx, turn):
+        argv = super().argv(ctx, turn)
+        if turn == 0:
+            argv[2:2] = ["-c", f'model_providers.cachet.http_headers={{"{FAULT_HEADER}"="{SLOW_EVENTS}"}}']
+        return argv
+
+
+class Paced:
+    """An OpenAI session of more than 15 requests (three turns of six: five tool calls and
+    the answer) at a user's pace, below the rate at which OpenAI routes a prefix to other
+    machines (about 15 requests a minute for one prompt start and key): the emulator's
+    clock moves on 30 s after each turn, so no minute holds more than 12. See check_paced."""
+
+    tool_steps = 5
+    PROMPTS = [PROMPTS[0], PROMPTS[1], "And once more."]
+    PAUSE = 30
+
+    def pause_after(self, turn):
+        return self.PAUSE
+
+    def check(self, r, run):
+        check_paced(r, run)
+
+
+class PiPaced(Paced, Pi):
+    def __init__(self):
+        Pi.__init__(self, "cachet-openai-responses", "gpt-4.1", "openai-responses", "openai", "responses",
+                    "prompt_cache_key")
+        self.name = "pi-paced"
+
+
+class PiBurst(PiPaced):
+    """The same session without the pauses: 18 requests in a few seconds. Past 15 in a
+    minute the emulator routes requests to machines without the prefix, as OpenAI does;
+    cachet names the cause. See check_burst."""
+
+    def __init__(self):
+        super().__init__()
+        self.name = "pi-burst"
+
+    def pause_after(self, turn):
+        return 0
+
+    def check(self, r, run):
+        check_burst(r, run)
+
+
+class CodexPaced(Paced, Codex):
+    def __init__(self):
+        Codex.__init__(self)
+        self.name = "codex-paced"
 
 
 CLIENTS = [
@@ -533,6 +814,16 @@ CLIENTS = [
     ClaudeCodeKeyed(),
     CodexChatGptKeyed(),
     ClaudeCodeLong(),
+    PiTwins(),
+    PiLong(),
+    CodexLong(),
+    CodexChatGptLong(),
+    PiInterrupt(),
+    ClaudeCodeInterrupt(),
+    CodexInterrupt(),
+    PiPaced(),
+    PiBurst(),
+    CodexPaced(),
 ]
 
 
@@ -566,6 +857,7 @@ class Run:
         self.front = []
         self.back = []
         self.sessions = {}
+        self.timelines = {}      # session id -> its timeline page (runs with an interrupt)
         self.session_list = []
         self.metrics = ""
         self.records = []
@@ -588,7 +880,8 @@ class Run:
 def run_client(client, policies, args, blocks, out_dir):
     names = [os.path.basename(p)[:-5] for p in policies]
     scenario = os.path.join(out_dir, client.name + ("+" + "+".join(names) if names else ""))
-    stack = Stack(args.cachet, scenario, policies, client.serve_config, client.serve_env)
+    stack = Stack(args.cachet, scenario, policies, client.serve_config, client.serve_env,
+                  client.tool_steps)
     run = Run(client, names, [tomllib.load(open(p, "rb")) for p in policies])
     try:
         ctx = Context(stack.front.url, blocks, args.bin_dir, scenario)
@@ -597,26 +890,33 @@ def run_client(client, policies, args, blocks, out_dir):
                "LANG": "C.UTF-8", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
         env.update(client.env(ctx))
         for turn in range(client.turn_count()):
+            client.before_turn(ctx, turn)
             start = len(stack.front.snapshot())
-            out, err = open(os.path.join(scenario, f"turn{turn + 1}.out"), "w+"), \
-                open(os.path.join(scenario, f"turn{turn + 1}.err"), "w+")
-            p = subprocess.Popen(client.argv(ctx, turn), cwd=ctx.work, env=env, stdout=out, stderr=err,
-                                 stdin=subprocess.DEVNULL)
+            name = os.path.join(scenario, f"turn{turn + 1}")
+            out, err = open(name + ".out", "w+"), open(name + ".err", "w+")
+            # Each in a process group of its own: Codex's launcher starts its binary as a
+            # child, which a kill of the launcher alone would leave running.
+            procs = [subprocess.Popen(argv, cwd=ctx.work, env={**env, **client.turn_env(ctx, turn)},
+                                      stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+                     for argv in client.invocations(ctx, turn)]
             deadline = time.monotonic() + TURN_TIMEOUT
-            note = ""
-            while p.poll() is None:
-                if len(stack.front.snapshot()) - start > MAX_REQUESTS_PER_TURN:
+            note = interrupt(stack, start, procs, deadline) if client.interrupted(turn) else ""
+            while any(p.poll() is None for p in procs):
+                if len(stack.front.snapshot()) - start > MAX_REQUESTS_PER_TURN * len(procs):
                     note = f"stopped after more than {MAX_REQUESTS_PER_TURN} requests"
                 elif time.monotonic() > deadline:
                     note = f"stopped after {TURN_TIMEOUT} s"
                 if note:
-                    p.kill()
+                    kill(procs)
                     break
                 time.sleep(0.05)
-            rc = p.wait()
+            rc = next((p.wait() for p in procs if p.wait() != 0), 0)
             out.seek(0)
             err.seek(0)
             run.turns.append((start, len(stack.front.snapshot()), rc, out.read(), err.read() + note))
+            if client.pause_after(turn):
+                stack.advance_emulator_clock(client.pause_after(turn))
         run.front = stack.front.snapshot()
         run.back = stack.back.snapshot()
         if True:  # sessions are kept for every generation request (monitoring is on)
@@ -630,6 +930,9 @@ def run_client(client, policies, args, blocks, out_dir):
                 time.sleep(0.05)
             for s in run.session_list:
                 run.sessions[s["id"]] = stack.admin(f"/sessions/{s['id']}")
+                if any(client.interrupted(i) for i in range(client.turn_count())):
+                    run.timelines[s["id"]] = http_get(
+                        f"{stack.admin_url}/sessions/{urllib.parse.quote(s['id'], safe='')}/timeline").decode()
         run.metrics = stack.metrics()
     finally:
         stack.stop()
@@ -646,6 +949,27 @@ def run_client(client, policies, args, blocks, out_dir):
     return run
 
 
+def kill(procs):
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def interrupt(stack, start, procs, deadline):
+    """Kill the turn's client INTERRUPT_AFTER seconds into its first generation request's
+    answer, as a user stopping it mid-stream does; what it says of the turn."""
+    while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        if any(e.method == "POST" and e.path.split("?")[0] in GENERATION and e.status
+               for e in stack.front.snapshot()[start:]):
+            time.sleep(INTERRUPT_AFTER)
+            kill(procs)
+            return f"interrupted {INTERRUPT_AFTER} s into its first answer"
+        time.sleep(0.02)
+    return "ended before it could be interrupted"
+
+
 # ---------------------------------------------------------------- assertions
 
 def metric_sum(text, name):
@@ -657,10 +981,21 @@ def metric_sum(text, name):
 
 
 def check_turns(r, run):
-    for i, (_, _, rc, out, err) in enumerate(run.turns):
-        shown = EMULATOR_TEXT in out or not run.client.shows_text(i)
+    for i, (start, end, rc, out, err) in enumerate(run.turns):
+        if run.client.interrupted(i):
+            gone = [e for e in run.generation(run.front[start:end]) if e.client_gone]
+            r.check(len(gone) == 1 and "interrupted" in err,
+                    f"{run.label}: turn {i + 1} is interrupted in the middle of its first answer",
+                    f"{err[-200:]!r}; the client went away from {len(gone)} answers")
+            continue
+        shown = out.count(EMULATOR_TEXT) >= run.client.invocation_count(i) or not run.client.shows_text(i)
         r.check(rc == 0 and shown, f"{run.label}: turn {i + 1} completes and shows the emulator's text",
                 f"exit {rc}; stdout: {out[-400:]!r}; stderr: {err[-600:]!r}")
+
+
+# A fingerprint session's id; a second conversation with the same fingerprint (twin first
+# prompts) adds 12 hex digits of its second message's key (docs/src/sessions.md).
+FINGERPRINT_ID = re.compile(r"fp-[0-9a-f]{32}(-[0-9a-f]{12})?$")
 
 
 def check_identity(r, run):
@@ -673,8 +1008,7 @@ def check_identity(r, run):
     wrong = []
     for rec in run.records:
         source, sid = expected_session(list(rec.get("headers", {}).items()), rec["body"])
-        ok = rec["session"].startswith("fp-") and len(rec["session"]) == 35 if source == "fingerprint" \
-            else rec["session"] == sid
+        ok = bool(FINGERPRINT_ID.match(rec["session"])) if source == "fingerprint" else rec["session"] == sid
         if not ok:
             wrong.append((source, sid, rec["session"]))
     r.check(bool(run.records) and not wrong and len(run.records) == len(gen),
@@ -682,12 +1016,21 @@ def check_identity(r, run):
             f"{len(run.records)} records for {len(gen)} requests; mismatches: {wrong[:3]}")
     ids = {rec["session"] for rec in run.records}
     if client.one_session:
-        r.check(len(ids) == 1, f"{run.label}: both turns are one session", f"sessions: {sorted(ids)}")
+        r.check(len(ids) == 1, f"{run.label}: its turns are one session", f"sessions: {sorted(ids)}")
     # Sessions are kept for every generation request, policy or not (monitoring).
     named = {rec["session"] for rec in run.records}
     listed = {s["id"] for s in run.session_list}
-    r.check(listed == named and named, f"{run.label}: GET /sessions lists the session",
-            f"listed {sorted(listed)}, the requests named {sorted(named)}")
+    if client.id_source == "fingerprint":
+        # A trace names a request's session as known when it went out: its fingerprint's.
+        # The log may put it in a twin's session or a compacted conversation's
+        # (docs/src/trace-format.md); every request is in a listed session all the same.
+        held = sum(s["requests"] for s in run.session_list)
+        r.check(named and held == len(run.generation()),
+                f"{run.label}: GET /sessions lists the sessions of every request",
+                f"listed {sorted(listed)} holding {held} requests of {len(run.generation())}")
+    else:
+        r.check(listed == named and named, f"{run.label}: GET /sessions lists the session",
+                f"listed {sorted(listed)}, the requests named {sorted(named)}")
 
 
 def check_bytes(r, run):
@@ -702,7 +1045,9 @@ def check_bytes(r, run):
             unmatched.append(f"{e.method} {e.path} ({len(e.req_body)} bytes)")
             continue
         b = candidates.pop(0)
-        if b.resp_body != e.resp_body or b.status != e.status:
+        # An interrupted answer reached the client as far as it went: a start of the upstream's.
+        whole = b.resp_body.startswith(e.resp_body) if e.client_gone else b.resp_body == e.resp_body
+        if not whole or b.status != e.status:
             resp_diff.append(f"{e.method} {e.path}: upstream {b.status} {len(b.resp_body)} bytes, "
                              f"client {e.status} {len(e.resp_body)} bytes")
         for name in ("x-api-key", "authorization"):
@@ -824,6 +1169,265 @@ def check_long_session(r, run):
     late = [e.get("diagnosis") for e in switched[1:] if e.get("diagnosis")]
     r.check(switched and not late, f"{run.label}: the new model's tool loop reads on without a break",
             f"diagnosed {late}")
+
+
+Sent = collections.namedtuple("Sent", "ex turn session entry")
+
+
+def response_id(ex):
+    """The provider's id of an answer: its first event names it, so an interrupted one too."""
+    for doc in json_documents(ex.resp_body):
+        for v in (doc.get("message"), doc.get("response"), doc):
+            if isinstance(v, dict) and isinstance(v.get("id"), str):
+                return v["id"]
+    return None
+
+
+def requests_sent(run):
+    """Each generation request in the order sent, with its turn (the client's invocation),
+    and the session and request entry cachet logged for it (found by its answer's id)."""
+    by_answer = {e.get("response_id"): (sid, e) for sid, e in request_entries(run) if e.get("response_id")}
+    # An answer cut before it named its id (a Responses stream names it in its last event)
+    # leaves an entry without one: such entries go to such requests, in order.
+    unnamed = [(sid, e) for sid, e in request_entries(run) if not e.get("response_id")]
+    out = []
+    for ex in run.generation():
+        turn = next(i for i, t in enumerate(run.turns) if t[0] <= ex.seq < t[1])
+        found = by_answer.get(response_id(ex))
+        if found is None and ex.client_gone and unnamed:
+            found = unnamed.pop(0)
+        sid, entry = found or (None, {})
+        out.append(Sent(ex, turn, sid, entry))
+    return out
+
+
+def reason(x):
+    return (x.entry.get("diagnosis") or {}).get("reason")
+
+
+def first_text(items):
+    """The text of the first part of the first message of a history, or of a system prompt."""
+    if isinstance(items, str):
+        return items
+    first = (items or [{}])[0]
+    content = first.get("content", first.get("text", "")) if isinstance(first, dict) else ""
+    if isinstance(content, list):
+        content = (content or [{}])[0].get("text", "")
+    return content if isinstance(content, str) else ""
+
+
+def last_text(items):
+    return first_text(list(reversed(items or [])))
+
+
+def check_one_session(r, run, sent, what):
+    unlogged = [x.ex.seq for x in sent if not x.entry]
+    r.check(len(run.sessions) == 1 and not unlogged,
+            f"{run.label}: one session through {what} ({len(sent)} requests)",
+            f"sessions {sorted(run.sessions)}; requests without an entry: {unlogged}")
+
+
+def check_turn_indexes(r, run, sent, expected=None):
+    """Each request's turn index is the turn (invocation) it was sent in, or as `expected` says."""
+    got = [x.entry.get("turn_index") for x in sent]
+    want = expected or [x.turn for x in sent]
+    r.check(got == want, f"{run.label}: the turn index goes on with the session's turns",
+            f"turn indexes {got}, expected {want}")
+
+
+def check_breaks(r, run, n, what):
+    breaks = metric_sum(run.metrics, "cachet_prefix_breaks_total")
+    r.check(breaks == n, f"{run.label}: {what}", f"cachet_prefix_breaks_total = {breaks:g}")
+
+
+def check_twins(r, run):
+    """Two conversations that share a fingerprint are two sessions, each its own lane and
+    append-only: no break. Their first requests are the same bytes, which nothing tells
+    apart: both go on the fingerprint's session (a known limit, docs/src/sessions.md)."""
+    sent = requests_sent(run)
+    unlogged = [x.ex.seq for x in sent if not x.entry]
+    r.check(len(run.sessions) == 2 and not unlogged,
+            f"{run.label}: the two conversations are two sessions ({len(sent)} requests)",
+            f"sessions {sorted(run.sessions)}; requests without an entry: {unlogged}")
+    # A conversation is told by its second message, the first answer (its tool-call ids).
+    by_answer = {}
+    for x in sent:
+        messages = x.ex.request_json().get("messages") or []
+        if len(messages) >= 2:
+            by_answer.setdefault(canonical(messages[1]), set()).add(x.session)
+    apart = [sorted(v) for v in by_answer.values()]
+    r.check(len(apart) == 2 and all(len(v) == 1 for v in apart) and apart[0] != apart[1],
+            f"{run.label}: each conversation's requests, from its first answer on, are in one session of its own",
+            f"sessions by conversation: {apart}")
+    firsts = {x.session for x in sent if len(x.ex.request_json().get("messages") or []) == 1}
+    plain = [sid for sid in run.sessions if re.fullmatch(r"fp-[0-9a-f]{32}", sid)]
+    r.check(len(firsts) == 1 and firsts == set(plain),
+            f"{run.label}: the two first requests, the same bytes, go on the fingerprint's session",
+            f"first requests in {sorted(firsts)}; fingerprint sessions {plain}")
+    lanes = {(x.session, x.entry.get("lane")) for x in sent}
+    r.check(len(lanes) == 2, f"{run.label}: each session is one lane", f"lanes {sorted(lanes)}")
+    cold = [x.ex.seq for x in sent[1:] if cache_read(x.ex.resp_body) == 0]
+    r.check(not cold, f"{run.label}: every request after the very first reads from cache", f"read 0: {cold}")
+    check_no_breaks(r, run, "both conversations are append-only: no break")
+
+
+PI_SUMMARY_SYSTEM = "You are a context summarization assistant"
+PI_COMPACTED = "The conversation history before this point was compacted"
+
+
+def check_pi_long(r, run):
+    """pi compacts once inside turn 2's tool loop, then switches model: its conversation is
+    one session; the compacted history (pi's summary, the turns kept, the new tool result)
+    starts a lane of its own without a break, in the turn it was in; the switch is diagnosed
+    `model_changed` on that lane, the session's only break. pi's summarisation request (its
+    own system prompt, the conversation in one message) is a session of one request, a known
+    limit (docs/src/sessions.md)."""
+    sent = requests_sent(run)
+    summaries = [x for x in sent if first_text(x.ex.request_json().get("system")).startswith(PI_SUMMARY_SYSTEM)]
+    conversation = [x for x in sent if x not in summaries]
+    conv_sessions = {x.session for x in conversation}
+    alone = [x.session for x in summaries
+             if x.session not in conv_sessions and len(request_entries_of(run, x.session)) == 1]
+    r.check(len(summaries) == 1 and len(alone) == 1,
+            f"{run.label}: pi compacts once; its summarisation request is a session of one request",
+            f"{len(summaries)} summarisation requests, alone in their session: {alone}")
+    unlogged = [x.ex.seq for x in conversation if not x.entry]
+    r.check(len(conv_sessions) == 1 and not unlogged,
+            f"{run.label}: the conversation is one session through the compaction and the switch "
+            f"({len(conversation)} requests)", f"sessions {sorted(conv_sessions)}; unlogged {unlogged}")
+    compacted = [i for i, x in enumerate(conversation)
+                 if first_text(x.ex.request_json().get("messages")).startswith(PI_COMPACTED)]
+    if not r.check(compacted and compacted[0] > 0, f"{run.label}: the compacted history is sent"):
+        return
+    before, after = conversation[compacted[0] - 1], conversation[compacted[0]:]
+    new_lane = {x.entry.get("lane") for x in after}
+    r.check(after[0].turn == 1 and len(new_lane) == 1 and before.entry.get("lane") not in new_lane
+            and not reason(after[0]),
+            f"{run.label}: the compacted history starts a lane of its own inside turn 2, without a break",
+            f"turn {after[0].turn + 1}; lanes {before.entry.get('lane')} then {sorted(new_lane)}; "
+            f"diagnosis {after[0].entry.get('diagnosis')}")
+    check_turn_indexes(r, run, conversation)
+    switch = next((x for x in conversation if x.turn == 2), None)
+    r.check(switch and reason(switch) == "model_changed" and switch.entry.get("lane") in new_lane,
+            f"{run.label}: the switch of model is diagnosed model_changed on the compacted lane",
+            f"diagnosis {switch and switch.entry.get('diagnosis')}; lane {switch and switch.entry.get('lane')}")
+    check_breaks(r, run, 1, "the switch is the only break")
+
+
+def request_entries_of(run, session):
+    return [e for e in run.sessions.get(session, {}).get("entries", []) if e.get("type") == "request"]
+
+
+CODEX_SUMMARY_PROMPT = "You are performing a CONTEXT CHECKPOINT COMPACTION"
+
+
+def check_codex_long(r, run):
+    """Codex switches model, passes its compaction limit on the new model and compacts inside
+    that turn: one session; the first request on the new model is diagnosed `model_changed`
+    on the conversation's lane; Codex's summary request, sent without tools, reads nothing
+    and is diagnosed `tools_changed` (the cached prefix starts with the tools); the compacted
+    history starts a lane of its own without a break, and the turns go on."""
+    sent = requests_sent(run)
+    check_one_session(r, run, sent, "a switch of model and a compaction")
+    summaries = [i for i, x in enumerate(sent) if not x.ex.request_json().get("tools")
+                 and last_text(x.ex.request_json().get("input")).startswith(CODEX_SUMMARY_PROMPT)]
+    if not r.check(len(summaries) == 1 and sent[summaries[0]].turn == 2,
+                   f"{run.label}: Codex compacts once, in the turn on the new model",
+                   f"summary requests at {[sent[i].ex.seq for i in summaries]}"):
+        return
+    summary = sent[summaries[0]]
+    switch = next(x for x in sent if x.turn == 2)
+    lane = sent[0].entry.get("lane")
+    r.check(reason(switch) == "model_changed" and switch.entry.get("lane") == lane,
+            f"{run.label}: the switch of model is diagnosed model_changed on the conversation's lane",
+            f"diagnosis {switch.entry.get('diagnosis')}; lane {switch.entry.get('lane')}, was {lane}")
+    r.check(reason(summary) == "tools_changed" and summary.entry.get("lane") == lane,
+            f"{run.label}: the summary request, without tools, is diagnosed tools_changed on that lane",
+            f"diagnosis {summary.entry.get('diagnosis')}; lane {summary.entry.get('lane')}")
+    after = sent[summaries[0] + 1:]
+    lanes = {x.entry.get("lane") for x in after}
+    diagnosed = [x.entry.get("diagnosis") for x in after if x.entry.get("diagnosis")]
+    r.check(after and len(lanes) == 1 and lane not in lanes and not diagnosed,
+            f"{run.label}: the compacted history starts a lane of its own, without a break",
+            f"lanes {sorted(lanes)}; diagnosed {diagnosed}")
+    check_turn_indexes(r, run, sent)
+    check_breaks(r, run, 2, "the switch and the summary request are the only breaks")
+
+
+def check_codex_chatgpt_long(r, run):
+    """Codex signed in with ChatGPT compacts before turn 2 by a Responses request ending with
+    `compaction_trigger`, answered with exactly one compaction item; that request extends
+    turn 1 (no break, its lane); the compacted history (the user messages, the compaction
+    item, the new prompt) starts a lane of its own as the next turn; the switch of model is
+    diagnosed `model_changed` on that lane, the only break."""
+    sent = requests_sent(run)
+    check_one_session(r, run, sent, "an inline compaction and a switch of model")
+    triggers = [i for i, x in enumerate(sent)
+                if ((x.ex.request_json().get("input") or [{}])[-1] or {}).get("type") == "compaction_trigger"]
+    if not r.check(len(triggers) == 1 and sent[triggers[0]].turn == 1,
+                   f"{run.label}: Codex compacts once, before turn 2, by compaction_trigger",
+                   f"compaction requests at {[sent[i].ex.seq for i in triggers]}"):
+        return
+    t = sent[triggers[0]]
+    done = [d.get("item", {}).get("type") for d in json_documents(t.ex.resp_body)
+            if d.get("type") == "response.output_item.done"]
+    r.check(done == ["compaction"], f"{run.label}: the compaction is answered with exactly one compaction item",
+            f"output items {done}")
+    lane = sent[0].entry.get("lane")
+    r.check(not reason(t) and t.entry.get("lane") == lane,
+            f"{run.label}: the compaction request extends turn 1: no break, on its lane",
+            f"diagnosis {t.entry.get('diagnosis')}; lane {t.entry.get('lane')}, was {lane}")
+    after = sent[triggers[0] + 1:]
+    lanes = {x.entry.get("lane") for x in after}
+    r.check(after and len(lanes) == 1 and lane not in lanes and not reason(after[0]),
+            f"{run.label}: the compacted history starts a lane of its own, without a break",
+            f"lanes {sorted(lanes)}; diagnosis {after and after[0].entry.get('diagnosis')}")
+    switch = next((x for x in after if x.turn == 2), None)
+    r.check(switch and reason(switch) == "model_changed",
+            f"{run.label}: the switch of model is diagnosed model_changed on the compacted lane",
+            f"diagnosis {switch and switch.entry.get('diagnosis')}")
+    # The compaction request carries turn 1's history: it is in turn 1 (index 0).
+    check_turn_indexes(r, run, sent, [0 if x is t else x.turn for x in sent])
+    check_breaks(r, run, 1, "the switch is the only break")
+
+
+def check_interrupt(r, run):
+    """The client killed mid-answer: the request's entry says how its answer ended
+    (`client_gone`), its timeline row says it was interrupted, and the next turn goes on in
+    the same session and lane, without a break."""
+    sent = requests_sent(run)
+    check_one_session(r, run, sent, "an interrupt")
+    gone = [x for x in sent if x.ex.client_gone]
+    if not gone:
+        return
+    x = gone[0]
+    others = [y.entry.get("outcome") for y in sent if y is not x and y.entry.get("outcome")]
+    r.check(x.entry.get("outcome") == "client_gone" and not others,
+            f"{run.label}: the interrupted request's entry says client_gone, and only its",
+            f"outcome {x.entry.get('outcome')!r}; others {others}")
+    page = run.timelines.get(x.session, "")
+    r.check(page.count("interrupted by the client") == 1,
+            f"{run.label}: its timeline row says it was interrupted by the client",
+            f"{page.count('interrupted by the client')} such rows in the timeline")
+    later = [y for y in sent if y.turn > x.turn]
+    lanes = {y.entry.get("lane") for y in later}
+    r.check(later and lanes == {x.entry.get("lane")},
+            f"{run.label}: the next turn goes on in the interrupted request's lane",
+            f"lanes {sorted(lanes)}, interrupted on {x.entry.get('lane')}")
+    check_no_breaks(r, run, "no break after the interrupt")
+
+
+def check_paced(r, run):
+    """More than 15 requests, never more than 12 in a minute on the emulator's clock: none
+    overflows to a machine without the prefix, and nothing is diagnosed (no `rate_overflow`,
+    no `unexplained`)."""
+    sent = requests_sent(run)
+    check_one_session(r, run, sent, "three paced turns")
+    r.check(len(sent) > 15, f"{run.label}: the session is over 15 requests ({len(sent)})")
+    cold = [x.ex.seq for x in sent[1:] if cache_read(x.ex.resp_body) == 0]
+    r.check(not cold, f"{run.label}: every request after the first reads from cache: none overflowed",
+            f"read 0: {cold}")
+    check_no_breaks(r, run, "nothing diagnosed: no rate_overflow, no unexplained")
 
 
 def check_fast(r, run):
@@ -960,6 +1564,22 @@ def check_compactions(r, run):
             f"{len(forwarded)} forwarded, {counted:.0f} counted")
 
 
+def check_burst(r, run):
+    """18 requests within seconds: the 16th and later go to machines that have not cached
+    the prefix (they read nothing), and each is diagnosed `rate_overflow`, never
+    `unexplained`."""
+    sent = requests_sent(run)
+    check_one_session(r, run, sent, "three turns in a burst")
+    cold = [i for i, x in enumerate(sent) if i and cache_read(x.ex.resp_body) == 0]
+    r.check(cold == list(range(OVERFLOW_PER_MINUTE, len(sent))),
+            f"{run.label}: the requests past {OVERFLOW_PER_MINUTE} in a minute read nothing",
+            f"requests that read 0: {cold} of {len(sent)}")
+    reasons = [reason(x) for x in sent]
+    want = [None] * OVERFLOW_PER_MINUTE + ["rate_overflow"] * (len(sent) - OVERFLOW_PER_MINUTE)
+    r.check(reasons == want, f"{run.label}: each of them is diagnosed rate_overflow, nothing else",
+            f"diagnoses {reasons}")
+
+
 # ---------------------------------------------------------------- main
 
 def main():
@@ -993,14 +1613,13 @@ def main():
         check_bytes(r, base)
         check_websocket(r, base)
         check_cache(r, base)
-        long_session = getattr(client, "long_session", False)
-        if long_session:
-            check_long_session(r, base)
+        if client.check:
+            client.check(r, base)
         else:
             check_no_breaks(r, base, "no prefix break without a policy (monitoring)")
         check_storage(r, base)
         check_common(r, base)
-        if long_session:
+        if client.check:  # a scenario of its own: without a policy only
             print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")
             continue
         if client.name == "python-sdks":

@@ -1,13 +1,16 @@
 """A capturing HTTP shim: forwards every request to one upstream and keeps the exact bytes
 of both bodies, so a test can compare what crossed cachet on either side.
 
-It reads the upstream's whole answer before replying (with a Content-Length instead of the
-upstream's framing); the body bytes are unchanged. Loopback only.
+Answers stream through as they arrive (a streamed answer is relayed chunk by chunk, so a
+client sees the upstream's pace and can be interrupted mid-stream); the body bytes are
+unchanged. A client that goes away mid-answer closes the shim's upstream connection too, as
+the client's own disconnect would. Loopback only.
 """
 
 import gzip
 import http.client
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +42,8 @@ class Exchange:
         self.status = None
         self.resp_headers = []
         self.resp_body = b""
+        # The client went away before the whole answer reached it.
+        self.client_gone = False
 
     def request_json(self):
         """The request body as JSON, decoded by its content-encoding as cachet reads it
@@ -79,6 +84,11 @@ class Shim(ThreadingHTTPServer):
     def stop(self):
         self.shutdown()
         self.server_close()
+
+    def handle_error(self, request, client_address):
+        """A client that drops an idle keep-alive connection is no error; anything else is."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     def snapshot(self):
         with self.lock:
@@ -122,22 +132,56 @@ class _Handler(BaseHTTPRequestHandler):
                 conn.putheader("content-length", str(len(body)))
             conn.endheaders(body)
             resp = conn.getresponse()
-            data = resp.read() if self.command != "HEAD" else b""
-            ex.status = resp.status
-            ex.resp_headers = [(k.lower(), v) for k, v in resp.getheaders()]
-            ex.resp_body = data
         except Exception as e:  # the upstream is gone: answer 502 like a proxy would
+            conn.close()
             ex.status = 502
             ex.resp_body = f"shim: upstream failed: {e}".encode()
+            self.send_response_only(ex.status)
+            self.send_header("content-length", str(len(ex.resp_body)))
+            self.end_headers()
+            self.wfile.write(ex.resp_body)
+            return
+        try:
+            self._relay(ex, resp)
         finally:
             conn.close()
+
+    def _relay(self, ex, resp):
+        """Send the upstream's answer on as it arrives: with its length when it said one,
+        else chunk by chunk."""
+        ex.status = resp.status
+        ex.resp_headers = [(k.lower(), v) for k, v in resp.getheaders()]
+        length = resp.getheader("content-length")
+        bodiless = self.command == "HEAD" or resp.status in (204, 304)
+        chunked = length is None and not bodiless
         self.send_response_only(ex.status)
         for k, v in ex.resp_headers:
             if k not in HOP_BY_HOP:
                 self.send_header(k, v)
-        self.send_header("content-length", str(len(ex.resp_body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(ex.resp_body)
+        if length is not None:
+            self.send_header("content-length", length)
+        elif chunked:
+            self.send_header("transfer-encoding", "chunked")
+        body = []
+        try:
+            self.end_headers()
+            while not bodiless:
+                try:
+                    data = resp.read1(65536)
+                except Exception:  # the upstream cut its answer: end ours the same way
+                    self.close_connection = True
+                    break
+                if not data:
+                    if chunked:
+                        self.wfile.write(b"0\r\n\r\n")
+                    break
+                body.append(data)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                self.wfile.flush()
+        except OSError:  # the client is gone: so is our upstream request
+            ex.client_gone = True
+            self.close_connection = True
+        finally:
+            ex.resp_body = b"".join(body)
 
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _forward

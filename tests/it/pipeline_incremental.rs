@@ -66,6 +66,7 @@ fn without_times(v: &mut Value) {
     match v {
         Value::Object(map) => {
             map.remove("time");
+            map.remove("sent_ms");
             map.values_mut().for_each(without_times);
         }
         Value::Array(items) => items.iter_mut().for_each(without_times),

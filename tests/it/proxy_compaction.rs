@@ -174,3 +174,46 @@ async fn a_compaction_after_a_conversation_reads_its_cache_through_cachet() {
     }
     proxy.shutdown().await;
 }
+
+/// Codex 0.171.0 signed in with ChatGPT compacts inline: an ordinary streamed Responses
+/// request whose input ends with `{"type": "compaction_trigger"}`, whose answer must hold
+/// exactly one `compaction` item and end with `response.completed` (codex-rs
+/// `compact_remote_v2.rs`: "remote compaction v2 expected exactly one compaction output
+/// item"). Through cachet, the emulator answers it so, and the request reads the cache of
+/// the conversation it ends.
+#[tokio::test]
+async fn an_inline_compaction_is_answered_with_one_compaction_item() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&format!("http://{}", emulator.addr))).await;
+    let session = codex_chatgpt_compaction();
+    let (status, _) = post_codex_chatgpt(&proxy, &session[0]).await;
+    assert_eq!(status, 200);
+    let compaction = &session[1];
+    let trigger = compaction["input"].as_array().unwrap().last().unwrap();
+    assert_eq!(trigger["type"], "compaction_trigger", "the captured shape");
+    let (status, events) = post_codex_chatgpt(&proxy, compaction).await;
+    assert_eq!(status, 200, "{events:?}");
+    let done: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_item.done")
+        .map(|e| &e["item"])
+        .collect();
+    assert_eq!(done.len(), 1, "{events:?}");
+    assert_eq!(done[0]["type"], "compaction", "{events:?}");
+    assert!(
+        !done[0]["encrypted_content"].as_str().unwrap().is_empty(),
+        "{events:?}"
+    );
+    let completed = events.last().unwrap();
+    assert_eq!(completed["type"], "response.completed", "{events:?}");
+    assert_eq!(completed["response"]["output"], json!([done[0]]));
+    let usage = &completed["response"]["usage"];
+    assert!(
+        usage["input_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "it extends the turn it compacts: {usage}"
+    );
+    proxy.shutdown().await;
+}

@@ -58,6 +58,16 @@ async fn send(proxy: &cachet::server::ProxyHandle, body: &Value, session: Option
     r.bytes().await.unwrap();
 }
 
+/// pi's first turn as far as its first tool call: the prompt alone, then with the call and
+/// its result. The request sent last, and its history.
+async fn pi_first_call(proxy: &cachet::transport::server::ProxyHandle) -> (Value, Vec<Value>) {
+    let first = pi_tool_loop();
+    let history = messages(&first);
+    send(proxy, &with_messages(&first, history[..1].to_vec()), None).await;
+    send(proxy, &first, None).await;
+    (first, history)
+}
+
 /// Every request entry of every session, by session id.
 async fn sessions(proxy: &cachet::server::ProxyHandle, requests: u64) -> Vec<(String, Value)> {
     let listed = wait_for_session_requests(proxy, requests).await;
@@ -145,6 +155,74 @@ async fn twin_pi_sessions_with_one_first_prompt_are_two_sessions() {
     proxy.shutdown().await;
 }
 
+/// Two pi sessions started at once with the same prompt send the same first request side
+/// by side. The one sent first may be answered last (here its answer streams slowly): its
+/// entry then follows the other's in the lane, yet it could read nothing the other one
+/// wrote, since it was sent before it. It is not compared with a request sent after it:
+/// no break.
+#[tokio::test]
+async fn a_request_is_not_compared_with_one_sent_after_it() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let first = pi_tool_loop();
+    // pi marks its last message: here the prompt, long enough to be cached.
+    let mut prompt = messages(&first)[0].clone();
+    let text = format!(
+        "Why does this fail?\n{}",
+        "error[E0308]: mismatched types\n".repeat(200)
+    );
+    prompt["content"][0] =
+        json!({"type": "text", "text": text, "cache_control": {"type": "ephemeral"}});
+    let first = with_messages(&first, vec![prompt]);
+    let url = format!("http://{}/v1/messages", proxy.addr);
+    let slow = {
+        let (url, body) = (url.clone(), first.clone());
+        tokio::spawn(async move {
+            let r = client()
+                .post(url)
+                .header("x-api-key", "k")
+                .header("anthropic-version", "2023-06-01")
+                .header("x-cachet-emulate-fault", "slow-events:100")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+        })
+    };
+    // The slow one is accounted first (it writes the prefix), then the other reads it and
+    // is answered at once.
+    for _ in 0..200 {
+        if !emulator.accounted().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    send(&proxy, &first, None).await;
+    slow.await.unwrap();
+
+    let sessions = sessions(&proxy, 2).await;
+    let entries: Vec<&Value> = sessions
+        .iter()
+        .flat_map(|(_, log)| request_entries(log))
+        .collect();
+    let reads: Vec<u64> = entries
+        .iter()
+        .map(|e| e["usage"]["cache_read"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        reads.iter().filter(|&&r| r == 0).count(),
+        1,
+        "one wrote, one read: {reads:?}"
+    );
+    assert!(
+        entries.iter().all(|e| e["diagnosis"].is_null()),
+        "no break: {entries:?}"
+    );
+    proxy.shutdown().await;
+}
+
 /// pi compacts (its `/compact`, or on a full context window): the next request sends a
 /// summary as its first message, then the messages it kept, then the new prompt. It is the
 /// same conversation: one session, its turns counted on from those before the compaction.
@@ -152,10 +230,7 @@ async fn twin_pi_sessions_with_one_first_prompt_are_two_sessions() {
 async fn a_pi_compaction_goes_on_in_its_session_and_its_turns() {
     let emulator = start_emulator().await;
     let proxy = start_proxy(test_config(&emulator.url())).await;
-    let first = pi_tool_loop();
-    let mut history = messages(&first);
-    send(&proxy, &with_messages(&first, history[..1].to_vec()), None).await;
-    send(&proxy, &first, None).await;
+    let (first, mut history) = pi_first_call(&proxy).await;
     history.extend([assistant("Two files."), user("Read the notes.")]);
     send(&proxy, &with_messages(&first, history.clone()), None).await;
     let kept_from = history.len() - 1;
@@ -191,7 +266,62 @@ async fn a_pi_compaction_goes_on_in_its_session_and_its_turns() {
         .iter()
         .map(|e| e["turn_index"].as_u64().unwrap())
         .collect();
-    assert!(turns[4] > turns[3], "turns {turns:?}");
+    // The kept turns were counted before: only the new prompt is a turn more.
+    assert_eq!(turns[4], turns[3] + 1, "turns {turns:?}");
+    proxy.shutdown().await;
+}
+
+fn tool_use(id: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "read",
+        "input": {"path": "example path"}}]})
+}
+
+fn tool_result(id: &str) -> Value {
+    json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id,
+        "content": "line 0: the quick brown fox jumps over the lazy dog"}]})
+}
+
+/// pi compacts inside a tool loop (its context past `contextWindow - reserveTokens` once a
+/// tool's result is in): the next request is the summary, the turns it kept (the current
+/// turn's prompt among them) and the new tool result, and goes on in the turn it was in
+/// (pi 1.6.0's request shape, keepRecentTokens reaching back into the previous turn).
+#[tokio::test]
+async fn a_pi_compaction_inside_a_tool_loop_stays_in_its_turn() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let (first, mut history) = pi_first_call(&proxy).await;
+    history.extend([tool_use("toolu_2"), tool_result("toolu_2")]);
+    send(&proxy, &with_messages(&first, history.clone()), None).await;
+    let kept_from = history.len();
+    history.extend([
+        assistant("Hello from the cachet emulator. This reply is deterministic."),
+        user("Now look at them again."),
+    ]);
+    send(&proxy, &with_messages(&first, history.clone()), None).await;
+    history.extend([tool_use("toolu_3"), tool_result("toolu_3")]);
+    send(&proxy, &with_messages(&first, history.clone()), None).await;
+
+    let summary = user(
+        "The conversation history before this point was compacted into the following summary:\
+         \n\n<summary>\n## Goal\nList the files.\n</summary>",
+    );
+    let mut compacted = vec![summary];
+    compacted.extend(history[kept_from..].iter().cloned());
+    compacted.extend([tool_use("toolu_4"), tool_result("toolu_4")]);
+    send(&proxy, &with_messages(&first, compacted), None).await;
+
+    let sessions = sessions(&proxy, 6).await;
+    assert_eq!(
+        sessions.len(),
+        1,
+        "{:?}",
+        sessions.iter().map(|s| &s.0).collect::<Vec<_>>()
+    );
+    let turns: Vec<u64> = request_entries(&sessions[0].1)
+        .iter()
+        .map(|e| e["turn_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, [0, 0, 0, 1, 1, 1], "the compaction is inside turn 1");
     proxy.shutdown().await;
 }
 
@@ -342,5 +472,42 @@ async fn claude_codes_summary_request_is_no_break() {
         );
         assert!(entry["diagnosis"].is_null(), "{entry:#}");
     }
+    proxy.shutdown().await;
+}
+
+/// Codex signed in with ChatGPT, through an inline compaction and a switch of model
+/// (requests as Codex 0.171.0 sent them): one session; the compaction request, which
+/// extends the turn it compacts, is no break; the turn after it is the next turn (its
+/// history keeps the user messages, then the compaction item, then the new prompt); and
+/// the switch is diagnosed `model_changed` on the lane the compacted history started.
+#[tokio::test]
+async fn codex_with_chatgpt_goes_on_after_an_inline_compaction() {
+    let emulator = start_emulator().await;
+    let proxy = start_proxy(test_config(&emulator.url())).await;
+    let requests = codex_chatgpt_compaction();
+    for body in &requests {
+        let (status, events) = post_codex_chatgpt(&proxy, body).await;
+        assert_eq!(status, 200, "{events:?}");
+    }
+    let listed = sessions(&proxy, requests.len() as u64).await;
+    assert_eq!(listed.len(), 1, "one session: {listed:?}");
+    let (id, log) = &listed[0];
+    assert_eq!(id, requests[0]["prompt_cache_key"].as_str().unwrap());
+    let entries = request_entries(log);
+    let turns: Vec<u64> = entries
+        .iter()
+        .map(|e| e["turn_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(turns, [0, 0, 1, 2], "{entries:?}");
+    let diagnosed: Vec<&str> = entries
+        .iter()
+        .map(|e| e["diagnosis"]["reason"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(diagnosed, ["-", "-", "-", "model_changed"], "{entries:?}");
+    assert_eq!(
+        entries[1]["lane"], entries[0]["lane"],
+        "the compaction extends its turn"
+    );
+    assert_eq!(entries[3]["lane"], entries[2]["lane"], "{entries:?}");
     proxy.shutdown().await;
 }

@@ -135,6 +135,26 @@ pub fn message_kind(b: &[u8]) -> MsgKind {
 /// samples, and caches, starts at the latest one.
 pub const COMPACTION_ITEM: &str = "compaction";
 
+/// The input item with which Codex signed in with ChatGPT asks for a compaction inline
+/// (0.171.0, `remote_compaction_v2`): an ordinary streamed Responses request whose input is
+/// the conversation with `{"type": "compaction_trigger"}` pushed last (codex-rs
+/// `compact_remote_v2.rs`). The answer holds exactly one [`COMPACTION_ITEM`] ("remote
+/// compaction v2 expected exactly one compaction output item") and ends with
+/// `response.completed`.
+pub const COMPACTION_TRIGGER_ITEM: &str = "compaction_trigger";
+
+/// Whether a Responses request asks for a compaction inline: its last input item is a
+/// [`COMPACTION_TRIGGER_ITEM`].
+pub fn asks_compaction(request: &Value) -> bool {
+    request
+        .get("input")
+        .and_then(Value::as_array)
+        .and_then(|items| items.last())
+        .and_then(|item| item.get("type"))
+        .and_then(Value::as_str)
+        == Some(COMPACTION_TRIGGER_ITEM)
+}
+
 /// Call outputs follow their calls (reasoning and further calls may sit between); a call
 /// is followed by its output, another call or reasoning; reasoning by the model's output.
 pub fn check_boundary(prev: Option<&MsgKind>, next: Option<&MsgKind>) -> Result<(), String> {

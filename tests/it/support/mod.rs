@@ -292,6 +292,48 @@ pub async fn start_emulator() -> cachet::emulator::EmulatorHandle {
         .unwrap()
 }
 
+/// The Responses requests Codex 0.171.0 signed in with ChatGPT sent in a session with an
+/// inline compaction, decoded (it sends them zstd-compressed), in order: its first turn,
+/// the compaction (`compaction_trigger` pushed last), the next turn on the compacted
+/// history (its user messages, the compaction item, the new prompt), and a turn after
+/// `codex exec resume ID -m gpt-6-sol`. The emulator ids in their histories are those a
+/// fresh emulator gives its answers to these four requests alone.
+pub fn codex_chatgpt_compaction() -> Vec<serde_json::Value> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/clients/codex_chatgpt_compaction.json.zst"
+    );
+    let text = zstd::decode_all(std::fs::File::open(path).unwrap()).unwrap();
+    serde_json::from_slice(&text).unwrap()
+}
+
+/// POST a Responses request to the proxy as Codex signed in with ChatGPT sends it (its
+/// token and account header, a streamed answer); returns the status and the answer's
+/// SSE events' JSON data.
+pub async fn post_codex_chatgpt(
+    proxy: &ProxyHandle,
+    body: &serde_json::Value,
+) -> (u16, Vec<serde_json::Value>) {
+    let r = client()
+        .post(format!("http://{}/v1/responses", proxy.addr))
+        .header("authorization", "Bearer eyJhbGciOiJub25lIn0.e30.c2ln")
+        .header("chatgpt-account-id", "acc-test")
+        .header("originator", "codex_exec")
+        .header("accept", "text/event-stream")
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let events = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    (status, events)
+}
+
 /// POST JSON to the proxy with Anthropic headers and a session; returns status and body.
 pub async fn post_anthropic(
     proxy: &ProxyHandle,
