@@ -60,7 +60,7 @@ async fn send(proxy: &cachet::server::ProxyHandle, body: &Value, session: Option
 
 /// pi's first turn as far as its first tool call: the prompt alone, then with the call and
 /// its result. The request sent last, and its history.
-async fn pi_first_call(proxy: &cachet::transport::server::ProxyHandle) -> (Value, Vec<Value>) {
+async fn pi_first_call(proxy: &cachet::server::ProxyHandle) -> (Value, Vec<Value>) {
     let first = pi_tool_loop();
     let history = messages(&first);
     send(proxy, &with_messages(&first, history[..1].to_vec()), None).await;
