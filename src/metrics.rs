@@ -28,6 +28,12 @@ const MAX_CACHED_COUNTERS: usize = 1024;
 /// Session store operations, counted from zero so a rate over them always has data.
 const STORE_OPERATIONS: [&str; 5] = ["open", "load", "append", "record", "request_index"];
 
+/// The `model` label of a request whose model is not known (its body unread, its answer
+/// silent).
+pub const UNKNOWN_MODEL: &str = "unknown";
+/// The `variant` label outside A/B tests.
+pub const NO_VARIANT: &str = "none";
+
 const PROVIDERS: [Provider; 2] = Provider::ALL;
 const ENDPOINTS: [Endpoint; 7] = Endpoint::ALL;
 

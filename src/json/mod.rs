@@ -3,6 +3,7 @@
 //! of spans uses (top-level entries, array elements, one field, a string decoded).
 
 pub mod check;
+pub mod lex;
 pub mod scan;
 
 pub use scan::Span;

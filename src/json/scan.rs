@@ -34,13 +34,7 @@ fn err<T>(offset: usize, what: &'static str) -> Result<T, ScanError> {
     Err(ScanError { offset, what })
 }
 
-/// The index of the first non-whitespace byte at or after `pos`.
-pub fn skip_ws(b: &[u8], mut pos: usize) -> usize {
-    while pos < b.len() && matches!(b[pos], b' ' | b'\t' | b'\n' | b'\r') {
-        pos += 1;
-    }
-    pos
-}
+pub use super::lex::skip_ws;
 
 /// Scan one value starting at `pos` (no leading whitespace); returns its end.
 ///

@@ -1,10 +1,11 @@
-//! Measurement: what the provider's cache keys on ([`shape`]) and why a request read less
-//! from it than it could have ([`breaks`]). One implementation serves the live path and
+//! Measurement: what the provider's cache keys on ([`prompt`]) and why a request read less
+//! from it than it could have ([`breaks`], refined by [`refine`]). One implementation serves the live path and
 //! offline replay.
 
 pub mod breaks;
 pub mod overflow;
-pub mod shape;
+pub mod prompt;
+pub mod refine;
 
 pub use breaks::{diagnose, BreakReason, Diagnosis, Previous};
-pub use shape::{Mark, MarkTtl, Named, PromptShape, SentRequest};
+pub use prompt::{Mark, MarkTtl, Named, PromptShape, SentRequest};

@@ -40,7 +40,8 @@ impl Pipeline {
             // The vocabulary loads off the runtime's threads.
             let _ = tokio::task::spawn_blocking(crate::tokens::warm).await;
         }
-        let tokens_through = |block| crate::measure::shape::tokens_through(sent, block, min_tokens);
+        let tokens_through =
+            |block| crate::measure::prompt::tokens_through(sent, block, min_tokens);
         let mut diagnosis = crate::measure::diagnose(&previous, &current, &tokens_through)?;
         // An edited message is read from the store, to tell what kind of edit it is.
         if diagnosis.reason == crate::measure::BreakReason::MessageEdited {

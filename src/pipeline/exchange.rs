@@ -43,9 +43,8 @@ pub struct Exchange {
     pub body: Bytes,
     /// The compressed bytes the client sent, when it sent a `content-encoding`.
     pub encoded: Option<Bytes>,
-    /// The model the request names (`unknown` until read; an unread body's is the
-    /// answer's).
-    pub model: String,
+    /// The model the request names, once read (an unread body's is the answer's).
+    pub model: Option<String>,
     pub client: Client,
     /// How far the body has been read.
     pub read: BodyRead,
@@ -64,8 +63,8 @@ pub struct Exchange {
 
     /// The body that goes upstream: the client's, or a splice of it.
     pub payload: Payload,
-    /// The injection arm (`none` outside A/B tests).
-    pub variant: String,
+    /// The injection arm of an A/B test, or a keep-warm's own.
+    pub variant: Option<String>,
     /// A beta the request must name in `anthropic-beta` (cachet asked for the provider's
     /// cache diagnostics).
     pub anthropic_beta: Option<&'static str>,
@@ -192,7 +191,7 @@ impl Exchange {
             telemetry,
             body: Bytes::new(),
             encoded: None,
-            model: "unknown".into(),
+            model: None,
             client: Client::Unknown,
             read: BodyRead::default(),
             trace: None,
@@ -201,11 +200,25 @@ impl Exchange {
             turn_index: 0,
             after: After::Nothing,
             payload: Payload::default(),
-            variant: "none".into(),
+            variant: None,
             anthropic_beta: None,
             sent_at: None,
             sent_ms: None,
         }
+    }
+
+    /// The `model` label: the model the request names, or `unknown`.
+    pub fn model_label(&self) -> &str {
+        self.model
+            .as_deref()
+            .unwrap_or(crate::metrics::UNKNOWN_MODEL)
+    }
+
+    /// The `variant` label: the A/B arm, or `none`.
+    pub fn variant_label(&self) -> &str {
+        self.variant
+            .as_deref()
+            .unwrap_or(crate::metrics::NO_VARIANT)
     }
 
     /// The `key` metric label: the client key's name, or `none`.
@@ -230,7 +243,7 @@ impl Exchange {
         match self.session_id() {
             Some(session) => Some(session.to_owned()),
             None => crate::session::identity::named_in_headers(&self.parts.headers)
-                .map(|id| super::identify::in_namespace(&id, self.namespace())),
+                .map(|id| super::recall::in_namespace(&id, self.namespace())),
         }
     }
 
@@ -267,7 +280,7 @@ impl Exchange {
             session: session.id.id.clone(),
             request_index: session.request_index,
             turn_index: self.turn_index,
-            model: self.model.clone(),
+            model: self.model_label().to_string(),
             provider: self.route.provider.label().to_string(),
             date: crate::policy::utc_date(std::time::SystemTime::now()),
         }

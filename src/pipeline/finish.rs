@@ -26,8 +26,8 @@ impl Pipeline {
         };
         let mut answer = answer;
         // An unchecked body leaves the model to the response.
-        if let (Some(answered), "unknown") = (&answer.tap.model, ex.model.as_str()) {
-            ex.model = answered.clone();
+        if ex.model.is_none() {
+            ex.model.clone_from(&answer.tap.model);
         }
         self.count(&ex, answer.status, Some(&answer));
         ex.telemetry.take().finish(crate::telemetry::Finished {
@@ -86,9 +86,9 @@ impl Pipeline {
             metrics.record_request(
                 route.provider,
                 route.endpoint,
-                &ex.model,
+                ex.model_label(),
                 &status_label,
-                "none",
+                crate::metrics::NO_VARIANT,
                 ex.key_label(),
                 None,
             );
@@ -118,9 +118,9 @@ impl Pipeline {
         metrics.record_request(
             route.provider,
             route.endpoint,
-            &ex.model,
+            ex.model_label(),
             &status_label,
-            &ex.variant,
+            ex.variant_label(),
             ex.key_label(),
             tap.usage.as_ref(),
         );
@@ -178,9 +178,9 @@ impl Pipeline {
     }
 }
 
-/// The `model` string of a request body, or `unknown`. Only that field is built: serde
-/// skips the rest of the body without making a `Value` of it.
-pub(super) fn requested_model(body: &[u8]) -> String {
+/// The `model` string of a request body. Only that field is built: serde skips the rest of
+/// the body without making a `Value` of it.
+pub(super) fn requested_model(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Model {
         model: Option<String>,
@@ -191,7 +191,6 @@ pub(super) fn requested_model(body: &[u8]) -> String {
         .then(|| serde_json::from_slice::<Model>(body).ok())
         .flatten()
         .and_then(|m| m.model)
-        .unwrap_or_else(|| "unknown".into())
 }
 
 #[cfg(test)]
@@ -377,15 +376,14 @@ mod tests {
     }
 
     /// As the whole-body reading answered, on bodies as clients send them and odd ones.
-    /// (A body naming `model` twice, which no client sends, reads `unknown` here where
-    /// a `Value` kept the last one.)
+    /// (A body naming `model` twice, which no client sends, reads no model here where a
+    /// `Value` kept the last one.)
     #[test]
     fn requested_model_equals_the_value_reading() {
-        fn from_value(body: &[u8]) -> String {
+        fn from_value(body: &[u8]) -> Option<String> {
             serde_json::from_slice::<Value>(body)
                 .ok()
                 .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
-                .unwrap_or_else(|| "unknown".into())
         }
         let fixtures =
             std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/clients"))
@@ -414,7 +412,7 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(&body)
             );
-            named += usize::from(ours != "unknown");
+            named += usize::from(ours.is_some());
         }
         assert!(named >= 10, "the client fixtures name their models");
     }

@@ -148,7 +148,8 @@ impl Pipeline {
             let usage =
                 crate::providers::usage::read_response_body(Endpoint::Messages, &bytes).usage;
             let mut kept_warm = Exchange::accepted(route, parts, RequestTelemetry::none());
-            (kept_warm.model, kept_warm.variant, kept_warm.key) = (model, "keep-warm".into(), key);
+            (kept_warm.model, kept_warm.variant, kept_warm.key) =
+                (model, Some("keep-warm".into()), key);
             let tap = crate::tap::TapResult::with_usage(usage);
             let answer = Answer::new(status.as_u16(), tap);
             pipeline

@@ -18,10 +18,10 @@ mod exchange;
 mod finish;
 mod handlers;
 pub mod history;
-mod identify;
 mod inject;
 mod keep_warm;
 mod queue;
+mod recall;
 mod record;
 mod shape;
 mod upstream;
@@ -75,7 +75,7 @@ pub struct Pipeline {
     /// Recent Responses answers' ids, with their sessions and turns, for requests that
     /// continue an answer by `previous_response_id` (inserted as a response ends, before the
     /// client can name it).
-    answers: moka::sync::Cache<u128, identify::Answered>,
+    answers: moka::sync::Cache<u128, recall::Answered>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
     /// The time the session log is written in.
@@ -132,10 +132,10 @@ impl Pipeline {
             metrics,
             recorder,
             config,
-            histories: moka::future::Cache::new(identify::REMEMBERED_HISTORIES),
-            pairs: moka::future::Cache::new(identify::REMEMBERED_PAIRS),
-            starts: moka::future::Cache::new(identify::REMEMBERED_STARTS),
-            answers: moka::sync::Cache::new(identify::REMEMBERED_ANSWER_SESSIONS),
+            histories: moka::future::Cache::new(recall::REMEMBERED_HISTORIES),
+            pairs: moka::future::Cache::new(recall::REMEMBERED_PAIRS),
+            starts: moka::future::Cache::new(recall::REMEMBERED_STARTS),
+            answers: moka::sync::Cache::new(recall::REMEMBERED_ANSWER_SESSIONS),
             after_queue: std::sync::OnceLock::new(),
             response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
             clock,
@@ -196,7 +196,8 @@ impl Pipeline {
                 ex.read.gathered = None;
             }
             let session = ex.session_for_logs();
-            ex.telemetry.record_shaping(session.as_deref(), &ex.variant);
+            let variant = ex.variant.as_deref().unwrap_or(crate::metrics::NO_VARIANT);
+            ex.telemetry.record_shaping(session.as_deref(), variant);
             let upstream = self.forward(&mut ex, unread).await?;
             ex.telemetry.record_upstream(upstream.headers());
             Ok::<_, ApiError>(upstream)
@@ -257,19 +258,20 @@ impl Pipeline {
             let reads = self.reads_envelopes();
             let keeps = !reads && self.config.server.incremental;
             let mut gathered = (reads || keeps).then(crate::providers::gathered);
-            ex.model = known_prefix::check(
+            ex.model = Some(known_prefix::check(
                 ex.route.endpoint,
                 &ex.body,
                 ex.read.known.as_ref(),
                 gathered.as_mut(),
-            )?;
+            )?);
             if let (Some(gathered), true) = (&gathered, keeps) {
                 self.known
                     .remember_checked(&ex.body, gathered, ex.read.known.as_ref());
             }
             ex.read.gathered = gathered.filter(|_| reads);
             ex.read.checked = true;
-            ex.telemetry.record_model(&ex.model);
+            ex.telemetry
+                .record_model(ex.model.as_deref().unwrap_or(crate::metrics::UNKNOWN_MODEL));
         }
         if ex.route.endpoint.is_generation() {
             ex.client = crate::providers::clients::detect_client(&ex.parts.headers, &ex.body);
@@ -277,7 +279,8 @@ impl Pipeline {
         if ex.route.endpoint == Endpoint::Compact {
             // Counted, never reshaped: only its model is read; the provider judges the rest.
             ex.model = finish::requested_model(&ex.body);
-            ex.telemetry.record_model(&ex.model);
+            ex.telemetry
+                .record_model(ex.model.as_deref().unwrap_or(crate::metrics::UNKNOWN_MODEL));
         }
         Ok(())
     }
@@ -366,7 +369,7 @@ impl Pipeline {
             .flatten();
         let Some(env) = parsed else {
             let session = session::identity::named_in_headers(headers)
-                .map(|id| identify::in_namespace(&id, ex.namespace()))
+                .map(|id| recall::in_namespace(&id, ex.namespace()))
                 .unwrap_or_else(|| "unknown".into());
             return Some(crate::trace::recorder::capture_raw(
                 self.clock.now_ms(),
@@ -384,7 +387,7 @@ impl Pipeline {
             session::IdSource::Fingerprint => self.continued_answer(&env, ex.namespace()),
             _ => None,
         }
-        .unwrap_or_else(|| identify::in_namespace(&named.id, ex.namespace()));
+        .unwrap_or_else(|| recall::in_namespace(&named.id, ex.namespace()));
         Some(crate::trace::recorder::capture_text(
             self.clock.now_ms(),
             &session,

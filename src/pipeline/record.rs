@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::exchange::{After, Answer, Exchange, Shaping};
 use super::handlers::Patching;
-use super::identify::Continued;
 use super::keep_warm::KeepWarm;
+use super::recall::Continued;
 use super::Pipeline;
 use crate::measure::PromptShape;
 use crate::policy::ContextReason;
@@ -204,7 +204,7 @@ impl Pipeline {
             conversation: session::entry::Conversation::of(&session_ctx.history),
             diagnosis,
             patches,
-            variant: (ex.variant != "none").then(|| ex.variant.clone()),
+            variant: ex.variant.clone(),
             response_id: answer.tap.response_id.clone(),
             conversation_id: session::identity::conversation(&sent),
         };
@@ -213,7 +213,7 @@ impl Pipeline {
         record.sent_ms = ex.sent_ms;
         if let Some(theirs) = answer.tap.provider_diagnostics {
             let agree =
-                crate::measure::breaks::agrees_with_provider(record.diagnosis.as_ref(), &theirs);
+                crate::measure::refine::agrees_with_provider(record.diagnosis.as_ref(), &theirs);
             if agree == Some(false) {
                 self.metrics
                     .diagnosis_disagreements

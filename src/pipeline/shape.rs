@@ -39,7 +39,7 @@ impl Pipeline {
         let facts = RequestFacts {
             provider: route.provider,
             endpoint: route.endpoint,
-            model: &ex.model,
+            model: ex.model_label(),
             client: ex.client,
             headers: &ex.parts.headers,
         };
@@ -101,11 +101,15 @@ impl Pipeline {
             true => Some(self.ask_provider_diagnosis(&mut env, &session_ctx).await),
             false => None,
         };
-        let (mut opts, adaptive) = compile_options(&policies, &id);
-        let ttl_decision = adaptive.and_then(|keep_warm| {
-            let now = self.clock.now_ms();
-            crate::ttl::for_request(&env, &session_ctx, &ex.parts.headers, now, keep_warm)
-        });
+        let (mut opts, lifetime) = compile_options(&policies, &id);
+        let ttl_decision = match lifetime {
+            Lifetime::Adaptive { keep_warm_after } => {
+                let now = self.clock.now_ms();
+                let headers = &ex.parts.headers;
+                crate::ttl::for_request(&env, &session_ctx, headers, now, keep_warm_after)
+            }
+            Lifetime::Fixed => None,
+        };
         if let Some(d) = &ttl_decision {
             opts.breakpoints = BreakpointMode::Auto { ttl: d.ttl() };
         }
@@ -118,7 +122,7 @@ impl Pipeline {
         }
         let compiled = env.compile_with_markers(&opts);
         ex.payload = self.run_payload(&policies, compiled, &vars, route).await?;
-        ex.variant = injected.variant.unwrap_or("none").to_string();
+        ex.variant = injected.variant.map(str::to_string);
         ex.anthropic_beta = diagnosis_lane
             .is_some()
             .then_some(crate::providers::anthropic::CACHE_DIAGNOSIS_BETA);
@@ -130,7 +134,7 @@ impl Pipeline {
         });
         ex.after = After::Shaped(Box::new(Shaping {
             map,
-            system: crate::measure::shape::system_of(&env),
+            system: crate::measure::prompt::system_of(&env),
             uncached_tail: env.uncached_raw().count(),
             patches,
             diagnosis_lane,
@@ -267,13 +271,20 @@ impl Pipeline {
     }
 }
 
+/// Whether a request's marker lifetime is decided per request (`ttl = "auto"`).
+enum Lifetime {
+    /// As the policy says (`5m` or `1h`), or no policy places markers.
+    Fixed,
+    /// Decided per request ([`crate::ttl`]), with a keep-warm this many seconds after a
+    /// turn's final answer when keep-warm is on.
+    Adaptive { keep_warm_after: Option<u64> },
+}
+
 /// Marker placement and prompt_cache_key from the matched policies (the last one that
-/// sets each wins). With `ttl = "auto"` the lifetime is decided per request
-/// ([`crate::ttl`]): the second value is then `Some`, holding the keep-warm delay when
-/// keep-warm is on.
-fn compile_options(policies: &[&Policy], session: &str) -> (CompileOptions, Option<Option<u64>>) {
+/// sets each wins), and whether the lifetime is decided per request.
+fn compile_options(policies: &[&Policy], session: &str) -> (CompileOptions, Lifetime) {
     let mut opts = CompileOptions::default();
-    let mut adaptive = None;
+    let mut lifetime = Lifetime::Fixed;
     for policy in policies {
         if let Some(b) = policy.breakpoints {
             let ttl = match b.ttl {
@@ -285,14 +296,20 @@ fn compile_options(policies: &[&Policy], session: &str) -> (CompileOptions, Opti
                 policy::BreakpointMode::Auto => BreakpointMode::Auto { ttl },
                 policy::BreakpointMode::Strip => BreakpointMode::Strip,
             };
-            adaptive = (b.mode == policy::BreakpointMode::Auto && b.ttl == policy::CacheTtl::Auto)
-                .then_some(b.keep_warm.then_some(b.keep_warm_after_secs));
+            let adaptive =
+                b.mode == policy::BreakpointMode::Auto && b.ttl == policy::CacheTtl::Auto;
+            lifetime = match adaptive {
+                true => Lifetime::Adaptive {
+                    keep_warm_after: b.keep_warm.then_some(b.keep_warm_after_secs),
+                },
+                false => Lifetime::Fixed,
+            };
         }
         if policy.prompt_cache_key.is_some() {
             opts.prompt_cache_key = Some(session.to_string());
         }
     }
-    (opts, adaptive)
+    (opts, lifetime)
 }
 
 /// The exchange of a request shaped outside the proxy (offline replay): recorded headers
@@ -308,7 +325,7 @@ pub(super) fn unforwarded(
     parts.headers = headers;
     let mut ex = Exchange::accepted(route, parts, crate::telemetry::RequestTelemetry::none());
     ex.client = crate::providers::clients::detect_client(&ex.parts.headers, &body);
-    ex.model = model.to_string();
+    ex.model = Some(model.to_string());
     ex.body = body;
     ex
 }

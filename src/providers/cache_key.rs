@@ -219,7 +219,7 @@ struct RawReader<'a> {
 
 impl<'a> RawReader<'a> {
     fn skip_space(&mut self) {
-        self.at = crate::json::check::skip_ws(self.raw, self.at);
+        self.at = crate::json::lex::skip_ws(self.raw, self.at);
     }
 
     fn eat(&mut self, byte: u8) -> Option<()> {
@@ -292,7 +292,7 @@ impl<'a> RawReader<'a> {
         let mut at = start + 1;
         loop {
             // The body check's scan to the next quote, backslash, control or non-ASCII byte.
-            at = crate::json::check::find_special(self.raw, at);
+            at = crate::json::lex::find_special(self.raw, at);
             match *self.raw.get(at)? {
                 b'"' => break,
                 b'\\' => match *self.raw.get(at + 1)? {

@@ -134,7 +134,7 @@ async fn shape(
     let shaped = Shaped {
         body: serde_json::from_slice(&prepared.payload.to_bytes())?,
         uncached_tail: prepared.uncached_tail(),
-        variant: (prepared.variant != "none").then(|| prepared.variant.clone()),
+        variant: prepared.variant.clone(),
         keep_warm_after_ms: prepared
             .ttl_decision()
             .and_then(|d| d.keep_warm_after_secs)

@@ -286,8 +286,9 @@ impl SessionLanes {
                 thinking_stripped_from: crate::measure::breaks::thinking_stripped_from(&sent.env),
                 retention: crate::measure::breaks::retention(&sent.env),
             };
-            let tokens_through =
-                |block| crate::measure::shape::tokens_through(&sent.env, block, current.min_tokens);
+            let tokens_through = |block| {
+                crate::measure::prompt::tokens_through(&sent.env, block, current.min_tokens)
+            };
             let mut d = diagnose(&previous, &current, &tokens_through)?;
             let at = d.message_index.unwrap_or(0);
             if let (Some(before), Some(now)) = (

@@ -131,7 +131,7 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
 /// The session id of `/sessions/{id}/timeline` (one non-empty path segment, decoded).
 fn timeline_id(path: &str) -> Option<String> {
     let id = path.strip_prefix("/sessions/")?.strip_suffix("/timeline")?;
-    crate::session::admin::session_id_segment(id)
+    crate::session::pages::json::session_id_segment(id)
 }
 
 fn kept(state: &AdminState) -> Option<Arc<dyn SessionStore>> {

@@ -8,7 +8,7 @@ use super::anchor::{Anchor, PrefixHashes};
 use super::entry::{is_persisted_reason, now_ms, ContextTransform, Entry, ENTRY_VERSION};
 use super::identity::SessionId;
 use super::log::SessionLog;
-use super::replay::ReplayPlan;
+use super::patch_plan::PatchPlan;
 use super::store::{Appended, SessionStore, StoreResult};
 use crate::patch::ops::Op;
 
@@ -60,7 +60,7 @@ pub async fn observed(
 
 impl SessionContext {
     /// Which persisted patches apply to this request, and which are stale.
-    pub fn plan(&self) -> ReplayPlan<'_> {
+    pub fn plan(&self) -> PatchPlan<'_> {
         self.log.replay_plan(&self.history)
     }
 

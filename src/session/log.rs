@@ -29,7 +29,7 @@ use std::sync::Arc;
 use super::anchor::PrefixHashes;
 use super::entry::{ContextTransform, Entry, RequestRecord};
 use super::gaps::{Gaps, Learned, Seen};
-use super::replay::{walk_plan, ReplayPlan, Tallies};
+use super::patch_plan::{walk_plan, PatchPlan, Tallies};
 use crate::measure::MarkTtl;
 use crate::persistent;
 use crate::providers::cache_key::MessageKey;
@@ -62,7 +62,7 @@ pub trait Entries {
     }
 
     /// Which persisted patches apply to `history`, and the tally of the stale ones.
-    fn replay_plan(&self, history: &PrefixHashes) -> ReplayPlan<'_> {
+    fn replay_plan(&self, history: &PrefixHashes) -> PatchPlan<'_> {
         walk_plan(self.transforms(), history)
     }
 
@@ -242,7 +242,7 @@ impl Entries for SessionLog {
         SessionLog::lane_heads(self)
     }
 
-    fn replay_plan(&self, history: &PrefixHashes) -> ReplayPlan<'_> {
+    fn replay_plan(&self, history: &PrefixHashes) -> PatchPlan<'_> {
         SessionLog::replay_plan(self, history)
     }
 
@@ -445,7 +445,7 @@ impl SessionLog {
 
     /// Which persisted patches apply to `history` (in log order), and the tally of the
     /// stale ones: O(the anchors' distinct lengths up to the history's), not O(patches).
-    pub fn replay_plan(&self, history: &PrefixHashes) -> ReplayPlan<'_> {
+    pub fn replay_plan(&self, history: &PrefixHashes) -> PatchPlan<'_> {
         let mut at: Vec<usize> = Vec::new();
         for &count in self.index.anchor_counts.range(..=history.len()) {
             let Some(&hash) = history.hash_at(count) else {
@@ -460,7 +460,7 @@ impl SessionLog {
             .into_iter()
             .filter_map(|i| self.transform_at(i))
             .collect();
-        ReplayPlan {
+        PatchPlan {
             stale: self.index.tallies.without(&apply),
             apply,
         }

@@ -7,7 +7,6 @@
 //! with [`SessionContext::persist`] before the request is forwarded; and records the
 //! request with [`record_request`] once its usage is known.
 
-pub mod admin;
 pub mod anchor;
 pub mod clock;
 pub mod config;
@@ -18,12 +17,11 @@ pub mod identity;
 pub mod lanes;
 pub mod log;
 pub mod pages;
+pub mod patch_plan;
 pub mod record;
-pub mod replay;
 pub mod store;
 
 pub use crate::providers::cache_key::{message_key, MessageKey};
-pub use admin::{admin_route, session_json, sessions_json};
 pub use anchor::{Anchor, PrefixHashes};
 pub use clock::SessionClock;
 pub use config::{SessionsConfig, StoreFailure};
@@ -36,8 +34,9 @@ pub use gaps::{lifetime_ms, Gaps, Learned};
 pub use identity::{identify, IdSource, SessionId};
 pub use log::sent_keys;
 pub use log::{Entries, SessionLog};
+pub use pages::json::{admin_route, session_json, sessions_json};
+pub use patch_plan::PatchPlan;
 pub use record::{compact_request, record_request, RequestDraft};
-pub use replay::ReplayPlan;
 pub use store::{
     open_store, open_store_with, Appended, Blob, CachedStore, RedisStore, SessionStore,
     SessionSummary, SqliteStore, StoreError, StoreHealth, StoreOptions, StoreResult, StoreStats,

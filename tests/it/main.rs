@@ -32,6 +32,7 @@ mod json_check_props;
 mod known_prefix_props;
 mod metrics_exposition;
 mod models_table;
+mod module_layers;
 mod pipeline_adaptive_ttl;
 mod pipeline_auto_markers;
 mod pipeline_durability;

@@ -7,6 +7,7 @@
 mod chart;
 mod describe;
 mod format;
+pub mod json;
 mod layout;
 mod overview;
 mod timeline;

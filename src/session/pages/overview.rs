@@ -171,7 +171,7 @@ fn compare(key: SortKey, a: &SessionRow, b: &SessionRow) -> Ordering {
 
 /// The page: the store's most recent sessions, each log added up.
 pub async fn overview_html(store: &dyn SessionStore, query: Option<&str>) -> StoreResult<String> {
-    let limit = crate::session::admin::limit_from(query);
+    let limit = crate::session::pages::json::limit_from(query);
     let sort = Sort::from_query(query);
     let mut rows = Vec::new();
     for summary in store.list_sessions(limit).await? {

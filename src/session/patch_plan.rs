@@ -16,7 +16,7 @@ use super::anchor::PrefixHashes;
 use super::entry::{ContextTransform, PatchEvent, PatchOutcome};
 
 #[derive(Debug, Default)]
-pub struct ReplayPlan<'a> {
+pub struct PatchPlan<'a> {
     /// Patches to apply, in log order.
     pub apply: Vec<&'a ContextTransform>,
     /// Patches whose anchor no longer matches, tallied per transformer; count as
@@ -30,7 +30,7 @@ pub struct ReplayPlan<'a> {
 pub(crate) fn walk_plan<'a>(
     transforms: impl Iterator<Item = &'a ContextTransform>,
     history: &PrefixHashes,
-) -> ReplayPlan<'a> {
+) -> PatchPlan<'a> {
     let mut all = Tallies::default();
     let mut apply = Vec::new();
     for transform in transforms {
@@ -39,7 +39,7 @@ pub(crate) fn walk_plan<'a>(
             apply.push(transform);
         }
     }
-    ReplayPlan {
+    PatchPlan {
         stale: all.without(&apply),
         apply,
     }

@@ -1,9 +1,9 @@
-//! JSON for the admin listener: `GET /sessions/{id}` and `GET /sessions`.
+//! The admin listener's JSON: `GET /sessions/{id}` and `GET /sessions`.
 
 use serde_json::{json, Value};
 
-use super::entry::Entry;
-use super::store::{SessionStore, StoreResult};
+use crate::session::entry::Entry;
+use crate::session::store::{SessionStore, StoreResult};
 use crate::usage::Usage;
 
 /// A session's entries with totals, or `None` when the session is unknown.
