@@ -30,7 +30,7 @@ impl Pipeline {
             ex.model.clone_from(&answer.tap.model);
         }
         self.count(&ex, answer.status, Some(&answer));
-        ex.telemetry.take().finish(crate::telemetry::Finished {
+        ex.telemetry.finish(crate::telemetry::Finished {
             status: answer.status,
             outcome: answer.tap.outcome.label(),
             usage: answer.tap.usage.as_ref(),

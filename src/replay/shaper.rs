@@ -27,6 +27,12 @@ pub trait Shaper {
     /// The usage the cache model gave the request just shaped: arms that keep a session
     /// log (the live pipeline) record it, so later requests see the log as live.
     fn answered(&mut self, _record: &Record, _usage: &crate::usage::Usage) {}
+
+    /// The patches of the request shaped last, as its session log would list them (what a
+    /// break's blame names).
+    fn patches(&mut self) -> Vec<crate::session::PatchEvent> {
+        Vec::new()
+    }
 }
 
 /// The request exactly as recorded.

@@ -215,6 +215,7 @@ fn patch(transformer: &str, reason: &str, outcome: PatchOutcome) -> PatchEvent {
         ops: vec!["system_part_set".into()],
         invalidate: Vec::new(),
         error: None,
+        parts: Vec::new(),
         count: 1,
     }
 }
@@ -262,6 +263,7 @@ fn idle_session(t0: u64) -> Vec<Entry> {
         expected_read: Some(4500),
         read: 0,
         detail: "420 s since the previous request, past its 300 s marker".into(),
+        blame: None,
     });
     r3.patches = vec![PatchEvent {
         error: Some("system_part_set on a cached part without invalidateCacheReason".into()),
@@ -285,6 +287,7 @@ fn idle_session(t0: u64) -> Vec<Entry> {
         expected_read: None,
         read: 0,
         detail: "system part `environment` changed".into(),
+        blame: None,
     });
     r5.provider_diagnosis = Some(json!({"cache_miss_reason":
         {"type": "system_changed", "cache_missed_input_tokens": 4480}}));

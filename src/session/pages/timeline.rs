@@ -395,6 +395,7 @@ mod tests {
                 expected_read: None,
                 read: 0,
                 detail: EVIL.into(),
+                blame: None,
             }),
             provider_diagnosis: Some(serde_json::json!({ "cache_miss_reason": { "type": EVIL } })),
             patches: vec![PatchEvent {
