@@ -21,6 +21,8 @@ pub struct Persisted {
     pub transformer: String,
     pub ops: Vec<Op>,
     pub display: Option<Value>,
+    /// A record of what the cached prefix holds (see `hold`), stored with reason `hold`.
+    pub hold: bool,
 }
 
 /// The envelope being shaped, with the map from envelope to client positions and the
@@ -29,6 +31,8 @@ pub struct Patching<'a> {
     pub env: &'a mut Envelope,
     pub map: &'a mut HistoryMap,
     pub events: Vec<PatchEvent>,
+    /// What the session's holding handlers hold (empty outside `before_request`).
+    pub held: super::hold::Holding,
 }
 
 impl Patching<'_> {
@@ -171,7 +175,7 @@ impl Pipeline {
     }
 
     /// Apply one handler's result; returns what to persist when it applied.
-    fn apply_result(
+    pub(super) fn apply_result(
         &self,
         shaping: &mut Patching<'_>,
         result: &HandlerResult,
@@ -207,6 +211,7 @@ impl Pipeline {
                         .display
                         .as_ref()
                         .and_then(|d| serde_json::to_value(d).ok()),
+                    hold: false,
                 }))
             }
             Err(refusal) => {
@@ -231,6 +236,10 @@ impl Pipeline {
         let mut persisted = Vec::new();
         for policy in policies {
             for handler in policy.context_for(reason) {
+                if let Some(lines) = handler.holding() {
+                    persisted.extend(self.run_hold(shaping, handler, lines)?);
+                    continue;
+                }
                 let parts: Vec<(String, String)> = shaping
                     .env
                     .system_parts()
@@ -404,6 +413,7 @@ mod tests {
             env: &mut env,
             map: &mut map,
             events: Vec::new(),
+            held: Default::default(),
         };
         let refusal = shaping.replay(&ops, "t").unwrap_err();
         assert_eq!(refusal.op_index, Some(0), "each op is replayed on its own");
