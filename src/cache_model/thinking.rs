@@ -44,6 +44,54 @@ pub fn retention(request: &Map<String, Value>, model: &str) -> Option<Keep> {
     Some(if keeps_all { Keep::All } else { Keep::Turns(1) })
 }
 
+/// [`retention`] from a request's `thinking` and `context_management` options, their JSON
+/// as the request carries them.
+pub fn retention_of(
+    thinking: Option<&[u8]>,
+    context_management: Option<&[u8]>,
+    model: &str,
+) -> Option<Keep> {
+    let mut request = Map::new();
+    for (key, raw) in [
+        ("thinking", thinking),
+        ("context_management", context_management),
+    ] {
+        if let Some(value) = raw.and_then(|r| serde_json::from_slice(r).ok()) {
+            request.insert(key.to_string(), value);
+        }
+    }
+    retention(&request, model)
+}
+
+/// The first message whose thinking blocks a prompt of these kinds keeps and the prompt of
+/// the next turn (the same history, the answer, then a user prompt) drops: what the prompt
+/// writes from that message on is not what the next turn sends. `None` when the next turn
+/// drops nothing this prompt keeps.
+pub fn dropped_at_next_turn(
+    keep: Option<Keep>,
+    kinds: &[MsgKind],
+    has_thinking: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    if matches!(keep, None | Some(Keep::All)) {
+        return None;
+    }
+    let now = kept_by_kind(keep, kinds);
+    let mut next_kinds = kinds.to_vec();
+    next_kinds.push(MsgKind {
+        role: "assistant".into(),
+        from_model: true,
+        other_content: true,
+        ..MsgKind::default()
+    });
+    next_kinds.push(MsgKind {
+        role: "user".into(),
+        other_content: true,
+        ..MsgKind::default()
+    });
+    let next = kept_by_kind(keep, &next_kinds);
+    (0..kinds.len()).find(|&i| now[i] && !next[i] && has_thinking(i))
+}
+
 /// For each message, whether its thinking blocks stay in the prompt.
 pub fn kept_by_message(request: &Map<String, Value>, messages: &[Value], model: &str) -> Vec<bool> {
     let keep = retention(request, model);
@@ -115,7 +163,7 @@ fn clear_thinking_edit(request: &Map<String, Value>) -> Option<Keep> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::{kept_by_kind, Keep};
+    use super::{dropped_at_next_turn, kept_by_kind, Keep};
     use crate::providers::{turns, MsgKind};
 
     /// The rule as first written: each message's turn counted from scratch.
@@ -150,6 +198,55 @@ mod tests {
             other_content,
             ..MsgKind::default()
         })
+    }
+
+    /// A turn's tool loop keeps its own thinking; the next turn drops it from the turn's
+    /// first thinking message on (older models), or nothing (models that keep it all).
+    #[test]
+    fn the_next_turn_drops_the_current_turns_thinking_on_older_models() {
+        let user = |tool_result: bool| MsgKind {
+            role: "user".into(),
+            tool_result,
+            other_content: !tool_result,
+            ..MsgKind::default()
+        };
+        let model = MsgKind {
+            role: "assistant".into(),
+            from_model: true,
+            calls_tool: true,
+            ..MsgKind::default()
+        };
+        let answer = MsgKind {
+            calls_tool: false,
+            other_content: true,
+            ..model.clone()
+        };
+        // Turn 1 (prompt, call, result, answer), turn 2 (prompt, call, result, call, result).
+        let kinds = [
+            user(false),
+            model.clone(),
+            user(true),
+            answer,
+            user(false),
+            model.clone(),
+            user(true),
+            model.clone(),
+            user(true),
+        ];
+        let thinking = |i: usize| kinds[i].from_model;
+        assert_eq!(
+            dropped_at_next_turn(Some(Keep::Turns(1)), &kinds, thinking),
+            Some(5)
+        );
+        assert_eq!(
+            dropped_at_next_turn(Some(Keep::All), &kinds, thinking),
+            None
+        );
+        assert_eq!(dropped_at_next_turn(None, &kinds, thinking), None);
+        assert_eq!(
+            dropped_at_next_turn(Some(Keep::Turns(1)), &kinds, |_| false),
+            None
+        );
     }
 
     proptest! {

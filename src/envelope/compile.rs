@@ -24,6 +24,11 @@ pub struct CompileOptions {
     pub prompt_cache_key: Option<String>,
     /// Replace a `prompt_cache_key` the client sent itself.
     pub override_prompt_cache_key: bool,
+    /// Anthropic, a turn's first request: how many of the history's first messages the
+    /// provider still sees as the previous turn's requests sent them, when it drops thinking
+    /// they kept (older models drop a turn's thinking at the next turn). `auto` reaches back
+    /// to there, not to the end of the previous request, whose entry no longer matches.
+    pub kept_history: Option<usize>,
 }
 
 fn json_str(text: &str) -> Vec<u8> {
@@ -89,7 +94,7 @@ impl Envelope {
     /// Compile the envelope into the provider payload, as a splice of the client's body.
     pub fn compile_payload(&self, opts: &CompileOptions) -> Payload {
         let (mode, plan) = if self.is_anthropic() {
-            breakpoints::plan(self, opts.breakpoints)
+            breakpoints::plan(self, opts.breakpoints, opts.kept_history)
         } else {
             (BreakpointMode::Preserve, breakpoints::Plan::default())
         };

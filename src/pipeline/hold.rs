@@ -6,6 +6,7 @@
 
 use super::handlers::{Patching, Persisted};
 use super::Pipeline;
+use crate::envelope::Envelope;
 use crate::error::ApiError;
 use crate::patch::{HandlerResult, Op};
 use crate::policy::{ContextHandler, ContextReason, Held, MoveLines};
@@ -18,6 +19,19 @@ use crate::session::{ContextTransform, PatchEvent, PatchOutcome, SessionLog};
 pub struct Holding {
     by_transformer: Vec<(String, Vec<(String, String)>)>,
     warm: bool,
+}
+
+impl Holding {
+    /// Whether the prefix holds parts and can still be read.
+    pub fn is_warm(&self) -> bool {
+        self.warm && !self.by_transformer.is_empty()
+    }
+
+    /// The request cannot read the prefix that holds the parts (see [`reads_held_prefix`]):
+    /// holding them would buy nothing.
+    pub fn unread(&mut self) {
+        self.warm = false;
+    }
 }
 
 impl Holding {
@@ -96,6 +110,81 @@ pub fn prefix_warm(log: &SessionLog, held: &[&ContextTransform], now_ms: u64) ->
         .any(|until| now_ms < until)
 }
 
+/// Whether this request can read the system prompt the session's cached prefix holds,
+/// as the provider's cache would: through a marker on the tools or the system prompt,
+/// when they reach the model's minimum cacheable length; or through its history, when the
+/// marker on its last message reaches back to the end of the previous request of its
+/// conversation within the lookback (to the end of what the provider still sees as that
+/// request sent it, when it drops thinking that request kept), or `auto` markers
+/// (`auto_markers`) put one there. Held lines that no marker reads only cost their tail.
+pub fn reads_held_prefix(env: &Envelope, auto_markers: bool) -> bool {
+    let head_marked =
+        !env.prefix_marks(0).is_empty() || env.endpoint() != crate::providers::Endpoint::Messages;
+    (head_marked && long_enough(env, 0))
+        || reached_back(env, auto_markers).is_some_and(|from| long_enough(env, from))
+}
+
+/// Whether the tools, the system prompt and the first `messages` history messages reach
+/// the model's minimum cacheable length (counted only when the bytes leave it open).
+fn long_enough(env: &Envelope, messages: usize) -> bool {
+    let min = crate::models::lookup(&env.meta.model)
+        .map_or(crate::measure::breaks::DEFAULT_MIN_TOKENS, |m| {
+            m.min_cacheable_tokens
+        });
+    let mut prefix: Vec<u8> = env.tools_raw().flatten().copied().collect();
+    prefix.extend_from_slice(env.system_compiled().as_bytes());
+    for message in env.history_raw().take(messages) {
+        if prefix.len() as u64 >= min * 8 {
+            break;
+        }
+        prefix.extend_from_slice(message);
+    }
+    if prefix.len() as u64 >= min * 8 {
+        return true;
+    }
+    static COUNTED: crate::memo::Memo<u64> = crate::memo::Memo::new(256);
+    let tokens = COUNTED.get_or_insert_with(crate::memo::key(b"prefix tokens", &prefix), || {
+        crate::tokens::count_up_to(&String::from_utf8_lossy(&prefix), min)
+    });
+    tokens >= min
+}
+
+/// How many history messages the request reads back to as the previous request of its
+/// conversation stored them, when a marker reaches their end.
+fn reached_back(env: &Envelope, auto_markers: bool) -> Option<usize> {
+    let kinds = env.history_kinds();
+    let model = kinds.iter().rposition(|k| k.from_model)?;
+    let ended = kinds[..model].iter().rposition(|k| !k.from_model)?;
+    let dropped = kept_history(env).filter(|&kept| kept <= ended);
+    let from = dropped.unwrap_or(ended + 1);
+    if auto_markers {
+        return Some(from);
+    }
+    let prompt = crate::providers::turns::last_prompt_start(&kinds).unwrap_or(kinds.len());
+    let after: usize = env
+        .history_blocks()
+        .enumerate()
+        .skip(from)
+        .map(|(i, (blocks, thinking))| match dropped {
+            Some(_) if i < prompt => blocks - thinking,
+            _ => blocks,
+        })
+        .sum();
+    (after < crate::providers::anthropic::LOOKBACK_BLOCKS).then_some(from)
+}
+
+/// A turn's first request, on a model that drops the previous turn's thinking: how many
+/// history messages come before the first one dropped (what the previous turn's entries
+/// still hold for this request). A tool loop's request drops nothing its previous one kept.
+pub fn kept_history(env: &Envelope) -> Option<usize> {
+    let kinds = env.history_kinds();
+    let prompt = crate::providers::turns::last_prompt_start(&kinds)?;
+    if kinds[prompt..].iter().any(|k| k.from_model) {
+        return None;
+    }
+    crate::measure::breaks::thinking_stripped_from(env)
+}
+
 impl Pipeline {
     /// Run one holding handler: the held lines back in place and the client's in the tail
     /// for this request only; what the prefix holds from now on, when that changed, to be
@@ -148,5 +237,81 @@ impl Pipeline {
             display: None,
             hold: true,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+
+    use super::reads_held_prefix;
+    use crate::envelope::Envelope;
+    use crate::providers::{Endpoint, Provider};
+
+    /// pi on Sonnet 4.5: a short system prompt (below the 1024-token minimum with the
+    /// tools), marked; a first turn of `steps` tool calls, each with a thinking block when
+    /// `thinking`; then the next turn's prompt.
+    fn next_turn(system: &str, steps: usize, thinking: bool) -> Envelope {
+        let mut messages = vec![
+            json!({"role": "user", "content": [{"type": "text", "text": "Look at the code. ".repeat(300)}]}),
+        ];
+        for i in 0..steps {
+            let mut content = vec![
+                json!({"type": "tool_use", "id": format!("t{i}"), "name": "read", "input": {}}),
+            ];
+            if thinking {
+                content.insert(
+                    0,
+                    json!({"type": "thinking", "thinking": "Next.", "signature": "s"}),
+                );
+            }
+            messages.push(json!({"role": "assistant", "content": content}));
+            messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{i}"), "content": "fn f() {}"}]}));
+        }
+        messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "Done."}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Go on.", "cache_control": {"type": "ephemeral"}}]}));
+        let mut body = json!({"model": "claude-sonnet-4-5", "max_tokens": 8192,
+            "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "messages": messages});
+        if thinking {
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": 4096});
+        }
+        Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            bytes::Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap()
+    }
+
+    /// Held lines are put back only where the request reads them: a long marked system
+    /// prompt always; otherwise through the history, when the marker on the last message
+    /// reaches back to what the previous turn stored, or `auto` markers bridge to it.
+    #[test]
+    fn a_held_prefix_is_read_through_the_head_or_a_history_that_reaches_back() {
+        let long = "Rules of the house. ".repeat(1000);
+        assert!(reads_held_prefix(&next_turn(&long, 14, true), false));
+        let short = "You are pi.";
+        // Eight steps: the previous turn's entry is within the lookback.
+        assert!(reads_held_prefix(&next_turn(short, 8, false), false));
+        // Fourteen with their thinking dropped: the kept history is out of reach of the
+        // client's markers, in reach of a bridge of `auto` markers.
+        assert!(!reads_held_prefix(&next_turn(short, 14, true), false));
+        assert!(reads_held_prefix(&next_turn(short, 14, true), true));
+        // Without thinking, the previous request's entry is two blocks back.
+        assert!(reads_held_prefix(&next_turn(short, 14, false), false));
+        let first: Value = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+            "system": [{"type": "text", "text": short, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "hi"}]});
+        let first = Envelope::parse(
+            Provider::Anthropic,
+            Endpoint::Messages,
+            bytes::Bytes::from(serde_json::to_vec(&first).unwrap()),
+        )
+        .unwrap();
+        assert!(
+            !reads_held_prefix(&first, true),
+            "nothing long enough to read"
+        );
     }
 }

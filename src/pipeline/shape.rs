@@ -83,6 +83,15 @@ impl Pipeline {
             held: Default::default(),
         };
         self.replay(&session_ctx, &mut patching);
+        if patching.held.is_warm() {
+            let auto_markers = matches!(
+                compile_options(&policies, &id).0.breakpoints,
+                BreakpointMode::Auto { .. }
+            );
+            if !hold::reads_held_prefix(patching.env, auto_markers) {
+                patching.held.unread();
+            }
+        }
         let reason = ContextReason::BeforeRequest;
         let persisted = self
             .run_context(&policies, reason, &mut patching, &vars, None)
@@ -117,6 +126,9 @@ impl Pipeline {
             opts.breakpoints = BreakpointMode::Auto {
                 ttl: Ttl::FiveMinutes,
             };
+        }
+        if matches!(opts.breakpoints, BreakpointMode::Auto { .. }) {
+            opts.kept_history = hold::kept_history(&env);
         }
         let compiled = env.compile_with_markers(&opts);
         ex.payload = self.run_payload(&policies, compiled, &vars, route).await?;
