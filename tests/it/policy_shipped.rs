@@ -96,8 +96,8 @@ fn auto_breakpoints_and_cache_key() {
     let p = shipped("anthropic-auto-breakpoints.toml");
     let b = p.breakpoints.unwrap();
     assert!(
-        !b.keep_warm,
-        "keep-warm sends requests of its own: off unless asked for"
+        b.keep_warm,
+        "without it, the first long pause of every session is written again"
     );
     assert_eq!((b.mode, b.ttl), (BreakpointMode::Auto, CacheTtl::Auto));
     let p = shipped("openai-cache-key.toml");
