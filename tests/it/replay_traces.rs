@@ -247,6 +247,40 @@ fn no_shipped_policy_costs_more_than_the_client_alone_on_the_traces() {
     }
 }
 
+/// The policies page's table of what the shipped policies cost (docs/src/policies.md) is
+/// what these replays cost.
+#[test]
+fn the_books_table_of_shipped_policies_is_what_the_replays_cost() {
+    let page = std::fs::read_to_string(root().join("docs/src/policies.md")).unwrap();
+    let header = "| trace | client | `stabilize-volatile` | `anthropic-auto-breakpoints` | both |";
+    let start = page.find(header).expect("the table of shipped policies");
+    let mut rows = 0;
+    for line in page[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+    {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let trace = cells[1].split('`').nth(1).expect("a trace name");
+        let t = replayed()
+            .iter()
+            .find(|t| t.name == trace || t.name == format!("{trace}.jsonl.gz"))
+            .unwrap_or_else(|| panic!("no trace `{trace}`"));
+        for (arm, cell) in ["client", "stabilize", "shipped", "both"]
+            .iter()
+            .zip(&cells[2..6])
+        {
+            assert_eq!(
+                *cell,
+                format!("${:.4}", cost(t, arm)),
+                "{trace}, {arm}: {line}"
+            );
+        }
+        rows += 1;
+    }
+    assert_eq!(rows, replayed().len(), "a row for every trace");
+}
+
 /// An SDK app that sends no `cache_control` reads nothing from the cache; the shipped
 /// `anthropic-auto-breakpoints` policy brings it to 98% of the ideal or more.
 #[test]
