@@ -98,7 +98,31 @@ pub fn kept_by_message(request: &Map<String, Value>, messages: &[Value], model: 
     if matches!(keep, None | Some(Keep::All)) {
         return vec![true; messages.len()];
     }
-    let kinds: Vec<MsgKind> = messages
+    kept_by_kind(keep, &kinds_of(messages))
+}
+
+/// [`dropped_at_next_turn`] for a request's `messages` (as JSON), under what the request
+/// asks for.
+pub fn dropped_at_next_turn_of(
+    request: &Map<String, Value>,
+    messages: &[Value],
+    model: &str,
+) -> Option<usize> {
+    let has_thinking = |i: usize| {
+        messages[i]["content"].as_array().is_some_and(|blocks| {
+            blocks.iter().any(|b| {
+                matches!(
+                    b.get("type").and_then(Value::as_str),
+                    Some("thinking" | "redacted_thinking")
+                )
+            })
+        })
+    };
+    dropped_at_next_turn(retention(request, model), &kinds_of(messages), has_thinking)
+}
+
+fn kinds_of(messages: &[Value]) -> Vec<MsgKind> {
+    messages
         .iter()
         .map(|m| {
             MsgKind::of(
@@ -106,8 +130,7 @@ pub fn kept_by_message(request: &Map<String, Value>, messages: &[Value], model: 
                 &serde_json::to_vec(m).unwrap_or_default(),
             )
         })
-        .collect();
-    kept_by_kind(keep, &kinds)
+        .collect()
 }
 
 /// For each message of these kinds, whether its thinking blocks stay in the prompt, under

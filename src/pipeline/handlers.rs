@@ -36,6 +36,15 @@ pub struct Patching<'a> {
 }
 
 impl Patching<'_> {
+    /// The envelope's system parts, `(name, text)`, as built-in transforms read them.
+    pub fn system_parts(&self) -> Vec<(String, String)> {
+        self.env
+            .system_parts()
+            .iter()
+            .map(|p| (p.name.clone(), p.text.clone()))
+            .collect()
+    }
+
     /// Apply ops one at a time (so each insert position is known), all or nothing: to a
     /// copy of the envelope, kept only when every op applied.
     /// Returns the ops with message positions as client positions.
@@ -240,13 +249,7 @@ impl Pipeline {
                     persisted.extend(self.run_hold(shaping, handler, lines)?);
                     continue;
                 }
-                let parts: Vec<(String, String)> = shaping
-                    .env
-                    .system_parts()
-                    .iter()
-                    .map(|p| (p.name.clone(), p.text.clone()))
-                    .collect();
-                let result = handler.result(&parts, vars);
+                let result = handler.result(&shaping.system_parts(), vars);
                 persisted.extend(self.apply_result(
                     shaping,
                     &result,

@@ -195,12 +195,7 @@ impl Pipeline {
         handler: &ContextHandler,
         lines: &MoveLines,
     ) -> Result<Option<Persisted>, ApiError> {
-        let parts: Vec<(String, String)> = shaping
-            .env
-            .system_parts()
-            .iter()
-            .map(|p| (p.name.clone(), p.text.clone()))
-            .collect();
+        let parts = shaping.system_parts();
         let held = Held {
             parts: shaping.held.parts(&handler.transformer),
             warm: shaping.held.warm,

@@ -30,7 +30,7 @@ use serde_json::{json, Map, Value};
 
 use crate::cache_model::thinking;
 use crate::envelope::Envelope;
-use crate::providers::{anthropic, Endpoint, MsgKind};
+use crate::providers::anthropic;
 
 /// The user message after the answer: the keep-warm asks for one token.
 const NUDGE: &str = "ok";
@@ -94,7 +94,8 @@ pub fn request_body(sent: &Value, tail: usize, assistant: &Value) -> Option<Valu
         strip_markers(m);
     }
     let mut nudge = json!({"role": "user", "content": [{"type": "text", "text": NUDGE}]});
-    match dropped_at_next_turn(&body, &messages) {
+    let model = body.get("model").and_then(Value::as_str).unwrap_or("");
+    match thinking::dropped_at_next_turn_of(&body, &messages, model) {
         Some(first) => {
             messages.truncate(first);
             nudge["content"][0]
@@ -146,33 +147,6 @@ fn marked_answer(assistant: &Value) -> Option<Value> {
     Some(Value::Object(answer))
 }
 
-/// The first of `messages` whose thinking the final request (`body`) kept and the next
-/// turn drops ([`thinking::dropped_at_next_turn`]).
-fn dropped_at_next_turn(body: &Map<String, Value>, messages: &[Value]) -> Option<usize> {
-    let model = body.get("model").and_then(Value::as_str).unwrap_or("");
-    let keep = thinking::retention(body, model);
-    let kinds: Vec<MsgKind> = messages
-        .iter()
-        .map(|m| {
-            MsgKind::of(
-                Endpoint::Messages,
-                &serde_json::to_vec(m).unwrap_or_default(),
-            )
-        })
-        .collect();
-    let has_thinking = |i: usize| {
-        messages[i]["content"].as_array().is_some_and(|blocks| {
-            blocks.iter().any(|b| {
-                matches!(
-                    b.get("type").and_then(Value::as_str),
-                    Some("thinking" | "redacted_thinking")
-                )
-            })
-        })
-    };
-    thinking::dropped_at_next_turn(keep, &kinds, has_thinking)
-}
-
 fn one_hour() -> Value {
     let mut m = Map::new();
     m.insert("type".into(), "ephemeral".into());
@@ -193,6 +167,7 @@ fn strip_markers(message: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::Endpoint;
 
     #[test]
     fn subscription_tokens_are_recognised() {

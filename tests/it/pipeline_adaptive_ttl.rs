@@ -112,8 +112,13 @@ async fn keep_warm_seen(emulator: &cachet::emulator::EmulatorHandle, before: usi
     false
 }
 
-#[tokio::test]
-async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long_pause() {
+/// The emulator, and the proxy in front of it with `ttl = "auto"` and a keep-warm one
+/// second after a final request (the folder holds its store).
+async fn keep_warm_after_a_second() -> (
+    cachet::emulator::EmulatorHandle,
+    ProxyHandle,
+    tempfile::TempDir,
+) {
     let emulator = start_emulator().await;
     let dir = tempfile::tempdir().unwrap();
     let config = policy_config(
@@ -121,7 +126,12 @@ async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long
         vec![policy(dir.path(), Some(1))],
         &dir.path().join("s"),
     );
-    let proxy = start_proxy(config).await;
+    (emulator, start_proxy(config).await, dir)
+}
+
+#[tokio::test]
+async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long_pause() {
+    let (emulator, proxy, _dir) = keep_warm_after_a_second().await;
     let mut history = Vec::new();
     turn(&proxy, "kw", API_KEY, &mut history, "Find the handlers.", 3).await;
     let before = emulator.accounted().len();
@@ -199,14 +209,7 @@ async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long
 /// next turn): the next turn, 12 minutes later, reads it.
 #[tokio::test]
 async fn with_thinking_on_a_budget_the_keep_warm_holds_what_the_next_turn_reads() {
-    let emulator = start_emulator().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = policy_config(
-        &emulator.url(),
-        vec![policy(dir.path(), Some(1))],
-        &dir.path().join("s"),
-    );
-    let proxy = start_proxy(config).await;
+    let (emulator, proxy, _dir) = keep_warm_after_a_second().await;
     let pi = Sender {
         auth: None,
         thinking: true,

@@ -251,34 +251,15 @@ fn no_shipped_policy_costs_more_than_the_client_alone_on_the_traces() {
 /// what these replays cost.
 #[test]
 fn the_books_table_of_shipped_policies_is_what_the_replays_cost() {
-    let page = std::fs::read_to_string(root().join("docs/src/policies.md")).unwrap();
     let header = "| trace | client | `stabilize-volatile` | `anthropic-auto-breakpoints` | both |";
-    let start = page.find(header).expect("the table of shipped policies");
-    let mut rows = 0;
-    for line in page[start..]
-        .lines()
-        .skip(2)
-        .take_while(|l| l.starts_with('|'))
-    {
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        let trace = cells[1].split('`').nth(1).expect("a trace name");
-        let t = replayed()
-            .iter()
-            .find(|t| t.name == trace || t.name == format!("{trace}.jsonl.gz"))
-            .unwrap_or_else(|| panic!("no trace `{trace}`"));
-        for (arm, cell) in ["client", "stabilize", "shipped", "both"]
-            .iter()
-            .zip(&cells[2..6])
-        {
-            assert_eq!(
-                *cell,
-                format!("${:.4}", cost(t, arm)),
-                "{trace}, {arm}: {line}"
-            );
+    let rows = crate::support::docs::table("docs/src/policies.md", header);
+    for (trace, cells) in &rows {
+        let t = trace_named(trace);
+        for (arm, cell) in ["client", "stabilize", "shipped", "both"].iter().zip(cells) {
+            assert_eq!(*cell, format!("${:.4}", cost(t, arm)), "{trace}, {arm}");
         }
-        rows += 1;
     }
-    assert_eq!(rows, replayed().len(), "a row for every trace");
+    assert_eq!(rows.len(), replayed().len(), "a row for every trace");
 }
 
 /// An SDK app that sends no `cache_control` reads nothing from the cache; the shipped
@@ -301,30 +282,15 @@ fn an_unmarked_sdk_app_reaches_the_ideal_with_the_shipped_auto_breakpoints() {
 /// replays cost: every cell, and the keep-warm requests it names.
 #[test]
 fn the_books_table_of_arms_is_what_the_replays_cost() {
-    let page = std::fs::read_to_string(root().join("docs/src/cache-markers.md")).unwrap();
     let header =
         "| trace | pauses between turns | client | all 5m | all 1h | auto | auto + keep-warm |";
-    let start = page.find(header).expect("the table of arms");
+    let rows = crate::support::docs::table("docs/src/cache-markers.md", header);
     let arms = ["client", "5m", "1h", "auto", "auto+keep-warm"];
-    let mut rows = 0;
-    for line in page[start..]
-        .lines()
-        .skip(2)
-        .take_while(|l| l.starts_with('|'))
-    {
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        let trace = cells[1].split('`').nth(1).expect("a trace name");
-        let t = replayed()
-            .iter()
-            .find(|t| t.name == trace || t.name == format!("{trace}.jsonl.gz"))
-            .unwrap_or_else(|| panic!("no trace `{trace}`"));
-        for (arm, cell) in arms.iter().zip(&cells[3..8]) {
+    for (trace, cells) in &rows {
+        let t = trace_named(trace);
+        for (arm, cell) in arms.iter().zip(&cells[1..]) {
             let shown = cell.split(' ').next().unwrap();
-            assert_eq!(
-                shown,
-                format!("${:.4}", cost(t, arm)),
-                "{trace}, {arm}: {line}"
-            );
+            assert_eq!(shown, format!("${:.4}", cost(t, arm)), "{trace}, {arm}");
             let warm = t.arms[*arm].keep_warm_requests;
             match cell.split_once('(') {
                 Some((_, n)) => assert_eq!(
@@ -335,7 +301,14 @@ fn the_books_table_of_arms_is_what_the_replays_cost() {
                 None => assert_eq!(warm, 0, "{trace}, {arm}: keep-warm requests not shown"),
             }
         }
-        rows += 1;
     }
-    assert_eq!(rows, replayed().len(), "a row for every trace");
+    assert_eq!(rows.len(), replayed().len(), "a row for every trace");
+}
+
+/// The replayed trace a table names (`pi-anthropic` for `pi-anthropic.jsonl.gz`).
+fn trace_named(trace: &str) -> &'static Replayed {
+    replayed()
+        .iter()
+        .find(|t| t.name == trace || t.name == format!("{trace}.jsonl.gz"))
+        .unwrap_or_else(|| panic!("no trace `{trace}`"))
 }
