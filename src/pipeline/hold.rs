@@ -111,16 +111,19 @@ pub fn prefix_warm(log: &SessionLog, held: &[&ContextTransform], now_ms: u64) ->
 }
 
 /// Whether this request can read the system prompt the session's cached prefix holds,
-/// as the provider's cache would: through a marker on the tools or the system prompt,
-/// when they reach the model's minimum cacheable length; or through its history, when the
-/// marker on its last message reaches back to the end of the previous request of its
-/// conversation within the lookback (to the end of what the provider still sees as that
-/// request sent it, when it drops thinking that request kept), or `auto` markers
-/// (`auto_markers`) put one there. Held lines that no marker reads only cost their tail.
+/// as the provider's cache would. OpenAI reads the longest prefix it shares with the
+/// previous prompt, wherever it ends: always, while warm. Anthropic reads at markers:
+/// through one on the tools or the system prompt, when they reach the model's minimum
+/// cacheable length; or through its history, when the marker on its last message reaches
+/// back to the end of the previous request of its conversation within the lookback (to the
+/// end of what the provider still sees as that request sent it, when it drops thinking
+/// that request kept), or `auto` markers (`auto_markers`) put one there. Held lines that no
+/// marker reads only cost their tail.
 pub fn reads_held_prefix(env: &Envelope, auto_markers: bool) -> bool {
-    let head_marked =
-        !env.prefix_marks(0).is_empty() || env.endpoint() != crate::providers::Endpoint::Messages;
-    (head_marked && long_enough(env, 0))
+    if env.endpoint() != crate::providers::Endpoint::Messages {
+        return true;
+    }
+    (!env.prefix_marks(0).is_empty() && long_enough(env, 0))
         || reached_back(env, auto_markers).is_some_and(|from| long_enough(env, from))
 }
 
