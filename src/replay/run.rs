@@ -54,6 +54,14 @@ pub struct ArmStats {
     /// Per request usage, in replay order (for tests and consistency checks).
     #[serde(skip)]
     pub per_request: Vec<Usage>,
+    /// Per accounted request: its position among the records replayed and what it cost,
+    /// with the keep-warm the arm sent just before it in its session, if any (the guard
+    /// compares these between arms, [`super::guard`]).
+    #[serde(skip)]
+    pub per_request_cost: Vec<(usize, f64)>,
+    /// Keep-warms after a session's last request (no request follows them): their cost.
+    #[serde(skip)]
+    pub trailing_keep_warm_cost: f64,
     /// Per request diagnosis, in replay order.
     #[serde(skip)]
     pub diagnoses: Vec<Option<Diagnosis>>,
@@ -110,6 +118,10 @@ pub struct ArmRun {
     total: Usage,
     keep_warms: KeepWarms,
     held: super::held::Held,
+    /// Records stepped through so far (the position of the next one).
+    seen: usize,
+    /// The cost of keep-warms sent since the last request accounted (counted with the next).
+    carried: f64,
 }
 
 impl ArmRun {
@@ -131,6 +143,8 @@ impl ArmRun {
             total: Usage::default(),
             keep_warms: KeepWarms::default(),
             held: Default::default(),
+            seen: 0,
+            carried: 0.0,
         }
     }
 
@@ -167,7 +181,11 @@ impl ArmRun {
             total,
             keep_warms,
             held,
+            seen,
+            carried,
         } = self;
+        let index = *seen;
+        *seen += 1;
         let model = model.as_deref();
         let endpoint = record.endpoint();
         if !endpoint.is_generation() {
@@ -176,6 +194,7 @@ impl ArmRun {
         let mut warmed = None;
         if let Some((at, body)) = keep_warms.due(record) {
             warmed = keep_warm(stats, cache, total, &body, at);
+            *carried += warmed.map_or(0.0, |(_, cost)| cost);
         }
         let fail = |stats: &mut ArmStats, msg: String| {
             stats.errors += 1;
@@ -286,6 +305,9 @@ impl ArmRun {
         stats.requests += 1;
         total.add(&usage);
         stats.per_request.push(usage);
+        // The keep-warms before this request count with it (or with the next one accounted).
+        let with_keep_warms = std::mem::take(carried) + cost_usd.unwrap_or(0.0);
+        stats.per_request_cost.push((index, with_keep_warms));
         let hit = ratio(total.cache_read, total.total_input());
         stats.series.push((stats.cost_usd, hit));
         Ok(Some(Step {
@@ -305,10 +327,13 @@ impl ArmRun {
             total,
             keep_warms,
             held,
+            carried,
             ..
         } = &mut self;
+        stats.trailing_keep_warm_cost = *carried;
         for (at, body) in std::mem::take(keep_warms).rest(last_ms) {
-            keep_warm(stats, cache, total, &body, at);
+            let cost = keep_warm(stats, cache, total, &body, at).map_or(0.0, |(_, c)| c);
+            stats.trailing_keep_warm_cost += cost;
         }
         stats.stateful_unknown = held.unknown;
         stats.cache_read_tokens = total.cache_read;
