@@ -44,7 +44,7 @@ impl Who {
 pub struct Blame {
     pub who: Who,
     /// What is at fault, in a few words: for the client what it changed (`system part
-    /// `base``, `model a → b`), for a policy what its patch did, for the provider the
+    /// `base``, `model a to b`), for a policy what its patch did, for the provider the
     /// documented behaviour (`cache lifetime`).
     pub what: String,
     /// A policy's: the transformer (policy or hook) whose patch made the difference.

@@ -1,6 +1,7 @@
 //! `cachet replay`: recorded requests (see `crate::trace`), in time order, through each
 //! arm's shaping and the emulator's cache model, compared side by side.
 
+pub mod advise;
 pub mod chart;
 pub mod guard;
 pub mod held;

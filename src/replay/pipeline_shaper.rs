@@ -149,6 +149,9 @@ async fn shape(
         .await
         .map_err(|e| anyhow!("{}", e.message))?;
     let shaped = Shaped {
+        system: (prepared.shaping())
+            .map(|s| s.system.clone())
+            .unwrap_or_default(),
         body: serde_json::from_slice(&prepared.payload.to_bytes())?,
         uncached_tail: prepared.uncached_tail(),
         variant: prepared.variant.clone(),

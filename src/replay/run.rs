@@ -272,7 +272,8 @@ impl ArmRun {
             }
         }
         let diagnosis = match SentRequest::from_json(endpoint, &shaped.body, shaped.uncached_tail) {
-            Ok(sent) => {
+            Ok(mut sent) => {
+                sent.shape.name_system_parts(&shaped.system);
                 let client = match SentRequest::from_json(endpoint, &record.body, 0) {
                     Ok(c) => crate::session::PrefixHashes::of_raw(c.env.history_raw()),
                     Err(_) => crate::session::PrefixHashes::from_keys(Vec::new()),

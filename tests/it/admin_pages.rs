@@ -448,10 +448,11 @@ async fn timeline_and_overview_in_a_browser() {
         b["summary"]
             .as_str()
             .unwrap()
-            .starts_with("system_changed in system"),
-        "{b}"
+            .starts_with("clientsystem_changed in system"),
+        "the blame's tag, then the reason: {b}"
     );
     assert_eq!(b["facts"]["reason"], "system_changed");
+    assert_eq!(b["facts"]["blame"], "client: system part `base`");
     assert_eq!(b["facts"]["read"], cell(broken[0], "read"));
     let logged = long_log["entries"]
         .as_array()
@@ -548,12 +549,13 @@ async fn timeline_and_overview_in_a_browser() {
     }
     let long_row = listed_rows.iter().find(|r| r["session"] == LONG).unwrap();
     assert_eq!(long_row["model"], LONG_MODEL);
-    assert_eq!(long_row["breaks"], "1");
+    // The count, then who can fix them.
+    assert_eq!(long_row["breaks"], "11 client");
     assert_eq!(long_row["hit ratio"], long["totals"]["hit"]["text"]);
     assert_eq!(long_row["cost"], long["totals"]["cost"]["text"]);
     let idle_row = listed_rows.iter().find(|r| r["session"] == IDLE).unwrap();
     assert_eq!(idle_row["client"], "claude-code");
-    assert_eq!(idle_row["breaks"], "2");
+    assert_eq!(idle_row["breaks"], "21 client · 1 provider");
     assert_eq!(overview["external"], json!([]));
     assert_eq!(overview["fits"], true, "the overview fits a 1280 px window");
     // Sorted by cost, largest first; sessions with nothing priced last.
