@@ -11,6 +11,7 @@ pub mod output;
 pub mod pipeline_shaper;
 pub mod run;
 pub mod shaper;
+pub mod whatif;
 
 use std::path::PathBuf;
 
