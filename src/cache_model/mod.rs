@@ -11,6 +11,7 @@ pub mod context_editing;
 pub mod diagnosis;
 mod hash;
 mod openai;
+pub mod openai_diagnosis;
 pub mod openai_prompt;
 pub mod thinking;
 pub mod tokens;

@@ -12,6 +12,7 @@
 //!   ([`CHATGPT_CODEX_BASE_PATH`]), which serves `/responses` and `/models` without `/v1`.
 
 mod request;
+pub mod websocket;
 
 use bytes::Bytes;
 use serde::Deserialize;
