@@ -51,6 +51,7 @@ mod proxy_fidelity;
 mod proxy_gaps;
 mod proxy_secrets;
 mod proxy_uploads;
+mod proxy_websocket;
 mod replay_cli;
 mod replay_consistency;
 mod replay_ideal;
