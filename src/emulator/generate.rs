@@ -26,6 +26,8 @@ const REPLY_HEADER: &str = "x-cachet-emulate-reply";
 pub(super) struct Asked {
     pub faults: Faults,
     reply_header: Option<String>,
+    /// `anthropic-beta`, as sent.
+    betas: Option<String>,
     diagnosis_beta: bool,
 }
 
@@ -37,11 +39,14 @@ impl Asked {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
+        let betas = header("anthropic-beta");
         Ok(Asked {
             faults: Faults::parse(header(fault::HEADER).as_deref())?,
             reply_header: header(REPLY_HEADER),
-            diagnosis_beta: header("anthropic-beta")
+            diagnosis_beta: betas
+                .as_deref()
                 .is_some_and(|betas| betas.split(',').any(|b| b.trim() == DIAGNOSIS_BETA)),
+            betas,
         })
     }
 }
@@ -106,6 +111,13 @@ pub(super) fn produce(
     if endpoint == Endpoint::Messages && request.get("max_tokens").and_then(Value::as_u64).is_none()
     {
         return Err(ApiError::invalid("max_tokens: Field required"));
+    }
+    if endpoint == Endpoint::Messages {
+        if let Some(e) =
+            crate::providers::anthropic::thinking_budget_error(&request, asked.betas.as_deref())
+        {
+            return Err(ApiError::invalid(e));
+        }
     }
     // A compaction reads its prompt as a response does.
     let rules = endpoint.read_as();

@@ -54,6 +54,7 @@ mod proxy_uploads;
 mod proxy_websocket;
 mod replay_cli;
 mod replay_consistency;
+mod replay_generated;
 mod replay_ideal;
 mod replay_recorder;
 mod replay_traces;
