@@ -117,8 +117,8 @@ impl Drop for InFlight {
 /// `refused` (426 to the client), and how each socket ended: `client_closed`,
 /// `upstream_closed`, `client_gone` and `upstream_gone` (without a close frame),
 /// `oversized` (a message over the limit), `bad_frame` (a protocol error), `idle_timeout`,
-/// `shutdown`.
-pub const WEBSOCKET_EVENTS: [&str; 10] = [
+/// `upstream_stalled` (nothing of an answer for `upstream.idle_timeout_ms`), `shutdown`.
+pub const WEBSOCKET_EVENTS: [&str; 11] = [
     "opened",
     "refused",
     "client_closed",
@@ -128,6 +128,7 @@ pub const WEBSOCKET_EVENTS: [&str; 10] = [
     "oversized",
     "bad_frame",
     "idle_timeout",
+    "upstream_stalled",
     "shutdown",
 ];
 
