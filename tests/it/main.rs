@@ -16,6 +16,7 @@ mod docs_run;
 mod emulator_cache_rules;
 mod emulator_cli;
 mod emulator_http;
+mod emulator_prompt_diagnostics;
 mod emulator_sdk;
 mod emulator_tool_loop;
 mod envelope_breakpoints;
