@@ -309,6 +309,8 @@ class Client:
     # environment it names.
     serve_config = None
     serve_env = None
+    # More of cachet's configuration, for a scenario that is not about client keys.
+    extra_config = None
 
     def __init__(self, name, providers, endpoints, id_source, one_session=True):
         self.name = name
@@ -675,9 +677,12 @@ class CodexChatGptLong(CodexChatGpt):
     """Codex signed in with ChatGPT: a turn, a turn with `-c model_auto_compact_token_limit`
     below the first turn's context (about 16,200 tokens), which Codex compacts before it by
     a Responses request ending with `compaction_trigger`, then `resume --last -m gpt-6-sol`.
-    See check_codex_chatgpt_long."""
+    See check_codex_chatgpt_long. Over HTTP (`server.websocket = false`: cachet answers the
+    upgrade 426): cachet does not yet read a compacted session that Codex chains by
+    `previous_response_id` over a socket as it reads it over HTTP (lanes, turn indexes)."""
 
     SWITCH_TO = "gpt-6-sol"
+    extra_config = "[server]\nwebsocket = false\n"
     STEPS = [([], PROMPTS[0]),
              (["-c", "model_auto_compact_token_limit=12000", "resume", "--last"], PROMPTS[1]),
              (["resume", "--last", "-m", SWITCH_TO], "And once more.")]
@@ -880,8 +885,8 @@ class Run:
 def run_client(client, policies, args, blocks, out_dir):
     names = [os.path.basename(p)[:-5] for p in policies]
     scenario = os.path.join(out_dir, client.name + ("+" + "+".join(names) if names else ""))
-    stack = Stack(args.cachet, scenario, policies, client.serve_config, client.serve_env,
-                  client.tool_steps)
+    stack = Stack(args.cachet, scenario, policies, client.serve_config or client.extra_config,
+                  client.serve_env, client.tool_steps)
     run = Run(client, names, [tomllib.load(open(p, "rb")) for p in policies])
     try:
         ctx = Context(stack.front.url, blocks, args.bin_dir, scenario)
@@ -1071,6 +1076,17 @@ def check_websocket(r, run):
     asked = [e for e in run.front if (e.header("upgrade") or "").lower() == "websocket"
              and not e.over_socket]
     if not asked and not getattr(run.client, "websocket_first", False):
+        return
+    if "websocket = false" in (run.client.extra_config or ""):
+        # Switched off: cachet answers the upgrade 426 itself, which Codex falls back from at
+        # once, for the rest of its process.
+        answered = [e for e in asked if e.status == 426 and e.header("x-cachet-error", "resp") == "1"]
+        forwarded = [e for e in run.back if (e.header("upgrade") or "")]
+        r.check(asked and len(answered) == len(asked) and not forwarded
+                and len(asked) <= len(run.turns),
+                f"{run.label}: with server.websocket = false, upgrades are answered 426 by cachet "
+                f"({len(asked)} asked in {len(run.turns)} turns)",
+                f"{len(answered)} of {len(asked)} answered 426; {len(forwarded)} forwarded")
         return
     switched = [e for e in asked if e.status == 101]
     refused = [e for e in asked if e.header("x-cachet-error", "resp") == "1"]

@@ -37,17 +37,31 @@ async fn a_comparison_response_explains_a_miss_as_openai_does() {
     let emu = start_emulator().await;
     let first = respond(&emu, &request("gpt-5.6", "get_time", "What time is it?")).await;
     let id = first["id"].as_str().unwrap().to_string();
-    assert!(first["prompt_cache_diagnostics"].is_null(), "not asked: {first}");
+    assert!(
+        first["prompt_cache_diagnostics"].is_null(),
+        "not asked: {first}"
+    );
 
     // The guide's example: the tool renamed, compared with the first response.
-    let renamed = respond(&emu, &compared_with(request("gpt-5.6", "get_date", "What time is it?"), &id)).await;
+    let renamed = respond(
+        &emu,
+        &compared_with(request("gpt-5.6", "get_date", "What time is it?"), &id),
+    )
+    .await;
     let diagnosis = &renamed["prompt_cache_diagnostics"];
     assert_eq!(diagnosis["type"], "cache_miss", "{renamed}");
     assert_eq!(diagnosis["reason"], "tools_changed");
     let usage = &first["usage"];
-    let reusable = usage["input_tokens_details"]["cached_tokens"].as_u64().unwrap()
-        + usage["input_tokens_details"]["cache_write_tokens"].as_u64().unwrap_or(0);
-    assert_eq!(diagnosis["comparison_reusable_tokens"].as_u64(), Some(reusable));
+    let reusable = usage["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap()
+        + usage["input_tokens_details"]["cache_write_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+    assert_eq!(
+        diagnosis["comparison_reusable_tokens"].as_u64(),
+        Some(reusable)
+    );
     assert!(diagnosis["cache_missed_tokens"].as_u64().unwrap() > 0);
     assert_eq!(
         renamed["usage"]["input_tokens_details"]["cached_tokens"], 0,
@@ -55,13 +69,39 @@ async fn a_comparison_response_explains_a_miss_as_openai_does() {
     );
 
     // The same prompt again, compared with the first: no miss detected.
-    let again = respond(&emu, &compared_with(request("gpt-5.6", "get_time", "What time is it?"), &id)).await;
-    assert_eq!(again["prompt_cache_diagnostics"]["type"], "cache_hit", "{again}");
-    assert!(again["usage"]["input_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0);
+    let again = respond(
+        &emu,
+        &compared_with(request("gpt-5.6", "get_time", "What time is it?"), &id),
+    )
+    .await;
+    assert_eq!(
+        again["prompt_cache_diagnostics"]["type"], "cache_hit",
+        "{again}"
+    );
+    assert!(
+        again["usage"]["input_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
 
     // An id the provider never answered, and a model without diagnostics.
-    let unknown = respond(&emu, &compared_with(request("gpt-5.6", "get_time", "Hi"), "resp_unknown")).await;
-    assert_eq!(unknown["prompt_cache_diagnostics"]["type"], "comparison_response_not_found");
-    let older = respond(&emu, &compared_with(request("gpt-5.1-codex", "get_time", "Hi"), &id)).await;
-    assert_eq!(older["prompt_cache_diagnostics"]["type"], "unavailable", "{older}");
+    let unknown = respond(
+        &emu,
+        &compared_with(request("gpt-5.6", "get_time", "Hi"), "resp_unknown"),
+    )
+    .await;
+    assert_eq!(
+        unknown["prompt_cache_diagnostics"]["type"],
+        "comparison_response_not_found"
+    );
+    let older = respond(
+        &emu,
+        &compared_with(request("gpt-5.1-codex", "get_time", "Hi"), &id),
+    )
+    .await;
+    assert_eq!(
+        older["prompt_cache_diagnostics"]["type"], "unavailable",
+        "{older}"
+    );
 }

@@ -9,6 +9,7 @@ mod demo;
 mod diagnosis_breaks;
 mod diagnosis_clients;
 mod diagnosis_model_switch;
+mod diagnosis_openai_provider;
 mod docs_blocks;
 mod docs_examples;
 mod docs_reference;
