@@ -130,7 +130,10 @@ async fn proxy_to(emulator: &cachet::emulator::EmulatorHandle) -> cachet::server
 #[tokio::test]
 async fn codex_turns_over_a_websocket_read_the_cache_and_are_exchanges() {
     let emulator = start_emulator().await;
-    let proxy = proxy_to(&emulator).await;
+    let traces = tempfile::tempdir().unwrap();
+    let mut config = test_config(&emulator.url());
+    config.record.dir = Some(traces.path().to_path_buf());
+    let proxy = start_proxy(config).await;
     let (mut ws, handshake) = connect(proxy.addr, &[("session_id", "019a-codex-ws-session")])
         .await
         .unwrap();
@@ -217,6 +220,14 @@ async fn codex_turns_over_a_websocket_read_the_cache_and_are_exchanges() {
         Some(1.0)
     );
     proxy.shutdown().await;
+    // `--record` keeps each turn as the message the client sent.
+    let records = cachet::trace::read_traces(&[traces.path().to_path_buf()]).unwrap();
+    assert_eq!(records.len(), 2, "{records:?}");
+    for (record, sent) in records.iter().zip([turn_one(), turn_two(&id)]) {
+        assert_eq!(record.endpoint, "responses");
+        assert_eq!(record.session, "019a-codex-ws-session");
+        assert_eq!(record.body, sent);
+    }
 }
 
 /// With client keys, a handshake without one is refused before anything goes upstream;
