@@ -61,6 +61,11 @@ pub struct ServerConfig {
     /// Environment variable holding a bearer token the admin listener requires (all routes
     /// but `/healthz` and `/readyz`).
     pub admin_token_env: Option<String>,
+    /// Proxy the Responses API's WebSocket mode (`GET /v1/responses` upgraded, as Codex
+    /// asks first). Off, the upgrade is answered 426 and clients fall back to HTTP.
+    pub websocket: bool,
+    /// A socket with no message either way for this long is closed (code 1001).
+    pub websocket_idle_timeout_secs: u64,
 }
 
 /// One `[[server.client_keys]]` entry: a name (the `key` metric label and the session
@@ -87,6 +92,8 @@ impl Default for ServerConfig {
             client_keys: Vec::new(),
             allow_open_relay: false,
             admin_token_env: None,
+            websocket: true,
+            websocket_idle_timeout_secs: 900,
         }
     }
 }

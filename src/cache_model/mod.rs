@@ -12,6 +12,7 @@ pub mod diagnosis;
 mod hash;
 pub mod next_turn;
 mod openai;
+pub mod openai_diagnosis;
 pub mod openai_prompt;
 pub mod thinking;
 pub mod tokens;

@@ -25,6 +25,8 @@ mod queue;
 mod recall;
 mod record;
 mod shape;
+mod socket;
+mod socket_relay;
 mod upstream;
 
 use std::sync::Arc;
@@ -187,18 +189,7 @@ impl Pipeline {
         let span = ex.telemetry.span();
         let phases = async {
             let unread = self.read_body(&mut ex, body).await?;
-            self.check_body(&mut ex)?;
-            ex.trace = self.trace_record(&ex);
-            // Boxed: shaping's state would otherwise sit in every request's future for as
-            // long as its answer streams, though it is done before forwarding.
-            Box::pin(self.shape(&mut ex)).await?;
-            // Only monitoring reads the body's envelope, after the response.
-            if !matches!(ex.after, After::Observe) {
-                ex.read.gathered = None;
-            }
-            let session = ex.session_for_logs();
-            let variant = ex.variant.as_deref().unwrap_or(crate::metrics::NO_VARIANT);
-            ex.telemetry.record_shaping(session.as_deref(), variant);
+            self.prepare(&mut ex).await?;
             let upstream = self.forward(&mut ex, unread).await?;
             ex.telemetry.record_upstream(upstream.headers());
             Ok::<_, ApiError>(upstream)
@@ -207,6 +198,24 @@ impl Pipeline {
             Ok(upstream) => self.stream_back(ex, upstream),
             Err(err) => self.refuse(ex, err),
         }
+    }
+
+    /// The phases between reading a body and forwarding it: check its shape, start its
+    /// trace record, shape it. An HTTP body and a socket's `response.create` pass the same.
+    async fn prepare(&self, ex: &mut Exchange) -> Result<(), ApiError> {
+        self.check_body(ex)?;
+        ex.trace = self.trace_record(ex);
+        // Boxed: shaping's state would otherwise sit in every request's future for as
+        // long as its answer streams, though it is done before forwarding.
+        Box::pin(self.shape(ex)).await?;
+        // Only monitoring reads the body's envelope, after the response.
+        if !matches!(ex.after, After::Observe) {
+            ex.read.gathered = None;
+        }
+        let session = ex.session_for_logs();
+        let variant = ex.variant.as_deref().unwrap_or(crate::metrics::NO_VARIANT);
+        ex.telemetry.record_shaping(session.as_deref(), variant);
+        Ok(())
     }
 
     /// cachet answers the request itself, in the client's provider format; the exchange

@@ -180,6 +180,37 @@ pub fn parse_envelope(endpoint: Endpoint, body: Bytes) -> Result<Envelope, ApiEr
 }
 
 /// The wire of an endpoint, or the refusal of one that has no context envelope.
+/// The beta a request must name for `endpoint`'s provider to explain its cache misses
+/// (Anthropic's), if any.
+pub fn diagnosis_beta(endpoint: Endpoint) -> Option<&'static str> {
+    (endpoint == Endpoint::Messages).then_some(anthropic::CACHE_DIAGNOSIS_BETA)
+}
+
+/// What asks `endpoint`'s provider to explain its cache misses against the earlier answer
+/// `id`: the top-level option to set on `env` (see [`diagnosis_beta`]). Anthropic:
+/// `diagnostics.previous_message_id`, behind its beta. OpenAI (Responses, GPT-5.6 and later
+/// supported models: the caller checks the model): `prompt_cache_options.
+/// comparison_response_id`, kept beside the request's own cache options. `None` for an API
+/// without diagnostics.
+pub fn diagnosis_option(
+    endpoint: Endpoint,
+    env: &Envelope,
+    id: &str,
+) -> Option<(&'static str, Bytes)> {
+    match endpoint {
+        Endpoint::Messages => {
+            let field = serde_json::json!({ "previous_message_id": id });
+            Some(("diagnostics", Bytes::from(field.to_string())))
+        }
+        Endpoint::Responses => {
+            let existing = env.option_raw(openai_responses::PROMPT_CACHE_OPTIONS);
+            let options = openai_responses::comparison_option(existing, id);
+            Some((openai_responses::PROMPT_CACHE_OPTIONS, options))
+        }
+        _ => None,
+    }
+}
+
 pub fn wire_or_refuse(endpoint: Endpoint) -> Result<&'static dyn Wire, ApiError> {
     wire(endpoint).ok_or_else(|| {
         ApiError::invalid(format!(

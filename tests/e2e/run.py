@@ -309,6 +309,8 @@ class Client:
     # environment it names.
     serve_config = None
     serve_env = None
+    # More of cachet's configuration, for a scenario that is not about client keys.
+    extra_config = None
 
     def __init__(self, name, providers, endpoints, id_source, one_session=True):
         self.name = name
@@ -675,9 +677,12 @@ class CodexChatGptLong(CodexChatGpt):
     """Codex signed in with ChatGPT: a turn, a turn with `-c model_auto_compact_token_limit`
     below the first turn's context (about 16,200 tokens), which Codex compacts before it by
     a Responses request ending with `compaction_trigger`, then `resume --last -m gpt-6-sol`.
-    See check_codex_chatgpt_long."""
+    See check_codex_chatgpt_long. Over HTTP (`server.websocket = false`: cachet answers the
+    upgrade 426): cachet does not yet read a compacted session that Codex chains by
+    `previous_response_id` over a socket as it reads it over HTTP (lanes, turn indexes)."""
 
     SWITCH_TO = "gpt-6-sol"
+    extra_config = "[server]\nwebsocket = false\n"
     STEPS = [([], PROMPTS[0]),
              (["-c", "model_auto_compact_token_limit=12000", "resume", "--last"], PROMPTS[1]),
              (["resume", "--last", "-m", SWITCH_TO], "And once more.")]
@@ -880,8 +885,8 @@ class Run:
 def run_client(client, policies, args, blocks, out_dir):
     names = [os.path.basename(p)[:-5] for p in policies]
     scenario = os.path.join(out_dir, client.name + ("+" + "+".join(names) if names else ""))
-    stack = Stack(args.cachet, scenario, policies, client.serve_config, client.serve_env,
-                  client.tool_steps)
+    stack = Stack(args.cachet, scenario, policies, client.serve_config or client.extra_config,
+                  client.serve_env, client.tool_steps)
     run = Run(client, names, [tomllib.load(open(p, "rb")) for p in policies])
     try:
         ctx = Context(stack.front.url, blocks, args.bin_dir, scenario)
@@ -1062,26 +1067,47 @@ def check_bytes(r, run):
 
 
 def check_websocket(r, run):
-    """A client that asks for a WebSocket first (Codex on OpenAI's own provider) gets cachet's
-    own answer, and nothing of it goes upstream; the turns then complete over HTTP. The answer
-    is the 426 Codex reads as "go on over HTTP" (codex-rs/core/src/client.rs,
-    `stream_responses_websocket`), so each Codex process asks once and never retries."""
-    asked = [e for e in run.front if (e.header("upgrade") or "").lower() == "websocket"]
+    """A client that asks for a WebSocket first (Codex on OpenAI's own provider, or signed in
+    with ChatGPT) gets the upstream's socket through cachet: every upgrade reaches the
+    upstream and is answered 101 with its headers (the ChatGPT backend's `x-codex-turn-state`
+    included), none is answered 426 by cachet, and the agent opens no more sockets than it
+    runs turns (no `Reconnecting...`). Its turns then are the sockets' `response.create`
+    messages, which the other checks read as they read HTTP requests."""
+    asked = [e for e in run.front if (e.header("upgrade") or "").lower() == "websocket"
+             and not e.over_socket]
     if not asked and not getattr(run.client, "websocket_first", False):
         return
-    answered = [e for e in asked if e.status == 426 and e.header("x-cachet-error", "resp") == "1"]
-    forwarded = [e for e in run.back if (e.header("upgrade") or "") or
-                 (e.method == "GET" and e.path.split("?")[0] == "/v1/responses")]
-    r.check(asked and len(answered) == len(asked) and not forwarded,
-            f"{run.label}: WebSocket upgrades are answered by cachet, never forwarded "
-            f"({len(asked)} asked)",
-            f"{len(answered)} of {len(asked)} answered 426 by cachet; "
-            f"{len(forwarded)} reached the upstream")
+    if "websocket = false" in (run.client.extra_config or ""):
+        # Switched off: cachet answers the upgrade 426 itself, which Codex falls back from at
+        # once, for the rest of its process.
+        answered = [e for e in asked if e.status == 426 and e.header("x-cachet-error", "resp") == "1"]
+        forwarded = [e for e in run.back if (e.header("upgrade") or "")]
+        r.check(asked and len(answered) == len(asked) and not forwarded
+                and len(asked) <= len(run.turns),
+                f"{run.label}: with server.websocket = false, upgrades are answered 426 by cachet "
+                f"({len(asked)} asked in {len(run.turns)} turns)",
+                f"{len(answered)} of {len(asked)} answered 426; {len(forwarded)} forwarded")
+        return
+    switched = [e for e in asked if e.status == 101]
+    refused = [e for e in asked if e.header("x-cachet-error", "resp") == "1"]
+    upstream = [e for e in run.back if (e.header("upgrade") or "").lower() == "websocket"
+                and e.status == 101 and not e.over_socket]
+    r.check(asked and len(switched) == len(asked) == len(upstream) and not refused,
+            f"{run.label}: WebSocket upgrades reach the upstream and switch ({len(asked)} asked)",
+            f"{len(switched)} of {len(asked)} switched, {len(upstream)} upstream, "
+            f"{len(refused)} answered by cachet ({[e.status for e in asked]})")
+    state = [e for e in switched if e.header("x-codex-turn-state", "resp")]
+    if run.client.name.startswith("codex-chatgpt"):
+        r.check(len(state) == len(switched),
+                f"{run.label}: the backend's x-codex-turn-state reaches the agent",
+                f"{len(state)} of {len(switched)} 101s carry it")
+    over_socket = [e for e in run.generation() if e.over_socket]
     turns = len(run.turns)
-    r.check(len(asked) <= turns,
-            f"{run.label}: the agent goes on over HTTP at cachet's first answer "
-            f"({len(asked)} WebSocket asks in {turns} turns)",
-            f"{len(asked)} asks in {turns} turns: the agent retried the WebSocket")
+    r.check(len(asked) <= turns and over_socket,
+            f"{run.label}: the agent runs its turns over the socket "
+            f"({len(asked)} sockets in {turns} turns, {len(over_socket)} requests over them)",
+            f"{len(asked)} sockets in {turns} turns: the agent reconnected; "
+            f"{len(over_socket)} requests over sockets")
 
 
 def per_session_turns(run):
@@ -1097,8 +1123,11 @@ def per_session_turns(run):
 
 def check_cache(r, run):
     for sid, turns in per_session_turns(run).items():
-        if len(turns) > 1 and turns[1]:
-            first = turns[1][0]
+        # A warm-up (`generate: false`, which Codex sends first on a new socket) prepares
+        # the request and samples nothing: the turn's first request is the one after it.
+        sampled = [e for e in turns[1] if e.request_json().get("generate") is not False] if len(turns) > 1 else []
+        if sampled:
+            first = sampled[0]
             read = cache_read(first.resp_body)
             r.check(read > 0, f"{run.label}: turn 2 reads from cache ({sid[:24]}: {read} tokens)",
                     f"first request of turn 2 read {read} tokens")

@@ -51,7 +51,8 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
         b"usage" => usage_at = Some(field.value),
         b"model" => model_at = Some(field.value),
         b"id" => id_at = Some(field.value),
-        b"diagnostics" => diag_at = Some(field.value),
+        // Anthropic's `diagnostics`, OpenAI's `prompt_cache_diagnostics` (Responses).
+        b"diagnostics" | b"prompt_cache_diagnostics" => diag_at = Some(field.value),
         b"context_management" => edits_at = Some(field.value),
         b"service_tier" => tier_at = Some(field.value),
         _ => {}
@@ -106,6 +107,7 @@ struct HeadFields {
     id: Option<Value>,
     #[serde(default)]
     usage: Lenient<UsageFields>,
+    #[serde(alias = "prompt_cache_diagnostics")]
     diagnostics: Option<Value>,
     /// OpenAI: the tier that served the answer.
     #[serde(default)]
@@ -270,7 +272,10 @@ mod tests {
             .and_then(Value::as_str)
             .map(str::to_owned);
         facts.diagnostics = head
-            .and_then(|h| h.get("diagnostics"))
+            .and_then(|h| {
+                h.get("diagnostics")
+                    .or_else(|| h.get("prompt_cache_diagnostics"))
+            })
             .filter(|d| d.is_object())
             .cloned();
         facts.usage = usage.filter(|u| u.is_object()).map(|u| match endpoint {
