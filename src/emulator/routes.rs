@@ -133,6 +133,8 @@ impl Shared {
             (Provider::Anthropic, false) => "invalid x-api-key",
             (Provider::OpenAi, true) => "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
             (Provider::OpenAi, false) => "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+            (Provider::Gemini, true) => "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.",
+            (Provider::Gemini, false) => "API key not valid. Please pass a valid API key.",
         };
         Some(ApiError::new(ErrorKind::Authentication, message))
     }
@@ -203,7 +205,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
         (&Method::POST, "/v1/responses/compact") => Endpoint::Compact,
         (&Method::GET, "/v1/models") => {
             let list = match provider {
-                Provider::Anthropic => models::anthropic_list(),
+                Provider::Anthropic | Provider::Gemini => models::anthropic_list(),
                 Provider::OpenAi
                     if crate::providers::auth::signed_in_with_chatgpt(req.headers()) =>
                 {
