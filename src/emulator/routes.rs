@@ -270,7 +270,9 @@ async fn generate(
     };
     let faults = Faults::parse(header(fault::HEADER).as_deref())?;
     let reply_header = header(REPLY_HEADER);
-    let diagnosis_beta = header("anthropic-beta")
+    let betas = header("anthropic-beta");
+    let diagnosis_beta = betas
+        .as_deref()
         .is_some_and(|betas| betas.split(',').any(|b| b.trim() == DIAGNOSIS_BETA));
     let request = read_json(req).await?;
     if let Some(delay) = faults.first_byte_delay {
@@ -297,7 +299,15 @@ async fn generate(
     {
         return Err(ApiError::invalid("max_tokens: Field required"));
     }
-    // A compaction reads its prompt as a response does.
+    if endpoint == Endpoint::Messages {
+        if let Some(e) =
+            crate::providers::anthropic::thinking_budget_error(&request, betas.as_deref())
+        {
+            return Err(ApiError::invalid(e));
+        }
+    }
+    // A compaction reads its prompt as a response does, and answers with a summary: text,
+    // whatever the script says of tool calls.
     let rules = endpoint.read_as();
     // A request that continues a stored response, or names a conversation, is a prompt of
     // the whole conversation.
