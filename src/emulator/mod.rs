@@ -9,6 +9,7 @@ mod chat;
 mod conversations;
 pub mod fault;
 mod files;
+mod gemini;
 mod models;
 mod recent;
 pub mod reply;

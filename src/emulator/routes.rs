@@ -30,7 +30,7 @@ use crate::route::{Endpoint, Provider};
 pub const LOG_CAPACITY: usize = 10_000;
 /// The providers' request size limit.
 const BODY_LIMIT: usize = 32 * 1024 * 1024;
-const REPLY_HEADER: &str = "x-cachet-emulate-reply";
+pub(super) const REPLY_HEADER: &str = "x-cachet-emulate-reply";
 /// The beta that turns on Anthropic's cache diagnostics.
 pub const DIAGNOSIS_BETA: &str = crate::providers::anthropic::CACHE_DIAGNOSIS_BETA;
 /// Request fingerprints kept for cache diagnostics (the oldest are forgotten).
@@ -120,11 +120,7 @@ impl Shared {
             return None;
         }
         let presented = crate::providers::auth::presented(provider, headers);
-        let accepted = presented.iter().any(|p| {
-            self.api_keys
-                .iter()
-                .any(|k| bool::from(subtle::ConstantTimeEq::ct_eq(k.as_bytes(), p.as_bytes())))
-        });
+        let accepted = presented.iter().any(|p| self.accepts(p));
         if accepted {
             return None;
         }
@@ -139,6 +135,26 @@ impl Shared {
         Some(ApiError::new(ErrorKind::Authentication, message))
     }
 
+    /// Whether the provider APIs check credentials (`--api-key` given).
+    pub(super) fn checks_keys(&self) -> bool {
+        !self.api_keys.is_empty()
+    }
+
+    /// Whether `key` is one of the accepted credentials.
+    pub(super) fn accepts(&self, key: &str) -> bool {
+        self.api_keys
+            .iter()
+            .any(|k| bool::from(subtle::ConstantTimeEq::ct_eq(k.as_bytes(), key.as_bytes())))
+    }
+
+    pub(super) fn script(&self) -> &ReplyScript {
+        &self.script
+    }
+
+    pub(super) fn now_secs(&self) -> u64 {
+        self.clock.now_secs()
+    }
+
     /// Forget every cached prefix, as a provider evicting its cache does.
     pub fn clear_cache(&self) {
         let mut cache = recover(&self.cache);
@@ -149,7 +165,7 @@ impl Shared {
         recover(&self.log).iter().cloned().collect()
     }
 
-    fn record(&self, entry: Accounted) {
+    pub(super) fn record(&self, entry: Accounted) {
         let mut log = recover(&self.log);
         if log.len() == LOG_CAPACITY {
             log.pop_front();
@@ -160,7 +176,11 @@ impl Shared {
     /// Account one request on the shared cache model. A panic inside the model (a bug) is
     /// answered as a 500 for this request only: the lock it poisoned is taken back, so the
     /// next request is served as usual.
-    fn account(&self, endpoint: Endpoint, request: &Value) -> Result<Accounting, ApiError> {
+    pub(super) fn account(
+        &self,
+        endpoint: Endpoint,
+        request: &Value,
+    ) -> Result<Accounting, ApiError> {
         let now_ms = self.clock.now_ms();
         let mut cache = recover(&self.cache);
         catch_unwind(AssertUnwindSafe(|| {
@@ -190,6 +210,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
     // The same edge rule as the proxy: no path that climbs out of where it points.
     if let Err(err) = crate::http_serve::path_guard::check(req.uri().path()) {
         return error_response(provider, &request_id, &err);
+    }
+    // Google's Gemini API, with its own credentials and errors.
+    if provider == Provider::Gemini {
+        return super::gemini::handle(&shared, seq, req).await;
     }
     // The provider APIs check the credential; the emulator's own controls do not.
     if path.starts_with("/v1/") {
@@ -436,7 +460,7 @@ async fn conversations(
 
 /// A request body as JSON, decoded first by its `content-encoding` as cachet decodes what
 /// it reads (Codex signed in with ChatGPT sends `zstd`).
-async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
+pub(super) async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
     read_optional_json(req)
         .await?
         .ok_or_else(|| ApiError::invalid("request body is empty: expected a JSON object"))

@@ -96,9 +96,7 @@ impl Matcher {
 
 /// Provider names as written in policies.
 pub fn parse_provider(s: &str) -> Option<Provider> {
-    [Provider::Anthropic, Provider::OpenAi]
-        .into_iter()
-        .find(|p| p.label() == s)
+    Provider::ALL.into_iter().find(|p| p.label() == s)
 }
 
 /// Endpoint names a policy can match (the generation endpoints).
