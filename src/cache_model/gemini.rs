@@ -14,6 +14,8 @@
 //! instruction, the tools, then the contents (as a `CachedContent` holds them).
 //! Tokens: text through the tokenizer of [`super::tokens`], an inline image a fixed
 //! [`IMAGE_TOKENS`], any other part its compact JSON, plus [`CONTENT_OVERHEAD`] per content.
+//! A part's `thoughtSignature` is no part of the prefix
+//! ([`crate::providers::gemini::THOUGHT_SIGNATURE`]).
 
 use std::collections::HashMap;
 
@@ -158,8 +160,12 @@ fn parts_of(content: Option<&Value>) -> &[Value] {
 
 /// A part's canonical text (its identity in the prefix) and its tokens.
 fn part_tokens(part: &Value) -> (String, u64) {
-    let body = canonical_json(part);
-    let n = match (part.get("text"), field(part, "inlineData", "inline_data")) {
+    let mut part = part.clone();
+    if let Some(fields) = part.as_object_mut() {
+        fields.remove(crate::providers::gemini::THOUGHT_SIGNATURE);
+    }
+    let body = canonical_json(&part);
+    let n = match (part.get("text"), field(&part, "inlineData", "inline_data")) {
         (Some(Value::String(text)), _) => crate::tokens::count(text),
         (_, Some(_)) => IMAGE_TOKENS,
         _ => crate::tokens::count(&body),
@@ -235,6 +241,24 @@ mod tests {
             .account(model, &request(&system, &["hi"]), 2 + IMPLICIT_IDLE_MS)
             .unwrap();
         assert_eq!(late.cache_read, 0);
+        let mut signed = request(&system, &["hi", "call", "result"]);
+        signed["contents"][1]["parts"][0]["thoughtSignature"] = json!("c2ln");
+        cache.account(model, &signed, 4 + IMPLICIT_IDLE_MS).unwrap();
+        let resumed = cache
+            .account(
+                model,
+                &request(&system, &["hi", "call", "result", "more"]),
+                5 + IMPLICIT_IDLE_MS,
+            )
+            .unwrap();
+        let signed_total = cache
+            .account(model, &signed, 6 + IMPLICIT_IDLE_MS)
+            .unwrap()
+            .input_tokens;
+        assert_eq!(
+            resumed.cache_read, signed_total,
+            "a dropped signature is no break"
+        );
         let other_model = cache
             .account(
                 "gemini-2.5-flash",

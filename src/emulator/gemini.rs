@@ -7,6 +7,7 @@
 //! and `GenerateContentResponse`, `usageMetadata`), ai.google.dev/gemini-api/docs/caching
 //! (implicit caching), and the API's own error bodies as clients report them.
 
+use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -300,12 +301,19 @@ fn check(request: &Value, endpoint: Endpoint) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The answer's content parts.
+/// The answer's content parts. A function call carries a `thoughtSignature` beside it, as
+/// thinking models answer one ("Gemini 3 returns thought signatures for all model
+/// responses ... with a function call"; 2.5 models may: ai.google.dev/gemini-api/docs/
+/// thought-signatures), which clients send back with the call.
 fn parts(turn: &Turn) -> Vec<Value> {
     match turn.reply {
         Reply::Text(text) => vec![json!({"text": text})],
         Reply::ToolCall { name, input } => {
-            vec![json!({"functionCall": {"name": name, "args": input}})]
+            let id = turn.id("emulated-thought-");
+            let signature = base64::engine::general_purpose::STANDARD.encode(id);
+            vec![
+                json!({"functionCall": {"name": name, "args": input}, "thoughtSignature": signature}),
+            ]
         }
     }
 }

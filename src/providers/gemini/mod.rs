@@ -52,6 +52,14 @@ pub const API_KEY_QUERY: &str = "key";
 /// The version prefix of the API's paths.
 pub const PATH_PREFIX: &str = "/v1beta/";
 
+/// The field of a part that carries the model's encrypted reasoning beside a function call
+/// or text. Clients send it back with the calls of the turn in progress ("you must pass
+/// back thought signatures during function calling", checked for the current turn only:
+/// ai.google.dev/gemini-api/docs/thought-signatures) and drop it from earlier turns (Gemini
+/// CLI 0.61.0 resumes a session without them). cachet takes it as no part of the cached
+/// prompt, as Anthropic's earlier thinking is not (an assumption: Google does not say).
+pub const THOUGHT_SIGNATURE: &str = "thoughtSignature";
+
 /// The request field that names an explicit cache (`cachedContents/ID`).
 pub const CACHED_CONTENT: &str = "cachedContent";
 

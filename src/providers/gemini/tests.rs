@@ -139,3 +139,19 @@ fn errors_are_in_googles_shape() {
     let body: Value = serde_json::from_slice(&error_body(ErrorKind::InvalidRequest, "x")).unwrap();
     assert_eq!(body["error"]["status"], "INVALID_ARGUMENT");
 }
+
+/// Gemini CLI 0.61.0 resumes a session without the `thoughtSignature` its function calls
+/// carried: the same message for the cache and the session (an assumption the emulator
+/// shares, `cache_model::gemini`).
+#[test]
+fn a_dropped_thought_signature_keeps_the_message_key() {
+    let signed = json!({"role": "model", "parts": [{"functionCall": {"name": "read_file",
+        "args": {"file_path": "a"}}, "thoughtSignature": "c2ln"}]});
+    let resumed = json!({"role": "model", "parts": [{"functionCall": {"name": "read_file",
+        "args": {"file_path": "a"}}}]});
+    let key = crate::providers::cache_key::message_key;
+    assert_eq!(key(&signed), key(&resumed));
+    let other = json!({"role": "model", "parts": [{"functionCall": {"name": "read_file",
+        "args": {"file_path": "b"}}}]});
+    assert_ne!(key(&signed), key(&other));
+}
