@@ -264,3 +264,38 @@ async fn a_held_gemini_key_replaces_the_client_key_and_the_query_key() {
     assert!(path.contains("alt=json"), "{path}");
     assert!(path.starts_with(&format!("/v1beta/models/{MODEL}:generateContent")));
 }
+
+/// `countTokens` and `/v1beta/cachedContents` go through cachet to the upstream and back as
+/// they are: the count the emulator bills, and the emulator's own 404 (it creates no
+/// explicit cache) in Google's shape, never a cachet error.
+#[tokio::test]
+async fn count_tokens_and_cached_contents_pass_through() {
+    let emu = emulator_with_key().await;
+    let proxy = start_proxy(test_config(&emu.url())).await;
+    let count = format!("http://{}/v1beta/models/{MODEL}:countTokens", proxy.addr);
+    let (status, counted) = post(
+        &count,
+        Some(KEY),
+        &json!({"contents": cli_body(1)["contents"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{counted}");
+    assert!(counted["totalTokens"].as_u64().unwrap() > 0, "{counted}");
+    let caches = format!("http://{}/v1beta/cachedContents", proxy.addr);
+    let body = json!({"model": format!("models/{MODEL}"), "contents": cli_body(0)["contents"], "ttl": "300s"});
+    let (status, err) = post(&caches, Some(KEY), &body).await;
+    assert_eq!(
+        (status, &err["error"]["status"]),
+        (404, &json!("NOT_FOUND")),
+        "{err}"
+    );
+    let metrics = metrics_text(&proxy).await;
+    for endpoint in ["gemini_count_tokens", "cached_contents"] {
+        let labels = [("provider", "gemini"), ("endpoint", endpoint)];
+        assert_eq!(
+            metric_sum(&metrics, "cachet_requests_total", &labels),
+            1.0,
+            "{endpoint}: {metrics}"
+        );
+    }
+}
