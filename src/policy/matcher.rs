@@ -96,7 +96,9 @@ impl Matcher {
 
 /// Provider names as written in policies.
 pub fn parse_provider(s: &str) -> Option<Provider> {
-    Provider::ALL.into_iter().find(|p| p.label() == s)
+    [Provider::Anthropic, Provider::OpenAi]
+        .into_iter()
+        .find(|p| p.label() == s)
 }
 
 /// Endpoint names a policy can match (the generation endpoints).
