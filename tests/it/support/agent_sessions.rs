@@ -75,26 +75,29 @@ impl Spec {
     }
 }
 
-/// A few lines of this repository's sources, different for every `n`: what a tool reads.
+/// A few lines of code-like text, different for every `n`: what a tool reads. Generated
+/// (not read from this repository's sources) so that the sessions, and the book's table of
+/// what they cost, stay the same whatever the sources become.
 fn source_lines(n: usize, lines: usize) -> String {
-    static SOURCE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let all = SOURCE.get_or_init(|| {
-        [
-            "src/session/flow.rs",
-            "src/ttl/gaps.rs",
-            "src/policy/transform.rs",
-        ]
-        .iter()
-        .flat_map(|p| {
-            let text =
-                std::fs::read_to_string(format!("{}/{p}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-            text.lines().map(str::to_string).collect::<Vec<_>>()
-        })
-        .collect()
-    });
-    let start = (n * 37) % all.len();
+    const WORDS: [&str; 24] = [
+        "let", "session", "gap", "lifetime", "write", "read", "prefix", "turn", "match", "Some",
+        "None", "return", "self", "log", "entry", "marker", "cached", "tokens", "usage", "policy",
+        "request", "answer", "keep", "warm",
+    ];
+    // A small linear congruential generator: the same text for the same `n` on every machine.
+    let mut state = (n as u64).wrapping_mul(6_364_136_223_846_793_005) ^ 0x9E37_79B9_7F4A_7C15;
+    let mut next = move |bound: usize| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 33) as usize) % bound
+    };
     (0..lines)
-        .map(|i| all[(start + i) % all.len()].as_str())
+        .map(|_| {
+            let indent = "    ".repeat(1 + next(3));
+            let words: Vec<&str> = (0..3 + next(8)).map(|_| WORDS[next(WORDS.len())]).collect();
+            format!("{indent}{};", words.join(" "))
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
