@@ -108,6 +108,8 @@ pub struct UpstreamConfig {
     /// Base URL of the ChatGPT backend, where OpenAI-family requests signed in with ChatGPT
     /// (Codex's `chatgpt-account-id`) go instead of `openai`.
     pub chatgpt: String,
+    /// Base URL of Google's Gemini API (`/v1beta/...` requests).
+    pub gemini: String,
     /// Time allowed to connect (and finish TLS) to an upstream.
     pub connect_timeout_ms: u64,
     /// Time allowed until the upstream's response headers arrive (504 after).
@@ -119,6 +121,9 @@ pub struct UpstreamConfig {
     pub anthropic_api_key_env: Option<String>,
     /// Same for OpenAI.
     pub openai_api_key_env: Option<String>,
+    /// Same for the Gemini API (sent as `x-goog-api-key`; a client's `key=` parameter is
+    /// then removed).
+    pub gemini_api_key_env: Option<String>,
     /// The HTTP client that forwards requests upstream: `"hyper"`, the only one (hooks and
     /// memory sources use reqwest).
     pub client: UpstreamClientKind,
@@ -159,11 +164,13 @@ impl Default for UpstreamConfig {
             anthropic: "https://api.anthropic.com".into(),
             openai: "https://api.openai.com".into(),
             chatgpt: crate::providers::openai_responses::CHATGPT_CODEX_BASE_URL.into(),
+            gemini: crate::providers::gemini::DEFAULT_BASE_URL.into(),
             connect_timeout_ms: 10_000,
             response_timeout_ms: 600_000,
             idle_timeout_ms: 300_000,
             anthropic_api_key_env: None,
             openai_api_key_env: None,
+            gemini_api_key_env: None,
             client: UpstreamClientKind::default(),
         }
     }
@@ -230,6 +237,7 @@ impl Config {
             ("upstream.anthropic", &self.upstream.anthropic),
             ("upstream.openai", &self.upstream.openai),
             ("upstream.chatgpt", &self.upstream.chatgpt),
+            ("upstream.gemini", &self.upstream.gemini),
         ] {
             let ok = reqwest::Url::parse(url)
                 .map(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())

@@ -19,7 +19,7 @@ use crate::error::ApiError;
 use crate::http_serve::ResponseBody;
 use crate::route::{Endpoint, Provider};
 
-const REPLY_HEADER: &str = "x-cachet-emulate-reply";
+pub(super) const REPLY_HEADER: &str = "x-cachet-emulate-reply";
 
 /// What a request asks of the emulator besides its body, in its headers (for a socket, in
 /// its handshake's).

@@ -9,6 +9,7 @@ mod chat;
 mod conversations;
 pub mod fault;
 mod files;
+mod gemini;
 mod generate;
 mod models;
 mod prompt_diagnostics;

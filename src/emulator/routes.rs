@@ -120,11 +120,7 @@ impl Shared {
             return None;
         }
         let presented = crate::providers::auth::presented(provider, headers);
-        let accepted = presented.iter().any(|p| {
-            self.api_keys
-                .iter()
-                .any(|k| bool::from(subtle::ConstantTimeEq::ct_eq(k.as_bytes(), p.as_bytes())))
-        });
+        let accepted = presented.iter().any(|p| self.accepts(p));
         if accepted {
             return None;
         }
@@ -133,8 +129,30 @@ impl Shared {
             (Provider::Anthropic, false) => "invalid x-api-key",
             (Provider::OpenAi, true) => "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
             (Provider::OpenAi, false) => "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+            (Provider::Gemini, true) => "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.",
+            (Provider::Gemini, false) => "API key not valid. Please pass a valid API key.",
         };
         Some(ApiError::new(ErrorKind::Authentication, message))
+    }
+
+    /// Whether the provider APIs check credentials (`--api-key` given).
+    pub(super) fn checks_keys(&self) -> bool {
+        !self.api_keys.is_empty()
+    }
+
+    /// Whether `key` is one of the accepted credentials.
+    pub(super) fn accepts(&self, key: &str) -> bool {
+        self.api_keys
+            .iter()
+            .any(|k| bool::from(subtle::ConstantTimeEq::ct_eq(k.as_bytes(), key.as_bytes())))
+    }
+
+    pub(super) fn script(&self) -> &ReplyScript {
+        &self.script
+    }
+
+    pub(super) fn now_secs(&self) -> u64 {
+        self.clock.now_secs()
     }
 
     /// Forget every cached prefix, as a provider evicting its cache does.
@@ -198,6 +216,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
     if let Err(err) = crate::http_serve::path_guard::check(req.uri().path()) {
         return error_response(provider, &request_id, &err);
     }
+    // Google's Gemini API, with its own credentials and errors.
+    if provider == Provider::Gemini {
+        return super::gemini::handle(&shared, seq, req).await;
+    }
     // The provider APIs check the credential; the emulator's own controls do not.
     if path.starts_with("/v1/") {
         if let Some(err) = shared.refuse_credentials(provider, req.headers()) {
@@ -216,7 +238,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
         }
         (&Method::GET, "/v1/models") => {
             let list = match provider {
-                Provider::Anthropic => models::anthropic_list(),
+                Provider::Anthropic | Provider::Gemini => models::anthropic_list(),
                 Provider::OpenAi
                     if crate::providers::auth::signed_in_with_chatgpt(req.headers()) =>
                 {

@@ -218,6 +218,13 @@ impl Exchange {
             .unwrap_or(crate::metrics::UNKNOWN_MODEL)
     }
 
+    /// The model the request's path names (Gemini), or empty.
+    pub fn model_in_path(&self) -> String {
+        crate::providers::model_in_path(self.route.endpoint, self.parts.uri.path())
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// The `variant` label: the A/B arm, or `none`.
     pub fn variant_label(&self) -> &str {
         self.variant

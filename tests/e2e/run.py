@@ -44,10 +44,19 @@ ROUTES = {"/v1/messages": ({"anthropic"}, {"messages"}),
           "/v1/chat/completions": ({"openai"}, {"chat"}),
           "/v1/responses": ({"openai"}, {"responses"})}
 GENERATION = set(ROUTES)
+# Gemini names the model in its generation paths: /v1beta/models/{model}:generateContent.
+GEMINI_GENERATION = re.compile(r"/v1beta/models/[^/:]+:(generateContent|streamGenerateContent)$")
+
+
+def is_generation(path):
+    path = path.split("?")[0]
+    return path in GENERATION or bool(GEMINI_GENERATION.match(path))
+
 # Dummy credentials: nothing here reaches a provider.
 ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
 OAUTH_TOKEN = "sk-ant-oat01-e2e-dummy-token"
 OPENAI_KEY = "sk-e2e-dummy-key"
+GEMINI_KEY = "AIza-e2e-dummy-gemini-key"
 CHATGPT_ACCOUNT = "acc-e2e-dummy"
 # A team's cachet: it holds both providers' keys and asks every client for its cachet key.
 TEAM_KEY = "ck-e2e-team-key"
@@ -103,7 +112,8 @@ CLIENT_PAGE = os.path.join(ROOT, "docs", "src", "agents.md")
 CLIENT_BLOCKS = [("env", "claude-code"), ("env", "sdk"), ("file", "~/.codex/config.toml"),
                  ("file", "~/.codex/config.toml#chatgpt"),
                  ("file", "~/.codex/config.toml#chatgpt-keyed"),
-                 ("file", "~/.pi/agent/models.json")]
+                 ("file", "~/.pi/agent/models.json"), ("env", "gemini-cli"),
+                 ("file", "~/.gemini/settings.json")]
 
 
 def client_blocks():
@@ -180,14 +190,16 @@ def json_documents(body):
 
 
 def cache_read(body):
-    """Tokens read from cache, from an Anthropic, Chat or Responses answer (streamed or not)."""
+    """Tokens read from cache, from an Anthropic, Chat, Responses or Gemini answer (streamed or
+    not)."""
     best = 0
 
     def walk(v):
         nonlocal best
         if isinstance(v, dict):
             for k, x in v.items():
-                if k in ("cache_read_input_tokens", "cached_tokens") and isinstance(x, int):
+                if k in ("cache_read_input_tokens", "cached_tokens", "cachedContentTokenCount") \
+                        and isinstance(x, int):
                     best = max(best, x)
                 else:
                     walk(x)
@@ -225,7 +237,8 @@ def http_get(url, timeout=10):
 def accepted_credentials():
     """What the emulator serves: each client's own key or token, and the keys cachet holds.
     Never TEAM_KEY: that is cachet's, and must not reach the provider."""
-    return [ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, HELD_ANTHROPIC, HELD_OPENAI]
+    return [ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, GEMINI_KEY, HELD_ANTHROPIC,
+            HELD_OPENAI]
 
 
 class Stack:
@@ -248,7 +261,7 @@ class Stack:
         self.back = Shim(self.emulator_url)
         args = [cachet, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
                 "--anthropic-upstream", self.back.url, "--openai-upstream", self.back.url,
-                "--chatgpt-upstream", self.back.url,
+                "--chatgpt-upstream", self.back.url, "--gemini-upstream", self.back.url,
                 "--store", os.path.join(workdir, "store"), "--record", os.path.join(workdir, "record")]
         for p in policies:
             args += ["--policy", p]
@@ -806,12 +819,36 @@ class CodexPaced(Paced, Codex):
         self.name = "codex-paced"
 
 
+class GeminiCli(Client):
+    """Gemini CLI on the Gemini API (`GOOGLE_GEMINI_BASE_URL`, its key in `GEMINI_API_KEY`),
+    streaming `streamGenerateContent?alt=sse`; turn 2 is `--resume latest`."""
+
+    MODEL = "gemini-2.5-flash"
+
+    def __init__(self):
+        super().__init__("gemini-cli", {"gemini"}, {"generate_content"}, "fingerprint")
+
+    def setup(self, ctx):
+        write_client_file(ctx.blocks, "~/.gemini/settings.json", ctx.home, ctx.base)
+
+    def env(self, ctx):
+        return {**client_env(ctx.blocks, "gemini-cli", ctx.base), "GEMINI_API_KEY": GEMINI_KEY}
+
+    def argv(self, ctx, turn):
+        resume = ["--resume", "latest"] if turn > 0 else []
+        return [ctx.bin("gemini"), "-m", self.MODEL, "--skip-trust", *resume, "-p", self.PROMPTS[turn]]
+
+    def check(self, r, run):
+        check_gemini_cli(r, run)
+
+
 CLIENTS = [
     Pi("cachet-anthropic", "claude-sonnet-4-5", "anthropic-messages", "anthropic", "messages", "fingerprint"),
     Pi("cachet-openai", "gpt-4.1", "openai-completions", "openai", "chat", "fingerprint"),
     Pi("cachet-openai-responses", "gpt-4.1", "openai-responses", "openai", "responses", "prompt_cache_key"),
     ClaudeCode(subscription=False),
     ClaudeCode(subscription=True),
+    GeminiCli(),
     Codex(),
     CodexFast(),
     CodexChatGpt(),
@@ -875,7 +912,7 @@ class Run:
 
     def generation(self, exchanges=None):
         return [e for e in (self.front if exchanges is None else exchanges)
-                if e.method == "POST" and e.path.split("?")[0] in GENERATION]
+                if e.method == "POST" and is_generation(e.path)]
 
     def turn_generation(self, i):
         start, end = self.turns[i][0], self.turns[i][1]
@@ -966,7 +1003,7 @@ def interrupt(stack, start, procs, deadline):
     """Kill the turn's client INTERRUPT_AFTER seconds into its first generation request's
     answer, as a user stopping it mid-stream does; what it says of the turn."""
     while time.monotonic() < deadline and all(p.poll() is None for p in procs):
-        if any(e.method == "POST" and e.path.split("?")[0] in GENERATION and e.status
+        if any(e.method == "POST" and is_generation(e.path) and e.status
                for e in stack.front.snapshot()[start:]):
             time.sleep(INTERRUPT_AFTER)
             kill(procs)
@@ -1039,7 +1076,8 @@ def check_identity(r, run):
 
 
 def check_bytes(r, run):
-    forwarded = [e for e in run.front if e.path.startswith("/v1/") and not e.header("x-cachet-error", "resp")]
+    forwarded = [e for e in run.front if e.path.startswith(("/v1/", "/v1beta/"))
+                 and not e.header("x-cachet-error", "resp")]
     back = {}
     for e in run.back:
         back.setdefault((e.method, e.path, sha(e.req_body)), []).append(e)
@@ -1055,7 +1093,7 @@ def check_bytes(r, run):
         if not whole or b.status != e.status:
             resp_diff.append(f"{e.method} {e.path}: upstream {b.status} {len(b.resp_body)} bytes, "
                              f"client {e.status} {len(e.resp_body)} bytes")
-        for name in ("x-api-key", "authorization"):
+        for name in ("x-api-key", "authorization", "x-goog-api-key"):
             if b.header(name) != e.header(name):
                 secret_diff.append(name)
     r.check(not unmatched and len(forwarded) == len(run.back) and forwarded,
@@ -1209,6 +1247,8 @@ def response_id(ex):
         for v in (doc.get("message"), doc.get("response"), doc):
             if isinstance(v, dict) and isinstance(v.get("id"), str):
                 return v["id"]
+        if isinstance(doc.get("responseId"), str):  # Gemini
+            return doc["responseId"]
     return None
 
 
@@ -1267,6 +1307,26 @@ def check_turn_indexes(r, run, sent, expected=None):
 def check_breaks(r, run, n, what):
     breaks = metric_sum(run.metrics, "cachet_prefix_breaks_total")
     r.check(breaks == n, f"{run.label}: {what}", f"cachet_prefix_breaks_total = {breaks:g}")
+
+
+def check_gemini_cli(r, run):
+    """Gemini CLI's turns are one session; each tool step reads what the step before sent
+    and no request within a turn breaks the prefix. Resuming, Gemini CLI leaves out the
+    earlier `thoughtSignature`s (no break) and repeats each function response of the turn it
+    resumes: the one break is that client edit, named `message_edited` in `messages`, and
+    turn 2 still reads everything before it from cache."""
+    sent = requests_sent(run)
+    check_one_session(r, run, sent, "two turns, the second resumed")
+    found = [(x.turn, x.entry.get("diagnosis") or {}) for x in sent if x.entry.get("diagnosis")]
+    within = [d for turn, d in found if turn == 0]
+    resumed = [(d.get("section"), d.get("reason")) for turn, d in found if turn == 1]
+    r.check(not within and resumed in ([], [("messages", "message_edited")]),
+            f"{run.label}: no break within a turn; resuming, only the client's own edit is one",
+            f"diagnoses {found}")
+    reads = [cache_read(x.ex.resp_body) for x in sent]
+    cold = [i for i, n in enumerate(reads) if i and n == 0]
+    r.check(not cold, f"{run.label}: every request after the first reads from cache ({reads})",
+            f"requests that read nothing: {cold}")
 
 
 def check_twins(r, run):
@@ -1498,16 +1558,21 @@ def check_policy_run(r, run, base):
     check_storage(r, run)
 
 
+def history(body):
+    """A request's history: `messages`, `input` (Responses) or `contents` (Gemini)."""
+    return body.get("messages") or body.get("input") or body.get("contents") or []
+
+
 def check_storage(r, run):
     # Storage: every distinct message, system prompt and tool list once, plus a small entry
     # per request. A log that copies the history into every entry grows with its square.
     unique = set()
     for e in run.generation():
         body = e.request_json()
-        items = body.get("messages") or body.get("input") or []
+        items = history(body)
         for item in items if isinstance(items, list) else [items]:
             unique.add(canonical(item))
-        for part in ("system", "tools", "instructions"):
+        for part in ("system", "tools", "instructions", "systemInstruction"):
             if body.get(part):
                 unique.add(canonical(body[part]))
     content = sum(len(u) for u in unique)
@@ -1516,8 +1581,7 @@ def check_storage(r, run):
     # Each request entry names the messages it adds to the one it extends: over the session
     # that is about the number of distinct messages, not the sum of every history's length.
     named = sum(len((e.get("sent") or {}).get("keys") or []) for _, e in request_entries(run))
-    histories = sum(len(e.request_json().get("messages") or e.request_json().get("input") or [])
-                    for e in run.generation())
+    histories = sum(len(history(e.request_json())) for e in run.generation())
     r.check(0 < run.stored_bytes <= bound and named <= len(unique) + 2 * n,
             f"{run.label}: session storage grows with new content ({run.stored_bytes} bytes stored "
             f"for {content} bytes of distinct content in {n} requests; entries name {named} messages, "
@@ -1532,7 +1596,7 @@ def check_common(r, run):
     r.check(not unknown, f"{run.label}: no model=\"unknown\" token series", "; ".join(unknown[:2]))
     check_compactions(r, run)
     check_model_list(r, run)
-    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, TEAM_KEY,
+    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, GEMINI_KEY, TEAM_KEY,
                            HELD_ANTHROPIC, HELD_OPENAI) if s in run.serve_log]
     r.check(not secrets, f"{run.label}: no credential in cachet's log")
 

@@ -25,6 +25,7 @@ mod envelope_clients;
 mod envelope_patch;
 mod envelope_props;
 mod fuzz_regressions;
+mod gemini_api;
 mod grafana_dashboard;
 mod hooks_client;
 mod hooks_python_example;

@@ -43,6 +43,15 @@ pub struct ResponseFacts {
 /// Usage, model, id and cache diagnostics from a complete, non-streaming response body, in
 /// one pass.
 pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
+    if endpoint == Endpoint::GenerateContent {
+        let (usage, model, id) = super::gemini::usage::read(body);
+        return ResponseFacts {
+            usage,
+            model,
+            id,
+            diagnostics: None,
+        };
+    }
     // Only these fields are built; the rest of the body (the reply itself) is only
     // validated.
     let (mut usage_at, mut model_at, mut id_at, mut diag_at) = (None, None, None, None);
@@ -155,6 +164,16 @@ pub struct StreamUsage {
 impl StreamUsage {
     /// Feed one SSE event (its `event:` name, possibly empty, and its `data:` payload).
     pub fn on_event(&mut self, endpoint: Endpoint, event: &str, data: &[u8]) {
+        if endpoint == Endpoint::GenerateContent {
+            // Every chunk is a whole response; the last counts are the final ones.
+            let (usage, model, id) = super::gemini::usage::read(data);
+            self.usage = usage.or(self.usage);
+            self.model = model.or(self.model.take());
+            if self.id.is_none() {
+                self.id = id;
+            }
+            return;
+        }
         // Only a few events carry usage; skip the JSON parse for the rest.
         let relevant = match endpoint {
             Endpoint::Messages => matches!(event, "message_start" | "message_delta"),
