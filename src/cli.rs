@@ -78,6 +78,9 @@ pub struct ServeArgs {
     /// [default: https://chatgpt.com/backend-api/codex].
     #[arg(long, value_name = "URL")]
     pub chatgpt_upstream: Option<String>,
+    /// Gemini API upstream base URL [default: https://generativelanguage.googleapis.com].
+    #[arg(long, value_name = "URL")]
+    pub gemini_upstream: Option<String>,
     /// Session store: a folder for the embedded store, or redis://host:port/db.
     #[arg(long)]
     pub store: Option<String>,

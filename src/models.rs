@@ -64,6 +64,10 @@ pub struct ModelInfo {
     /// standard rates.
     #[serde(default)]
     pub fast_factor: Option<f64>,
+    /// Gemini: the storage price of an explicit cache (`cachedContents`), USD per million
+    /// tokens per hour.
+    #[serde(default)]
+    pub cache_storage_per_hour: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -182,9 +186,9 @@ impl ModelTable {
     fn from_rows(rows: Vec<ModelInfo>) -> Result<Self, String> {
         let mut entries = Vec::with_capacity(rows.len());
         for info in rows {
-            if !matches!(info.provider.as_str(), "anthropic" | "openai") {
+            if !matches!(info.provider.as_str(), "anthropic" | "openai" | "gemini") {
                 return Err(format!(
-                    "model `{}`: provider must be `anthropic` or `openai`, not `{}`",
+                    "model `{}`: provider must be `anthropic`, `openai` or `gemini`, not `{}`",
                     info.pattern, info.provider
                 ));
             }

@@ -26,16 +26,19 @@ impl Section {
 pub enum Provider {
     Anthropic,
     OpenAi,
+    /// Google's Gemini API (`/v1beta/models/{model}:generateContent`).
+    Gemini,
 }
 
 impl Provider {
     /// Every provider family.
-    pub const ALL: [Provider; 2] = [Provider::Anthropic, Provider::OpenAi];
+    pub const ALL: [Provider; 3] = [Provider::Anthropic, Provider::OpenAi, Provider::Gemini];
 
     pub fn label(self) -> &'static str {
         match self {
             Provider::Anthropic => "anthropic",
             Provider::OpenAi => "openai",
+            Provider::Gemini => "gemini",
         }
     }
 }
@@ -57,6 +60,14 @@ pub enum Endpoint {
     Compact,
     /// `GET /v1/models` (either family).
     Models,
+    /// Gemini `POST /v1beta/models/{model}:generateContent` and
+    /// `:streamGenerateContent` (the model is in the path; the path says whether the
+    /// answer streams).
+    GenerateContent,
+    /// Gemini `POST /v1beta/models/{model}:countTokens`.
+    GeminiCountTokens,
+    /// Gemini `/v1beta/cachedContents` (explicit caches: create, list, get, update, delete).
+    CachedContents,
     /// Any other `/v1/...` path: forwarded untouched.
     Other,
 }
@@ -70,6 +81,9 @@ impl Endpoint {
             Endpoint::Responses => "responses",
             Endpoint::Compact => "responses_compact",
             Endpoint::Models => "models",
+            Endpoint::GenerateContent => "generate_content",
+            Endpoint::GeminiCountTokens => "gemini_count_tokens",
+            Endpoint::CachedContents => "cached_contents",
             Endpoint::Other => "other",
         }
     }
@@ -78,7 +92,7 @@ impl Endpoint {
     pub fn is_generation(self) -> bool {
         matches!(
             self,
-            Endpoint::Messages | Endpoint::Chat | Endpoint::Responses
+            Endpoint::Messages | Endpoint::Chat | Endpoint::Responses | Endpoint::GenerateContent
         )
     }
 
@@ -105,13 +119,16 @@ impl Endpoint {
 
 impl Endpoint {
     /// Every endpoint.
-    pub const ALL: [Endpoint; 7] = [
+    pub const ALL: [Endpoint; 10] = [
         Endpoint::Messages,
         Endpoint::CountTokens,
         Endpoint::Chat,
         Endpoint::Responses,
         Endpoint::Compact,
         Endpoint::Models,
+        Endpoint::GenerateContent,
+        Endpoint::GeminiCountTokens,
+        Endpoint::CachedContents,
         Endpoint::Other,
     ];
 

@@ -9,7 +9,10 @@ mod chat;
 mod conversations;
 pub mod fault;
 mod files;
+mod gemini;
+mod generate;
 mod models;
+mod prompt_diagnostics;
 mod recent;
 pub mod reply;
 mod responses;
@@ -17,6 +20,7 @@ mod routes;
 mod stored;
 pub mod tool_loop;
 mod turn;
+mod websocket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -181,8 +181,12 @@ impl Answer {
 
 impl Exchange {
     /// A request accepted at the edge, before its body is read.
-    pub fn accepted(route: Route, parts: Parts, telemetry: RequestTelemetry) -> Exchange {
+    pub fn accepted(route: Route, mut parts: Parts, telemetry: RequestTelemetry) -> Exchange {
         let key = parts.extensions.get::<ClientName>().map(|c| c.0.clone());
+        // The connection's place among those served is its own (or its socket's) to hold:
+        // an exchange kept after its answer (its session record, a keep-warm) must not
+        // hold it, nor keep a shutdown waiting.
+        parts.extensions.remove::<crate::http_serve::Connection>();
         Exchange {
             route,
             parts,
@@ -212,6 +216,13 @@ impl Exchange {
         self.model
             .as_deref()
             .unwrap_or(crate::metrics::UNKNOWN_MODEL)
+    }
+
+    /// The model the request's path names (Gemini), or empty.
+    pub fn model_in_path(&self) -> String {
+        crate::providers::model_in_path(self.route.endpoint, self.parts.uri.path())
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// The `variant` label: the A/B arm, or `none`.

@@ -32,12 +32,7 @@ impl Pipeline {
             false => self.find_known(&ex.body),
         };
         // A body that does not parse went out unchecked; the provider answered it.
-        let Ok((env, history)) = self.read_envelope(
-            ex.route,
-            ex.body.clone(),
-            found.as_ref(),
-            ex.read.gathered(),
-        ) else {
+        let Ok((env, history)) = self.read_exchange_envelope(ex, found.as_ref()) else {
             return false;
         };
         ex.read.gathered = None;
@@ -111,7 +106,7 @@ impl Pipeline {
                     .turn_end_and_keep_warm(&mut ex, shaping, &session_ctx, &answer, keep_warm)
                     .await;
                 let sent = pieced.unwrap_or_else(|| ex.sent_in_one());
-                let read = self.read_sent_envelope(ex.route, sent);
+                let read = self.read_sent_envelope(&ex, sent);
                 match read {
                     Ok((env, history)) => (env, history.into_keys(), shaping.uncached_tail),
                     Err(e) => {

@@ -97,6 +97,12 @@ pub fn presented(provider: super::Provider, headers: &HeaderMap) -> Vec<&str> {
             .chain(bearer)
             .collect(),
         super::Provider::OpenAi => bearer.collect(),
+        super::Provider::Gemini => headers
+            .get_all(super::gemini::API_KEY_HEADER)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::trim)
+            .collect(),
     }
 }
 

@@ -216,6 +216,11 @@ impl ArmRun {
             Ok(s) => s,
             Err(e) => return fail(stats, format!("session {}: {e:#}", record.session)),
         };
+        // Gemini names the model in the path: the request's `model`, as the API binds it.
+        let in_path = crate::providers::model_in_path(endpoint, &record.path);
+        if let (Some(m), Some(obj)) = (in_path, shaped.body.as_object_mut()) {
+            obj.entry("model").or_insert_with(|| m.into());
+        }
         if let (Some(m), Some(obj)) = (model, shaped.body.as_object_mut()) {
             obj.insert("model".into(), m.into());
         }
@@ -544,6 +549,44 @@ mod tests {
         assert!(stats.unknown_models.contains("gpt-9-test"));
         // Only the known request is priced (the unknown one adds nothing).
         assert!(stats.cost_usd > 0.0 && stats.cost_usd <= alone.cost_usd + 1e-12);
+    }
+
+    /// A Gemini record names its model in its path: replay reads it there, so the
+    /// implicit cache is the model's and the request is priced.
+    #[test]
+    fn gemini_records_are_accounted_with_the_model_of_their_path() {
+        let gemini = |n: u64| {
+            let mut contents = Vec::new();
+            for i in 0..=n {
+                contents
+                    .push(json!({"role": "user", "parts": [{"text": format!("question {i}")}]}));
+                contents.push(json!({"role": "model", "parts": [{"text": format!("answer {i}")}]}));
+            }
+            let system = "The retry loop waits with exponential backoff and jitter. ".repeat(300);
+            Record {
+                provider: "gemini".into(),
+                endpoint: "generate_content".into(),
+                path: "/v1beta/models/gemini-2.5-flash:streamGenerateContent".into(),
+                body: json!({"systemInstruction": {"parts": [{"text": system}]}, "contents": contents}),
+                ..chat(n, "g", "x")
+            }
+        };
+        let stats = replay_arm(
+            "r",
+            &[gemini(0), gemini(1)],
+            &mut AsRecorded,
+            None,
+            &mut || {},
+        );
+        assert_eq!(
+            (stats.requests, stats.errors),
+            (2, 0),
+            "{:?}",
+            stats.error_messages
+        );
+        assert!(stats.per_request[1].cache_read > 0);
+        assert_eq!(stats.unpriced_requests, 0);
+        assert!(stats.cost_usd > 0.0);
     }
 
     #[test]

@@ -47,8 +47,9 @@ pub struct Authenticated {
 impl ClientKeys {
     /// Read every key from its environment variable; refuse an open relay.
     pub fn from_config(server: &ServerConfig, upstream: &UpstreamConfig) -> anyhow::Result<Self> {
-        let holds_key =
-            upstream.anthropic_api_key_env.is_some() || upstream.openai_api_key_env.is_some();
+        let holds_key = upstream.anthropic_api_key_env.is_some()
+            || upstream.openai_api_key_env.is_some()
+            || upstream.gemini_api_key_env.is_some();
         if holds_key && server.client_keys.is_empty() && !server.allow_open_relay {
             anyhow::bail!(
                 "cachet holds an upstream key (upstream.*_api_key_env) but no client keys are \
@@ -105,12 +106,17 @@ impl ClientKeys {
     }
 }
 
-/// The credentials a request carries: `x-api-key`, and the token of `authorization: Bearer`.
+/// The credentials a request carries: `x-api-key`, Gemini's `x-goog-api-key`, and the
+/// token of `authorization: Bearer`.
 fn candidates(headers: &HeaderMap) -> Vec<(HeaderName, String)> {
     let mut out = Vec::new();
-    let key = crate::providers::ANTHROPIC_KEY;
-    if let Some(v) = headers.get(&key).and_then(|v| v.to_str().ok()) {
-        out.push((key, v.trim().to_string()));
+    for key in [
+        crate::providers::ANTHROPIC_KEY,
+        crate::providers::gemini::API_KEY_HEADER,
+    ] {
+        if let Some(v) = headers.get(&key).and_then(|v| v.to_str().ok()) {
+            out.push((key, v.trim().to_string()));
+        }
     }
     if let Some(v) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         let v = v.trim();

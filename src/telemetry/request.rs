@@ -75,6 +75,12 @@ fn route_label(route: Route) -> &'static str {
         (P::OpenAi, E::Compact) => "openai/responses_compact",
         (P::OpenAi, E::Models) => "openai/models",
         (P::OpenAi, E::Other) => "openai/other",
+        (P::Gemini, E::GenerateContent) => "gemini/generate_content",
+        (P::Gemini, E::GeminiCountTokens) => "gemini/count_tokens",
+        (P::Gemini, E::CachedContents) => "gemini/cached_contents",
+        (P::Gemini, E::Models) => "gemini/models",
+        (P::Gemini, _) => "gemini/other",
+        (P::Anthropic | P::OpenAi, _) => "other",
     }
 }
 

@@ -91,11 +91,10 @@ impl Record {
     }
 
     pub fn provider(&self) -> crate::route::Provider {
-        if self.provider == "anthropic" {
-            crate::route::Provider::Anthropic
-        } else {
-            crate::route::Provider::OpenAi
-        }
+        crate::route::Provider::ALL
+            .into_iter()
+            .find(|p| p.label() == self.provider)
+            .unwrap_or(crate::route::Provider::OpenAi)
     }
 
     /// One JSONL line (without the newline).

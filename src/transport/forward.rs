@@ -71,6 +71,7 @@ pub enum Destination {
     Anthropic,
     OpenAi,
     ChatGpt,
+    Gemini,
 }
 
 impl Destination {
@@ -82,6 +83,7 @@ impl Destination {
                 Destination::ChatGpt
             }
             Provider::OpenAi => Destination::OpenAi,
+            Provider::Gemini => Destination::Gemini,
         }
     }
 }
@@ -92,8 +94,10 @@ pub struct Upstreams {
     anthropic: Base,
     openai: Base,
     chatgpt: Base,
+    gemini: Base,
     anthropic_key: Option<Secret>,
     openai_key: Option<Secret>,
+    gemini_key: Option<Secret>,
 }
 
 /// A configured base URL, parsed once: a request only sets the path and query on a copy, so
@@ -142,8 +146,10 @@ impl Upstreams {
             anthropic: Base::parse(&cfg.anthropic, "anthropic"),
             openai: Base::parse(&cfg.openai, "openai"),
             chatgpt: Base::parse(&cfg.chatgpt, "chatgpt"),
+            gemini: Base::parse(&cfg.gemini, "gemini"),
             anthropic_key: key(&cfg.anthropic_api_key_env)?,
             openai_key: key(&cfg.openai_api_key_env)?,
+            gemini_key: key(&cfg.gemini_api_key_env)?,
         })
     }
 
@@ -152,6 +158,7 @@ impl Upstreams {
             Destination::Anthropic => &self.anthropic,
             Destination::OpenAi => &self.openai,
             Destination::ChatGpt => &self.chatgpt,
+            Destination::Gemini => &self.gemini,
         }
     }
 
@@ -184,6 +191,11 @@ impl Upstreams {
         let expected = format!("{base_path}{path}");
         url.set_path(&expected);
         url.set_query(query);
+        if to == Destination::Gemini && self.gemini_key.is_some() {
+            // The held key goes in its header: a key the client put in the query (its cachet
+            // key, or its own) never goes upstream beside it.
+            crate::providers::gemini::drop_query_key(&mut url);
+        }
         let segments = |p: &str| p.split('/').count();
         let inside = url.path() == expected
             || (url.path().starts_with(base_path.as_str())
@@ -225,10 +237,14 @@ impl Upstreams {
             Destination::OpenAi => (self.openai_key.as_ref())
                 .map(|key| ("authorization", format!("Bearer {}", key.expose()))),
             Destination::ChatGpt => None,
+            Destination::Gemini => {
+                (self.gemini_key.as_ref()).map(|key| ("x-goog-api-key", key.expose().to_string()))
+            }
         };
         if let Some((name, value)) = held {
             headers.remove(http::header::AUTHORIZATION);
             headers.remove("x-api-key");
+            headers.remove(crate::providers::gemini::API_KEY_HEADER);
             if let Ok(mut v) = HeaderValue::from_str(&value) {
                 v.set_sensitive(true);
                 headers.insert(HeaderName::from_static(name), v);

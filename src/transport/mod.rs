@@ -7,5 +7,6 @@ pub mod arriving;
 pub mod forward;
 pub mod http;
 pub mod upstream_client;
+pub mod websocket;
 
 pub use self::http::{error_response, full, ProxyBody};

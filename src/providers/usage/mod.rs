@@ -43,6 +43,15 @@ pub struct ResponseFacts {
 /// Usage, model, id and cache diagnostics from a complete, non-streaming response body, in
 /// one pass.
 pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
+    if endpoint == Endpoint::GenerateContent {
+        let (usage, model, id) = super::gemini::usage::read(body);
+        return ResponseFacts {
+            usage,
+            model,
+            id,
+            diagnostics: None,
+        };
+    }
     // Only these fields are built; the rest of the body (the reply itself) is only
     // validated.
     let (mut usage_at, mut model_at, mut id_at, mut diag_at) = (None, None, None, None);
@@ -51,7 +60,8 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
         b"usage" => usage_at = Some(field.value),
         b"model" => model_at = Some(field.value),
         b"id" => id_at = Some(field.value),
-        b"diagnostics" => diag_at = Some(field.value),
+        // Anthropic's `diagnostics`, OpenAI's `prompt_cache_diagnostics` (Responses).
+        b"diagnostics" | b"prompt_cache_diagnostics" => diag_at = Some(field.value),
         b"context_management" => edits_at = Some(field.value),
         b"service_tier" => tier_at = Some(field.value),
         _ => {}
@@ -106,6 +116,7 @@ struct HeadFields {
     id: Option<Value>,
     #[serde(default)]
     usage: Lenient<UsageFields>,
+    #[serde(alias = "prompt_cache_diagnostics")]
     diagnostics: Option<Value>,
     /// OpenAI: the tier that served the answer.
     #[serde(default)]
@@ -153,6 +164,16 @@ pub struct StreamUsage {
 impl StreamUsage {
     /// Feed one SSE event (its `event:` name, possibly empty, and its `data:` payload).
     pub fn on_event(&mut self, endpoint: Endpoint, event: &str, data: &[u8]) {
+        if endpoint == Endpoint::GenerateContent {
+            // Every chunk is a whole response; the last counts are the final ones.
+            let (usage, model, id) = super::gemini::usage::read(data);
+            self.usage = usage.or(self.usage);
+            self.model = model.or(self.model.take());
+            if self.id.is_none() {
+                self.id = id;
+            }
+            return;
+        }
         // Only a few events carry usage; skip the JSON parse for the rest.
         let relevant = match endpoint {
             Endpoint::Messages => matches!(event, "message_start" | "message_delta"),
@@ -270,7 +291,10 @@ mod tests {
             .and_then(Value::as_str)
             .map(str::to_owned);
         facts.diagnostics = head
-            .and_then(|h| h.get("diagnostics"))
+            .and_then(|h| {
+                h.get("diagnostics")
+                    .or_else(|| h.get("prompt_cache_diagnostics"))
+            })
             .filter(|d| d.is_object())
             .cloned();
         facts.usage = usage.filter(|u| u.is_object()).map(|u| match endpoint {
