@@ -2,7 +2,7 @@
 //! every API.
 
 use bytes::Bytes;
-use cachet::envelope::{CompileOptions, Envelope};
+use cachet::envelope::CompileOptions;
 
 fn main() {
     afl::fuzz!(|data: &[u8]| {
@@ -10,7 +10,6 @@ fn main() {
             return;
         };
         let body = Bytes::copy_from_slice(rest);
-        let provider = cachet_fuzz::provider_of(endpoint);
         if let Ok(env) = cachet::providers::parse_envelope(endpoint, body.clone()) {
             let _ = env.history_len();
             assert_eq!(

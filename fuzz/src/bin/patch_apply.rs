@@ -2,7 +2,7 @@
 //! refuse, and a request that went in valid comes out valid JSON.
 
 use bytes::Bytes;
-use cachet::envelope::{CompileOptions, Envelope};
+use cachet::envelope::CompileOptions;
 use cachet::route::Endpoint;
 
 const REQUESTS: [(Endpoint, &str); 3] = [
@@ -32,7 +32,6 @@ fn main() {
             return;
         };
         let (endpoint, body) = REQUESTS[usize::from(which) % REQUESTS.len()];
-        let provider = cachet_fuzz::provider_of(endpoint);
         let mut env = cachet::providers::parse_envelope(endpoint, Bytes::from_static(body.as_bytes()))
             .expect("fixture parses");
         let before = env.compile(&CompileOptions::default());
