@@ -26,16 +26,27 @@ impl Section {
 pub enum Provider {
     Anthropic,
     OpenAi,
+    /// Amazon Bedrock Runtime: Claude by `InvokeModel` (Anthropic bodies) and `Converse`.
+    Bedrock,
+    /// Google Vertex AI's Anthropic publisher models (`:rawPredict`, `:streamRawPredict`).
+    Vertex,
 }
 
 impl Provider {
     /// Every provider family.
-    pub const ALL: [Provider; 2] = [Provider::Anthropic, Provider::OpenAi];
+    pub const ALL: [Provider; 4] = [
+        Provider::Anthropic,
+        Provider::OpenAi,
+        Provider::Bedrock,
+        Provider::Vertex,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Provider::Anthropic => "anthropic",
             Provider::OpenAi => "openai",
+            Provider::Bedrock => "bedrock",
+            Provider::Vertex => "vertex",
         }
     }
 }
@@ -55,6 +66,14 @@ pub enum Endpoint {
     /// generation (its answer carries a response's `usage`), so it is counted like one;
     /// never reshaped, and kept out of the session log (its answer is not a turn).
     Compact,
+    /// Bedrock Runtime `POST /model/{modelId}/invoke` and `/invoke-with-response-stream`:
+    /// an Anthropic Messages body, the model in the path.
+    Invoke,
+    /// Bedrock Runtime `POST /model/{modelId}/converse` and `/converse-stream`.
+    Converse,
+    /// Vertex AI `POST /v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`
+    /// and `:streamRawPredict`: an Anthropic Messages body, the model in the path.
+    RawPredict,
     /// `GET /v1/models` (either family).
     Models,
     /// Any other `/v1/...` path: forwarded untouched.
@@ -69,6 +88,9 @@ impl Endpoint {
             Endpoint::Chat => "chat",
             Endpoint::Responses => "responses",
             Endpoint::Compact => "responses_compact",
+            Endpoint::Invoke => "invoke",
+            Endpoint::Converse => "converse",
+            Endpoint::RawPredict => "raw_predict",
             Endpoint::Models => "models",
             Endpoint::Other => "other",
         }
@@ -78,13 +100,17 @@ impl Endpoint {
     pub fn is_generation(self) -> bool {
         matches!(
             self,
-            Endpoint::Messages | Endpoint::Chat | Endpoint::Responses
+            Endpoint::Messages
+                | Endpoint::Chat
+                | Endpoint::Responses
+                | Endpoint::Invoke
+                | Endpoint::RawPredict
         )
     }
 
     /// Endpoints whose answer is a bill: its `usage` is read and counted.
     pub fn is_billed(self) -> bool {
-        self.is_generation() || self == Endpoint::Compact
+        self.is_generation() || matches!(self, Endpoint::Compact | Endpoint::Converse)
     }
 
     /// Whether an answer with this status is a bill, whose usage the figures need: one
@@ -94,10 +120,12 @@ impl Endpoint {
     }
 
     /// The endpoint whose rules read this one's request and usage: a compaction's are a
-    /// response's (the same prompt fields, the same `usage` object).
+    /// response's (the same prompt fields, the same `usage` object); Bedrock's `InvokeModel`
+    /// and Vertex's `rawPredict` carry Anthropic Messages bodies and answers.
     pub fn read_as(self) -> Endpoint {
         match self {
             Endpoint::Compact => Endpoint::Responses,
+            Endpoint::Invoke | Endpoint::RawPredict => Endpoint::Messages,
             other => other,
         }
     }
@@ -105,12 +133,15 @@ impl Endpoint {
 
 impl Endpoint {
     /// Every endpoint.
-    pub const ALL: [Endpoint; 7] = [
+    pub const ALL: [Endpoint; 10] = [
         Endpoint::Messages,
         Endpoint::CountTokens,
         Endpoint::Chat,
         Endpoint::Responses,
         Endpoint::Compact,
+        Endpoint::Invoke,
+        Endpoint::Converse,
+        Endpoint::RawPredict,
         Endpoint::Models,
         Endpoint::Other,
     ];

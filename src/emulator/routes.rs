@@ -7,13 +7,15 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+pub(super) use super::ask::Ask;
 use super::body::{event_body, whole_body};
 use super::conversations::Conversations;
 use super::fault::{self, Faults};
+pub(super) use super::read::read_json;
+use super::read::read_optional_json;
 use super::recent::Recent;
 use super::reply::ReplyScript;
 use super::stored::Stored;
@@ -28,9 +30,7 @@ use crate::route::{Endpoint, Provider};
 
 /// Requests remembered for [`super::EmulatorHandle::accounted`].
 pub const LOG_CAPACITY: usize = 10_000;
-/// The providers' request size limit.
-const BODY_LIMIT: usize = 32 * 1024 * 1024;
-const REPLY_HEADER: &str = "x-cachet-emulate-reply";
+pub(super) const REPLY_HEADER: &str = "x-cachet-emulate-reply";
 /// The beta that turns on Anthropic's cache diagnostics.
 pub const DIAGNOSIS_BETA: &str = crate::providers::anthropic::CACHE_DIAGNOSIS_BETA;
 /// Request fingerprints kept for cache diagnostics (the oldest are forgotten).
@@ -59,6 +59,8 @@ pub struct Shared {
     conversations: Mutex<Conversations>,
     /// The credentials the provider APIs accept (empty: any).
     api_keys: Vec<String>,
+    /// The AWS credentials whose SigV4 signatures Bedrock requests may carry (empty: any).
+    aws_credentials: Vec<crate::providers::bedrock::sigv4::AwsCredentials>,
 }
 
 impl Shared {
@@ -73,7 +75,18 @@ impl Shared {
             stored: Mutex::new(Stored::default()),
             conversations: Mutex::new(Conversations::default()),
             api_keys: opts.api_keys.clone(),
+            aws_credentials: opts.aws_credentials.clone(),
         }
+    }
+
+    /// The AWS credentials Bedrock signatures are checked against.
+    pub(super) fn aws_credentials(&self) -> &[crate::providers::bedrock::sigv4::AwsCredentials] {
+        &self.aws_credentials
+    }
+
+    /// Whether only the configured keys are accepted.
+    pub(super) fn checks_keys(&self) -> bool {
+        !self.api_keys.is_empty()
     }
 
     /// Cache diagnostics for a Messages request sent with the beta: remember its
@@ -111,7 +124,7 @@ impl Shared {
     /// The provider's 401 for a request that presents none of the accepted credentials
     /// (Anthropic: "invalid x-api-key"; OpenAI: `invalid_api_key`). The message never
     /// repeats what was sent.
-    fn refuse_credentials(
+    pub(super) fn refuse_credentials(
         &self,
         provider: Provider,
         headers: &http::HeaderMap,
@@ -133,6 +146,8 @@ impl Shared {
             (Provider::Anthropic, false) => "invalid x-api-key",
             (Provider::OpenAi, true) => "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
             (Provider::OpenAi, false) => "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+            (Provider::Bedrock, _) => "Missing Authentication Token",
+            (Provider::Vertex, _) => "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
         };
         Some(ApiError::new(ErrorKind::Authentication, message))
     }
@@ -195,6 +210,12 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
             return error_response(provider, &request_id, &err);
         }
     }
+    if path.starts_with("/model/") {
+        return super::bedrock::serve(&shared, seq, &request_id, req).await;
+    }
+    if crate::providers::vertex::target(&path).is_some() {
+        return super::vertex::serve(&shared, seq, &request_id, req).await;
+    }
     let endpoint = match (req.method(), path.as_str()) {
         (&Method::POST, "/v1/messages") => Endpoint::Messages,
         (&Method::POST, "/v1/messages/count_tokens") => Endpoint::CountTokens,
@@ -203,7 +224,9 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
         (&Method::POST, "/v1/responses/compact") => Endpoint::Compact,
         (&Method::GET, "/v1/models") => {
             let list = match provider {
-                Provider::Anthropic => models::anthropic_list(),
+                Provider::Anthropic | Provider::Bedrock | Provider::Vertex => {
+                    models::anthropic_list()
+                }
                 Provider::OpenAi
                     if crate::providers::auth::signed_in_with_chatgpt(req.headers()) =>
                 {
@@ -260,17 +283,27 @@ async fn generate(
     request_id: &str,
     req: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, ApiError> {
-    let header = |name: &str| {
-        req.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let faults = Faults::parse(header(fault::HEADER).as_deref())?;
-    let reply_header = header(REPLY_HEADER);
-    let diagnosis_beta = header("anthropic-beta")
-        .is_some_and(|betas| betas.split(',').any(|b| b.trim() == DIAGNOSIS_BETA));
+    let ask = Ask::of(req.headers(), endpoint, provider, seq, request_id)?;
     let request = read_json(req).await?;
+    answer(shared, ask, request).await
+}
+
+/// Serve a generation request whose body is `request`.
+pub(super) async fn answer(
+    shared: &Shared,
+    ask: Ask<'_>,
+    request: Value,
+) -> Result<Response<ResponseBody>, ApiError> {
+    let Ask {
+        endpoint,
+        provider,
+        seq,
+        request_id,
+        faults,
+        reply_header,
+        diagnosis_beta,
+        event_stream,
+    } = ask;
     if let Some(delay) = faults.first_byte_delay {
         tokio::time::sleep(delay).await;
     }
@@ -380,11 +413,18 @@ async fn generate(
             events.truncate(n);
             events.push(fault::stream_error_event(endpoint, n));
         }
+        let content_type = match event_stream {
+            true => {
+                events = super::bedrock::frames(events, &accounting, output_tokens);
+                crate::providers::bedrock::eventstream::CONTENT_TYPE
+            }
+            false => "text/event-stream; charset=utf-8",
+        };
         let body = event_body(events, faults.event_delay, faults.cut_after);
         let mut resp = json_response(provider, request_id, StatusCode::OK, body);
         resp.headers_mut().insert(
             http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+            HeaderValue::from_static(content_type),
         );
         resp.headers_mut().insert(
             http::header::CACHE_CONTROL,
@@ -420,40 +460,6 @@ async fn conversations(
     let now = shared.clock.now_secs();
     let served = recover(&shared.conversations).serve(&method, &path, query.as_deref(), body, now);
     object_response(Provider::OpenAi, request_id, served)
-}
-
-/// A request body as JSON, decoded first by its `content-encoding` as cachet decodes what
-/// it reads (Codex signed in with ChatGPT sends `zstd`).
-async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
-    read_optional_json(req)
-        .await?
-        .ok_or_else(|| ApiError::invalid("request body is empty: expected a JSON object"))
-}
-
-/// [`read_json`], or `None` for an empty body (a request whose parameters are all optional).
-async fn read_optional_json(req: Request<Incoming>) -> Result<Option<Value>, ApiError> {
-    let (parts, body) = req.into_parts();
-    let bytes = Limited::new(body, BODY_LIMIT)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                ApiError::new(
-                    ErrorKind::TooLarge,
-                    "request exceeds the maximum size of 32 MB",
-                )
-            } else {
-                ApiError::invalid(format!("could not read the request body: {e}"))
-            }
-        })?
-        .to_bytes();
-    let decoded = crate::content_encoding::decode(&parts.headers, bytes, BODY_LIMIT)?;
-    if decoded.readable().is_empty() {
-        return Ok(None);
-    }
-    serde_json::from_slice(decoded.readable())
-        .map(Some)
-        .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))
 }
 
 async fn advance_clock(shared: &Shared, req: Request<Incoming>) -> Response<ResponseBody> {
@@ -513,7 +519,11 @@ fn object_response(
 }
 
 /// An error in the provider's own shape (Anthropic bodies carry the request id too).
-fn error_response(provider: Provider, request_id: &str, err: &ApiError) -> Response<ResponseBody> {
+pub(super) fn error_response(
+    provider: Provider,
+    request_id: &str,
+    err: &ApiError,
+) -> Response<ResponseBody> {
     let mut body = error_body(provider, err.kind, &err.message);
     if provider == Provider::Anthropic && !request_id.is_empty() {
         if let Ok(mut v) = serde_json::from_slice::<Value>(&body) {

@@ -39,6 +39,12 @@ pub trait Wire: Send + Sync {
 
     fn endpoint(&self) -> Endpoint;
 
+    /// Whether the body names the model (`model`); `false` where the route's path does
+    /// (Bedrock, Vertex), and the body must not.
+    fn model_in_body(&self) -> bool {
+        true
+    }
+
     /// The top-level key of the history array (`messages`; Responses `input`).
     fn history_key(&self) -> &'static str;
 

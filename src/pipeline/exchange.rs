@@ -45,6 +45,8 @@ pub struct Exchange {
     pub encoded: Option<Bytes>,
     /// The model the request names, once read (an unread body's is the answer's).
     pub model: Option<String>,
+    /// The model the route's path names (Bedrock, Vertex), whose bodies name none.
+    pub path_model: Option<String>,
     pub client: Client,
     /// How far the body has been read.
     pub read: BodyRead,
@@ -183,7 +185,9 @@ impl Exchange {
     /// A request accepted at the edge, before its body is read.
     pub fn accepted(route: Route, parts: Parts, telemetry: RequestTelemetry) -> Exchange {
         let key = parts.extensions.get::<ClientName>().map(|c| c.0.clone());
+        let path_model = crate::providers::model_in_path(route.endpoint, parts.uri.path());
         Exchange {
+            path_model,
             route,
             parts,
             key,
@@ -204,6 +208,14 @@ impl Exchange {
             anthropic_beta: None,
             sent_at: None,
             sent_ms: None,
+        }
+    }
+
+    /// Give an envelope read from this request's body the model its path names, where the
+    /// path names it (the body has none).
+    pub fn name_path_model(&self, env: &mut Envelope) {
+        if let Some(model) = &self.path_model {
+            env.meta.model.clone_from(model);
         }
     }
 

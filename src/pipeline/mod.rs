@@ -270,11 +270,20 @@ impl Pipeline {
             }
             ex.read.gathered = gathered.filter(|_| reads);
             ex.read.checked = true;
+            if ex.path_model.is_some() {
+                ex.model.clone_from(&ex.path_model);
+            }
             ex.telemetry
                 .record_model(ex.model.as_deref().unwrap_or(crate::metrics::UNKNOWN_MODEL));
         }
         if ex.route.endpoint.is_generation() {
             ex.client = crate::providers::clients::detect_client(&ex.parts.headers, &ex.body);
+        }
+        if ex.route.endpoint == Endpoint::Converse {
+            // Counted and signed, never reshaped: its model is its path's.
+            ex.model.clone_from(&ex.path_model);
+            ex.telemetry
+                .record_model(ex.model.as_deref().unwrap_or(crate::metrics::UNKNOWN_MODEL));
         }
         if ex.route.endpoint == Endpoint::Compact {
             // Counted, never reshaped: only its model is read; the provider judges the rest.
@@ -417,14 +426,12 @@ impl Pipeline {
 
 /// Endpoints whose body is a model request cachet checks (and reads whole, decoded).
 fn is_generation_like(endpoint: Endpoint) -> bool {
-    matches!(
-        endpoint,
-        Endpoint::Messages | Endpoint::CountTokens | Endpoint::Chat | Endpoint::Responses
-    )
+    endpoint == Endpoint::CountTokens || endpoint.is_generation()
 }
 
 /// Endpoints whose body cachet reads whole before forwarding: the generation-like ones, and
-/// a compaction, whose model is read for its counts.
+/// the other billed ones (a compaction, Bedrock's Converse), whose model is read for their
+/// counts (and a Converse body is signed).
 fn reads_body(endpoint: Endpoint) -> bool {
-    is_generation_like(endpoint) || endpoint == Endpoint::Compact
+    is_generation_like(endpoint) || endpoint.is_billed()
 }

@@ -32,7 +32,7 @@ impl Pipeline {
             false => self.find_known(&ex.body),
         };
         // A body that does not parse went out unchecked; the provider answered it.
-        let Ok((env, history)) = self.read_envelope(
+        let Ok((mut env, history)) = self.read_envelope(
             ex.route,
             ex.body.clone(),
             found.as_ref(),
@@ -40,6 +40,7 @@ impl Pipeline {
         ) else {
             return false;
         };
+        ex.name_path_model(&mut env);
         ex.read.gathered = None;
         super::queue::let_requests_in().await;
         let namespace = ex.key.as_deref();
@@ -113,7 +114,10 @@ impl Pipeline {
                 let sent = pieced.unwrap_or_else(|| ex.sent_in_one());
                 let read = self.read_sent_envelope(ex.route, sent);
                 match read {
-                    Ok((env, history)) => (env, history.into_keys(), shaping.uncached_tail),
+                    Ok((mut env, history)) => {
+                        ex.name_path_model(&mut env);
+                        (env, history.into_keys(), shaping.uncached_tail)
+                    }
                     Err(e) => {
                         // Only a body sent unchecked gets here; the provider has answered it.
                         tracing::debug!("request not recorded: {}", e.message);

@@ -96,15 +96,14 @@ impl Matcher {
 
 /// Provider names as written in policies.
 pub fn parse_provider(s: &str) -> Option<Provider> {
-    [Provider::Anthropic, Provider::OpenAi]
-        .into_iter()
-        .find(|p| p.label() == s)
+    Provider::ALL.into_iter().find(|p| p.label() == s)
 }
 
 /// Endpoint names a policy can match (the generation endpoints).
 pub fn parse_endpoint(s: &str) -> Option<Endpoint> {
-    [Endpoint::Messages, Endpoint::Chat, Endpoint::Responses]
+    Endpoint::ALL
         .into_iter()
+        .filter(|e| e.is_generation())
         .find(|e| e.label() == s)
 }
 

@@ -96,7 +96,9 @@ pub fn presented(provider: super::Provider, headers: &HeaderMap) -> Vec<&str> {
             .map(str::trim)
             .chain(bearer)
             .collect(),
-        super::Provider::OpenAi => bearer.collect(),
+        super::Provider::OpenAi | super::Provider::Bedrock | super::Provider::Vertex => {
+            bearer.collect()
+        }
     }
 }
 

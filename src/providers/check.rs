@@ -175,6 +175,8 @@ fn check_with_serde(wire: &dyn Wire, body: &[u8]) -> Result<String, ApiError> {
 fn check_head(wire: &dyn Wire, head: Head<'_>) -> Result<String, ApiError> {
     let model = match head.model {
         Some(m) if !m.is_empty() => m.into_owned(),
+        // The route's path names the model (read from there by the caller).
+        _ if !wire.model_in_body() => String::new(),
         _ => {
             return Err(ApiError::invalid(
                 "model: field required (a non-empty string)",

@@ -12,6 +12,7 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod bedrock;
 pub mod cache_key;
 pub mod check;
 pub mod clients;
@@ -20,6 +21,7 @@ pub mod openai;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod usage;
+pub mod vertex;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method};
@@ -37,7 +39,7 @@ pub use message::{text_of, tool_name};
 /// ([`anthropic::FAST_SPEED`]), OpenAI's `service_tier` ([`openai::FAST_TIERS`]). Whether it
 /// is so served depends on the model too (`models::serves_fast`).
 pub fn asks_fast(endpoint: Endpoint, request: &Value) -> bool {
-    match endpoint {
+    match endpoint.read_as() {
         Endpoint::Messages => {
             request.get("speed").and_then(Value::as_str) == Some(anthropic::FAST_SPEED)
         }
@@ -60,6 +62,8 @@ pub fn error_body(provider: Provider, kind: crate::error::ErrorKind, message: &s
     match provider {
         Provider::Anthropic => anthropic::error_body(kind, message),
         Provider::OpenAi => openai::error_body(kind, message),
+        Provider::Bedrock => bedrock::error_body(kind, message),
+        Provider::Vertex => vertex::error_body(kind, message),
     }
 }
 
@@ -132,7 +136,9 @@ pub fn wire(endpoint: Endpoint) -> Option<&'static dyn Wire> {
         Endpoint::CountTokens => Some(&anthropic::COUNT_TOKENS),
         Endpoint::Chat => Some(&openai_chat::CHAT),
         Endpoint::Responses => Some(&openai_responses::RESPONSES),
-        Endpoint::Compact | Endpoint::Models | Endpoint::Other => None,
+        Endpoint::Invoke => Some(&bedrock::INVOKE),
+        Endpoint::RawPredict => Some(&vertex::RAW_PREDICT),
+        Endpoint::Compact | Endpoint::Converse | Endpoint::Models | Endpoint::Other => None,
     }
 }
 
@@ -291,6 +297,9 @@ pub fn api(endpoint: Endpoint) -> &'static dyn Api {
         Endpoint::Chat => &openai_chat::CHAT,
         Endpoint::Responses => &openai_responses::RESPONSES,
         Endpoint::Compact => &COMPACT,
+        Endpoint::Invoke => &bedrock::INVOKE,
+        Endpoint::Converse => &bedrock::converse::CONVERSE,
+        Endpoint::RawPredict => &vertex::RAW_PREDICT,
         Endpoint::Models => &MODELS,
         Endpoint::Other => &OTHER,
     }
@@ -303,18 +312,31 @@ pub const ANTHROPIC_KEY: HeaderName = HeaderName::from_static("x-api-key");
 /// The betas an Anthropic request opts into, comma-separated.
 pub const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
 /// The upstream's id of a request, what a provider's support asks for: Anthropic's
-/// `request-id`, OpenAI's `x-request-id`.
-pub const REQUEST_ID_HEADERS: [HeaderName; 2] = [
+/// `request-id` (which Vertex passes on), OpenAI's `x-request-id`, Bedrock's
+/// `x-amzn-requestid`.
+pub const REQUEST_ID_HEADERS: [HeaderName; 3] = [
     HeaderName::from_static("request-id"),
     HeaderName::from_static("x-request-id"),
+    HeaderName::from_static("x-amzn-requestid"),
 ];
 
 /// The header a provider names its request id in (see [`REQUEST_ID_HEADERS`]).
 pub fn request_id_header(provider: Provider) -> HeaderName {
-    let [anthropic, openai] = REQUEST_ID_HEADERS;
+    let [anthropic, openai, bedrock] = REQUEST_ID_HEADERS;
     match provider {
-        Provider::Anthropic => anthropic,
+        Provider::Anthropic | Provider::Vertex => anthropic,
         Provider::OpenAi => openai,
+        Provider::Bedrock => bedrock,
+    }
+}
+
+/// The model a route's path names, where the path does (Bedrock, Vertex); `None` where
+/// the body names it.
+pub fn model_in_path(endpoint: Endpoint, path: &str) -> Option<String> {
+    match endpoint {
+        Endpoint::Invoke | Endpoint::Converse => bedrock::model_of(path),
+        Endpoint::RawPredict => vertex::model_of(path),
+        _ => None,
     }
 }
 
@@ -336,6 +358,10 @@ fn family_named_by_path(path: &str) -> Option<Provider> {
         Some(Provider::Anthropic)
     } else if under("/v1/chat") || under("/v1/responses") {
         Some(Provider::OpenAi)
+    } else if path.starts_with("/model/") {
+        Some(Provider::Bedrock)
+    } else if under("/v1/projects") {
+        Some(Provider::Vertex)
     } else {
         None
     }
@@ -371,6 +397,23 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rout
         (&Method::POST, "/v1/responses") => route(Provider::OpenAi, Endpoint::Responses),
         (&Method::POST, "/v1/responses/compact") => route(Provider::OpenAi, Endpoint::Compact),
         (&Method::GET, "/v1/models") => route(family(), Endpoint::Models),
+        (_, p) if p.starts_with("/model/") => {
+            let endpoint = (*method == Method::POST)
+                .then(|| bedrock::operation(p))
+                .flatten()
+                .map_or(Endpoint::Other, |op| op.endpoint);
+            route(Provider::Bedrock, endpoint)
+        }
+        (_, p) if family_named_by_path(p) == Some(Provider::Vertex) => {
+            // Vertex's token count is a `rawPredict` of the model `count-tokens`, whose body
+            // names the model: forwarded untouched.
+            let generation = vertex::target(p).filter(|t| t.model != "count-tokens");
+            let endpoint = match (method, generation) {
+                (&Method::POST, Some(_)) => Endpoint::RawPredict,
+                _ => Endpoint::Other,
+            };
+            route(Provider::Vertex, endpoint)
+        }
         (_, p) if p.starts_with("/v1/") || p == "/v1" => route(family(), Endpoint::Other),
         _ => None,
     }

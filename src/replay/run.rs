@@ -123,7 +123,8 @@ pub fn replay_arm(
                 continue;
             }
         };
-        if let (Some(m), Some(obj)) = (model, shaped.body.as_object_mut()) {
+        let named = model.map(str::to_string).or_else(|| record.path_model());
+        if let (Some(m), Some(obj)) = (named, shaped.body.as_object_mut()) {
             obj.insert("model".into(), m.into());
         }
         // A stateful Responses request is read by the provider after the turns it holds.

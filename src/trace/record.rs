@@ -90,12 +90,17 @@ impl Record {
         Endpoint::from_label(&self.endpoint)
     }
 
+    /// The model the recorded path names, where the route names it there (Bedrock,
+    /// Vertex): the body names none.
+    pub fn path_model(&self) -> Option<String> {
+        crate::providers::model_in_path(self.endpoint(), self.path.split('?').next()?)
+    }
+
     pub fn provider(&self) -> crate::route::Provider {
-        if self.provider == "anthropic" {
-            crate::route::Provider::Anthropic
-        } else {
-            crate::route::Provider::OpenAi
-        }
+        crate::route::Provider::ALL
+            .into_iter()
+            .find(|p| p.label() == self.provider)
+            .unwrap_or(crate::route::Provider::OpenAi)
     }
 
     /// One JSONL line (without the newline).

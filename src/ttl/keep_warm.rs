@@ -38,7 +38,9 @@ pub fn allowed(env: &Envelope, headers: &HeaderMap) -> bool {
         .option_raw("thinking")
         .and_then(|raw| serde_json::from_slice::<Value>(raw).ok())
         .is_some_and(|t| t.get("type").and_then(Value::as_str) == Some("enabled"));
-    !is_subscription(headers) && !budgeted_thinking
+    // A keep-warm goes to Anthropic's own API: never for a request another route carried.
+    let anthropic = env.provider() == crate::route::Provider::Anthropic;
+    anthropic && !is_subscription(headers) && !budgeted_thinking
 }
 
 /// Whether an Anthropic assistant message ends the turn (it calls no tool).

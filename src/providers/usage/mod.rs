@@ -43,6 +43,12 @@ pub struct ResponseFacts {
 /// Usage, model, id and cache diagnostics from a complete, non-streaming response body, in
 /// one pass.
 pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
+    if endpoint == Endpoint::Converse {
+        return ResponseFacts {
+            usage: super::bedrock::converse::usage_of(body),
+            ..ResponseFacts::default()
+        };
+    }
     // Only these fields are built; the rest of the body (the reply itself) is only
     // validated.
     let (mut usage_at, mut model_at, mut id_at, mut diag_at) = (None, None, None, None);
@@ -153,6 +159,13 @@ pub struct StreamUsage {
 impl StreamUsage {
     /// Feed one SSE event (its `event:` name, possibly empty, and its `data:` payload).
     pub fn on_event(&mut self, endpoint: Endpoint, event: &str, data: &[u8]) {
+        if endpoint == Endpoint::Converse {
+            // Bedrock's Converse: the usage is in its last event, under its own names.
+            if event == super::bedrock::converse::METADATA {
+                self.usage = super::bedrock::converse::usage_of(data).or(self.usage);
+            }
+            return;
+        }
         // Only a few events carry usage; skip the JSON parse for the rest.
         let relevant = match endpoint {
             Endpoint::Messages => matches!(event, "message_start" | "message_delta"),
