@@ -10,6 +10,7 @@ mod clock;
 pub mod context_editing;
 pub mod diagnosis;
 mod hash;
+pub mod next_turn;
 mod openai;
 pub mod openai_prompt;
 pub mod thinking;

@@ -46,13 +46,83 @@ pub fn retention(request: &Map<String, Value>, model: &str) -> Option<Keep> {
     Some(if keeps_all { Keep::All } else { Keep::Turns(1) })
 }
 
+/// [`retention`] from a request's `thinking` and `context_management` options, their JSON
+/// as the request carries them.
+pub fn retention_of(
+    thinking: Option<&[u8]>,
+    context_management: Option<&[u8]>,
+    model: &str,
+) -> Option<Keep> {
+    let mut request = Map::new();
+    for (key, raw) in [
+        ("thinking", thinking),
+        ("context_management", context_management),
+    ] {
+        if let Some(value) = raw.and_then(|r| serde_json::from_slice(r).ok()) {
+            request.insert(key.to_string(), value);
+        }
+    }
+    retention(&request, model)
+}
+
+/// The first message whose thinking blocks a prompt of these kinds keeps and the prompt of
+/// the next turn (the same history, the answer, then a user prompt) drops: what the prompt
+/// writes from that message on is not what the next turn sends. `None` when the next turn
+/// drops nothing this prompt keeps.
+pub fn dropped_at_next_turn(
+    keep: Option<Keep>,
+    kinds: &[MsgKind],
+    has_thinking: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    if matches!(keep, None | Some(Keep::All)) {
+        return None;
+    }
+    let now = kept_by_kind(keep, kinds);
+    let mut next_kinds = kinds.to_vec();
+    next_kinds.push(MsgKind {
+        role: "assistant".into(),
+        from_model: true,
+        other_content: true,
+        ..MsgKind::default()
+    });
+    next_kinds.push(MsgKind {
+        role: "user".into(),
+        other_content: true,
+        ..MsgKind::default()
+    });
+    let next = kept_by_kind(keep, &next_kinds);
+    (0..kinds.len()).find(|&i| now[i] && !next[i] && has_thinking(i))
+}
+
 /// For each message, whether its thinking blocks stay in the prompt.
 pub fn kept_by_message(request: &Map<String, Value>, messages: &[Value], model: &str) -> Vec<bool> {
     let keep = retention(request, model);
     if matches!(keep, None | Some(Keep::All)) {
         return vec![true; messages.len()];
     }
-    let kinds: Vec<MsgKind> = messages
+    kept_by_kind(keep, &kinds_of(messages))
+}
+
+/// [`dropped_at_next_turn`] for a request's `messages` (as JSON), under what the request
+/// asks for.
+pub fn dropped_at_next_turn_of(
+    request: &Map<String, Value>,
+    messages: &[Value],
+    model: &str,
+) -> Option<usize> {
+    let has_thinking = |i: usize| {
+        messages[i]["content"].as_array().is_some_and(|blocks| {
+            blocks.iter().any(|b| {
+                (b.get("type").and_then(Value::as_str))
+                    .is_some_and(crate::providers::anthropic::is_thinking_block)
+            })
+        })
+    };
+    dropped_at_next_turn(retention(request, model), &kinds_of(messages), has_thinking)
+}
+
+fn kinds_of(messages: &[Value]) -> Vec<MsgKind> {
+    messages
         .iter()
         .map(|m| {
             crate::providers::message_kind(
@@ -60,8 +130,7 @@ pub fn kept_by_message(request: &Map<String, Value>, messages: &[Value], model: 
                 &serde_json::to_vec(m).unwrap_or_default(),
             )
         })
-        .collect();
-    kept_by_kind(keep, &kinds)
+        .collect()
 }
 
 /// For each message of these kinds, whether its thinking blocks stay in the prompt, under
@@ -117,7 +186,7 @@ fn clear_thinking_edit(request: &Map<String, Value>) -> Option<Keep> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::{kept_by_kind, Keep};
+    use super::{dropped_at_next_turn, kept_by_kind, Keep};
     use crate::envelope::{turns, MsgKind};
 
     /// The rule as first written: each message's turn counted from scratch.
@@ -152,6 +221,55 @@ mod tests {
             other_content,
             ..MsgKind::default()
         })
+    }
+
+    /// A turn's tool loop keeps its own thinking; the next turn drops it from the turn's
+    /// first thinking message on (older models), or nothing (models that keep it all).
+    #[test]
+    fn the_next_turn_drops_the_current_turns_thinking_on_older_models() {
+        let user = |tool_result: bool| MsgKind {
+            role: "user".into(),
+            tool_result,
+            other_content: !tool_result,
+            ..MsgKind::default()
+        };
+        let model = MsgKind {
+            role: "assistant".into(),
+            from_model: true,
+            calls_tool: true,
+            ..MsgKind::default()
+        };
+        let answer = MsgKind {
+            calls_tool: false,
+            other_content: true,
+            ..model.clone()
+        };
+        // Turn 1 (prompt, call, result, answer), turn 2 (prompt, call, result, call, result).
+        let kinds = [
+            user(false),
+            model.clone(),
+            user(true),
+            answer,
+            user(false),
+            model.clone(),
+            user(true),
+            model.clone(),
+            user(true),
+        ];
+        let thinking = |i: usize| kinds[i].from_model;
+        assert_eq!(
+            dropped_at_next_turn(Some(Keep::Turns(1)), &kinds, thinking),
+            Some(5)
+        );
+        assert_eq!(
+            dropped_at_next_turn(Some(Keep::All), &kinds, thinking),
+            None
+        );
+        assert_eq!(dropped_at_next_turn(None, &kinds, thinking), None);
+        assert_eq!(
+            dropped_at_next_turn(Some(Keep::Turns(1)), &kinds, |_| false),
+            None
+        );
     }
 
     proptest! {

@@ -266,28 +266,47 @@ fn print_rows(rows: &[Row]) {
         .map_or(0, |i| i + 1);
     println!("Request {break_row} shows a prefix break: the system prompt's date line changed at midnight, so");
     println!(
-        "everything after it was written to the cache again (the `stabilize-volatile` policy moves"
+        "everything after it was written to the cache again (the `stabilize-volatile` policy keeps"
     );
-    println!("such lines out of the cached prefix).");
+    println!("the line the cached prefix holds and tells the new date after the conversation).");
 }
 
 /// The shipped policy that moves date lines out of the cached prefix, embedded so the demo
 /// runs from any folder.
 const STABILIZE_VOLATILE: &str = include_str!("../../policies/stabilize-volatile.toml");
 
-/// The same session through a second proxy with `stabilize-volatile` active.
+/// The same session through a second proxy with `stabilize-volatile` active, in front of an
+/// emulator of its own: the policy sends the session's first requests as the client wrote
+/// them, and on a shared emulator they would read what the other run cached.
 async fn stabilized_run(base: &Config) -> anyhow::Result<Vec<Row>> {
     let dir = tempfile::tempdir()?;
     let policy = dir.path().join("stabilize-volatile.toml");
     std::fs::write(&policy, STABILIZE_VOLATILE)?;
+    let emulator = spawn_emulator().await?;
     let mut config = base.clone();
     config.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.policies.files = vec![policy];
     config.sessions.store = dir.path().join("store").to_string_lossy().into_owned();
+    config.upstream.anthropic = emulator.url();
+    config.upstream.openai = emulator.url();
     let proxy = crate::server::spawn(config).await?;
     let rows = drive(&format!("http://{}", proxy.addr)).await;
     proxy.shutdown().await;
+    emulator.shutdown().await;
     rows
+}
+
+async fn spawn_emulator() -> anyhow::Result<crate::emulator::EmulatorHandle> {
+    emulator::spawn(
+        TcpListener::bind("127.0.0.1:0").await?,
+        // The demo stays up for agents, which pace their own requests.
+        EmulatorOptions {
+            clock: Some(crate::cache_model::Clock::running()),
+            ..EmulatorOptions::default()
+        },
+    )
+    .await
+    .map_err(Into::into)
 }
 
 fn print_stabilized(plain: &[Row], stable: &[Row]) {
@@ -326,15 +345,7 @@ async fn bind_proxy(preferred: Option<SocketAddr>) -> SocketAddr {
 
 pub async fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
     crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
-    let emulator = emulator::spawn(
-        TcpListener::bind("127.0.0.1:0").await?,
-        // The demo stays up for agents, which pace their own requests.
-        EmulatorOptions {
-            clock: Some(crate::cache_model::Clock::running()),
-            ..EmulatorOptions::default()
-        },
-    )
-    .await?;
+    let emulator = spawn_emulator().await?;
     let mut config = Config::default();
     // The demo's sessions live as long as the demo does.
     let store = tempfile::tempdir()?;

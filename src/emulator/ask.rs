@@ -15,6 +15,8 @@ pub(super) struct Ask<'a> {
     pub faults: Faults,
     pub reply_header: Option<String>,
     pub diagnosis_beta: bool,
+    /// The betas it opts into (`anthropic-beta`; Bedrock's body names them instead).
+    pub betas: Option<String>,
     /// An answer streamed as an AWS event stream (Bedrock), not SSE.
     pub event_stream: bool,
 }
@@ -42,6 +44,7 @@ impl<'a> Ask<'a> {
             reply_header: header(REPLY_HEADER),
             diagnosis_beta: header("anthropic-beta")
                 .is_some_and(|betas| betas.split(',').any(|b| b.trim() == DIAGNOSIS_BETA)),
+            betas: header("anthropic-beta"),
             event_stream: false,
         })
     }

@@ -106,6 +106,14 @@ async fn invoke(
             "Malformed input request: #: required key [anthropic_version] not found or invalid, please reformat your input and try again.",
         ));
     }
+    // Bedrock takes the betas in the body (`anthropic_beta`, a list), not in a header.
+    let betas = fields
+        .get("anthropic_beta")
+        .and_then(Value::as_array)
+        .map(|list| {
+            let names: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+            names.join(",")
+        });
     fields.insert("model".into(), json!(model));
     fields.insert("stream".into(), json!(op.stream));
     let mut ask = Ask::of(
@@ -116,6 +124,7 @@ async fn invoke(
         request_id,
     )?;
     ask.event_stream = op.stream;
+    ask.betas = betas.or(ask.betas);
     let mut resp = answer(shared, ask, request).await?;
     if !op.stream {
         resp.headers_mut().insert(

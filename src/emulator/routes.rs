@@ -302,6 +302,7 @@ pub(super) async fn answer(
         faults,
         reply_header,
         diagnosis_beta,
+        betas,
         event_stream,
     } = ask;
     if let Some(delay) = faults.first_byte_delay {
@@ -328,7 +329,15 @@ pub(super) async fn answer(
     {
         return Err(ApiError::invalid("max_tokens: Field required"));
     }
-    // A compaction reads its prompt as a response does.
+    if endpoint == Endpoint::Messages {
+        if let Some(e) =
+            crate::providers::anthropic::thinking_budget_error(&request, betas.as_deref())
+        {
+            return Err(ApiError::invalid(e));
+        }
+    }
+    // A compaction reads its prompt as a response does, and answers with a summary: text,
+    // whatever the script says of tool calls.
     let rules = endpoint.read_as();
     // A request that continues a stored response, or names a conversation, is a prompt of
     // the whole conversation.

@@ -22,6 +22,11 @@ pub struct CompileOptions {
     pub prompt_cache_key: Option<String>,
     /// Replace a `prompt_cache_key` the client sent itself.
     pub override_prompt_cache_key: bool,
+    /// Anthropic, a turn's first request: how many of the history's first messages the
+    /// provider still sees as the previous turn's requests sent them, when it drops thinking
+    /// they kept (older models drop a turn's thinking at the next turn). `auto` reaches back
+    /// to there, not to the end of the previous request, whose entry no longer matches.
+    pub kept_history: Option<usize>,
 }
 
 fn json_str(text: &str) -> Vec<u8> {
@@ -90,7 +95,7 @@ impl Envelope {
     /// Compile the envelope into the provider payload, as a splice of the client's body.
     pub fn compile_payload(&self, opts: &CompileOptions) -> Payload {
         let wire = self.wire;
-        let (mode, plan) = wire.plan_markers(self, opts.breakpoints);
+        let (mode, plan) = wire.plan_markers(self, opts);
         let mut option_edits = self.option_edits.clone();
         wire.option_edits(self, mode, opts, &mut option_edits);
         if !self.is_patched() && plan.is_empty() && option_edits.is_empty() {

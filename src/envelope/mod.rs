@@ -359,6 +359,16 @@ impl Envelope {
         self.wire.prefix_marks(self, history)
     }
 
+    /// For each history message, its content blocks and how many of them are thinking
+    /// blocks (Anthropic).
+    pub fn history_blocks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.cached.iter().map(|m| {
+            self.with_blocks(m, |blocks| {
+                (blocks.len(), blocks.iter().filter(|b| b.thinking).count())
+            })
+        })
+    }
+
     /// Index in the history where the current turn's prompt starts (see
     /// [`turns`]): the `before_last_user_prompt` insertion point.
     pub fn last_user_prompt_index(&self) -> Option<usize> {

@@ -99,9 +99,9 @@ pub trait Wire: Send + Sync {
     /// API's own shape.
     fn to_wire_tool(&self, name: &Value, description: &Value, parameters: &Value) -> Value;
 
-    /// The marker mode that applies and the markers it changes (`preserve` and no change
-    /// for APIs without markers).
-    fn plan_markers(&self, _env: &Envelope, _requested: BreakpointMode) -> (BreakpointMode, Plan) {
+    /// The marker mode that applies for `opts` and the markers it changes (`preserve` and
+    /// no change for APIs without markers).
+    fn plan_markers(&self, _env: &Envelope, _opts: &CompileOptions) -> (BreakpointMode, Plan) {
         (BreakpointMode::Preserve, Plan::default())
     }
 

@@ -21,6 +21,8 @@ pub struct Persisted {
     pub transformer: String,
     pub ops: Vec<Op>,
     pub display: Option<Value>,
+    /// A record of what the cached prefix holds (see `hold`), stored with reason `hold`.
+    pub hold: bool,
 }
 
 /// The envelope being shaped, with the map from envelope to client positions and the
@@ -29,9 +31,20 @@ pub struct Patching<'a> {
     pub env: &'a mut Envelope,
     pub map: &'a mut HistoryMap,
     pub events: Vec<PatchEvent>,
+    /// What the session's holding handlers hold (empty outside `before_request`).
+    pub held: super::hold::Holding,
 }
 
 impl Patching<'_> {
+    /// The envelope's system parts, `(name, text)`, as built-in transforms read them.
+    pub fn system_parts(&self) -> Vec<(String, String)> {
+        self.env
+            .system_parts()
+            .iter()
+            .map(|p| (p.name.clone(), p.text.clone()))
+            .collect()
+    }
+
     /// Apply ops one at a time (so each insert position is known), all or nothing: to a
     /// copy of the envelope, kept only when every op applied.
     /// Returns the ops with message positions as client positions.
@@ -171,7 +184,7 @@ impl Pipeline {
     }
 
     /// Apply one handler's result; returns what to persist when it applied.
-    fn apply_result(
+    pub(super) fn apply_result(
         &self,
         shaping: &mut Patching<'_>,
         result: &HandlerResult,
@@ -207,6 +220,7 @@ impl Pipeline {
                         .display
                         .as_ref()
                         .and_then(|d| serde_json::to_value(d).ok()),
+                    hold: false,
                 }))
             }
             Err(refusal) => {
@@ -231,13 +245,11 @@ impl Pipeline {
         let mut persisted = Vec::new();
         for policy in policies {
             for handler in policy.context_for(reason) {
-                let parts: Vec<(String, String)> = shaping
-                    .env
-                    .system_parts()
-                    .iter()
-                    .map(|p| (p.name.clone(), p.text.clone()))
-                    .collect();
-                let result = handler.result(&parts, vars);
+                if let Some(lines) = handler.holding() {
+                    persisted.extend(self.run_hold(shaping, handler, lines)?);
+                    continue;
+                }
+                let result = handler.result(&shaping.system_parts(), vars);
                 persisted.extend(self.apply_result(
                     shaping,
                     &result,
@@ -403,6 +415,7 @@ mod tests {
             env: &mut env,
             map: &mut map,
             events: Vec::new(),
+            held: Default::default(),
         };
         let refusal = shaping.replay(&ops, "t").unwrap_err();
         assert_eq!(refusal.op_index, Some(0), "each op is replayed on its own");

@@ -18,6 +18,7 @@ mod exchange;
 mod finish;
 mod handlers;
 pub mod history;
+mod hold;
 mod inject;
 mod keep_warm;
 mod queue;

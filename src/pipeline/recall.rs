@@ -390,17 +390,13 @@ mod tests {
     use super::in_namespace;
     use crate::route::{Endpoint, Provider, Route};
 
-    /// What remembering a request's history keeps, per request: the cache's entry and the
-    /// session's id, and no copy of the history's hash (2,000 requests, each named by
-    /// `x-cachet-session`).
-    #[test]
-    fn a_remembered_history_keeps_no_copy_of_its_hash() {
+    /// A pipeline with no policy and no monitoring, and a runtime to drive it: no store
+    /// (whose SQLite would take memory these tests measure), which identifying does not need.
+    fn unmonitored() -> (tokio::runtime::Runtime, super::Pipeline) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        // No policy and no monitoring: no store (whose SQLite would take memory other tests
-        // measure), which identifying does not need.
         let mut config = crate::config::Config::default();
         config.sessions.monitor = false;
         let pipeline = rt
@@ -412,6 +408,15 @@ mod tests {
                 Default::default(),
             ))
             .unwrap();
+        (rt, pipeline)
+    }
+
+    /// What remembering a request's history keeps, per request: the cache's entry and the
+    /// session's id, and no copy of the history's hash (2,000 requests, each named by
+    /// `x-cachet-session`).
+    #[test]
+    fn a_remembered_history_keeps_no_copy_of_its_hash() {
+        let (rt, pipeline) = unmonitored();
         let route = Route {
             provider: Provider::Anthropic,
             endpoint: Endpoint::Messages,
@@ -450,21 +455,7 @@ mod tests {
     /// twin conversation). 2,000 conversations of three messages each.
     #[test]
     fn an_inferred_session_keeps_its_pairs_and_claim_small() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut config = crate::config::Config::default();
-        config.sessions.monitor = false;
-        let pipeline = rt
-            .block_on(super::Pipeline::new(
-                config,
-                Default::default(),
-                std::sync::Arc::new(crate::metrics::Metrics::new()),
-                None,
-                Default::default(),
-            ))
-            .unwrap();
+        let (rt, pipeline) = unmonitored();
         let route = Route {
             provider: Provider::Anthropic,
             endpoint: Endpoint::Messages,

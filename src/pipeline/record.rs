@@ -302,6 +302,7 @@ impl Pipeline {
             env,
             map: &mut shaping.map,
             events: Vec::new(),
+            held: Default::default(),
         };
         let ran = self
             .run_context(

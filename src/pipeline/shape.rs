@@ -8,6 +8,7 @@ use bytes::Bytes;
 use super::exchange::{After, Exchange, Shaping};
 use super::handlers::{Patching, Persisted};
 use super::history::HistoryMap;
+use super::hold;
 use super::Pipeline;
 use crate::envelope::{BreakpointMode, CompileOptions, Envelope, Payload, Ttl};
 use crate::error::ApiError;
@@ -80,8 +81,18 @@ impl Pipeline {
             env: &mut env,
             map: &mut map,
             events: Vec::new(),
+            held: Default::default(),
         };
         self.replay(&session_ctx, &mut patching);
+        if patching.held.is_warm() {
+            let auto_markers = matches!(
+                compile_options(&policies, &id).0.breakpoints,
+                BreakpointMode::Auto { .. }
+            );
+            if !hold::reads_held_prefix(patching.env, auto_markers) {
+                patching.held.unread();
+            }
+        }
         let reason = ContextReason::BeforeRequest;
         let persisted = self
             .run_context(&policies, reason, &mut patching, &vars, None)
@@ -120,6 +131,9 @@ impl Pipeline {
             opts.breakpoints = BreakpointMode::Auto {
                 ttl: Ttl::FiveMinutes,
             };
+        }
+        if matches!(opts.breakpoints, BreakpointMode::Auto { .. }) {
+            opts.kept_history = hold::kept_history(&env);
         }
         let compiled = env.compile_with_markers(&opts);
         ex.payload = self.run_payload(&policies, compiled, &vars, route).await?;
@@ -204,7 +218,11 @@ impl Pipeline {
             }
             PatchEvent::push_folded(&mut patching.events, stale.event(PatchOutcome::Stale));
         }
-        self.replay_transforms(patching, &plan.apply);
+        // What holding handlers hold is theirs to read, not a patch to replay.
+        let (held, patches): (Vec<_>, Vec<_>) = plan.apply.iter().partition(|t| hold::is_hold(t));
+        let warm = hold::prefix_warm(&ctx.log, &held, self.clock.now_ms());
+        patching.held = hold::Holding::of(held.into_iter(), warm);
+        self.replay_transforms(patching, &patches);
     }
 
     /// Apply persisted patches in log order, each counted and noted for the session log.
@@ -263,7 +281,18 @@ impl Pipeline {
         };
         let transforms = patches
             .into_iter()
-            .filter_map(|p| ctx.transform(&p.transformer, reason.label(), p.ops, p.display))
+            .filter_map(|p| {
+                let reason = match p.hold {
+                    true => crate::session::entry::HOLD_REASON,
+                    false => reason.label(),
+                };
+                // At the pipeline's clock, as requests are (replay sets it to theirs).
+                ctx.transform(&p.transformer, reason, p.ops, p.display)
+                    .map(|t| session::ContextTransform {
+                        time: self.clock.now_ms(),
+                        ..t
+                    })
+            })
             .collect();
         if let Err(e) = ctx.persist(store.as_ref(), transforms).await {
             self.store_failed("append", &e)?;

@@ -28,7 +28,7 @@ pub use model::{
 pub use payload::apply_payload_edit;
 pub use raw::{DEFAULT_HOOK_TIMEOUT_MS, DEFAULT_ORDER};
 pub use template::{render, render_value, utc_date, TemplateVars, TEMPLATE_VARIABLES};
-pub use transform::MoveLines;
+pub use transform::{Held, HoldOps, MoveLines};
 pub use validate::OP_NAMES;
 
 #[cfg(test)]

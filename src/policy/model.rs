@@ -134,6 +134,15 @@ pub struct ContextHandler {
 }
 
 impl ContextHandler {
+    /// The handler's `move_lines` when it holds what the cached prefix holds
+    /// (`when = "changed"`): the pipeline runs it with the session's held parts.
+    pub fn holding(&self) -> Option<&MoveLines> {
+        match &self.action {
+            ContextAction::MoveLines(m) if m.hold => Some(m),
+            _ => None,
+        }
+    }
+
     /// What this handler returns for a request: declared ops with their templates
     /// rendered, or the ops a built-in transform computes from the system parts
     /// `(name, text)`. The engine applies the result like a hook server's answer.

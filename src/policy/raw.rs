@@ -104,6 +104,8 @@ pub struct RawMoveLines {
     pub pattern: String,
     #[serde(default = "default_to")]
     pub to: String,
+    /// `always` (the default) or `changed`.
+    pub when: Option<String>,
 }
 
 fn default_from() -> String {

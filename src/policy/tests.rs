@@ -208,6 +208,40 @@ fn context_handler_shape_errors() {
     );
 }
 
+/// `when = "changed"` holds what the session's cached prefix holds, which is persisted:
+/// only a `before_request` handler may, one transformer name each.
+#[test]
+fn holding_move_lines_errors() {
+    let handler = |reason: &str, when: &str, name: &str| {
+        format!("[[context]]\nreason = \"{reason}\"\ntransformer = \"{name}\"\ntransform = {{ move_lines = {{ pattern = 'Date: .*', when = \"{when}\" }}, invalidateCacheReason = \"r\" }}\n")
+    };
+    let policy = |handlers: &[String]| format!("name = \"a\"\n{}", handlers.concat());
+    assert_eq!(
+        errors(&policy(&[handler("before_request", "changed", "x")])),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(&policy(&[handler("ephemeral", "always", "x")])),
+        Vec::<String>::new()
+    );
+    let wrong_reason = errors(&policy(&[handler("ephemeral", "changed", "x")]));
+    assert_eq!(wrong_reason.len(), 1);
+    assert!(wrong_reason[0].contains("context[0].transform.move_lines.when: `changed` keeps what the session's cached prefix holds"), "{wrong_reason:?}");
+    let unknown = errors(&policy(&[handler("before_request", "sometimes", "x")]));
+    assert!(
+        unknown[0].contains("unknown value `sometimes`; expected always | changed"),
+        "{unknown:?}"
+    );
+    let twice = errors(&policy(&[
+        handler("before_request", "changed", "x"),
+        handler("before_request", "changed", "x"),
+    ]));
+    assert!(
+        twice[0].contains("share the transformer name `x`"),
+        "{twice:?}"
+    );
+}
+
 #[test]
 fn payload_inject_and_hook_errors() {
     assert_eq!(

@@ -113,6 +113,9 @@ pub fn validate(raw: RawPolicy, file: &Path) -> Result<Policy, Vec<FieldError>> 
             context.push(h);
         }
     }
+    if let Err(e) = link_holds(&mut context) {
+        errors.push(root.key("context").error(e));
+    }
     let mut payload = Vec::new();
     for (i, p) in raw.payload.iter().enumerate() {
         let at = root.key("payload").index(i);
@@ -233,6 +236,41 @@ fn validate_match(raw: &RawMatch, at: &FieldPath) -> Result<Matcher, Vec<FieldEr
         .map_err(|e| vec![at.key("model").error(format!("bad glob: {e}"))])
 }
 
+/// Each holding `move_lines` of a policy learns the patterns of the others: their lines
+/// may differ from what is held without the rest of a part having changed. What a handler
+/// holds is recorded under its transformer name, so two of them may not share one.
+fn link_holds(context: &mut [ContextHandler]) -> Result<(), String> {
+    let holding: Vec<(String, Regex)> = context
+        .iter()
+        .filter_map(|h| match &h.action {
+            ContextAction::MoveLines(m) if m.hold => {
+                Some((h.transformer.clone(), m.pattern.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (i, (name, _)) in holding.iter().enumerate() {
+        if holding[..i].iter().any(|(n, _)| n == name) {
+            return Err(format!(
+                "two move_lines with when = \"changed\" share the transformer name `{name}`; give each its own"
+            ));
+        }
+    }
+    for h in context.iter_mut() {
+        let name = h.transformer.clone();
+        if let ContextAction::MoveLines(m) = &mut h.action {
+            if m.hold {
+                m.others = holding
+                    .iter()
+                    .filter(|(n, _)| *n != name)
+                    .map(|(_, p)| p.clone())
+                    .collect();
+            }
+        }
+    }
+    Ok(())
+}
+
 fn validate_context(
     raw: &RawContext,
     policy: &str,
@@ -291,6 +329,12 @@ fn validate_context(
             errors.push(at.key("display").error(e));
         }
     }
+    let holds = matches!(&action, Some(ContextAction::MoveLines(m)) if m.hold);
+    if holds && reason.is_some_and(|r| r != ContextReason::BeforeRequest) {
+        errors.push(at.key("transform").key("move_lines").key("when").error(
+            "`changed` keeps what the session's cached prefix holds, which is persisted: the handler's reason must be before_request",
+        ));
+    }
     match (reason, action) {
         (Some(reason), Some(action)) if errors.is_empty() => Ok(ContextHandler {
             reason,
@@ -348,6 +392,16 @@ fn validate_transform(
                 .error(format!("unknown target `{}`; expected uncached_tail", m.to)),
         );
     }
+    let hold = match m.when.as_deref() {
+        None | Some("always") => false,
+        Some("changed") => true,
+        Some(other) => {
+            errors.push(here.key("when").error(format!(
+                "unknown value `{other}`; expected always | changed"
+            )));
+            false
+        }
+    };
     let pattern =
         match Regex::new(&m.pattern) {
             Ok(re) if re.is_match("") => {
@@ -381,6 +435,8 @@ fn validate_transform(
             Ok(ContextAction::MoveLines(MoveLines {
                 pattern,
                 invalidate_cache_reason: reason,
+                hold,
+                others: Vec::new(),
             }))
         }
         _ => Err(errors),

@@ -2,6 +2,7 @@
 //! arm's shaping and the emulator's cache model, compared side by side.
 
 pub mod chart;
+pub mod guard;
 pub mod held;
 pub mod ideal;
 pub mod keep_warm;
@@ -129,18 +130,60 @@ pub async fn run_replay(args: ReplayArgs) -> anyhow::Result<()> {
     let ideal = args
         .ideal
         .then(|| ideal::ideal(&records, args.model.as_deref()));
+    let guarded = guard_arms(&arms, &stats, &records, args.model.as_deref());
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&output::json_document(&stats, ideal.as_ref()))?
-        );
+        let mut doc = output::json_document(&stats, ideal.as_ref());
+        if let (Some(list), Some((_, losses))) = (doc["arms"].as_array_mut(), &guarded) {
+            for (value, arm) in list.iter_mut().zip(&stats) {
+                if let Some((_, found)) = losses.iter().find(|(a, _)| a.arm == arm.arm) {
+                    value["losses"] = serde_json::json!(found);
+                }
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         if let Some(ideal) = &ideal {
             print!("{}", output::ideal_lines(ideal));
         }
         print!("{}", output::table(&stats, ideal.as_ref()));
+        if let Some((client, losses)) = &guarded {
+            print!("{}", guard::lines(losses, client));
+        }
     }
     Ok(())
+}
+
+/// Each arm that shapes requests against the client alone: the first arm that replays
+/// the records as recorded, or such a replay of its own when no arm does. `None` when
+/// every arm replays as recorded.
+fn guard_arms<'a>(
+    arms: &[ArmArg],
+    stats: &'a [ArmStats],
+    records: &[Record],
+    model: Option<&str>,
+) -> Option<(String, Vec<guard::ArmLosses<'a>>)> {
+    let shaping: Vec<&ArmStats> = arms
+        .iter()
+        .zip(stats)
+        .filter(|(a, _)| !a.policies.is_empty())
+        .map(|(_, s)| s)
+        .collect();
+    if shaping.is_empty() {
+        return None;
+    }
+    let own;
+    let (label, client) = match arms.iter().zip(stats).find(|(a, _)| a.policies.is_empty()) {
+        Some((_, s)) => (format!("arm `{}`", s.arm), s),
+        None => {
+            own = replay_arm("client", records, &mut AsRecorded, model, &mut || {});
+            ("the requests as recorded".to_string(), &own)
+        }
+    };
+    let losses = shaping
+        .into_iter()
+        .map(|arm| (arm, guard::losses(arm, client, records)))
+        .collect();
+    Some((label, losses))
 }
 
 #[cfg(test)]

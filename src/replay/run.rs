@@ -54,6 +54,14 @@ pub struct ArmStats {
     /// Per request usage, in replay order (for tests and consistency checks).
     #[serde(skip)]
     pub per_request: Vec<Usage>,
+    /// Per accounted request: its position among the records replayed and what it cost,
+    /// with the keep-warm the arm sent just before it in its session, if any (the guard
+    /// compares these between arms, [`super::guard`]).
+    #[serde(skip)]
+    pub per_request_cost: Vec<(usize, f64)>,
+    /// Keep-warms after a session's last request (no request follows them): their cost.
+    #[serde(skip)]
+    pub trailing_keep_warm_cost: f64,
     /// Per request diagnosis, in replay order.
     #[serde(skip)]
     pub diagnoses: Vec<Option<Diagnosis>>,
@@ -91,14 +99,15 @@ pub fn replay_arm(
     let mut total = Usage::default();
     let mut keep_warms = KeepWarms::default();
     let mut held = super::held::Held::default();
-    for record in records {
+    let mut carried = 0.0;
+    for (index, record) in records.iter().enumerate() {
         on_record();
         let endpoint = record.endpoint();
         if !endpoint.is_generation() {
             continue;
         }
         if let Some((at, body)) = keep_warms.due(record) {
-            keep_warm(&mut stats, &mut cache, &mut total, &body, at);
+            carried += keep_warm(&mut stats, &mut cache, &mut total, &body, at);
         }
         let fail = |stats: &mut ArmStats, msg: String| {
             stats.errors += 1;
@@ -167,8 +176,11 @@ pub fn replay_arm(
             .get("model")
             .and_then(|m| m.as_str())
             .unwrap_or("");
+        // The keep-warms before this request count with it (or with the next one accounted).
+        let mut cost = std::mem::take(&mut carried);
         match crate::models::lookup(model_name) {
             Some(info) => {
+                cost += info.cost_usd(&usage);
                 stats.cost_usd += info.cost_usd(&usage);
                 stats.savings_usd += info.savings_usd(&usage);
             }
@@ -213,12 +225,14 @@ pub fn replay_arm(
         stats.requests += 1;
         total.add(&usage);
         stats.per_request.push(usage);
+        stats.per_request_cost.push((index, cost));
         let hit = ratio(total.cache_read, total.total_input());
         stats.series.push((stats.cost_usd, hit));
     }
     let last = records.iter().map(|r| r.time_ms).max().unwrap_or(0);
+    stats.trailing_keep_warm_cost = carried;
     for (at, body) in keep_warms.rest(last) {
-        keep_warm(&mut stats, &mut cache, &mut total, &body, at);
+        stats.trailing_keep_warm_cost += keep_warm(&mut stats, &mut cache, &mut total, &body, at);
     }
     stats.stateful_unknown = held.unknown;
     stats.cache_read_tokens = total.cache_read;
@@ -229,27 +243,31 @@ pub fn replay_arm(
     stats
 }
 
-/// Account one keep-warm request (one output token) in the arm's totals and cost.
+/// Account one keep-warm request (one output token) in the arm's totals and cost; returns
+/// its cost.
 fn keep_warm(
     stats: &mut ArmStats,
     cache: &mut CacheModel,
     total: &mut Usage,
     body: &serde_json::Value,
     at_ms: u64,
-) {
+) -> f64 {
     let Ok(accounting) = cache.account(crate::route::Endpoint::Messages, body, at_ms) else {
         stats.errors += 1;
-        return;
+        return 0.0;
     };
     let usage = accounting.usage(1);
     let model = body.get("model").and_then(|m| m.as_str()).unwrap_or("");
+    let mut cost = 0.0;
     if let Some(info) = crate::models::lookup(model) {
-        stats.cost_usd += info.cost_usd(&usage);
+        cost = info.cost_usd(&usage);
+        stats.cost_usd += cost;
         stats.savings_usd += info.savings_usd(&usage);
     }
     stats.keep_warm_requests += 1;
     stats.keep_warm_cache_read += usage.cache_read;
     total.add(&usage);
+    cost
 }
 
 /// A session's lanes during replay: the latest request of each, and the latest answered

@@ -89,8 +89,12 @@ impl Entry {
     }
 }
 
+/// The reason of a patch that records what the session's cached prefix holds (a
+/// `move_lines` with `when = "changed"`): read by that transform, never replayed as a patch.
+pub const HOLD_REASON: &str = "hold";
+
 /// The reasons whose patches are persisted; `ephemeral` patches never are.
-pub const PERSISTED_REASONS: &[&str] = &["before_request", "turn_end"];
+pub const PERSISTED_REASONS: &[&str] = &["before_request", "turn_end", HOLD_REASON];
 
 pub fn is_persisted_reason(reason: &str) -> bool {
     PERSISTED_REASONS.contains(&reason)
@@ -104,7 +108,7 @@ pub struct ContextTransform {
     /// Unix time in milliseconds.
     pub time: u64,
     pub transformer: String,
-    /// `before_request` or `turn_end`.
+    /// `before_request`, `turn_end` or `hold` ([`HOLD_REASON`]).
     pub reason: String,
     /// The client history the patch was made against.
     pub anchor: Anchor,

@@ -14,9 +14,16 @@
 //! that it does not times the share of late tool-loop gaps. Which request ends a turn is
 //! known only once its answer is in; the chance comes from how many requests the
 //! session's earlier turns took (their assistant messages in the history).
+//!
+//! `prefix` is what the later request can read of this one's write, as the cache model
+//! says ([`crate::cache_model::next_turn`]): the next step of a tool loop reads it all,
+//! the next turn only as far as the thinking it drops lets it (on older models, none of
+//! the turn's own messages; `auto` markers reach that far whatever the lookback); and
+//! nothing below the model's minimum cacheable length.
 
 use crate::session::TtlDecision;
 
+use crate::cache_model::next_turn;
 use crate::envelope::MsgKind;
 use crate::envelope::{Envelope, Ttl};
 use crate::measure::MarkTtl;
@@ -41,7 +48,7 @@ pub struct Inputs<'a> {
     /// When the request arrived (its recorded time in replay).
     pub now_ms: u64,
     /// Keep-warm is on and allowed for this request, after this many seconds: late turns
-    /// are its to catch, so markers weigh only late tool-loop gaps.
+    /// are its to catch where it pays, so markers weigh only late tool-loop gaps there.
     pub keep_warm_after_secs: Option<u64>,
 }
 
@@ -52,19 +59,29 @@ pub fn decide(env: &Envelope, inputs: &Inputs<'_>) -> Option<TtlDecision> {
     let kinds = env.history_kinds();
     let (gaps, previous) = Gaps::learn(inputs.log, inputs.history, inputs.now_ms, env.turn_index());
     let ends_turn = end_chance(&kinds);
-    let late_turn = if inputs.keep_warm_after_secs.is_some() {
-        0.0
-    } else {
-        gaps.late_turn_share()
-    };
-    let late_reuse = ends_turn * late_turn + (1.0 - ends_turn) * gaps.late_tool_share();
     let size = Size::of(env, previous.as_ref());
-    let saving = late_reuse * (prices.cache_write_5m - prices.cache_read) * size.prefix_tokens();
-    let extra = (prices.cache_write_1h - prices.cache_write_5m) * size.new_tokens();
-    let net = (saving - extra) / 1e6;
+    let min = prices.min_cacheable_tokens as f64;
+    let readable = |tokens: f64| if tokens < min { 0.0 } else { tokens };
+    // `auto` markers reach what the next turn keeps, whatever the lookback.
+    let (at_turn, at_step) = (
+        readable(size.tokens(size.kept_bytes)),
+        readable(size.prefix_tokens()),
+    );
     let keep_warm_after_secs = inputs
         .keep_warm_after_secs
-        .filter(|&after| keep_warm_pays(&gaps, prices, after * 1000));
+        .filter(|&after| keep_warm_pays(&gaps, prices, after * 1000, at_turn));
+    // Late turns are the keep-warm's to catch where it goes out; where it does not pay,
+    // the markers weigh them as without one.
+    let late_turn = match keep_warm_after_secs {
+        Some(_) => 0.0,
+        None => gaps.late_turn_share(),
+    };
+    let late_tool = gaps.late_tool_share();
+    let late_reuse = ends_turn * late_turn + (1.0 - ends_turn) * late_tool;
+    let read_late = ends_turn * late_turn * at_turn + (1.0 - ends_turn) * late_tool * at_step;
+    let saving = (prices.cache_write_5m - prices.cache_read) * read_late;
+    let extra = (prices.cache_write_1h - prices.cache_write_5m) * size.new_tokens();
+    let net = (saving - extra) / 1e6;
     Some(TtlDecision {
         ttl: if net > 0.0 {
             MarkTtl::OneHour
@@ -77,11 +94,13 @@ pub fn decide(env: &Envelope, inputs: &Inputs<'_>) -> Option<TtlDecision> {
     })
 }
 
-/// A keep-warm read costs about a cache read of the prefix; it pays when the chance that
-/// the next turn comes within the hour after it outweighs that against a rewrite.
-fn keep_warm_pays(gaps: &Gaps, prices: &ModelInfo, after_ms: u64) -> bool {
+/// A keep-warm reads the prefix the next turn keeps (`kept` tokens, see
+/// [`super::keep_warm`]) and holds it for an hour; it pays when the chance that the next
+/// turn comes within the hour after it, times the rewrite of that prefix it spares,
+/// outweighs the read.
+fn keep_warm_pays(gaps: &Gaps, prices: &ModelInfo, after_ms: u64, kept: f64) -> bool {
     let chance = gaps.within_hour_after(after_ms);
-    chance * (prices.cache_write_5m - prices.cache_read) > prices.cache_read
+    kept > 0.0 && chance * (prices.cache_write_5m - prices.cache_read) > prices.cache_read
 }
 
 /// The chance that the current request ends its turn, from how many requests the
@@ -110,10 +129,13 @@ fn end_chance(kinds: &[MsgKind]) -> f64 {
     (ended + PRIOR_WEIGHT * prior) / (reached + PRIOR_WEIGHT)
 }
 
-/// The request's prompt size and what it writes, in bytes, with the session's measured
-/// tokens per byte.
+/// The request's prompt size, what the next turn reads of it and what it writes, in
+/// bytes, with the session's measured tokens per byte.
 struct Size {
     prefix_bytes: f64,
+    /// What the next turn keeps as this request writes it
+    /// ([`next_turn::messages_kept_at_next_turn`]).
+    kept_bytes: f64,
     new_bytes: f64,
     tokens_per_byte: f64,
 }
@@ -124,9 +146,11 @@ impl Size {
             env.tools_raw().map(<[u8]>::len).sum::<usize>() + env.system_compiled().len();
         let messages: Vec<usize> = env.history_raw().map(<[u8]>::len).collect();
         let prefix = head + messages.iter().sum::<usize>();
+        let kept = (head + messages[..next_turn_keeps(env)].iter().sum::<usize>()) as f64;
         let Some(previous) = previous else {
             return Size {
                 prefix_bytes: prefix as f64,
+                kept_bytes: kept,
                 new_bytes: prefix as f64,
                 tokens_per_byte: 1.0 / DEFAULT_BYTES_PER_TOKEN,
             };
@@ -146,6 +170,7 @@ impl Size {
             .unwrap_or(1.0 / DEFAULT_BYTES_PER_TOKEN);
         Size {
             prefix_bytes: prefix as f64,
+            kept_bytes: kept,
             new_bytes: if alive {
                 prefix.saturating_sub(before) as f64
             } else {
@@ -159,9 +184,34 @@ impl Size {
         self.prefix_bytes * self.tokens_per_byte
     }
 
+    fn tokens(&self, bytes: f64) -> f64 {
+        bytes * self.tokens_per_byte
+    }
+
     fn new_tokens(&self) -> f64 {
         self.new_bytes * self.tokens_per_byte
     }
+}
+
+/// How many of the history's first messages the next turn keeps as this request writes
+/// them (the cache model's answer for this request's thinking).
+pub(crate) fn next_turn_keeps(env: &Envelope) -> usize {
+    let keep = crate::cache_model::thinking::retention_of(
+        env.option_raw("thinking"),
+        env.option_raw("context_management"),
+        &env.meta.model,
+    );
+    let kinds = env.history_kinds();
+    let messages: Vec<next_turn::Message> = kinds
+        .iter()
+        .zip(env.history_blocks())
+        .map(|(kind, (blocks, thinking_blocks))| next_turn::Message {
+            kind: kind.clone(),
+            blocks,
+            thinking_blocks,
+        })
+        .collect();
+    next_turn::messages_kept_at_next_turn(&messages, keep)
 }
 
 #[cfg(test)]

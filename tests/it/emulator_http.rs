@@ -369,6 +369,48 @@ async fn a_fifth_marker_and_bad_bodies_are_400_invalid_request() {
     emu.shutdown().await;
 }
 
+/// A thinking budget is at least 1024 and below `max_tokens`, unless thinking is
+/// interleaved with tools (the beta and tools in the request), where one token of
+/// `max_tokens` below the budget is allowed (platform.claude.com, Extended thinking).
+#[tokio::test]
+async fn a_thinking_budget_above_max_tokens_needs_interleaved_thinking_with_tools() {
+    let emu = start().await;
+    let request = |budget: u64, max_tokens: u64, tools: bool| {
+        let mut req = json!({"model": "claude-sonnet-4-5", "max_tokens": max_tokens,
+            "thinking": {"type": "enabled", "budget_tokens": budget},
+            "messages": [{"role": "user", "content": "hi"}]});
+        if tools {
+            req["tools"] = json!([{"name": "read", "input_schema": {"type": "object"}}]);
+        }
+        req
+    };
+    let interleaved = [("anthropic-beta", "interleaved-thinking-2025-05-14")];
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let message = |r: reqwest::Response| async move {
+        let body: Value = r.json().await.unwrap();
+        body["error"]["message"].as_str().unwrap_or("").to_string()
+    };
+    assert_eq!(
+        status(post(&emu, "/v1/messages", &request(2048, 4096, false), &[]).await),
+        200
+    );
+    let over = post(&emu, "/v1/messages", &request(2048, 1, true), &[]).await;
+    assert_eq!(over.status(), 400);
+    assert!(message(over)
+        .await
+        .contains("`max_tokens` must be greater than `thinking.budget_tokens`"));
+    let no_tools = post(&emu, "/v1/messages", &request(2048, 1, false), &interleaved).await;
+    assert_eq!(status(no_tools), 400);
+    let keep_warm = post(&emu, "/v1/messages", &request(2048, 1, true), &interleaved).await;
+    assert_eq!(status(keep_warm), 200);
+    let small = post(&emu, "/v1/messages", &request(512, 4096, false), &[]).await;
+    assert_eq!(small.status(), 400);
+    assert!(message(small)
+        .await
+        .contains("greater than or equal to 1024"));
+    emu.shutdown().await;
+}
+
 #[tokio::test]
 async fn slow_faults_still_deliver_the_whole_answer() {
     let emu = start().await;

@@ -167,6 +167,82 @@ fn a_step_beyond_the_lookback_gets_a_marker_where_the_previous_request_ended() {
     );
 }
 
+/// A turn's first request on a model that drops the previous turn's thinking (Sonnet 4.5
+/// with thinking on): that turn's requests stored its messages with their thinking, so
+/// only the history before its first thinking block still matches. `kept_history` says
+/// how much; `auto` marks the end of it, past the lookback from the new prompt, and the
+/// request reads the previous turn's prompt and what came before instead of the system
+/// prompt alone.
+#[test]
+fn after_a_turn_whose_thinking_is_dropped_the_marker_goes_where_the_kept_history_ends() {
+    use cachet::cache_model::{CacheModel, CacheModelConfig};
+    let system = "You are a careful coding assistant. ".repeat(200);
+    let mut messages = vec![
+        json!({"role": "user", "content": [{"type": "text", "text": "Explain the parser. ".repeat(60)}]}),
+    ];
+    for i in 0..12 {
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": format!("Read part {i}."), "signature": format!("s{i}")},
+            {"type": "tool_use", "id": format!("t{i}"), "name": "bash", "input": {"command": format!("cat part{i}.rs")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": format!("t{i}"), "content": format!("fn part{i}() {{}}")}]}));
+    }
+    let body = |messages: &[Value]| {
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 8192,
+            "thinking": {"type": "enabled", "budget_tokens": 4096}, "system": system,
+            "tools": [{"name": "bash", "description": "Run a command.", "input_schema": {"type": "object"}}],
+            "messages": messages})
+    };
+    let last_of_turn = reshape(
+        Endpoint::Messages,
+        Bytes::from(serde_json::to_vec(&body(&messages)).unwrap()),
+        &opts(AUTO),
+    )
+    .unwrap();
+    messages.push(json!({"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "Done.", "signature": "s"}, {"type": "text", "text": "It parses."}]}));
+    messages.push(json!({"role": "user", "content": [{"type": "text", "text": "Now add tests."}]}));
+    let next = Bytes::from(serde_json::to_vec(&body(&messages)).unwrap());
+    let with = |kept_history| {
+        reshape(
+            Endpoint::Messages,
+            next.clone(),
+            &CompileOptions {
+                kept_history,
+                ..opts(AUTO)
+            },
+        )
+        .unwrap()
+    };
+    let bridged = with(Some(1));
+    assert!(
+        markers(&bridged)
+            .iter()
+            .any(|(p, _)| p == "message 0 block 0"),
+        "{:?}",
+        markers(&bridged)
+    );
+    let read = |second: &Bytes| {
+        let mut cache = CacheModel::new(CacheModelConfig::default());
+        for (i, b) in [&last_of_turn, second].iter().enumerate() {
+            let v: Value = serde_json::from_slice(b).unwrap();
+            let a = cache
+                .account(Endpoint::Messages, &v, 1_000 + i as u64 * 1_000)
+                .unwrap();
+            if i == 1 {
+                return a.cache_read;
+            }
+        }
+        unreachable!()
+    };
+    let system_only = read(&with(None));
+    assert!(
+        read(&bridged) > system_only + 200,
+        "{} vs {system_only}",
+        read(&bridged)
+    );
+}
+
 #[test]
 fn client_markers_are_reused_and_their_messages_keep_their_bytes() {
     // The client marks the system prompt and the user prompt that started the tool loop.

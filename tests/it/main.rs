@@ -54,6 +54,7 @@ mod proxy_secrets;
 mod proxy_uploads;
 mod replay_cli;
 mod replay_consistency;
+mod replay_generated;
 mod replay_ideal;
 mod replay_recorder;
 mod replay_traces;

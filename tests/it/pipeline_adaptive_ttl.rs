@@ -26,12 +26,32 @@ fn policy(dir: &std::path::Path, keep_warm_after: Option<u64>) -> std::path::Pat
     )
 }
 
-fn request(history: &[Value]) -> Value {
+/// How the test's client sends its requests.
+#[derive(Clone, Copy)]
+struct Sender<'a> {
+    /// A subscription's bearer token; an API key otherwise.
+    auth: Option<&'a str>,
+    /// pi's extended thinking on a budget, with the interleaved-thinking beta it sends:
+    /// each answer goes back with a thinking block.
+    thinking: bool,
+}
+
+const API_KEY: Sender<'static> = Sender {
+    auth: None,
+    thinking: false,
+};
+
+fn request(history: &[Value], thinking: bool) -> Value {
     let system =
         "You are a careful coding agent. Read before you edit; run the tests. ".repeat(150);
-    json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "system": system,
+    let mut body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "system": system,
         "tools": [{"name": "grep", "description": "Search the repository", "input_schema": {"type": "object"}}],
-        "messages": history})
+        "messages": history});
+    if thinking {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": 2048});
+        body["max_tokens"] = json!(6144);
+    }
+    body
 }
 
 /// One turn: a prompt, `calls` tool calls answered by the test, and the emulator's final
@@ -39,31 +59,42 @@ fn request(history: &[Value]) -> Value {
 async fn turn(
     proxy: &ProxyHandle,
     session: &str,
-    auth: Option<&str>,
+    sender: Sender<'_>,
     history: &mut Vec<Value>,
     prompt: &str,
     calls: usize,
 ) -> Vec<Value> {
-    history.push(json!({"role": "user", "content": prompt}));
+    history.push(json!({"role": "user", "content": [{"type": "text", "text": prompt}]}));
     let mut usage = Vec::new();
     for i in 0..=calls {
         let mut req = client()
             .post(format!("http://{}/v1/messages", proxy.addr))
             .header("anthropic-version", "2023-06-01")
             .header("x-cachet-session", session)
-            .json(&request(history));
-        req = match auth {
+            .json(&request(history, sender.thinking));
+        req = match sender.auth {
             Some(token) => req.header("authorization", format!("Bearer {token}")),
             None => req.header("x-api-key", "sk-ant-api03-test"),
         };
+        if sender.thinking {
+            req = req.header("anthropic-beta", "interleaved-thinking-2025-05-14");
+        }
         let answer: Value = req.send().await.unwrap().json().await.unwrap();
         usage.push(answer["usage"].clone());
+        let mut content = Vec::new();
+        if sender.thinking {
+            content.push(json!({"type": "thinking", "thinking": format!("Step {i}: look again."), "signature": format!("sig{i}")}));
+        }
         if i < calls {
             let id = format!("toolu_{}_{i}", history.len());
-            history.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "grep", "input": {"pattern": "fn"}}]}));
+            content.push(
+                json!({"type": "tool_use", "id": id, "name": "grep", "input": {"pattern": "fn"}}),
+            );
+            history.push(json!({"role": "assistant", "content": content}));
             history.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": format!("src/lib.rs:{i}: fn main() {{}}")}]}));
         } else {
-            history.push(json!({"role": "assistant", "content": answer["content"].clone()}));
+            content.extend(answer["content"].as_array().unwrap().iter().cloned());
+            history.push(json!({"role": "assistant", "content": content}));
         }
     }
     usage
@@ -81,8 +112,13 @@ async fn keep_warm_seen(emulator: &cachet::emulator::EmulatorHandle, before: usi
     false
 }
 
-#[tokio::test]
-async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long_pause() {
+/// The emulator, and the proxy in front of it with `ttl = "auto"` and a keep-warm one
+/// second after a final request (the folder holds its store).
+async fn keep_warm_after_a_second() -> (
+    cachet::emulator::EmulatorHandle,
+    ProxyHandle,
+    tempfile::TempDir,
+) {
     let emulator = start_emulator().await;
     let dir = tempfile::tempdir().unwrap();
     let config = policy_config(
@@ -90,9 +126,14 @@ async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long
         vec![policy(dir.path(), Some(1))],
         &dir.path().join("s"),
     );
-    let proxy = start_proxy(config).await;
+    (emulator, start_proxy(config).await, dir)
+}
+
+#[tokio::test]
+async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long_pause() {
+    let (emulator, proxy, _dir) = keep_warm_after_a_second().await;
     let mut history = Vec::new();
-    turn(&proxy, "kw", None, &mut history, "Find the handlers.", 3).await;
+    turn(&proxy, "kw", API_KEY, &mut history, "Find the handlers.", 3).await;
     let before = emulator.accounted().len();
     assert!(
         keep_warm_seen(&emulator, before).await,
@@ -125,7 +166,7 @@ async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long
     // The person comes back after 12 minutes: every 5m entry has expired, the keep-warm's
     // 1h entry holds everything up to the answer.
     emulator.advance_clock(Duration::from_secs(12 * MINUTE));
-    let next = turn(&proxy, "kw", None, &mut history, "Now fix them.", 0).await;
+    let next = turn(&proxy, "kw", API_KEY, &mut history, "Now fix them.", 0).await;
     let read = next[0]["cache_read_input_tokens"].as_u64().unwrap();
     assert!(
         read >= last.prefix_tokens,
@@ -161,6 +202,49 @@ async fn a_keep_warm_after_the_final_answer_lets_the_next_turn_read_after_a_long
     emulator.shutdown().await;
 }
 
+/// pi with extended thinking on a budget and the interleaved-thinking beta it sends: the
+/// keep-warm keeps the thinking settings (part of the messages' cache key), asks for one
+/// token below the budget, which the emulator accepts as the API does with tools, and
+/// holds the prefix up to the turn's prompt (Sonnet 4.5 drops the turn's thinking at the
+/// next turn): the next turn, 12 minutes later, reads it.
+#[tokio::test]
+async fn with_thinking_on_a_budget_the_keep_warm_holds_what_the_next_turn_reads() {
+    let (emulator, proxy, _dir) = keep_warm_after_a_second().await;
+    let pi = Sender {
+        auth: None,
+        thinking: true,
+    };
+    let mut history = Vec::new();
+    turn(
+        &proxy,
+        "thinking",
+        pi,
+        &mut history,
+        "Find the handlers.",
+        3,
+    )
+    .await;
+    let before = emulator.accounted().len();
+    assert!(
+        keep_warm_seen(&emulator, before).await,
+        "no keep-warm request"
+    );
+    let kw = emulator.accounted()[before].clone();
+    assert!(kw.accounting.cache_read > 0, "it read the prefix: {kw:?}");
+    let held = kw.accounting.detail.markers.last().unwrap().prefix_tokens;
+    emulator.advance_clock(Duration::from_secs(12 * MINUTE));
+    let next = turn(&proxy, "thinking", pi, &mut history, "Now fix them.", 0).await;
+    let read = next[0]["cache_read_input_tokens"].as_u64().unwrap();
+    assert!(read + 50 >= held, "read {read}, the keep-warm held {held}");
+    // Each request of the session planned one.
+    let log = wait_for_requests(&proxy, "thinking", 5).await;
+    assert!(request_entries(&log)
+        .iter()
+        .all(|e| e["ttl_decision"]["keep_warm_after_secs"] == 1));
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+}
+
 #[tokio::test]
 async fn no_keep_warm_when_the_session_goes_on_or_for_a_subscription() {
     let emulator = start_emulator().await;
@@ -175,14 +259,25 @@ async fn no_keep_warm_when_the_session_goes_on_or_for_a_subscription() {
     let proxy = start_proxy(config).await;
     // The person answers at once.
     let mut history = Vec::new();
-    turn(&proxy, "busy", None, &mut history, "Find the handlers.", 1).await;
-    turn(&proxy, "busy", None, &mut history, "Now fix them.", 0).await;
+    turn(
+        &proxy,
+        "busy",
+        API_KEY,
+        &mut history,
+        "Find the handlers.",
+        1,
+    )
+    .await;
+    turn(&proxy, "busy", API_KEY, &mut history, "Now fix them.", 0).await;
     // A subscription token never gets one.
     let mut other = Vec::new();
     turn(
         &proxy,
         "oauth",
-        Some("sk-ant-oat01-test"),
+        Sender {
+            auth: Some("sk-ant-oat01-test"),
+            thinking: false,
+        },
         &mut other,
         "Find the handlers.",
         1,
@@ -238,7 +333,7 @@ async fn a_tool_loop_sent_back_to_back_leaves_one_keep_warm() {
     turn(
         &proxy,
         "loop",
-        None,
+        API_KEY,
         &mut history,
         "Find the handlers.",
         calls,
@@ -280,9 +375,17 @@ async fn without_a_long_pause_seen_auto_writes_five_minute_markers_like_the_clie
     );
     let proxy = start_proxy(config).await;
     let mut history = Vec::new();
-    let mut usage = turn(&proxy, "quick", None, &mut history, "Find the handlers.", 3).await;
+    let mut usage = turn(
+        &proxy,
+        "quick",
+        API_KEY,
+        &mut history,
+        "Find the handlers.",
+        3,
+    )
+    .await;
     emulator.advance_clock(Duration::from_secs(2 * MINUTE));
-    usage.extend(turn(&proxy, "quick", None, &mut history, "Now fix them.", 3).await);
+    usage.extend(turn(&proxy, "quick", API_KEY, &mut history, "Now fix them.", 3).await);
     for u in &usage {
         assert_eq!(u["cache_creation"]["ephemeral_1h_input_tokens"], 0, "{u}");
     }

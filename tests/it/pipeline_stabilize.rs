@@ -76,66 +76,92 @@ async fn stabilize_volatile_turns_misses_into_reads() {
     );
 }
 
-/// pi and Claude Code mark their system block. Moving the date line out of it must keep
-/// that marker: a second conversation with the same system prompt then reads the prompt
-/// from cache (it shares nothing else with the first).
-#[tokio::test]
-async fn a_rewritten_system_block_keeps_the_clients_marker() {
-    let emulator = start_emulator().await;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = format!(
+fn shipped() -> std::path::PathBuf {
+    format!(
         "{}/policies/stabilize-volatile.toml",
         env!("CARGO_MANIFEST_DIR")
-    );
-    let proxy = start_proxy(policy_config(
-        &emulator.url(),
-        vec![policy.into()],
-        &dir.path().join("store"),
-    ))
-    .await;
-    let mut reads = Vec::new();
-    for (i, task) in ["Fix the flaky retry test.", "Rename the config loader."]
-        .iter()
-        .enumerate()
-    {
-        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
-            "system": [{"type": "text", "text": system(i * 20), "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": task}]});
-        let (status, answer) = post_anthropic(&proxy, &format!("conversation-{i}"), &body).await;
-        assert_eq!(status, 200, "{answer}");
-        reads.push(answer["usage"]["cache_read_input_tokens"].as_u64().unwrap());
-        emulator.advance_clock(std::time::Duration::from_secs(20));
-    }
-    assert!(
-        reads[1] > 1024,
-        "the second conversation reads the shared system prompt: {reads:?}"
-    );
-    proxy.shutdown().await;
-    emulator.shutdown().await;
+    )
+    .into()
+}
 
-    // On the wire: the block keeps its marker and every other byte but its text.
+/// Requests of one session through a proxy with `policies` in front of a fake upstream;
+/// the bodies the upstream received.
+async fn sent_upstream(
+    policies: Vec<std::path::PathBuf>,
+    store: &std::path::Path,
+    bodies: &[Value],
+) -> Vec<Value> {
     let upstream = FakeUpstream::start(Script::json(200, r#"{"content":[],"usage":{}}"#)).await;
-    let policy = format!(
-        "{}/policies/stabilize-volatile.toml",
+    let proxy = start_proxy(policy_config(&upstream.url(), policies, store)).await;
+    for body in bodies {
+        let (status, answer) = post_anthropic(&proxy, "held", body).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    proxy.shutdown().await;
+    upstream
+        .requests()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
+}
+
+/// A request of the session at second `second`, after `turns` earlier exchanges, its
+/// system block marked for an hour.
+fn request(second: usize, turns: usize) -> Value {
+    let mut messages = Vec::new();
+    for i in 0..=turns {
+        if i > 0 {
+            messages.push(json!({"role": "assistant", "content": format!("done {i}")}));
+        }
+        messages.push(json!({"role": "user", "content": format!("step {i}")}));
+    }
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+        "system": [{"type": "text", "text": system(second), "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        "messages": messages})
+}
+
+/// The first request goes as the client sent it, byte for byte; the next one, whose time
+/// line changed, keeps the first one's system block (marker and all) and tells the new
+/// time in a message after the conversation.
+#[tokio::test]
+async fn the_first_request_goes_as_sent_and_a_changed_line_keeps_the_held_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let bodies = [request(3, 0), request(9, 1)];
+    let sent = sent_upstream(vec![shipped()], &dir.path().join("store"), &bodies).await;
+    assert_eq!(
+        sent[0], bodies[0],
+        "nothing held yet: the request goes as sent"
+    );
+    assert_eq!(
+        sent[1]["system"], bodies[0]["system"],
+        "the held time line stays"
+    );
+    let messages = sent[1]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4, "the history and one tail message");
+    assert_eq!(
+        messages[3]["content"],
+        json!("Current date and time: 2026-11-22 00:17:09")
+    );
+}
+
+/// What the prefix holds is in the session log: a proxy started again on the same store
+/// goes on holding it. A hold is not a patch to replay: without the policy, the client's
+/// system prompt goes as sent.
+#[tokio::test]
+async fn a_restart_keeps_what_is_held_and_no_policy_holds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    sent_upstream(vec![shipped()], &store, &[request(3, 0)]).await;
+    let again = sent_upstream(vec![shipped()], &store, &[request(30, 1)]).await;
+    assert_eq!(again[0]["system"], request(3, 0)["system"]);
+    let auto = format!(
+        "{}/policies/anthropic-auto-breakpoints.toml",
         env!("CARGO_MANIFEST_DIR")
     );
-    let proxy = start_proxy(policy_config(
-        &upstream.url(),
-        vec![policy.into()],
-        &dir.path().join("store2"),
-    ))
-    .await;
-    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
-        "system": [{"type": "text", "text": system(3), "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
-        "messages": [{"role": "user", "content": "hi"}]});
-    post_anthropic(&proxy, "wire", &body).await;
-    let sent: Value = serde_json::from_slice(&upstream.requests()[0].body).unwrap();
-    let block = &sent["system"][0];
+    let without = sent_upstream(vec![auto.into()], &store, &[request(50, 2)]).await;
     assert_eq!(
-        block["cache_control"],
-        json!({"type": "ephemeral", "ttl": "1h"}),
-        "{block}"
+        without[0]["system"][0]["text"],
+        json!(system(50)),
+        "the held line is not replayed as a patch"
     );
-    assert!(!block["text"].as_str().unwrap().contains("Current date"));
-    proxy.shutdown().await;
 }

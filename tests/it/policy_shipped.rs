@@ -6,8 +6,8 @@ use serde_json::json;
 
 use cachet::patch::Op;
 use cachet::policy::{
-    load_policies, parse_policy, BreakpointMode, CacheTtl, ContextReason, Policy, PromptCacheKey,
-    TemplateVars,
+    load_policies, parse_policy, BreakpointMode, CacheTtl, ContextReason, Held, Policy,
+    PromptCacheKey,
 };
 
 fn shipped(name: &str) -> Policy {
@@ -18,34 +18,54 @@ fn shipped(name: &str) -> Policy {
     parse_policy(&path, &text).unwrap_or_else(|e| panic!("{e:?}"))
 }
 
-/// Run every ephemeral handler of `policy` over one system part, as the engine would:
-/// each handler sees the previous one's output.
-fn stabilize(policy: &Policy, system: &str) -> (String, Vec<String>) {
-    let mut text = system.to_string();
-    let mut tail = Vec::new();
-    for handler in policy.context_for(ContextReason::Ephemeral) {
-        let parts = vec![("base".to_string(), text.clone())];
-        let result = handler.result(&parts, &TemplateVars::default());
-        for op in &result.patch {
-            assert!(op.check_reason().is_ok(), "{op:?}");
-            match op {
-                Op::SystemPartSet {
+/// One session's requests through the `before_request` handlers of a policy, as the engine
+/// runs them: what each holding handler holds is kept between requests, as the session
+/// log keeps it.
+#[derive(Default)]
+struct Session {
+    held: std::collections::HashMap<String, Vec<(String, String)>>,
+}
+
+impl Session {
+    /// One request whose system prompt is `system`: the system prompt sent and the tail's
+    /// messages. `warm`: the cached prefix can still be read.
+    fn send(&mut self, policy: &Policy, system: &str, warm: bool) -> (String, Vec<String>) {
+        let mut text = system.to_string();
+        let mut tail = Vec::new();
+        for handler in policy.context_for(ContextReason::BeforeRequest) {
+            let lines = handler.holding().expect("every handler holds");
+            let parts = vec![("base".to_string(), text.clone())];
+            let held = self.held.entry(handler.transformer.clone()).or_default();
+            let ops = lines.hold_ops(&parts, Held { parts: held, warm });
+            for op in ops.persist.iter().chain(&ops.now) {
+                assert!(op.check_reason().is_ok(), "{op:?}");
+            }
+            for op in &ops.persist {
+                let Op::SystemPartSet {
                     part_name, text: t, ..
-                } => {
-                    assert_eq!(part_name, "base");
-                    text = t.clone();
-                }
-                Op::MessagesUncachedAppend { messages, .. } => {
-                    for m in messages {
-                        assert_eq!(m["role"], json!("user"));
-                        tail.push(m["content"].as_str().unwrap().to_string());
+                } = op
+                else {
+                    panic!("unexpected op {op:?}")
+                };
+                assert_eq!(t, &text, "what is held went as it is");
+                held.retain(|(n, _)| n != part_name);
+                held.push((part_name.clone(), t.clone()));
+            }
+            for op in &ops.now {
+                match op {
+                    Op::SystemPartSet { text: t, .. } => text = t.clone(),
+                    Op::MessagesUncachedAppend { messages, .. } => {
+                        for m in messages {
+                            assert_eq!(m["role"], json!("user"));
+                            tail.push(m["content"].as_str().unwrap().to_string());
+                        }
                     }
+                    other => panic!("unexpected op {other:?}"),
                 }
-                other => panic!("unexpected op {other:?}"),
             }
         }
+        (text, tail)
     }
-    (text, tail)
 }
 
 #[test]
@@ -76,16 +96,18 @@ fn auto_breakpoints_and_cache_key() {
     let p = shipped("anthropic-auto-breakpoints.toml");
     let b = p.breakpoints.unwrap();
     assert!(
-        !b.keep_warm,
-        "keep-warm sends requests of its own: off unless asked for"
+        b.keep_warm,
+        "without it, the first long pause of every session is written again"
     );
     assert_eq!((b.mode, b.ttl), (BreakpointMode::Auto, CacheTtl::Auto));
     let p = shipped("openai-cache-key.toml");
     assert_eq!(p.prompt_cache_key, Some(PromptCacheKey::Session));
 }
 
+/// pi up to 0.73.1 wrote the time of day: the session's first request goes as sent, the
+/// next ones keep its line and tell theirs in the tail.
 #[test]
-fn pi_date_and_time_leave_the_system_prompt() {
+fn pi_time_line_is_held_and_the_new_one_told_in_the_tail() {
     let p = shipped("stabilize-volatile.toml");
     let request = |time: &str| {
         format!(
@@ -94,59 +116,78 @@ fn pi_date_and_time_leave_the_system_prompt() {
              Current working directory: /home/me/project"
         )
     };
-    let (first, tail1) = stabilize(&p, &request("12:17:20"));
-    let (second, tail2) = stabilize(&p, &request("12:18:05"));
-    assert_eq!(first, second, "the cached system prompt must not change");
+    let mut session = Session::default();
+    let first = session.send(&p, &request("12:17:20"), false);
+    assert_eq!(first, (request("12:17:20"), vec![]), "goes as sent");
+    let (second, tail) = session.send(&p, &request("12:18:05"), true);
     assert_eq!(
-        first,
-        "You are an expert coding assistant.\n\nGuidelines:\n- Be concise\n\n\
-         Current working directory: /home/me/project"
+        second,
+        request("12:17:20"),
+        "the cached system prompt holds"
     );
     assert_eq!(
-        tail1,
-        vec!["Current date and time: Sunday, November 22, 2026 at 12:17:20 AM UTC"]
+        tail,
+        vec!["Current date and time: Sunday, November 22, 2026 at 12:18:05 AM UTC"]
     );
-    assert_ne!(tail1, tail2);
+    // Once the prefix went cold, the client's line is sent, and held from then on.
+    let cold = session.send(&p, &request("12:48:05"), false);
+    assert_eq!(cold, (request("12:48:05"), vec![]));
+    assert_eq!(
+        session.send(&p, &request("12:48:05"), true).1,
+        Vec::<String>::new()
+    );
 }
 
+/// Claude Code's `Today's date` and `gitStatus:` section: the same day and status change
+/// nothing; a new day and status keep the held ones and are told in the tail.
 #[test]
-fn claude_code_env_date_and_git_status_leave_the_system_prompt() {
+fn claude_code_env_date_and_git_status_are_held() {
     let p = shipped("stabilize-volatile.toml");
-    let system = "You are Claude Code, Anthropic's official CLI for Claude.\n\n\
+    let system = |day: u32, status: &str| {
+        format!(
+            "You are Claude Code, Anthropic's official CLI for Claude.\n\n\
         Here is useful information about the environment you are running in:\n<env>\n\
         Working directory: /home/me/project\nIs directory a git repo: Yes\nPlatform: linux\n\
-        Today's date: 2026-11-22\n</env>\nYou are powered by the model claude-sonnet-4-5.\n\n\
+        Today's date: 2026-11-{day}\n</env>\nYou are powered by the model claude-sonnet-4-5.\n\n\
         gitStatus: This is the git status at the start of the conversation.\n\
-        Current branch: main\n\nStatus:\nM src/lib.rs\n\nRecent commits:\nabc1234 Fix tap\n";
-    let (kept, tail) = stabilize(&p, system);
-    assert_eq!(
-        kept,
-        "You are Claude Code, Anthropic's official CLI for Claude.\n\n\
-         Here is useful information about the environment you are running in:\n<env>\n\
-         Working directory: /home/me/project\nIs directory a git repo: Yes\nPlatform: linux\n\
-         </env>\nYou are powered by the model claude-sonnet-4-5.\n"
-    );
+        Current branch: main\n\nStatus:\n{status}\n\nRecent commits:\nabc1234 Fix tap\n"
+        )
+    };
+    let mut session = Session::default();
+    let monday = system(22, "M src/lib.rs");
+    assert_eq!(session.send(&p, &monday, false), (monday.clone(), vec![]));
+    assert_eq!(session.send(&p, &monday, true), (monday.clone(), vec![]));
+    let (kept, tail) = session.send(&p, &system(23, "M src/main.rs"), true);
+    assert_eq!(kept, monday);
     assert_eq!(tail.len(), 2);
-    assert_eq!(tail[0], "Today's date: 2026-11-22");
+    assert_eq!(tail[0], "Today's date: 2026-11-23");
     assert!(
-        tail[1].starts_with("gitStatus: This is the git status"),
+        tail[1].starts_with("gitStatus: This is the git status")
+            && tail[1].contains("M src/main.rs"),
         "{}",
         tail[1]
     );
-    assert!(tail[1].ends_with("abc1234 Fix tap"), "{}", tail[1]);
 }
 
 #[test]
-fn iso_timestamps_move_and_stable_prompts_are_untouched() {
+fn iso_timestamps_are_held_and_stable_prompts_are_untouched() {
     let p = shipped("stabilize-volatile.toml");
-    let (kept, tail) = stabilize(
+    let mut session = Session::default();
+    let first = "Rules.\nSnapshot taken 2026-11-22T00:17:20Z by ci\nEnd.";
+    assert_eq!(session.send(&p, first, false), (first.to_string(), vec![]));
+    let (kept, tail) = session.send(
         &p,
-        "Rules.\nSnapshot taken 2026-11-22T00:17:20Z by ci\nEnd.",
+        "Rules.\nSnapshot taken 2026-11-22T00:19:02Z by ci\nEnd.",
+        true,
     );
-    assert_eq!(kept, "Rules.\nEnd.");
-    assert_eq!(tail, vec!["Snapshot taken 2026-11-22T00:17:20Z by ci"]);
+    assert_eq!(kept, first);
+    assert_eq!(tail, vec!["Snapshot taken 2026-11-22T00:19:02Z by ci"]);
     let stable = "You are a helpful assistant.\nAlways answer in English.";
-    assert_eq!(stabilize(&p, stable), (stable.to_string(), vec![]));
+    let mut session = Session::default();
+    for warm in [false, true] {
+        assert_eq!(session.send(&p, stable, warm), (stable.to_string(), vec![]));
+    }
+    assert!(session.held.values().all(Vec::is_empty), "nothing to hold");
     assert!(Path::new(&p.source_file).exists());
 }
 

@@ -118,13 +118,20 @@ async fn a_gzip_body_shaped_by_a_policy_goes_upstream_decoded() {
     ))
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let policy = format!(
-        "{}/policies/stabilize-volatile.toml",
-        env!("CARGO_MANIFEST_DIR")
+    // A policy that changes every request: the date line leaves the system prompt.
+    let policy = policy_file(
+        dir.path(),
+        "move",
+        r#"
+name = "move-dates"
+[[context]]
+reason = "ephemeral"
+transform = { move_lines = { pattern = '(?m)^Current date:.*$' }, invalidateCacheReason = "move the date" }
+"#,
     );
     let proxy = start_proxy(policy_config(
         &upstream.url(),
-        vec![policy.into()],
+        vec![policy],
         &dir.path().join("store"),
     ))
     .await;

@@ -72,8 +72,52 @@ fn json_output_has_every_arm_and_field() {
         "pinned memory keeps the prefix"
     );
     assert!(arms[2]["break_reasons"].is_object());
+    // The guard: each request a shaping arm paid more for than the recorded arm did.
+    assert!(arms[0].get("losses").is_none(), "the client alone has none");
+    for arm in &arms[1..] {
+        let losses = arm["losses"].as_array().unwrap();
+        assert!(!losses.is_empty(), "the notes cost more: {arm}");
+        for loss in losses {
+            assert!(loss["cost_usd"].as_f64() > loss["client_cost_usd"].as_f64());
+        }
+    }
     let svg = std::fs::read_to_string(&chart).unwrap();
     assert_eq!(svg.matches("<polyline").count(), 6);
+}
+
+/// The guard under the table names the requests an arm paid more for than the client
+/// alone, with the client alone replayed for it when no arm is.
+#[test]
+fn the_guard_lists_the_requests_that_cost_more_than_the_client_alone() {
+    let out = cachet(&[
+        "replay",
+        "tests/data/traces/pi-anthropic.jsonl.gz",
+        "--arm",
+        "1h=tests/data/traces/arms/ttl-1h.toml",
+        "--arm",
+        "5m=tests/data/traces/arms/ttl-5m.toml",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    let guard = table
+        .split_once("requests that cost more than the client alone (the requests as recorded):\n")
+        .expect("the guard")
+        .1;
+    let line = |arm: &str| {
+        guard
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{arm} ")))
+            .unwrap_or_else(|| panic!("no line for {arm}: {table}"))
+            .to_string()
+    };
+    // Every 1h write costs more than the client's 5m one; pi's own markers are 5m, so the
+    // 5m arm pays what the client paid.
+    assert!(line("1h").contains(" of 39, +$"), "{table}");
+    assert!(line("5m").ends_with("none"), "{table}");
 }
 
 #[test]

@@ -8,8 +8,10 @@
 //! 4. the client's own markers, latest first (they match what earlier requests wrote);
 //! 5. where this request added more blocks than the provider's 20-block lookback reaches
 //!    (many tool calls in one step, a prompt with many attachments), a marker at the end of
-//!    the previous request's last message, so its entry is read again. Only there: a
-//!    marker that reads nothing more is not placed.
+//!    the previous request's last message, so its entry is read again (or, when the
+//!    provider drops thinking that request kept, at the end of what it still sees as that
+//!    request sent it, `CompileOptions::kept_history`). Only there: a marker that reads
+//!    nothing more is not placed.
 //!
 //! A block is skipped when its prefix is below the model's minimum cacheable length, and
 //! when the provider ignores it (a message block before the last compaction block); the
@@ -219,7 +221,11 @@ fn effective_mode(env: &Envelope, slots: &[Slot<'_>], mode: BreakpointMode) -> B
 
 /// The mode that applies (see [`effective_mode`]) and the markers it changes, from one
 /// reading of the blocks.
-pub(crate) fn plan(env: &Envelope, requested: BreakpointMode) -> (BreakpointMode, Plan) {
+pub(crate) fn plan(
+    env: &Envelope,
+    requested: BreakpointMode,
+    kept_history: Option<usize>,
+) -> (BreakpointMode, Plan) {
     if requested == BreakpointMode::Preserve {
         return (requested, Plan::default());
     }
@@ -228,7 +234,7 @@ pub(crate) fn plan(env: &Envelope, requested: BreakpointMode) -> (BreakpointMode
     let wanted: Vec<Option<Ttl>> = match mode {
         BreakpointMode::Preserve => return (mode, Plan::default()),
         BreakpointMode::Strip => vec![None; slots.len()],
-        BreakpointMode::Auto { ttl } => auto(env, &slots, ttl),
+        BreakpointMode::Auto { ttl } => auto(env, &slots, ttl, kept_history),
     };
     let mut plan = Plan::default();
     for (slot, want) in slots.iter().zip(wanted) {
@@ -251,11 +257,20 @@ pub(crate) fn plan(env: &Envelope, requested: BreakpointMode) -> (BreakpointMode
 /// The slots (first, last) of the history message the previous request of this
 /// conversation ended with: the one before the latest model message (a tool loop's
 /// previous tool result, or the last tool result before the previous turn's answer). In
-/// `auto` mode that request's last marker sat on its last markable block.
-fn previous_request_end(env: &Envelope, slots: &[Slot<'_>]) -> Option<(usize, usize)> {
+/// `auto` mode that request's last marker sat on its last markable block. With
+/// `kept_history`, the last message before it whose slots the provider still matches.
+fn previous_request_end(
+    env: &Envelope,
+    slots: &[Slot<'_>],
+    kept_history: Option<usize>,
+) -> Option<(usize, usize)> {
     let kinds = env.history_kinds();
     let model = kinds.iter().rposition(|k| k.from_model)?;
-    let message = kinds[..model].iter().rposition(|k| !k.from_model)?;
+    let ended = kinds[..model].iter().rposition(|k| !k.from_model)?;
+    let message = match kept_history {
+        Some(kept) if kept <= ended => kept.checked_sub(1)?,
+        _ => ended,
+    };
     let first = slots
         .iter()
         .position(|s| matches!(s.loc, Loc::Msg(i, _) if i == message))?;
@@ -282,7 +297,12 @@ fn ignored_history(slots: &[Slot<'_>]) -> std::ops::Range<usize> {
     first_message..start
 }
 
-fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
+fn auto(
+    env: &Envelope,
+    slots: &[Slot<'_>],
+    ttl: Ttl,
+    kept_history: Option<usize>,
+) -> Vec<Option<Ttl>> {
     let min_tokens = crate::models::lookup(&env.meta.model)
         .map(|m| m.min_cacheable_tokens)
         .unwrap_or(DEFAULT_MIN_TOKENS);
@@ -325,7 +345,7 @@ fn auto(env: &Envelope, slots: &[Slot<'_>], ttl: Ttl) -> Vec<Option<Ttl>> {
         .filter(|&k| slots[k].block.marker.is_some() && slots[k].block.markable)
         .filter(|&k| min.reached(k))
         .collect();
-    if let (Some(at), Some((first, end))) = (last, previous_request_end(env, slots)) {
+    if let (Some(at), Some((first, end))) = (last, previous_request_end(env, slots, kept_history)) {
         // The previous request of this conversation wrote its entry at the end of its
         // last message. When this request added more blocks than the lookback reaches (a
         // step with many tool calls, a prompt with many attachments), a marker there reads

@@ -219,6 +219,48 @@ pub fn thinking_settings(env: &crate::envelope::Envelope) -> Map<String, Value> 
     request
 }
 
+/// The beta of interleaved thinking (thinking between tool calls), which pi and Claude Code
+/// send on every request.
+pub const INTERLEAVED_THINKING_BETA: &str = "interleaved-thinking-2025-05-14";
+/// The smallest thinking budget the API takes.
+pub const MIN_THINKING_BUDGET: u64 = 1024;
+
+/// The `budget_tokens` of a request that thinks on a budget (`thinking.type: "enabled"`).
+pub fn thinking_budget(request: &Value) -> Option<&Value> {
+    let thinking = request.get("thinking")?;
+    (thinking.get("type").and_then(Value::as_str) == Some("enabled"))
+        .then(|| thinking.get("budget_tokens").unwrap_or(&Value::Null))
+}
+
+/// Whether a request's thinking budget may exceed its `max_tokens`: "`budget_tokens` must
+/// be set to a value less than `max_tokens`. However, when using interleaved thinking with
+/// tools, you can exceed this limit, as the token limit becomes your entire context window"
+/// (platform.claude.com, Extended thinking). `betas` is the `anthropic-beta` header.
+pub fn budget_may_exceed_max_tokens(betas: Option<&str>, has_tools: bool) -> bool {
+    has_tools && betas.is_some_and(|b| b.split(',').any(|b| b.trim() == INTERLEAVED_THINKING_BETA))
+}
+
+/// The 400 the API answers for a request's thinking budget, if any: at least 1024, and
+/// below `max_tokens` unless interleaved with tools ([`budget_may_exceed_max_tokens`]).
+pub fn thinking_budget_error(request: &Value, betas: Option<&str>) -> Option<String> {
+    let budget = thinking_budget(request)?;
+    let Some(budget) = budget.as_u64() else {
+        return Some("thinking.enabled.budget_tokens: Field required".into());
+    };
+    if budget < MIN_THINKING_BUDGET {
+        return Some(format!(
+            "thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}"
+        ));
+    }
+    let has_tools = request
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty());
+    let max_tokens = request.get("max_tokens").and_then(Value::as_u64)?;
+    (budget >= max_tokens && !budget_may_exceed_max_tokens(betas, has_tools))
+        .then(|| "`max_tokens` must be greater than `thinking.budget_tokens`".to_string())
+}
+
 /// The order the provider's prompt cache keys on.
 pub const CACHE_KEY_ORDER: [Section; 3] = [Section::Tools, Section::System, Section::Messages];
 

@@ -103,8 +103,8 @@ impl Wire for Messages {
         }
     }
 
-    fn plan_markers(&self, env: &Envelope, requested: BreakpointMode) -> (BreakpointMode, Plan) {
-        markers::plan(env, requested)
+    fn plan_markers(&self, env: &Envelope, opts: &CompileOptions) -> (BreakpointMode, Plan) {
+        markers::plan(env, opts.breakpoints, opts.kept_history)
     }
 
     fn option_edits(

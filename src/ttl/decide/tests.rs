@@ -164,3 +164,81 @@ fn the_chance_of_ending_a_turn_follows_the_earlier_turns() {
     let inside = end_chance(&kinds(&[4, 4], 5));
     assert!(at_end > 0.5 && inside < 0.2, "{at_end} {inside}");
 }
+
+/// A session of a short first turn and longer ones, with long tool results, on Haiku 4.5
+/// (4096 tokens at least are cached) with thinking on a budget when `thinking`: each
+/// assistant message carries a thinking block.
+fn decision_with(thinking: bool, index: usize) -> TtlDecision {
+    let turns = [2, 6, 6];
+    let reqs: Vec<(Vec<Value>, u64)> = requests(&turns)
+        .into_iter()
+        .map(|(messages, turn)| {
+            let messages = messages
+                .into_iter()
+                .map(|mut m| {
+                    let from_model = m["role"] == "assistant";
+                    if let Some(Value::Array(blocks)) = m.get_mut("content") {
+                        for b in blocks.iter_mut() {
+                            if b["type"] == "tool_result" {
+                                b["content"] = json!("fn main() { run(); }\n".repeat(200));
+                            }
+                        }
+                        if thinking && from_model {
+                            blocks.insert(0, json!({"type": "thinking", "thinking": "Next.", "signature": "sig"}));
+                        }
+                    }
+                    m
+                })
+                .collect();
+            (messages, turn)
+        })
+        .collect();
+    let times = times(&turns, 8 * MINUTE);
+    // No usage recorded: sizes at the default bytes per token.
+    let entries = log(&reqs[..index], &times[..index])
+        .into_iter()
+        .map(|e| match e {
+            Entry::Request(r) => Entry::Request(RequestRecord { usage: None, ..r }),
+            other => other,
+        })
+        .collect::<Vec<_>>();
+    let log = crate::session::log::SessionLog::from(entries);
+    let (messages, _) = &reqs[index];
+    let mut body = json!({"model": "claude-haiku-4-5", "max_tokens": 9000,
+        "system": "Be brief.", "messages": messages});
+    if thinking {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": 4096});
+    }
+    let env = crate::providers::parse_envelope(
+        Endpoint::Messages,
+        Bytes::from(serde_json::to_vec(&body).unwrap()),
+    )
+    .unwrap();
+    decide(
+        &env,
+        &Inputs {
+            log: &log,
+            history: &PrefixHashes::new(messages),
+            now_ms: times[index],
+            keep_warm_after_secs: None,
+        },
+    )
+    .unwrap()
+}
+
+/// A 1h write at a turn's end is read by the next turn only as far as that turn keeps the
+/// prefix: on a model that drops the turn's thinking, the history before the turn's
+/// prompt. Here that is below the model's minimum, so nothing a 1h write holds can be read
+/// and the request writes for 5 minutes; without thinking the whole prefix is read.
+#[test]
+fn a_one_hour_write_is_chosen_only_where_the_next_turn_can_read_it() {
+    // The last request of the second turn, after an 8-minute pause.
+    let plain = decision_with(false, 7);
+    assert_eq!(plain.ttl, MarkTtl::OneHour, "{plain:?}");
+    let thinking = decision_with(true, 7);
+    assert_eq!(thinking.ttl, MarkTtl::FiveMinutes, "{thinking:?}");
+    assert!(
+        thinking.late_reuse >= 0.5,
+        "a late reuse is as likely: {thinking:?}"
+    );
+}

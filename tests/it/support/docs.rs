@@ -84,6 +84,29 @@ pub fn read(file: &str) -> String {
     std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
+/// The rows of the Markdown table under the header line `header` in `file`: the name in
+/// backticks of each row's first cell, and its other cells, trimmed.
+pub fn table(file: &str, header: &str) -> Vec<(String, Vec<String>)> {
+    let page = read(file);
+    let start = page
+        .find(header)
+        .unwrap_or_else(|| panic!("{file}: no table `{header}`"));
+    page[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<String> = line.split('|').map(|c| c.trim().to_string()).collect();
+            let name = cells[1]
+                .split('`')
+                .nth(1)
+                .unwrap_or_else(|| panic!("{file}: no name in `{line}`"))
+                .to_string();
+            (name, cells[2..cells.len() - 1].to_vec())
+        })
+        .collect()
+}
+
 /// The fenced blocks of one file.
 pub fn blocks(file: &str) -> Vec<Block> {
     let text = read(file);

@@ -1,6 +1,7 @@
 //! Test support: a scriptable fake upstream and a proxy started on port 0.
 #![allow(dead_code)]
 
+pub mod agent_sessions;
 pub mod browser;
 pub mod docs;
 pub mod otlp;
