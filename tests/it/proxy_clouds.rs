@@ -4,6 +4,19 @@
 //! with the AWS credentials it holds (the emulator checks the signature as Bedrock does),
 //! reads the answers' usage from Bedrock's event stream and Vertex's SSE, and counts them
 //! under the cloud's provider label.
+//!
+//! Provider facts these tests hold (checked against the providers' documentation):
+//! - Claude Code's gateway setup (docs.anthropic.com, Claude Code, "LLM gateway"):
+//!   `ANTHROPIC_BEDROCK_BASE_URL` with `CLAUDE_CODE_SKIP_BEDROCK_AUTH=1` when the gateway holds
+//!   the AWS credentials; `ANTHROPIC_VERTEX_BASE_URL=https://gateway/.../v1` with
+//!   `CLAUDE_CODE_SKIP_VERTEX_AUTH=1`, `ANTHROPIC_VERTEX_PROJECT_ID`, `CLOUD_ML_REGION`.
+//! - Vertex (docs.anthropic.com, "Claude on Vertex AI"): the model is not in the body but in
+//!   the endpoint URL; `anthropic_version` is in the body and must be `vertex-2023-10-16`.
+//! - Bedrock InvokeModel (AWS, "Anthropic Claude Messages API"): `anthropic_version` must be
+//!   `bedrock-2023-05-31`; InvokeModelWithResponseStream answers an event stream whose
+//!   events are `chunk` with `{"bytes": ...}` (boto3 reference, `invoke_model_with_response_stream`).
+//! - Converse `TokenUsage` (AWS Bedrock prompt caching): `inputTokens` is the input outside
+//!   the cache, `cacheReadInputTokens` and `cacheWriteInputTokens` beside it.
 
 use bytes::Bytes;
 use cachet::providers::bedrock::eventstream;
