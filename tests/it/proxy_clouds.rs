@@ -356,3 +356,43 @@ async fn converse_streams_are_signed_and_their_usage_counted() {
     );
     proxy.shutdown().await;
 }
+
+/// Holding AWS credentials is holding a key: cachet will not start as an open relay, and
+/// with client keys a Bedrock request without one is refused before anything goes upstream;
+/// with one, it goes upstream signed by cachet (the emulator checks the signature).
+#[tokio::test]
+async fn client_keys_guard_the_aws_credentials_cachet_holds() {
+    let emulator = emulator_checking_signatures().await;
+    let mut config = cloud_config(&emulator.url(), true);
+    config.server.allow_open_relay = false;
+    let refused = cachet::server::spawn(config.clone()).await.err();
+    assert!(
+        refused.is_some_and(|e| e.to_string().contains("upstream.aws_credentials")),
+        "an open relay holding AWS credentials was started"
+    );
+    std::env::set_var("CACHET_IT_CLOUD_TEAM_KEY", "ck-cloud-team-0123456789");
+    config
+        .server
+        .client_keys
+        .push(cachet::config::ClientKeyConfig {
+            name: "team".into(),
+            key_env: "CACHET_IT_CLOUD_TEAM_KEY".into(),
+        });
+    let proxy = start_proxy(config).await;
+    let url = format!("http://{}/model/{BEDROCK_MODEL}/invoke", proxy.addr);
+    let (status, _, _) = post(url.clone(), bedrock_body(2)).await;
+    assert_eq!(status, 401);
+    assert!(emulator.accounted().is_empty(), "nothing was forwarded");
+    // Claude Code presents the key in `ANTHROPIC_CUSTOM_HEADERS` (`x-api-key`).
+    let resp = client()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("x-api-key", "ck-cloud-team-0123456789")
+        .body(bedrock_body(2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(emulator.accounted().len(), 1);
+    proxy.shutdown().await;
+}
