@@ -396,3 +396,53 @@ async fn client_keys_guard_the_aws_credentials_cachet_holds() {
     assert_eq!(emulator.accounted().len(), 1);
     proxy.shutdown().await;
 }
+
+/// The emulator refuses what the clouds refuse: an InvokeModel body naming `model` (the path
+/// names it) or without `anthropic_version: "bedrock-2023-05-31"`, as Bedrock's
+/// `ValidationException`; a Vertex body without `anthropic_version: "vertex-2023-10-16"`, in
+/// Google's error shape.
+#[tokio::test]
+async fn the_emulator_refuses_bodies_the_clouds_refuse() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let emulator = cachet::emulator::spawn(listener, Default::default())
+        .await
+        .unwrap();
+    let invoke = format!("{}/model/{BEDROCK_MODEL}/invoke", emulator.url());
+    let mut named = claude_code(2);
+    named.insert("anthropic_version".into(), json!("bedrock-2023-05-31"));
+    let mut unversioned = claude_code(2);
+    unversioned.remove("model");
+    unversioned.remove("stream");
+    for body in [named, unversioned] {
+        let resp = client()
+            .post(&invoke)
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 400);
+        assert_eq!(resp.headers()["x-amzn-errortype"], "ValidationException");
+        let error: Value = resp.json().await.unwrap();
+        assert!(error["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Malformed input request"));
+    }
+    let mut vertex = claude_code(2);
+    vertex.remove("model");
+    let resp = client()
+        .post(format!(
+            "{}/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-opus-5-5:rawPredict",
+            emulator.url()
+        ))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&vertex).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let error: Value = resp.json().await.unwrap();
+    assert_eq!(error["error"]["status"], "INVALID_ARGUMENT");
+    assert!(emulator.accounted().is_empty());
+}
