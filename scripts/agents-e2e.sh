@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real agents through cachet, end to end: pi (its three APIs), Claude Code (API key and
-# subscription token), Codex and the Python SDKs, each for two turns of a scripted tool loop
+# subscription token), Codex, Gemini CLI and the Python SDKs, each for two turns of a scripted tool loop
 # against `cachet serve` in front of `cachet emulate`, without a policy and with each shipped
 # policy that matches it; then longer sessions (compactions, switches of model, two sessions
 # side by side, interrupts mid-stream, a paced OpenAI session). See tests/e2e/run.py for the
@@ -17,6 +17,7 @@ PI_VERSION=1.6.0  # @earendil-works/pi-coding-agent (0.73.1 and earlier: @marioz
 NODE_VERSION=22.23.3  # pi 1.x needs Node.js 22.19 or later; npm's `node` package carries it
 CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
+GEMINI_CLI_VERSION=0.61.0  # @google/gemini-cli
 ANTHROPIC_SDK_VERSION=2.14.0
 OPENAI_SDK_VERSION=3.57.0
 ZSTANDARD_VERSION=0.25.0  # decodes what Codex signed in with ChatGPT sends, for the checks
@@ -32,15 +33,17 @@ installed_version() { # package folder -> version, or nothing
 if [ "$(installed_version @earendil-works/pi-coding-agent)" != "$PI_VERSION" ] ||
    [ "$(installed_version @anthropic-ai/claude-code)" != "$CLAUDE_CODE_VERSION" ] ||
    [ "$(installed_version @openai/codex)" != "$CODEX_VERSION" ] ||
+   [ "$(installed_version @google/gemini-cli)" != "$GEMINI_CLI_VERSION" ] ||
    [ "$(installed_version node)" != "$NODE_VERSION" ]; then
-  echo "installing pi $PI_VERSION, Claude Code $CLAUDE_CODE_VERSION, Codex $CODEX_VERSION and Node.js $NODE_VERSION into $NODE_DIR"
+  echo "installing pi $PI_VERSION, Claude Code $CLAUDE_CODE_VERSION, Codex $CODEX_VERSION, Gemini CLI $GEMINI_CLI_VERSION and Node.js $NODE_VERSION into $NODE_DIR"
   # Exactly the pinned set: an older pi under its former name would install a second `pi`.
   rm -f "$NODE_DIR/package.json" "$NODE_DIR/package-lock.json"
   (cd "$NODE_DIR" && npm install --prefix . --no-audit --no-fund --loglevel=error \
     "node@$NODE_VERSION" \
     "@earendil-works/pi-coding-agent@$PI_VERSION" \
     "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" \
-    "@openai/codex@$CODEX_VERSION")
+    "@openai/codex@$CODEX_VERSION" \
+    "@google/gemini-cli@$GEMINI_CLI_VERSION")
 fi
 # The clients run on that Node.js, whatever the machine's own is.
 export PATH="$NODE_DIR/node_modules/.bin:$PATH"

@@ -75,6 +75,9 @@ pub struct ServeArgs {
     /// [default: https://chatgpt.com/backend-api/codex].
     #[arg(long, value_name = "URL")]
     pub chatgpt_upstream: Option<String>,
+    /// Gemini API upstream base URL [default: https://generativelanguage.googleapis.com].
+    #[arg(long, value_name = "URL")]
+    pub gemini_upstream: Option<String>,
     /// Amazon Bedrock Runtime upstream base URL [default: the regional endpoint,
     /// https://bedrock-runtime.{region}.amazonaws.com].
     #[arg(long, value_name = "URL")]

@@ -61,6 +61,11 @@ pub struct ServerConfig {
     /// Environment variable holding a bearer token the admin listener requires (all routes
     /// but `/healthz` and `/readyz`).
     pub admin_token_env: Option<String>,
+    /// Proxy the Responses API's WebSocket mode (`GET /v1/responses` upgraded, as Codex
+    /// asks first). Off, the upgrade is answered 426 and clients fall back to HTTP.
+    pub websocket: bool,
+    /// A socket with no message either way for this long is closed (code 1001).
+    pub websocket_idle_timeout_secs: u64,
 }
 
 /// One `[[server.client_keys]]` entry: a name (the `key` metric label and the session
@@ -87,6 +92,8 @@ impl Default for ServerConfig {
             client_keys: Vec::new(),
             allow_open_relay: false,
             admin_token_env: None,
+            websocket: true,
+            websocket_idle_timeout_secs: 900,
         }
     }
 }
@@ -101,6 +108,8 @@ pub struct UpstreamConfig {
     /// Base URL of the ChatGPT backend, where OpenAI-family requests signed in with ChatGPT
     /// (Codex's `chatgpt-account-id`) go instead of `openai`.
     pub chatgpt: String,
+    /// Base URL of Google's Gemini API (`/v1beta/...` requests).
+    pub gemini: String,
     /// Base URL of Amazon Bedrock Runtime (`/model/{modelId}/...`); unset: the regional
     /// endpoint `https://bedrock-runtime.{region}.amazonaws.com` of the region cachet signs
     /// for (`AWS_REGION`, the profile's, else `us-east-1`).
@@ -127,6 +136,9 @@ pub struct UpstreamConfig {
     pub anthropic_api_key_env: Option<String>,
     /// Same for OpenAI.
     pub openai_api_key_env: Option<String>,
+    /// Same for the Gemini API (sent as `x-goog-api-key`; a client's `key=` parameter is
+    /// then removed).
+    pub gemini_api_key_env: Option<String>,
     /// Name of an environment variable holding a Google access token that cachet sends to
     /// Vertex AI (`authorization: Bearer`) instead of the client's.
     pub vertex_token_env: Option<String>,
@@ -166,6 +178,7 @@ impl UpstreamConfig {
     pub fn holds_credentials(&self) -> bool {
         self.anthropic_api_key_env.is_some()
             || self.openai_api_key_env.is_some()
+            || self.gemini_api_key_env.is_some()
             || self.vertex_token_env.is_some()
             || self.aws_credentials.is_some()
             || self.aws_profile.is_some()
@@ -207,6 +220,7 @@ impl Default for UpstreamConfig {
             anthropic: "https://api.anthropic.com".into(),
             openai: "https://api.openai.com".into(),
             chatgpt: crate::providers::openai_responses::CHATGPT_CODEX_BASE_URL.into(),
+            gemini: crate::providers::gemini::DEFAULT_BASE_URL.into(),
             bedrock: None,
             vertex: None,
             aws_credentials: None,
@@ -216,6 +230,7 @@ impl Default for UpstreamConfig {
             idle_timeout_ms: 300_000,
             anthropic_api_key_env: None,
             openai_api_key_env: None,
+            gemini_api_key_env: None,
             vertex_token_env: None,
             client: UpstreamClientKind::default(),
         }
@@ -290,6 +305,7 @@ impl Config {
             ("upstream.anthropic", &self.upstream.anthropic),
             ("upstream.openai", &self.upstream.openai),
             ("upstream.chatgpt", &self.upstream.chatgpt),
+            ("upstream.gemini", &self.upstream.gemini),
         ]
         .into_iter()
         .chain(optional)

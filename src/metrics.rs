@@ -113,6 +113,25 @@ impl Drop for InFlight {
     }
 }
 
+/// `cachet_websocket_events_total`'s `event` label: a socket `opened`, an upgrade
+/// `refused` (426 to the client), and how each socket ended: `client_closed`,
+/// `upstream_closed`, `client_gone` and `upstream_gone` (without a close frame),
+/// `oversized` (a message over the limit), `bad_frame` (a protocol error), `idle_timeout`,
+/// `upstream_stalled` (nothing of an answer for `upstream.idle_timeout_ms`), `shutdown`.
+pub const WEBSOCKET_EVENTS: [&str; 11] = [
+    "opened",
+    "refused",
+    "client_closed",
+    "upstream_closed",
+    "client_gone",
+    "upstream_gone",
+    "oversized",
+    "bad_frame",
+    "idle_timeout",
+    "upstream_stalled",
+    "shutdown",
+];
+
 pub struct Metrics {
     registry: Registry,
     pub requests: IntCounterVec,
@@ -152,6 +171,8 @@ pub struct Metrics {
     /// Generation bodies by how they were read: `incremental` (from where they stop
     /// repeating a remembered body) or `full`.
     pub body_reads: IntCounterVec,
+    /// The Responses API's WebSocket mode, by `event` (see [`WEBSOCKET_EVENTS`]).
+    pub websocket_events: IntCounterVec,
     in_flight: IntGauge,
     models: LabelSet,
     route_timers: [[OnceLock<RouteTimers>; ENDPOINTS.len()]; PROVIDERS.len()],
@@ -345,6 +366,15 @@ impl Metrics {
                     &["path"]);
                 for path in ["incremental", "full"] {
                     c.with_label_values(&[path]);
+                }
+                c
+            },
+            websocket_events: {
+                let c = counter(r, "cachet_websocket_events_total",
+                    "The Responses API's WebSocket mode: sockets opened, refused (upgrade refused by the upstream or unreachable: the client got a 426), and how they ended.",
+                    &["event"]);
+                for event in WEBSOCKET_EVENTS {
+                    c.with_label_values(&[event]);
                 }
                 c
             },

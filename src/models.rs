@@ -64,6 +64,10 @@ pub struct ModelInfo {
     /// standard rates.
     #[serde(default)]
     pub fast_factor: Option<f64>,
+    /// Gemini: the storage price of an explicit cache (`cachedContents`), USD per million
+    /// tokens per hour.
+    #[serde(default)]
+    pub cache_storage_per_hour: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -190,10 +194,11 @@ impl ModelTable {
         for info in rows {
             if !matches!(
                 info.provider.as_str(),
-                "anthropic" | "openai" | "bedrock" | "vertex"
+                "anthropic" | "openai" | "gemini" | "bedrock" | "vertex"
             ) {
                 return Err(format!(
-                    "model `{}`: provider must be `anthropic`, `openai`, `bedrock` or `vertex`, not `{}`",
+                    "model `{}`: provider must be `anthropic`, `openai`, `gemini`, `bedrock` or \
+                     `vertex`, not `{}`",
                     info.pattern, info.provider
                 ));
             }

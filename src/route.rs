@@ -26,6 +26,8 @@ impl Section {
 pub enum Provider {
     Anthropic,
     OpenAi,
+    /// Google's Gemini API (`/v1beta/models/{model}:generateContent`).
+    Gemini,
     /// Amazon Bedrock Runtime: Claude by `InvokeModel` (Anthropic bodies) and `Converse`.
     Bedrock,
     /// Google Vertex AI's Anthropic publisher models (`:rawPredict`, `:streamRawPredict`).
@@ -34,9 +36,10 @@ pub enum Provider {
 
 impl Provider {
     /// Every provider family.
-    pub const ALL: [Provider; 4] = [
+    pub const ALL: [Provider; 5] = [
         Provider::Anthropic,
         Provider::OpenAi,
+        Provider::Gemini,
         Provider::Bedrock,
         Provider::Vertex,
     ];
@@ -45,6 +48,7 @@ impl Provider {
         match self {
             Provider::Anthropic => "anthropic",
             Provider::OpenAi => "openai",
+            Provider::Gemini => "gemini",
             Provider::Bedrock => "bedrock",
             Provider::Vertex => "vertex",
         }
@@ -76,6 +80,14 @@ pub enum Endpoint {
     RawPredict,
     /// `GET /v1/models` (either family).
     Models,
+    /// Gemini `POST /v1beta/models/{model}:generateContent` and
+    /// `:streamGenerateContent` (the model is in the path; the path says whether the
+    /// answer streams).
+    GenerateContent,
+    /// Gemini `POST /v1beta/models/{model}:countTokens`.
+    GeminiCountTokens,
+    /// Gemini `/v1beta/cachedContents` (explicit caches: create, list, get, update, delete).
+    CachedContents,
     /// Any other `/v1/...` path: forwarded untouched.
     Other,
 }
@@ -92,6 +104,9 @@ impl Endpoint {
             Endpoint::Converse => "converse",
             Endpoint::RawPredict => "raw_predict",
             Endpoint::Models => "models",
+            Endpoint::GenerateContent => "generate_content",
+            Endpoint::GeminiCountTokens => "gemini_count_tokens",
+            Endpoint::CachedContents => "cached_contents",
             Endpoint::Other => "other",
         }
     }
@@ -105,6 +120,7 @@ impl Endpoint {
                 | Endpoint::Responses
                 | Endpoint::Invoke
                 | Endpoint::RawPredict
+                | Endpoint::GenerateContent
         )
     }
 
@@ -133,7 +149,7 @@ impl Endpoint {
 
 impl Endpoint {
     /// Every endpoint.
-    pub const ALL: [Endpoint; 10] = [
+    pub const ALL: [Endpoint; 13] = [
         Endpoint::Messages,
         Endpoint::CountTokens,
         Endpoint::Chat,
@@ -143,6 +159,9 @@ impl Endpoint {
         Endpoint::Converse,
         Endpoint::RawPredict,
         Endpoint::Models,
+        Endpoint::GenerateContent,
+        Endpoint::GeminiCountTokens,
+        Endpoint::CachedContents,
         Endpoint::Other,
     ];
 

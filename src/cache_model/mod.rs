@@ -9,9 +9,11 @@ pub mod boundaries;
 mod clock;
 pub mod context_editing;
 pub mod diagnosis;
+pub mod gemini;
 mod hash;
 pub mod next_turn;
 mod openai;
+pub mod openai_diagnosis;
 pub mod openai_prompt;
 pub mod thinking;
 pub mod tokens;
@@ -85,6 +87,7 @@ pub struct CacheModel {
     pub config: CacheModelConfig,
     anthropic: AnthropicCache,
     openai: OpenAiCache,
+    gemini: gemini::GeminiCache,
 }
 
 /// One marker as the accounting saw it.
@@ -218,6 +221,11 @@ impl CacheModel {
             Endpoint::Chat | Endpoint::Responses => {
                 self.openai.account(endpoint, request, now_ms, &self.config)
             }
+            // The model named by the path, as the API binds it to the request's `model`.
+            Endpoint::GenerateContent => {
+                let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+                self.gemini.account(model, request, now_ms)
+            }
             other => Err(ApiError::invalid(format!(
                 "the cache model does not account `{}` requests",
                 other.label()
@@ -229,6 +237,10 @@ impl CacheModel {
     pub fn count_tokens(endpoint: Endpoint, request: &Value) -> Result<u64, ApiError> {
         match endpoint {
             Endpoint::Messages | Endpoint::CountTokens => AnthropicCache::count_tokens(request),
+            Endpoint::GenerateContent | Endpoint::GeminiCountTokens => {
+                let model = request.get("model").and_then(Value::as_str).unwrap_or("");
+                gemini::count_tokens(model, request)
+            }
             _ => OpenAiCache::count_tokens(endpoint, request),
         }
     }

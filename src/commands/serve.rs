@@ -22,6 +22,9 @@ pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(u) = &args.chatgpt_upstream {
         config.upstream.chatgpt = u.clone();
     }
+    if let Some(u) = &args.gemini_upstream {
+        config.upstream.gemini = u.clone();
+    }
     if let Some(u) = &args.bedrock_upstream {
         config.upstream.bedrock = Some(u.clone());
     }

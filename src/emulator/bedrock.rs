@@ -11,7 +11,8 @@ use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use super::routes::{answer, error_response, Ask, Shared};
+use super::generate::{answer, Asked};
+use super::routes::{error_response, Shared};
 use crate::cache_model::Accounting;
 use crate::error::{ApiError, ErrorKind};
 use crate::http_serve::ResponseBody;
@@ -116,16 +117,19 @@ async fn invoke(
         });
     fields.insert("model".into(), json!(model));
     fields.insert("stream".into(), json!(op.stream));
-    let mut ask = Ask::of(
-        &parts.headers,
-        Endpoint::Messages,
-        Provider::Bedrock,
-        seq,
-        request_id,
-    )?;
-    ask.event_stream = op.stream;
-    ask.betas = betas.or(ask.betas);
-    let mut resp = answer(shared, ask, request).await?;
+    let mut asked = Asked::of(&parts.headers)?;
+    asked.event_stream = op.stream;
+    asked.betas = betas.or(asked.betas);
+    let (endpoint, provider) = (Endpoint::Messages, Provider::Bedrock);
+    let mut resp = answer(
+        shared,
+        endpoint,
+        provider,
+        (seq, request_id),
+        asked,
+        request,
+    )
+    .await?;
     if !op.stream {
         resp.headers_mut().insert(
             "x-amzn-bedrock-content-type",

@@ -12,7 +12,8 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
 
-use super::routes::{answer, Ask, Shared};
+use super::generate::{answer, Asked};
+use super::routes::Shared;
 use crate::error::ApiError;
 use crate::http_serve::{full, ResponseBody};
 use crate::providers::bedrock::{eventstream, Operation};
@@ -31,14 +32,17 @@ pub(super) async fn respond(
     let converse: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(format!("Malformed input request: {e}")))?;
     let request = to_messages(&converse, model)?;
-    let ask = Ask::of(
-        headers,
-        Endpoint::Messages,
-        Provider::Bedrock,
-        seq,
-        request_id,
-    )?;
-    let resp = answer(shared, ask, request).await?;
+    let asked = Asked::of(headers)?;
+    let (endpoint, provider) = (Endpoint::Messages, Provider::Bedrock);
+    let resp = answer(
+        shared,
+        endpoint,
+        provider,
+        (seq, request_id),
+        asked,
+        request,
+    )
+    .await?;
     let bytes = resp
         .into_body()
         .collect()

@@ -92,13 +92,18 @@ pub fn stream_error_event(endpoint: Endpoint, sequence_number: usize) -> Bytes {
             out.extend_from_slice(b"\n\n");
             Bytes::from(out)
         }
-        Endpoint::Responses => super::body::sse(
-            Some("error"),
-            &serde_json::json!({"type": "error", "code": "server_error", "message": message,
-                "param": null, "sequence_number": sequence_number}),
-        ),
+        Endpoint::Responses => {
+            super::body::sse(Some("error"), &stream_error_payload(sequence_number))
+        }
         _ => anthropic_stream_error_event(ErrorKind::Overloaded, message),
     }
+}
+
+/// The Responses stream's error event (openai-python `ResponseErrorEvent`), as JSON.
+pub fn stream_error_payload(sequence_number: usize) -> serde_json::Value {
+    let message = Faults::error_message(ErrorKind::Overloaded);
+    serde_json::json!({"type": "error", "code": "server_error", "message": message,
+        "param": null, "sequence_number": sequence_number})
 }
 
 #[cfg(test)]

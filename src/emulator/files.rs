@@ -42,7 +42,7 @@ pub async fn upload(
                 .unwrap_or_default(),
             "downloadable": false,
         }),
-        Provider::OpenAi => json!({
+        Provider::OpenAi | Provider::Gemini => json!({
             "object": "file",
             "id": format!("file-emu{seq:020}"),
             "bytes": upload.size,

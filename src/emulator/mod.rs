@@ -4,7 +4,6 @@
 //! It is cachet's default upstream for tests and the demo.
 
 mod anthropic;
-mod ask;
 mod bedrock;
 mod body;
 mod chat;
@@ -12,7 +11,10 @@ mod conversations;
 mod converse;
 pub mod fault;
 mod files;
+mod gemini;
+mod generate;
 mod models;
+mod prompt_diagnostics;
 mod read;
 mod recent;
 pub mod reply;
@@ -22,6 +24,7 @@ mod stored;
 pub mod tool_loop;
 mod turn;
 mod vertex;
+mod websocket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

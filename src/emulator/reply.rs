@@ -129,6 +129,23 @@ fn offered_tools(endpoint: Endpoint, req: &Value) -> Vec<(String, Value)> {
     let Some(Value::Array(tools)) = req.get("tools") else {
         return Vec::new();
     };
+    if endpoint == Endpoint::GenerateContent {
+        // Gemini: each `Tool` holds function declarations, their schema in
+        // `parametersJsonSchema` or `parameters`.
+        let declarations = tools
+            .iter()
+            .filter_map(|t| t.get("functionDeclarations").and_then(Value::as_array))
+            .flatten();
+        return declarations
+            .filter_map(|d| {
+                let schema = d.get("parametersJsonSchema").or(d.get("parameters"));
+                Some((
+                    d.get("name")?.as_str()?.to_string(),
+                    schema.cloned().unwrap_or(Value::Null),
+                ))
+            })
+            .collect();
+    }
     tools
         .iter()
         .filter_map(|t| {

@@ -86,6 +86,7 @@ pub fn response(turn: &Turn, done: bool) -> Value {
         "conversation": conversation(req),
         "prompt_cache_key": echo("prompt_cache_key", Value::Null),
         "prompt_cache_options": applied_cache_options(req, turn.model),
+        "prompt_cache_diagnostics": turn.diagnostics.filter(|_| done),
         "reasoning": echo("reasoning", json!({"effort": null, "summary": null})),
         "service_tier": turn.accounting.openai_service_tier(),
         "store": echo("store", json!(true)),
@@ -142,8 +143,20 @@ pub fn compaction(turn: &Turn) -> Value {
     })
 }
 
-/// The streaming events.
+/// The streaming events, as SSE frames.
 pub fn events(turn: &Turn) -> Vec<Bytes> {
+    event_payloads(turn)
+        .into_iter()
+        .map(|p| {
+            let name = p["type"].as_str().unwrap_or("message").to_string();
+            sse(Some(&name), &p)
+        })
+        .collect()
+}
+
+/// The streaming events' JSON, `type` first and each with its `sequence_number` (a
+/// socket sends each as a message).
+pub fn event_payloads(turn: &Turn) -> Vec<Value> {
     let mut payloads: Vec<Value> = vec![
         json!({"type": "response.created", "response": response(turn, false)}),
         json!({"type": "response.in_progress", "response": response(turn, false)}),
@@ -189,13 +202,8 @@ pub fn events(turn: &Turn) -> Vec<Bytes> {
     payloads
         .push(json!({"type": "response.output_item.done", "output_index": 0, "item": done_item}));
     payloads.push(json!({"type": "response.completed", "response": response(turn, true)}));
+    for (seq, p) in payloads.iter_mut().enumerate() {
+        p["sequence_number"] = json!(seq);
+    }
     payloads
-        .into_iter()
-        .enumerate()
-        .map(|(seq, mut p)| {
-            p["sequence_number"] = json!(seq);
-            let name = p["type"].as_str().unwrap_or("message").to_string();
-            sse(Some(&name), &p)
-        })
-        .collect()
 }

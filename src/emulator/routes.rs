@@ -10,18 +10,15 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-pub(super) use super::ask::Ask;
-use super::body::{event_body, whole_body};
 use super::conversations::Conversations;
-use super::fault::{self, Faults};
 pub(super) use super::read::read_json;
 use super::read::read_optional_json;
 use super::recent::Recent;
 use super::reply::ReplyScript;
 use super::stored::Stored;
-use super::turn::Turn;
-use super::{anthropic, chat, files, models, responses, EmulatorOptions};
+use super::{files, models, EmulatorOptions};
 use crate::cache_model::diagnosis::{diagnostics_json, CacheMissReason, Fingerprint};
+use crate::cache_model::openai_diagnosis::ResponsesFingerprint;
 use crate::cache_model::{Accounting, CacheModel, Clock};
 use crate::error::{ApiError, ErrorKind};
 use crate::http_serve::{full, ResponseBody};
@@ -30,7 +27,6 @@ use crate::route::{Endpoint, Provider};
 
 /// Requests remembered for [`super::EmulatorHandle::accounted`].
 pub const LOG_CAPACITY: usize = 10_000;
-pub(super) const REPLY_HEADER: &str = "x-cachet-emulate-reply";
 /// The beta that turns on Anthropic's cache diagnostics.
 pub const DIAGNOSIS_BETA: &str = crate::providers::anthropic::CACHE_DIAGNOSIS_BETA;
 /// Request fingerprints kept for cache diagnostics (the oldest are forgotten).
@@ -47,16 +43,18 @@ pub struct Accounted {
 
 pub struct Shared {
     cache: Mutex<CacheModel>,
-    clock: Clock,
-    script: ReplyScript,
+    pub(super) clock: Clock,
+    pub(super) script: ReplyScript,
     seq: AtomicU64,
     log: Mutex<VecDeque<Accounted>>,
     /// Fingerprints by response id, oldest first, for cache diagnostics.
     fingerprints: Mutex<Recent<Fingerprint>>,
+    /// Responses fingerprints by response id, for the prompt cache diagnostics.
+    pub(super) responses_fingerprints: Mutex<Recent<ResponsesFingerprint>>,
     /// Stored Responses answers, for requests that continue one by `previous_response_id`.
-    stored: Mutex<Stored>,
+    pub(super) stored: Mutex<Stored>,
     /// The Conversations API's conversations, for requests that name one.
-    conversations: Mutex<Conversations>,
+    pub(super) conversations: Mutex<Conversations>,
     /// The credentials the provider APIs accept (empty: any).
     api_keys: Vec<String>,
     /// The AWS credentials whose SigV4 signatures Bedrock requests may carry (empty: any).
@@ -72,6 +70,7 @@ impl Shared {
             seq: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
             fingerprints: Mutex::new(Recent::new(DIAGNOSIS_CAPACITY)),
+            responses_fingerprints: Mutex::new(Recent::new(DIAGNOSIS_CAPACITY)),
             stored: Mutex::new(Stored::default()),
             conversations: Mutex::new(Conversations::default()),
             api_keys: opts.api_keys.clone(),
@@ -93,7 +92,7 @@ impl Shared {
     /// fingerprint under `message_id`, and compare it with the request that
     /// `diagnostics.previous_message_id` names. `None` when the request has no
     /// `diagnostics` object (nothing is added to the response).
-    fn diagnose(
+    pub(super) fn diagnose(
         &self,
         request: &Value,
         message_id: &str,
@@ -133,11 +132,7 @@ impl Shared {
             return None;
         }
         let presented = crate::providers::auth::presented(provider, headers);
-        let accepted = presented.iter().any(|p| {
-            self.api_keys
-                .iter()
-                .any(|k| bool::from(subtle::ConstantTimeEq::ct_eq(k.as_bytes(), p.as_bytes())))
-        });
+        let accepted = presented.iter().any(|p| self.accepts(p));
         if accepted {
             return None;
         }
@@ -146,10 +141,27 @@ impl Shared {
             (Provider::Anthropic, false) => "invalid x-api-key",
             (Provider::OpenAi, true) => "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
             (Provider::OpenAi, false) => "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
+            (Provider::Gemini, true) => "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.",
+            (Provider::Gemini, false) => "API key not valid. Please pass a valid API key.",
             (Provider::Bedrock, _) => "Missing Authentication Token",
             (Provider::Vertex, _) => "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
         };
         Some(ApiError::new(ErrorKind::Authentication, message))
+    }
+
+    /// Whether `key` is one of the accepted credentials.
+    pub(super) fn accepts(&self, key: &str) -> bool {
+        self.api_keys
+            .iter()
+            .any(|k| bool::from(subtle::ConstantTimeEq::ct_eq(k.as_bytes(), key.as_bytes())))
+    }
+
+    pub(super) fn script(&self) -> &ReplyScript {
+        &self.script
+    }
+
+    pub(super) fn now_secs(&self) -> u64 {
+        self.clock.now_secs()
     }
 
     /// Forget every cached prefix, as a provider evicting its cache does.
@@ -158,11 +170,16 @@ impl Shared {
         *cache = CacheModel::new(cache.config.clone());
     }
 
+    /// The next request's sequence number (its ids are made from it).
+    pub(super) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
     pub fn log_snapshot(&self) -> Vec<Accounted> {
         recover(&self.log).iter().cloned().collect()
     }
 
-    fn record(&self, entry: Accounted) {
+    pub(super) fn record(&self, entry: Accounted) {
         let mut log = recover(&self.log);
         if log.len() == LOG_CAPACITY {
             log.pop_front();
@@ -173,7 +190,11 @@ impl Shared {
     /// Account one request on the shared cache model. A panic inside the model (a bug) is
     /// answered as a 500 for this request only: the lock it poisoned is taken back, so the
     /// next request is served as usual.
-    fn account(&self, endpoint: Endpoint, request: &Value) -> Result<Accounting, ApiError> {
+    pub(super) fn account(
+        &self,
+        endpoint: Endpoint,
+        request: &Value,
+    ) -> Result<Accounting, ApiError> {
         let now_ms = self.clock.now_ms();
         let mut cache = recover(&self.cache);
         catch_unwind(AssertUnwindSafe(|| {
@@ -191,18 +212,22 @@ impl Shared {
 
 /// The guarded value, also after a panic elsewhere poisoned the lock: the emulator's
 /// state stays usable (at worst one request's accounting is incomplete).
-fn recover<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn recover<T>(lock: &Mutex<T>) -> MutexGuard<'_, T> {
     lock.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<ResponseBody> {
-    let seq = shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
+    let seq = shared.next_seq();
     let path = req.uri().path().trim_end_matches('/').to_string();
     let provider = crate::providers::family_of(&path, req.headers());
     let request_id = format!("req_emu{seq:020}");
     // The same edge rule as the proxy: no path that climbs out of where it points.
     if let Err(err) = crate::http_serve::path_guard::check(req.uri().path()) {
         return error_response(provider, &request_id, &err);
+    }
+    // Google's Gemini API, with its own credentials and errors.
+    if provider == Provider::Gemini {
+        return super::gemini::handle(&shared, seq, req).await;
     }
     // The provider APIs check the credential; the emulator's own controls do not.
     if path.starts_with("/v1/") {
@@ -222,9 +247,13 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
         (&Method::POST, "/v1/chat/completions") => Endpoint::Chat,
         (&Method::POST, "/v1/responses") => Endpoint::Responses,
         (&Method::POST, "/v1/responses/compact") => Endpoint::Compact,
+        (&Method::GET, "/v1/responses") if super::websocket::asks_upgrade(&req) => {
+            return super::websocket::upgrade(shared.clone(), req)
+                .unwrap_or_else(|err| error_response(provider, &request_id, &err));
+        }
         (&Method::GET, "/v1/models") => {
             let list = match provider {
-                Provider::Anthropic | Provider::Bedrock | Provider::Vertex => {
+                Provider::Anthropic | Provider::Gemini | Provider::Bedrock | Provider::Vertex => {
                     models::anthropic_list()
                 }
                 Provider::OpenAi
@@ -269,185 +298,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
             return error_response(provider, &request_id, &err);
         }
     };
-    match generate(&shared, endpoint, provider, seq, &request_id, req).await {
+    match super::generate::generate(&shared, endpoint, provider, seq, &request_id, req).await {
         Ok(resp) => resp,
         Err(err) => error_response(provider, &request_id, &err),
     }
-}
-
-async fn generate(
-    shared: &Shared,
-    endpoint: Endpoint,
-    provider: Provider,
-    seq: u64,
-    request_id: &str,
-    req: Request<Incoming>,
-) -> Result<Response<ResponseBody>, ApiError> {
-    let ask = Ask::of(req.headers(), endpoint, provider, seq, request_id)?;
-    let request = read_json(req).await?;
-    answer(shared, ask, request).await
-}
-
-/// Serve a generation request whose body is `request`.
-pub(super) async fn answer(
-    shared: &Shared,
-    ask: Ask<'_>,
-    request: Value,
-) -> Result<Response<ResponseBody>, ApiError> {
-    let Ask {
-        endpoint,
-        provider,
-        seq,
-        request_id,
-        faults,
-        reply_header,
-        diagnosis_beta,
-        betas,
-        event_stream,
-    } = ask;
-    if let Some(delay) = faults.first_byte_delay {
-        tokio::time::sleep(delay).await;
-    }
-    if let Some(kind) = faults.error {
-        return Err(ApiError::new(kind, Faults::error_message(kind)));
-    }
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::invalid("model: Field required"))?
-        .to_string();
-    if endpoint == Endpoint::CountTokens {
-        let n = CacheModel::count_tokens(endpoint, &request)?;
-        return Ok(json_response(
-            provider,
-            request_id,
-            StatusCode::OK,
-            full(json!({"input_tokens": n}).to_string()),
-        ));
-    }
-    if endpoint == Endpoint::Messages && request.get("max_tokens").and_then(Value::as_u64).is_none()
-    {
-        return Err(ApiError::invalid("max_tokens: Field required"));
-    }
-    if endpoint == Endpoint::Messages {
-        if let Some(e) =
-            crate::providers::anthropic::thinking_budget_error(&request, betas.as_deref())
-        {
-            return Err(ApiError::invalid(e));
-        }
-    }
-    // A compaction reads its prompt as a response does, and answers with a summary: text,
-    // whatever the script says of tool calls.
-    let rules = endpoint.read_as();
-    // A request that continues a stored response, or names a conversation, is a prompt of
-    // the whole conversation.
-    let conversation = match rules {
-        Endpoint::Responses => recover(&shared.conversations).named(&request)?,
-        _ => None,
-    };
-    let expanded = match (rules, &conversation) {
-        (Endpoint::Responses, Some(id)) => {
-            Some(recover(&shared.conversations).expand(id, &request)?)
-        }
-        (Endpoint::Responses, None) => recover(&shared.stored).expand(&request)?,
-        _ => None,
-    };
-    let prompt = expanded.as_ref().unwrap_or(&request);
-    // A compaction, asked by its endpoint or inline (Codex signed in with ChatGPT), answers
-    // with a summary: text, whatever the script says of tool calls.
-    let compaction = endpoint == Endpoint::Responses
-        && crate::providers::openai_responses::asks_compaction(&request);
-    let reply_header = match endpoint {
-        _ if compaction || endpoint == Endpoint::Compact => reply_header
-            .filter(|h| h.starts_with("text:"))
-            .or(Some("text".into())),
-        _ => reply_header,
-    };
-    let reply = shared
-        .script
-        .decide(reply_header.as_deref(), rules, prompt)?;
-    let accounting = shared.account(rules, prompt)?;
-    let output_tokens = reply.output_tokens();
-    shared.record(Accounted {
-        endpoint,
-        model: model.clone(),
-        accounting: accounting.clone(),
-        output_tokens,
-    });
-    let turn = Turn {
-        seq,
-        model: &model,
-        request: &request,
-        reply: &reply,
-        accounting: &accounting,
-        output_tokens,
-        created: shared.clock.now_secs(),
-        compaction,
-    };
-    let diagnostics = if endpoint == Endpoint::Messages && diagnosis_beta {
-        shared.diagnose(&request, &turn.id("msg_"), faults.diagnostics_unavailable)?
-    } else {
-        None
-    };
-    if endpoint == Endpoint::Responses {
-        let output = &responses::response(&turn, true)["output"];
-        recover(&shared.stored).keep(turn.id("resp_"), prompt, output);
-        if let Some(id) = &conversation {
-            recover(&shared.conversations).answered(id, &request, output);
-        }
-    }
-    if endpoint == Endpoint::Compact {
-        let body = Bytes::from(responses::compaction(&turn).to_string());
-        let body = whole_body(body, faults.cut_after);
-        return Ok(json_response(provider, request_id, StatusCode::OK, body));
-    }
-    let stream = request
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    if stream {
-        let events = match endpoint {
-            Endpoint::Chat => {
-                let include_usage = request
-                    .pointer("/stream_options/include_usage")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false);
-                chat::chunks(&turn, include_usage)
-            }
-            Endpoint::Responses => responses::events(&turn),
-            _ => anthropic::events(&turn, diagnostics.as_ref()),
-        };
-        let mut events = events;
-        if let Some(n) = faults.error_event_after {
-            events.truncate(n);
-            events.push(fault::stream_error_event(endpoint, n));
-        }
-        let content_type = match event_stream {
-            true => {
-                events = super::bedrock::frames(events, &accounting, output_tokens);
-                crate::providers::bedrock::eventstream::CONTENT_TYPE
-            }
-            false => "text/event-stream; charset=utf-8",
-        };
-        let body = event_body(events, faults.event_delay, faults.cut_after);
-        let mut resp = json_response(provider, request_id, StatusCode::OK, body);
-        resp.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static(content_type),
-        );
-        resp.headers_mut().insert(
-            http::header::CACHE_CONTROL,
-            HeaderValue::from_static("no-cache"),
-        );
-        return Ok(resp);
-    }
-    let value = match endpoint {
-        Endpoint::Chat => chat::completion(&turn),
-        Endpoint::Responses => responses::response(&turn, true),
-        _ => anthropic::message(&turn, diagnostics.as_ref()),
-    };
-    let body = whole_body(Bytes::from(value.to_string()), faults.cut_after);
-    Ok(json_response(provider, request_id, StatusCode::OK, body))
 }
 
 /// A request under `/v1/conversations`, served from the emulator's conversations.
@@ -489,7 +343,7 @@ async fn advance_clock(shared: &Shared, req: Request<Incoming>) -> Response<Resp
     json_response(Provider::OpenAi, "", StatusCode::OK, full(now.to_string()))
 }
 
-fn json_response(
+pub(super) fn json_response(
     provider: Provider,
     request_id: &str,
     status: StatusCode,

@@ -42,6 +42,10 @@ pub fn steps_since_prompt(endpoint: Endpoint, req: &Value) -> u32 {
             Some(Value::Array(items)) => items.as_slice(),
             _ => return 0,
         },
+        Endpoint::GenerateContent => match req.get("contents") {
+            Some(Value::Array(contents)) => contents.as_slice(),
+            _ => return 0,
+        },
         _ => match req.get("messages") {
             Some(Value::Array(messages)) => messages.as_slice(),
             _ => return 0,

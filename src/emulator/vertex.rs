@@ -9,7 +9,8 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use super::routes::{answer, error_response, read_json, Ask, Shared};
+use super::generate::{answer, Asked};
+use super::routes::{error_response, read_json, Shared};
 use crate::error::ApiError;
 use crate::http_serve::ResponseBody;
 use crate::providers::vertex;
@@ -39,13 +40,7 @@ async fn predict(
         .filter(|_| req.method() == http::Method::POST)
         .ok_or_else(|| ApiError::invalid(format!("{} {path} is not served", req.method())))?;
     let (model, stream) = (target.model.to_string(), target.stream);
-    let ask = Ask::of(
-        req.headers(),
-        Endpoint::Messages,
-        Provider::Vertex,
-        seq,
-        request_id,
-    )?;
+    let asked = Asked::of(req.headers())?;
     let mut request = read_json(req).await?;
     let Some(fields) = request.as_object_mut() else {
         return Err(ApiError::invalid("request body must be a JSON object"));
@@ -61,5 +56,14 @@ async fn predict(
     if stream {
         fields.insert("stream".into(), json!(true));
     }
-    answer(shared, ask, request).await
+    let (endpoint, provider) = (Endpoint::Messages, Provider::Vertex);
+    answer(
+        shared,
+        endpoint,
+        provider,
+        (seq, request_id),
+        asked,
+        request,
+    )
+    .await
 }

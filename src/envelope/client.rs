@@ -72,6 +72,19 @@ impl Meta {
         }
     }
 
+    /// Name the model of a request whose body does not (Gemini names it in its path).
+    pub fn name_model(&mut self, model: &str) {
+        if self.model.is_empty() && !model.is_empty() {
+            *self = Meta {
+                session: self.session.take(),
+                client: self.client,
+                turn_index: self.turn_index,
+                request_index: self.request_index,
+                ..Meta::new(self.provider, self.endpoint, model.to_string())
+            };
+        }
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "provider": self.provider.label(),

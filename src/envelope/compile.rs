@@ -236,6 +236,7 @@ impl<'a> Ctx<'a> {
             Owned::History => self.messages(),
             Owned::TextSystem => bytes(self.text_system()),
             Owned::BlockSystem => bytes(self.block_system()),
+            Owned::WireSystem => bytes(env.system_dirty.then(|| env.wire.system_value(env))),
         }
     }
 

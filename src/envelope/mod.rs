@@ -238,6 +238,14 @@ impl Envelope {
             .map(|p| p.untouched().map(|e| self.bytes_of(&e.raw)))
     }
 
+    /// The client's raw bytes of each system part's block or message, also when a patch
+    /// changed its text (`None` for parts a patch created).
+    pub fn system_client_raw(&self) -> impl Iterator<Item = Option<&[u8]>> {
+        self.system
+            .iter()
+            .map(|p| p.element.as_ref().map(|e| self.bytes_of(&e.raw)))
+    }
+
     /// The raw bytes of each tool definition.
     pub fn tools_raw(&self) -> impl Iterator<Item = &[u8]> {
         self.tools.iter().map(|t| self.bytes_of(&t.raw))

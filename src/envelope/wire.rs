@@ -22,6 +22,9 @@ pub enum Owned {
     TextSystem,
     /// The system prompt as text blocks, one per part.
     BlockSystem,
+    /// The system prompt in a shape of the wire's own, written by [`Wire::system_value`]
+    /// (Gemini's `systemInstruction` content object).
+    WireSystem,
 }
 
 /// What a request's history must be.
@@ -40,7 +43,7 @@ pub trait Wire: Send + Sync {
     fn endpoint(&self) -> Endpoint;
 
     /// Whether the body names the model (`model`); `false` where the route's path does
-    /// (Bedrock, Vertex), and the body must not.
+    /// (Gemini, Bedrock, Vertex).
     fn model_in_body(&self) -> bool {
         true
     }
@@ -71,6 +74,12 @@ pub trait Wire: Send + Sync {
     /// how the client sent its system prompt; `marks_system`: the marker plan changes a
     /// system part.
     fn owned(&self, key: &str, form: &SystemForm, marks_system: bool) -> Option<Owned>;
+
+    /// The system prompt's value for [`Owned::WireSystem`], from the envelope's parts
+    /// (`None`: no system prompt, the key is removed).
+    fn system_value(&self, _env: &Envelope) -> Option<Vec<u8>> {
+        None
+    }
 
     /// The role system parts take as leading messages when the client sent no system
     /// prompt and the API has no other place for one (Chat's `system`).

@@ -2,6 +2,10 @@
 //! loop with graceful shutdown and bounded connections, the response body type, the path
 //! guard every request passes first, and reading a query's values. It knows nothing of the
 //! proxy or the emulator, which both build on it.
+//!
+//! A connection may be upgraded (a WebSocket): every request carries its [`Connection`],
+//! which the upgraded socket keeps, so that it still counts among the connections served
+//! and hears the shutdown.
 
 mod coarse_timer;
 pub mod path_guard;
@@ -15,7 +19,7 @@ use http::{Request, Response};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use coarse_timer::CoarseTimer;
 
@@ -43,8 +47,25 @@ pub struct ConnectionLimits {
 /// soak's memory where it was.
 const READ_BUFFER: usize = 64 * 1024;
 
+/// What a request knows of the connection it came on, in its extensions: a socket upgraded
+/// from it keeps this, so that it holds the connection's place among those served until it
+/// closes, and closes when the listener shuts down.
+#[derive(Clone)]
+pub struct Connection {
+    _slot: Arc<OwnedSemaphorePermit>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Connection {
+    /// Resolves once the listener is shutting down (at once if it already is).
+    pub async fn shutting_down(&mut self) {
+        // A dropped sender is a listener gone: shutting down too.
+        let _ = self.shutdown.wait_for(|stop| *stop).await;
+    }
+}
+
 /// Accept loop with graceful shutdown: on the signal, stop accepting and wait (up to
-/// `grace`) for connections in flight, streams included, to finish.
+/// `grace`) for connections in flight, streams and upgraded sockets included, to finish.
 pub async fn serve_connections<F, Fut>(
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
@@ -54,8 +75,8 @@ pub async fn serve_connections<F, Fut>(
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + 'static,
 {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let max_connections = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max_connections));
     let header_timer = CoarseTimer::start(limits.header_timeout);
     loop {
         // A free slot first, then the next connection from the backlog.
@@ -78,31 +99,50 @@ pub async fn serve_connections<F, Fut>(
                 };
                 let _ = stream.set_nodelay(true);
                 let io = hyper_util::rt::TokioIo::new(stream);
-                let svc = hyper::service::service_fn(handler.clone());
+                let connection = Connection {
+                    _slot: Arc::new(permit),
+                    shutdown: shutdown.clone(),
+                };
+                let mut stop = connection.clone();
+                let handler = handler.clone();
+                let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                    req.extensions_mut().insert(connection.clone());
+                    handler(req)
+                });
                 // A client that never finishes its request head must not hold a
                 // connection forever (the timer is checked every tick: see its module).
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(header_timer.clone())
                     .header_read_timeout(limits.header_timeout)
                     .max_buf_size(READ_BUFFER)
-                    .serve_connection(io, svc);
-                let conn = graceful.watch(conn);
+                    .serve_connection(io, svc)
+                    .with_upgrades();
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                    let mut conn = std::pin::pin!(conn);
+                    let ended = tokio::select! {
+                        ended = conn.as_mut() => ended,
+                        () = stop.shutting_down() => {
+                            // Requests in flight finish; an idle keep-alive closes now.
+                            conn.as_mut().graceful_shutdown();
+                            conn.await
+                        }
+                    };
+                    if let Err(e) = ended {
                         tracing::debug!("connection ended with an error: {e}");
                     }
-                    drop(permit);
                 });
             }
             _ = shutdown.changed() => break,
         }
     }
     drop(listener);
-    tokio::select! {
-        _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(limits.grace) => {
-            tracing::warn!("shutdown grace period ended with connections still open");
-        }
+    // Every connection holds a slot until it (or the socket upgraded from it) ends.
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(limits.grace, slots.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace period ended with connections still open");
     }
 }
 

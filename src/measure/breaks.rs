@@ -278,9 +278,11 @@ pub fn diagnose(
     if c.compacted_at.is_some_and(|at| at >= p.messages.len()) {
         return None;
     }
-    // The prefix extends the previous one: was what it cached read?
+    // The prefix extends the previous one: was what it cached read? The APIs that cache
+    // without markers (OpenAI's, Gemini's implicit caching) keep an idle prefix for a while.
     match p.endpoint {
         Endpoint::Chat | Endpoint::Responses => openai_miss(prev, cur, base),
+        Endpoint::GenerateContent => openai_miss(prev, cur, base),
         _ => anthropic_miss(prev, cur, tokens_through, base),
     }
 }

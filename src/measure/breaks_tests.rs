@@ -904,3 +904,57 @@ fn a_change_to_or_from_flex_that_read_less_is_named() {
     )
     .is_none());
 }
+
+/// Gemini caches without markers (implicit caching): an append-only request that reads
+/// less than the previous one read is a miss, an expiry after an idle pause past the
+/// 5 minutes cachet takes an implicit entry to live (as the emulator keeps it), else
+/// unexplained. Anthropic's marker rules would see no marker and say nothing.
+#[test]
+fn a_gemini_miss_is_judged_as_implicit_caching() {
+    use super::{diagnose, retention, BreakReason, Current, Previous};
+    use crate::measure::PromptShape;
+    use crate::usage::Usage;
+    let body = |n: usize| {
+        let mut contents = Vec::new();
+        for i in 0..=n {
+            contents.push(json!({"role": "user", "parts": [{"text": format!("question {i}")}]}));
+            if i < n {
+                contents.push(json!({"role": "model", "parts": [{"text": format!("answer {i}")}]}));
+            }
+        }
+        let body = json!({"systemInstruction": {"parts": [{"text": "Be careful. ".repeat(900)}]},
+            "contents": contents});
+        crate::providers::parse_envelope(
+            Endpoint::GenerateContent,
+            Bytes::from(serde_json::to_vec(&body).unwrap()),
+        )
+        .unwrap()
+    };
+    let (a, b) = (body(0), body(1));
+    let (first, second) = (PromptShape::of(&a, 0), PromptShape::of(&b, 0));
+    let after = |minutes: u64| {
+        let previous = Previous {
+            shape: &first,
+            usage: Usage {
+                cache_read: 2560,
+                uncached: 140,
+                ..Default::default()
+            },
+            time_ms: 0,
+        };
+        let current = Current {
+            shape: &second,
+            usage: Usage {
+                uncached: 2710,
+                ..Default::default()
+            },
+            time_ms: minutes * 60 * 1000,
+            min_tokens: 2048,
+            thinking_stripped_from: None,
+            retention: retention(&b),
+        };
+        diagnose(&previous, &current, &|_| 0).map(|d| d.reason)
+    };
+    assert_eq!(after(20), Some(BreakReason::TtlExpired));
+    assert_eq!(after(1), Some(BreakReason::Unexplained));
+}

@@ -10,6 +10,9 @@ use super::breaks::{diagnose, BreakReason, Current, Diagnosis, Previous};
 /// provider does not diagnose (TTL, lookback, minimum) count as "nothing changed" on its
 /// side.
 pub fn agrees_with_provider(ours: Option<&Diagnosis>, theirs: &serde_json::Value) -> Option<bool> {
+    if theirs.get("cache_miss_reason").is_none() && theirs.get("type").is_some() {
+        return agrees_with_openai(ours, theirs);
+    }
     let reason = theirs.get("cache_miss_reason");
     let kind = reason
         .and_then(|r| r.get("type"))
@@ -32,6 +35,34 @@ pub fn agrees_with_provider(ours: Option<&Diagnosis>, theirs: &serde_json::Value
         | BreakReason::OutsideLookback
         | BreakReason::RateOverflow
         | BreakReason::ContextEdited
+        | BreakReason::Unexplained => None,
+    });
+    Some(ours == theirs)
+}
+
+/// [`agrees_with_provider`] for OpenAI's `prompt_cache_diagnostics` (`type`: `cache_hit`,
+/// `cache_miss` with its `reason`, `comparison_response_not_found`, `unavailable`;
+/// developers.openai.com/api/docs/guides/prompt-caching/diagnostics). Its reasons name the
+/// request's settings, or `input_changed` for the prompt itself (instructions and input).
+fn agrees_with_openai(ours: Option<&Diagnosis>, theirs: &serde_json::Value) -> Option<bool> {
+    let theirs = match theirs.get("type").and_then(serde_json::Value::as_str) {
+        Some("cache_hit") => None,
+        Some("cache_miss") => Some(theirs.get("reason").and_then(serde_json::Value::as_str)?),
+        _ => return None,
+    };
+    let ours = ours.and_then(|d| match d.reason {
+        BreakReason::ModelChanged => Some("model_changed"),
+        BreakReason::ToolsChanged => Some("tools_changed"),
+        BreakReason::SpeedChanged => Some("service_tier_changed"),
+        BreakReason::ContextEdited => Some("context_compacted"),
+        BreakReason::SystemChanged
+        | BreakReason::MessageEdited
+        | BreakReason::HistoryTruncated
+        | BreakReason::ThinkingDropped => Some("input_changed"),
+        BreakReason::TtlExpired
+        | BreakReason::BelowMinimum
+        | BreakReason::OutsideLookback
+        | BreakReason::RateOverflow
         | BreakReason::Unexplained => None,
     });
     Some(ours == theirs)

@@ -89,14 +89,6 @@ impl Pipeline {
         if !keep_warm::ends_turn(assistant) {
             return;
         }
-        let body = serde_json::from_slice::<Value>(sent)
-            .ok()
-            .and_then(|sent| keep_warm::request_body(&sent, tail, assistant))
-            .and_then(|body| serde_json::to_vec(&body).ok());
-        let Some(body) = body else {
-            self.count_keep_warm("unbuilt");
-            return;
-        };
         let route = ex.route;
         let to = crate::transport::forward::Destination::of(route.provider, &ex.parts.headers);
         let mut headers = self.upstreams.request_headers(to, &ex.parts.headers, true);
@@ -120,12 +112,25 @@ impl Pipeline {
         };
         let (mut parts, ()) = http::Request::new(()).into_parts();
         parts.method = http::Method::POST;
+        // The body is built when the timer fires, not now: most timers stand down (the
+        // agent's next request comes first), and reading a long history to build one is
+        // most of what a shaped request would otherwise cost after its answer.
+        let (sent, assistant) = (sent.clone(), assistant.clone());
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             if pipeline.arrivals.since(&session, arrived_by_answer) {
                 pipeline.count_keep_warm("skipped");
                 return;
             }
+            let built = tokio::task::spawn_blocking(move || {
+                let sent = serde_json::from_slice::<Value>(&sent).ok()?;
+                let body = keep_warm::request_body(&sent, tail, &assistant)?;
+                serde_json::to_vec(&body).ok()
+            });
+            let Ok(Some(body)) = built.await else {
+                pipeline.count_keep_warm("unbuilt");
+                return;
+            };
             let sent = pipeline.client.send(
                 http::Method::POST,
                 url,

@@ -25,6 +25,8 @@ mod queue;
 mod recall;
 mod record;
 mod shape;
+mod socket;
+mod socket_relay;
 mod upstream;
 
 use std::sync::Arc;
@@ -187,18 +189,7 @@ impl Pipeline {
         let span = ex.telemetry.span();
         let phases = async {
             let unread = self.read_body(&mut ex, body).await?;
-            self.check_body(&mut ex)?;
-            ex.trace = self.trace_record(&ex);
-            // Boxed: shaping's state would otherwise sit in every request's future for as
-            // long as its answer streams, though it is done before forwarding.
-            Box::pin(self.shape(&mut ex)).await?;
-            // Only monitoring reads the body's envelope, after the response.
-            if !matches!(ex.after, After::Observe) {
-                ex.read.gathered = None;
-            }
-            let session = ex.session_for_logs();
-            let variant = ex.variant.as_deref().unwrap_or(crate::metrics::NO_VARIANT);
-            ex.telemetry.record_shaping(session.as_deref(), variant);
+            self.prepare(&mut ex).await?;
             let upstream = self.forward(&mut ex, unread).await?;
             ex.telemetry.record_upstream(upstream.headers());
             Ok::<_, ApiError>(upstream)
@@ -207,6 +198,24 @@ impl Pipeline {
             Ok(upstream) => self.stream_back(ex, upstream),
             Err(err) => self.refuse(ex, err),
         }
+    }
+
+    /// The phases between reading a body and forwarding it: check its shape, start its
+    /// trace record, shape it. An HTTP body and a socket's `response.create` pass the same.
+    async fn prepare(&self, ex: &mut Exchange) -> Result<(), ApiError> {
+        self.check_body(ex)?;
+        ex.trace = self.trace_record(ex);
+        // Boxed: shaping's state would otherwise sit in every request's future for as
+        // long as its answer streams, though it is done before forwarding.
+        Box::pin(self.shape(ex)).await?;
+        // Only monitoring reads the body's envelope, after the response.
+        if !matches!(ex.after, After::Observe) {
+            ex.read.gathered = None;
+        }
+        let session = ex.session_for_logs();
+        let variant = ex.variant.as_deref().unwrap_or(crate::metrics::NO_VARIANT);
+        ex.telemetry.record_shaping(session.as_deref(), variant);
+        Ok(())
     }
 
     /// cachet answers the request itself, in the client's provider format; the exchange
@@ -259,21 +268,20 @@ impl Pipeline {
             let reads = self.reads_envelopes();
             let keeps = !reads && self.config.server.incremental;
             let mut gathered = (reads || keeps).then(crate::providers::gathered);
-            ex.model = Some(known_prefix::check(
+            let named = known_prefix::check(
                 ex.route.endpoint,
                 &ex.body,
                 ex.read.known.as_ref(),
                 gathered.as_mut(),
-            )?);
+            )?;
+            // The model a path names (Gemini, Bedrock, Vertex) is the request's.
+            ex.model = Some(ex.path_model.clone().unwrap_or(named));
             if let (Some(gathered), true) = (&gathered, keeps) {
                 self.known
                     .remember_checked(&ex.body, gathered, ex.read.known.as_ref());
             }
             ex.read.gathered = gathered.filter(|_| reads);
             ex.read.checked = true;
-            if ex.path_model.is_some() {
-                ex.model.clone_from(&ex.path_model);
-            }
             ex.telemetry
                 .record_model(ex.model.as_deref().unwrap_or(crate::metrics::UNKNOWN_MODEL));
         }
@@ -330,16 +338,32 @@ impl Pipeline {
         self.read_kept(route, body, known, gathered, known_prefix::Kind::Received)
     }
 
+    /// [`Self::read_envelope`] of an exchange's own body, its model named from its path
+    /// where the API names it there.
+    pub(super) fn read_exchange_envelope(
+        &self,
+        ex: &Exchange,
+        known: Option<&PrefixMatch>,
+    ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
+        let read = self.read_envelope(ex.route, ex.body.clone(), known, ex.read.gathered());
+        let (mut env, history) = read?;
+        ex.name_path_model(&mut env);
+        Ok((env, history))
+    }
+
     /// [`Self::read_envelope`] of a body cachet sent after a policy changed it, read again
     /// for the session log: from where it repeats the body sent before it, kept beside the
     /// client's.
     pub(super) fn read_sent_envelope(
         &self,
-        route: crate::route::Route,
+        ex: &Exchange,
         body: Bytes,
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
         let known = self.known.find_sent(&body);
-        self.read_kept(route, body, known.as_ref(), None, known_prefix::Kind::Sent)
+        let kind = known_prefix::Kind::Sent;
+        let (mut env, history) = self.read_kept(ex.route, body, known.as_ref(), None, kind)?;
+        ex.name_path_model(&mut env);
+        Ok((env, history))
     }
 
     fn read_kept(

@@ -32,15 +32,9 @@ impl Pipeline {
             false => self.find_known(&ex.body),
         };
         // A body that does not parse went out unchecked; the provider answered it.
-        let Ok((mut env, history)) = self.read_envelope(
-            ex.route,
-            ex.body.clone(),
-            found.as_ref(),
-            ex.read.gathered(),
-        ) else {
+        let Ok((env, history)) = self.read_exchange_envelope(ex, found.as_ref()) else {
             return false;
         };
-        ex.name_path_model(&mut env);
         ex.read.gathered = None;
         super::queue::let_requests_in().await;
         let namespace = ex.key.as_deref();
@@ -112,12 +106,9 @@ impl Pipeline {
                     .turn_end_and_keep_warm(&mut ex, shaping, &session_ctx, &answer, keep_warm)
                     .await;
                 let sent = pieced.unwrap_or_else(|| ex.sent_in_one());
-                let read = self.read_sent_envelope(ex.route, sent);
+                let read = self.read_sent_envelope(&ex, sent);
                 match read {
-                    Ok((mut env, history)) => {
-                        ex.name_path_model(&mut env);
-                        (env, history.into_keys(), shaping.uncached_tail)
-                    }
+                    Ok((env, history)) => (env, history.into_keys(), shaping.uncached_tail),
                     Err(e) => {
                         // Only a body sent unchecked gets here; the provider has answered it.
                         tracing::debug!("request not recorded: {}", e.message);

@@ -107,10 +107,16 @@ impl Pipeline {
             .await?;
 
         let patches = std::mem::take(&mut patching.events);
-        let wants_diagnosis = route.endpoint == crate::route::Endpoint::Messages
-            && policies.iter().any(|p| p.provider_diagnostics);
+        // OpenAI explains misses only on the models with explicit cache options (GPT-5.6
+        // and later).
+        let model_diagnoses = route.endpoint != crate::route::Endpoint::Responses
+            || crate::cache_model::takes_breakpoints(ex.model_label());
+        let wants_diagnosis = policies.iter().any(|p| p.provider_diagnostics) && model_diagnoses;
         let diagnosis_lane = match wants_diagnosis {
-            true => Some(self.ask_provider_diagnosis(&mut env, &session_ctx).await),
+            true => Some(
+                self.ask_provider_diagnosis(route.endpoint, &mut env, &session_ctx)
+                    .await,
+            ),
             false => None,
         };
         let (mut opts, lifetime) = compile_options(&policies, &id);
@@ -138,9 +144,8 @@ impl Pipeline {
         let compiled = env.compile_with_markers(&opts);
         ex.payload = self.run_payload(&policies, compiled, &vars, route).await?;
         ex.variant = injected.variant.map(str::to_string);
-        ex.anthropic_beta = diagnosis_lane
-            .is_some()
-            .then_some(crate::providers::anthropic::CACHE_DIAGNOSIS_BETA);
+        ex.anthropic_beta =
+            diagnosis_lane.and_then(|_| crate::providers::diagnosis_beta(route.endpoint));
         let wants_assistant = policies.iter().any(|p| {
             p.context_for(ContextReason::TurnEnd).next().is_some()
                 || p.hooks_for(policy::HookEvent::Context(ContextReason::TurnEnd))
@@ -166,7 +171,12 @@ impl Pipeline {
     /// Ask the provider for its own cache-miss reason against the previous answer of this
     /// request's lane (when there is one). Returns the lane, so that this answer's id is
     /// remembered for the next request.
-    async fn ask_provider_diagnosis(&self, env: &mut Envelope, ctx: &SessionContext) -> u32 {
+    async fn ask_provider_diagnosis(
+        &self,
+        endpoint: crate::route::Endpoint,
+        env: &mut Envelope,
+        ctx: &SessionContext,
+    ) -> u32 {
         let shape = crate::measure::PromptShape::of(env, 0);
         let lane =
             session::lanes::assign(&session::lanes::heads_of(&ctx.log), &shape, &ctx.history);
@@ -178,9 +188,10 @@ impl Pipeline {
                 session::lanes::previous_answered(&ctx.log, lane)
                     .and_then(|r| r.response_id.clone())
             });
-        if let Some(id) = previous {
-            let field = serde_json::json!({ "previous_message_id": id });
-            env.set_option("diagnostics", Bytes::from(field.to_string()));
+        if let Some((key, value)) =
+            previous.and_then(|id| crate::providers::diagnosis_option(endpoint, env, &id))
+        {
+            env.set_option(key, value);
         }
         lane
     }

@@ -11,9 +11,10 @@ use sha2::{Digest, Sha256};
 /// A content address: sha256 of a message's canonical bytes.
 pub type MessageKey = [u8; 32];
 
-/// The key dropped everywhere: markers do not change what the provider caches.
+/// The keys dropped everywhere: markers do not change what the provider caches, nor does
+/// a Gemini part's `thoughtSignature` (see [`super::gemini::THOUGHT_SIGNATURE`]).
 fn is_dropped(key: &str) -> bool {
-    key == "cache_control"
+    key == "cache_control" || key == super::gemini::THOUGHT_SIGNATURE
 }
 
 /// The key whose string value stands for one text block.

@@ -58,6 +58,8 @@ struct RequestHead<'a> {
     messages: Option<&'a RawValue>,
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    contents: Option<&'a RawValue>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -65,6 +67,7 @@ impl<'a> RequestHead<'a> {
     fn history(&self, wire: &dyn Wire) -> Option<&'a RawValue> {
         match wire.history_key() {
             "input" => self.input,
+            "contents" => self.contents,
             _ => self.messages,
         }
     }
@@ -175,7 +178,7 @@ fn check_with_serde(wire: &dyn Wire, body: &[u8]) -> Result<String, ApiError> {
 fn check_head(wire: &dyn Wire, head: Head<'_>) -> Result<String, ApiError> {
     let model = match head.model {
         Some(m) if !m.is_empty() => m.into_owned(),
-        // The route's path names the model (read from there by the caller).
+        // The path names the model (Gemini, Bedrock, Vertex): the pipeline reads it there.
         _ if !wire.model_in_body() => String::new(),
         _ => {
             return Err(ApiError::invalid(

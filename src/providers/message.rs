@@ -59,9 +59,11 @@ impl<'a> Fields<'a> {
 
 /// Roles and Responses item types common enough to be worth borrowing; any other name is
 /// kept as sent.
-const KNOWN_NAMES: [&str; 13] = [
+const KNOWN_NAMES: [&str; 15] = [
     "user",
     "assistant",
+    "model",
+    "function",
     "system",
     "developer",
     "tool",

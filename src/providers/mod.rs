@@ -16,6 +16,7 @@ pub mod bedrock;
 pub mod cache_key;
 pub mod check;
 pub mod clients;
+pub mod gemini;
 mod message;
 pub mod openai;
 pub mod openai_chat;
@@ -64,6 +65,7 @@ pub fn error_body(provider: Provider, kind: crate::error::ErrorKind, message: &s
         Provider::OpenAi => openai::error_body(kind, message),
         Provider::Bedrock => bedrock::error_body(kind, message),
         Provider::Vertex => vertex::error_body(kind, message),
+        Provider::Gemini => gemini::error_body(kind, message),
     }
 }
 
@@ -138,15 +140,18 @@ pub fn wire(endpoint: Endpoint) -> Option<&'static dyn Wire> {
         Endpoint::Responses => Some(&openai_responses::RESPONSES),
         Endpoint::Invoke => Some(&bedrock::INVOKE),
         Endpoint::RawPredict => Some(&vertex::RAW_PREDICT),
+        Endpoint::GenerateContent => Some(&gemini::GENERATE),
         Endpoint::Compact | Endpoint::Converse | Endpoint::Models | Endpoint::Other => None,
+        Endpoint::GeminiCountTokens | Endpoint::CachedContents => None,
     }
 }
 
 /// Every API's request wire, one row each.
-const WIRES: [&dyn Wire; 3] = [
+const WIRES: [&dyn Wire; 4] = [
     &anthropic::MESSAGES,
     &openai_chat::CHAT,
     &openai_responses::RESPONSES,
+    &gemini::GENERATE,
 ];
 
 /// The names a body's history array has on some API (`messages`, `input`), for reading a
@@ -186,6 +191,37 @@ pub fn parse_envelope(endpoint: Endpoint, body: Bytes) -> Result<Envelope, ApiEr
 }
 
 /// The wire of an endpoint, or the refusal of one that has no context envelope.
+/// The beta a request must name for `endpoint`'s provider to explain its cache misses
+/// (Anthropic's), if any.
+pub fn diagnosis_beta(endpoint: Endpoint) -> Option<&'static str> {
+    (endpoint == Endpoint::Messages).then_some(anthropic::CACHE_DIAGNOSIS_BETA)
+}
+
+/// What asks `endpoint`'s provider to explain its cache misses against the earlier answer
+/// `id`: the top-level option to set on `env` (see [`diagnosis_beta`]). Anthropic:
+/// `diagnostics.previous_message_id`, behind its beta. OpenAI (Responses, GPT-5.6 and later
+/// supported models: the caller checks the model): `prompt_cache_options.
+/// comparison_response_id`, kept beside the request's own cache options. `None` for an API
+/// without diagnostics.
+pub fn diagnosis_option(
+    endpoint: Endpoint,
+    env: &Envelope,
+    id: &str,
+) -> Option<(&'static str, Bytes)> {
+    match endpoint {
+        Endpoint::Messages => {
+            let field = serde_json::json!({ "previous_message_id": id });
+            Some(("diagnostics", Bytes::from(field.to_string())))
+        }
+        Endpoint::Responses => {
+            let existing = env.option_raw(openai_responses::PROMPT_CACHE_OPTIONS);
+            let options = openai_responses::comparison_option(existing, id);
+            Some((openai_responses::PROMPT_CACHE_OPTIONS, options))
+        }
+        _ => None,
+    }
+}
+
 pub fn wire_or_refuse(endpoint: Endpoint) -> Result<&'static dyn Wire, ApiError> {
     wire(endpoint).ok_or_else(|| {
         ApiError::invalid(format!(
@@ -229,6 +265,7 @@ pub fn check_boundary(
     match endpoint {
         Endpoint::Responses => openai_responses::check_boundary(prev, next),
         Endpoint::Chat => openai_chat::check_boundary(prev, next),
+        Endpoint::GenerateContent => gemini::check_boundary(prev, next),
         _ => anthropic::check_boundary(prev, next),
     }
 }
@@ -256,6 +293,14 @@ static COUNT_TOKENS: Unanswered = Unanswered {
 static COMPACT: Unanswered = Unanswered {
     endpoint: Endpoint::Compact,
     read_as: Some(&openai_responses::RESPONSES),
+};
+static GEMINI_COUNT_TOKENS: Unanswered = Unanswered {
+    endpoint: Endpoint::GeminiCountTokens,
+    read_as: Some(&gemini::GENERATE),
+};
+static CACHED_CONTENTS: Unanswered = Unanswered {
+    endpoint: Endpoint::CachedContents,
+    read_as: Some(&gemini::GENERATE),
 };
 static MODELS: Unanswered = Unanswered {
     endpoint: Endpoint::Models,
@@ -301,6 +346,9 @@ pub fn api(endpoint: Endpoint) -> &'static dyn Api {
         Endpoint::Converse => &bedrock::converse::CONVERSE,
         Endpoint::RawPredict => &vertex::RAW_PREDICT,
         Endpoint::Models => &MODELS,
+        Endpoint::GenerateContent => &gemini::GENERATE,
+        Endpoint::GeminiCountTokens => &GEMINI_COUNT_TOKENS,
+        Endpoint::CachedContents => &CACHED_CONTENTS,
         Endpoint::Other => &OTHER,
     }
 }
@@ -325,15 +373,18 @@ pub fn request_id_header(provider: Provider) -> HeaderName {
     let [anthropic, openai, bedrock] = REQUEST_ID_HEADERS;
     match provider {
         Provider::Anthropic | Provider::Vertex => anthropic,
-        Provider::OpenAi => openai,
+        Provider::OpenAi | Provider::Gemini => openai,
         Provider::Bedrock => bedrock,
     }
 }
 
-/// The model a route's path names, where the path does (Bedrock, Vertex); `None` where
-/// the body names it.
+/// The model a route's path names, where the path does (Gemini's
+/// `/v1beta/models/{model}:generateContent`, Bedrock, Vertex); `None` where the body names it.
 pub fn model_in_path(endpoint: Endpoint, path: &str) -> Option<String> {
     match endpoint {
+        Endpoint::GenerateContent | Endpoint::GeminiCountTokens => {
+            gemini::model_in_path(path).map(str::to_owned)
+        }
         Endpoint::Invoke | Endpoint::Converse => bedrock::model_of(path),
         Endpoint::RawPredict => vertex::model_of(path),
         _ => None,
@@ -348,8 +399,11 @@ pub fn family_of(path: &str, headers: &HeaderMap) -> Provider {
 }
 
 /// The family whose API a path is under: Anthropic's `/v1/messages`, OpenAI's `/v1/chat/`
-/// and `/v1/responses` (whole segments: `/v1/messagesx` names none).
+/// and `/v1/responses`, Gemini's `/v1beta/` (whole segments: `/v1/messagesx` names none).
 fn family_named_by_path(path: &str) -> Option<Provider> {
+    if gemini::classify(&Method::GET, path).is_some() {
+        return Some(Provider::Gemini);
+    }
     let under = |api: &str| {
         path.strip_prefix(api)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
@@ -385,6 +439,12 @@ pub fn family_named_by(headers: &HeaderMap) -> Provider {
 /// Returns `None` for paths outside `/v1/`.
 pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Route> {
     let path = path.trim_end_matches('/');
+    if let Some(endpoint) = gemini::classify(method, path) {
+        return Some(Route {
+            provider: Provider::Gemini,
+            endpoint,
+        });
+    }
     // Only the routes that do not name their provider read the family.
     let family = || family_of(path, headers);
     let route = |provider, endpoint| Some(Route { provider, endpoint });

@@ -416,6 +416,44 @@ mod tests {
         assert!(stats.cost_usd > 0.0 && stats.cost_usd <= alone.cost_usd + 1e-12);
     }
 
+    /// A Gemini record names its model in its path: replay reads it there, so the
+    /// implicit cache is the model's and the request is priced.
+    #[test]
+    fn gemini_records_are_accounted_with_the_model_of_their_path() {
+        let gemini = |n: u64| {
+            let mut contents = Vec::new();
+            for i in 0..=n {
+                contents
+                    .push(json!({"role": "user", "parts": [{"text": format!("question {i}")}]}));
+                contents.push(json!({"role": "model", "parts": [{"text": format!("answer {i}")}]}));
+            }
+            let system = "The retry loop waits with exponential backoff and jitter. ".repeat(300);
+            Record {
+                provider: "gemini".into(),
+                endpoint: "generate_content".into(),
+                path: "/v1beta/models/gemini-2.5-flash:streamGenerateContent".into(),
+                body: json!({"systemInstruction": {"parts": [{"text": system}]}, "contents": contents}),
+                ..chat(n, "g", "x")
+            }
+        };
+        let stats = replay_arm(
+            "r",
+            &[gemini(0), gemini(1)],
+            &mut AsRecorded,
+            None,
+            &mut || {},
+        );
+        assert_eq!(
+            (stats.requests, stats.errors),
+            (2, 0),
+            "{:?}",
+            stats.error_messages
+        );
+        assert!(stats.per_request[1].cache_read > 0);
+        assert_eq!(stats.unpriced_requests, 0);
+        assert!(stats.cost_usd > 0.0);
+    }
+
     #[test]
     fn unaccountable_requests_are_counted_not_fatal() {
         let mut bad = chat(0, "a", "x");

@@ -107,12 +107,17 @@ impl ClientKeys {
     }
 }
 
-/// The credentials a request carries: `x-api-key`, and the token of `authorization: Bearer`.
+/// The credentials a request carries: `x-api-key`, Gemini's `x-goog-api-key`, and the
+/// token of `authorization: Bearer`.
 fn candidates(headers: &HeaderMap) -> Vec<(HeaderName, String)> {
     let mut out = Vec::new();
-    let key = crate::providers::ANTHROPIC_KEY;
-    if let Some(v) = headers.get(&key).and_then(|v| v.to_str().ok()) {
-        out.push((key, v.trim().to_string()));
+    for key in [
+        crate::providers::ANTHROPIC_KEY,
+        crate::providers::gemini::API_KEY_HEADER,
+    ] {
+        if let Some(v) = headers.get(&key).and_then(|v| v.to_str().ok()) {
+            out.push((key, v.trim().to_string()));
+        }
     }
     if let Some(v) = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()) {
         let v = v.trim();

@@ -197,7 +197,11 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
     let Some(route) = classify(req.method(), path, req.headers()) else {
         return local_response(&req);
     };
-    if asks_for_websocket(req.headers()) {
+    let websocket = asks_for_websocket(req.headers());
+    let proxied = websocket
+        && edge.pipeline.config().server.websocket
+        && crate::providers::openai_responses::websocket::serves(req.method(), path);
+    if websocket && !proxied {
         let err = ApiError::new(
             ErrorKind::UpgradeRefused,
             format!(
@@ -218,6 +222,9 @@ async fn handle(edge: Arc<Edge>, mut req: Request<Incoming>) -> Response<ProxyBo
         // The client's cachet key is never forwarded upstream.
         req.headers_mut().remove(&client.header);
         req.extensions_mut().insert(ClientName(client.name));
+    }
+    if proxied {
+        return edge.pipeline.websocket(route, req).await;
     }
     edge.pipeline.handle(route, req).await
 }

@@ -72,6 +72,7 @@ pub enum Destination {
     Anthropic,
     OpenAi,
     ChatGpt,
+    Gemini,
     Bedrock,
     Vertex,
 }
@@ -85,6 +86,7 @@ impl Destination {
                 Destination::ChatGpt
             }
             Provider::OpenAi => Destination::OpenAi,
+            Provider::Gemini => Destination::Gemini,
             Provider::Bedrock => Destination::Bedrock,
             Provider::Vertex => Destination::Vertex,
         }
@@ -97,11 +99,13 @@ pub struct Upstreams {
     anthropic: Base,
     openai: Base,
     chatgpt: Base,
+    gemini: Base,
     bedrock: Base,
     /// `None`: each request's location's endpoint.
     vertex: Option<Base>,
     anthropic_key: Option<Secret>,
     openai_key: Option<Secret>,
+    gemini_key: Option<Secret>,
     vertex_token: Option<Secret>,
     /// The AWS credentials Bedrock requests are signed with, when cachet holds them.
     aws: Option<AwsCredentials>,
@@ -166,10 +170,12 @@ impl Upstreams {
             anthropic: Base::parse(&cfg.anthropic, "anthropic"),
             openai: Base::parse(&cfg.openai, "openai"),
             chatgpt: Base::parse(&cfg.chatgpt, "chatgpt"),
+            gemini: Base::parse(&cfg.gemini, "gemini"),
             bedrock: Base::parse(&bedrock, "bedrock"),
             vertex: cfg.vertex.as_deref().map(|url| Base::parse(url, "vertex")),
             anthropic_key: key(&cfg.anthropic_api_key_env)?,
             openai_key: key(&cfg.openai_api_key_env)?,
+            gemini_key: key(&cfg.gemini_api_key_env)?,
             vertex_token: key(&cfg.vertex_token_env)?,
             aws,
         })
@@ -183,6 +189,7 @@ impl Upstreams {
             Destination::Anthropic => Cow::Borrowed(&self.anthropic),
             Destination::OpenAi => Cow::Borrowed(&self.openai),
             Destination::ChatGpt => Cow::Borrowed(&self.chatgpt),
+            Destination::Gemini => Cow::Borrowed(&self.gemini),
             Destination::Bedrock => Cow::Borrowed(&self.bedrock),
             Destination::Vertex => match &self.vertex {
                 Some(base) => Cow::Borrowed(base),
@@ -228,6 +235,11 @@ impl Upstreams {
         let expected = format!("{base_path}{path}");
         url.set_path(&expected);
         url.set_query(query);
+        if to == Destination::Gemini && self.gemini_key.is_some() {
+            // The held key goes in its header: a key the client put in the query (its cachet
+            // key, or its own) never goes upstream beside it.
+            crate::providers::gemini::drop_query_key(&mut url);
+        }
         let segments = |p: &str| p.split('/').count();
         let inside = url.path() == expected
             || (url.path().starts_with(base_path.as_str())
@@ -270,11 +282,15 @@ impl Upstreams {
                 .map(|key| ("authorization", format!("Bearer {}", key.expose()))),
             Destination::Vertex => (self.vertex_token.as_ref())
                 .map(|token| ("authorization", format!("Bearer {}", token.expose()))),
+            Destination::Gemini => {
+                (self.gemini_key.as_ref()).map(|key| ("x-goog-api-key", key.expose().to_string()))
+            }
             Destination::ChatGpt | Destination::Bedrock => None,
         };
         if let Some((name, value)) = held {
             headers.remove(http::header::AUTHORIZATION);
             headers.remove("x-api-key");
+            headers.remove(crate::providers::gemini::API_KEY_HEADER);
             if let Ok(mut v) = HeaderValue::from_str(&value) {
                 v.set_sensitive(true);
                 headers.insert(HeaderName::from_static(name), v);

@@ -8,5 +8,6 @@ pub mod aws;
 pub mod forward;
 pub mod http;
 pub mod upstream_client;
+pub mod websocket;
 
 pub use self::http::{error_response, full, ProxyBody};

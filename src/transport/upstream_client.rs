@@ -45,6 +45,9 @@ type HyperClient = Client<ConnectTimeout<HttpsConnector<Via>>, PayloadBody>;
 #[derive(Clone)]
 pub struct UpstreamClient {
     client: HyperClient,
+    /// HTTP/1.1 only: a WebSocket handshake is an HTTP/1.1 upgrade (RFC 6455 §4.1), which
+    /// an `h2` connection cannot carry.
+    upgrades: HyperClient,
     /// The proxy variables, read once: a request to a plain `http` upstream through an
     /// HTTP proxy carries the proxy's credentials itself.
     proxies: Arc<Matcher>,
@@ -80,7 +83,8 @@ impl UpstreamClient {
             }
         }
         Ok(UpstreamClient {
-            client: build_hyper(cfg, proxies.clone())?,
+            client: build_hyper(cfg, proxies.clone(), true)?,
+            upgrades: build_hyper(cfg, proxies.clone(), false)?,
             proxies,
         })
     }
@@ -88,6 +92,29 @@ impl UpstreamClient {
     /// Send a request; resolves when the response headers have arrived.
     pub async fn send(
         &self,
+        method: Method,
+        url: reqwest::Url,
+        headers: HeaderMap,
+        body: RequestBody,
+    ) -> Result<UpstreamResponse, SendError> {
+        self.send_on(&self.client, method, url, headers, body).await
+    }
+
+    /// Send a WebSocket handshake (a `GET` with `upgrade: websocket`) over HTTP/1.1; a 101
+    /// answer's connection is then the socket ([`UpstreamResponse::upgrade`]).
+    pub async fn send_upgrade(
+        &self,
+        url: reqwest::Url,
+        headers: HeaderMap,
+    ) -> Result<UpstreamResponse, SendError> {
+        let body = RequestBody::Whole(Payload::from(Bytes::new()));
+        self.send_on(&self.upgrades, Method::GET, url, headers, body)
+            .await
+    }
+
+    async fn send_on(
+        &self,
+        client: &HyperClient,
         method: Method,
         url: reqwest::Url,
         mut headers: HeaderMap,
@@ -113,7 +140,7 @@ impl UpstreamClient {
         *request.method_mut() = method;
         *request.uri_mut() = uri;
         *request.headers_mut() = headers;
-        self.client
+        client
             .request(request)
             .await
             .map(UpstreamResponse)
@@ -128,7 +155,11 @@ pub enum RequestBody {
     Arriving(ArrivingBody),
 }
 
-fn build_hyper(cfg: &UpstreamConfig, proxies: Arc<Matcher>) -> anyhow::Result<HyperClient> {
+fn build_hyper(
+    cfg: &UpstreamConfig,
+    proxies: Arc<Matcher>,
+    http2: bool,
+) -> anyhow::Result<HyperClient> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -155,12 +186,14 @@ fn build_hyper(cfg: &UpstreamConfig, proxies: Arc<Matcher>) -> anyhow::Result<Hy
         proxies,
     };
     // To the upstream, over whatever `Via` connected: ALPN `h2`, `http/1.1`.
-    let https = HttpsConnectorBuilder::new()
+    let builder = HttpsConnectorBuilder::new()
         .with_provider_and_webpki_roots(provider)?
         .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(via);
+        .enable_http1();
+    let https = match http2 {
+        true => builder.enable_http2().wrap_connector(via),
+        false => builder.wrap_connector(via),
+    };
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(POOL_IDLE)
         .pool_timer(TokioTimer::new())
@@ -394,6 +427,11 @@ impl UpstreamResponse {
     /// The body, chunk by chunk as it arrives.
     pub fn into_body(self) -> UpstreamBody {
         UpstreamBody(BodyDataStream::new(self.0.into_body()))
+    }
+
+    /// The connection a 101 answer switched to another protocol, once it is handed over.
+    pub fn upgrade(self) -> hyper::upgrade::OnUpgrade {
+        hyper::upgrade::on(self.0)
     }
 
     /// The whole body.

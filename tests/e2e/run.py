@@ -48,15 +48,20 @@ GENERATION = set(ROUTES)
 CLOUD_GENERATION = re.compile(
     r"^/model/[^/]+/(invoke|invoke-with-response-stream|converse|converse-stream)$"
     r"|^/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/[^/:]+:(rawPredict|streamRawPredict)$")
+# Gemini names the model in its generation paths: /v1beta/models/{model}:generateContent.
+GEMINI_GENERATION = re.compile(r"/v1beta/models/[^/:]+:(generateContent|streamGenerateContent)$")
 
 
 def is_generation(path):
     path = path.split("?")[0]
-    return path in GENERATION or bool(CLOUD_GENERATION.match(path)) and "/count-tokens:" not in path
+    return path in GENERATION or bool(GEMINI_GENERATION.match(path)) \
+        or bool(CLOUD_GENERATION.match(path)) and "/count-tokens:" not in path
+
 # Dummy credentials: nothing here reaches a provider.
 ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
 OAUTH_TOKEN = "sk-ant-oat01-e2e-dummy-token"
 OPENAI_KEY = "sk-e2e-dummy-key"
+GEMINI_KEY = "AIza-e2e-dummy-gemini-key"
 CHATGPT_ACCOUNT = "acc-e2e-dummy"
 # A team's cachet: it holds both providers' keys and asks every client for its cachet key.
 TEAM_KEY = "ck-e2e-team-key"
@@ -122,7 +127,8 @@ CLIENT_BLOCKS = [("env", "claude-code"), ("env", "sdk"), ("file", "~/.codex/conf
                  ("file", "cachet.toml#bedrock"), ("file", "cachet.toml#vertex"),
                  ("file", "~/.codex/config.toml#chatgpt"),
                  ("file", "~/.codex/config.toml#chatgpt-keyed"),
-                 ("file", "~/.pi/agent/models.json")]
+                 ("file", "~/.pi/agent/models.json"), ("env", "gemini-cli"),
+                 ("file", "~/.gemini/settings.json")]
 
 
 def client_blocks():
@@ -234,14 +240,16 @@ def json_documents(body):
 
 
 def cache_read(body):
-    """Tokens read from cache, from an Anthropic, Chat or Responses answer (streamed or not)."""
+    """Tokens read from cache, from an Anthropic, Chat, Responses or Gemini answer (streamed or
+    not)."""
     best = 0
 
     def walk(v):
         nonlocal best
         if isinstance(v, dict):
             for k, x in v.items():
-                if k in ("cache_read_input_tokens", "cached_tokens", "cacheReadInputTokens") and isinstance(x, int):
+                if k in ("cache_read_input_tokens", "cached_tokens", "cacheReadInputTokens",
+                         "cachedContentTokenCount") and isinstance(x, int):
                     best = max(best, x)
                 else:
                     walk(x)
@@ -279,8 +287,8 @@ def http_get(url, timeout=10):
 def accepted_credentials():
     """What the emulator serves: each client's own key or token, and the keys cachet holds.
     Never TEAM_KEY: that is cachet's, and must not reach the provider."""
-    return [ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, HELD_ANTHROPIC, HELD_OPENAI,
-            HELD_VERTEX_TOKEN]
+    return [ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, GEMINI_KEY, HELD_ANTHROPIC,
+            HELD_OPENAI, HELD_VERTEX_TOKEN]
 
 
 class Stack:
@@ -304,8 +312,8 @@ class Stack:
         self.back = Shim(self.emulator_url)
         args = [cachet, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
                 "--anthropic-upstream", self.back.url, "--openai-upstream", self.back.url,
-                "--chatgpt-upstream", self.back.url, "--bedrock-upstream", self.back.url,
-                "--vertex-upstream", self.back.url,
+                "--chatgpt-upstream", self.back.url, "--gemini-upstream", self.back.url,
+                "--bedrock-upstream", self.back.url, "--vertex-upstream", self.back.url,
                 "--store", os.path.join(workdir, "store"), "--record", os.path.join(workdir, "record")]
         for p in policies:
             args += ["--policy", p]
@@ -366,6 +374,8 @@ class Client:
     # environment it names.
     serve_config = None
     serve_env = None
+    # More of cachet's configuration, for a scenario that is not about client keys.
+    extra_config = None
 
     def __init__(self, name, providers, endpoints, id_source, one_session=True):
         self.name = name
@@ -760,9 +770,12 @@ class CodexChatGptLong(CodexChatGpt):
     """Codex signed in with ChatGPT: a turn, a turn with `-c model_auto_compact_token_limit`
     below the first turn's context (about 16,200 tokens), which Codex compacts before it by
     a Responses request ending with `compaction_trigger`, then `resume --last -m gpt-6-sol`.
-    See check_codex_chatgpt_long."""
+    See check_codex_chatgpt_long. Over HTTP (`server.websocket = false`: cachet answers the
+    upgrade 426): cachet does not yet read a compacted session that Codex chains by
+    `previous_response_id` over a socket as it reads it over HTTP (lanes, turn indexes)."""
 
     SWITCH_TO = "gpt-6-sol"
+    extra_config = "[server]\nwebsocket = false\n"
     STEPS = [([], PROMPTS[0]),
              (["-c", "model_auto_compact_token_limit=12000", "resume", "--last"], PROMPTS[1]),
              (["resume", "--last", "-m", SWITCH_TO], "And once more.")]
@@ -886,12 +899,36 @@ class CodexPaced(Paced, Codex):
         self.name = "codex-paced"
 
 
+class GeminiCli(Client):
+    """Gemini CLI on the Gemini API (`GOOGLE_GEMINI_BASE_URL`, its key in `GEMINI_API_KEY`),
+    streaming `streamGenerateContent?alt=sse`; turn 2 is `--resume latest`."""
+
+    MODEL = "gemini-2.5-flash"
+
+    def __init__(self):
+        super().__init__("gemini-cli", {"gemini"}, {"generate_content"}, "fingerprint")
+
+    def setup(self, ctx):
+        write_client_file(ctx.blocks, "~/.gemini/settings.json", ctx.home, ctx.base)
+
+    def env(self, ctx):
+        return {**client_env(ctx.blocks, "gemini-cli", ctx.base), "GEMINI_API_KEY": GEMINI_KEY}
+
+    def argv(self, ctx, turn):
+        resume = ["--resume", "latest"] if turn > 0 else []
+        return [ctx.bin("gemini"), "-m", self.MODEL, "--skip-trust", *resume, "-p", self.PROMPTS[turn]]
+
+    def check(self, r, run):
+        check_gemini_cli(r, run)
+
+
 CLIENTS = [
     Pi("cachet-anthropic", "claude-sonnet-4-5", "anthropic-messages", "anthropic", "messages", "fingerprint"),
     Pi("cachet-openai", "gpt-4.1", "openai-completions", "openai", "chat", "fingerprint"),
     Pi("cachet-openai-responses", "gpt-4.1", "openai-responses", "openai", "responses", "prompt_cache_key"),
     ClaudeCode(subscription=False),
     ClaudeCode(subscription=True),
+    GeminiCli(),
     Codex(),
     CodexFast(),
     CodexChatGpt(),
@@ -967,7 +1004,7 @@ class Run:
 def run_client(client, policies, args, blocks, out_dir):
     names = [os.path.basename(p)[:-5] for p in policies]
     scenario = os.path.join(out_dir, client.name + ("+" + "+".join(names) if names else ""))
-    serve_config, serve_env = client.serve_config, client.serve_env
+    serve_config, serve_env = client.serve_config or client.extra_config, client.serve_env
     if hasattr(client, "serve_settings"):
         serve_config, serve_env = client.serve_settings(blocks)
     stack = Stack(args.cachet, scenario, policies, serve_config, serve_env, client.tool_steps)
@@ -1194,7 +1231,7 @@ def check_usage_metrics(r, run):
 
 
 def check_bytes(r, run):
-    forwarded = [e for e in run.front if (e.path.startswith("/v1/") or e.path.startswith("/model/"))
+    forwarded = [e for e in run.front if e.path.startswith(("/v1/", "/v1beta/", "/model/"))
                  and not e.header("x-cachet-error", "resp")]
     back = {}
     for e in run.back:
@@ -1211,7 +1248,7 @@ def check_bytes(r, run):
         if not whole or b.status != e.status:
             resp_diff.append(f"{e.method} {e.path}: upstream {b.status} {len(b.resp_body)} bytes, "
                              f"client {e.status} {len(e.resp_body)} bytes")
-        for name in ("x-api-key", "authorization"):
+        for name in ("x-api-key", "authorization", "x-goog-api-key"):
             if b.header(name) != e.header(name) and not getattr(run.client, "cloud_client", False):
                 secret_diff.append(name)
     r.check(not unmatched and len(forwarded) == len(run.back) and forwarded,
@@ -1223,26 +1260,47 @@ def check_bytes(r, run):
 
 
 def check_websocket(r, run):
-    """A client that asks for a WebSocket first (Codex on OpenAI's own provider) gets cachet's
-    own answer, and nothing of it goes upstream; the turns then complete over HTTP. The answer
-    is the 426 Codex reads as "go on over HTTP" (codex-rs/core/src/client.rs,
-    `stream_responses_websocket`), so each Codex process asks once and never retries."""
-    asked = [e for e in run.front if (e.header("upgrade") or "").lower() == "websocket"]
+    """A client that asks for a WebSocket first (Codex on OpenAI's own provider, or signed in
+    with ChatGPT) gets the upstream's socket through cachet: every upgrade reaches the
+    upstream and is answered 101 with its headers (the ChatGPT backend's `x-codex-turn-state`
+    included), none is answered 426 by cachet, and the agent opens no more sockets than it
+    runs turns (no `Reconnecting...`). Its turns then are the sockets' `response.create`
+    messages, which the other checks read as they read HTTP requests."""
+    asked = [e for e in run.front if (e.header("upgrade") or "").lower() == "websocket"
+             and not e.over_socket]
     if not asked and not getattr(run.client, "websocket_first", False):
         return
-    answered = [e for e in asked if e.status == 426 and e.header("x-cachet-error", "resp") == "1"]
-    forwarded = [e for e in run.back if (e.header("upgrade") or "") or
-                 (e.method == "GET" and e.path.split("?")[0] == "/v1/responses")]
-    r.check(asked and len(answered) == len(asked) and not forwarded,
-            f"{run.label}: WebSocket upgrades are answered by cachet, never forwarded "
-            f"({len(asked)} asked)",
-            f"{len(answered)} of {len(asked)} answered 426 by cachet; "
-            f"{len(forwarded)} reached the upstream")
+    if "websocket = false" in (run.client.extra_config or ""):
+        # Switched off: cachet answers the upgrade 426 itself, which Codex falls back from at
+        # once, for the rest of its process.
+        answered = [e for e in asked if e.status == 426 and e.header("x-cachet-error", "resp") == "1"]
+        forwarded = [e for e in run.back if (e.header("upgrade") or "")]
+        r.check(asked and len(answered) == len(asked) and not forwarded
+                and len(asked) <= len(run.turns),
+                f"{run.label}: with server.websocket = false, upgrades are answered 426 by cachet "
+                f"({len(asked)} asked in {len(run.turns)} turns)",
+                f"{len(answered)} of {len(asked)} answered 426; {len(forwarded)} forwarded")
+        return
+    switched = [e for e in asked if e.status == 101]
+    refused = [e for e in asked if e.header("x-cachet-error", "resp") == "1"]
+    upstream = [e for e in run.back if (e.header("upgrade") or "").lower() == "websocket"
+                and e.status == 101 and not e.over_socket]
+    r.check(asked and len(switched) == len(asked) == len(upstream) and not refused,
+            f"{run.label}: WebSocket upgrades reach the upstream and switch ({len(asked)} asked)",
+            f"{len(switched)} of {len(asked)} switched, {len(upstream)} upstream, "
+            f"{len(refused)} answered by cachet ({[e.status for e in asked]})")
+    state = [e for e in switched if e.header("x-codex-turn-state", "resp")]
+    if run.client.name.startswith("codex-chatgpt"):
+        r.check(len(state) == len(switched),
+                f"{run.label}: the backend's x-codex-turn-state reaches the agent",
+                f"{len(state)} of {len(switched)} 101s carry it")
+    over_socket = [e for e in run.generation() if e.over_socket]
     turns = len(run.turns)
-    r.check(len(asked) <= turns,
-            f"{run.label}: the agent goes on over HTTP at cachet's first answer "
-            f"({len(asked)} WebSocket asks in {turns} turns)",
-            f"{len(asked)} asks in {turns} turns: the agent retried the WebSocket")
+    r.check(len(asked) <= turns and over_socket,
+            f"{run.label}: the agent runs its turns over the socket "
+            f"({len(asked)} sockets in {turns} turns, {len(over_socket)} requests over them)",
+            f"{len(asked)} sockets in {turns} turns: the agent reconnected; "
+            f"{len(over_socket)} requests over sockets")
 
 
 def per_session_turns(run):
@@ -1258,8 +1316,11 @@ def per_session_turns(run):
 
 def check_cache(r, run):
     for sid, turns in per_session_turns(run).items():
-        if len(turns) > 1 and turns[1]:
-            first = turns[1][0]
+        # A warm-up (`generate: false`, which Codex sends first on a new socket) prepares
+        # the request and samples nothing: the turn's first request is the one after it.
+        sampled = [e for e in turns[1] if e.request_json().get("generate") is not False] if len(turns) > 1 else []
+        if sampled:
+            first = sampled[0]
             read = cache_read(first.resp_body)
             r.check(read > 0, f"{run.label}: turn 2 reads from cache ({sid[:24]}: {read} tokens)",
                     f"first request of turn 2 read {read} tokens")
@@ -1341,6 +1402,8 @@ def response_id(ex):
         for v in (doc.get("message"), doc.get("response"), doc):
             if isinstance(v, dict) and isinstance(v.get("id"), str):
                 return v["id"]
+        if isinstance(doc.get("responseId"), str):  # Gemini
+            return doc["responseId"]
     return None
 
 
@@ -1399,6 +1462,26 @@ def check_turn_indexes(r, run, sent, expected=None):
 def check_breaks(r, run, n, what):
     breaks = metric_sum(run.metrics, "cachet_prefix_breaks_total")
     r.check(breaks == n, f"{run.label}: {what}", f"cachet_prefix_breaks_total = {breaks:g}")
+
+
+def check_gemini_cli(r, run):
+    """Gemini CLI's turns are one session; each tool step reads what the step before sent
+    and no request within a turn breaks the prefix. Resuming, Gemini CLI leaves out the
+    earlier `thoughtSignature`s (no break) and repeats each function response of the turn it
+    resumes: the one break is that client edit, named `message_edited` in `messages`, and
+    turn 2 still reads everything before it from cache."""
+    sent = requests_sent(run)
+    check_one_session(r, run, sent, "two turns, the second resumed")
+    found = [(x.turn, x.entry.get("diagnosis") or {}) for x in sent if x.entry.get("diagnosis")]
+    within = [d for turn, d in found if turn == 0]
+    resumed = [(d.get("section"), d.get("reason")) for turn, d in found if turn == 1]
+    r.check(not within and resumed in ([], [("messages", "message_edited")]),
+            f"{run.label}: no break within a turn; resuming, only the client's own edit is one",
+            f"diagnoses {found}")
+    reads = [cache_read(x.ex.resp_body) for x in sent]
+    cold = [i for i, n in enumerate(reads) if i and n == 0]
+    r.check(not cold, f"{run.label}: every request after the first reads from cache ({reads})",
+            f"requests that read nothing: {cold}")
 
 
 def check_twins(r, run):
@@ -1630,16 +1713,21 @@ def check_policy_run(r, run, base):
     check_storage(r, run)
 
 
+def history(body):
+    """A request's history: `messages`, `input` (Responses) or `contents` (Gemini)."""
+    return body.get("messages") or body.get("input") or body.get("contents") or []
+
+
 def check_storage(r, run):
     # Storage: every distinct message, system prompt and tool list once, plus a small entry
     # per request. A log that copies the history into every entry grows with its square.
     unique = set()
     for e in run.generation():
         body = e.request_json()
-        items = body.get("messages") or body.get("input") or []
+        items = history(body)
         for item in items if isinstance(items, list) else [items]:
             unique.add(canonical(item))
-        for part in ("system", "tools", "instructions"):
+        for part in ("system", "tools", "instructions", "systemInstruction"):
             if body.get(part):
                 unique.add(canonical(body[part]))
     content = sum(len(u) for u in unique)
@@ -1648,8 +1736,7 @@ def check_storage(r, run):
     # Each request entry names the messages it adds to the one it extends: over the session
     # that is about the number of distinct messages, not the sum of every history's length.
     named = sum(len((e.get("sent") or {}).get("keys") or []) for _, e in request_entries(run))
-    histories = sum(len(e.request_json().get("messages") or e.request_json().get("input") or [])
-                    for e in run.generation())
+    histories = sum(len(history(e.request_json())) for e in run.generation())
     r.check(0 < run.stored_bytes <= bound and named <= len(unique) + 2 * n,
             f"{run.label}: session storage grows with new content ({run.stored_bytes} bytes stored "
             f"for {content} bytes of distinct content in {n} requests; entries name {named} messages, "
@@ -1664,7 +1751,7 @@ def check_common(r, run):
     r.check(not unknown, f"{run.label}: no model=\"unknown\" token series", "; ".join(unknown[:2]))
     check_compactions(r, run)
     check_model_list(r, run)
-    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, TEAM_KEY,
+    secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, GEMINI_KEY, TEAM_KEY,
                            HELD_ANTHROPIC, HELD_OPENAI, HELD_VERTEX_TOKEN, AWS_SECRET) if s in run.serve_log]
     r.check(not secrets, f"{run.label}: no credential in cachet's log")
 

@@ -10,6 +10,7 @@ the client's own disconnect would. Loopback only.
 import gzip
 import http.client
 import json
+import socket
 import sys
 import threading
 import time
@@ -25,8 +26,10 @@ HOP_BY_HOP = {
     "trailer",
     "content-length",
 }
-# `upgrade` crosses the shim: Codex asks for a WebSocket first, and cachet must see that it
-# did (it answers such a request itself; it never answers 101, which this shim could not relay).
+# `upgrade` crosses the shim: Codex asks for a WebSocket first. An upgraded connection is
+# relayed as bytes (see `_Handler._tunnel`), and each `response.create` on it is kept as an
+# exchange of its own, its answer's events as the event stream an HTTP request would get.
+TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed", "error"}
 
 
 class Exchange:
@@ -44,6 +47,8 @@ class Exchange:
         self.resp_body = b""
         # The client went away before the whole answer reached it.
         self.client_gone = False
+        # A `response.create` message of a WebSocket, kept as the request it stands for.
+        self.over_socket = False
 
     def request_json(self):
         """The request body as JSON, decoded by its content-encoding as cachet reads it
@@ -64,6 +69,53 @@ class Exchange:
             if k == name:
                 return v
         return None
+
+
+class Frames:
+    """WebSocket frames (RFC 6455 §5.2) read as they cross, into whole messages."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.parts = []
+        self.opcode = None
+
+    def feed(self, data):
+        """The messages `data` completes: (opcode, payload), control frames included."""
+        self.buf += data
+        out = []
+        while len(self.buf) >= 2:
+            b0, b1 = self.buf[0], self.buf[1]
+            n, i = b1 & 0x7F, 2
+            if n == 126:
+                if len(self.buf) < 4:
+                    break
+                n, i = int.from_bytes(self.buf[2:4], "big"), 4
+            elif n == 127:
+                if len(self.buf) < 10:
+                    break
+                n, i = int.from_bytes(self.buf[2:10], "big"), 10
+            key = None
+            if b1 & 0x80:
+                if len(self.buf) < i + 4:
+                    break
+                key, i = bytes(self.buf[i:i + 4]), i + 4
+            if len(self.buf) < i + n:
+                break
+            payload = bytes(self.buf[i:i + n])
+            del self.buf[:i + n]
+            if key and n:
+                mask = (key * (n // 4 + 1))[:n]
+                payload = (int.from_bytes(payload, "big") ^ int.from_bytes(mask, "big")).to_bytes(n, "big")
+            opcode = b0 & 0x0F
+            if opcode >= 8:
+                out.append((opcode, payload))
+                continue
+            if opcode:
+                self.opcode, self.parts = opcode, []
+            self.parts.append(payload)
+            if b0 & 0x80:
+                out.append((self.opcode, b"".join(self.parts)))
+        return out
 
 
 class Shim(ThreadingHTTPServer):
@@ -122,6 +174,9 @@ class _Handler(BaseHTTPRequestHandler):
         with shim.lock:
             ex = Exchange(len(shim.exchanges), self.command, self.path, headers, body)
             shim.exchanges.append(ex)
+        if (self.headers.get("upgrade") or "").lower() == "websocket":
+            self._tunnel(ex, headers)
+            return
         conn = http.client.HTTPConnection(shim.upstream.hostname, shim.upstream.port, timeout=120)
         try:
             conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
@@ -183,5 +238,107 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             ex.resp_body = b"".join(body)
+
+    def _tunnel(self, ex, headers):
+        """A WebSocket handshake: sent upstream as it came; its answer goes back as it came,
+        and after a 101 the connection is relayed byte for byte both ways until either side
+        ends it. Each `response.create` is kept as an exchange of its own (a `POST` of the
+        message, answered by its events as an event stream)."""
+        shim = self.server
+        self.close_connection = True
+        up = socket.create_connection((shim.upstream.hostname, shim.upstream.port), timeout=600)
+        head = [f"{self.command} {self.path} HTTP/1.1", f"host: {shim.upstream.netloc}"]
+        head += [f"{k}: {v}" for k, v in headers if k != "host"]
+        up.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            data = up.recv(65536)
+            if not data:
+                break
+            buf += data
+        answer, _, rest = buf.partition(b"\r\n\r\n")
+        lines = answer.decode("latin-1").split("\r\n")
+        ex.status = int(lines[0].split()[1]) if len(lines[0].split()) > 1 else 502
+        ex.resp_headers = [(k.strip().lower(), v.strip()) for k, _, v in
+                           (line.partition(":") for line in lines[1:] if ":" in line)]
+        if ex.status != 101:
+            length = int(ex.header("content-length", "resp") or 0)
+            while len(rest) < length:
+                data = up.recv(65536)
+                if not data:
+                    break
+                rest += data
+            ex.resp_body = rest
+            self.wfile.write(answer + b"\r\n\r\n" + rest)
+            self.wfile.flush()
+            up.close()
+            return
+        self.wfile.write(answer + b"\r\n\r\n")
+        self.wfile.flush()
+        client = self.connection
+        opened = []  # the socket's response.create exchanges whose answers have not ended
+        path = self.path
+
+        def from_client(payload):
+            try:
+                kind = json.loads(payload).get("type")
+            except (ValueError, AttributeError):
+                return
+            if kind == "response.create":
+                with shim.lock:
+                    turn = Exchange(len(shim.exchanges), "POST", path, headers, payload)
+                    turn.status = 200
+                    turn.over_socket = True
+                    turn.resp_headers = [("content-type", "text/event-stream")]
+                    shim.exchanges.append(turn)
+                    opened.append(turn)
+
+        def from_upstream(payload):
+            try:
+                kind = json.loads(payload).get("type")
+            except (ValueError, AttributeError):
+                return
+            if not isinstance(kind, str):
+                return
+            with shim.lock:
+                if not opened:
+                    return
+                turn = opened[0]
+                turn.resp_body += b"event: %s\ndata: %s\n\n" % (kind.encode(), payload)
+                if kind in TERMINAL_EVENTS:
+                    opened.pop(0)
+
+        def pump(src, dst, read):
+            frames = Frames()
+            try:
+                if src is up and rest:
+                    dst.sendall(rest)
+                    for opcode, payload in frames.feed(rest):
+                        if opcode == 1:
+                            read(payload)
+                while True:
+                    data = src.recv(65536)
+                    if not data:
+                        break
+                    dst.sendall(data)
+                    for opcode, payload in frames.feed(data):
+                        if opcode == 1:
+                            read(payload)
+            except OSError:
+                pass
+            finally:
+                try:
+                    dst.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+
+        t = threading.Thread(target=pump, args=(client, up, from_client), daemon=True)
+        t.start()
+        pump(up, client, from_upstream)
+        t.join(timeout=5)
+        up.close()
+        with shim.lock:
+            for turn in opened:
+                turn.client_gone = True
 
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _forward

@@ -242,9 +242,9 @@ async fn the_emulator_reads_a_codex_zstd_body() {
 }
 
 /// Codex (signed in with ChatGPT, or on its built-in OpenAI provider) first asks for the
-/// Responses API over a WebSocket: `GET /v1/responses` with `upgrade: websocket`. cachet does
-/// not proxy WebSockets; it says so itself, in the provider's format, rather than sending
-/// the client's credentials upstream on a GET the upstream cannot serve. It answers 426, the
+/// Responses API over a WebSocket: `GET /v1/responses` with `upgrade: websocket`. With
+/// `server.websocket = false`, cachet does not proxy it; it says so itself, in the
+/// provider's format, rather than sending the client's credentials upstream. It answers 426, the
 /// status Codex reads as "go on over HTTP" at once (codex-rs/core/src/client.rs,
 /// `stream_responses_websocket`: `StatusCode::UPGRADE_REQUIRED` gives
 /// `WebsocketStreamOutcome::FallbackToHttp`); any other status is an error Codex retries
@@ -252,7 +252,9 @@ async fn the_emulator_reads_a_codex_zstd_body() {
 #[tokio::test]
 async fn a_websocket_upgrade_is_answered_by_cachet_and_not_forwarded() {
     let upstream = FakeUpstream::start(Script::json(404, r#"{"error":{"message":"x"}}"#)).await;
-    let proxy = start_proxy(test_config(&upstream.url())).await;
+    let mut config = test_config(&upstream.url());
+    config.server.websocket = false;
+    let proxy = start_proxy(config).await;
     let resp = client()
         .get(format!("http://{}/v1/responses", proxy.addr))
         .header("authorization", "Bearer chatgpt-access-token")

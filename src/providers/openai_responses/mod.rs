@@ -12,6 +12,24 @@
 //!   ([`CHATGPT_CODEX_BASE_PATH`]), which serves `/responses` and `/models` without `/v1`.
 
 mod request;
+pub mod websocket;
+
+/// The request's cache options (`prompt_cache_options`: breakpoints, retention, and the
+/// comparison response of the prompt cache diagnostics).
+pub const PROMPT_CACHE_OPTIONS: &str = "prompt_cache_options";
+
+/// `prompt_cache_options` asking for the prompt cache diagnostics against the response `id`
+/// ("Set `prompt_cache_options.comparison_response_id` to the baseline response's `id`",
+/// developers.openai.com/api/docs/guides/prompt-caching/diagnostics), the request's own
+/// options (`existing`, as JSON text) kept.
+pub fn comparison_option(existing: Option<&[u8]>, id: &str) -> Bytes {
+    let mut options = existing
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+        .filter(serde_json::Value::is_object)
+        .unwrap_or_else(|| serde_json::json!({}));
+    options["comparison_response_id"] = serde_json::json!(id);
+    Bytes::from(options.to_string())
+}
 
 use bytes::Bytes;
 use serde::Deserialize;

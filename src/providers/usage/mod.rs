@@ -49,6 +49,15 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
             ..ResponseFacts::default()
         };
     }
+    if endpoint == Endpoint::GenerateContent {
+        let (usage, model, id) = super::gemini::usage::read(body);
+        return ResponseFacts {
+            usage,
+            model,
+            id,
+            diagnostics: None,
+        };
+    }
     // Only these fields are built; the rest of the body (the reply itself) is only
     // validated.
     let (mut usage_at, mut model_at, mut id_at, mut diag_at) = (None, None, None, None);
@@ -57,7 +66,8 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
         b"usage" => usage_at = Some(field.value),
         b"model" => model_at = Some(field.value),
         b"id" => id_at = Some(field.value),
-        b"diagnostics" => diag_at = Some(field.value),
+        // Anthropic's `diagnostics`, OpenAI's `prompt_cache_diagnostics` (Responses).
+        b"diagnostics" | b"prompt_cache_diagnostics" => diag_at = Some(field.value),
         b"context_management" => edits_at = Some(field.value),
         b"service_tier" => tier_at = Some(field.value),
         _ => {}
@@ -112,6 +122,7 @@ struct HeadFields {
     id: Option<Value>,
     #[serde(default)]
     usage: Lenient<UsageFields>,
+    #[serde(alias = "prompt_cache_diagnostics")]
     diagnostics: Option<Value>,
     /// OpenAI: the tier that served the answer.
     #[serde(default)]
@@ -163,6 +174,16 @@ impl StreamUsage {
             // Bedrock's Converse: the usage is in its last event, under its own names.
             if event == super::bedrock::converse::METADATA {
                 self.usage = super::bedrock::converse::usage_of(data).or(self.usage);
+            }
+            return;
+        }
+        if endpoint == Endpoint::GenerateContent {
+            // Every chunk is a whole response; the last counts are the final ones.
+            let (usage, model, id) = super::gemini::usage::read(data);
+            self.usage = usage.or(self.usage);
+            self.model = model.or(self.model.take());
+            if self.id.is_none() {
+                self.id = id;
             }
             return;
         }
@@ -283,7 +304,10 @@ mod tests {
             .and_then(Value::as_str)
             .map(str::to_owned);
         facts.diagnostics = head
-            .and_then(|h| h.get("diagnostics"))
+            .and_then(|h| {
+                h.get("diagnostics")
+                    .or_else(|| h.get("prompt_cache_diagnostics"))
+            })
             .filter(|d| d.is_object())
             .cloned();
         facts.usage = usage.filter(|u| u.is_object()).map(|u| match endpoint {

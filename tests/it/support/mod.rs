@@ -214,6 +214,7 @@ pub fn test_config(upstream: &str) -> Config {
     config.upstream.anthropic = upstream.to_string();
     config.upstream.openai = upstream.to_string();
     config.upstream.chatgpt = upstream.to_string();
+    config.upstream.gemini = upstream.to_string();
     config.server.shutdown_grace_secs = 10;
     // Monitoring keeps sessions by default: each proxy gets a store of its own, kept
     // until the test process ends.

@@ -1,0 +1,118 @@
+//! The Responses API's WebSocket mode (OpenAI's "WebSocket mode" guide and its WebSocket
+//! events reference): `GET /v1/responses` upgraded to a WebSocket, Codex's beta header
+//! `OpenAI-Beta: responses_websockets=…`; each turn is a text message `{"type":
+//! "response.create", …}` whose other fields are those of `POST /v1/responses` ("`stream`
+//! is implicit over WebSocket and should not be sent", "`background` is not supported"),
+//! plus `stream_id`, "the WebSocket lane for this response. Requests with the same
+//! `stream_id` are processed FIFO, and events for the response echo the same `stream_id`"
+//! (openai-python `ResponsesClientEventResponseCreate`). The answer comes back as text
+//! messages, each one event of the HTTP stream's JSON (`type` first). A request may name
+//! `previous_response_id` of an answer on the same socket whatever its `store`: "the
+//! server keeps the prior state in memory on the open socket".
+
+use bytes::Bytes;
+
+use crate::error::ErrorKind;
+
+/// The client event that starts a response.
+pub const RESPONSE_CREATE: &str = "response.create";
+/// Codex's beta header value names the mode's version after this (`responses_websockets=
+/// 2026-02-06`, codex-rs `responses_websocket.rs`).
+pub const BETA_PREFIX: &str = "responses_websockets=";
+/// The ChatGPT backend's handshake answer carries this value, which pins the session;
+/// Codex sends it back on its next handshakes of the turn (codex-rs
+/// `X_CODEX_TURN_STATE_HEADER`).
+pub const TURN_STATE_HEADER: &str = "x-codex-turn-state";
+/// Fields of `POST /v1/responses` a socket's request does not take.
+pub const TRANSPORT_FIELDS: [&str; 2] = ["stream", "background"];
+
+/// Whether a WebSocket handshake asks for the mode: `GET /v1/responses` (the ChatGPT
+/// backend's `/responses` is reached through the same client path).
+pub fn serves(method: &http::Method, path: &str) -> bool {
+    method == http::Method::GET && path.trim_end_matches('/') == "/v1/responses"
+}
+
+/// The `type` of a client or server event: read where OpenAI writes it, first, without
+/// scanning the rest of the message; elsewhere, from the whole object.
+pub fn event_type(message: &[u8]) -> Option<String> {
+    let start = crate::json::scan::skip_ws(message, 0);
+    let first = message
+        .get(start..)
+        .and_then(|m| m.strip_prefix(b"{\"type\":\""));
+    if let Some(first) = first {
+        if let Some(end) = first.iter().position(|&b| b == b'"' || b == b'\\') {
+            if first[end] == b'"' {
+                return std::str::from_utf8(&first[..end]).ok().map(str::to_string);
+            }
+        }
+    }
+    crate::json::scan::str_field(message, start, "type")
+}
+
+/// The `stream_id` a `response.create` names (the socket's default lane without one).
+pub fn stream_id(message: &[u8]) -> Option<String> {
+    let start = crate::json::scan::skip_ws(message, 0);
+    crate::json::scan::str_field(message, start, "stream_id")
+}
+
+/// The `error` event the API sends on a socket for a request it refuses: the HTTP error
+/// body's `error` with the `status` it would have had (`{"type": "error", "status": 400,
+/// "error": {"type", "code", "message", "param"}}`; codex-rs reads `status` and
+/// `error.code`, openai-python `ResponseErrorEvent`).
+pub fn error_event(kind: ErrorKind, status: u16, message: &str) -> Bytes {
+    error_event_with_code(kind, status, message, None)
+}
+
+/// [`error_event`] with an `error.code` of its own (`previous_response_not_found`).
+pub fn error_event_with_code(
+    kind: ErrorKind,
+    status: u16,
+    message: &str,
+    code: Option<&str>,
+) -> Bytes {
+    let body = super::super::openai::error_body(kind, message);
+    let mut error = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|mut v| v.get_mut("error").map(serde_json::Value::take))
+        .unwrap_or_default();
+    if let Some(code) = code {
+        error["code"] = serde_json::json!(code);
+    }
+    let event = serde_json::json!({"type": "error", "status": status, "error": error});
+    Bytes::from(event.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_type_is_read_first_or_found() {
+        let first = br#"{"type":"response.create","model":"gpt-5.1-codex","input":[]}"#;
+        assert_eq!(event_type(first).as_deref(), Some(RESPONSE_CREATE));
+        let later = br#" {"model":"m","type":"response.completed"}"#;
+        assert_eq!(event_type(later).as_deref(), Some("response.completed"));
+        let escaped = br#"{"type":"response\u002ecreate"}"#;
+        assert_eq!(event_type(escaped).as_deref(), Some(RESPONSE_CREATE));
+        assert_eq!(event_type(b"[1]"), None);
+        assert_eq!(event_type(b"not json"), None);
+        let lane = br#"{"type":"response.create","stream_id":"fork-1","input":"x"}"#;
+        assert_eq!(stream_id(lane).as_deref(), Some("fork-1"));
+        assert_eq!(stream_id(first), None);
+    }
+
+    #[test]
+    fn an_error_event_carries_the_status_and_the_http_error() {
+        let event = error_event_with_code(
+            ErrorKind::InvalidRequest,
+            400,
+            "Previous response with id 'resp_1' not found.",
+            Some("previous_response_not_found"),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&event).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["status"], 400);
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["code"], "previous_response_not_found");
+    }
+}
