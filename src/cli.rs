@@ -28,6 +28,9 @@ pub enum Command {
     Check(CheckArgs),
     /// Replay recorded sessions through policy sets against the emulator's cache model.
     Replay(ReplayArgs),
+    /// What each candidate policy would have saved on recorded sessions, and where it
+    /// would have cost more.
+    Advise(AdviseArgs),
 }
 
 /// Options shared by `serve` and `check`: where configuration and policies come from.
@@ -171,6 +174,25 @@ pub struct DemoArgs {
 pub struct CheckArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AdviseArgs {
+    /// Trace files (JSONL) or folders recorded with `cachet serve --record`.
+    #[arg(required = true)]
+    pub traces: Vec<PathBuf>,
+    /// A candidate: NAME=POLICY_FILE[,POLICY_FILE...] (repeatable; default: the shipped
+    /// policies that only change caching, each on the sessions of the APIs it matches).
+    #[arg(long = "candidate", value_name = "NAME=POLICY_FILE[,...]")]
+    pub candidates: Vec<String>,
+    /// Replay as if every request had used this model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub models: ModelsArg,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -59,6 +59,7 @@ fn main() -> std::process::ExitCode {
             Command::Demo(args) => cachet::commands::demo::run_demo(args).await,
             Command::Check(args) => cachet::commands::check::run_check(args).await,
             Command::Replay(args) => cachet::replay::run_replay(args).await,
+            Command::Advise(args) => cachet::replay::advise::run_advise(args).await,
         }
     });
     match result {

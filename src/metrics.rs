@@ -15,6 +15,7 @@ use prometheus::{
 pub use labels::{Capped, Charset, LabelSet};
 
 use crate::measure::breaks::{BreakReason, SectionName};
+use crate::measure::Who;
 use crate::route::{Endpoint, Provider};
 use crate::usage::Usage;
 
@@ -298,8 +299,8 @@ impl Metrics {
                 "Input tokens written to the prompt cache, by the TTL they were written with (5m, 1h; unknown when the provider does not say).",
                 &["provider", "model", "variant", "key", "ttl"]),
             prefix_breaks: counter(r, "cachet_prefix_breaks_total",
-                "Requests whose prefix differs from the session's previous request, by first differing section and why.",
-                &["provider", "section", "reason"]),
+                "Requests whose prefix differs from the session's previous request, by first differing section, why, and who can fix it.",
+                &["provider", "section", "reason", "blame"]),
             invalidations: Capped::new(counter(r, "cachet_cache_invalidations_total",
                 "Patch operations applied that changed cached content, by reason.",
                 &["transformer", "reason"]), vec![transformers.clone(), bounded()]),
@@ -406,9 +407,15 @@ impl Metrics {
         provider: Provider,
         section: SectionName,
         reason: BreakReason,
+        blame: Who,
     ) {
         self.prefix_breaks
-            .with_label_values(&[provider.label(), section.label(), reason.label()])
+            .with_label_values(&[
+                provider.label(),
+                section.label(),
+                reason.label(),
+                blame.label(),
+            ])
             .inc();
     }
 
@@ -925,8 +932,9 @@ mod tests {
             Provider::Anthropic,
             SectionName::System,
             BreakReason::SystemChanged,
+            Who::Client,
         );
         let text = String::from_utf8(m.render()).unwrap();
-        assert!(text.contains(r#"cachet_prefix_breaks_total{provider="anthropic",reason="system_changed",section="system"} 1"#), "{text}");
+        assert!(text.contains(r#"cachet_prefix_breaks_total{blame="client",provider="anthropic",reason="system_changed",section="system"} 1"#), "{text}");
     }
 }

@@ -106,6 +106,10 @@ pub struct Diagnosis {
     /// Tokens read.
     pub read: u64,
     pub detail: String,
+    /// Who can fix it ([`super::blame`]); absent in logs written before blames were (read
+    /// with [`Diagnosis::blame`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blame: Option<super::blame::Blame>,
 }
 
 /// A section label in the log (`tools`, `system`, `messages`).
@@ -211,6 +215,17 @@ pub fn diagnose(
     cur: &Current<'_>,
     tokens_through: &dyn Fn(u32) -> u64,
 ) -> Option<Diagnosis> {
+    let mut d = first_loss(prev, cur, tokens_through)?;
+    d.blame = Some(super::blame::Blame::of_reason(&d));
+    Some(d)
+}
+
+/// [`diagnose`], before its blame.
+fn first_loss(
+    prev: &Previous<'_>,
+    cur: &Current<'_>,
+    tokens_through: &dyn Fn(u32) -> u64,
+) -> Option<Diagnosis> {
     let (p, c) = (prev.shape, cur.shape);
     let read = cur.usage.prompt_read();
     let base = |section: Section, reason: BreakReason, detail: String| Diagnosis {
@@ -222,6 +237,7 @@ pub fn diagnose(
         expected_read: None,
         read,
         detail,
+        blame: None,
     };
     if p.model != c.model {
         return Some(base(

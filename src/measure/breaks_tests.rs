@@ -383,6 +383,7 @@ fn only_an_unexplained_openai_miss_past_the_rate_is_an_overflow() {
         expected_read: Some(3200),
         read: 0,
         detail: "read 0 tokens".into(),
+        blame: None,
     };
     let refined = |reason, sent: usize| {
         let mut d = miss(reason);

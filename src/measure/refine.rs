@@ -89,10 +89,14 @@ impl Diagnosis {
                 == crate::providers::cache_key::message_key(&b)
         {
             self.reason = BreakReason::ThinkingDropped;
-            self.detail = format!(
-                "message {} lost its thinking blocks",
-                self.message_index.unwrap_or(0)
-            );
+            let at = self.message_index.unwrap_or(0);
+            self.detail = format!("message {at} lost its thinking blocks");
+            self.blame = Some(super::blame::Blame {
+                who: super::blame::Who::Client,
+                what: format!("message {at} sent without its thinking blocks"),
+                transformer: None,
+                op: None,
+            });
         }
     }
 
@@ -106,6 +110,7 @@ impl Diagnosis {
             return;
         }
         self.reason = BreakReason::RateOverflow;
+        self.blame = Some(super::blame::Blame::of_reason(self));
         self.detail = format!(
             "{route_requests} requests with this prompt start and prompt_cache_key in {} s; past about {OVERFLOW_PER_MINUTE} a minute on one route, the provider sends some to machines that have not cached it",
             RATE_WINDOW_MS / 1000

@@ -138,6 +138,18 @@ pub enum Op {
     },
 }
 
+/// The section of the cached prefix an op (by its name, as a session log keeps it) changes:
+/// `None` for the request-only tail and for options.
+pub fn op_section(name: &str) -> Option<crate::route::Section> {
+    use crate::route::Section;
+    match name {
+        "system_part_set" | "system_part_remove" | "system_parts_replace" => Some(Section::System),
+        "tools_replace" | "tools_remove" => Some(Section::Tools),
+        "messages_cached_replace" | "messages_insert" => Some(Section::Messages),
+        _ => None,
+    }
+}
+
 impl Op {
     /// The op's name as written in JSON, for metric labels and errors.
     pub fn name(&self) -> &'static str {
@@ -151,6 +163,17 @@ impl Op {
             Op::MessagesInsert { .. } => "messages_insert",
             Op::MessagesUncachedAppend { .. } => "messages_uncached_append",
             Op::OptionsSet { .. } => "options_set",
+        }
+    }
+
+    /// The system parts the op sets or removes, by name (every part, for a replacement).
+    pub fn system_parts(&self) -> Vec<String> {
+        match self {
+            Op::SystemPartSet { part_name, .. } | Op::SystemPartRemove { part_name, .. } => {
+                vec![part_name.clone()]
+            }
+            Op::SystemPartsReplace { parts, .. } => parts.iter().map(|p| p.name.clone()).collect(),
+            _ => Vec::new(),
         }
     }
 

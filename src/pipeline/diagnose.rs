@@ -66,6 +66,43 @@ impl Pipeline {
     }
 }
 
+impl Pipeline {
+    /// Who can fix the break `d` of a request against `prev`: a client's-looking break is
+    /// handed to the policy whose patch made it (see [`crate::measure::blame::attribute`]),
+    /// from the request's patches and its policies (`shaping`, when it was shaped), the
+    /// previous request's patches, and whether the client's own `history` extends the
+    /// previous request's.
+    pub(super) fn blame(
+        &self,
+        d: &mut crate::measure::Diagnosis,
+        prev: &session::RequestRecord,
+        shaping: Option<&super::Shaping>,
+        history: &session::PrefixHashes,
+    ) {
+        use crate::policy::BreakpointMode;
+        let now = shaping.map_or(&[][..], |s| &s.patches[..]);
+        let patches: Vec<_> = (prev.patches.iter().filter_map(|p| p.patched(true)))
+            .chain(now.iter().filter_map(|p| p.patched(false)))
+            .collect();
+        let markers_by = shaping.and_then(|s| {
+            self.policies
+                .iter()
+                .filter(|p| s.policy_names.contains(&p.name))
+                .find(|p| {
+                    p.breakpoints
+                        .is_some_and(|b| b.mode == BreakpointMode::Auto)
+                })
+                .map(|p| p.name.as_str())
+        });
+        let facts = crate::measure::blame::Facts {
+            patches: &patches,
+            client_extends: Some(history.matches(&prev.conversation.history)),
+            markers_by,
+        };
+        crate::measure::blame::attribute(d, &facts);
+    }
+}
+
 /// The previous request's shape, rebuilt from its log entry (the tool and system lists are
 /// read from the store only when they differ from this request's).
 async fn previous_shape(

@@ -31,7 +31,7 @@ impl Pipeline {
             ex.model = ex.path_model.clone().or_else(|| answer.tap.model.clone());
         }
         self.count(&ex, answer.status, Some(&answer));
-        ex.telemetry.take().finish(crate::telemetry::Finished {
+        ex.telemetry.finish(crate::telemetry::Finished {
             status: answer.status,
             outcome: answer.tap.outcome.label(),
             usage: answer.tap.usage.as_ref(),

@@ -168,13 +168,22 @@ impl Pipeline {
                 if let (Some(d), Some(sent)) = (&mut d, route_requests) {
                     d.refine_overflow(sent);
                 }
+                if let Some(d) = &mut d {
+                    let shaping = match &after {
+                        After::Shaped(shaping) => Some(&**shaping),
+                        _ => None,
+                    };
+                    self.blame(d, prev, shaping, &session_ctx.history);
+                }
                 d
             }
             _ => None,
         };
         if let Some(d) = &diagnosis {
+            ex.telemetry.prefix_break(d);
+            let who = d.blame().who;
             self.metrics
-                .count_prefix_break(ex.route.provider, d.section, d.reason);
+                .count_prefix_break(ex.route.provider, d.section, d.reason, who);
         }
         let (patches, ttl_decision) = match after {
             After::Shaped(shaping) => (shaping.patches, shaping.ttl_decision),

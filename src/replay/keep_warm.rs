@@ -85,6 +85,11 @@ impl KeepWarms {
         }
     }
 
+    /// Let go of `session`'s pending keep-warm.
+    pub fn forget(&mut self, session: &str) {
+        self.pending.remove(session);
+    }
+
     /// At the end of the traces: the keep-warm after each session's last request, when it
     /// goes out no later than `until_ms` (the last recorded request).
     pub fn rest(self, until_ms: u64) -> Vec<(u64, Value)> {

@@ -1,6 +1,7 @@
 //! `cachet replay`: recorded requests (see `crate::trace`), in time order, through each
 //! arm's shaping and the emulator's cache model, compared side by side.
 
+pub mod advise;
 pub mod chart;
 pub mod guard;
 pub mod held;
@@ -10,6 +11,7 @@ pub mod output;
 pub mod pipeline_shaper;
 pub mod run;
 pub mod shaper;
+pub mod whatif;
 
 use std::path::PathBuf;
 

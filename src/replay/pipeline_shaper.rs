@@ -25,8 +25,11 @@ use crate::route::Route;
 use crate::trace::Record;
 use crate::usage::Usage;
 
+/// A shaped request and its patches.
+type ShapedWith = (Shaped, Vec<crate::session::PatchEvent>);
+
 enum Job {
-    Shape(Box<Record>, mpsc::Sender<anyhow::Result<Shaped>>),
+    Shape(Box<Record>, mpsc::Sender<anyhow::Result<ShapedWith>>),
     /// The usage of the request shaped last, at its recorded time; answered once its log
     /// entry is written.
     Answered(u64, Usage, mpsc::Sender<()>),
@@ -35,6 +38,8 @@ enum Job {
 /// An arm shaped by the live pipeline with the arm's policy files.
 pub struct PipelineShaper {
     jobs: mpsc::Sender<Job>,
+    /// The patches of the request shaped last.
+    patches: Vec<crate::session::PatchEvent>,
 }
 
 impl PipelineShaper {
@@ -42,8 +47,17 @@ impl PipelineShaper {
     pub fn start(policies: &[PathBuf]) -> anyhow::Result<PipelineShaper> {
         let set = crate::policy::load_policies(policies, &[])
             .map_err(|errors| anyhow!("{}", crate::policy::render_errors(&errors)))?;
+        Self::start_with(set, Config::default())
+    }
+
+    /// Start with policies already loaded, on a configuration whose session store is
+    /// replaced by a temporary one (its other `[sessions]` settings, such as the cache's
+    /// budget, are kept).
+    pub fn start_with(
+        set: crate::policy::PolicySet,
+        mut config: Config,
+    ) -> anyhow::Result<PipelineShaper> {
         let store = tempfile::tempdir().context("temporary session store")?;
-        let mut config = Config::default();
         config.sessions.store = store.path().to_string_lossy().into_owned();
         // The pipeline's clock stands at each request's recorded time.
         let clock = crate::session::SessionClock::stopped(0);
@@ -98,14 +112,17 @@ impl PipelineShaper {
         ready
             .recv()
             .map_err(|_| anyhow!("replay pipeline did not start"))??;
-        Ok(PipelineShaper { jobs })
+        Ok(PipelineShaper {
+            jobs,
+            patches: Vec::new(),
+        })
     }
 }
 
 async fn shape(
     pipeline: &Pipeline,
     record: &Record,
-) -> anyhow::Result<(Shaped, crate::pipeline::Exchange)> {
+) -> anyhow::Result<(ShapedWith, crate::pipeline::Exchange)> {
     let route = Route {
         provider: record.provider(),
         endpoint: record.endpoint(),
@@ -132,6 +149,9 @@ async fn shape(
         .await
         .map_err(|e| anyhow!("{}", e.message))?;
     let shaped = Shaped {
+        system: (prepared.shaping())
+            .map(|s| s.system.clone())
+            .unwrap_or_default(),
         body: serde_json::from_slice(&prepared.payload.to_bytes())?,
         uncached_tail: prepared.uncached_tail(),
         variant: prepared.variant.clone(),
@@ -140,7 +160,11 @@ async fn shape(
             .and_then(|d| d.keep_warm_after_secs)
             .map(|s| s * 1000),
     };
-    Ok((shaped, prepared))
+    let patches = prepared
+        .shaping()
+        .map(|s| s.patches.clone())
+        .unwrap_or_default();
+    Ok(((shaped, patches), prepared))
 }
 
 impl Shaper for PipelineShaper {
@@ -149,7 +173,15 @@ impl Shaper for PipelineShaper {
         self.jobs
             .send(Job::Shape(Box::new(record.clone()), tx))
             .map_err(|_| anyhow!("replay pipeline stopped"))?;
-        rx.recv().map_err(|_| anyhow!("replay pipeline stopped"))?
+        let (shaped, patches) = rx
+            .recv()
+            .map_err(|_| anyhow!("replay pipeline stopped"))??;
+        self.patches = patches;
+        Ok(shaped)
+    }
+
+    fn patches(&mut self) -> Vec<crate::session::PatchEvent> {
+        std::mem::take(&mut self.patches)
     }
 
     fn answered(&mut self, record: &Record, usage: &Usage) {

@@ -85,52 +85,136 @@ pub fn replay_arm(
     model: Option<&str>,
     on_record: &mut dyn FnMut(),
 ) -> ArmStats {
-    let mut stats = ArmStats {
-        arm: arm.to_string(),
-        ..Default::default()
-    };
-    for name in ["tools", "system", "messages"] {
-        stats.breaks.insert(name.into(), 0);
-    }
-    let mut cache = CacheModel::new(CacheModelConfig::default());
-    let mut sessions: HashMap<&str, SessionLanes> = HashMap::new();
-    // The provider's routing rate, counted over every session as the live path counts it.
-    let mut routes = crate::measure::overflow::Routes::default();
-    let mut total = Usage::default();
-    let mut keep_warms = KeepWarms::default();
-    let mut held = super::held::Held::default();
-    let mut carried = 0.0;
-    for (index, record) in records.iter().enumerate() {
+    let mut run = ArmRun::new(arm, model);
+    for record in records {
         on_record();
+        let _ = run.step(shaper, record);
+    }
+    let last = records.iter().map(|r| r.time_ms).max().unwrap_or(0);
+    run.finish(last)
+}
+
+/// What one record cost an arm ([`ArmRun::step`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The usage the cache model gave the request as the arm shaped it.
+    pub usage: Usage,
+    /// Its cost; `None` when the model table does not know the model.
+    pub cost_usd: Option<f64>,
+    pub diagnosis: Option<Diagnosis>,
+    /// A keep-warm the arm sent for the record's session before it: its usage and cost.
+    pub keep_warm: Option<(Usage, f64)>,
+}
+
+/// One arm's replay, fed a record at a time in time order: [`replay_arm`] over a slice,
+/// and live monitoring's what-if over requests as they are answered.
+pub struct ArmRun {
+    stats: ArmStats,
+    model: Option<String>,
+    cache: CacheModel,
+    sessions: HashMap<String, SessionLanes>,
+    // The provider's routing rate, counted over every session as the live path counts it.
+    routes: crate::measure::overflow::Routes,
+    total: Usage,
+    keep_warms: KeepWarms,
+    held: super::held::Held,
+    /// Records stepped through so far (the position of the next one).
+    seen: usize,
+    /// The cost of keep-warms sent since the last request accounted (counted with the next).
+    carried: f64,
+}
+
+impl ArmRun {
+    /// A fresh cache model; `model` replaces every request's model.
+    pub fn new(arm: &str, model: Option<&str>) -> ArmRun {
+        let mut stats = ArmStats {
+            arm: arm.to_string(),
+            ..Default::default()
+        };
+        for name in ["tools", "system", "messages"] {
+            stats.breaks.insert(name.into(), 0);
+        }
+        ArmRun {
+            stats,
+            model: model.map(str::to_owned),
+            cache: CacheModel::new(CacheModelConfig::default()),
+            sessions: HashMap::new(),
+            routes: Default::default(),
+            total: Usage::default(),
+            keep_warms: KeepWarms::default(),
+            held: Default::default(),
+            seen: 0,
+            carried: 0.0,
+        }
+    }
+
+    /// The figures so far (keep-warms still pending not counted).
+    pub fn stats(&self) -> &ArmStats {
+        &self.stats
+    }
+
+    /// Let go of what is kept for `session` (its lanes and a pending keep-warm): its next
+    /// request, if any, is taken as its first.
+    pub fn forget(&mut self, session: &str) {
+        self.sessions.remove(session);
+        self.keep_warms.forget(session);
+    }
+
+    /// Sessions whose lanes are kept.
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Shape and account one record; `Ok(None)` for a record that is not a generation
+    /// request, `Err` for one that cannot be shaped or accounted (counted in the figures).
+    pub fn step(
+        &mut self,
+        shaper: &mut dyn Shaper,
+        record: &Record,
+    ) -> Result<Option<Step>, String> {
+        let ArmRun {
+            stats,
+            model,
+            cache,
+            sessions,
+            routes,
+            total,
+            keep_warms,
+            held,
+            seen,
+            carried,
+        } = self;
+        let index = *seen;
+        *seen += 1;
+        let model = model.as_deref();
         let endpoint = record.endpoint();
         if !endpoint.is_generation() {
-            continue;
+            return Ok(None);
         }
+        let mut warmed = None;
         if let Some((at, body)) = keep_warms.due(record) {
-            carried += keep_warm(&mut stats, &mut cache, &mut total, &body, at);
+            warmed = keep_warm(stats, cache, total, &body, at);
+            *carried += warmed.map_or(0.0, |(_, cost)| cost);
         }
         let fail = |stats: &mut ArmStats, msg: String| {
             stats.errors += 1;
             if stats.error_messages.len() < 5 {
-                stats.error_messages.push(msg);
+                stats.error_messages.push(msg.clone());
             }
+            Err(msg)
         };
         if record.body_base64.is_some() {
-            fail(
-                &mut stats,
+            return fail(
+                stats,
                 format!(
                     "session {}: the body was recorded as raw bytes (not JSON a replay can read)",
                     record.session
                 ),
             );
-            continue;
         }
         let mut shaped = match shaper.shape(record) {
             Ok(s) => s,
-            Err(e) => {
-                fail(&mut stats, format!("session {}: {e:#}", record.session));
-                continue;
-            }
+            Err(e) => return fail(stats, format!("session {}: {e:#}", record.session)),
         };
         let named = model.map(str::to_string).or_else(|| record.path_model());
         if let (Some(m), Some(obj)) = (named, shaped.body.as_object_mut()) {
@@ -150,25 +234,21 @@ pub fn replay_arm(
         let accounting = match accounted {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
-                fail(
-                    &mut stats,
-                    format!("session {}: {}", record.session, e.message),
-                );
-                continue;
+                return fail(stats, format!("session {}: {}", record.session, e.message));
             }
             Err(_) => {
-                fail(
-                    &mut stats,
+                return fail(
+                    stats,
                     format!(
                         "session {}: the cache model failed on this request",
                         record.session
                     ),
                 );
-                continue;
             }
         };
         let usage = accounting.usage(record.usage.map_or(0, |u| u.output));
         held.answered(record, &shaped.body);
+        let patches = shaper.patches();
         shaper.answered(record, &usage);
         keep_warms.shaped(record, &shaped);
         let model_name = shaped
@@ -176,11 +256,10 @@ pub fn replay_arm(
             .get("model")
             .and_then(|m| m.as_str())
             .unwrap_or("");
-        // The keep-warms before this request count with it (or with the next one accounted).
-        let mut cost = std::mem::take(&mut carried);
+        let mut cost_usd = None;
         match crate::models::lookup(model_name) {
             Some(info) => {
-                cost += info.cost_usd(&usage);
+                cost_usd = Some(info.cost_usd(&usage));
                 stats.cost_usd += info.cost_usd(&usage);
                 stats.savings_usd += info.savings_usd(&usage);
             }
@@ -194,18 +273,21 @@ pub fn replay_arm(
             }
         }
         let diagnosis = match SentRequest::from_json(endpoint, &shaped.body, shaped.uncached_tail) {
-            Ok(sent) => {
+            Ok(mut sent) => {
+                sent.shape.name_system_parts(&shaped.system);
                 let client = match SentRequest::from_json(endpoint, &record.body, 0) {
                     Ok(c) => crate::session::PrefixHashes::of_raw(c.env.history_raw()),
                     Err(_) => crate::session::PrefixHashes::from_keys(Vec::new()),
                 };
                 let route_requests = crate::measure::overflow::route_of(&sent.env)
                     .map(|route| routes.count(route, record.time_ms));
-                sessions.entry(&record.session).or_default().diagnose(
+                let lanes = sessions.entry(record.session.clone()).or_default();
+                lanes.diagnose(
                     sent,
                     &client,
                     usage,
                     (record.time_ms, route_requests),
+                    patches,
                 )
             }
             Err(_) => None,
@@ -217,7 +299,7 @@ pub fn replay_arm(
                 .entry(d.reason.label().into())
                 .or_default() += 1;
         }
-        stats.diagnoses.push(diagnosis);
+        stats.diagnoses.push(diagnosis.clone());
         *stats
             .variants
             .entry(shaped.variant.unwrap_or_else(|| "none".into()))
@@ -225,36 +307,57 @@ pub fn replay_arm(
         stats.requests += 1;
         total.add(&usage);
         stats.per_request.push(usage);
-        stats.per_request_cost.push((index, cost));
+        // The keep-warms before this request count with it (or with the next one accounted).
+        let with_keep_warms = std::mem::take(carried) + cost_usd.unwrap_or(0.0);
+        stats.per_request_cost.push((index, with_keep_warms));
         let hit = ratio(total.cache_read, total.total_input());
         stats.series.push((stats.cost_usd, hit));
+        Ok(Some(Step {
+            usage,
+            cost_usd,
+            diagnosis,
+            keep_warm: warmed,
+        }))
     }
-    let last = records.iter().map(|r| r.time_ms).max().unwrap_or(0);
-    stats.trailing_keep_warm_cost = carried;
-    for (at, body) in keep_warms.rest(last) {
-        stats.trailing_keep_warm_cost += keep_warm(&mut stats, &mut cache, &mut total, &body, at);
+
+    /// The arm's figures, with the keep-warms still pending that go out by `last_ms` (the
+    /// last recorded request).
+    pub fn finish(mut self, last_ms: u64) -> ArmStats {
+        let ArmRun {
+            stats,
+            cache,
+            total,
+            keep_warms,
+            held,
+            carried,
+            ..
+        } = &mut self;
+        stats.trailing_keep_warm_cost = *carried;
+        for (at, body) in std::mem::take(keep_warms).rest(last_ms) {
+            let cost = keep_warm(stats, cache, total, &body, at).map_or(0.0, |(_, c)| c);
+            stats.trailing_keep_warm_cost += cost;
+        }
+        stats.stateful_unknown = held.unknown;
+        stats.cache_read_tokens = total.cache_read;
+        stats.cache_write_tokens = total.cache_write;
+        stats.uncached_tokens = total.uncached;
+        stats.output_tokens = total.output;
+        stats.hit_ratio = ratio(total.cache_read, total.total_input());
+        self.stats
     }
-    stats.stateful_unknown = held.unknown;
-    stats.cache_read_tokens = total.cache_read;
-    stats.cache_write_tokens = total.cache_write;
-    stats.uncached_tokens = total.uncached;
-    stats.output_tokens = total.output;
-    stats.hit_ratio = ratio(total.cache_read, total.total_input());
-    stats
 }
 
-/// Account one keep-warm request (one output token) in the arm's totals and cost; returns
-/// its cost.
+/// Account one keep-warm request (one output token) in the arm's totals and cost.
 fn keep_warm(
     stats: &mut ArmStats,
     cache: &mut CacheModel,
     total: &mut Usage,
     body: &serde_json::Value,
     at_ms: u64,
-) -> f64 {
+) -> Option<(Usage, f64)> {
     let Ok(accounting) = cache.account(crate::route::Endpoint::Messages, body, at_ms) else {
         stats.errors += 1;
-        return 0.0;
+        return None;
     };
     let usage = accounting.usage(1);
     let model = body.get("model").and_then(|m| m.as_str()).unwrap_or("");
@@ -267,7 +370,7 @@ fn keep_warm(
     stats.keep_warm_requests += 1;
     stats.keep_warm_cache_read += usage.cache_read;
     total.add(&usage);
-    cost
+    Some((usage, cost))
 }
 
 /// A session's lanes during replay: the latest request of each, and the latest answered
@@ -275,7 +378,17 @@ fn keep_warm(
 #[derive(Default)]
 struct SessionLanes {
     heads: Vec<LaneHead>,
-    answered: HashMap<u32, (SentRequest, Usage, u64)>,
+    answered: HashMap<u32, Answered>,
+}
+
+/// The latest answered request of a lane: what it sent, its usage and time, the client's
+/// own history and the patches it was shaped with (for a break's blame).
+struct Answered {
+    sent: SentRequest,
+    usage: Usage,
+    time_ms: u64,
+    client: crate::session::Anchor,
+    patches: Vec<crate::session::PatchEvent>,
 }
 
 impl SessionLanes {
@@ -285,17 +398,19 @@ impl SessionLanes {
         client: &crate::session::PrefixHashes,
         usage: Usage,
         (time_ms, route_requests): (u64, Option<usize>),
+        patches: Vec<crate::session::PatchEvent>,
     ) -> Option<Diagnosis> {
         let lane = lanes::assign(&self.heads, &sent.shape, client);
         self.heads.retain(|h| h.lane != lane);
         let conversation = crate::session::entry::Conversation::of(client);
         self.heads
             .insert(0, LaneHead::of(lane, &sent.shape, conversation));
-        let diagnosis = self.answered.get(&lane).and_then(|(prev, prev_usage, at)| {
+        let diagnosis = self.answered.get(&lane).and_then(|answered| {
+            let prev = &answered.sent;
             let previous = Previous {
                 shape: &prev.shape,
-                usage: *prev_usage,
-                time_ms: *at,
+                usage: answered.usage,
+                time_ms: answered.time_ms,
             };
             let current = Current {
                 shape: &sent.shape,
@@ -322,9 +437,25 @@ impl SessionLanes {
             if let Some(sent) = route_requests {
                 d.refine_overflow(sent);
             }
+            let patched: Vec<_> = (answered.patches.iter().filter_map(|p| p.patched(true)))
+                .chain(patches.iter().filter_map(|p| p.patched(false)))
+                .collect();
+            let facts = crate::measure::blame::Facts {
+                patches: &patched,
+                client_extends: Some(client.matches(&answered.client)),
+                markers_by: None,
+            };
+            crate::measure::blame::attribute(&mut d, &facts);
             Some(d)
         });
-        self.answered.insert(lane, (sent, usage, time_ms));
+        let answered = Answered {
+            sent,
+            usage,
+            time_ms,
+            client: client.full(),
+            patches,
+        };
+        self.answered.insert(lane, answered);
         diagnosis
     }
 }

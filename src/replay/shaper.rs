@@ -17,6 +17,9 @@ pub struct Shaped {
     /// A keep-warm request follows this one this long after it, if its answer ends the
     /// turn and the session's next request is later (`[breakpoints] keep_warm`).
     pub keep_warm_after_ms: Option<u64>,
+    /// The system parts as shaped, by name (a policy's part by its name, where the body
+    /// read back names parts by position): what the diagnosis calls them.
+    pub system: Vec<crate::measure::Named>,
 }
 
 /// One arm's shaping. Records arrive in time order, across all sessions, so an
@@ -27,6 +30,12 @@ pub trait Shaper {
     /// The usage the cache model gave the request just shaped: arms that keep a session
     /// log (the live pipeline) record it, so later requests see the log as live.
     fn answered(&mut self, _record: &Record, _usage: &crate::usage::Usage) {}
+
+    /// The patches of the request shaped last, as its session log would list them (what a
+    /// break's blame names).
+    fn patches(&mut self) -> Vec<crate::session::PatchEvent> {
+        Vec::new()
+    }
 }
 
 /// The request exactly as recorded.
@@ -35,6 +44,7 @@ pub struct AsRecorded;
 impl Shaper for AsRecorded {
     fn shape(&mut self, record: &Record) -> anyhow::Result<Shaped> {
         Ok(Shaped {
+            system: Vec::new(),
             body: record.body.clone(),
             variant: None,
             uncached_tail: 0,

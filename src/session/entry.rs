@@ -242,6 +242,10 @@ pub struct PatchEvent {
     /// Why it was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The system parts its ops set or remove, by name (what a break's blame is matched
+    /// with).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<String>,
     /// How many patches the event stands for. A request replays every patch its session
     /// persisted (one per turn for pinned memory): those are one event per transformer,
     /// with their count and distinct op names, so an entry does not grow with the
@@ -270,8 +274,21 @@ impl PatchEvent {
                 .filter_map(|op| op.invalidate_cache_reason().map(str::to_owned))
                 .collect(),
             error: None,
+            parts: ops.iter().flat_map(Op::system_parts).collect(),
             count: 1,
         }
+    }
+
+    /// This event as the break's blame reads it: made for the previous request of the
+    /// lane (`previous`) or this one. `None` for a patch that was not applied.
+    pub fn patched(&self, previous: bool) -> Option<crate::measure::blame::Patched<'_>> {
+        let applied = !matches!(self.outcome, PatchOutcome::Refused | PatchOutcome::Stale);
+        applied.then_some(crate::measure::blame::Patched {
+            transformer: &self.transformer,
+            ops: &self.ops,
+            parts: &self.parts,
+            previous,
+        })
     }
 
     /// Add `event` to a request's `events`. Replays (applied, stale or refused again) of
@@ -299,6 +316,11 @@ impl PatchEvent {
         for reason in event.invalidate {
             if !earlier.invalidate.contains(&reason) {
                 earlier.invalidate.push(reason);
+            }
+        }
+        for part in event.parts {
+            if !earlier.parts.contains(&part) {
+                earlier.parts.push(part);
             }
         }
     }

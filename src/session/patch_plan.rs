@@ -66,6 +66,7 @@ impl Tally {
             ops: self.ops.iter().map(|(op, _)| op.clone()).collect(),
             invalidate: self.reasons.iter().map(|(r, _)| r.clone()).collect(),
             error: None,
+            parts: Vec::new(),
             count: u32::try_from(self.patches).unwrap_or(u32::MAX),
         }
     }

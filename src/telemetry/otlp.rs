@@ -102,8 +102,8 @@ impl Otlp {
         Ok(Otlp { provider, tracer })
     }
 
-    /// Queue one span; returns at once.
-    pub fn export(&self, record: SpanRecord) {
+    /// Queue one span; returns at once, with the span's context (for a child span later).
+    pub fn export(&self, record: SpanRecord) -> opentelemetry::trace::SpanContext {
         let parent = if record.parent.is_empty() {
             Context::new()
         } else {
@@ -120,7 +120,30 @@ impl Otlp {
         if let Some(description) = record.error {
             span.set_status(Status::error(description));
         }
+        let context = span.span_context().clone();
         span.end_with_timestamp(record.end);
+        context
+    }
+
+    /// Queue a span of no duration at `at`, a child of `parent` (a request's span): what
+    /// was learned of the request once its answer had ended (its prefix break).
+    pub fn export_child(
+        &self,
+        parent: &opentelemetry::trace::SpanContext,
+        name: &'static str,
+        at: SystemTime,
+        attributes: Vec<KeyValue>,
+    ) {
+        use opentelemetry::trace::TraceContextExt;
+        let parent = Context::new().with_remote_span_context(parent.clone());
+        let mut span = self
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Internal)
+            .with_start_time(at)
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, &parent);
+        span.end_with_timestamp(at);
     }
 
     /// Send what is queued, then stop (blocks: call it off the async threads).

@@ -30,6 +30,15 @@ pub struct Finished<'a> {
 /// the in-flight count, without a log line).
 pub struct RequestTelemetry {
     inner: Option<Inner>,
+    /// What stays once the request is finished, for what is learned after its answer.
+    after: Option<Followup>,
+}
+
+/// A finished request's log span and exported span, to which its prefix break is added
+/// once the session record has diagnosed it (off the request path, after the answer).
+struct Followup {
+    span: tracing::Span,
+    exported: Option<(Arc<Otlp>, opentelemetry::trace::SpanContext)>,
 }
 
 struct Inner {
@@ -132,6 +141,7 @@ impl RequestTelemetry {
                 otlp,
                 _in_flight: metrics.in_flight_guard(),
             }),
+            after: None,
         }
     }
 
@@ -144,13 +154,17 @@ impl RequestTelemetry {
 
     /// Telemetry that records nothing (requests shaped outside the proxy, e.g. by replay).
     pub fn none() -> RequestTelemetry {
-        RequestTelemetry { inner: None }
+        RequestTelemetry {
+            inner: None,
+            after: None,
+        }
     }
 
     /// Move the telemetry out (into the response body's completion), leaving this empty.
     pub fn take(&mut self) -> RequestTelemetry {
         RequestTelemetry {
             inner: self.inner.take(),
+            after: self.after.take(),
         }
     }
 
@@ -197,9 +211,9 @@ impl RequestTelemetry {
         }
     }
 
-    /// The response body ended (or broke off, or the client left): the request's last log
-    /// line, and its exported span.
-    pub fn finish(mut self, done: Finished<'_>) {
+    /// The response body ended (or broke off, or the client left): the request's log line,
+    /// and its exported span. The span stays at hand for [`Self::prefix_break`].
+    pub fn finish(&mut self, done: Finished<'_>) {
         let Some(mut i) = self.inner.take() else {
             return;
         };
@@ -224,7 +238,45 @@ impl RequestTelemetry {
                 "request done"
             )
         });
-        i.export(&done);
+        let span = i.span.clone();
+        let exported = i.otlp.clone().zip(i.export(&done));
+        self.after = Some(Followup { span, exported });
+    }
+
+    /// The request's prefix break, diagnosed after its answer: a `prefix break` line in the
+    /// request's log span, and a `cachet.prefix_break` span under its exported one.
+    pub fn prefix_break(&self, d: &crate::measure::Diagnosis) {
+        let Some(after) = &self.after else { return };
+        let blame = d.blame();
+        let transformer = blame.transformer.as_deref();
+        after.span.in_scope(|| {
+            tracing::info!(
+                reason = d.reason.label(),
+                section = d.section.label(),
+                blame = blame.who.label(),
+                transformer,
+                "prefix break: {}",
+                blame.what
+            )
+        });
+        if let Some((otlp, parent)) = &after.exported {
+            let mut attributes = vec![
+                opentelemetry::KeyValue::new("cachet.break.reason", d.reason.label()),
+                opentelemetry::KeyValue::new("cachet.break.section", d.section.label()),
+                opentelemetry::KeyValue::new("cachet.break.blame", blame.who.label()),
+                opentelemetry::KeyValue::new("cachet.break.what", cut(&blame.what).to_string()),
+            ];
+            if let Some(t) = transformer {
+                attributes.push(opentelemetry::KeyValue::new(
+                    "cachet.break.transformer",
+                    cut(t).to_string(),
+                ));
+            }
+            if let Some(op) = &blame.op {
+                attributes.push(opentelemetry::KeyValue::new("cachet.break.op", op.clone()));
+            }
+            otlp.export_child(parent, "cachet.prefix_break", SystemTime::now(), attributes);
+        }
     }
 
     /// cachet answered the request with an error itself (bad body, upstream unreachable).
@@ -234,7 +286,7 @@ impl RequestTelemetry {
         };
         i.span
             .in_scope(|| tracing::info!(status, "request refused: {message}"));
-        i.export(&Finished {
+        let _ = i.export(&Finished {
             status,
             outcome: "refused",
             usage: None,
@@ -244,10 +296,11 @@ impl RequestTelemetry {
 }
 
 impl Inner {
-    fn export(self, done: &Finished<'_>) {
-        let Some(otlp) = &self.otlp else { return };
+    /// Export the request's span (a generation request's, when exporting); its context.
+    fn export(self, done: &Finished<'_>) -> Option<opentelemetry::trace::SpanContext> {
+        let otlp = self.otlp.as_ref()?;
         if !self.route.endpoint.is_generation() {
-            return;
+            return None;
         }
         let facts = Facts {
             route: self.route,
@@ -260,13 +313,13 @@ impl Inner {
             variant: self.variant.as_deref(),
             request_id: self.request_id.as_deref(),
         };
-        otlp.export(SpanRecord {
+        Some(otlp.export(SpanRecord {
             name: facts.span_name(),
             start: self.started,
             end: self.started + self.arrived.elapsed(),
             attributes: facts.attributes(),
             error: facts.error_type(),
             parent: self.parent,
-        });
+        }))
     }
 }

@@ -215,6 +215,7 @@ fn patch(transformer: &str, reason: &str, outcome: PatchOutcome) -> PatchEvent {
         ops: vec!["system_part_set".into()],
         invalidate: Vec::new(),
         error: None,
+        parts: Vec::new(),
         count: 1,
     }
 }
@@ -262,6 +263,7 @@ fn idle_session(t0: u64) -> Vec<Entry> {
         expected_read: Some(4500),
         read: 0,
         detail: "420 s since the previous request, past its 300 s marker".into(),
+        blame: None,
     });
     r3.patches = vec![PatchEvent {
         error: Some("system_part_set on a cached part without invalidateCacheReason".into()),
@@ -285,6 +287,7 @@ fn idle_session(t0: u64) -> Vec<Entry> {
         expected_read: None,
         read: 0,
         detail: "system part `environment` changed".into(),
+        blame: None,
     });
     r5.provider_diagnosis = Some(json!({"cache_miss_reason":
         {"type": "system_changed", "cache_missed_input_tokens": 4480}}));
@@ -445,10 +448,11 @@ async fn timeline_and_overview_in_a_browser() {
         b["summary"]
             .as_str()
             .unwrap()
-            .starts_with("system_changed in system"),
-        "{b}"
+            .starts_with("clientsystem_changed in system"),
+        "the blame's tag, then the reason: {b}"
     );
     assert_eq!(b["facts"]["reason"], "system_changed");
+    assert_eq!(b["facts"]["blame"], "client: system part `base`");
     assert_eq!(b["facts"]["read"], cell(broken[0], "read"));
     let logged = long_log["entries"]
         .as_array()
@@ -545,12 +549,13 @@ async fn timeline_and_overview_in_a_browser() {
     }
     let long_row = listed_rows.iter().find(|r| r["session"] == LONG).unwrap();
     assert_eq!(long_row["model"], LONG_MODEL);
-    assert_eq!(long_row["breaks"], "1");
+    // The count, then who can fix them.
+    assert_eq!(long_row["breaks"], "11 client");
     assert_eq!(long_row["hit ratio"], long["totals"]["hit"]["text"]);
     assert_eq!(long_row["cost"], long["totals"]["cost"]["text"]);
     let idle_row = listed_rows.iter().find(|r| r["session"] == IDLE).unwrap();
     assert_eq!(idle_row["client"], "claude-code");
-    assert_eq!(idle_row["breaks"], "2");
+    assert_eq!(idle_row["breaks"], "21 client · 1 provider");
     assert_eq!(overview["external"], json!([]));
     assert_eq!(overview["fits"], true, "the overview fits a 1280 px window");
     // Sorted by cost, largest first; sessions with nothing priced last.

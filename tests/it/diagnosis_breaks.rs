@@ -146,12 +146,17 @@ impl Rig {
 
     /// The same session replayed from its trace, as recorded: each request's diagnosis.
     async fn replayed(self) -> Vec<Value> {
+        self.replayed_with(&[]).await
+    }
+
+    /// The same session replayed from its trace by the arm of shipped `policies`.
+    async fn replayed_with(self, policies: &[&str]) -> Vec<Value> {
         self.proxy.shutdown().await;
         self.emulator.shutdown().await;
         let records = read_traces(std::slice::from_ref(&self.traces)).unwrap();
         let arms = [ArmArg {
             name: "recorded".into(),
-            policies: Vec::new(),
+            policies: policies.iter().map(|p| shipped(p)).collect(),
         }];
         let stats = replay_all(&records, &arms, None, &indicatif::ProgressBar::hidden()).unwrap();
         stats[0]
@@ -162,20 +167,33 @@ impl Rig {
     }
 }
 
+fn shipped(policy: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "{}/policies/{policy}.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+}
+
 /// A diagnosis's reason ("" when nothing was lost).
 fn reason_of(d: &Value) -> &str {
     d["reason"].as_str().unwrap_or("")
 }
 
-/// What a diagnosis says, for comparisons: section, reason and position.
-fn said(d: &Value) -> (String, String, Value, Value, Value) {
+/// What a diagnosis says, for comparisons: section, reason, position and blame.
+fn said(d: &Value) -> (String, String, Value, Value, Value, Value) {
     (
         d["section"].as_str().unwrap_or("").to_string(),
         d["reason"].as_str().unwrap_or("").to_string(),
         d["message_index"].clone(),
         d["tool"].clone(),
         d["part"].clone(),
+        d["blame"].clone(),
     )
+}
+
+/// Who a diagnosis blames ("" when nothing was lost).
+fn blamed(d: &Value) -> &str {
+    d["blame"]["who"].as_str().unwrap_or("")
 }
 
 /// Run a scripted session; every request after the first is diagnosed live, then again
@@ -255,6 +273,68 @@ async fn an_append_only_session_has_no_break_and_each_change_is_named() {
     assert_eq!(d[7]["message_index"], 5);
     assert_eq!(d[8]["section"], "tools");
     assert_eq!(d[8]["reason"], "model_changed");
+    // Each of these the client did, and the blame names what it changed.
+    for (i, what) in [
+        (4, "tool `grep`"),
+        (5, "system part `base`"),
+        (6, "message 2"),
+        (8, "model claude-sonnet-4-5 to claude-opus-4-5"),
+    ] {
+        assert_eq!(blamed(&d[i]), "client", "{}", d[i]);
+        assert_eq!(d[i]["blame"]["what"], what, "{}", d[i]);
+    }
+    assert_eq!(blamed(&d[7]), "client");
+}
+
+/// A break that a shipped policy's patch made names the policy and its op, live and in
+/// the replay of the session's trace with that policy; the timeline says what to do, the
+/// metric counts it as the policy's.
+#[tokio::test]
+async fn a_break_a_policys_patch_made_names_the_policy_and_its_op() {
+    let system = system_text();
+    for (policy, op) in [
+        ("memory-system-prompt", "system_part_set"),
+        ("memory-context-hook", "messages_insert"),
+    ] {
+        let mut rig = Rig::start(&[policy]).await;
+        let mut history = vec![user("How do we roll out database migrations?")];
+        rig.send("s", &pi_request(SONNET, &system, &["read"], &history))
+            .await;
+        history.push(assistant("In batches, each in its own transaction."));
+        history.push(user("And how are release versions tagged?"));
+        rig.send("s", &pi_request(SONNET, &system, &["read"], &history))
+            .await;
+        let live = rig.diagnoses("s").await;
+        assert_eq!(blamed(&live[1]), "policy", "{policy}: {live:#?}");
+        // The transformer as its patch events name it: the policy (and its inject block).
+        let by = live[1]["blame"]["transformer"].as_str().unwrap_or("");
+        assert!(by.starts_with(policy), "{}", live[1]);
+        assert_eq!(live[1]["blame"]["op"], op, "{}", live[1]);
+        let page = reqwest::get(format!(
+            "http://{}/sessions/s/timeline",
+            rig.proxy.admin_addr
+        ))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+        assert!(page.contains(&format!("`{by}` changed the")), "{page}");
+        let metrics = metrics_text(&rig.proxy).await;
+        let counted =
+            |blame| metric_sum(&metrics, "cachet_prefix_breaks_total", &[("blame", blame)]);
+        assert_eq!(
+            (counted("policy"), counted("client")),
+            (1.0, 0.0),
+            "{metrics}"
+        );
+        let replayed = rig.replayed_with(&[policy]).await;
+        assert_eq!(
+            live.iter().map(said).collect::<Vec<_>>(),
+            replayed.iter().map(said).collect::<Vec<_>>(),
+            "{policy}: live {live:#?}\nreplayed {replayed:#?}"
+        );
+    }
 }
 
 /// A gap longer than the marker's lifetime.
@@ -280,6 +360,7 @@ async fn a_gap_past_the_markers_lifetime_is_an_expiry() {
     .await;
     assert_eq!(d[1]["reason"], "ttl_expired", "{d:#?}");
     assert_eq!(d[1]["section"], "messages");
+    assert_eq!(blamed(&d[1]), "provider");
     assert!(d[2].is_null(), "{}", d[2]);
 }
 
@@ -297,6 +378,7 @@ async fn a_provider_that_reads_less_than_it_cached_is_unexplained() {
         .await;
     let d = rig.diagnoses("s").await;
     assert_eq!(d[1]["reason"], "unexplained", "{d:#?}");
+    assert_eq!(blamed(&d[1]), "unknown", "never the provider on a guess");
     assert_eq!(d[1]["read"], 0);
     assert_eq!(
         d[1]["expected_read"], first["cache_creation_input_tokens"],

@@ -538,6 +538,7 @@ fn outputs_are_what_cachet_prints() {
 fn output(name: &str) -> String {
     let args: Vec<&str> = match name {
         "demo" => vec!["demo", "--once", "--listen", "127.0.0.1:0"],
+        "advise-traces" => vec!["advise", "tests/data/traces"],
         "replay-memory" => vec![
             "replay",
             "tests/data/sample-trace.jsonl",

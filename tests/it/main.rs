@@ -5,6 +5,7 @@ mod session_support;
 mod support;
 
 mod admin_pages;
+mod advise_cli;
 mod demo;
 mod diagnosis_breaks;
 mod diagnosis_clients;

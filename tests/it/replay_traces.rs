@@ -313,3 +313,42 @@ fn trace_named(trace: &str) -> &'static Replayed {
         .find(|t| t.name == trace || t.name == format!("{trace}.jsonl.gz"))
         .unwrap_or_else(|| panic!("no trace `{trace}`"))
 }
+
+/// Every break on the real-client traces, under every arm, says who can fix it: the
+/// client's name what changed, a policy's the policy and its patch op, and the provider is
+/// blamed only for the behaviours it documents.
+#[test]
+fn every_break_on_the_real_traces_carries_a_blame() {
+    use cachet::measure::{BreakReason, Who};
+    let mut breaks = 0;
+    for t in replayed() {
+        for (arm, stats) in &t.arms {
+            for d in stats.diagnoses.iter().flatten() {
+                breaks += 1;
+                let at = format!("{} arm {arm}: {d:?}", t.name);
+                let blame = d.blame.as_ref().unwrap_or_else(|| panic!("{at}"));
+                assert!(!blame.what.is_empty(), "{at}");
+                match blame.who {
+                    Who::Client => assert_ne!(blame.what, "not explained", "{at}"),
+                    Who::Policy => {
+                        assert!(blame.transformer.is_some() && blame.op.is_some(), "{at}");
+                        assert_ne!(arm, "client", "{at}");
+                    }
+                    Who::Provider => assert!(
+                        matches!(
+                            d.reason,
+                            BreakReason::TtlExpired
+                                | BreakReason::OutsideLookback
+                                | BreakReason::ThinkingDropped
+                                | BreakReason::RateOverflow
+                                | BreakReason::ContextEdited
+                        ),
+                        "{at}"
+                    ),
+                    Who::Unknown => {}
+                }
+            }
+        }
+    }
+    assert!(breaks > 0, "the traces pause past their markers' lifetime");
+}

@@ -49,10 +49,35 @@ async fn each_generation_request_is_one_genai_span() {
     r.bytes().await.unwrap();
     let metrics_before = metrics_text(&o.proxy).await;
     let generation_requests = metric_sum_generation(&metrics_before);
+    let metrics = o.proxy.metrics.clone();
     // Shutting down sends what is queued.
     o.proxy.shutdown().await;
+    let metrics_after = String::from_utf8(metrics.render()).unwrap();
 
-    let spans = receiver.spans();
+    // A request's prefix break, diagnosed after its answer, is a span of its own under
+    // the request's: its reason and who can fix it.
+    let (breaks, spans): (Vec<Received>, Vec<Received>) = receiver
+        .spans()
+        .into_iter()
+        .partition(|s| s.span.name == "cachet.prefix_break");
+    let counted = crate::support::metric_sum(&metrics_after, "cachet_prefix_breaks_total", &[]);
+    assert!(counted > 0.0, "the traffic has prefix breaks");
+    assert_eq!(breaks.len() as f64, counted, "{breaks:#?}");
+    for b in &breaks {
+        assert_eq!(b.span.kind, SpanKind::Internal as i32);
+        assert!(
+            spans
+                .iter()
+                .any(|s| s.span.span_id == b.span.parent_span_id
+                    && s.span.trace_id == b.span.trace_id)
+        );
+        let blame = b.str("cachet.break.blame").unwrap_or_default();
+        assert!(
+            ["client", "policy", "provider", "unknown"].contains(&blame),
+            "{b:#?}"
+        );
+        assert!(b.str("cachet.break.reason").is_some(), "{b:#?}");
+    }
     assert!(receiver
         .content_types
         .lock()

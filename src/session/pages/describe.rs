@@ -86,6 +86,14 @@ pub fn diagnosis_facts(d: &Diagnosis) -> Vec<(&'static str, String)> {
         facts.push(("expected read", format::tokens(expected)));
     }
     facts.push(("read", format::tokens(d.read)));
+    let blame = d.blame();
+    facts.push(("blame", format!("{}: {}", blame.who.label(), blame.what)));
+    if let Some(transformer) = blame.transformer {
+        facts.push(("by", transformer));
+    }
+    if let Some(op) = blame.op {
+        facts.push(("patch op", op));
+    }
     if !d.detail.is_empty() {
         facts.push(("detail", d.detail.clone()));
     }

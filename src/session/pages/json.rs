@@ -14,6 +14,10 @@ pub async fn session_json(store: &dyn SessionStore, id: &str) -> StoreResult<Opt
     }
     let mut total = Usage::default();
     let (mut requests, mut transforms) = (0u64, 0u64);
+    // The prefix breaks by who can fix them.
+    let mut breaks: serde_json::Map<String, Value> = (crate::measure::Who::ALL.iter())
+        .map(|w| (w.label().to_owned(), json!(0)))
+        .collect();
     let entries: Vec<Value> = log
         .iter()
         .map(|entry| {
@@ -22,6 +26,10 @@ pub async fn session_json(store: &dyn SessionStore, id: &str) -> StoreResult<Opt
                     requests += 1;
                     if let Some(usage) = &r.usage {
                         total.add(usage);
+                    }
+                    if let Some(d) = &r.diagnosis {
+                        let n = &mut breaks[d.blame().who.label()];
+                        *n = json!(n.as_u64().unwrap_or(0) + 1);
                     }
                 }
                 Entry::ContextTransform(_) => transforms += 1,
@@ -35,6 +43,7 @@ pub async fn session_json(store: &dyn SessionStore, id: &str) -> StoreResult<Opt
         "requests": requests,
         "context_transforms": transforms,
         "usage": total,
+        "breaks": breaks,
         "entries": entries,
     })))
 }

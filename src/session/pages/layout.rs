@@ -53,6 +53,8 @@ tr.transform td{text-align:left;color:var(--muted);font-style:italic}
 .tag.replayed{background:var(--replayed)}.tag.refused{background:var(--refused)}.tag.stale{background:var(--stale)}
 .tag.status{background:#c5221f}
 .brk{color:#c5221f}.brk b{font-weight:600}
+.tag.blame.client{background:#1a73e8}.tag.blame.policy{background:#e37400}.tag.blame.provider{background:#5f6368}.tag.blame.unknown{background:#9aa0a6}
+.advice{font-size:12px;color:var(--muted)}
 .expired{color:#8e44ad;font-weight:600}.expired .ttl{display:block;font-size:11px}
 .ev+.ev{margin-top:3px}
 .inv{display:block;width:0;min-width:100%;font-size:11px;color:var(--muted);white-space:nowrap;overflow:hidden;text-overflow:ellipsis}

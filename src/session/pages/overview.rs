@@ -221,6 +221,7 @@ pub fn render(rows: &[SessionRow], sort: Sort, limit: usize, now: u64) -> String
         all.priced += t.priced;
         all.unpriced += t.unpriced;
         all.breaks += t.breaks;
+        all.add_blames(t);
     }
     let money = |x: f64| {
         if all.priced == 0 && all.unpriced > 0 {
@@ -243,7 +244,7 @@ pub fn render(rows: &[SessionRow], sort: Sort, limit: usize, now: u64) -> String
             (card(&format::percent(all.hit()), "read from cache", ""))
             (card(&money(all.cost), &if all.unpriced > 0 { format!("cost ({} unpriced)", plural(all.unpriced, "request")) } else { "cost".into() }, ""))
             (card(&money(all.savings), "saved by caching", if all.savings > 0.0 { "good" } else { "" }))
-            (card(&all.breaks.to_string(), "prefix breaks", if all.breaks > 0 { "bad" } else { "" }))
+            (card(&all.breaks.to_string(), &breaks_label(&all), if all.breaks > 0 { "bad" } else { "" }))
         }
         @if rows.is_empty() {
             p.empty { "No sessions yet: requests through the proxy appear here as they are answered." }
@@ -258,6 +259,14 @@ pub fn render(rows: &[SessionRow], sort: Sort, limit: usize, now: u64) -> String
         }
     };
     layout::page("cachet · sessions", body)
+}
+
+/// The breaks card's label, with who can fix them.
+fn breaks_label(all: &Totals) -> String {
+    match all.breaks {
+        0 => "prefix breaks".into(),
+        _ => format!("prefix breaks: {}", all.blame_split()),
+    }
 }
 
 fn plural(n: usize, word: &str) -> String {
@@ -311,7 +320,10 @@ fn session_row(row: &SessionRow, now: u64) -> Markup {
                 }
                 td { (unpriced(row.savings())) }
             }
-            td class=(if t.breaks > 0 { "brk" } else { "" }) { (t.breaks) }
+            td class=(if t.breaks > 0 { "brk" } else { "" }) title=(t.blame_split()) {
+                (t.breaks)
+                @if t.breaks > 0 { span.inv { (t.blame_split()) } }
+            }
             td title=(format::datetime(s.updated)) {
                 (format::clock(s.updated, format::different_days(s.updated, now)))
                 span.dim { " · " (format::ago(s.updated, now)) }

@@ -286,7 +286,10 @@ fn events(r: &RequestView<'_>) -> Markup {
         }
         @if let Some(d) = &rec.diagnosis {
             details.ev.brk {
-                summary { b { (d.reason.label()) } " in " (d.section.label()) ": " (d.detail) }
+                summary {
+                    span class={ "tag blame " (d.blame().who.label()) } { (d.blame().who.label()) }
+                    b { (d.reason.label()) } " in " (d.section.label()) ": " (d.detail)
+                }
                 dl {
                     @for (label, value) in describe::diagnosis_facts(d) { dt { (label) } dd { (value) } }
                     @if let Some(p) = &rec.provider_diagnosis {
@@ -295,6 +298,7 @@ fn events(r: &RequestView<'_>) -> Markup {
                     }
                 }
             }
+            @if let Some(advice) = crate::measure::blame::advice(d) { div.ev.advice { (advice) } }
         } @else if let Some(p) = &rec.provider_diagnosis {
             div.ev.dim { "provider: " (describe::provider_reason(p)) }
         }
@@ -395,6 +399,7 @@ mod tests {
                 expected_read: None,
                 read: 0,
                 detail: EVIL.into(),
+                blame: None,
             }),
             provider_diagnosis: Some(serde_json::json!({ "cache_miss_reason": { "type": EVIL } })),
             patches: vec![PatchEvent {

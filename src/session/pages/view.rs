@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::measure::MarkTtl;
+use crate::measure::{MarkTtl, Who};
 use crate::session::entry::{ContextTransform, Entry, PatchEvent, PatchOutcome, RequestRecord};
 use crate::usage::Usage;
 
@@ -110,6 +110,8 @@ pub struct Totals {
     /// Requests with usage whose model has no price.
     pub unpriced: usize,
     pub breaks: usize,
+    /// The breaks by blame, in the order of [`Who::ALL`].
+    pub blames: [usize; 4],
     pub expired_gaps: usize,
     pub patches: usize,
     pub first: Option<u64>,
@@ -124,6 +126,22 @@ pub struct Totals {
 impl Totals {
     pub fn hit(&self) -> Option<f64> {
         hit_ratio(&self.usage)
+    }
+
+    /// The breaks by blame, those with any: `2 client · 1 provider`.
+    pub fn blame_split(&self) -> String {
+        (Who::ALL.iter().zip(self.blames))
+            .filter(|(_, n)| *n > 0)
+            .map(|(who, n)| format!("{n} {}", who.label()))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
+
+    /// Add `other`'s breaks by blame to these.
+    pub fn add_blames(&mut self, other: &Totals) {
+        for (mine, theirs) in self.blames.iter_mut().zip(other.blames) {
+            *mine += theirs;
+        }
     }
 
     /// The most used model (the first one on a tie).
@@ -157,6 +175,10 @@ impl Totals {
             Money::NoUsage => {}
         }
         self.breaks += usize::from(rec.diagnosis.is_some());
+        if let Some(d) = &rec.diagnosis {
+            let who = d.blame().who;
+            self.blames[Who::ALL.iter().position(|w| *w == who).unwrap_or(3)] += 1;
+        }
         self.expired_gaps += usize::from(r.gap.is_some_and(|g| g.expired()));
         self.patches += r.patches.iter().map(|p| p.count as usize).sum::<usize>();
         self.first = Some(self.first.map_or(rec.time, |t| t.min(rec.time)));

@@ -1,0 +1,267 @@
+//! The what-if of candidate policies, fed one answered request at a time: per candidate,
+//! one [`ArmRun`] of `cachet replay` (its shaper and a cache model of its own), so what it
+//! predicts for a request is what `cachet replay` predicts for the same record. Bounded: a
+//! session past `max_requests` stops being followed, a record older than `max_age_ms`
+//! behind the newest one fed is not taken, and at most `max_sessions` sessions are kept
+//! (the one idle longest is let go first); each is counted in [`Skipped`].
+//!
+//! Not yet wired into `cachet serve`: the live monitoring side (a queue after the answer,
+//! the overview's column, the metric) is to come; `cachet advise` answers offline.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::run::ArmRun;
+use super::shaper::Shaper;
+use crate::trace::Record;
+
+/// The bounds of a [`WhatIf`].
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub max_requests: usize,
+    pub max_sessions: usize,
+    pub max_age_ms: u64,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_requests: 2000,
+            max_sessions: 256,
+            max_age_ms: 24 * 3600 * 1000,
+        }
+    }
+}
+
+/// What the bounds left out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// Requests of sessions past `max_requests`.
+    pub too_large: u64,
+    /// Records older than `max_age_ms` behind the newest one.
+    pub too_old: u64,
+    /// Sessions let go to stay within `max_sessions`.
+    pub evicted: u64,
+}
+
+/// One session's figures: per candidate, in the order of [`WhatIf::candidates`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SessionWhatIf {
+    pub requests: usize,
+    /// Each candidate's predicted cost (keep-warms included).
+    pub cost_usd: Vec<f64>,
+    /// Time of the latest request fed.
+    #[serde(skip)]
+    last_ms: u64,
+    /// Past `max_requests`: no longer followed.
+    pub too_large: bool,
+}
+
+struct Candidate {
+    name: String,
+    run: ArmRun,
+    shaper: Box<dyn Shaper + Send>,
+}
+
+/// Candidates followed over the requests fed.
+pub struct WhatIf {
+    candidates: Vec<Candidate>,
+    sessions: HashMap<String, SessionWhatIf>,
+    budget: Budget,
+    skipped: Skipped,
+    newest_ms: u64,
+}
+
+impl WhatIf {
+    pub fn new(budget: Budget, candidates: Vec<(String, Box<dyn Shaper + Send>)>) -> WhatIf {
+        WhatIf {
+            candidates: (candidates.into_iter())
+                .map(|(name, shaper)| Candidate {
+                    run: ArmRun::new(&name, None),
+                    name,
+                    shaper,
+                })
+                .collect(),
+            sessions: HashMap::new(),
+            budget,
+            skipped: Skipped::default(),
+            newest_ms: 0,
+        }
+    }
+
+    pub fn candidates(&self) -> Vec<&str> {
+        self.candidates.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    pub fn skipped(&self) -> Skipped {
+        self.skipped
+    }
+
+    pub fn session(&self, id: &str) -> Option<&SessionWhatIf> {
+        self.sessions.get(id)
+    }
+
+    /// Each candidate's predicted cost over the sessions followed.
+    pub fn fleet(&self) -> Vec<(&str, f64)> {
+        (self.candidates.iter().enumerate())
+            .map(|(i, c)| {
+                let cost = self.sessions.values().map(|s| s.cost_usd[i]).sum();
+                (c.name.as_str(), cost)
+            })
+            .collect()
+    }
+
+    /// Account one answered request (in time order) under every candidate.
+    pub fn feed(&mut self, record: &Record) {
+        if !record.endpoint().is_generation() {
+            return;
+        }
+        if record.time_ms + self.budget.max_age_ms < self.newest_ms {
+            self.skipped.too_old += 1;
+            return;
+        }
+        self.newest_ms = self.newest_ms.max(record.time_ms);
+        if !self.sessions.contains_key(&record.session) {
+            self.make_room();
+        }
+        let n = self.candidates.len();
+        let session =
+            (self.sessions.entry(record.session.clone())).or_insert_with(|| SessionWhatIf {
+                cost_usd: vec![0.0; n],
+                ..Default::default()
+            });
+        session.last_ms = record.time_ms;
+        if session.too_large || session.requests >= self.budget.max_requests {
+            if !session.too_large {
+                session.too_large = true;
+                for c in &mut self.candidates {
+                    c.run.forget(&record.session);
+                }
+            }
+            self.skipped.too_large += 1;
+            return;
+        }
+        session.requests += 1;
+        for (i, c) in self.candidates.iter_mut().enumerate() {
+            if let Ok(Some(step)) = c.run.step(c.shaper.as_mut(), record) {
+                let warm = step.keep_warm.map_or(0.0, |(_, cost)| cost);
+                session.cost_usd[i] += step.cost_usd.unwrap_or(0.0) + warm;
+            }
+        }
+    }
+
+    /// Let go of the session idle longest while `max_sessions` are kept.
+    fn make_room(&mut self) {
+        while self.sessions.len() >= self.budget.max_sessions.max(1) {
+            let Some(oldest) = (self.sessions.iter())
+                .min_by_key(|(_, s)| s.last_ms)
+                .map(|(id, _)| id.clone())
+            else {
+                return;
+            };
+            self.sessions.remove(&oldest);
+            for c in &mut self.candidates {
+                c.run.forget(&oldest);
+            }
+            self.skipped.evicted += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::shaper::AsRecorded;
+
+    fn record(session: &str, time_ms: u64, turn: usize) -> Record {
+        let system = "You are a careful coding agent. Read before you edit. ".repeat(120);
+        let mut messages = Vec::new();
+        for i in 0..turn {
+            messages.push(serde_json::json!({"role": "user", "content": format!("task {i}")}));
+            messages.push(serde_json::json!({"role": "assistant", "content": format!("done {i}")}));
+        }
+        messages.push(serde_json::json!({"role": "user", "content": [
+            {"type": "text", "text": format!("task {turn}"), "cache_control": {"type": "ephemeral"}}]}));
+        serde_json::from_value(serde_json::json!({"v": 1, "time": time_ms, "session": session,
+            "provider": "anthropic", "endpoint": "messages", "path": "/v1/messages",
+            "body": {"model": "claude-sonnet-4-5", "max_tokens": 64,
+                "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+                "messages": messages}}))
+        .unwrap()
+    }
+
+    fn records() -> Vec<Record> {
+        let mut out = Vec::new();
+        for turn in 0..6 {
+            out.push(record("a", 1_000 + turn as u64 * 20_000, turn));
+            out.push(record("b", 2_000 + turn as u64 * 20_000, turn));
+        }
+        out
+    }
+
+    #[test]
+    fn fed_a_request_at_a_time_it_predicts_what_replay_does() {
+        let records = records();
+        let mut whatif = WhatIf::new(
+            Budget::default(),
+            vec![("as-recorded".into(), Box::new(AsRecorded) as _)],
+        );
+        for r in &records {
+            whatif.feed(r);
+        }
+        let replayed = crate::replay::replay_arm("x", &records, &mut AsRecorded, None, &mut || {});
+        let fleet = whatif.fleet();
+        assert!(replayed.cost_usd > 0.0);
+        assert!(
+            (fleet[0].1 - replayed.cost_usd).abs() < 1e-12,
+            "{fleet:?} {}",
+            replayed.cost_usd
+        );
+        let per: HashMap<usize, f64> = replayed.per_request_cost.iter().copied().collect();
+        let of = |s: &str| -> f64 {
+            (records.iter().enumerate())
+                .filter(|(_, r)| r.session == s)
+                .map(|(i, _)| per[&i])
+                .sum()
+        };
+        let a = whatif.session("a").unwrap();
+        assert!((a.cost_usd[0] - of("a")).abs() < 1e-12);
+        assert_eq!(a.requests, 6);
+        assert_eq!(whatif.skipped(), Skipped::default());
+    }
+
+    #[test]
+    fn sessions_past_the_budget_are_skipped_and_counted() {
+        let budget = Budget {
+            max_requests: 4,
+            max_sessions: 1,
+            max_age_ms: 30_000,
+        };
+        let mut whatif = WhatIf::new(budget, vec![("x".into(), Box::new(AsRecorded) as _)]);
+        for r in records() {
+            whatif.feed(&r);
+        }
+        let skipped = whatif.skipped();
+        // Sessions a and b alternate with room for one: each request evicts the other.
+        assert_eq!(skipped.evicted, 11, "{skipped:?}");
+        assert!(whatif.session("a").is_none());
+        assert_eq!(whatif.session("b").unwrap().requests, 1);
+        // A request far behind the newest one is not taken.
+        whatif.feed(&record("c", 0, 0));
+        assert_eq!(whatif.skipped().too_old, 1);
+        let mut whatif = WhatIf::new(
+            Budget {
+                max_sessions: 8,
+                ..budget
+            },
+            vec![("x".into(), Box::new(AsRecorded) as _)],
+        );
+        for r in records() {
+            whatif.feed(&r);
+        }
+        assert_eq!(whatif.skipped().too_large, 4);
+        assert!(whatif.session("a").unwrap().too_large);
+        assert_eq!(whatif.session("a").unwrap().requests, 4);
+    }
+}
