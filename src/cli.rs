@@ -81,6 +81,14 @@ pub struct ServeArgs {
     /// Gemini API upstream base URL [default: https://generativelanguage.googleapis.com].
     #[arg(long, value_name = "URL")]
     pub gemini_upstream: Option<String>,
+    /// Amazon Bedrock Runtime upstream base URL [default: the regional endpoint,
+    /// https://bedrock-runtime.{region}.amazonaws.com].
+    #[arg(long, value_name = "URL")]
+    pub bedrock_upstream: Option<String>,
+    /// Vertex AI upstream base URL [default: the endpoint of each request's location,
+    /// https://{location}-aiplatform.googleapis.com].
+    #[arg(long, value_name = "URL")]
+    pub vertex_upstream: Option<String>,
     /// Session store: a folder for the embedded store, or redis://host:port/db.
     #[arg(long)]
     pub store: Option<String>,
@@ -124,6 +132,16 @@ pub struct EmulateArgs {
         value_delimiter = ','
     )]
     pub api_keys: Vec<String>,
+    /// Accept Bedrock requests signed (SigV4) with these test credentials only,
+    /// `ACCESS_KEY_ID:SECRET` (repeatable); others get Bedrock's 403. Without it, any
+    /// signature is accepted.
+    #[arg(
+        long = "aws-credentials",
+        env = "CACHET_EMULATE_AWS_CREDENTIALS",
+        value_name = "ID:SECRET",
+        value_delimiter = ','
+    )]
+    pub aws_credentials: Vec<String>,
 }
 
 impl From<EmulateArgs> for crate::emulator::EmulateConfig {
@@ -135,6 +153,7 @@ impl From<EmulateArgs> for crate::emulator::EmulateConfig {
             tool_calls: args.tool_calls,
             tool_steps: args.tool_steps,
             api_keys: args.api_keys,
+            aws_credentials: args.aws_credentials,
         }
     }
 }

@@ -110,6 +110,21 @@ pub struct UpstreamConfig {
     pub chatgpt: String,
     /// Base URL of Google's Gemini API (`/v1beta/...` requests).
     pub gemini: String,
+    /// Base URL of Amazon Bedrock Runtime (`/model/{modelId}/...`); unset: the regional
+    /// endpoint `https://bedrock-runtime.{region}.amazonaws.com` of the region cachet signs
+    /// for (`AWS_REGION`, the profile's, else `us-east-1`).
+    pub bedrock: Option<String>,
+    /// Base URL of Vertex AI (`/v1/projects/...`); unset: the endpoint of each request's
+    /// location, `https://{location}-aiplatform.googleapis.com` (`global`:
+    /// `https://aiplatform.googleapis.com`).
+    pub vertex: Option<String>,
+    /// Sign Bedrock requests with the AWS credentials of the environment
+    /// (`"environment"`: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+    /// `AWS_REGION`). Holding them is holding a key: client keys are then required.
+    pub aws_credentials: Option<AwsCredentialsSource>,
+    /// Sign Bedrock requests with the credentials of this profile of the shared AWS files
+    /// (`~/.aws/credentials`, its region from `~/.aws/config`).
+    pub aws_profile: Option<String>,
     /// Time allowed to connect (and finish TLS) to an upstream.
     pub connect_timeout_ms: u64,
     /// Time allowed until the upstream's response headers arrive (504 after).
@@ -124,9 +139,50 @@ pub struct UpstreamConfig {
     /// Same for the Gemini API (sent as `x-goog-api-key`; a client's `key=` parameter is
     /// then removed).
     pub gemini_api_key_env: Option<String>,
+    /// Name of an environment variable holding a Google access token that cachet sends to
+    /// Vertex AI (`authorization: Bearer`) instead of the client's.
+    pub vertex_token_env: Option<String>,
     /// The HTTP client that forwards requests upstream: `"hyper"`, the only one (hooks and
     /// memory sources use reqwest).
     pub client: UpstreamClientKind,
+}
+
+/// `upstream.aws_credentials`: where the AWS credentials cachet signs with come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum AwsCredentialsSource {
+    /// The standard variables, read at start.
+    #[serde(rename = "environment")]
+    Environment,
+}
+
+impl UpstreamConfig {
+    /// The AWS credentials cachet holds for Bedrock, if it holds any.
+    pub fn aws(&self) -> anyhow::Result<Option<crate::providers::bedrock::sigv4::AwsCredentials>> {
+        use crate::providers::bedrock::sigv4::AwsCredentials;
+        let creds = match (&self.aws_credentials, &self.aws_profile) {
+            (Some(_), Some(_)) => anyhow::bail!(
+                "upstream.aws_credentials and upstream.aws_profile name two sources of AWS \
+                 credentials: keep one"
+            ),
+            (Some(AwsCredentialsSource::Environment), None) => AwsCredentials::from_env()
+                .map_err(|e| anyhow::anyhow!("upstream.aws_credentials = \"environment\": {e}"))?,
+            (None, Some(profile)) => AwsCredentials::from_profile(profile)
+                .map_err(|e| anyhow::anyhow!("upstream.aws_profile = {profile:?}: {e}"))?,
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(creds))
+    }
+
+    /// Whether cachet holds a credential of its own for some upstream (an API key, AWS
+    /// credentials): then the listener must ask for client keys.
+    pub fn holds_credentials(&self) -> bool {
+        self.anthropic_api_key_env.is_some()
+            || self.openai_api_key_env.is_some()
+            || self.gemini_api_key_env.is_some()
+            || self.vertex_token_env.is_some()
+            || self.aws_credentials.is_some()
+            || self.aws_profile.is_some()
+    }
 }
 
 /// `upstream.client`: the HTTP client that forwards requests upstream. hyper-util's pooled
@@ -165,12 +221,17 @@ impl Default for UpstreamConfig {
             openai: "https://api.openai.com".into(),
             chatgpt: crate::providers::openai_responses::CHATGPT_CODEX_BASE_URL.into(),
             gemini: crate::providers::gemini::DEFAULT_BASE_URL.into(),
+            bedrock: None,
+            vertex: None,
+            aws_credentials: None,
+            aws_profile: None,
             connect_timeout_ms: 10_000,
             response_timeout_ms: 600_000,
             idle_timeout_ms: 300_000,
             anthropic_api_key_env: None,
             openai_api_key_env: None,
             gemini_api_key_env: None,
+            vertex_token_env: None,
             client: UpstreamClientKind::default(),
         }
     }
@@ -233,12 +294,22 @@ impl Config {
     }
 
     fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let optional = [
+            ("upstream.bedrock", &self.upstream.bedrock),
+            ("upstream.vertex", &self.upstream.vertex),
+        ];
+        let optional = optional
+            .iter()
+            .filter_map(|(field, url)| Some((*field, url.as_ref()?)));
         for (field, url) in [
             ("upstream.anthropic", &self.upstream.anthropic),
             ("upstream.openai", &self.upstream.openai),
             ("upstream.chatgpt", &self.upstream.chatgpt),
             ("upstream.gemini", &self.upstream.gemini),
-        ] {
+        ]
+        .into_iter()
+        .chain(optional)
+        {
             let ok = reqwest::Url::parse(url)
                 .map(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
                 .unwrap_or(false);

@@ -35,8 +35,8 @@ pub const UNKNOWN_MODEL: &str = "unknown";
 /// The `variant` label outside A/B tests.
 pub const NO_VARIANT: &str = "none";
 
-const PROVIDERS: [Provider; 3] = Provider::ALL;
-const ENDPOINTS: [Endpoint; 10] = Endpoint::ALL;
+const PROVIDERS: [Provider; Provider::ALL.len()] = Provider::ALL;
+const ENDPOINTS: [Endpoint; Endpoint::ALL.len()] = Endpoint::ALL;
 
 /// The latency histograms of one provider and endpoint, resolved once: every request
 /// observes them, and a label lookup hashes every label value each time.

@@ -124,12 +124,18 @@ impl ModelInfo {
         (input * tier * geo, output * tier * geo)
     }
 
+    /// Whether the row is a Claude model on Anthropic's rules: Anthropic's API, Bedrock or
+    /// Vertex.
+    pub fn serves_claude(&self) -> bool {
+        matches!(self.provider.as_str(), "anthropic" | "bedrock" | "vertex")
+    }
+
     /// How many explicit cache breakpoints a request for this model may write (`None`:
     /// the model takes none).
     pub fn explicit_breakpoints(&self) -> Option<u32> {
         let n = match self.cache_breakpoints {
             Some(n) => n,
-            None if self.provider == "anthropic" => ANTHROPIC_BREAKPOINTS,
+            None if self.serves_claude() => ANTHROPIC_BREAKPOINTS,
             None => 0,
         };
         (n > 0).then_some(n)
@@ -186,9 +192,13 @@ impl ModelTable {
     fn from_rows(rows: Vec<ModelInfo>) -> Result<Self, String> {
         let mut entries = Vec::with_capacity(rows.len());
         for info in rows {
-            if !matches!(info.provider.as_str(), "anthropic" | "openai" | "gemini") {
+            if !matches!(
+                info.provider.as_str(),
+                "anthropic" | "openai" | "gemini" | "bedrock" | "vertex"
+            ) {
                 return Err(format!(
-                    "model `{}`: provider must be `anthropic`, `openai` or `gemini`, not `{}`",
+                    "model `{}`: provider must be `anthropic`, `openai`, `gemini`, `bedrock` or \
+                     `vertex`, not `{}`",
                     info.pattern, info.provider
                 ));
             }

@@ -28,17 +28,29 @@ pub enum Provider {
     OpenAi,
     /// Google's Gemini API (`/v1beta/models/{model}:generateContent`).
     Gemini,
+    /// Amazon Bedrock Runtime: Claude by `InvokeModel` (Anthropic bodies) and `Converse`.
+    Bedrock,
+    /// Google Vertex AI's Anthropic publisher models (`:rawPredict`, `:streamRawPredict`).
+    Vertex,
 }
 
 impl Provider {
     /// Every provider family.
-    pub const ALL: [Provider; 3] = [Provider::Anthropic, Provider::OpenAi, Provider::Gemini];
+    pub const ALL: [Provider; 5] = [
+        Provider::Anthropic,
+        Provider::OpenAi,
+        Provider::Gemini,
+        Provider::Bedrock,
+        Provider::Vertex,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Provider::Anthropic => "anthropic",
             Provider::OpenAi => "openai",
             Provider::Gemini => "gemini",
+            Provider::Bedrock => "bedrock",
+            Provider::Vertex => "vertex",
         }
     }
 }
@@ -58,6 +70,14 @@ pub enum Endpoint {
     /// generation (its answer carries a response's `usage`), so it is counted like one;
     /// never reshaped, and kept out of the session log (its answer is not a turn).
     Compact,
+    /// Bedrock Runtime `POST /model/{modelId}/invoke` and `/invoke-with-response-stream`:
+    /// an Anthropic Messages body, the model in the path.
+    Invoke,
+    /// Bedrock Runtime `POST /model/{modelId}/converse` and `/converse-stream`.
+    Converse,
+    /// Vertex AI `POST /v1/projects/{p}/locations/{l}/publishers/anthropic/models/{m}:rawPredict`
+    /// and `:streamRawPredict`: an Anthropic Messages body, the model in the path.
+    RawPredict,
     /// `GET /v1/models` (either family).
     Models,
     /// Gemini `POST /v1beta/models/{model}:generateContent` and
@@ -80,6 +100,9 @@ impl Endpoint {
             Endpoint::Chat => "chat",
             Endpoint::Responses => "responses",
             Endpoint::Compact => "responses_compact",
+            Endpoint::Invoke => "invoke",
+            Endpoint::Converse => "converse",
+            Endpoint::RawPredict => "raw_predict",
             Endpoint::Models => "models",
             Endpoint::GenerateContent => "generate_content",
             Endpoint::GeminiCountTokens => "gemini_count_tokens",
@@ -92,13 +115,18 @@ impl Endpoint {
     pub fn is_generation(self) -> bool {
         matches!(
             self,
-            Endpoint::Messages | Endpoint::Chat | Endpoint::Responses | Endpoint::GenerateContent
+            Endpoint::Messages
+                | Endpoint::Chat
+                | Endpoint::Responses
+                | Endpoint::Invoke
+                | Endpoint::RawPredict
+                | Endpoint::GenerateContent
         )
     }
 
     /// Endpoints whose answer is a bill: its `usage` is read and counted.
     pub fn is_billed(self) -> bool {
-        self.is_generation() || self == Endpoint::Compact
+        self.is_generation() || matches!(self, Endpoint::Compact | Endpoint::Converse)
     }
 
     /// Whether an answer with this status is a bill, whose usage the figures need: one
@@ -108,10 +136,12 @@ impl Endpoint {
     }
 
     /// The endpoint whose rules read this one's request and usage: a compaction's are a
-    /// response's (the same prompt fields, the same `usage` object).
+    /// response's (the same prompt fields, the same `usage` object); Bedrock's `InvokeModel`
+    /// and Vertex's `rawPredict` carry Anthropic Messages bodies and answers.
     pub fn read_as(self) -> Endpoint {
         match self {
             Endpoint::Compact => Endpoint::Responses,
+            Endpoint::Invoke | Endpoint::RawPredict => Endpoint::Messages,
             other => other,
         }
     }
@@ -119,12 +149,15 @@ impl Endpoint {
 
 impl Endpoint {
     /// Every endpoint.
-    pub const ALL: [Endpoint; 10] = [
+    pub const ALL: [Endpoint; 13] = [
         Endpoint::Messages,
         Endpoint::CountTokens,
         Endpoint::Chat,
         Endpoint::Responses,
         Endpoint::Compact,
+        Endpoint::Invoke,
+        Endpoint::Converse,
+        Endpoint::RawPredict,
         Endpoint::Models,
         Endpoint::GenerateContent,
         Endpoint::GeminiCountTokens,

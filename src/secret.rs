@@ -38,6 +38,7 @@ pub const SECRET_HEADERS: &[&str] = &[
     "set-cookie",
     "api-key",
     "x-goog-api-key",
+    "x-amz-security-token",
 ];
 
 pub fn is_secret_header(name: &str) -> bool {

@@ -102,6 +102,15 @@ enum Reader {
         copy: Vec<u8>,
         overflow: bool,
     },
+    /// An AWS event stream (Bedrock): its frames, each an event of `framed`'s API.
+    Frames {
+        reader: Box<crate::providers::bedrock::eventstream::Reader>,
+        framed: Endpoint,
+        usage: Box<StreamUsage>,
+        terminal: Option<Terminal>,
+        keep_events: bool,
+        kept: Vec<(String, Bytes)>,
+    },
     None,
 }
 
@@ -139,6 +148,27 @@ impl Tap {
         }
     }
 
+    /// A tap for an answer streamed as an AWS event stream (`application/
+    /// vnd.amazon.eventstream`: Bedrock's InvokeModel and Converse streams).
+    pub fn event_stream(endpoint: Endpoint, keep_events: bool) -> Self {
+        let reader = match endpoint.is_billed() {
+            true => Reader::Frames {
+                reader: Box::default(),
+                framed: endpoint,
+                usage: Box::default(),
+                terminal: None,
+                keep_events,
+                kept: Vec::new(),
+            },
+            false => Reader::None,
+        };
+        Tap {
+            endpoint: endpoint.read_as(),
+            reader,
+            bytes: 0,
+        }
+    }
+
     pub fn feed(&mut self, chunk: &[u8]) {
         self.bytes += chunk.len() as u64;
         let endpoint = self.endpoint;
@@ -158,6 +188,26 @@ impl Tap {
                     kept.push((ev.event.to_string(), Bytes::copy_from_slice(ev.data)));
                 }
             }),
+            Reader::Frames {
+                reader,
+                framed,
+                usage,
+                terminal,
+                keep_events,
+                kept,
+            } => reader.feed(chunk, |frame| {
+                use crate::providers::bedrock::eventstream;
+                let Some((event, data)) = eventstream::event_of(frame, *framed) else {
+                    return;
+                };
+                usage.on_event(endpoint, &event, &data);
+                if let Some(t) = crate::providers::api(endpoint).terminal(&event, &data) {
+                    terminal.get_or_insert(t);
+                }
+                if *keep_events {
+                    kept.push((event, data));
+                }
+            }),
             Reader::Json { copy, overflow } => {
                 if copy.len() + chunk.len() > MAX_JSON_COPY {
                     *overflow = true;
@@ -173,7 +223,7 @@ impl Tap {
     /// How a stream that ends now ended: `None` without its terminal event.
     pub fn terminal(&self) -> Option<Terminal> {
         match &self.reader {
-            Reader::Sse { terminal, .. } => *terminal,
+            Reader::Sse { terminal, .. } | Reader::Frames { terminal, .. } => *terminal,
             _ => Some(Terminal::Done),
         }
     }
@@ -187,6 +237,12 @@ impl Tap {
                 kept,
                 ..
             } => (usage.facts(), decoder.events, None, kept),
+            Reader::Frames {
+                reader,
+                usage,
+                kept,
+                ..
+            } => (usage.facts(), reader.frames, None, kept),
             Reader::Json { copy, overflow } if !overflow => {
                 let facts = read_usage::read_response_body(endpoint, &copy);
                 (facts, 0, Some(Bytes::from(copy)), Vec::new())

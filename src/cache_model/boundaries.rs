@@ -40,7 +40,7 @@ impl Boundaries {
         request: &Value,
         config: &CacheModelConfig,
     ) -> Result<Boundaries, ApiError> {
-        match endpoint {
+        match endpoint.read_as() {
             Endpoint::Messages => anthropic(request, config),
             Endpoint::Chat | Endpoint::Responses => openai(endpoint, request, config),
             other => Err(ApiError::invalid(format!(

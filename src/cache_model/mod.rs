@@ -214,7 +214,9 @@ impl CacheModel {
         request: &Value,
         now_ms: u64,
     ) -> Result<Accounting, ApiError> {
-        match endpoint {
+        // Bedrock's InvokeModel and Vertex's rawPredict carry Messages bodies (their
+        // callers name the model the path names).
+        match endpoint.read_as() {
             Endpoint::Messages => self.anthropic.account(request, now_ms, &self.config),
             Endpoint::Chat | Endpoint::Responses => {
                 self.openai.account(endpoint, request, now_ms, &self.config)

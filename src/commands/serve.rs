@@ -25,6 +25,12 @@ pub fn config_from_args(args: &ServeArgs) -> anyhow::Result<Config> {
     if let Some(u) = &args.gemini_upstream {
         config.upstream.gemini = u.clone();
     }
+    if let Some(u) = &args.bedrock_upstream {
+        config.upstream.bedrock = Some(u.clone());
+    }
+    if let Some(u) = &args.vertex_upstream {
+        config.upstream.vertex = Some(u.clone());
+    }
     config
         .policies
         .files

@@ -31,7 +31,7 @@ pub async fn upload(
 ) -> Result<Value, ApiError> {
     let upload = read_upload(req).await?;
     Ok(match provider {
-        Provider::Anthropic => json!({
+        Provider::Anthropic | Provider::Bedrock | Provider::Vertex => json!({
             "type": "file",
             "id": format!("file_emu{seq:020}"),
             "filename": upload.filename,

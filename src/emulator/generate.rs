@@ -26,9 +26,12 @@ pub(super) const REPLY_HEADER: &str = "x-cachet-emulate-reply";
 pub(super) struct Asked {
     pub faults: Faults,
     reply_header: Option<String>,
-    /// `anthropic-beta`, as sent.
-    betas: Option<String>,
+    /// The betas it opts into: `anthropic-beta`, as sent (Bedrock's body names them
+    /// instead).
+    pub betas: Option<String>,
     diagnosis_beta: bool,
+    /// A stream framed as an AWS event stream (Bedrock), not SSE.
+    pub event_stream: bool,
 }
 
 impl Asked {
@@ -47,6 +50,7 @@ impl Asked {
                 .as_deref()
                 .is_some_and(|betas| betas.split(',').any(|b| b.trim() == DIAGNOSIS_BETA)),
             betas,
+            event_stream: false,
         })
     }
 }
@@ -230,6 +234,27 @@ pub(super) async fn generate(
 ) -> Result<Response<ResponseBody>, ApiError> {
     let asked = Asked::of(req.headers())?;
     let request = read_json(req).await?;
+    answer(
+        shared,
+        endpoint,
+        provider,
+        (seq, request_id),
+        asked,
+        request,
+    )
+    .await
+}
+
+/// Serve a generation request whose body is `request` (read, or made from another API's:
+/// Bedrock's and Vertex's), as `asked`; `(seq, request_id)` name its answer.
+pub(super) async fn answer(
+    shared: &Shared,
+    endpoint: Endpoint,
+    provider: Provider,
+    (seq, request_id): (u64, &str),
+    asked: Asked,
+    request: Value,
+) -> Result<Response<ResponseBody>, ApiError> {
     let faults = &asked.faults;
     if let Some(delay) = faults.first_byte_delay {
         tokio::time::sleep(delay).await;
@@ -280,11 +305,19 @@ pub(super) async fn generate(
             events.truncate(n);
             events.push(fault::stream_error_event(endpoint, n));
         }
+        let content_type = match asked.event_stream {
+            true => {
+                let (accounting, output_tokens) = (&generated.accounting, generated.output_tokens);
+                events = super::bedrock::frames(events, accounting, output_tokens);
+                crate::providers::bedrock::eventstream::CONTENT_TYPE
+            }
+            false => "text/event-stream; charset=utf-8",
+        };
         let body = event_body(events, faults.event_delay, faults.cut_after);
         let mut resp = json_response(provider, request_id, StatusCode::OK, body);
         resp.headers_mut().insert(
             http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+            HeaderValue::from_static(content_type),
         );
         resp.headers_mut().insert(
             http::header::CACHE_CONTROL,

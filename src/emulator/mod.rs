@@ -4,15 +4,18 @@
 //! It is cachet's default upstream for tests and the demo.
 
 mod anthropic;
+mod bedrock;
 mod body;
 mod chat;
 mod conversations;
+mod converse;
 pub mod fault;
 mod files;
 mod gemini;
 mod generate;
 mod models;
 mod prompt_diagnostics;
+mod read;
 mod recent;
 pub mod reply;
 mod responses;
@@ -20,6 +23,7 @@ mod routes;
 mod stored;
 pub mod tool_loop;
 mod turn;
+mod vertex;
 mod websocket;
 
 use std::net::SocketAddr;
@@ -45,6 +49,10 @@ pub struct EmulatorOptions {
     /// The keys and tokens the provider APIs accept (`--api-key`): a request presenting none
     /// of them gets the provider's 401. Empty: any credential is accepted.
     pub api_keys: Vec<String>,
+    /// The AWS credentials whose SigV4 signatures Bedrock requests may carry
+    /// (`--aws-credentials`): a request signed by others gets Bedrock's 403. Empty: any
+    /// signature is accepted.
+    pub aws_credentials: Vec<crate::providers::bedrock::sigv4::AwsCredentials>,
 }
 
 /// A running emulator.
@@ -134,6 +142,9 @@ pub struct EmulateConfig {
     pub tool_steps: u32,
     /// The keys and tokens the provider APIs accept (empty: any).
     pub api_keys: Vec<String>,
+    /// `ACCESS_KEY_ID:SECRET` pairs whose SigV4 signatures Bedrock requests may carry
+    /// (empty: any).
+    pub aws_credentials: Vec<String>,
 }
 
 /// `cachet emulate`: serve until Ctrl-C.
@@ -150,6 +161,16 @@ pub async fn run_emulate(config: EmulateConfig) -> anyhow::Result<()> {
     opts.reply.tool_calls = ToolCalls::parse(config.tool_calls.as_deref().unwrap_or(""));
     opts.reply.max_tool_steps = config.tool_steps;
     opts.api_keys = config.api_keys;
+    for pair in &config.aws_credentials {
+        let Some((id, secret)) = pair.split_once(':') else {
+            anyhow::bail!("--aws-credentials takes ACCESS_KEY_ID:SECRET");
+        };
+        let region = crate::providers::bedrock::sigv4::DEFAULT_REGION;
+        opts.aws_credentials
+            .push(crate::providers::bedrock::sigv4::AwsCredentials::new(
+                id, secret, None, region,
+            ));
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;

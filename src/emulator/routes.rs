@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use super::conversations::Conversations;
+pub(super) use super::read::read_json;
+use super::read::read_optional_json;
 use super::recent::Recent;
 use super::reply::ReplyScript;
 use super::stored::Stored;
@@ -26,8 +27,6 @@ use crate::route::{Endpoint, Provider};
 
 /// Requests remembered for [`super::EmulatorHandle::accounted`].
 pub const LOG_CAPACITY: usize = 10_000;
-/// The providers' request size limit.
-const BODY_LIMIT: usize = 32 * 1024 * 1024;
 /// The beta that turns on Anthropic's cache diagnostics.
 pub const DIAGNOSIS_BETA: &str = crate::providers::anthropic::CACHE_DIAGNOSIS_BETA;
 /// Request fingerprints kept for cache diagnostics (the oldest are forgotten).
@@ -58,6 +57,8 @@ pub struct Shared {
     pub(super) conversations: Mutex<Conversations>,
     /// The credentials the provider APIs accept (empty: any).
     api_keys: Vec<String>,
+    /// The AWS credentials whose SigV4 signatures Bedrock requests may carry (empty: any).
+    aws_credentials: Vec<crate::providers::bedrock::sigv4::AwsCredentials>,
 }
 
 impl Shared {
@@ -73,7 +74,18 @@ impl Shared {
             stored: Mutex::new(Stored::default()),
             conversations: Mutex::new(Conversations::default()),
             api_keys: opts.api_keys.clone(),
+            aws_credentials: opts.aws_credentials.clone(),
         }
+    }
+
+    /// The AWS credentials Bedrock signatures are checked against.
+    pub(super) fn aws_credentials(&self) -> &[crate::providers::bedrock::sigv4::AwsCredentials] {
+        &self.aws_credentials
+    }
+
+    /// Whether only the configured keys are accepted.
+    pub(super) fn checks_keys(&self) -> bool {
+        !self.api_keys.is_empty()
     }
 
     /// Cache diagnostics for a Messages request sent with the beta: remember its
@@ -111,7 +123,7 @@ impl Shared {
     /// The provider's 401 for a request that presents none of the accepted credentials
     /// (Anthropic: "invalid x-api-key"; OpenAI: `invalid_api_key`). The message never
     /// repeats what was sent.
-    fn refuse_credentials(
+    pub(super) fn refuse_credentials(
         &self,
         provider: Provider,
         headers: &http::HeaderMap,
@@ -131,13 +143,10 @@ impl Shared {
             (Provider::OpenAi, false) => "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
             (Provider::Gemini, true) => "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.",
             (Provider::Gemini, false) => "API key not valid. Please pass a valid API key.",
+            (Provider::Bedrock, _) => "Missing Authentication Token",
+            (Provider::Vertex, _) => "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.",
         };
         Some(ApiError::new(ErrorKind::Authentication, message))
-    }
-
-    /// Whether the provider APIs check credentials (`--api-key` given).
-    pub(super) fn checks_keys(&self) -> bool {
-        !self.api_keys.is_empty()
     }
 
     /// Whether `key` is one of the accepted credentials.
@@ -226,6 +235,12 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
             return error_response(provider, &request_id, &err);
         }
     }
+    if path.starts_with("/model/") {
+        return super::bedrock::serve(&shared, seq, &request_id, req).await;
+    }
+    if crate::providers::vertex::target(&path).is_some() {
+        return super::vertex::serve(&shared, seq, &request_id, req).await;
+    }
     let endpoint = match (req.method(), path.as_str()) {
         (&Method::POST, "/v1/messages") => Endpoint::Messages,
         (&Method::POST, "/v1/messages/count_tokens") => Endpoint::CountTokens,
@@ -238,7 +253,9 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
         }
         (&Method::GET, "/v1/models") => {
             let list = match provider {
-                Provider::Anthropic | Provider::Gemini => models::anthropic_list(),
+                Provider::Anthropic | Provider::Gemini | Provider::Bedrock | Provider::Vertex => {
+                    models::anthropic_list()
+                }
                 Provider::OpenAi
                     if crate::providers::auth::signed_in_with_chatgpt(req.headers()) =>
                 {
@@ -308,40 +325,6 @@ async fn conversations(
     object_response(Provider::OpenAi, request_id, served)
 }
 
-/// A request body as JSON, decoded first by its `content-encoding` as cachet decodes what
-/// it reads (Codex signed in with ChatGPT sends `zstd`).
-pub(super) async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
-    read_optional_json(req)
-        .await?
-        .ok_or_else(|| ApiError::invalid("request body is empty: expected a JSON object"))
-}
-
-/// [`read_json`], or `None` for an empty body (a request whose parameters are all optional).
-async fn read_optional_json(req: Request<Incoming>) -> Result<Option<Value>, ApiError> {
-    let (parts, body) = req.into_parts();
-    let bytes = Limited::new(body, BODY_LIMIT)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                ApiError::new(
-                    ErrorKind::TooLarge,
-                    "request exceeds the maximum size of 32 MB",
-                )
-            } else {
-                ApiError::invalid(format!("could not read the request body: {e}"))
-            }
-        })?
-        .to_bytes();
-    let decoded = crate::content_encoding::decode(&parts.headers, bytes, BODY_LIMIT)?;
-    if decoded.readable().is_empty() {
-        return Ok(None);
-    }
-    serde_json::from_slice(decoded.readable())
-        .map(Some)
-        .map_err(|e| ApiError::invalid(format!("request body is not valid JSON: {e}")))
-}
-
 async fn advance_clock(shared: &Shared, req: Request<Incoming>) -> Response<ResponseBody> {
     let body = match read_json(req).await {
         Ok(v) => v,
@@ -399,7 +382,11 @@ fn object_response(
 }
 
 /// An error in the provider's own shape (Anthropic bodies carry the request id too).
-fn error_response(provider: Provider, request_id: &str, err: &ApiError) -> Response<ResponseBody> {
+pub(super) fn error_response(
+    provider: Provider,
+    request_id: &str,
+    err: &ApiError,
+) -> Response<ResponseBody> {
     let mut body = error_body(provider, err.kind, &err.message);
     if provider == Provider::Anthropic && !request_id.is_empty() {
         if let Ok(mut v) = serde_json::from_slice::<Value>(&body) {

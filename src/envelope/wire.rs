@@ -42,8 +42,8 @@ pub trait Wire: Send + Sync {
 
     fn endpoint(&self) -> Endpoint;
 
-    /// Whether a request names its model in its body (`model`); Gemini names it in the
-    /// path instead.
+    /// Whether the body names the model (`model`); `false` where the route's path does
+    /// (Gemini, Bedrock, Vertex).
     fn model_in_body(&self) -> bool {
         true
     }

@@ -172,7 +172,7 @@ pub struct Current<'a> {
 /// only the two options the rule looks at are parsed, never the whole body.
 pub fn thinking_stripped_from(env: &crate::envelope::Envelope) -> Option<usize> {
     use crate::envelope::turns;
-    if env.endpoint() != Endpoint::Messages {
+    if env.endpoint().read_as() != Endpoint::Messages {
         return None;
     }
     let request = crate::providers::anthropic::thinking_settings(env);
@@ -455,7 +455,7 @@ const LOOKBACK: u32 = anthropic::LOOKBACK_BLOCKS as u32;
 pub fn may_count_tokens(cur: &Current<'_>) -> bool {
     let usage = &cur.usage;
     matches!(
-        cur.shape.endpoint,
+        cur.shape.endpoint.read_as(),
         Endpoint::Messages | Endpoint::CountTokens
     ) && usage.cache_read == 0
         && usage.cache_write == 0

@@ -45,6 +45,8 @@ pub struct Exchange {
     pub encoded: Option<Bytes>,
     /// The model the request names, once read (an unread body's is the answer's).
     pub model: Option<String>,
+    /// The model the route's path names (Gemini, Bedrock, Vertex), whose bodies name none.
+    pub path_model: Option<String>,
     pub client: Client,
     /// How far the body has been read.
     pub read: BodyRead,
@@ -183,11 +185,13 @@ impl Exchange {
     /// A request accepted at the edge, before its body is read.
     pub fn accepted(route: Route, mut parts: Parts, telemetry: RequestTelemetry) -> Exchange {
         let key = parts.extensions.get::<ClientName>().map(|c| c.0.clone());
+        let path_model = crate::providers::model_in_path(route.endpoint, parts.uri.path());
         // The connection's place among those served is its own (or its socket's) to hold:
         // an exchange kept after its answer (its session record, a keep-warm) must not
         // hold it, nor keep a shutdown waiting.
         parts.extensions.remove::<crate::http_serve::Connection>();
         Exchange {
+            path_model,
             route,
             parts,
             key,
@@ -211,18 +215,20 @@ impl Exchange {
         }
     }
 
+    /// Give an envelope read from this request's body the model its path names, where the
+    /// path names it (the body has none).
+    pub fn name_path_model(&self, env: &mut Envelope) {
+        if let Some(model) = self.path_model.as_deref().filter(|m| env.meta.model != *m) {
+            env.meta.model.clear();
+            env.meta.name_model(model);
+        }
+    }
+
     /// The `model` label: the model the request names, or `unknown`.
     pub fn model_label(&self) -> &str {
         self.model
             .as_deref()
             .unwrap_or(crate::metrics::UNKNOWN_MODEL)
-    }
-
-    /// The model the request's path names (Gemini), or empty.
-    pub fn model_in_path(&self) -> String {
-        crate::providers::model_in_path(self.route.endpoint, self.parts.uri.path())
-            .unwrap_or_default()
-            .to_string()
     }
 
     /// The `variant` label: the A/B arm, or `none`.

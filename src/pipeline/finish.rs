@@ -25,9 +25,10 @@ impl Pipeline {
             Outcome::Answered(answer) => answer,
         };
         let mut answer = answer;
-        // An unchecked body leaves the model to the response.
+        // An unchecked body leaves the model to its path (Bedrock, Vertex), else to the
+        // response.
         if ex.model.is_none() {
-            ex.model.clone_from(&answer.tap.model);
+            ex.model = ex.path_model.clone().or_else(|| answer.tap.model.clone());
         }
         self.count(&ex, answer.status, Some(&answer));
         ex.telemetry.finish(crate::telemetry::Finished {

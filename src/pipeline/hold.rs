@@ -120,7 +120,7 @@ pub fn prefix_warm(log: &SessionLog, held: &[&ContextTransform], now_ms: u64) ->
 /// that request kept), or `auto` markers (`auto_markers`) put one there. Held lines that no
 /// marker reads only cost their tail.
 pub fn reads_held_prefix(env: &Envelope, auto_markers: bool) -> bool {
-    if env.endpoint() != crate::route::Endpoint::Messages {
+    if env.endpoint().read_as() != crate::route::Endpoint::Messages {
         return true;
     }
     (!env.prefix_marks(0).is_empty() && long_enough(env, 0))

@@ -274,8 +274,8 @@ impl Pipeline {
                 ex.read.known.as_ref(),
                 gathered.as_mut(),
             )?;
-            let in_path = crate::providers::model_in_path(ex.route.endpoint, ex.parts.uri.path());
-            ex.model = Some(in_path.map_or(named, str::to_owned));
+            // The model a path names (Gemini, Bedrock, Vertex) is the request's.
+            ex.model = Some(ex.path_model.clone().unwrap_or(named));
             if let (Some(gathered), true) = (&gathered, keeps) {
                 self.known
                     .remember_checked(&ex.body, gathered, ex.read.known.as_ref());
@@ -287,6 +287,12 @@ impl Pipeline {
         }
         if ex.route.endpoint.is_generation() {
             ex.client = crate::providers::clients::detect_client(&ex.parts.headers, &ex.body);
+        }
+        if ex.route.endpoint == Endpoint::Converse {
+            // Counted and signed, never reshaped: its model is its path's.
+            ex.model.clone_from(&ex.path_model);
+            ex.telemetry
+                .record_model(ex.model.as_deref().unwrap_or(crate::metrics::UNKNOWN_MODEL));
         }
         if ex.route.endpoint == Endpoint::Compact {
             // Counted, never reshaped: only its model is read; the provider judges the rest.
@@ -341,7 +347,7 @@ impl Pipeline {
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
         let read = self.read_envelope(ex.route, ex.body.clone(), known, ex.read.gathered());
         let (mut env, history) = read?;
-        env.meta.name_model(&ex.model_in_path());
+        ex.name_path_model(&mut env);
         Ok((env, history))
     }
 
@@ -356,7 +362,7 @@ impl Pipeline {
         let known = self.known.find_sent(&body);
         let kind = known_prefix::Kind::Sent;
         let (mut env, history) = self.read_kept(ex.route, body, known.as_ref(), None, kind)?;
-        env.meta.name_model(&ex.model_in_path());
+        ex.name_path_model(&mut env);
         Ok((env, history))
     }
 
@@ -445,18 +451,12 @@ impl Pipeline {
 
 /// Endpoints whose body is a model request cachet checks (and reads whole, decoded).
 fn is_generation_like(endpoint: Endpoint) -> bool {
-    matches!(
-        endpoint,
-        Endpoint::Messages
-            | Endpoint::CountTokens
-            | Endpoint::Chat
-            | Endpoint::Responses
-            | Endpoint::GenerateContent
-    )
+    endpoint == Endpoint::CountTokens || endpoint.is_generation()
 }
 
 /// Endpoints whose body cachet reads whole before forwarding: the generation-like ones, and
-/// a compaction, whose model is read for its counts.
+/// the other billed ones (a compaction, Bedrock's Converse), whose model is read for their
+/// counts (and a Converse body is signed).
 fn reads_body(endpoint: Endpoint) -> bool {
-    is_generation_like(endpoint) || endpoint == Endpoint::Compact
+    is_generation_like(endpoint) || endpoint.is_billed()
 }

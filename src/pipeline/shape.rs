@@ -58,6 +58,7 @@ impl Pipeline {
             ex.read.known.as_ref(),
             ex.read.gathered(),
         )?;
+        ex.name_path_model(&mut env);
         let id = self
             .identify(&ex.parts.headers, &env, &history, ex.namespace())
             .await;

@@ -33,8 +33,8 @@ impl Pipeline {
         mut req: Request<Incoming>,
     ) -> Response<ProxyBody> {
         let to = Destination::of(route.provider, req.headers());
-        let host = self.upstreams.host(to).to_string();
         let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let host = self.upstreams.host(to, path);
         let url = match self.upstreams.url(to, path) {
             Ok(url) => url,
             Err(err) => return self.refuse_upgrade(route, req, &err.message),

@@ -79,7 +79,17 @@ impl Pipeline {
             .map(|p| p.as_str())
             .unwrap_or("/");
         let url = self.upstreams.url(to, path_and_query)?;
-        let host = self.upstreams.host(to);
+        let host = self.upstreams.host(to, path_and_query);
+        let host = host.as_str();
+        if to == forward::Destination::Bedrock {
+            crate::transport::aws::sign_or_refuse(
+                self.upstreams.aws(),
+                &ex.parts.method,
+                &url,
+                &mut headers,
+                &body,
+            )?;
+        }
         self.metrics
             .route(route.provider, route.endpoint)
             .overhead
@@ -128,11 +138,13 @@ impl Pipeline {
     ) -> Response<ProxyBody> {
         let Upstream { response } = upstream;
         let status = response.status().as_u16();
-        let sse = response
+        let content_type = response
             .headers()
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+            .unwrap_or("");
+        let sse = content_type.starts_with("text/event-stream");
+        let frames = content_type.starts_with(crate::providers::bedrock::eventstream::CONTENT_TYPE);
         // A broken event stream ends with an event of cachet's own (`TapStream`), so only
         // other bodies go on as they came.
         let (response_headers, length) = forward::response_head(
@@ -144,7 +156,10 @@ impl Pipeline {
         // A recorded answer that a later request may continue keeps its output for replay.
         let record_output = ex.trace.as_ref().is_some_and(Record::may_be_continued);
         let keep_events = ex.wants_assistant() || record_output;
-        let tap = Tap::new(ex.route.endpoint, sse, keep_events);
+        let tap = match frames {
+            true => Tap::event_stream(ex.route.endpoint, keep_events),
+            false => Tap::new(ex.route.endpoint, sse, keep_events),
+        };
         let pipeline = Arc::clone(self);
         let on_finish = Box::new(move |tap: TapResult| {
             pipeline.finish(ex, Outcome::Answered(Answer::new(status, tap)));

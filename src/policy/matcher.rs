@@ -94,18 +94,38 @@ impl Matcher {
     }
 }
 
-/// Provider names as written in policies.
-pub fn parse_provider(s: &str) -> Option<Provider> {
-    [Provider::Anthropic, Provider::OpenAi]
-        .into_iter()
-        .find(|p| p.label() == s)
+/// The providers a policy can name: every one but Gemini, whose requests are monitored but
+/// not yet shaped.
+fn policy_providers() -> impl Iterator<Item = Provider> {
+    Provider::ALL.into_iter().filter(|p| *p != Provider::Gemini)
 }
 
-/// Endpoint names a policy can match (the generation endpoints).
-pub fn parse_endpoint(s: &str) -> Option<Endpoint> {
-    [Endpoint::Messages, Endpoint::Chat, Endpoint::Responses]
+/// The endpoints a policy can name: the generation endpoints of [`policy_providers`].
+fn policy_endpoints() -> impl Iterator<Item = Endpoint> {
+    Endpoint::ALL
         .into_iter()
-        .find(|e| e.label() == s)
+        .filter(|e| e.is_generation() && *e != Endpoint::GenerateContent)
+}
+
+/// Names as an error lists the accepted ones: `a | b | c`.
+fn expected(names: impl Iterator<Item = &'static str>) -> String {
+    names.collect::<Vec<_>>().join(" | ")
+}
+
+/// A provider name as written in policies, or why it names none.
+pub fn parse_provider(s: &str) -> Result<Provider, String> {
+    policy_providers().find(|p| p.label() == s).ok_or_else(|| {
+        let names = expected(policy_providers().map(Provider::label));
+        format!("unknown provider `{s}`; expected {names}")
+    })
+}
+
+/// An endpoint name a policy can match (a generation endpoint), or why it names none.
+pub fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
+    policy_endpoints().find(|e| e.label() == s).ok_or_else(|| {
+        let names = expected(policy_endpoints().map(Endpoint::label));
+        format!("unknown endpoint `{s}`; expected {names}")
+    })
 }
 
 #[cfg(test)]

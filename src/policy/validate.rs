@@ -173,19 +173,15 @@ fn validate_match(raw: &RawMatch, at: &FieldPath) -> Result<Matcher, Vec<FieldEr
     let mut providers = Vec::new();
     for (i, p) in raw.provider.iter().enumerate() {
         match parse_provider(p) {
-            Some(p) => providers.push(p),
-            None => errors.push(at.key("provider").index(i).error(format!(
-                "unknown provider `{p}`; expected anthropic | openai"
-            ))),
+            Ok(p) => providers.push(p),
+            Err(e) => errors.push(at.key("provider").index(i).error(e)),
         }
     }
     let mut endpoints = Vec::new();
     for (i, e) in raw.endpoint.iter().enumerate() {
         match parse_endpoint(e) {
-            Some(e) => endpoints.push(e),
-            None => errors.push(at.key("endpoint").index(i).error(format!(
-                "unknown endpoint `{e}`; expected messages | chat | responses"
-            ))),
+            Ok(e) => endpoints.push(e),
+            Err(e) => errors.push(at.key("endpoint").index(i).error(e)),
         }
     }
     let mut models = Vec::new();

@@ -96,13 +96,15 @@ pub fn presented(provider: super::Provider, headers: &HeaderMap) -> Vec<&str> {
             .map(str::trim)
             .chain(bearer)
             .collect(),
-        super::Provider::OpenAi => bearer.collect(),
         super::Provider::Gemini => headers
             .get_all(super::gemini::API_KEY_HEADER)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .map(str::trim)
             .collect(),
+        super::Provider::OpenAi | super::Provider::Bedrock | super::Provider::Vertex => {
+            bearer.collect()
+        }
     }
 }
 

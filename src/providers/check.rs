@@ -178,7 +178,7 @@ fn check_with_serde(wire: &dyn Wire, body: &[u8]) -> Result<String, ApiError> {
 fn check_head(wire: &dyn Wire, head: Head<'_>) -> Result<String, ApiError> {
     let model = match head.model {
         Some(m) if !m.is_empty() => m.into_owned(),
-        // The API names the model in the path: the pipeline reads it there.
+        // The path names the model (Gemini, Bedrock, Vertex): the pipeline reads it there.
         _ if !wire.model_in_body() => String::new(),
         _ => {
             return Err(ApiError::invalid(

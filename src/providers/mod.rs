@@ -12,6 +12,7 @@
 
 pub mod anthropic;
 pub mod auth;
+pub mod bedrock;
 pub mod cache_key;
 pub mod check;
 pub mod clients;
@@ -21,6 +22,7 @@ pub mod openai;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod usage;
+pub mod vertex;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method};
@@ -38,7 +40,7 @@ pub use message::{text_of, tool_name};
 /// ([`anthropic::FAST_SPEED`]), OpenAI's `service_tier` ([`openai::FAST_TIERS`]). Whether it
 /// is so served depends on the model too (`models::serves_fast`).
 pub fn asks_fast(endpoint: Endpoint, request: &Value) -> bool {
-    match endpoint {
+    match endpoint.read_as() {
         Endpoint::Messages => {
             request.get("speed").and_then(Value::as_str) == Some(anthropic::FAST_SPEED)
         }
@@ -61,6 +63,8 @@ pub fn error_body(provider: Provider, kind: crate::error::ErrorKind, message: &s
     match provider {
         Provider::Anthropic => anthropic::error_body(kind, message),
         Provider::OpenAi => openai::error_body(kind, message),
+        Provider::Bedrock => bedrock::error_body(kind, message),
+        Provider::Vertex => vertex::error_body(kind, message),
         Provider::Gemini => gemini::error_body(kind, message),
     }
 }
@@ -134,8 +138,10 @@ pub fn wire(endpoint: Endpoint) -> Option<&'static dyn Wire> {
         Endpoint::CountTokens => Some(&anthropic::COUNT_TOKENS),
         Endpoint::Chat => Some(&openai_chat::CHAT),
         Endpoint::Responses => Some(&openai_responses::RESPONSES),
+        Endpoint::Invoke => Some(&bedrock::INVOKE),
+        Endpoint::RawPredict => Some(&vertex::RAW_PREDICT),
         Endpoint::GenerateContent => Some(&gemini::GENERATE),
-        Endpoint::Compact | Endpoint::Models | Endpoint::Other => None,
+        Endpoint::Compact | Endpoint::Converse | Endpoint::Models | Endpoint::Other => None,
         Endpoint::GeminiCountTokens | Endpoint::CachedContents => None,
     }
 }
@@ -232,15 +238,6 @@ pub fn reshape(endpoint: Endpoint, body: Bytes, opts: &CompileOptions) -> Result
     Ok(parse_envelope(endpoint, body)?
         .compile_with_markers(opts)
         .to_bytes())
-}
-
-/// The model a request's path names, on an API that names it there (Gemini's
-/// `/v1beta/models/{model}:generateContent`).
-pub fn model_in_path(endpoint: Endpoint, path: &str) -> Option<&str> {
-    match endpoint {
-        Endpoint::GenerateContent | Endpoint::GeminiCountTokens => gemini::model_in_path(path),
-        _ => None,
-    }
 }
 
 /// A message's kind, read by its API's wire (an endpoint without one reads as Messages).
@@ -345,6 +342,9 @@ pub fn api(endpoint: Endpoint) -> &'static dyn Api {
         Endpoint::Chat => &openai_chat::CHAT,
         Endpoint::Responses => &openai_responses::RESPONSES,
         Endpoint::Compact => &COMPACT,
+        Endpoint::Invoke => &bedrock::INVOKE,
+        Endpoint::Converse => &bedrock::converse::CONVERSE,
+        Endpoint::RawPredict => &vertex::RAW_PREDICT,
         Endpoint::Models => &MODELS,
         Endpoint::GenerateContent => &gemini::GENERATE,
         Endpoint::GeminiCountTokens => &GEMINI_COUNT_TOKENS,
@@ -360,18 +360,34 @@ pub const ANTHROPIC_KEY: HeaderName = HeaderName::from_static("x-api-key");
 /// The betas an Anthropic request opts into, comma-separated.
 pub const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
 /// The upstream's id of a request, what a provider's support asks for: Anthropic's
-/// `request-id`, OpenAI's `x-request-id`.
-pub const REQUEST_ID_HEADERS: [HeaderName; 2] = [
+/// `request-id` (which Vertex passes on), OpenAI's `x-request-id`, Bedrock's
+/// `x-amzn-requestid`.
+pub const REQUEST_ID_HEADERS: [HeaderName; 3] = [
     HeaderName::from_static("request-id"),
     HeaderName::from_static("x-request-id"),
+    HeaderName::from_static("x-amzn-requestid"),
 ];
 
 /// The header a provider names its request id in (see [`REQUEST_ID_HEADERS`]).
 pub fn request_id_header(provider: Provider) -> HeaderName {
-    let [anthropic, openai] = REQUEST_ID_HEADERS;
+    let [anthropic, openai, bedrock] = REQUEST_ID_HEADERS;
     match provider {
-        Provider::Anthropic => anthropic,
+        Provider::Anthropic | Provider::Vertex => anthropic,
         Provider::OpenAi | Provider::Gemini => openai,
+        Provider::Bedrock => bedrock,
+    }
+}
+
+/// The model a route's path names, where the path does (Gemini's
+/// `/v1beta/models/{model}:generateContent`, Bedrock, Vertex); `None` where the body names it.
+pub fn model_in_path(endpoint: Endpoint, path: &str) -> Option<String> {
+    match endpoint {
+        Endpoint::GenerateContent | Endpoint::GeminiCountTokens => {
+            gemini::model_in_path(path).map(str::to_owned)
+        }
+        Endpoint::Invoke | Endpoint::Converse => bedrock::model_of(path),
+        Endpoint::RawPredict => vertex::model_of(path),
+        _ => None,
     }
 }
 
@@ -396,6 +412,10 @@ fn family_named_by_path(path: &str) -> Option<Provider> {
         Some(Provider::Anthropic)
     } else if under("/v1/chat") || under("/v1/responses") {
         Some(Provider::OpenAi)
+    } else if path.starts_with("/model/") {
+        Some(Provider::Bedrock)
+    } else if under("/v1/projects") {
+        Some(Provider::Vertex)
     } else {
         None
     }
@@ -437,6 +457,23 @@ pub fn classify(method: &Method, path: &str, headers: &HeaderMap) -> Option<Rout
         (&Method::POST, "/v1/responses") => route(Provider::OpenAi, Endpoint::Responses),
         (&Method::POST, "/v1/responses/compact") => route(Provider::OpenAi, Endpoint::Compact),
         (&Method::GET, "/v1/models") => route(family(), Endpoint::Models),
+        (_, p) if p.starts_with("/model/") => {
+            let endpoint = (*method == Method::POST)
+                .then(|| bedrock::operation(p))
+                .flatten()
+                .map_or(Endpoint::Other, |op| op.endpoint);
+            route(Provider::Bedrock, endpoint)
+        }
+        (_, p) if family_named_by_path(p) == Some(Provider::Vertex) => {
+            // Vertex's token count is a `rawPredict` of the model `count-tokens`, whose body
+            // names the model: forwarded untouched.
+            let generation = vertex::target(p).filter(|t| t.model != "count-tokens");
+            let endpoint = match (method, generation) {
+                (&Method::POST, Some(_)) => Endpoint::RawPredict,
+                _ => Endpoint::Other,
+            };
+            route(Provider::Vertex, endpoint)
+        }
         (_, p) if p.starts_with("/v1/") || p == "/v1" => route(family(), Endpoint::Other),
         _ => None,
     }

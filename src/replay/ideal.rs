@@ -78,7 +78,8 @@ pub fn ideal(records: &[Record], model: Option<&str>) -> Ideal {
             continue;
         }
         let mut body = record.body.clone();
-        if let (Some(m), Some(obj)) = (model, body.as_object_mut()) {
+        let named = model.map(str::to_string).or_else(|| record.path_model());
+        if let (Some(m), Some(obj)) = (named, body.as_object_mut()) {
             obj.insert("model".into(), m.into());
         }
         let read_boundaries =

@@ -216,12 +216,8 @@ impl ArmRun {
             Ok(s) => s,
             Err(e) => return fail(stats, format!("session {}: {e:#}", record.session)),
         };
-        // Gemini names the model in the path: the request's `model`, as the API binds it.
-        let in_path = crate::providers::model_in_path(endpoint, &record.path);
-        if let (Some(m), Some(obj)) = (in_path, shaped.body.as_object_mut()) {
-            obj.entry("model").or_insert_with(|| m.into());
-        }
-        if let (Some(m), Some(obj)) = (model, shaped.body.as_object_mut()) {
+        let named = model.map(str::to_string).or_else(|| record.path_model());
+        if let (Some(m), Some(obj)) = (named, shaped.body.as_object_mut()) {
             obj.insert("model".into(), m.into());
         }
         // A stateful Responses request is read by the provider after the turns it holds.

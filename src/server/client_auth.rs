@@ -5,7 +5,8 @@
 //! the client's cachet key never goes upstream. The key's name labels the request's metrics
 //! and namespaces its sessions.
 //!
-//! cachet refuses to start holding an upstream key (`*_api_key_env`) without client keys,
+//! cachet refuses to start holding an upstream key (`*_api_key_env`, `vertex_token_env`, AWS
+//! credentials) without client keys,
 //! unless `server.allow_open_relay = true`: otherwise anyone who can reach the listener
 //! spends the held key.
 
@@ -47,14 +48,14 @@ pub struct Authenticated {
 impl ClientKeys {
     /// Read every key from its environment variable; refuse an open relay.
     pub fn from_config(server: &ServerConfig, upstream: &UpstreamConfig) -> anyhow::Result<Self> {
-        let holds_key = upstream.anthropic_api_key_env.is_some()
-            || upstream.openai_api_key_env.is_some()
-            || upstream.gemini_api_key_env.is_some();
+        let holds_key = upstream.holds_credentials();
         if holds_key && server.client_keys.is_empty() && !server.allow_open_relay {
             anyhow::bail!(
-                "cachet holds an upstream key (upstream.*_api_key_env) but no client keys are \
-                 configured: anyone who reaches the listener would spend it. Add \
-                 [[server.client_keys]] entries, or set server.allow_open_relay = true"
+                "cachet holds an upstream key (upstream.*_api_key_env, upstream.vertex_token_env, \
+                 upstream.aws_credentials or upstream.aws_profile) but no client keys are \
+                 configured: anyone who \
+                 reaches the listener would spend it. Add [[server.client_keys]] entries, or \
+                 set server.allow_open_relay = true"
             );
         }
         let mut keys: Vec<ClientKey> = Vec::new();

@@ -59,29 +59,23 @@ struct Inner {
 }
 
 fn route_label(route: Route) -> &'static str {
-    use crate::route::{Endpoint as E, Provider as P};
-    match (route.provider, route.endpoint) {
-        (P::Anthropic, E::Messages) => "anthropic/messages",
-        (P::Anthropic, E::CountTokens) => "anthropic/count_tokens",
-        (P::Anthropic, E::Chat) => "anthropic/chat",
-        (P::Anthropic, E::Responses) => "anthropic/responses",
-        (P::Anthropic, E::Compact) => "anthropic/responses_compact",
-        (P::Anthropic, E::Models) => "anthropic/models",
-        (P::Anthropic, E::Other) => "anthropic/other",
-        (P::OpenAi, E::Messages) => "openai/messages",
-        (P::OpenAi, E::CountTokens) => "openai/count_tokens",
-        (P::OpenAi, E::Chat) => "openai/chat",
-        (P::OpenAi, E::Responses) => "openai/responses",
-        (P::OpenAi, E::Compact) => "openai/responses_compact",
-        (P::OpenAi, E::Models) => "openai/models",
-        (P::OpenAi, E::Other) => "openai/other",
-        (P::Gemini, E::GenerateContent) => "gemini/generate_content",
-        (P::Gemini, E::GeminiCountTokens) => "gemini/count_tokens",
-        (P::Gemini, E::CachedContents) => "gemini/cached_contents",
-        (P::Gemini, E::Models) => "gemini/models",
-        (P::Gemini, _) => "gemini/other",
-        (P::Anthropic | P::OpenAi, _) => "other",
-    }
+    use crate::route::{Endpoint, Provider};
+    // Every provider and endpoint, `provider/endpoint`, made once.
+    static LABELS: std::sync::LazyLock<Vec<(Route, String)>> = std::sync::LazyLock::new(|| {
+        Provider::ALL
+            .into_iter()
+            .flat_map(|provider| {
+                Endpoint::ALL.into_iter().map(move |endpoint| {
+                    let label = format!("{}/{}", provider.label(), endpoint.label());
+                    (Route { provider, endpoint }, label)
+                })
+            })
+            .collect()
+    });
+    LABELS
+        .iter()
+        .find(|(r, _)| *r == route)
+        .map_or("other", |(_, label)| label.as_str())
 }
 
 /// At most `MAX_FIELD` characters of a value (a client chooses its model name).

@@ -90,6 +90,12 @@ impl Record {
         Endpoint::from_label(&self.endpoint)
     }
 
+    /// The model the recorded path names, where the route names it there (Bedrock,
+    /// Vertex): the body names none.
+    pub fn path_model(&self) -> Option<String> {
+        crate::providers::model_in_path(self.endpoint(), self.path.split('?').next()?)
+    }
+
     pub fn provider(&self) -> crate::route::Provider {
         crate::route::Provider::ALL
             .into_iter()

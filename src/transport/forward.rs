@@ -5,7 +5,8 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::UpstreamConfig;
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::auth;
+use crate::providers::bedrock::{self, sigv4, sigv4::AwsCredentials};
+use crate::providers::{auth, vertex};
 use crate::route::Provider;
 use crate::secret::Secret;
 use crate::transport::upstream_client::{SendError, UpstreamClient};
@@ -72,6 +73,8 @@ pub enum Destination {
     OpenAi,
     ChatGpt,
     Gemini,
+    Bedrock,
+    Vertex,
 }
 
 impl Destination {
@@ -84,6 +87,8 @@ impl Destination {
             }
             Provider::OpenAi => Destination::OpenAi,
             Provider::Gemini => Destination::Gemini,
+            Provider::Bedrock => Destination::Bedrock,
+            Provider::Vertex => Destination::Vertex,
         }
     }
 }
@@ -95,15 +100,21 @@ pub struct Upstreams {
     openai: Base,
     chatgpt: Base,
     gemini: Base,
+    bedrock: Base,
+    /// `None`: each request's location's endpoint.
+    vertex: Option<Base>,
     anthropic_key: Option<Secret>,
     openai_key: Option<Secret>,
     gemini_key: Option<Secret>,
+    vertex_token: Option<Secret>,
+    /// The AWS credentials Bedrock requests are signed with, when cachet holds them.
+    aws: Option<AwsCredentials>,
 }
 
 /// A configured base URL, parsed once: a request only sets the path and query on a copy, so
 /// its scheme, host and port are the configured ones whatever the path holds.
 #[derive(Debug, Clone)]
-struct Base {
+pub(crate) struct Base {
     /// `None` when the configured base is not a URL: every request to it is refused.
     url: Option<reqwest::Url>,
     /// Its own path without a trailing `/` (`/gw/anthropic`, or empty), which no request
@@ -142,24 +153,57 @@ impl Upstreams {
                 },
             }
         };
+        let aws = cfg.aws()?;
+        let bedrock = match &cfg.bedrock {
+            Some(url) => url.clone(),
+            None => {
+                let region = aws.as_ref().map(|c| c.region.clone()).unwrap_or_else(|| {
+                    std::env::var("AWS_REGION")
+                        .ok()
+                        .filter(|r| !r.is_empty())
+                        .unwrap_or_else(|| sigv4::DEFAULT_REGION.to_string())
+                });
+                bedrock::regional_endpoint(&region)
+            }
+        };
         Ok(Upstreams {
             anthropic: Base::parse(&cfg.anthropic, "anthropic"),
             openai: Base::parse(&cfg.openai, "openai"),
             chatgpt: Base::parse(&cfg.chatgpt, "chatgpt"),
             gemini: Base::parse(&cfg.gemini, "gemini"),
+            bedrock: Base::parse(&bedrock, "bedrock"),
+            vertex: cfg.vertex.as_deref().map(|url| Base::parse(url, "vertex")),
             anthropic_key: key(&cfg.anthropic_api_key_env)?,
             openai_key: key(&cfg.openai_api_key_env)?,
             gemini_key: key(&cfg.gemini_api_key_env)?,
+            vertex_token: key(&cfg.vertex_token_env)?,
+            aws,
         })
     }
 
-    fn base(&self, to: Destination) -> &Base {
+    /// The base a request to `to` for `path` goes under: a Vertex request without a
+    /// configured base goes to its location's endpoint.
+    fn base(&self, to: Destination, path: &str) -> std::borrow::Cow<'_, Base> {
+        use std::borrow::Cow;
         match to {
-            Destination::Anthropic => &self.anthropic,
-            Destination::OpenAi => &self.openai,
-            Destination::ChatGpt => &self.chatgpt,
-            Destination::Gemini => &self.gemini,
+            Destination::Anthropic => Cow::Borrowed(&self.anthropic),
+            Destination::OpenAi => Cow::Borrowed(&self.openai),
+            Destination::ChatGpt => Cow::Borrowed(&self.chatgpt),
+            Destination::Gemini => Cow::Borrowed(&self.gemini),
+            Destination::Bedrock => Cow::Borrowed(&self.bedrock),
+            Destination::Vertex => match &self.vertex {
+                Some(base) => Cow::Borrowed(base),
+                None => {
+                    let location = vertex::location_of(path).unwrap_or("global");
+                    Cow::Owned(Base::parse(&vertex::regional_endpoint(location), "vertex"))
+                }
+            },
         }
+    }
+
+    /// The AWS credentials cachet signs Bedrock requests with, if it holds any.
+    pub fn aws(&self) -> Option<&AwsCredentials> {
+        self.aws.as_ref()
     }
 
     /// The upstream URL for a client path (with query). A base that already stands for `/v1`
@@ -168,7 +212,7 @@ impl Upstreams {
     /// should URL parsing normalise it anywhere (a dot segment, a backslash), the URL would
     /// leave or reshape the base path, and it is refused.
     pub fn url(&self, to: Destination, path_and_query: &str) -> Result<reqwest::Url, ApiError> {
-        let base = self.base(to);
+        let base = self.base(to, path_and_query);
         let base_path = &base.path;
         let (path, query) = match path_and_query.split_once('?') {
             Some((p, q)) => (p, Some(q)),
@@ -208,8 +252,8 @@ impl Upstreams {
     }
 
     /// Host of the upstream, for error messages (never the full URL).
-    pub fn host(&self, to: Destination) -> &str {
-        &self.base(to).host
+    pub fn host(&self, to: Destination, path: &str) -> String {
+        self.base(to, path).host.clone()
     }
 
     /// Headers for the upstream request: the client's end-to-end headers, with cachet's own
@@ -236,10 +280,12 @@ impl Upstreams {
             }
             Destination::OpenAi => (self.openai_key.as_ref())
                 .map(|key| ("authorization", format!("Bearer {}", key.expose()))),
-            Destination::ChatGpt => None,
+            Destination::Vertex => (self.vertex_token.as_ref())
+                .map(|token| ("authorization", format!("Bearer {}", token.expose()))),
             Destination::Gemini => {
                 (self.gemini_key.as_ref()).map(|key| ("x-goog-api-key", key.expose().to_string()))
             }
+            Destination::ChatGpt | Destination::Bedrock => None,
         };
         if let Some((name, value)) = held {
             headers.remove(http::header::AUTHORIZATION);

@@ -4,6 +4,7 @@
 //! serving of [`crate::http_serve`].
 
 pub mod arriving;
+pub mod aws;
 pub mod forward;
 pub mod http;
 pub mod upstream_client;

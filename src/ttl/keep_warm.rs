@@ -50,7 +50,9 @@ pub fn allowed(env: &Envelope, headers: &HeaderMap) -> bool {
     let betas = headers.get("anthropic-beta").and_then(|v| v.to_str().ok());
     let one_token = !budgeted_thinking
         || anthropic::budget_may_exceed_max_tokens(betas, env.tools_raw().next().is_some());
-    !is_subscription(headers) && one_token
+    // A keep-warm goes to Anthropic's own API: never for a request another route carried.
+    let anthropic = env.provider() == crate::route::Provider::Anthropic;
+    anthropic && !is_subscription(headers) && one_token
 }
 
 /// Whether an Anthropic assistant message ends the turn (it calls no tool).

@@ -26,7 +26,7 @@ pub fn for_request(
     now_ms: u64,
     keep_warm_after_secs: Option<u64>,
 ) -> Option<TtlDecision> {
-    if env.endpoint() != crate::route::Endpoint::Messages {
+    if env.endpoint().read_as() != crate::route::Endpoint::Messages {
         return None;
     }
     let allowed = keep_warm::allowed(env, headers);

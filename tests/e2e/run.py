@@ -44,13 +44,18 @@ ROUTES = {"/v1/messages": ({"anthropic"}, {"messages"}),
           "/v1/chat/completions": ({"openai"}, {"chat"}),
           "/v1/responses": ({"openai"}, {"responses"})}
 GENERATION = set(ROUTES)
+# Bedrock Runtime's and Vertex AI's generation paths name the model: matched, not listed.
+CLOUD_GENERATION = re.compile(
+    r"^/model/[^/]+/(invoke|invoke-with-response-stream|converse|converse-stream)$"
+    r"|^/v1/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/[^/:]+:(rawPredict|streamRawPredict)$")
 # Gemini names the model in its generation paths: /v1beta/models/{model}:generateContent.
 GEMINI_GENERATION = re.compile(r"/v1beta/models/[^/:]+:(generateContent|streamGenerateContent)$")
 
 
 def is_generation(path):
     path = path.split("?")[0]
-    return path in GENERATION or bool(GEMINI_GENERATION.match(path))
+    return path in GENERATION or bool(GEMINI_GENERATION.match(path)) \
+        or bool(CLOUD_GENERATION.match(path)) and "/count-tokens:" not in path
 
 # Dummy credentials: nothing here reaches a provider.
 ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
@@ -62,6 +67,14 @@ CHATGPT_ACCOUNT = "acc-e2e-dummy"
 TEAM_KEY = "ck-e2e-team-key"
 HELD_ANTHROPIC = "sk-ant-api03-e2e-held-by-cachet"
 HELD_OPENAI = "sk-e2e-held-by-cachet"
+# Bedrock and Vertex through a team's cachet that holds the cloud's credentials: AWS test
+# credentials the emulator checks signatures against, and a Google access token.
+AWS_KEY_ID = "AKIDE2EHELDBYCACHET"
+AWS_SECRET = "e2e/held+by/cachet/secret/access/key"
+HELD_VERTEX_TOKEN = "ya29.e2e-held-by-cachet"
+CLOUD_ENV = {"AWS_ACCESS_KEY_ID": AWS_KEY_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+             "AWS_REGION": "us-east-1", "CACHET_TEAM_KEY": TEAM_KEY,
+             "CACHET_VERTEX_TOKEN": HELD_VERTEX_TOKEN}
 KEYED_CONFIG = """[upstream]
 anthropic_api_key_env = "CACHET_E2E_HELD_ANTHROPIC"
 openai_api_key_env = "CACHET_E2E_HELD_OPENAI"
@@ -110,6 +123,8 @@ class Report:
 # to these bytes).
 CLIENT_PAGE = os.path.join(ROOT, "docs", "src", "agents.md")
 CLIENT_BLOCKS = [("env", "claude-code"), ("env", "sdk"), ("file", "~/.codex/config.toml"),
+                 ("env", "claude-code-bedrock"), ("env", "claude-code-vertex"),
+                 ("file", "cachet.toml#bedrock"), ("file", "cachet.toml#vertex"),
                  ("file", "~/.codex/config.toml#chatgpt"),
                  ("file", "~/.codex/config.toml#chatgpt-keyed"),
                  ("file", "~/.pi/agent/models.json"), ("env", "gemini-cli"),
@@ -128,12 +143,16 @@ def client_blocks():
     return blocks
 
 
-def client_env(blocks, name, base):
+def client_env(blocks, name, base, variables=None):
+    """The variables an `env=NAME` block exports: `export NAME=value` or `export NAME="value"`,
+    with `$VAR` read from `variables`."""
     env = {}
     for line in blocks[("env", name)].splitlines():
-        m = re.match(r"export (\w+)=(\S+)$", line.strip())
+        m = re.match(r'export (\w+)=(?:"([^"]*)"|(\S+))$', line.strip())
         if m:
-            env[m.group(1)] = m.group(2).replace(CLIENT_URL, base)
+            value = m.group(2) if m.group(2) is not None else m.group(3)
+            value = re.sub(r"\$(\w+)", lambda v: (variables or {}).get(v.group(1), v.group(0)), value)
+            env[m.group(1)] = value.replace(CLIENT_URL, base)
     return env
 
 
@@ -173,12 +192,43 @@ def expected_session(headers, body):
 
 # ---------------------------------------------------------------- reading answers
 
+def event_stream_documents(body):
+    """The JSON documents of an AWS event stream (Bedrock), or None when `body` is not one:
+    each frame is a prelude (total length, headers length, CRC32), headers, the payload and
+    a CRC32. An InvokeModel stream's payload is `{"bytes": base64 of an Anthropic event}`."""
+    import base64
+    import zlib
+    if len(body) < 16 or zlib.crc32(body[:8]) != int.from_bytes(body[8:12], "big"):
+        return None
+    docs, at = [], 0
+    while at + 16 <= len(body):
+        total = int.from_bytes(body[at:at + 4], "big")
+        headers = int.from_bytes(body[at + 4:at + 8], "big")
+        payload = body[at + 12 + headers:at + total - 4]
+        at += total
+        try:
+            doc = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("bytes"), str):
+            try:
+                doc = json.loads(base64.b64decode(doc["bytes"]))
+            except ValueError:
+                continue
+        docs.append(doc)
+    return docs
+
+
 def json_documents(body):
-    """Every JSON document of an answer: the whole body, or each SSE `data:` line."""
+    """Every JSON document of an answer: the whole body, each SSE `data:` line, or each
+    frame of an AWS event stream."""
     try:
         return [json.loads(body)]
     except ValueError:
         pass
+    framed = event_stream_documents(body)
+    if framed is not None:
+        return framed
     docs = []
     for line in body.decode("utf-8", "replace").splitlines():
         if line.startswith("data:"):
@@ -198,8 +248,8 @@ def cache_read(body):
         nonlocal best
         if isinstance(v, dict):
             for k, x in v.items():
-                if k in ("cache_read_input_tokens", "cached_tokens", "cachedContentTokenCount") \
-                        and isinstance(x, int):
+                if k in ("cache_read_input_tokens", "cached_tokens", "cacheReadInputTokens",
+                         "cachedContentTokenCount") and isinstance(x, int):
                     best = max(best, x)
                 else:
                     walk(x)
@@ -238,7 +288,7 @@ def accepted_credentials():
     """What the emulator serves: each client's own key or token, and the keys cachet holds.
     Never TEAM_KEY: that is cachet's, and must not reach the provider."""
     return [ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, GEMINI_KEY, HELD_ANTHROPIC,
-            HELD_OPENAI]
+            HELD_OPENAI, HELD_VERTEX_TOKEN]
 
 
 class Stack:
@@ -255,6 +305,7 @@ class Stack:
         keys = []
         for k in accepted_credentials():
             keys += ["--api-key", k]
+        keys += ["--aws-credentials", f"{AWS_KEY_ID}:{AWS_SECRET}"]
         emu = self._start([cachet, "emulate", "--listen", "127.0.0.1:0", "--tool-calls", "first",
                            "--tool-steps", str(tool_steps)] + keys, "emulate.log")
         self.emulator_url = re.search(r"http://\S+", emu.stdout.readline()).group(0)
@@ -262,6 +313,7 @@ class Stack:
         args = [cachet, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
                 "--anthropic-upstream", self.back.url, "--openai-upstream", self.back.url,
                 "--chatgpt-upstream", self.back.url, "--gemini-upstream", self.back.url,
+                "--bedrock-upstream", self.back.url, "--vertex-upstream", self.back.url,
                 "--store", os.path.join(workdir, "store"), "--record", os.path.join(workdir, "record")]
         for p in policies:
             args += ["--policy", p]
@@ -543,6 +595,34 @@ class ClaudeCodeKeyed(ClaudeCode):
 
     def env(self, ctx):
         return {**super().env(ctx), "ANTHROPIC_CUSTOM_HEADERS": f"x-api-key: {TEAM_KEY}"}
+
+
+class ClaudeCodeCloud(ClaudeCode):
+    """Claude Code on Amazon Bedrock or Google Vertex AI through a team's cachet that holds the
+    cloud's credentials (AWS keys it signs with, a Google access token), configured with the
+    agents page's blocks: cachet's (`cachet.toml#bedrock`, `#vertex`) and Claude Code's
+    (`env=claude-code-bedrock`, `-vertex`), which presents its cachet key beside no credential
+    of its own. Every check of a client with its own key holds, the bytes too, but for the
+    signature cachet puts on a Bedrock request; and the metrics equal the usage it was sent."""
+
+    cloud_client = True
+    # Its cachet key is `team`'s: its sessions are named under it.
+    session_namespace = "team:"
+
+    def __init__(self, cloud):
+        endpoint = {"bedrock": "invoke", "vertex": "raw_predict"}[cloud]
+        Client.__init__(self, f"claude-code-{cloud}", {cloud}, {endpoint}, "claude_code_header")
+        self.subscription = False
+        self.cloud = cloud
+
+    def serve_settings(self, blocks):
+        return blocks[("file", f"cachet.toml#{self.cloud}")], CLOUD_ENV
+
+    def env(self, ctx):
+        env = client_env(ctx.blocks, f"claude-code-{self.cloud}", ctx.base, CLOUD_ENV)
+        env.update({"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+                    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
+        return env
 
 
 class CodexChatGptKeyed(CodexChatGpt):
@@ -855,6 +935,8 @@ CLIENTS = [
     Sdk(),
     ClaudeCodeKeyed(),
     CodexChatGptKeyed(),
+    ClaudeCodeCloud("bedrock"),
+    ClaudeCodeCloud("vertex"),
     ClaudeCodeLong(),
     PiTwins(),
     PiLong(),
@@ -922,8 +1004,10 @@ class Run:
 def run_client(client, policies, args, blocks, out_dir):
     names = [os.path.basename(p)[:-5] for p in policies]
     scenario = os.path.join(out_dir, client.name + ("+" + "+".join(names) if names else ""))
-    stack = Stack(args.cachet, scenario, policies, client.serve_config or client.extra_config,
-                  client.serve_env, client.tool_steps)
+    serve_config, serve_env = client.serve_config or client.extra_config, client.serve_env
+    if hasattr(client, "serve_settings"):
+        serve_config, serve_env = client.serve_settings(blocks)
+    stack = Stack(args.cachet, scenario, policies, serve_config, serve_env, client.tool_steps)
     run = Run(client, names, [tomllib.load(open(p, "rb")) for p in policies])
     try:
         ctx = Context(stack.front.url, blocks, args.bin_dir, scenario)
@@ -1050,7 +1134,9 @@ def check_identity(r, run):
     wrong = []
     for rec in run.records:
         source, sid = expected_session(list(rec.get("headers", {}).items()), rec["body"])
-        ok = bool(FINGERPRINT_ID.match(rec["session"])) if source == "fingerprint" else rec["session"] == sid
+        # A request that presented a cachet key has its sessions under the key's name.
+        named = rec["session"].removeprefix(getattr(client, "session_namespace", ""))
+        ok = bool(FINGERPRINT_ID.match(named)) if source == "fingerprint" else named == sid
         if not ok:
             wrong.append((source, sid, rec["session"]))
     r.check(bool(run.records) and not wrong and len(run.records) == len(gen),
@@ -1075,8 +1161,77 @@ def check_identity(r, run):
                 f"listed {sorted(listed)}, the requests named {sorted(named)}")
 
 
+# What a signature adds to a request (SigV4): the headers a re-signed request may differ in.
+SIGNATURE_HEADERS = {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
+SHIM_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+# What cachet changes on every billed request (docs/src/operations/proxy.md): it asks for an
+# uncompressed answer, whose usage it reads.
+CACHET_REWRITES = {"accept-encoding"}
+
+
+def check_cloud_headers(r, run):
+    """A request through a team's cachet on Bedrock or Vertex goes upstream with the client's
+    headers as they came, but for its cachet key (taken off) and the cloud's credential cachet
+    holds: Bedrock's SigV4 signature headers, Vertex's bearer token."""
+    front, back = run.generation(), run.generation(run.back)
+    held = {"bedrock": None, "vertex": f"Bearer {HELD_VERTEX_TOKEN}"}[run.client.cloud]
+    differ, unsigned = [], []
+    for f, b in zip(front, back):
+        fh = {k: v for k, v in f.req_headers if k not in SHIM_HOP and k != "x-api-key"}
+        bh = {k: v for k, v in b.req_headers if k not in SHIM_HOP}
+        changed = {k for k in fh.keys() | bh.keys() if fh.get(k) != bh.get(k)} - CACHET_REWRITES
+        if not changed <= SIGNATURE_HEADERS:
+            differ.append(sorted(changed - SIGNATURE_HEADERS))
+        auth = bh.get("authorization") or ""
+        ok = auth.startswith("AWS4-HMAC-SHA256 Credential=" + AWS_KEY_ID) if held is None else auth == held
+        if not ok:
+            unsigned.append(auth[:40])
+    r.check(front and len(front) == len(back) and not differ,
+            f"{run.label}: each request goes upstream with the headers it came with, but for the credential",
+            f"headers changed beyond the credential: {differ[:3]}; {len(front)} sent, {len(back)} upstream")
+    what = "signed with SigV4 by the credentials cachet holds" if held is None else "with the token cachet holds"
+    r.check(not unsigned, f"{run.label}: each request goes upstream {what}", f"authorization {unsigned[:3]}")
+
+
+def usage_seen(body):
+    """(uncached, cache read, cache write, output) of an answer as the client read it: the
+    Messages usage of its documents (a stream's later counts replace the earlier), or
+    Converse's."""
+    counts = {}
+    for doc in json_documents(body):
+        for usage in (doc.get("usage"), (doc.get("message") or {}).get("usage")):
+            if isinstance(usage, dict):
+                for k, v in usage.items():
+                    if isinstance(v, int):
+                        counts[k] = v
+    get = lambda *names: next((counts[n] for n in names if n in counts), 0)
+    return (get("input_tokens", "inputTokens"), get("cache_read_input_tokens", "cacheReadInputTokens"),
+            get("cache_creation_input_tokens", "cacheWriteInputTokens"), get("output_tokens", "outputTokens"))
+
+
+def check_usage_metrics(r, run):
+    """cachet's token counters equal the usage the client was sent, kind by kind."""
+    seen = [0, 0, 0, 0]
+    for e in run.generation():
+        for i, n in enumerate(usage_seen(e.resp_body)):
+            seen[i] += n
+    provider = next(iter(run.client.providers))
+    def counted(name, kind=None):
+        total = 0.0
+        for line in run.metrics.splitlines():
+            if line.startswith(name + "{") and f'provider="{provider}"' in line and \
+                    (kind is None or f'kind="{kind}"' in line):
+                total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+    metrics = [counted("cachet_input_tokens_total", "uncached"), counted("cachet_input_tokens_total", "cache_read"),
+               counted("cachet_input_tokens_total", "cache_write"), counted("cachet_output_tokens_total")]
+    r.check(seen == metrics and sum(seen) > 0,
+            f"{run.label}: the metrics (provider={provider}) equal the usage the agent was sent "
+            f"(uncached, read, written, output: {seen})", f"metrics {metrics}")
+
+
 def check_bytes(r, run):
-    forwarded = [e for e in run.front if e.path.startswith(("/v1/", "/v1beta/"))
+    forwarded = [e for e in run.front if e.path.startswith(("/v1/", "/v1beta/", "/model/"))
                  and not e.header("x-cachet-error", "resp")]
     back = {}
     for e in run.back:
@@ -1101,7 +1256,7 @@ def check_bytes(r, run):
             resp_diff.append(f"{e.method} {e.path}: upstream {b.status} {len(b.resp_body)} bytes, "
                              f"client {e.status} {len(e.resp_body)} bytes")
         for name in ("x-api-key", "authorization", "x-goog-api-key"):
-            if b.header(name) != e.header(name):
+            if b.header(name) != e.header(name) and not getattr(run.client, "cloud_client", False):
                 secret_diff.append(name)
     r.check(not unmatched and len(forwarded) == len(run.back) and forwarded,
             f"{run.label}: the upstream receives exactly the bytes the agent sent ({len(forwarded)} requests)",
@@ -1604,7 +1759,7 @@ def check_common(r, run):
     check_compactions(r, run)
     check_model_list(r, run)
     secrets = [s for s in (ANTHROPIC_KEY, OAUTH_TOKEN, OPENAI_KEY, CHATGPT_TOKEN, GEMINI_KEY, TEAM_KEY,
-                           HELD_ANTHROPIC, HELD_OPENAI) if s in run.serve_log]
+                           HELD_ANTHROPIC, HELD_OPENAI, HELD_VERTEX_TOKEN, AWS_SECRET) if s in run.serve_log]
     r.check(not secrets, f"{run.label}: no credential in cachet's log")
 
 
@@ -1704,6 +1859,9 @@ def main():
         if base is None:
             continue
         check_turns(r, base)
+        if getattr(client, "cloud_client", False):
+            check_cloud_headers(r, base)
+            check_usage_metrics(r, base)
         if client.serve_config:
             check_keyed(r, base)
             check_common(r, base)
@@ -1738,6 +1896,8 @@ def main():
             check_turns(r, run)
             check_identity(r, run)
             check_cache(r, run)
+            if getattr(client, "cloud_client", False):
+                check_usage_metrics(r, run)
             check_policy_run(r, run, base)
             check_common(r, run)
         print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")

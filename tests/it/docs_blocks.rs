@@ -83,6 +83,7 @@ fn client_blocks_parse_and_their_copies_are_the_same_bytes() {
         };
         match key.0.as_str() {
             "env" => {
+                let mut points_at_cachet = false;
                 for line in b.text.lines() {
                     let (name, value) = line
                         .strip_prefix("export ")
@@ -91,8 +92,16 @@ fn client_blocks_parse_and_their_copies_are_the_same_bytes() {
                             panic!("{}: `{line}` is not `export NAME=VALUE`", b.at())
                         });
                     assert!(name.chars().all(|c| c.is_ascii_uppercase() || c == '_'));
-                    assert!(value.starts_with("http://127.0.0.1:8787"), "{}", b.at());
+                    // One word, or one double-quoted string (run.py reads both).
+                    let quoted = value.len() >= 2 && value.starts_with('"') && value.ends_with('"');
+                    assert!(
+                        quoted || !value.contains([' ', '"', '\'']),
+                        "{}: `{value}` is neither one word nor one quoted string",
+                        b.at()
+                    );
+                    points_at_cachet |= value.starts_with("http://127.0.0.1:8787");
                 }
+                assert!(points_at_cachet, "{}: no variable points at cachet", b.at());
             }
             _ if key.1.contains(".json") => {
                 serde_json::from_str::<serde_json::Value>(&b.text)
@@ -133,7 +142,7 @@ fn client_blocks_parse_and_their_copies_are_the_same_bytes() {
             "{kind}={name} is on the agents page but not in run.py's CLIENT_BLOCKS"
         );
     }
-    assert_eq!(agents.len(), 8, "{agents:?}");
+    assert_eq!(agents.len(), 12, "{agents:?}");
     for key in seen.keys() {
         assert!(agents.contains(key), "{key:?} is not on the agents page");
     }

@@ -49,6 +49,7 @@ mod pipeline_splice;
 mod pipeline_stabilize;
 mod policy_check;
 mod policy_shipped;
+mod proxy_clouds;
 mod proxy_compaction;
 mod proxy_faults;
 mod proxy_fidelity;

@@ -151,8 +151,8 @@ fn unknown_match_values() {
     assert_refused(
         "name = \"a\"\n[match]\nprovider = [\"gemini\"]\nendpoint = [\"completions\"]\n",
         &[
-            "p.toml:3:13: match.provider[0]: unknown provider `gemini`; expected anthropic | openai",
-            "p.toml:4:13: match.endpoint[0]: unknown endpoint `completions`; expected messages | chat | responses",
+            "p.toml:3:13: match.provider[0]: unknown provider `gemini`; expected anthropic | openai | bedrock | vertex",
+            "p.toml:4:13: match.endpoint[0]: unknown endpoint `completions`; expected messages | chat | responses | invoke | raw_predict",
         ],
     );
 }

@@ -119,16 +119,36 @@ pub fn compaction_trigger(request: &Value) -> Result<Option<u64>, String> {
 }
 
 /// Anthropic Messages (`POST /v1/messages`), or its token count (`count_tokens`), whose
-/// request is read by the same wire.
+/// request is read by the same wire; or another route that carries a Messages body (Bedrock's
+/// `InvokeModel`, Vertex's `rawPredict`), read by the same rules under its own provider.
 pub struct Messages {
+    provider: crate::route::Provider,
     endpoint: Endpoint,
+    /// Where the route names the model: `false` for a route whose path names it (the body
+    /// has no `model`).
+    model_in_body: bool,
+}
+
+impl Messages {
+    /// The Messages rules on another provider's route, whose path names the model.
+    pub const fn routed(provider: crate::route::Provider, endpoint: Endpoint) -> Messages {
+        Messages {
+            provider,
+            endpoint,
+            model_in_body: false,
+        }
+    }
 }
 
 pub static MESSAGES: Messages = Messages {
+    provider: crate::route::Provider::Anthropic,
     endpoint: Endpoint::Messages,
+    model_in_body: true,
 };
 pub static COUNT_TOKENS: Messages = Messages {
+    provider: crate::route::Provider::Anthropic,
     endpoint: Endpoint::CountTokens,
+    model_in_body: true,
 };
 
 impl Api for Messages {
@@ -165,7 +185,7 @@ impl Api for Messages {
 /// JSON object string carrying `session_id`, or the older
 /// `user_<hash>_account_<uuid>_session_<uuid>` form.
 pub fn metadata_session(env: &crate::envelope::Envelope) -> Option<String> {
-    if env.provider() != crate::route::Provider::Anthropic {
+    if env.endpoint().read_as() != Endpoint::Messages {
         return None;
     }
     let metadata: Value = serde_json::from_slice(env.option_raw("metadata")?).ok()?;

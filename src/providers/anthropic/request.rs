@@ -16,7 +16,11 @@ use crate::route::{Endpoint, Provider};
 
 impl Wire for Messages {
     fn provider(&self) -> Provider {
-        Provider::Anthropic
+        self.provider
+    }
+
+    fn model_in_body(&self) -> bool {
+        self.model_in_body
     }
 
     fn endpoint(&self) -> Endpoint {

@@ -43,6 +43,12 @@ pub struct ResponseFacts {
 /// Usage, model, id and cache diagnostics from a complete, non-streaming response body, in
 /// one pass.
 pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
+    if endpoint == Endpoint::Converse {
+        return ResponseFacts {
+            usage: super::bedrock::converse::usage_of(body),
+            ..ResponseFacts::default()
+        };
+    }
     if endpoint == Endpoint::GenerateContent {
         let (usage, model, id) = super::gemini::usage::read(body);
         return ResponseFacts {
@@ -164,6 +170,13 @@ pub struct StreamUsage {
 impl StreamUsage {
     /// Feed one SSE event (its `event:` name, possibly empty, and its `data:` payload).
     pub fn on_event(&mut self, endpoint: Endpoint, event: &str, data: &[u8]) {
+        if endpoint == Endpoint::Converse {
+            // Bedrock's Converse: the usage is in its last event, under its own names.
+            if event == super::bedrock::converse::METADATA {
+                self.usage = super::bedrock::converse::usage_of(data).or(self.usage);
+            }
+            return;
+        }
         if endpoint == Endpoint::GenerateContent {
             // Every chunk is a whole response; the last counts are the final ones.
             let (usage, model, id) = super::gemini::usage::read(data);
