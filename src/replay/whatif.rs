@@ -138,6 +138,7 @@ impl WhatIf {
                 costs[i] = step.cost_usd.unwrap_or(0.0) + warm;
                 session.cost_usd[i] += costs[i];
             }
+            c.run.forget_steps();
         }
         Some(costs)
     }
@@ -225,6 +226,10 @@ mod tests {
         assert!((a.cost_usd[0] - of("a")).abs() < 1e-12);
         assert_eq!(a.requests, 6);
         assert_eq!(whatif.skipped(), Skipped::default());
+        // Fed without end, a run keeps its totals, not a figure per request.
+        let stats = whatif.candidates[0].run.stats();
+        assert!(stats.per_request.is_empty() && stats.diagnoses.is_empty());
+        assert_eq!(stats.requests, 12);
     }
 
     #[test]

@@ -303,10 +303,7 @@ pub fn render(
         } @else {
             div.table-wrap {
                 table.sessions {
-                    thead { tr {
-                        @for key in SortKey::ALL { (header_link(key, sort, limit)) }
-                        th title="the live what-if's best candidate policy for the session" { "could save" }
-                    } }
+                    thead { tr { @for key in SortKey::ALL { (header_link(key, sort, limit)) } } }
                     tbody { @for row in rows { (session_row(row, now)) } }
                     tfoot { (totals_row(&all, rows.len(), &money)) }
                 }
@@ -373,7 +370,13 @@ fn session_row(row: &SessionRow, now: u64) -> Markup {
                         span.dim title="requests of models without a price are not counted" { " +" (t.unpriced) " unpriced" }
                     }
                 }
-                td { (unpriced(row.savings())) }
+                td {
+                    (unpriced(row.savings()))
+                    // The live what-if's best candidate for the session.
+                    @if let Some((name, saving)) = &row.could_save {
+                        span.inv title={ "with " (name) } { "could save " (format::usd(*saving)) " · " (name) }
+                    }
+                }
             }
             td class=(if t.breaks > 0 { "brk" } else { "" }) title=(t.blame_split()) {
                 (t.breaks)
@@ -382,12 +385,6 @@ fn session_row(row: &SessionRow, now: u64) -> Markup {
             td title=(format::datetime(s.updated)) {
                 (format::clock(s.updated, format::different_days(s.updated, now)))
                 span.dim { " · " (format::ago(s.updated, now)) }
-            }
-            @match &row.could_save {
-                Some((name, saving)) => td title={ "with " (name) } {
-                    (format::usd(*saving)) span.dim { " " (name) }
-                },
-                None => td.dim { "–" },
             }
         }
     }
@@ -402,7 +399,6 @@ fn totals_row(all: &Totals, sessions: usize, money: &dyn Fn(f64) -> String) -> M
             td { (money(all.cost)) }
             td { (money(all.savings)) }
             td { (all.breaks) }
-            td {}
             td {}
         }
     }
