@@ -169,6 +169,10 @@ pub struct Metrics {
     pub keep_warm: IntCounterVec,
     /// Trace records (`--record`) not written, by cause: `queue_full`, `write_failed`.
     pub trace_records_dropped: IntCounterVec,
+    /// The live what-if's predicted cost, by `candidate` (`client`: the requests as sent).
+    pub whatif_cost_usd: CounterVec,
+    /// What the live what-if left out, by `cause` (see [`WHATIF_SKIPS`]).
+    pub whatif_skipped: IntCounterVec,
     /// Generation bodies by how they were read: `incremental` (from where they stop
     /// repeating a remembered body) or `full`.
     pub body_reads: IntCounterVec,
@@ -200,6 +204,9 @@ impl Registrar {
         c
     }
 }
+
+/// The causes of `cachet_whatif_skipped_total`.
+pub const WHATIF_SKIPS: [&str; 4] = ["queue_full", "too_large", "too_old", "evicted"];
 
 fn counter(r: &mut Registrar, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
@@ -357,6 +364,18 @@ impl Metrics {
                     "Trace records (--record) not written: queue_full (the writer fell behind), write_failed (the disk refused).",
                     &["cause"]);
                 for cause in ["queue_full", "write_failed"] {
+                    c.with_label_values(&[cause]);
+                }
+                c
+            },
+            whatif_cost_usd: fcounter(r, "cachet_whatif_cost_usd_total",
+                "The live what-if: what each candidate policy would have cost on the sessions followed, on the emulator's cache model; candidate=\"client\" is the requests as sent, on the same model.",
+                &["candidate"]),
+            whatif_skipped: {
+                let c = counter(r, "cachet_whatif_skipped_total",
+                    "What the live what-if left out: requests by cause queue_full (its worker fell behind), too_large (the session is past its budget of requests), too_old (far behind the newest request); sessions by cause evicted (let go to stay within the sessions it keeps).",
+                    &["cause"]);
+                for cause in WHATIF_SKIPS {
                     c.with_label_values(&[cause]);
                 }
                 c

@@ -127,11 +127,11 @@ impl Pipeline {
         );
     }
 
-    /// Hand the request's trace record to the recorder, with what the answer said (a
-    /// request recorded before it failed is still recorded, with the status cachet
-    /// answered).
+    /// Hand the request's trace record to the recorder and the live what-if, with what the
+    /// answer said (a request recorded before it failed is still recorded, with the status
+    /// cachet answered).
     fn write_trace(&self, ex: &mut Exchange, status: u16, answer: Option<&Answer>) {
-        let (Some(recorder), Some(mut record)) = (&self.recorder, ex.trace.take()) else {
+        let Some(mut record) = ex.trace.take() else {
             return;
         };
         record.status = Some(status);
@@ -142,7 +142,15 @@ impl Pipeline {
                 record.output = answer.assistant.clone();
             }
         }
-        recorder.record(record);
+        match (&self.recorder, &self.whatif) {
+            (Some(recorder), Some(whatif)) => {
+                whatif.feed(record.clone());
+                recorder.record(record);
+            }
+            (Some(recorder), None) => recorder.record(record),
+            (None, Some(whatif)) => whatif.feed(record),
+            (None, None) => {}
+        }
     }
 
     /// Assemble the assistant message once, when the trace record or shaping reads it; the

@@ -62,6 +62,8 @@ pub struct Pipeline {
     metrics: Arc<Metrics>,
     /// Trace recording (`--record DIR`); off by default.
     recorder: Option<Recorder>,
+    /// The live what-if's queue, fed the same records (`sessions.whatif`).
+    whatif: Option<session::whatif::WhatIfFeed>,
     policies: PolicySet,
     hooks: HookClient,
     store: Option<Arc<dyn SessionStore>>,
@@ -134,6 +136,7 @@ impl Pipeline {
             store,
             metrics,
             recorder,
+            whatif: None,
             config,
             histories: moka::future::Cache::new(recall::REMEMBERED_HISTORIES),
             pairs: moka::future::Cache::new(recall::REMEMBERED_PAIRS),
@@ -146,6 +149,12 @@ impl Pipeline {
             known,
             routes: Default::default(),
         })
+    }
+
+    /// Feed every finished request's trace record to the live what-if too.
+    pub fn with_whatif(mut self, feed: Option<session::whatif::WhatIfFeed>) -> Pipeline {
+        self.whatif = feed;
+        self
     }
 
     pub fn store(&self) -> Option<&Arc<dyn SessionStore>> {
@@ -386,10 +395,13 @@ impl Pipeline {
         Ok((env, history))
     }
 
-    /// The trace record of a request as the client sent it, when recording: its body as the
-    /// client's JSON text, or, when serde_json cannot read it, as its bytes.
+    /// The trace record of a request as the client sent it, when recording or when the
+    /// what-if follows sessions: its body as the client's JSON text, or, when serde_json
+    /// cannot read it, as its bytes.
     fn trace_record(&self, ex: &Exchange) -> Option<Record> {
-        self.recorder.as_ref()?;
+        if self.recorder.is_none() && self.whatif.is_none() {
+            return None;
+        }
         if !ex.route.endpoint.is_generation() {
             return None;
         }

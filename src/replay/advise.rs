@@ -128,7 +128,7 @@ pub fn advise(
 }
 
 /// The candidates: those asked for, or the shipped ones written to `dir`.
-fn candidates(asked: &[String], dir: &std::path::Path) -> anyhow::Result<Vec<ArmArg>> {
+pub(super) fn candidates(asked: &[String], dir: &std::path::Path) -> anyhow::Result<Vec<ArmArg>> {
     if !asked.is_empty() {
         let arms = (asked.iter())
             .map(|a| super::parse_arm(a))

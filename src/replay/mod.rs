@@ -7,6 +7,7 @@ pub mod guard;
 pub mod held;
 pub mod ideal;
 pub mod keep_warm;
+pub mod live;
 pub mod output;
 pub mod pipeline_shaper;
 pub mod run;

@@ -160,6 +160,16 @@ impl ArmRun {
         self.keep_warms.forget(session);
     }
 
+    /// Let go of the per-request figures kept so far (series, usages, costs, diagnoses):
+    /// a run fed without end (the live what-if) keeps only its totals.
+    pub fn forget_steps(&mut self) {
+        let stats = &mut self.stats;
+        stats.series.clear();
+        stats.per_request.clear();
+        stats.per_request_cost.clear();
+        stats.diagnoses.clear();
+    }
+
     /// Sessions whose lanes are kept.
     pub fn sessions(&self) -> usize {
         self.sessions.len()

@@ -5,8 +5,7 @@
 //! behind the newest one fed is not taken, and at most `max_sessions` sessions are kept
 //! (the one idle longest is let go first); each is counted in [`Skipped`].
 //!
-//! Not yet wired into `cachet serve`: the live monitoring side (a queue after the answer,
-//! the overview's column, the metric) is to come; `cachet advise` answers offline.
+//! `cachet serve` feeds it live ([`super::live`]); `cachet advise` answers offline.
 
 use std::collections::HashMap;
 
@@ -14,6 +13,7 @@ use serde::Serialize;
 
 use super::run::ArmRun;
 use super::shaper::Shaper;
+pub use crate::session::whatif::SessionWhatIf;
 use crate::trace::Record;
 
 /// The bounds of a [`WhatIf`].
@@ -43,19 +43,6 @@ pub struct Skipped {
     pub too_old: u64,
     /// Sessions let go to stay within `max_sessions`.
     pub evicted: u64,
-}
-
-/// One session's figures: per candidate, in the order of [`WhatIf::candidates`].
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct SessionWhatIf {
-    pub requests: usize,
-    /// Each candidate's predicted cost (keep-warms included).
-    pub cost_usd: Vec<f64>,
-    /// Time of the latest request fed.
-    #[serde(skip)]
-    last_ms: u64,
-    /// Past `max_requests`: no longer followed.
-    pub too_large: bool,
 }
 
 struct Candidate {
@@ -112,14 +99,15 @@ impl WhatIf {
             .collect()
     }
 
-    /// Account one answered request (in time order) under every candidate.
-    pub fn feed(&mut self, record: &Record) {
+    /// Account one answered request (in time order) under every candidate: what it costs
+    /// under each, in the order of [`WhatIf::candidates`]; `None` when it is not taken.
+    pub fn feed(&mut self, record: &Record) -> Option<Vec<f64>> {
         if !record.endpoint().is_generation() {
-            return;
+            return None;
         }
         if record.time_ms + self.budget.max_age_ms < self.newest_ms {
             self.skipped.too_old += 1;
-            return;
+            return None;
         }
         self.newest_ms = self.newest_ms.max(record.time_ms);
         if !self.sessions.contains_key(&record.session) {
@@ -140,15 +128,24 @@ impl WhatIf {
                 }
             }
             self.skipped.too_large += 1;
-            return;
+            return None;
         }
         session.requests += 1;
+        let mut costs = vec![0.0; n];
         for (i, c) in self.candidates.iter_mut().enumerate() {
             if let Ok(Some(step)) = c.run.step(c.shaper.as_mut(), record) {
                 let warm = step.keep_warm.map_or(0.0, |(_, cost)| cost);
-                session.cost_usd[i] += step.cost_usd.unwrap_or(0.0) + warm;
+                costs[i] = step.cost_usd.unwrap_or(0.0) + warm;
+                session.cost_usd[i] += costs[i];
             }
+            c.run.forget_steps();
         }
+        Some(costs)
+    }
+
+    /// The ids of the sessions followed.
+    pub fn followed(&self) -> impl Iterator<Item = &String> {
+        self.sessions.keys()
     }
 
     /// Let go of the session idle longest while `max_sessions` are kept.
@@ -229,6 +226,10 @@ mod tests {
         assert!((a.cost_usd[0] - of("a")).abs() < 1e-12);
         assert_eq!(a.requests, 6);
         assert_eq!(whatif.skipped(), Skipped::default());
+        // Fed without end, a run keeps its totals, not a figure per request.
+        let stats = whatif.candidates[0].run.stats();
+        assert!(stats.per_request.is_empty() && stats.diagnoses.is_empty());
+        assert_eq!(stats.requests, 12);
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// `None` when neither a policy nor monitoring keeps sessions.
     pub store: Option<Arc<dyn SessionStore>>,
+    /// The live what-if's figures (`sessions.whatif`).
+    pub whatif: Option<crate::session::whatif::SharedBoard>,
     /// The bearer token every non-probe route requires (SHA-256 digest), when configured.
     pub token: Option<[u8; 32]>,
 }
@@ -98,7 +100,11 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
             let Some(store) = kept(state) else {
                 return not_kept();
             };
-            let resp = match pages::overview_html(store.as_ref(), query).await {
+            let board = state
+                .whatif
+                .as_ref()
+                .and_then(|b| b.read().ok().map(|b| b.clone()));
+            let resp = match pages::overview_html(store.as_ref(), query, board.as_ref()).await {
                 Ok(page) => with_type(Response::new(full(page)), HTML),
                 Err(e) => status(StatusCode::SERVICE_UNAVAILABLE, &format!("{e}\n")),
             };
@@ -109,7 +115,8 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
                 return not_kept();
             };
             match crate::session::admin_route(store.as_ref(), p, query).await {
-                Some((code, body)) => {
+                Some((code, mut body)) => {
+                    with_whatif(state, p, &mut body);
                     let mut resp = with_type(
                         Response::new(full(serde_json::to_vec_pretty(&body).unwrap_or_default())),
                         "application/json",
@@ -125,6 +132,18 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
             }
         }
         _ => status(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+/// `GET /sessions/{id}` with the live what-if's figures for the session, when it follows it.
+fn with_whatif(state: &AdminState, path: &str, body: &mut serde_json::Value) {
+    let id = path.strip_prefix("/sessions/");
+    let id = id.and_then(crate::session::pages::json::session_id_segment);
+    let (Some(id), Some(board), Some(doc)) = (id, &state.whatif, body.as_object_mut()) else {
+        return;
+    };
+    if let Some(figures) = board.read().ok().and_then(|b| b.session_json(&id)) {
+        doc.insert("whatif".into(), figures);
     }
 }
 

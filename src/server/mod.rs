@@ -120,8 +120,11 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
         header_timeout: Duration::from_millis(config.server.header_read_timeout_ms),
         max_connections: config.server.max_connections,
     };
+    let whatif = crate::replay::live::start(&config, &metrics)?;
+    let (feed, board) = whatif.map(|w| (w.feed, w.board)).unzip();
     let pipeline =
-        Arc::new(Pipeline::new(config, policies, metrics.clone(), recorder, options.clock).await?);
+        Pipeline::new(config, policies, metrics.clone(), recorder, options.clock).await?;
+    let pipeline = Arc::new(pipeline.with_whatif(feed));
     let maintenance = Maintenance::start(
         pipeline.store().cloned(),
         &pipeline.config().sessions,
@@ -132,6 +135,7 @@ pub async fn spawn_with(config: Config, options: ServeOptions) -> anyhow::Result
     let admin_state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: pipeline.store().cloned(),
+        whatif: board,
         token: admin_token,
     });
     let addr = listener.local_addr()?;

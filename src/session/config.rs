@@ -26,6 +26,13 @@ pub struct SessionsConfig {
     pub sweep_interval_secs: u64,
     /// A PEM file of CA certificates to trust for `rediss://`, instead of the public roots.
     pub redis_ca_file: Option<PathBuf>,
+    /// With monitoring on, predict off the request path what each candidate policy would
+    /// have cost on every session (the overview's "could save", `GET /sessions/{id}`,
+    /// `cachet_whatif_cost_usd_total`).
+    pub whatif: bool,
+    /// The what-if's candidates, as `cachet advise --candidate`: `NAME=POLICY_FILE[,...]`.
+    /// Empty: the shipped policies that only change how requests are cached.
+    pub whatif_candidates: Vec<String>,
 }
 
 impl Default for SessionsConfig {
@@ -39,6 +46,8 @@ impl Default for SessionsConfig {
             max_store_bytes: 1024 * 1024 * 1024,
             sweep_interval_secs: 600,
             redis_ca_file: None,
+            whatif: true,
+            whatif_candidates: Vec::new(),
         }
     }
 }

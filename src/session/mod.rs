@@ -20,6 +20,7 @@ pub mod pages;
 pub mod patch_plan;
 pub mod record;
 pub mod store;
+pub mod whatif;
 
 pub use crate::providers::cache_key::{message_key, MessageKey};
 pub use anchor::{Anchor, PrefixHashes};

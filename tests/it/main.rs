@@ -80,3 +80,4 @@ mod session_sqlite;
 mod session_store_health;
 mod telemetry_logs;
 mod telemetry_otlp;
+mod whatif_live;

@@ -11,6 +11,7 @@ use super::format;
 use super::layout::{self, card};
 use super::view::{SessionView, Totals};
 use crate::session::store::{SessionStore, SessionSummary, StoreResult};
+use crate::session::whatif::WhatIfBoard;
 use crate::usage::Usage;
 
 /// A column to sort by, named as in `?sort=`.
@@ -122,6 +123,8 @@ impl Sort {
 pub struct SessionRow {
     pub summary: SessionSummary,
     pub totals: Totals,
+    /// The live what-if's best candidate for the session and what it would have saved.
+    pub could_save: Option<(String, f64)>,
 }
 
 impl SessionRow {
@@ -170,17 +173,59 @@ fn compare(key: SortKey, a: &SessionRow, b: &SessionRow) -> Ordering {
 }
 
 /// The page: the store's most recent sessions, each log added up.
-pub async fn overview_html(store: &dyn SessionStore, query: Option<&str>) -> StoreResult<String> {
+/// With the live what-if's `board`, each session's "could save" and the fleet's total per
+/// candidate.
+pub async fn overview_html(
+    store: &dyn SessionStore,
+    query: Option<&str>,
+    board: Option<&WhatIfBoard>,
+) -> StoreResult<String> {
     let limit = crate::session::pages::json::limit_from(query);
     let sort = Sort::from_query(query);
     let mut rows = Vec::new();
     for summary in store.list_sessions(limit).await? {
         let log = store.load_from(&summary.id, 0).await?;
         let totals = SessionView::of(&log).totals;
-        rows.push(SessionRow { summary, totals });
+        let could_save = board
+            .and_then(|b| b.best(&summary.id))
+            .map(|(name, saving)| (name.to_owned(), saving));
+        rows.push(SessionRow {
+            summary,
+            totals,
+            could_save,
+        });
     }
     sort.apply(&mut rows);
-    Ok(render(&rows, sort, limit, crate::session::now_ms()))
+    let board = board.filter(|b| !b.sessions.is_empty());
+    Ok(render(&rows, sort, limit, crate::session::now_ms(), board))
+}
+
+/// Per candidate, over the sessions the what-if follows: its predicted cost against the
+/// client's, and the saving.
+fn fleet(board: &WhatIfBoard) -> Markup {
+    let fleet = board.fleet();
+    let client = fleet.first().map_or(0.0, |(_, c)| *c);
+    html! {
+        h2 { "What the candidate policies could save" }
+        p.sub {
+            "Predicted off the request path on the emulator's cache model over the "
+            (board.sessions.len()) " session" @if board.sessions.len() != 1 { "s" }
+            " followed, as " code { "cachet replay --arm" } " would: the client as it sent its requests "
+            (format::usd(client)) "."
+        }
+        table.whatif {
+            thead { tr { th.l { "candidate" } th { "cost" } th { "could save" } } }
+            tbody {
+                @for (name, cost) in fleet.iter().skip(1) {
+                    tr {
+                        td.l { (name) }
+                        td { (format::usd(*cost)) }
+                        td class=(if client - cost > 0.0 { "good" } else { "" }) { (format::usd(client - cost)) }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn header_link(key: SortKey, sort: Sort, limit: usize) -> Markup {
@@ -210,7 +255,13 @@ fn header_link(key: SortKey, sort: Sort, limit: usize) -> Markup {
     }
 }
 
-pub fn render(rows: &[SessionRow], sort: Sort, limit: usize, now: u64) -> String {
+pub fn render(
+    rows: &[SessionRow],
+    sort: Sort,
+    limit: usize,
+    now: u64,
+    board: Option<&WhatIfBoard>,
+) -> String {
     let mut all = Totals::default();
     for row in rows {
         let t = &row.totals;
@@ -246,6 +297,7 @@ pub fn render(rows: &[SessionRow], sort: Sort, limit: usize, now: u64) -> String
             (card(&money(all.savings), "saved by caching", if all.savings > 0.0 { "good" } else { "" }))
             (card(&all.breaks.to_string(), &breaks_label(&all), if all.breaks > 0 { "bad" } else { "" }))
         }
+        @if let Some(board) = board { (fleet(board)) }
         @if rows.is_empty() {
             p.empty { "No sessions yet: requests through the proxy appear here as they are answered." }
         } @else {
@@ -318,7 +370,13 @@ fn session_row(row: &SessionRow, now: u64) -> Markup {
                         span.dim title="requests of models without a price are not counted" { " +" (t.unpriced) " unpriced" }
                     }
                 }
-                td { (unpriced(row.savings())) }
+                td {
+                    (unpriced(row.savings()))
+                    // The live what-if's best candidate for the session.
+                    @if let Some((name, saving)) = &row.could_save {
+                        span.inv title={ "with " (name) } { "could save " (format::usd(*saving)) " · " (name) }
+                    }
+                }
             }
             td class=(if t.breaks > 0 { "brk" } else { "" }) title=(t.blame_split()) {
                 (t.breaks)
@@ -370,6 +428,7 @@ mod tests {
                 requests: 1,
             },
             totals,
+            could_save: None,
         }
     }
 

@@ -1,0 +1,198 @@
+//! The live what-if of `cachet serve`: a monitored session through the proxy and the
+//! emulator is predicted, off the request path, under each candidate policy as `cachet
+//! replay --arm` predicts it from the same session's `--record` trace; the metric, the
+//! session's JSON and the overview show it.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+const SESSION: &str = "whatif-live";
+
+/// The shipped candidates `cachet serve` follows by default.
+const CANDIDATES: [&str; 3] = [
+    "anthropic-auto-breakpoints",
+    "stabilize-volatile",
+    "openai-cache-key",
+];
+
+/// Two costs equal but for the rounding of float sums.
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// The session's `whatif` once it has followed `n` requests.
+async fn wait_for_whatif(proxy: &cachet::server::ProxyHandle, n: u64) -> Value {
+    for _ in 0..3000 {
+        let r = reqwest::get(format!("http://{}/sessions/{SESSION}", proxy.admin_addr))
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            let v: Value = r.json().await.unwrap();
+            if v["whatif"]["requests"].as_u64() == Some(n) {
+                return v["whatif"].clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the what-if never followed {n} requests of {SESSION}");
+}
+
+fn replay(traces: &std::path::Path) -> Value {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut args = vec![
+        "replay".to_owned(),
+        traces.display().to_string(),
+        "--json".into(),
+        "--arm".into(),
+        "client".into(),
+    ];
+    for name in CANDIDATES {
+        args.extend(["--arm".into(), format!("{name}=policies/{name}.toml")]);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cachet"))
+        .current_dir(root)
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A Claude Code-like session that marks nothing for caching: a long system prompt and a
+/// conversation that grows by a turn each request.
+#[tokio::test]
+async fn the_live_prediction_is_replays_arm_on_the_sessions_trace() {
+    let emulator = start_emulator().await;
+    let traces = tempfile::tempdir().unwrap();
+    let mut config = test_config(&format!("http://{}", emulator.addr));
+    config.record.dir = Some(traces.path().to_path_buf());
+    assert!(
+        config.sessions.monitor && config.sessions.whatif,
+        "on by default"
+    );
+    let proxy = start_proxy(config).await;
+    let system =
+        "You are a careful coding agent. Read the files before you edit them. ".repeat(150);
+    let mut messages = Vec::new();
+    let turns = 4;
+    for turn in 0..turns {
+        messages.push(
+            json!({"role": "user", "content": format!("Step {turn}: fix the next failing test.")}),
+        );
+        let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+            "system": system, "messages": messages});
+        let (status, answer) = post_anthropic(&proxy, SESSION, &body).await;
+        assert_eq!(status, 200, "{answer}");
+        messages.push(json!({"role": "assistant", "content": answer["content"].clone()}));
+    }
+    let whatif = wait_for_whatif(&proxy, turns).await;
+    let metrics = metrics_text(&proxy).await;
+    let page = client()
+        .get(format!("http://{}/sessions", proxy.admin_addr))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+
+    // `cachet replay` of the session's trace, an arm per candidate.
+    let recorded = cachet::trace::read_traces(&[traces.path().to_path_buf()]).unwrap();
+    assert_eq!(recorded.len(), turns as usize);
+    assert!(recorded.iter().all(|r| r.session == SESSION));
+    let replayed = replay(traces.path());
+    let arm = |name: &str| -> f64 {
+        let arms = replayed["arms"].as_array().unwrap();
+        let found = arms.iter().find(|a| a["arm"] == name).unwrap();
+        found["cost_usd"].as_f64().unwrap()
+    };
+    let f = |v: &Value| v.as_f64().unwrap();
+    let client_cost = f(&whatif["client_cost_usd"]);
+    assert!(client_cost > 0.0, "{whatif}");
+    assert!(same(client_cost, arm("client")), "{whatif} {replayed}");
+    let live = whatif["candidates"].as_array().unwrap();
+    let names: Vec<&str> = live
+        .iter()
+        .map(|c| c["candidate"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, CANDIDATES);
+    for c in live {
+        let name = c["candidate"].as_str().unwrap();
+        assert!(same(f(&c["cost_usd"]), arm(name)), "{name}: {c} {replayed}");
+        assert!(same(f(&c["saving_usd"]), client_cost - f(&c["cost_usd"])));
+        // One session followed: the fleet's counter is the session's figure.
+        let counted = metric_value(
+            &metrics,
+            "cachet_whatif_cost_usd_total",
+            &[("candidate", name)],
+        );
+        assert!(
+            same(counted.unwrap(), f(&c["cost_usd"])),
+            "{name}: {metrics}"
+        );
+    }
+    let counted = metric_value(
+        &metrics,
+        "cachet_whatif_cost_usd_total",
+        &[("candidate", "client")],
+    );
+    assert!(same(counted.unwrap(), client_cost));
+    // The client marks nothing: the candidate that places markers reads the system prompt
+    // from cache on every request after the first; the others change nothing here.
+    let auto = &live[0];
+    assert!(f(&auto["saving_usd"]) > 0.0, "{whatif}");
+    for other in &live[1..] {
+        assert!(same(f(&other["saving_usd"]), 0.0), "{other}");
+    }
+    assert_eq!(
+        metric_value(
+            &metrics,
+            "cachet_whatif_skipped_total",
+            &[("cause", "queue_full")]
+        ),
+        Some(0.0)
+    );
+    // The overview: under the session's savings, what its best candidate could save; the
+    // fleet's table.
+    let saving = format!("${:.4}", f(&auto["saving_usd"]));
+    assert!(page.contains("could save"), "{page}");
+    assert!(
+        page.contains("What the candidate policies could save"),
+        "{page}"
+    );
+    let row = page.split("<tr>").find(|r| r.contains(SESSION)).unwrap();
+    assert!(row.contains(&format!("could save {saving}")), "{row}");
+    assert!(row.contains("anthropic-auto-breakpoints"), "{row}");
+}
+/// `sessions.whatif = false` turns it off: no figures, no series, nothing on the page.
+#[tokio::test]
+async fn the_switch_turns_it_off() {
+    let emulator = start_emulator().await;
+    let mut config = test_config(&format!("http://{}", emulator.addr));
+    config.sessions.whatif = false;
+    let proxy = start_proxy(config).await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hello"}]});
+    assert_eq!(post_anthropic(&proxy, SESSION, &body).await.0, 200);
+    let log = wait_for_requests(&proxy, SESSION, 1).await;
+    assert!(log.get("whatif").is_none(), "{log}");
+    let metrics = metrics_text(&proxy).await;
+    assert!(
+        !metrics.contains("cachet_whatif_cost_usd_total{"),
+        "{metrics}"
+    );
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+}
