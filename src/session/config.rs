@@ -26,7 +26,7 @@ pub struct SessionsConfig {
     pub sweep_interval_secs: u64,
     /// A PEM file of CA certificates to trust for `rediss://`, instead of the public roots.
     pub redis_ca_file: Option<PathBuf>,
-    /// With monitoring on, predict off the request path what each candidate policy would
+    /// With monitoring on, predict (off by default) what each candidate policy would
     /// have cost on every session (the overview's "could save", `GET /sessions/{id}`,
     /// `cachet_whatif_cost_usd_total`).
     pub whatif: bool,
@@ -46,7 +46,7 @@ impl Default for SessionsConfig {
             max_store_bytes: 1024 * 1024 * 1024,
             sweep_interval_secs: 600,
             redis_ca_file: None,
-            whatif: true,
+            whatif: false,
             whatif_candidates: Vec::new(),
         }
     }

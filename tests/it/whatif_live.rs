@@ -75,10 +75,7 @@ async fn the_live_prediction_is_replays_arm_on_the_sessions_trace() {
     let traces = tempfile::tempdir().unwrap();
     let mut config = test_config(&format!("http://{}", emulator.addr));
     config.record.dir = Some(traces.path().to_path_buf());
-    assert!(
-        config.sessions.monitor && config.sessions.whatif,
-        "on by default"
-    );
+    config.sessions.whatif = true;
     let proxy = start_proxy(config).await;
     let system =
         "You are a careful coding agent. Read the files before you edit them. ".repeat(150);
