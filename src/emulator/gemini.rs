@@ -204,6 +204,7 @@ async fn generate(
         output_tokens,
         created: shared.now_secs(),
         compaction: false,
+        warmup: false,
         diagnostics: None,
     };
     if !streams {

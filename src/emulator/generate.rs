@@ -74,6 +74,7 @@ pub(super) struct Generated {
     output_tokens: u64,
     created: u64,
     compaction: bool,
+    warmup: bool,
     /// Anthropic's `diagnostics` object, or the Responses `prompt_cache_diagnostics`.
     pub diagnostics: Option<Value>,
     /// A Responses answer's conversation (its prompt's items, then its output), for the
@@ -92,6 +93,7 @@ impl Generated {
             output_tokens: self.output_tokens,
             created: self.created,
             compaction: self.compaction,
+            warmup: self.warmup,
             diagnostics: self.diagnostics.as_ref(),
         }
     }
@@ -159,7 +161,11 @@ pub(super) fn produce(
         .script
         .decide(reply_header.as_deref(), rules, prompt)?;
     let accounting = shared.account(rules, prompt)?;
-    let output_tokens = reply.output_tokens();
+    // A warmup "does not return a model output, but prepares request state" (OpenAI's
+    // WebSocket mode guide): its prompt is read (and cached) as any other's.
+    let warmup =
+        endpoint == Endpoint::Responses && request.get("generate") == Some(&Value::Bool(false));
+    let output_tokens = if warmup { 0 } else { reply.output_tokens() };
     shared.record(super::Accounted {
         endpoint,
         model: model.clone(),
@@ -174,6 +180,7 @@ pub(super) fn produce(
         output_tokens,
         created: shared.clock.now_secs(),
         compaction,
+        warmup,
         diagnostics: None,
         held: None,
         request: Value::Null,

@@ -80,7 +80,7 @@ pub fn response(turn: &Turn, done: bool) -> Value {
         "instructions": echo("instructions", Value::Null),
         "max_output_tokens": echo("max_output_tokens", Value::Null),
         "model": turn.model,
-        "output": if done { json!([item(turn, true)]) } else { json!([]) },
+        "output": if done && !turn.warmup { json!([item(turn, true)]) } else { json!([]) },
         "parallel_tool_calls": echo("parallel_tool_calls", json!(true)),
         "previous_response_id": echo("previous_response_id", Value::Null),
         "conversation": conversation(req),
@@ -157,6 +157,13 @@ pub fn events(turn: &Turn) -> Vec<Bytes> {
 /// The streaming events' JSON, `type` first and each with its `sequence_number` (a
 /// socket sends each as a message).
 pub fn event_payloads(turn: &Turn) -> Vec<Value> {
+    if turn.warmup {
+        return numbered(vec![
+            json!({"type": "response.created", "response": response(turn, false)}),
+            json!({"type": "response.in_progress", "response": response(turn, false)}),
+            json!({"type": "response.completed", "response": response(turn, true)}),
+        ]);
+    }
     let mut payloads: Vec<Value> = vec![
         json!({"type": "response.created", "response": response(turn, false)}),
         json!({"type": "response.in_progress", "response": response(turn, false)}),
@@ -202,6 +209,11 @@ pub fn event_payloads(turn: &Turn) -> Vec<Value> {
     payloads
         .push(json!({"type": "response.output_item.done", "output_index": 0, "item": done_item}));
     payloads.push(json!({"type": "response.completed", "response": response(turn, true)}));
+    numbered(payloads)
+}
+
+/// Events with their `sequence_number`s.
+fn numbered(mut payloads: Vec<Value>) -> Vec<Value> {
     for (seq, p) in payloads.iter_mut().enumerate() {
         p["sequence_number"] = json!(seq);
     }

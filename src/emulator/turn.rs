@@ -18,6 +18,8 @@ pub struct Turn<'a> {
     /// A Responses request that asks for a compaction inline: its one output item is the
     /// compaction, the reply's text its summary.
     pub compaction: bool,
+    /// A Responses warmup (`generate: false`): no output, only the request state prepared.
+    pub warmup: bool,
     /// The cache diagnostics the request asked for: Anthropic's `diagnostics`, or the
     /// Responses `prompt_cache_diagnostics` of the completed response.
     pub diagnostics: Option<&'a Value>,

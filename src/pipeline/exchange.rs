@@ -41,6 +41,9 @@ pub struct Exchange {
 
     /// The body as the client sent it (decoded, when it came compressed).
     pub body: Bytes,
+    /// What monitoring reads instead of `body`: a socket's request that continues an
+    /// answer held on the socket, as the whole request it stands for.
+    pub observed: Option<Bytes>,
     /// The compressed bytes the client sent, when it sent a `content-encoding`.
     pub encoded: Option<Bytes>,
     /// The model the request names, once read (an unread body's is the answer's).
@@ -198,6 +201,7 @@ impl Exchange {
             start: Instant::now(),
             telemetry,
             body: Bytes::new(),
+            observed: None,
             encoded: None,
             model: None,
             client: Client::Unknown,

@@ -354,7 +354,10 @@ impl Pipeline {
         ex: &Exchange,
         known: Option<&PrefixMatch>,
     ) -> Result<(crate::envelope::Envelope, crate::session::PrefixHashes), ApiError> {
-        let read = self.read_envelope(ex.route, ex.body.clone(), known, ex.read.gathered());
+        let read = match &ex.observed {
+            Some(observed) => self.read_envelope(ex.route, observed.clone(), known, None),
+            None => self.read_envelope(ex.route, ex.body.clone(), known, ex.read.gathered()),
+        };
         let (mut env, history) = read?;
         ex.name_path_model(&mut env);
         Ok((env, history))

@@ -184,11 +184,13 @@ impl Pipeline {
     }
 }
 
-/// A remembered answer: the session it belongs to and the `turn_index` of its request.
+/// A remembered answer: the session it belongs to and the `turn_index` of its request,
+/// and whether that request was a warmup (whose turn is the one it prepared).
 #[derive(Clone)]
 pub(super) struct Answered {
     session: Arc<str>,
     turn_index: u64,
+    warmup: bool,
 }
 
 impl Pipeline {
@@ -256,14 +258,16 @@ impl Pipeline {
         log: Option<&session::SessionLog>,
     ) -> Option<u64> {
         let continued = Continued::of(env)?;
-        let turn = match self.answers.get(&continued.key(namespace)) {
-            Some(found) => found.turn_index,
-            None => continued.turn_in_log(log?)?,
+        let (turn, warmup) = match self.answers.get(&continued.key(namespace)) {
+            Some(found) => (found.turn_index, found.warmup),
+            None => (continued.turn_in_log(log?)?, false),
         };
-        Some(crate::envelope::turns::continued_turn_index(
-            turn,
-            &env.history_kinds(),
-        ))
+        let counted = crate::envelope::turns::continued_turn_index(turn, &env.history_kinds());
+        // A warmup's turn is already the one its follower's first prompt starts.
+        Some(match warmup {
+            true => counted.saturating_sub(1).max(turn),
+            false => counted,
+        })
     }
 
     /// Remember which session an answer belongs to, and its request's turn, for the
@@ -286,6 +290,7 @@ impl Pipeline {
         let answered = Answered {
             session: Arc::from(session),
             turn_index,
+            warmup: crate::providers::openai_responses::is_warmup(sent),
         };
         if let Some(conversation) = session::identity::conversation(sent) {
             let key = Continued::Conversation(conversation).key(namespace);

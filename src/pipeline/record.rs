@@ -27,9 +27,10 @@ impl Pipeline {
             After::Observe => {}
         }
         super::queue::let_requests_in().await;
-        let found = match ex.read.checked {
-            true => ex.read.known.clone(),
-            false => self.find_known(&ex.body),
+        let found = match (&ex.observed, ex.read.checked) {
+            (Some(observed), _) => self.find_known(observed),
+            (None, true) => ex.read.known.clone(),
+            (None, false) => self.find_known(&ex.body),
         };
         // A body that does not parse went out unchecked; the provider answered it.
         let Ok((env, history)) = self.read_exchange_envelope(ex, found.as_ref()) else {
@@ -140,13 +141,24 @@ impl Pipeline {
         // conversation; its prompt is that conversation, held by the provider, which cachet
         // does not see, so it is not compared with the previous request (not diagnosed).
         let continued = Continued::of(&sent).and_then(|c| c.lane_in_log(log));
+        // A warmup prepares the session's next turn: it is shown on the lane last active
+        // and at the turn it prepares, and no later request is compared with it. Its prompt
+        // is a part of the next one's, so of its diagnosis only a switch of model holds: the
+        // new model's cache misses there, and the request it prepares is not blamed again.
+        let warmup = crate::providers::openai_responses::is_warmup(&sent);
+        if warmup {
+            ex.turn_index = session::lanes::next_turn(log);
+            let (id, session) = (answer.tap.response_id.as_deref(), &session_ctx.id.id);
+            self.remember_answer(&sent, id, session, ex.turn_index, ex.namespace());
+        }
+        let warmup_lane = warmup.then(|| session::lanes::latest_lane(log));
         // A request the provider was asked to diagnose is compared on the lane it was asked
         // against.
         let asked = match &after {
             After::Shaped(shaping) => shaping.diagnosis_lane,
             _ => None,
         };
-        let lane = continued.or(asked).unwrap_or_else(|| {
+        let lane = warmup_lane.or(continued).or(asked).unwrap_or_else(|| {
             session::lanes::assign(&session::lanes::heads_of(log), &shape, &session_ctx.history)
         });
         let previous = session::lanes::previous_answered_before(log, lane, ex.sent_ms)
@@ -178,6 +190,14 @@ impl Pipeline {
                 d
             }
             _ => None,
+        };
+        let model_changed =
+            |d: &crate::measure::Diagnosis| d.reason == crate::measure::BreakReason::ModelChanged;
+        let diagnosis = match warmup {
+            true => diagnosis.filter(model_changed),
+            false => diagnosis.filter(|d| {
+                !model_changed(d) || !session::lanes::warmed_on(log, lane, &shape.model)
+            }),
         };
         if let Some(d) = &diagnosis {
             ex.telemetry.prefix_break(d);
@@ -215,6 +235,7 @@ impl Pipeline {
         super::queue::let_requests_in().await;
         let (mut record, blobs) = session::compact_request(log, &draft);
         record.sent_ms = ex.sent_ms;
+        record.warmup = warmup;
         if let Some(theirs) = answer.tap.provider_diagnostics {
             let agree =
                 crate::measure::refine::agrees_with_provider(record.diagnosis.as_ref(), &theirs);

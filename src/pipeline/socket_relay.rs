@@ -41,6 +41,18 @@ struct Open {
     ex: Exchange,
     tap: Tap,
     stream_id: Option<String>,
+    /// Its prompt's input items, whole, while monitoring reads the socket: with its
+    /// answer's output, what a request continuing that answer continues.
+    items: Option<Vec<serde_json::Value>>,
+}
+
+/// What a socket's relay keeps between messages: the answers still open, and the latest
+/// answers, whole, for monitoring to read a request that continues one as the whole
+/// request it stands for (Codex sends only the new input, by `previous_response_id`).
+#[derive(Default)]
+struct Relayed {
+    open: VecDeque<Open>,
+    held: VecDeque<ws::HeldAnswer>,
 }
 
 /// Why a socket ended: its `event` label, and what its open exchanges' answers became.
@@ -127,7 +139,7 @@ impl Pipeline {
         mut client: Socket,
         mut upstream: Socket,
     ) {
-        let mut open: VecDeque<Open> = VecDeque::new();
+        let mut relayed = Relayed::default();
         let idle = Duration::from_secs(self.config.server.websocket_idle_timeout_secs.max(1));
         let stall = Duration::from_millis(self.config.upstream.idle_timeout_ms);
         let mut connection = parts
@@ -135,7 +147,7 @@ impl Pipeline {
             .get::<crate::http_serve::Connection>()
             .cloned();
         let ended = loop {
-            let wait = match open.is_empty() {
+            let wait = match relayed.open.is_empty() {
                 true => idle,
                 false => stall.min(idle),
             };
@@ -148,7 +160,7 @@ impl Pipeline {
             tokio::select! {
                 message = client.next() => match message {
                     Some(Ok(Message::Text(text))) => {
-                        let Some(end) = self.from_client(&parts, text, &mut client, &mut upstream, &mut open).await else {
+                        let Some(end) = self.from_client(&parts, text, &mut client, &mut upstream, &mut relayed).await else {
                             continue;
                         };
                         break end;
@@ -167,7 +179,7 @@ impl Pipeline {
                 },
                 message = upstream.next() => match message {
                     Some(Ok(Message::Text(text))) => {
-                        self.tap_event(text.as_bytes(), &mut open);
+                        self.tap_event(text.as_bytes(), &mut relayed);
                         if client.send(Message::Text(text)).await.is_err() {
                             break Ended::ClientGone;
                         }
@@ -184,7 +196,7 @@ impl Pipeline {
                     Some(Err(e)) => break read_failed(&e, Ended::UpstreamGone),
                     None => break Ended::UpstreamGone,
                 },
-                () = tokio::time::sleep(wait) => break match open.is_empty() {
+                () = tokio::time::sleep(wait) => break match relayed.open.is_empty() {
                     true => Ended::IdleTimeout,
                     false => Ended::UpstreamStalled,
                 },
@@ -192,14 +204,14 @@ impl Pipeline {
             }
         };
         self.count_socket(ended.label());
-        let unanswered = open.len();
+        let unanswered = relayed.open.len();
         match ended {
             Ended::ClientClosed | Ended::UpstreamClosed => {
                 tracing::info!(ended = ended.label(), unanswered, "WebSocket closed")
             }
             _ => tracing::warn!(ended = ended.label(), unanswered, "WebSocket ended"),
         }
-        for open in open {
+        for open in relayed.open {
             let result = open.tap.finish(ended.answer_end());
             self.clone()
                 .finish(open.ex, Outcome::Answered(Answer::new(200, result)));
@@ -217,7 +229,7 @@ impl Pipeline {
         text: Utf8Bytes,
         client: &mut Socket,
         upstream: &mut Socket,
-        open: &mut VecDeque<Open>,
+        relayed: &mut Relayed,
     ) -> Option<Ended> {
         if ws::event_type(text.as_bytes()).as_deref() != Some(ws::RESPONSE_CREATE) {
             return upstream
@@ -228,14 +240,24 @@ impl Pipeline {
         }
         let stream_id = ws::stream_id(text.as_bytes());
         let message = Bytes::from(text);
-        match self.socket_request(parts, message).await {
-            Ok((ex, out)) => {
+        match self.socket_request(parts, message.clone()).await {
+            Ok((mut ex, out)) => {
                 let keep_events =
                     ex.wants_assistant() || ex.trace.as_ref().is_some_and(|t| t.may_be_continued());
-                open.push_back(Open {
+                let items = match self.store.is_some() {
+                    true => ws::read_create(&message, &relayed.held).map(|(items, whole)| {
+                        if matches!(ex.after, super::exchange::After::Observe) {
+                            ex.observed = whole;
+                        }
+                        items
+                    }),
+                    false => None,
+                };
+                relayed.open.push_back(Open {
                     tap: Tap::new(Endpoint::Responses, true, keep_events),
                     ex,
                     stream_id,
+                    items,
                 });
                 // The message goes as it came unless a policy changed it (then it is JSON text
                 // that policy wrote).
@@ -261,7 +283,8 @@ impl Pipeline {
 
     /// An upstream event, read by the tap of the answer it belongs to (by its `stream_id`,
     /// else the oldest open); an answer that ended with it is finished.
-    fn tap_event(self: &Arc<Self>, message: &[u8], open: &mut VecDeque<Open>) {
+    fn tap_event(self: &Arc<Self>, message: &[u8], relayed: &mut Relayed) {
+        let open = &mut relayed.open;
         if open.is_empty() {
             return;
         }
@@ -296,6 +319,15 @@ impl Pipeline {
             Terminal::Done => BodyEnd::Complete,
             Terminal::Error => BodyEnd::UpstreamError,
         };
+        if let (Some(mut items), Terminal::Done) = (done.items, terminal) {
+            if let Some((id, output)) = ws::completed_answer(message) {
+                items.extend(output);
+                if relayed.held.len() == ws::HELD_ANSWERS {
+                    relayed.held.pop_front();
+                }
+                relayed.held.push_back(ws::HeldAnswer { id, items });
+            }
+        }
         let result = done.tap.finish(end);
         self.clone()
             .finish(done.ex, Outcome::Answered(Answer::new(status, result)));

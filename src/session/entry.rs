@@ -197,6 +197,18 @@ pub struct RequestRecord {
     /// reuse after more than 5 minutes and the expected saving of the choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_decision: Option<TtlDecision>,
+    /// A warmup (a Responses `generate: false`): it prepares the next turn and is none. It
+    /// heads no lane, nothing is compared with it, and it is not diagnosed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
+}
+
+impl RequestRecord {
+    /// Whether later requests go on from this one: a lane's head, what a diagnosis compares
+    /// with, what a history continues. A warmup is not.
+    pub fn in_conversation(&self) -> bool {
+        !self.warmup
+    }
 }
 
 /// What happened to one handler's patch during a request.

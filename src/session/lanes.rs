@@ -226,6 +226,34 @@ fn latest_in_conversation<'a>(
     })
 }
 
+/// The lane most recently active (0 in a session without one): where a warmup, which
+/// prepares the next turn, is shown.
+pub fn latest_lane(log: &(impl Entries + ?Sized)) -> u32 {
+    log.lane_heads().first().map_or(0, |r| r.lane)
+}
+
+/// The turn a warmup prepares: the one after the session's latest (0 before any).
+pub fn next_turn(log: &(impl Entries + ?Sized)) -> u64 {
+    let latest = log.lane_heads().iter().filter_map(|r| r.turn_index).max();
+    latest.map_or(0, |turn| turn + 1)
+}
+
+/// Whether the latest request of `lane` is a warmup on `model` that reported the switch
+/// to it: the request it prepared is not diagnosed for that switch again.
+pub fn warmed_on(log: &(impl Entries + ?Sized), lane: u32, model: &str) -> bool {
+    let latest = log.entries().rev().find_map(|e| match e {
+        super::entry::Entry::Request(r) if r.lane == lane => Some(r),
+        _ => None,
+    });
+    latest.is_some_and(|r| {
+        r.warmup
+            && r.model == model
+            && r.diagnosis
+                .as_ref()
+                .is_some_and(|d| d.reason == crate::measure::BreakReason::ModelChanged)
+    })
+}
+
 /// The latest request of `lane` that got an answer: what a diagnosis compares with.
 pub fn previous_answered(log: &(impl Entries + ?Sized), lane: u32) -> Option<&RequestRecord> {
     log.previous_answered(lane)
@@ -251,7 +279,7 @@ pub fn previous_answered_before(
     }
     log.entries().rev().find_map(|e| match e {
         super::entry::Entry::Request(r)
-            if r.lane == lane && r.usage.is_some() && sent_before(r) =>
+            if r.lane == lane && r.usage.is_some() && r.in_conversation() && sent_before(r) =>
         {
             Some(r)
         }

@@ -53,7 +53,7 @@ pub trait Entries {
         let mut heads: Vec<&RequestRecord> = Vec::new();
         for entry in self.entries().rev() {
             if let Entry::Request(r) = entry {
-                if !heads.iter().any(|h| h.lane == r.lane) {
+                if r.in_conversation() && !heads.iter().any(|h| h.lane == r.lane) {
                     heads.push(r);
                 }
             }
@@ -83,7 +83,9 @@ pub trait Entries {
     /// The latest request of `lane` that got an answer: what a diagnosis compares with.
     fn previous_answered(&self, lane: u32) -> Option<&RequestRecord> {
         self.entries().rev().find_map(|e| match e {
-            Entry::Request(r) if r.lane == lane && r.usage.is_some() => Some(r),
+            Entry::Request(r) if r.lane == lane && r.usage.is_some() && r.in_conversation() => {
+                Some(r)
+            }
             _ => None,
         })
     }
@@ -207,6 +209,7 @@ impl Gaps {
 /// of.
 fn continues(history: &PrefixHashes, r: &RequestRecord) -> bool {
     r.turn_index.is_some()
+        && r.in_conversation()
         && r.conversation.history.count < history.len()
         && history.matches(&r.conversation.history)
 }
@@ -528,16 +531,18 @@ impl SessionLog {
                 }
                 Entry::Request(r) => {
                     index.learned.observe(r);
-                    if r.turn_index.is_some() {
+                    if r.turn_index.is_some() && r.in_conversation() {
                         index.remember_history(at, r);
                     }
                     let list = index.sent_list(r);
                     index.sent.insert(r.request_index, (at, list));
                     // Records requests can no longer reach leave memory.
                     let mut released = Vec::with_capacity(3);
-                    released.extend(index.lanes.insert(r.lane, at));
-                    if r.usage.is_some() {
-                        released.extend(index.answered.insert(r.lane, at));
+                    if r.in_conversation() {
+                        released.extend(index.lanes.insert(r.lane, at));
+                        if r.usage.is_some() {
+                            released.extend(index.answered.insert(r.lane, at));
+                        }
                     }
                     index.recent.push_back(at);
                     if index.recent.len() > KEPT_REQUESTS {
@@ -734,6 +739,8 @@ mod tests {
                     .map(|k| [(i as u8).wrapping_add(k as u8); 32])
                     .collect(),
             },
+            // One in twelve a warmup, which no lane, diagnosis or history goes on from.
+            warmup: messages == 11,
             ..RequestRecord::default()
         })
     }
@@ -757,7 +764,7 @@ mod tests {
     /// history continues, the persisted patches and the latest entries. On generated
     /// sessions longer than what is held, of several lanes and conversations, with
     /// requests that extend a recent one, start over, or name a base that is too short,
-    /// loaded at once or grown a few entries at a time.
+    /// and warmups, loaded at once or grown a few entries at a time.
     #[test]
     fn a_held_log_answers_requests_as_the_whole_log_does() {
         use proptest::prelude::*;

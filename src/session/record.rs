@@ -165,14 +165,15 @@ pub fn compact_request(
         response_id: draft.response_id.clone(),
         conversation_id: draft.conversation_id.clone(),
         ttl_decision: None,
+        warmup: false,
     };
     (record, blobs)
 }
 
-/// The session's latest recorded request.
+/// The session's latest recorded request of its conversations (not a warmup).
 fn latest_request(prior: &(impl Entries + ?Sized)) -> Option<&RequestRecord> {
     prior.entries().rev().find_map(|e| match e {
-        Entry::Request(r) => Some(r),
+        Entry::Request(r) if r.in_conversation() => Some(r),
         _ => None,
     })
 }
@@ -187,7 +188,8 @@ fn find_base(prior: &(impl Entries + ?Sized), hashes: &PrefixHashes) -> (Option<
             _ => None,
         })
         .take(BASE_CANDIDATES)
-        .find(|r| hashes.matches(&r.sent.anchor()))
+        // An empty history (a warmup's) starts every history and covers none of it.
+        .find(|r| r.sent.count > 0 && hashes.matches(&r.sent.anchor()))
         .map(|r| (Some(r.request_index), r.sent.count))
         .unwrap_or((None, 0))
 }

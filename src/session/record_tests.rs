@@ -245,3 +245,17 @@ fn repeated_blobs_are_dropped_without_copying_their_keys() {
         "{peak} bytes held to find repeats among {keys} of keys"
     );
 }
+
+/// A warmup (a Responses `generate: false`, Codex's first message on each socket) sends no
+/// history: the request after it extends the one before it, and its record names only its
+/// new messages, not its whole history again.
+#[test]
+fn a_warmup_between_two_requests_is_no_base() {
+    let (r0, _) = record(&[], 0, &history(1), None, 0);
+    let (mut warm, _) = record(&[Entry::Request(r0.clone())], 1, &[], None, 0);
+    warm.warmup = true;
+    let log = vec![Entry::Request(r0), Entry::Request(warm)];
+    let (r2, _) = record(&log, 2, &history(3), None, 0);
+    assert_eq!(r2.sent.extends, Some(0));
+    assert_eq!(r2.sent.keys.len(), 2);
+}

@@ -488,6 +488,9 @@ CODEX_OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.
 
 
 class Codex(Client):
+      # The agents page's provider sets `supports_websockets = true`.
+    websocket_first = True
+
     def __init__(self):
         super().__init__("codex", {"openai"}, {"responses"}, "prompt_cache_key")
 
@@ -770,12 +773,9 @@ class CodexChatGptLong(CodexChatGpt):
     """Codex signed in with ChatGPT: a turn, a turn with `-c model_auto_compact_token_limit`
     below the first turn's context (about 16,200 tokens), which Codex compacts before it by
     a Responses request ending with `compaction_trigger`, then `resume --last -m gpt-6-sol`.
-    See check_codex_chatgpt_long. Over HTTP (`server.websocket = false`: cachet answers the
-    upgrade 426): cachet does not yet read a compacted session that Codex chains by
-    `previous_response_id` over a socket as it reads it over HTTP (lanes, turn indexes)."""
+    See check_codex_chatgpt_long. Over the socket, each `codex exec` opens with a warmup."""
 
     SWITCH_TO = "gpt-6-sol"
-    extra_config = "[server]\nwebsocket = false\n"
     STEPS = [([], PROMPTS[0]),
              (["-c", "model_auto_compact_token_limit=12000", "resume", "--last"], PROMPTS[1]),
              (["resume", "--last", "-m", SWITCH_TO], "And once more.")]
@@ -1085,9 +1085,12 @@ def kill(procs):
 
 def interrupt(stack, start, procs, deadline):
     """Kill the turn's client INTERRUPT_AFTER seconds into its first generation request's
-    answer, as a user stopping it mid-stream does; what it says of the turn."""
+    answer, as a user stopping it mid-stream does; what it says of the turn. A socket's
+    warmup (`generate: false`, Codex's first message) prepares the turn: the answer is the
+    turn's own."""
     while time.monotonic() < deadline and all(p.poll() is None for p in procs):
         if any(e.method == "POST" and is_generation(e.path) and e.status
+               and e.request_json().get("generate") is not False
                for e in stack.front.snapshot()[start:]):
             time.sleep(INTERRUPT_AFTER)
             kill(procs)
@@ -1109,7 +1112,8 @@ def metric_sum(text, name):
 def check_turns(r, run):
     for i, (start, end, rc, out, err) in enumerate(run.turns):
         if run.client.interrupted(i):
-            gone = [e for e in run.generation(run.front[start:end]) if e.client_gone]
+            gone = [e for e in run.generation(run.front[start:end]) if e.client_gone
+                    and e.request_json().get("generate") is not False]
             r.check(len(gone) == 1 and "interrupted" in err,
                     f"{run.label}: turn {i + 1} is interrupted in the middle of its first answer",
                     f"{err[-200:]!r}; the client went away from {len(gone)} answers")
@@ -1303,11 +1307,28 @@ def check_websocket(r, run):
                 f"{len(state)} of {len(switched)} 101s carry it")
     over_socket = [e for e in run.generation() if e.over_socket]
     turns = len(run.turns)
-    r.check(len(asked) <= turns and over_socket,
+    # Codex sends its compaction's summary request (no tools) on a socket of its own.
+    summaries = [e for e in over_socket if not e.request_json().get("tools")
+                 and last_text(e.request_json().get("input")).startswith(CODEX_SUMMARY_PROMPT)]
+    r.check(len(asked) <= turns + len(summaries) and over_socket,
             f"{run.label}: the agent runs its turns over the socket "
-            f"({len(asked)} sockets in {turns} turns, {len(over_socket)} requests over them)",
+            f"({len(asked)} sockets in {turns} turns and {len(summaries)} compactions, "
+            f"{len(over_socket)} requests over them)",
             f"{len(asked)} sockets in {turns} turns: the agent reconnected; "
             f"{len(over_socket)} requests over sockets")
+    # Codex warms each socket up (`generate: false`): no output, logged as a warmup, and
+    # diagnosed only for a switch of model, which misses there (OpenAI's WebSocket mode
+    # guide: it "prepares request state").
+    warm = [x for x in requests_sent(run) if x.ex.request_json().get("generate") is False]
+    if warm:
+        wrong = [(x.ex.seq, x.entry.get("warmup"), reason(x)) for x in warm
+                 if not x.entry.get("warmup") or reason(x) not in (None, "model_changed")]
+        outputs = [d.get("response", {}).get("output") for x in warm
+                   for d in json_documents(x.ex.resp_body) if d.get("type") == "response.completed"]
+        r.check(not wrong and outputs == [[]] * len(warm),
+                f"{run.label}: the socket's {len(warm)} warmups have no output and are logged as "
+                f"warmups, diagnosed only for a switch of model",
+                f"(seq, warmup, diagnosis) {wrong}; outputs {outputs}")
 
 
 def per_session_turns(run):
@@ -1628,12 +1649,15 @@ def check_codex_chatgpt_long(r, run):
     r.check(not reason(t) and t.entry.get("lane") == lane,
             f"{run.label}: the compaction request extends turn 1: no break, on its lane",
             f"diagnosis {t.entry.get('diagnosis')}; lane {t.entry.get('lane')}, was {lane}")
-    after = sent[triggers[0] + 1:]
+    # Over a socket Codex opens each `codex exec` with a warmup (`generate: false`), shown on
+    # the lane last active: the lanes are the turns'.
+    after = [x for x in sent[triggers[0] + 1:] if not x.entry.get("warmup")]
     lanes = {x.entry.get("lane") for x in after}
     r.check(after and len(lanes) == 1 and lane not in lanes and not reason(after[0]),
             f"{run.label}: the compacted history starts a lane of its own, without a break",
             f"lanes {sorted(lanes)}; diagnosis {after and after[0].entry.get('diagnosis')}")
-    switch = next((x for x in after if x.turn == 2), None)
+    # The switch misses on the turn's first request: over a socket, Codex's warmup.
+    switch = next((x for x in sent[triggers[0] + 1:] if x.turn == 2), None)
     r.check(switch and reason(switch) == "model_changed",
             f"{run.label}: the switch of model is diagnosed model_changed on the compacted lane",
             f"diagnosis {switch and switch.entry.get('diagnosis')}")

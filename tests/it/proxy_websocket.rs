@@ -230,6 +230,88 @@ async fn codex_turns_over_a_websocket_read_the_cache_and_are_exchanges() {
     }
 }
 
+/// Codex's warmup as each socket opens (codex-rs `prepare_websocket_prewarm_request`:
+/// `generate: false`, empty `input`; Codex 0.171 sends it without instructions or tools),
+/// which "does not return a model output, but prepares request state so the next
+/// generated turn can start faster" (OpenAI's WebSocket mode guide).
+fn warmup() -> Value {
+    json!({"type": "response.create", "model": "gpt-5.1-codex", "input": [],
+        "tool_choice": "auto", "parallel_tool_calls": false, "store": false,
+        "prompt_cache_key": "019a-codex-warm-session", "include": [], "generate": false})
+}
+
+/// Codex runs `codex exec` then `codex exec resume --last`: a socket each, a warmup first
+/// on each, then the turn with the whole history (the second chained to its warmup, as
+/// newer Codex does). The warmups answer with no output, are recorded as warmups on the
+/// lane last active and at the turn they prepare, and are compared with nothing: the two
+/// turns are one lane, turns 0 and 1, without a break.
+#[tokio::test]
+async fn codex_warmups_prepare_turns_and_are_not_turns() {
+    let emulator = start_emulator().await;
+    let proxy = proxy_to(&emulator).await;
+    let session = [("session_id", "019a-codex-warm-session")];
+    let mut one = turn_one();
+    one["prompt_cache_key"] = json!("019a-codex-warm-session");
+
+    let (mut ws, _) = connect(proxy.addr, &session).await.unwrap();
+    let warm = answer(&mut ws, &warmup()).await;
+    let warm_response = completed(&warm);
+    assert_eq!(warm_response["output"], json!([]), "a warmup has no output");
+    assert_eq!(warm_response["usage"]["output_tokens"], 0);
+    assert!(
+        !warm
+            .iter()
+            .any(|e| e["type"] == "response.output_item.added"),
+        "{warm:?}"
+    );
+    let first = answer(&mut ws, &one).await;
+    let output = completed(&first)["output"].clone();
+    ws.close(None).await.unwrap();
+
+    let (mut ws, _) = connect(proxy.addr, &session).await.unwrap();
+    let warm = answer(&mut ws, &warmup()).await;
+    let warm_id = completed(&warm)["id"].as_str().unwrap().to_string();
+    let mut two = one.clone();
+    let mut input = one["input"].as_array().unwrap().clone();
+    input.extend(output.as_array().unwrap().iter().cloned());
+    input.push(json!({"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "Now read README.md."}]}));
+    two["input"] = json!(input);
+    two["previous_response_id"] = json!(warm_id);
+    let second = answer(&mut ws, &two).await;
+    let read = completed(&second)["usage"]["input_tokens_details"]["cached_tokens"].clone();
+    assert!(read.as_u64().unwrap() > 0, "turn 2 reads turn 1: {read}");
+    ws.close(None).await.unwrap();
+
+    let log = wait_for_requests(&proxy, "019a-codex-warm-session", 4).await;
+    let entries = request_entries(&log);
+    let warmups: Vec<bool> = entries.iter().map(|e| e["warmup"] == true).collect();
+    assert_eq!(warmups, [true, false, true, false], "{log}");
+    let turns: Vec<&Value> = entries.iter().map(|e| &e["turn_index"]).collect();
+    assert_eq!(turns, [&json!(0), &json!(0), &json!(1), &json!(1)], "{log}");
+    let lanes: Vec<&Value> = entries.iter().map(|e| &e["lane"]).collect();
+    assert!(lanes.iter().all(|l| *l == lanes[0]), "one lane: {lanes:?}");
+    assert!(
+        entries.iter().all(|e| e.get("diagnosis").is_none()),
+        "no break, and no warmup diagnosed: {log}"
+    );
+    let text = metrics_text(&proxy).await;
+    assert_eq!(metric_sum(&text, "cachet_prefix_breaks_total", &[]), 0.0);
+    let page = client()
+        .get(format!(
+            "http://{}/sessions/019a-codex-warm-session/timeline",
+            proxy.admin_addr
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(page.matches("prepares the next turn").count(), 2, "{page}");
+    proxy.shutdown().await;
+}
+
 /// With client keys, a handshake without one is refused before anything goes upstream;
 /// the key is never forwarded.
 #[tokio::test]
@@ -415,4 +497,69 @@ async fn oversized_messages_and_idle_sockets_are_closed() {
         "nothing oversized went upstream"
     );
     proxy.shutdown().await;
+}
+
+/// An upstream that goes silent mid-answer for longer than `upstream.idle_timeout_ms`: the
+/// client's socket is closed with 1013 (try again), and the turn is finished as a stream
+/// that went idle, counted, not lost.
+#[tokio::test]
+async fn an_upstream_that_stalls_mid_answer_is_closed_and_counted() {
+    let emulator = start_emulator().await;
+    let mut config = test_config(&emulator.url());
+    config.upstream.idle_timeout_ms = 300;
+    let proxy = start_proxy(config).await;
+    let (mut ws, _) = connect(
+        proxy.addr,
+        &[("x-cachet-emulate-fault", "slow-events:2000")],
+    )
+    .await
+    .unwrap();
+    ws.send(Message::Text(turn_one().to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut ws).await, Some(CloseCode::Again));
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = metrics_text(&proxy).await;
+        if metric_value(
+            &text,
+            "cachet_websocket_events_total",
+            &[("event", "upstream_stalled")],
+        ) == Some(1.0)
+            && metric_sum(&text, "cachet_requests_total", &[("endpoint", "responses")]) == 1.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric_value(
+            &text,
+            "cachet_websocket_events_total",
+            &[("event", "upstream_stalled")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let requests = [("endpoint", "responses")];
+    assert_eq!(metric_sum(&text, "cachet_requests_total", &requests), 1.0);
+    proxy.shutdown().await;
+}
+
+/// cachet shutting down with a socket open: the client gets 1001 (going away) and the
+/// answer in flight is finished, not lost.
+#[tokio::test]
+async fn shutdown_closes_open_sockets_with_going_away() {
+    let emulator = start_emulator().await;
+    let proxy = proxy_to(&emulator).await;
+    let (mut ws, _) = connect(proxy.addr, &[("x-cachet-emulate-fault", "slow-events:500")])
+        .await
+        .unwrap();
+    ws.send(Message::Text(turn_one().to_string().into()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let closed = tokio::spawn(async move { close_code(&mut ws).await });
+    proxy.shutdown().await;
+    assert_eq!(closed.await.unwrap(), Some(CloseCode::Away));
 }

@@ -104,6 +104,18 @@ pub fn previous_response(env: &crate::envelope::Envelope) -> Option<String> {
     super::non_empty(serde_json::from_slice::<String>(raw).ok().as_deref())
 }
 
+/// Whether a Responses request is a warmup: `generate: false` "does not return a model
+/// output, but prepares request state so the next generated turn can start faster"
+/// (OpenAI's WebSocket mode guide; Codex sends one with empty `input` as each socket
+/// opens). It prepares the next turn and is not one: no answer to compare with, nothing a
+/// later request continues but what it names by `previous_response_id`.
+pub fn is_warmup(env: &crate::envelope::Envelope) -> bool {
+    env.endpoint() == Endpoint::Responses
+        && env
+            .option_raw("generate")
+            .is_some_and(|raw| raw.trim_ascii() == b"false")
+}
+
 /// Whether the provider keeps a request's answer for later requests to continue by
 /// `previous_response_id`: `store` is on unless the request sets it `false` (Codex and pi
 /// do). `store` is the field's raw JSON.

@@ -82,6 +82,52 @@ pub fn error_event_with_code(
     Bytes::from(event.to_string())
 }
 
+/// An answer a socket holds for the requests that continue it: its conversation (the
+/// prompt's input items, then the answer's output items) under the answer's id.
+pub struct HeldAnswer {
+    pub id: String,
+    pub items: Vec<serde_json::Value>,
+}
+
+/// How many of a socket's latest answers are held: Codex continues only its latest.
+pub const HELD_ANSWERS: usize = 2;
+
+/// A `response.create` as monitoring reads it: its prompt's input items, whole when it
+/// continues an answer `held` on the socket (`previous_response_id`: "the server keeps the
+/// prior state in memory on the open socket"), and then the request it stands for: the
+/// same fields with the whole input and no `previous_response_id`, as the same turn goes
+/// over HTTP. `None` for a message that is not a JSON object.
+pub fn read_create(
+    message: &[u8],
+    held: &std::collections::VecDeque<HeldAnswer>,
+) -> Option<(Vec<serde_json::Value>, Option<Bytes>)> {
+    let mut request: serde_json::Value = serde_json::from_slice(message).ok()?;
+    let own = super::input_items(&request);
+    let previous = request.get("previous_response_id").and_then(|v| v.as_str());
+    let Some(continued) = previous.and_then(|id| held.iter().find(|h| h.id == id)) else {
+        return Some((own, None));
+    };
+    let mut items = continued.items.clone();
+    items.extend(own);
+    let object = request.as_object_mut()?;
+    object.remove("previous_response_id");
+    object.insert("input".into(), serde_json::Value::Array(items.clone()));
+    let whole = serde_json::to_vec(&request).ok().map(Bytes::from);
+    Some((items, whole))
+}
+
+/// The id and output items of the response a `response.completed` event carries.
+pub fn completed_answer(event: &[u8]) -> Option<(String, Vec<serde_json::Value>)> {
+    let event: serde_json::Value = serde_json::from_slice(event).ok()?;
+    if event.get("type")?.as_str()? != "response.completed" {
+        return None;
+    }
+    let response = event.get("response")?;
+    let id = response.get("id")?.as_str()?.to_string();
+    let output = response.get("output")?.as_array()?.clone();
+    Some((id, output))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +160,30 @@ mod tests {
         assert_eq!(v["status"], 400);
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["code"], "previous_response_not_found");
+    }
+
+    /// A request continuing an answer held on the socket reads as the whole conversation,
+    /// without `previous_response_id`; one continuing an answer not held reads as sent.
+    #[test]
+    fn a_continued_request_reads_whole() {
+        let mut held = std::collections::VecDeque::new();
+        held.push_back(HeldAnswer {
+            id: "resp_1".into(),
+            items: vec![
+                serde_json::json!({"role": "user", "content": "a"}),
+                serde_json::json!({"type": "message", "role": "assistant", "content": []}),
+            ],
+        });
+        let next = br#"{"type":"response.create","model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}"#;
+        let (items, whole) = read_create(next, &held).unwrap();
+        assert_eq!(items.len(), 3);
+        let whole: serde_json::Value = serde_json::from_slice(&whole.unwrap()).unwrap();
+        assert!(whole.get("previous_response_id").is_none());
+        assert_eq!(whole["input"].as_array().unwrap().len(), 3);
+        assert_eq!(whole["model"], "m");
+        let elsewhere = br#"{"type":"response.create","model":"m","previous_response_id":"resp_9","input":"b"}"#;
+        let (items, whole) = read_create(elsewhere, &held).unwrap();
+        assert_eq!((items.len(), whole), (1, None));
+        assert!(read_create(b"[1]", &held).is_some_and(|(i, w)| i.is_empty() && w.is_none()));
     }
 }

@@ -284,6 +284,12 @@ fn events(r: &RequestView<'_>) -> Markup {
                 " usage as counted before the end"
             }
         }
+        @if rec.warmup {
+            div.ev {
+                span.tag { "warmup" }
+                " prepares the next turn (generate: false): no output, compared with nothing"
+            }
+        }
         @if let Some(d) = &rec.diagnosis {
             details.ev.brk {
                 summary {
