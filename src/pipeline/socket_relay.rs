@@ -322,10 +322,15 @@ impl Pipeline {
         if let (Some(mut items), Terminal::Done) = (done.items, terminal) {
             if let Some((id, output)) = ws::completed_answer(message) {
                 items.extend(output);
-                if relayed.held.len() == ws::HELD_ANSWERS {
-                    relayed.held.pop_front();
-                }
-                relayed.held.push_back(ws::HeldAnswer { id, items });
+                let stream_id = done.stream_id.clone();
+                ws::hold(
+                    &mut relayed.held,
+                    ws::HeldAnswer {
+                        id,
+                        stream_id,
+                        items,
+                    },
+                );
             }
         }
         let result = done.tap.finish(end);

@@ -563,3 +563,116 @@ async fn shutdown_closes_open_sockets_with_going_away() {
     proxy.shutdown().await;
     assert_eq!(closed.await.unwrap(), Some(CloseCode::Away));
 }
+
+/// Two conversations on one socket, told apart by `stream_id` (the API answers each lane
+/// FIFO and echoes it on its events), each continued by `previous_response_id` with only
+/// its new input: each is a session of its own whose turns are read whole, turn 0 then
+/// turn 1 on one lane, without a break.
+#[tokio::test]
+async fn two_conversations_on_one_socket_are_told_apart() {
+    let emulator = start_emulator().await;
+    let proxy = proxy_to(&emulator).await;
+    let (mut ws, _) = connect(proxy.addr, &[]).await.unwrap();
+    let first = |key: &str| {
+        let mut body = turn_one();
+        body["prompt_cache_key"] = json!(key);
+        body["stream_id"] = json!(key);
+        body
+    };
+    let a1 = answer(&mut ws, &first("conv-a")).await;
+    let b1 = answer(&mut ws, &first("conv-b")).await;
+    assert!(a1.iter().all(|e| e["stream_id"] == "conv-a"), "{a1:?}");
+    let next = |key: &str, events: &[Value]| {
+        let mut body = turn_two(completed(events)["id"].as_str().unwrap());
+        body["prompt_cache_key"] = json!(key);
+        body["stream_id"] = json!(key);
+        body
+    };
+    let b2 = answer(&mut ws, &next("conv-b", &b1)).await;
+    let a2 = answer(&mut ws, &next("conv-a", &a1)).await;
+    for turn in [&a2, &b2] {
+        let read = &completed(turn)["usage"]["input_tokens_details"]["cached_tokens"];
+        assert!(read.as_u64().unwrap() > 0, "{read}");
+    }
+    ws.close(None).await.unwrap();
+    for session in ["conv-a", "conv-b"] {
+        let log = wait_for_requests(&proxy, session, 2).await;
+        let entries = request_entries(&log);
+        assert_eq!(entries.len(), 2, "{log}");
+        let turns: Vec<&Value> = entries.iter().map(|e| &e["turn_index"]).collect();
+        assert_eq!(turns, [&json!(0), &json!(1)], "{log}");
+        assert_eq!(entries[0]["lane"], entries[1]["lane"], "{log}");
+        assert!(
+            entries.iter().all(|e| e.get("diagnosis").is_none()),
+            "{log}"
+        );
+        // The second turn is read whole: its prompt, turn 1's answer, its new prompt.
+        assert_eq!(entries[1]["sent"]["count"], 3, "{log}");
+    }
+    let text = metrics_text(&proxy).await;
+    assert_eq!(metric_sum(&text, "cachet_prefix_breaks_total", &[]), 0.0);
+    proxy.shutdown().await;
+}
+
+/// An upstream that answers the upgrade, then sends a frame no WebSocket may send (a
+/// reserved opcode): the client's socket is closed with 1002 (protocol error), the turn in
+/// flight is finished as cut off, and the socket's end is counted as `bad_frame`.
+#[tokio::test]
+async fn garbage_frames_from_the_upstream_close_the_socket_with_a_protocol_error() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tcp.read(&mut buf).await.unwrap();
+            head.extend_from_slice(&buf[..n]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let key = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("sec-websocket-key")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap();
+        let switching = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-accept: {}\r\n\r\n",
+            tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes())
+        );
+        tcp.write_all(switching.as_bytes()).await.unwrap();
+        // The client's first message, then a frame with the reserved opcode 0xB.
+        let _ = tcp.read(&mut buf).await.unwrap();
+        tcp.write_all(&[0x8B, 0x00]).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let proxy = start_proxy(test_config(&format!("http://{upstream}"))).await;
+    let (mut ws, _) = connect(proxy.addr, &[]).await.unwrap();
+    ws.send(Message::Text(turn_one().to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut ws).await, Some(CloseCode::Protocol));
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = metrics_text(&proxy).await;
+        if metric_sum(&text, "cachet_requests_total", &[("endpoint", "responses")]) == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric_value(
+            &text,
+            "cachet_websocket_events_total",
+            &[("event", "bad_frame")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let requests = [("endpoint", "responses")];
+    assert_eq!(metric_sum(&text, "cachet_requests_total", &requests), 1.0);
+    proxy.shutdown().await;
+}

@@ -83,14 +83,26 @@ pub fn error_event_with_code(
 }
 
 /// An answer a socket holds for the requests that continue it: its conversation (the
-/// prompt's input items, then the answer's output items) under the answer's id.
+/// prompt's input items, then the answer's output items) under the answer's id, and the
+/// `stream_id` it was asked on.
 pub struct HeldAnswer {
     pub id: String,
+    pub stream_id: Option<String>,
     pub items: Vec<serde_json::Value>,
 }
 
-/// How many of a socket's latest answers are held: Codex continues only its latest.
-pub const HELD_ANSWERS: usize = 2;
+/// How many answers a socket holds: the latest of each of its latest streams (Codex
+/// continues only its latest answer, on one stream).
+pub const HELD_ANSWERS: usize = 4;
+
+/// Hold `answer` as its stream's latest, letting go of the oldest stream's past the limit.
+pub fn hold(held: &mut std::collections::VecDeque<HeldAnswer>, answer: HeldAnswer) {
+    held.retain(|h| h.stream_id != answer.stream_id);
+    if held.len() == HELD_ANSWERS {
+        held.pop_front();
+    }
+    held.push_back(answer);
+}
 
 /// A `response.create` as monitoring reads it: its prompt's input items, whole when it
 /// continues an answer `held` on the socket (`previous_response_id`: "the server keeps the
@@ -169,6 +181,7 @@ mod tests {
         let mut held = std::collections::VecDeque::new();
         held.push_back(HeldAnswer {
             id: "resp_1".into(),
+            stream_id: None,
             items: vec![
                 serde_json::json!({"role": "user", "content": "a"}),
                 serde_json::json!({"type": "message", "role": "assistant", "content": []}),
