@@ -357,6 +357,68 @@ async fn converse_streams_are_signed_and_their_usage_counted() {
     proxy.shutdown().await;
 }
 
+/// The AWS SDK for JavaScript (pi's Bedrock provider is built on it) speaks HTTP/2 to Bedrock
+/// Runtime, cleartext HTTP/2 with prior knowledge to an `http://` endpoint: cachet's listener
+/// serves it beside HTTP/1.1 on the same port, streams included.
+#[tokio::test]
+async fn a_converse_stream_over_cleartext_http2_is_served() {
+    let emulator = emulator_checking_signatures().await;
+    let proxy = start_proxy(cloud_config(&emulator.url(), true)).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let body = json!({
+        "system": [{"text": "You are a coding agent."}, {"cachePoint": {"type": "default"}}],
+        "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+        "inferenceConfig": {"maxTokens": 256},
+    });
+    for _ in 0..2 {
+        let resp = h2
+            .post(format!(
+                "http://{}/model/{BEDROCK_MODEL}/converse-stream",
+                proxy.addr
+            ))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+        assert_eq!(resp.status().as_u16(), 200);
+        let bytes = resp.bytes().await.unwrap();
+        let mut reader = eventstream::Reader::default();
+        let mut kinds = Vec::new();
+        reader.feed(&bytes, |f| {
+            if let eventstream::Frame::Event { kind, .. } = f {
+                kinds.push(kind.to_string());
+            }
+        });
+        assert_eq!(
+            kinds.last().map(String::as_str),
+            Some("metadata"),
+            "{kinds:?}"
+        );
+    }
+    // HTTP/1.1 on the same port, as before.
+    let (status, _, _) = post(
+        format!("http://{}/model/{BEDROCK_MODEL}/invoke", proxy.addr),
+        bedrock_body(2),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "cachet_requests_total",
+            &[("provider", "bedrock"), ("status", "200")]
+        ),
+        3.0
+    );
+    proxy.shutdown().await;
+}
+
 /// Holding AWS credentials is holding a key: cachet will not start as an open relay, and
 /// with client keys a Bedrock request without one is refused before anything goes upstream;
 /// with one, it goes upstream signed by cachet (the emulator checks the signature).
