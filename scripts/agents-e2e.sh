@@ -21,6 +21,7 @@ GEMINI_CLI_VERSION=0.61.0  # @google/gemini-cli
 ANTHROPIC_SDK_VERSION=2.14.0
 OPENAI_SDK_VERSION=3.57.0
 ZSTANDARD_VERSION=0.25.0  # decodes what Codex signed in with ChatGPT sends, for the checks
+H2_VERSION=4.4.1  # the capturing shim's HTTP/2, which pi's AWS SDK speaks to Bedrock
 
 CACHE="$PWD/target/e2e"
 NODE_DIR="$CACHE/node"
@@ -53,12 +54,13 @@ if ! "$NODE_DIR/node_modules/.bin/claude" --version >/dev/null 2>&1; then
 fi
 
 if ! PYTHONPATH="$PY_DIR" python3 -c "
-import anthropic, openai, zstandard, sys
+import anthropic, openai, zstandard, h2, sys
 sys.exit(anthropic.__version__ != '$ANTHROPIC_SDK_VERSION' or openai.__version__ != '$OPENAI_SDK_VERSION'
-         or zstandard.__version__ != '$ZSTANDARD_VERSION')" 2>/dev/null; then
-  echo "installing anthropic $ANTHROPIC_SDK_VERSION, openai $OPENAI_SDK_VERSION and zstandard $ZSTANDARD_VERSION into $PY_DIR"
+         or zstandard.__version__ != '$ZSTANDARD_VERSION' or h2.__version__ != '$H2_VERSION')" 2>/dev/null; then
+  echo "installing anthropic $ANTHROPIC_SDK_VERSION, openai $OPENAI_SDK_VERSION, zstandard $ZSTANDARD_VERSION and h2 $H2_VERSION into $PY_DIR"
   python3 -m pip install --quiet --disable-pip-version-check --upgrade --target "$PY_DIR" \
-    "anthropic==$ANTHROPIC_SDK_VERSION" "openai==$OPENAI_SDK_VERSION" "zstandard==$ZSTANDARD_VERSION"
+    "anthropic==$ANTHROPIC_SDK_VERSION" "openai==$OPENAI_SDK_VERSION" "zstandard==$ZSTANDARD_VERSION" \
+    "h2==$H2_VERSION"
 fi
 
 if [ -z "${CACHET_BIN:-}" ]; then
