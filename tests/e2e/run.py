@@ -12,7 +12,7 @@ OpenAI session) run once, without a policy.
 Every assertion prints `ok:` or `FAIL:` with its figures; the run goes on after a failure
 and ends with `N passed, M failed`.
 
-Usage: run.py --cachet BIN --bin-dir NODE_BIN [--only NAME,...] [--keep DIR]
+Usage: run.py --cachet BIN --bin-dir NODE_BIN --newest-bin-dir NODE_BIN --out DIR [--only NAME,...]
 """
 
 import argparse
@@ -56,6 +56,9 @@ def is_generation(path):
     path = path.split("?")[0]
     return path in GENERATION or bool(GEMINI_GENERATION.match(path)) \
         or bool(CLOUD_GENERATION.match(path)) and "/count-tokens:" not in path
+
+# Where Claude Code's newest release is (`--newest-bin-dir`).
+NEWEST_BIN_DIR = [""]
 
 # Dummy credentials: nothing here reaches a provider.
 ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
@@ -672,6 +675,18 @@ class PiBedrock(Pi):
         return {"CACHET_TEAM_KEY": TEAM_KEY, "PI_OFFLINE": "1", "PI_TELEMETRY": "0"}
 
 
+class ClaudeCodeCloudNewest(ClaudeCodeCloud):
+    """The same on Claude Code's newest release (`npm view @anthropic-ai/claude-code version`,
+    installed beside the pinned one by scripts/agents-e2e.sh)."""
+
+    def __init__(self, cloud):
+        super().__init__(cloud)
+        self.name = f"claude-code-{cloud}-newest"
+
+    def argv(self, ctx, turn):
+        return [os.path.join(NEWEST_BIN_DIR[0], "claude"), *super().argv(ctx, turn)[1:]]
+
+
 class CodexChatGptKeyed(CodexChatGpt):
     """Codex signed in with ChatGPT at a team's cachet, through the agents page's provider that
     keeps the sign-in and sends the cachet key beside it."""
@@ -986,6 +1001,8 @@ CLIENTS = [
     CodexChatGptKeyed(),
     ClaudeCodeCloud("bedrock"),
     ClaudeCodeCloud("vertex"),
+    ClaudeCodeCloudNewest("bedrock"),
+    ClaudeCodeCloudNewest("vertex"),
     ClaudeCodeLong(),
     PiTwins(),
     PiLong(),
@@ -1891,9 +1908,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cachet", required=True)
     ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--newest-bin-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
+    NEWEST_BIN_DIR[0] = args.newest_bin_dir
     blocks = client_blocks()
     shipped = sorted(os.path.join(ROOT, "policies", f) for f in os.listdir(os.path.join(ROOT, "policies"))
                      if f.endswith(".toml"))
