@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Real agents through cachet, end to end: pi (its three APIs), Claude Code (API key and
-# subscription token), Codex, Gemini CLI and the Python SDKs, each for two turns of a scripted tool loop
+# Real agents through cachet, end to end: pi (its APIs), Claude Code (API key and
+# subscription token; on Bedrock and Vertex, pinned and newest), Codex, Gemini CLI and the Python SDKs, each for two turns of a scripted tool loop
 # against `cachet serve` in front of `cachet emulate`, without a policy and with each shipped
 # policy that matches it; then longer sessions (compactions, switches of model, two sessions
 # side by side, interrupts mid-stream, a paced OpenAI session). See tests/e2e/run.py for the
@@ -21,6 +21,7 @@ GEMINI_CLI_VERSION=0.61.0  # @google/gemini-cli
 ANTHROPIC_SDK_VERSION=2.14.0
 OPENAI_SDK_VERSION=3.57.0
 ZSTANDARD_VERSION=0.25.0  # decodes what Codex signed in with ChatGPT sends, for the checks
+H2_VERSION=4.4.1  # the capturing shim's HTTP/2, which pi's AWS SDK speaks to Bedrock
 
 CACHE="$PWD/target/e2e"
 NODE_DIR="$CACHE/node"
@@ -47,18 +48,31 @@ if [ "$(installed_version @earendil-works/pi-coding-agent)" != "$PI_VERSION" ] |
 fi
 # The clients run on that Node.js, whatever the machine's own is.
 export PATH="$NODE_DIR/node_modules/.bin:$PATH"
-# Claude Code's postinstall puts its native binary in place; npm may skip install scripts.
-if ! "$NODE_DIR/node_modules/.bin/claude" --version >/dev/null 2>&1; then
-  (cd "$NODE_DIR/node_modules/@anthropic-ai/claude-code" && node install.cjs)
+# Claude Code's newest release too, beside the pinned one (its Bedrock and Vertex runs).
+NEWEST_DIR="$CACHE/newest"
+CLAUDE_CODE_NEWEST=$(npm view @anthropic-ai/claude-code version)
+mkdir -p "$NEWEST_DIR"
+if [ "$(node -e "try{console.log(require('$NEWEST_DIR/node_modules/@anthropic-ai/claude-code/package.json').version)}catch(e){}")" != "$CLAUDE_CODE_NEWEST" ]; then
+  echo "installing Claude Code $CLAUDE_CODE_NEWEST (the newest) into $NEWEST_DIR"
+  rm -f "$NEWEST_DIR/package.json" "$NEWEST_DIR/package-lock.json"
+  (cd "$NEWEST_DIR" && npm install --prefix . --no-audit --no-fund --loglevel=error \
+    "@anthropic-ai/claude-code@$CLAUDE_CODE_NEWEST")
 fi
+# Claude Code's postinstall puts its native binary in place; npm may skip install scripts.
+for dir in "$NODE_DIR" "$NEWEST_DIR"; do
+  if ! "$dir/node_modules/.bin/claude" --version >/dev/null 2>&1; then
+    (cd "$dir/node_modules/@anthropic-ai/claude-code" && node install.cjs)
+  fi
+done
 
 if ! PYTHONPATH="$PY_DIR" python3 -c "
-import anthropic, openai, zstandard, sys
+import anthropic, openai, zstandard, h2, sys
 sys.exit(anthropic.__version__ != '$ANTHROPIC_SDK_VERSION' or openai.__version__ != '$OPENAI_SDK_VERSION'
-         or zstandard.__version__ != '$ZSTANDARD_VERSION')" 2>/dev/null; then
-  echo "installing anthropic $ANTHROPIC_SDK_VERSION, openai $OPENAI_SDK_VERSION and zstandard $ZSTANDARD_VERSION into $PY_DIR"
+         or zstandard.__version__ != '$ZSTANDARD_VERSION' or h2.__version__ != '$H2_VERSION')" 2>/dev/null; then
+  echo "installing anthropic $ANTHROPIC_SDK_VERSION, openai $OPENAI_SDK_VERSION, zstandard $ZSTANDARD_VERSION and h2 $H2_VERSION into $PY_DIR"
   python3 -m pip install --quiet --disable-pip-version-check --upgrade --target "$PY_DIR" \
-    "anthropic==$ANTHROPIC_SDK_VERSION" "openai==$OPENAI_SDK_VERSION" "zstandard==$ZSTANDARD_VERSION"
+    "anthropic==$ANTHROPIC_SDK_VERSION" "openai==$OPENAI_SDK_VERSION" "zstandard==$ZSTANDARD_VERSION" \
+    "h2==$H2_VERSION"
 fi
 
 if [ -z "${CACHET_BIN:-}" ]; then
@@ -71,7 +85,8 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 echo "setup: $((SECONDS - start)) s"
 
-run=(python3 tests/e2e/run.py --cachet "$CACHET_BIN" --bin-dir "$NODE_DIR/node_modules/.bin" --out "$OUT" "$@")
+run=(python3 tests/e2e/run.py --cachet "$CACHET_BIN" --bin-dir "$NODE_DIR/node_modules/.bin"
+     --newest-bin-dir "$NEWEST_DIR/node_modules/.bin" --out "$OUT" "$@")
 export PYTHONPATH="$PY_DIR"
 status=0
 # Only loopback: a namespace of our own, when the machine lets us make one.

@@ -142,6 +142,12 @@ pub struct UpstreamConfig {
     /// Name of an environment variable holding a Google access token that cachet sends to
     /// Vertex AI (`authorization: Bearer`) instead of the client's.
     pub vertex_token_env: Option<String>,
+    /// Mint the token cachet sends to Vertex AI from the service-account key file that
+    /// `GOOGLE_APPLICATION_CREDENTIALS` names (`"environment"`). Holding it is holding a key.
+    pub vertex_credentials: Option<GoogleCredentialsSource>,
+    /// Mint the token cachet sends to Vertex AI from this service-account key file (JSON, as
+    /// Google issues it); the token is fetched from the file's `token_uri`.
+    pub vertex_credentials_file: Option<String>,
     /// The HTTP client that forwards requests upstream: `"hyper"`, the only one (hooks and
     /// memory sources use reqwest).
     pub client: UpstreamClientKind,
@@ -155,7 +161,45 @@ pub enum AwsCredentialsSource {
     Environment,
 }
 
+/// `upstream.vertex_credentials`: where the service-account key comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum GoogleCredentialsSource {
+    /// The file `GOOGLE_APPLICATION_CREDENTIALS` names, read at start.
+    #[serde(rename = "environment")]
+    Environment,
+}
+
 impl UpstreamConfig {
+    /// The service-account key file cachet mints Vertex AI's token from, if it holds one.
+    pub fn vertex_key_file(&self) -> anyhow::Result<Option<std::path::PathBuf>> {
+        let sources = [
+            self.vertex_token_env.is_some(),
+            self.vertex_credentials.is_some(),
+            self.vertex_credentials_file.is_some(),
+        ];
+        if sources.iter().filter(|s| **s).count() > 1 {
+            anyhow::bail!(
+                "upstream.vertex_token_env, upstream.vertex_credentials and \
+                 upstream.vertex_credentials_file name more than one Vertex AI credential: keep one"
+            );
+        }
+        if let Some(path) = &self.vertex_credentials_file {
+            return Ok(Some(path.into()));
+        }
+        match self.vertex_credentials {
+            Some(GoogleCredentialsSource::Environment) => {
+                match std::env::var("GOOGLE_APPLICATION_CREDENTIALS") {
+                    Ok(path) if !path.is_empty() => Ok(Some(path.into())),
+                    _ => anyhow::bail!(
+                        "upstream.vertex_credentials = \"environment\": \
+                         GOOGLE_APPLICATION_CREDENTIALS is not set"
+                    ),
+                }
+            }
+            None => Ok(None),
+        }
+    }
+
     /// The AWS credentials cachet holds for Bedrock, if it holds any.
     pub fn aws(&self) -> anyhow::Result<Option<crate::providers::bedrock::sigv4::AwsCredentials>> {
         use crate::providers::bedrock::sigv4::AwsCredentials;
@@ -180,6 +224,8 @@ impl UpstreamConfig {
             || self.openai_api_key_env.is_some()
             || self.gemini_api_key_env.is_some()
             || self.vertex_token_env.is_some()
+            || self.vertex_credentials.is_some()
+            || self.vertex_credentials_file.is_some()
             || self.aws_credentials.is_some()
             || self.aws_profile.is_some()
     }
@@ -232,6 +278,8 @@ impl Default for UpstreamConfig {
             openai_api_key_env: None,
             gemini_api_key_env: None,
             vertex_token_env: None,
+            vertex_credentials: None,
+            vertex_credentials_file: None,
             client: UpstreamClientKind::default(),
         }
     }

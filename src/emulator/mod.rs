@@ -13,6 +13,7 @@ pub mod fault;
 mod files;
 mod gemini;
 mod generate;
+mod google_token;
 mod models;
 mod prompt_diagnostics;
 mod read;
@@ -33,6 +34,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use google_token::ServiceAccount;
 pub use reply::{Reply, ReplyScript, ToolCalls};
 pub use routes::{Accounted, LOG_CAPACITY};
 
@@ -53,6 +55,9 @@ pub struct EmulatorOptions {
     /// (`--aws-credentials`): a request signed by others gets Bedrock's 403. Empty: any
     /// signature is accepted.
     pub aws_credentials: Vec<crate::providers::bedrock::sigv4::AwsCredentials>,
+    /// The service accounts whose signed assertions `POST /token` exchanges for an access
+    /// token, which Vertex AI's routes then accept (beside `api_keys`).
+    pub service_accounts: Vec<ServiceAccount>,
 }
 
 /// A running emulator.
@@ -85,6 +90,11 @@ impl EmulatorHandle {
     /// [`LOG_CAPACITY`]).
     pub fn accounted(&self) -> Vec<Accounted> {
         self.shared.log_snapshot()
+    }
+
+    /// How many access tokens `POST /token` has minted.
+    pub fn minted_tokens(&self) -> usize {
+        self.shared.minted_count()
     }
 
     /// Stop accepting and wait for connections in flight (up to a second).

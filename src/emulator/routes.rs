@@ -59,6 +59,10 @@ pub struct Shared {
     api_keys: Vec<String>,
     /// The AWS credentials whose SigV4 signatures Bedrock requests may carry (empty: any).
     aws_credentials: Vec<crate::providers::bedrock::sigv4::AwsCredentials>,
+    /// The service accounts whose assertions the token endpoint takes.
+    service_accounts: Vec<super::google_token::ServiceAccount>,
+    /// The access tokens it minted, accepted on Vertex AI's routes.
+    minted: Mutex<super::google_token::MintedTokens>,
 }
 
 impl Shared {
@@ -75,7 +79,23 @@ impl Shared {
             conversations: Mutex::new(Conversations::default()),
             api_keys: opts.api_keys.clone(),
             aws_credentials: opts.aws_credentials.clone(),
+            service_accounts: opts.service_accounts.clone(),
+            minted: Mutex::default(),
         }
+    }
+
+    /// The service accounts the token endpoint knows.
+    pub(super) fn service_accounts(&self) -> &[super::google_token::ServiceAccount] {
+        &self.service_accounts
+    }
+
+    pub(super) fn minted_count(&self) -> usize {
+        recover(&self.minted).len()
+    }
+
+    /// Remember a token the token endpoint minted, valid until `expires` (seconds).
+    pub(super) fn mint(&self, token: String, expires: u64) {
+        recover(&self.minted).insert(token, expires);
     }
 
     /// The AWS credentials Bedrock signatures are checked against.
@@ -132,7 +152,10 @@ impl Shared {
             return None;
         }
         let presented = crate::providers::auth::presented(provider, headers);
-        let accepted = presented.iter().any(|p| self.accepts(p));
+        let now = self.now_secs();
+        // A token the token endpoint minted is good for Vertex AI only.
+        let minted = |p: &str| provider == Provider::Vertex && recover(&self.minted).valid(p, now);
+        let accepted = presented.iter().any(|p| self.accepts(p) || minted(p));
         if accepted {
             return None;
         }
@@ -228,6 +251,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Res
     // Google's Gemini API, with its own credentials and errors.
     if provider == Provider::Gemini {
         return super::gemini::handle(&shared, seq, req).await;
+    }
+    // Google's token endpoint, where a test's service-account key points its `token_uri`.
+    if path == super::google_token::PATH && req.method() == Method::POST {
+        return super::google_token::serve(&shared, seq, req).await;
     }
     // The provider APIs check the credential; the emulator's own controls do not.
     if path.starts_with("/v1/") {

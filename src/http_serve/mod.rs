@@ -3,11 +3,13 @@
 //! guard every request passes first, and reading a query's values. It knows nothing of the
 //! proxy or the emulator, which both build on it.
 //!
-//! A connection may be upgraded (a WebSocket): every request carries its [`Connection`],
+//! A connection speaks HTTP/1.1 or cleartext HTTP/2 (told by its first bytes: [`h2c`]).
+//! An HTTP/1.1 connection may be upgraded (a WebSocket): every request carries its [`Connection`],
 //! which the upgraded socket keeps, so that it still counts among the connections served
 //! and hears the shutdown.
 
 mod coarse_timer;
+mod h2c;
 pub mod path_guard;
 
 use std::convert::Infallible;
@@ -18,6 +20,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
 use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -98,39 +101,17 @@ pub async fn serve_connections<F, Fut>(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let io = hyper_util::rt::TokioIo::new(stream);
                 let connection = Connection {
                     _slot: Arc::new(permit),
                     shutdown: shutdown.clone(),
                 };
-                let mut stop = connection.clone();
-                let handler = handler.clone();
-                let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                    req.extensions_mut().insert(connection.clone());
-                    handler(req)
-                });
-                // A client that never finishes its request head must not hold a
-                // connection forever (the timer is checked every tick: see its module).
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(header_timer.clone())
-                    .header_read_timeout(limits.header_timeout)
-                    .max_buf_size(READ_BUFFER)
-                    .serve_connection(io, svc)
-                    .with_upgrades();
-                tokio::spawn(async move {
-                    let mut conn = std::pin::pin!(conn);
-                    let ended = tokio::select! {
-                        ended = conn.as_mut() => ended,
-                        () = stop.shutting_down() => {
-                            // Requests in flight finish; an idle keep-alive closes now.
-                            conn.as_mut().graceful_shutdown();
-                            conn.await
-                        }
-                    };
-                    if let Err(e) = ended {
-                        tracing::debug!("connection ended with an error: {e}");
-                    }
-                });
+                tokio::spawn(serve_one(
+                    stream,
+                    connection,
+                    limits,
+                    header_timer.clone(),
+                    handler.clone(),
+                ));
             }
             _ = shutdown.changed() => break,
         }
@@ -143,6 +124,69 @@ pub async fn serve_connections<F, Fut>(
         .is_err()
     {
         tracing::warn!("shutdown grace period ended with connections still open");
+    }
+}
+
+/// One connection: HTTP/1.1 (with upgrades: a WebSocket) or cleartext HTTP/2, told by its
+/// first bytes ([`h2c`]), served until it ends or the listener shuts down.
+async fn serve_one<F, Fut>(
+    stream: tokio::net::TcpStream,
+    connection: Connection,
+    limits: ConnectionLimits,
+    header_timer: CoarseTimer,
+    handler: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + 'static,
+{
+    let mut stop = connection.clone();
+    // Telling the HTTP waits for the client's first bytes, within the header time-out.
+    let speaks = tokio::select! {
+        speaks = h2c::detect(stream, limits.header_timeout) => speaks,
+        () = stop.shutting_down() => None,
+    };
+    let Some(speaks) = speaks else { return };
+    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(connection.clone());
+        handler(req)
+    });
+    let ended = match speaks {
+        h2c::Speaks::Http1(io) => {
+            // A client that never finishes its request head must not hold a connection
+            // forever (the timer is checked every tick: see its module).
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(header_timer)
+                .header_read_timeout(limits.header_timeout)
+                .max_buf_size(READ_BUFFER)
+                .serve_connection(TokioIo::new(io), svc)
+                .with_upgrades();
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                ended = conn.as_mut() => ended,
+                () = stop.shutting_down() => {
+                    // Requests in flight finish; an idle keep-alive closes now.
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
+        }
+        h2c::Speaks::Http2(io) => {
+            let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(header_timer)
+                .serve_connection(TokioIo::new(io), svc);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                ended = conn.as_mut() => ended,
+                () = stop.shutting_down() => {
+                    // Streams in flight finish (GOAWAY); no new one starts.
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!("connection ended with an error: {e}");
     }
 }
 

@@ -90,6 +90,11 @@ impl Pipeline {
                 &body,
             )?;
         }
+        if to == forward::Destination::Vertex {
+            if let Some(minter) = self.upstreams.vertex_minter() {
+                minter.authorize(&self.client, &mut headers).await?;
+            }
+        }
         self.metrics
             .route(route.provider, route.endpoint)
             .overhead

@@ -5,8 +5,8 @@
 //! the client's cachet key never goes upstream. The key's name labels the request's metrics
 //! and namespaces its sessions.
 //!
-//! cachet refuses to start holding an upstream key (`*_api_key_env`, `vertex_token_env`, AWS
-//! credentials) without client keys,
+//! cachet refuses to start holding an upstream key (`*_api_key_env`, `vertex_token_env`, a
+//! service-account key, AWS credentials) without client keys,
 //! unless `server.allow_open_relay = true`: otherwise anyone who can reach the listener
 //! spends the held key.
 
@@ -52,7 +52,8 @@ impl ClientKeys {
         if holds_key && server.client_keys.is_empty() && !server.allow_open_relay {
             anyhow::bail!(
                 "cachet holds an upstream key (upstream.*_api_key_env, upstream.vertex_token_env, \
-                 upstream.aws_credentials or upstream.aws_profile) but no client keys are \
+                 upstream.vertex_credentials(_file), upstream.aws_credentials or \
+                 upstream.aws_profile) but no client keys are \
                  configured: anyone who \
                  reaches the listener would spend it. Add [[server.client_keys]] entries, or \
                  set server.allow_open_relay = true"

@@ -1,6 +1,8 @@
 //! The upstream side: where a request goes, which headers cross, and how failures to reach
 //! the upstream become provider-format errors (502 unreachable/TLS, 504 time-out).
 
+use std::sync::Arc;
+
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::UpstreamConfig;
@@ -10,6 +12,7 @@ use crate::providers::{auth, vertex};
 use crate::route::Provider;
 use crate::secret::Secret;
 use crate::transport::upstream_client::{SendError, UpstreamClient};
+use crate::transport::vertex_token::TokenMinter;
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), plus those the HTTP
 /// client sets itself.
@@ -107,6 +110,8 @@ pub struct Upstreams {
     openai_key: Option<Secret>,
     gemini_key: Option<Secret>,
     vertex_token: Option<Secret>,
+    /// The service-account key cachet mints Vertex AI's token from, when it holds one.
+    vertex_minter: Option<Arc<TokenMinter>>,
     /// The AWS credentials Bedrock requests are signed with, when cachet holds them.
     aws: Option<AwsCredentials>,
 }
@@ -177,6 +182,10 @@ impl Upstreams {
             openai_key: key(&cfg.openai_api_key_env)?,
             gemini_key: key(&cfg.gemini_api_key_env)?,
             vertex_token: key(&cfg.vertex_token_env)?,
+            vertex_minter: match cfg.vertex_key_file()? {
+                Some(path) => Some(Arc::new(TokenMinter::from_file(&path)?)),
+                None => None,
+            },
             aws,
         })
     }
@@ -199,6 +208,11 @@ impl Upstreams {
                 }
             },
         }
+    }
+
+    /// What mints the token cachet sends Vertex AI, when it holds a service-account key.
+    pub fn vertex_minter(&self) -> Option<&TokenMinter> {
+        self.vertex_minter.as_deref()
     }
 
     /// The AWS credentials cachet signs Bedrock requests with, if it holds any.
@@ -288,16 +302,21 @@ impl Upstreams {
             Destination::ChatGpt | Destination::Bedrock => None,
         };
         if let Some((name, value)) = held {
-            headers.remove(http::header::AUTHORIZATION);
-            headers.remove("x-api-key");
-            headers.remove(crate::providers::gemini::API_KEY_HEADER);
-            if let Ok(mut v) = HeaderValue::from_str(&value) {
-                v.set_sensitive(true);
-                headers.insert(HeaderName::from_static(name), v);
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                hold(&mut headers, HeaderName::from_static(name), v);
             }
         }
         headers
     }
+}
+
+/// Put a credential cachet holds in `name`, in place of every credential the client sent.
+pub fn hold(headers: &mut HeaderMap, name: HeaderName, mut value: HeaderValue) {
+    headers.remove(http::header::AUTHORIZATION);
+    headers.remove("x-api-key");
+    headers.remove(crate::providers::gemini::API_KEY_HEADER);
+    value.set_sensitive(true);
+    headers.insert(name, value);
 }
 
 /// What the client is sent ahead of an answer's body: the upstream's end-to-end headers,

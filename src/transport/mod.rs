@@ -8,6 +8,7 @@ pub mod aws;
 pub mod forward;
 pub mod http;
 pub mod upstream_client;
+pub mod vertex_token;
 pub mod websocket;
 
 pub use self::http::{error_response, full, ProxyBody};

@@ -12,7 +12,7 @@ OpenAI session) run once, without a policy.
 Every assertion prints `ok:` or `FAIL:` with its figures; the run goes on after a failure
 and ends with `N passed, M failed`.
 
-Usage: run.py --cachet BIN --bin-dir NODE_BIN [--only NAME,...] [--keep DIR]
+Usage: run.py --cachet BIN --bin-dir NODE_BIN --newest-bin-dir NODE_BIN --out DIR [--only NAME,...]
 """
 
 import argparse
@@ -56,6 +56,9 @@ def is_generation(path):
     path = path.split("?")[0]
     return path in GENERATION or bool(GEMINI_GENERATION.match(path)) \
         or bool(CLOUD_GENERATION.match(path)) and "/count-tokens:" not in path
+
+# Where Claude Code's newest release is (`--newest-bin-dir`).
+NEWEST_BIN_DIR = [""]
 
 # Dummy credentials: nothing here reaches a provider.
 ANTHROPIC_KEY = "sk-ant-api03-e2e-dummy-key"
@@ -127,7 +130,8 @@ CLIENT_BLOCKS = [("env", "claude-code"), ("env", "sdk"), ("file", "~/.codex/conf
                  ("file", "cachet.toml#bedrock"), ("file", "cachet.toml#vertex"),
                  ("file", "~/.codex/config.toml#chatgpt"),
                  ("file", "~/.codex/config.toml#chatgpt-keyed"),
-                 ("file", "~/.pi/agent/models.json"), ("env", "gemini-cli"),
+                 ("file", "~/.pi/agent/models.json"), ("file", "~/.pi/agent/models.json#bedrock"),
+                 ("env", "gemini-cli"),
                  ("file", "~/.gemini/settings.json")]
 
 
@@ -441,7 +445,7 @@ class Pi(Client):
         write_client_file(ctx.blocks, "~/.pi/agent/models.json", ctx.home, ctx.base)
 
     def env(self, ctx):
-        return {"ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY,
+        return {"ANTHROPIC_API_KEY": ANTHROPIC_KEY, "OPENAI_API_KEY": OPENAI_KEY, "GEMINI_API_KEY": GEMINI_KEY,
                 "PI_OFFLINE": "1", "PI_TELEMETRY": "0"}
 
     def model_for(self, turn):
@@ -626,6 +630,64 @@ class ClaudeCodeCloud(ClaudeCode):
         env.update({"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
                     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
         return env
+
+
+class PiGemini(Pi):
+    """pi on the Gemini API (`google-generative-ai`, the agents page's `cachet-gemini`). Gemini
+    caches no prompt under the model's minimum (2,048 tokens for Gemini 2.5 Flash) and pi's
+    own prompt is shorter: the project has an `AGENTS.md`, which pi puts in its system prompt,
+    as a real project's would be."""
+
+    def __init__(self):
+        super().__init__("cachet-gemini", "gemini-2.5-flash", "google-generative-ai", "gemini",
+                         "generate_content", "fingerprint")
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        rules = "".join(f"- Rule {i}: keep functions small, name things for what they do, and test "
+                        f"each change before it is committed (section {i}).\n" for i in range(80))
+        with open(os.path.join(ctx.work, "AGENTS.md"), "w") as f:
+            f.write("# Project rules\n\n" + rules)
+
+
+class PiBedrock(Pi):
+    """pi on Amazon Bedrock (`bedrock-converse-stream`: Converse streams, which its AWS SDK
+    sends over cleartext HTTP/2) through a team's cachet that holds the AWS credentials,
+    configured with the agents page's blocks: cachet's `cachet.toml#bedrock` and pi's
+    `models.json#bedrock` (its cachet key as its Bedrock API key, which cachet takes off and
+    replaces with its own signature). Converse is forwarded, signed and
+    counted: the checks of a cloud client, but not those of an envelope (sessions, breaks,
+    storage)."""
+
+    cloud_client = True
+    cloud = "bedrock"
+    envelope = False
+    http2 = True
+
+    def __init__(self):
+        super().__init__("cachet-bedrock", "us.anthropic.claude-opus-5-5", "bedrock", "bedrock", "converse",
+                         "fingerprint")
+
+    def setup(self, ctx):
+        write_client_file(ctx.blocks, "~/.pi/agent/models.json#bedrock", ctx.home, ctx.base)
+
+    def serve_settings(self, blocks):
+        return blocks[("file", "cachet.toml#bedrock")], CLOUD_ENV
+
+    def env(self, ctx):
+        return {"CACHET_TEAM_KEY": TEAM_KEY, "PI_OFFLINE": "1", "PI_TELEMETRY": "0"}
+
+
+class ClaudeCodeCloudNewest(ClaudeCodeCloud):
+    """The same on Claude Code's newest release (`npm view @anthropic-ai/claude-code version`,
+    installed beside the pinned one by scripts/agents-e2e.sh)."""
+
+    def __init__(self, cloud):
+        super().__init__(cloud)
+        self.name = f"claude-code-{cloud}-newest"
+
+    def argv(self, ctx, turn):
+        return [os.path.join(NEWEST_BIN_DIR[0], "claude"), *super().argv(ctx, turn)[1:]]
 
 
 class CodexChatGptKeyed(CodexChatGpt):
@@ -926,6 +988,8 @@ CLIENTS = [
     Pi("cachet-anthropic", "claude-sonnet-4-5", "anthropic-messages", "anthropic", "messages", "fingerprint"),
     Pi("cachet-openai", "gpt-4.1", "openai-completions", "openai", "chat", "fingerprint"),
     Pi("cachet-openai-responses", "gpt-4.1", "openai-responses", "openai", "responses", "prompt_cache_key"),
+    PiGemini(),
+    PiBedrock(),
     ClaudeCode(subscription=False),
     ClaudeCode(subscription=True),
     GeminiCli(),
@@ -937,6 +1001,8 @@ CLIENTS = [
     CodexChatGptKeyed(),
     ClaudeCodeCloud("bedrock"),
     ClaudeCodeCloud("vertex"),
+    ClaudeCodeCloudNewest("bedrock"),
+    ClaudeCodeCloudNewest("vertex"),
     ClaudeCodeLong(),
     PiTwins(),
     PiLong(),
@@ -1047,7 +1113,8 @@ def run_client(client, policies, args, blocks, out_dir):
         run.back = stack.back.snapshot()
         if True:  # sessions are kept for every generation request (monitoring is on)
             # The session log is written once each answer has ended: wait for every entry.
-            expected = len(run.generation())
+            # (None for an API cachet only forwards and counts.)
+            expected = len(run.generation()) if getattr(client, "envelope", True) else 0
             deadline = time.monotonic() + 30
             while True:
                 run.session_list = stack.admin("/sessions?limit=1000")["sessions"]
@@ -1865,9 +1932,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cachet", required=True)
     ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--newest-bin-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
+    NEWEST_BIN_DIR[0] = args.newest_bin_dir
     blocks = client_blocks()
     shipped = sorted(os.path.join(ROOT, "policies", f) for f in os.listdir(os.path.join(ROOT, "policies"))
                      if f.endswith(".toml"))
@@ -1888,6 +1957,17 @@ def main():
             check_usage_metrics(r, base)
         if client.serve_config:
             check_keyed(r, base)
+            check_common(r, base)
+            print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")
+            continue
+        if getattr(client, "http2", False):
+            spoken = [e.http2 for e in base.generation()]
+            r.check(spoken and all(spoken), f"{base.label}: the agent speaks HTTP/2 to cachet",
+                    f"{spoken.count(True)} of {len(spoken)} requests over HTTP/2")
+        if not getattr(client, "envelope", True):
+            # Forwarded and counted only: the bytes, the cache read, and no credential logged.
+            check_bytes(r, base)
+            check_cache(r, base)
             check_common(r, base)
             print(f"-- {client.name}: {time.monotonic() - t0:.1f} s")
             continue

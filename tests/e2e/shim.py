@@ -4,7 +4,8 @@ of both bodies, so a test can compare what crossed cachet on either side.
 Answers stream through as they arrive (a streamed answer is relayed chunk by chunk, so a
 client sees the upstream's pace and can be interrupted mid-stream); the body bytes are
 unchanged. A client that goes away mid-answer closes the shim's upstream connection too, as
-the client's own disconnect would. Loopback only.
+the client's own disconnect would. A client that speaks cleartext HTTP/2 (prior knowledge) is
+served in HTTP/2 and sent on in HTTP/2 (`shim_h2`). Loopback only.
 """
 
 import gzip
@@ -29,7 +30,20 @@ HOP_BY_HOP = {
 # `upgrade` crosses the shim: Codex asks for a WebSocket first. An upgraded connection is
 # relayed as bytes (see `_Handler._tunnel`), and each `response.create` on it is kept as an
 # exchange of its own, its answer's events as the event stream an HTTP request would get.
+# What an HTTP/2 client sends first (RFC 9113 §3.4).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 TERMINAL_EVENTS = {"response.completed", "response.incomplete", "response.failed", "error"}
+
+
+def starts_http2(sock):
+    """Whether the connection's first bytes are HTTP/2's preface (peeked: not taken)."""
+    while True:
+        head = sock.recv(len(HTTP2_PREFACE), socket.MSG_PEEK)
+        if not head or not HTTP2_PREFACE.startswith(head):
+            return False
+        if len(head) == len(HTTP2_PREFACE):
+            return True
+        time.sleep(0.001)
 
 
 class Exchange:
@@ -49,6 +63,8 @@ class Exchange:
         self.client_gone = False
         # A `response.create` message of a WebSocket, kept as the request it stands for.
         self.over_socket = False
+        # A stream of a cleartext HTTP/2 connection.
+        self.http2 = False
 
     def request_json(self):
         """The request body as JSON, decoded by its content-encoding as cachet reads it
@@ -153,6 +169,23 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def handle(self):
+        """HTTP/1.1, or cleartext HTTP/2 when the connection starts with its preface."""
+        if starts_http2(self.connection):
+            import shim_h2  # needs the `h2` package, which only HTTP/2 clients' runs use
+
+            shim_h2.serve(self.connection, self.server, self._new_exchange)
+            self.close_connection = True
+            return
+        super().handle()
+
+    def _new_exchange(self, method, path, headers, body):
+        shim = self.server
+        with shim.lock:
+            ex = Exchange(len(shim.exchanges), method, path, headers, body)
+            shim.exchanges.append(ex)
+        return ex
+
     def _read_body(self):
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             chunks = []
@@ -171,9 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
         shim = self.server
         body = self._read_body()
         headers = [(k.lower(), v) for k, v in self.headers.items()]
-        with shim.lock:
-            ex = Exchange(len(shim.exchanges), self.command, self.path, headers, body)
-            shim.exchanges.append(ex)
+        ex = self._new_exchange(self.command, self.path, headers, body)
         if (self.headers.get("upgrade") or "").lower() == "websocket":
             self._tunnel(ex, headers)
             return

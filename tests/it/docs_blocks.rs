@@ -142,7 +142,7 @@ fn client_blocks_parse_and_their_copies_are_the_same_bytes() {
             "{kind}={name} is on the agents page but not in run.py's CLIENT_BLOCKS"
         );
     }
-    assert_eq!(agents.len(), 12, "{agents:?}");
+    assert_eq!(agents.len(), 13, "{agents:?}");
     for key in seen.keys() {
         assert!(agents.contains(key), "{key:?} is not on the agents page");
     }

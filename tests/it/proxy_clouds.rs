@@ -357,6 +357,68 @@ async fn converse_streams_are_signed_and_their_usage_counted() {
     proxy.shutdown().await;
 }
 
+/// The AWS SDK for JavaScript (pi's Bedrock provider is built on it) speaks HTTP/2 to Bedrock
+/// Runtime, cleartext HTTP/2 with prior knowledge to an `http://` endpoint: cachet's listener
+/// serves it beside HTTP/1.1 on the same port, streams included.
+#[tokio::test]
+async fn a_converse_stream_over_cleartext_http2_is_served() {
+    let emulator = emulator_checking_signatures().await;
+    let proxy = start_proxy(cloud_config(&emulator.url(), true)).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let body = json!({
+        "system": [{"text": "You are a coding agent."}, {"cachePoint": {"type": "default"}}],
+        "messages": [{"role": "user", "content": [{"text": "hi"}]}],
+        "inferenceConfig": {"maxTokens": 256},
+    });
+    for _ in 0..2 {
+        let resp = h2
+            .post(format!(
+                "http://{}/model/{BEDROCK_MODEL}/converse-stream",
+                proxy.addr
+            ))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+        assert_eq!(resp.status().as_u16(), 200);
+        let bytes = resp.bytes().await.unwrap();
+        let mut reader = eventstream::Reader::default();
+        let mut kinds = Vec::new();
+        reader.feed(&bytes, |f| {
+            if let eventstream::Frame::Event { kind, .. } = f {
+                kinds.push(kind.to_string());
+            }
+        });
+        assert_eq!(
+            kinds.last().map(String::as_str),
+            Some("metadata"),
+            "{kinds:?}"
+        );
+    }
+    // HTTP/1.1 on the same port, as before.
+    let (status, _, _) = post(
+        format!("http://{}/model/{BEDROCK_MODEL}/invoke", proxy.addr),
+        bedrock_body(2),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "cachet_requests_total",
+            &[("provider", "bedrock"), ("status", "200")]
+        ),
+        3.0
+    );
+    proxy.shutdown().await;
+}
+
 /// Holding AWS credentials is holding a key: cachet will not start as an open relay, and
 /// with client keys a Bedrock request without one is refused before anything goes upstream;
 /// with one, it goes upstream signed by cachet (the emulator checks the signature).
@@ -445,4 +507,119 @@ async fn the_emulator_refuses_bodies_the_clouds_refuse() {
     let error: Value = resp.json().await.unwrap();
     assert_eq!(error["error"]["status"], "INVALID_ARGUMENT");
     assert!(emulator.accounted().is_empty());
+}
+
+/// A service-account key as Google issues one (RSA 2048, PKCS#8), made here, its
+/// `token_uri` the emulator's token endpoint; and the account as the emulator knows it.
+fn service_account_key(
+    dir: &std::path::Path,
+    name: &str,
+    token_uri: &str,
+) -> (std::path::PathBuf, cachet::emulator::ServiceAccount) {
+    use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
+    let private = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).unwrap();
+    let public = rsa::RsaPublicKey::from(&private);
+    let email = "cachet-it@p-it.iam.gserviceaccount.com";
+    let file = json!({
+        "type": "service_account",
+        "project_id": "p-it",
+        "private_key_id": "0123456789abcdef",
+        "private_key": private.to_pkcs8_pem(LineEnding::LF).unwrap().as_str(),
+        "client_email": email,
+        "client_id": "1234567890",
+        "auth_uri": "https://accounts.google.com/o/oauth2/auth",
+        "token_uri": token_uri,
+    });
+    let path = dir.join(name);
+    std::fs::write(&path, file.to_string()).unwrap();
+    let account = cachet::emulator::ServiceAccount {
+        client_email: email.into(),
+        public_key_pem: public.to_public_key_pem(LineEnding::LF).unwrap(),
+    };
+    (path, account)
+}
+
+/// cachet holding a service-account key mints Vertex AI's token itself (the JWT-bearer grant
+/// at the key file's `token_uri`, which the emulator serves and checks with the key's public
+/// half), sends it in place of the client's, and mints once for many requests. Holding the
+/// key is holding a key: client keys are required. A key the token endpoint does not know
+/// is a 502 the client can read, and nothing reaches rawPredict.
+#[tokio::test]
+async fn a_held_service_account_key_mints_the_vertex_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let token_uri = format!("http://{}/token", listener.local_addr().unwrap());
+    let (key, account) = service_account_key(dir.path(), "key.json", &token_uri);
+    let (stranger, _) = service_account_key(dir.path(), "stranger.json", &token_uri);
+    let emulator = cachet::emulator::spawn(
+        listener,
+        cachet::emulator::EmulatorOptions {
+            // Only the tokens it mints (and no client token) are good on rawPredict.
+            api_keys: vec!["sk-ant-api03-not-for-vertex".into()],
+            service_accounts: vec![account],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mut config = cloud_config(&emulator.url(), false);
+    config.upstream.vertex_credentials_file = Some(key.display().to_string());
+    let refused = cachet::server::spawn(config.clone()).await.err();
+    assert!(
+        refused.is_some_and(|e| e.to_string().contains("no client keys")),
+        "an open relay holding a service-account key was started"
+    );
+    std::env::set_var("CACHET_IT_VERTEX_TEAM_KEY", "ck-vertex-team-0123456789");
+    let team = cachet::config::ClientKeyConfig {
+        name: "team".into(),
+        key_env: "CACHET_IT_VERTEX_TEAM_KEY".into(),
+    };
+    config.server.client_keys.push(team.clone());
+    let proxy = start_proxy(config.clone()).await;
+    let path = "/v1/projects/p-it/locations/us-east5/publishers/anthropic/models/claude-opus-5-5:rawPredict";
+    let send = |addr: std::net::SocketAddr, messages: usize| {
+        client()
+            .post(format!("http://{addr}{path}"))
+            .header("content-type", "application/json")
+            .header("x-api-key", "ck-vertex-team-0123456789")
+            // A client's own token is replaced by the one cachet mints.
+            .header("authorization", "Bearer ya29.the-clients-own")
+            .body(vertex_body(messages))
+            .send()
+    };
+    for messages in [2, 3, 4] {
+        let resp = send(proxy.addr, messages).await.unwrap();
+        let status = resp.status().as_u16();
+        assert_eq!(status, 200, "{}", resp.text().await.unwrap());
+    }
+    assert_eq!(emulator.accounted().len(), 3);
+    assert_eq!(emulator.minted_tokens(), 1, "one token for every request");
+    proxy.shutdown().await;
+
+    // A key the token endpoint does not know: refused there, told to the client.
+    config.upstream.vertex_credentials_file = Some(stranger.display().to_string());
+    let proxy = start_proxy(config).await;
+    let resp = send(proxy.addr, 2).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 502);
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.contains("could not mint a Vertex AI access token") && text.contains("invalid_grant"),
+        "{text}"
+    );
+    assert_eq!(
+        emulator.accounted().len(),
+        3,
+        "nothing more reached rawPredict"
+    );
+    assert_eq!(emulator.minted_tokens(), 1);
+    let metrics = metrics_text(&proxy).await;
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "cachet_requests_total",
+            &[("provider", "vertex"), ("status", "502")]
+        ),
+        1.0
+    );
+    proxy.shutdown().await;
 }
