@@ -9,13 +9,13 @@ use serde_json::{json, Value};
 
 use crate::support::*;
 
-const KEY: &str = "AIza-e2e-dummy-gemini-key";
-const MODEL: &str = "gemini-2.5-flash";
+pub(crate) const KEY: &str = "AIza-e2e-dummy-gemini-key";
+pub(crate) const MODEL: &str = "gemini-2.5-flash";
 
 /// Gemini CLI's request shape (0.61.0): a long system instruction with a `role`, one
 /// `Tool` of function declarations with `parametersJsonSchema`, the session context as the
 /// first user part, `generationConfig` with thinking.
-fn cli_body(turns: usize) -> Value {
+pub(crate) fn cli_body(turns: usize) -> Value {
     let mut contents = vec![json!({"role": "user", "parts": [
         {"text": "<session_context>\nToday's date is Monday, December 7, 2026.\n</session_context>"},
         {"text": "List the files in this folder."}]})];
@@ -38,7 +38,7 @@ fn cli_body(turns: usize) -> Value {
     })
 }
 
-async fn emulator_with_key() -> cachet::emulator::EmulatorHandle {
+pub(crate) async fn emulator_with_key() -> cachet::emulator::EmulatorHandle {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let opts = cachet::emulator::EmulatorOptions {
         api_keys: vec![KEY.into()],
@@ -47,7 +47,7 @@ async fn emulator_with_key() -> cachet::emulator::EmulatorHandle {
     cachet::emulator::spawn(listener, opts).await.unwrap()
 }
 
-async fn post(url: &str, key: Option<&str>, body: &Value) -> (u16, Value) {
+pub(crate) async fn post(url: &str, key: Option<&str>, body: &Value) -> (u16, Value) {
     let mut req = client().post(url).json(body);
     if let Some(key) = key {
         req = req.header("x-goog-api-key", key);
@@ -266,8 +266,8 @@ async fn a_held_gemini_key_replaces_the_client_key_and_the_query_key() {
 }
 
 /// `countTokens` and `/v1beta/cachedContents` go through cachet to the upstream and back as
-/// they are: the count the emulator bills, and the emulator's own 404 (it creates no
-/// explicit cache) in Google's shape, never a cachet error.
+/// they are: the count the emulator bills, and the API's own refusal of a cache below the
+/// model's minimum in Google's shape, never a cachet error.
 #[tokio::test]
 async fn count_tokens_and_cached_contents_pass_through() {
     let emu = emulator_with_key().await;
@@ -286,9 +286,11 @@ async fn count_tokens_and_cached_contents_pass_through() {
     let (status, err) = post(&caches, Some(KEY), &body).await;
     assert_eq!(
         (status, &err["error"]["status"]),
-        (404, &json!("NOT_FOUND")),
+        (400, &json!("INVALID_ARGUMENT")),
         "{err}"
     );
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("Cached content is too small"), "{err}");
     let metrics = metrics_text(&proxy).await;
     for endpoint in ["gemini_count_tokens", "cached_contents"] {
         let labels = [("provider", "gemini"), ("endpoint", endpoint)];
