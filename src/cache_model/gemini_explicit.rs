@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use super::gemini::{field, min_tokens, render};
 use super::{Accounting, Detail};
 use crate::error::{ApiError, ErrorKind};
-use crate::providers::gemini::{CACHED_CONTENT, CACHED_FIELDS};
+use crate::providers::gemini::{explicit, CACHED_FIELDS};
 
 /// A cache's lifetime when the create names none.
 pub const DEFAULT_TTL_MS: u64 = 3_600_000;
@@ -157,18 +157,7 @@ impl ExplicitCaches {
             ));
         }
         let expire_ms = now_ms.saturating_add(ttl_ms(obj, now_ms)?.unwrap_or(DEFAULT_TTL_MS));
-        let mut prefix = serde_json::Map::new();
-        for (camel, snake) in [
-            ("systemInstruction", "system_instruction"),
-            ("tools", "tools"),
-            ("toolConfig", "tool_config"),
-            ("contents", "contents"),
-        ] {
-            if let Some(v) = obj.get(camel).or_else(|| obj.get(snake)) {
-                prefix.insert(camel.into(), v.clone());
-            }
-        }
-        let prefix = Value::Object(prefix);
+        let prefix = explicit::prefix_of(obj);
         let tokens = prefix_tokens(&model, &prefix)?;
         let min = min_tokens(&model);
         if tokens < min {
@@ -253,9 +242,7 @@ impl ExplicitCaches {
         req: &Value,
         now_ms: u64,
     ) -> Result<Accounting, ApiError> {
-        let name = field(req, CACHED_CONTENT, "cached_content")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let name = explicit::named_cache(req).unwrap_or_default();
         let sets_cached = CACHED_FIELDS
             .iter()
             .zip(["system_instruction", "tools", "tool_config"])
@@ -270,15 +257,7 @@ impl ExplicitCaches {
                 cache.model
             )));
         }
-        let mut whole = cache.prefix.clone();
-        let mut contents = match whole.get("contents") {
-            Some(Value::Array(c)) => c.clone(),
-            _ => Vec::new(),
-        };
-        if let Some(Value::Array(own)) = req.get("contents") {
-            contents.extend(own.iter().cloned());
-        }
-        whole["contents"] = Value::Array(contents);
+        let whole = explicit::expand(req, &cache.prefix);
         let prompt = render(model, &whole)?;
         Ok(Accounting {
             input_tokens: prompt.total_tokens(),

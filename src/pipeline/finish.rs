@@ -38,6 +38,7 @@ impl Pipeline {
             response_model: answer.tap.model.as_deref(),
         });
         self.read_assistant(&ex, &mut answer);
+        self.remember_gemini_cache(&ex, &answer);
         self.write_trace(&mut ex, answer.status, Some(&answer));
         if let After::Shaped(shaping) = &mut ex.after {
             // Known before the client can send its next request: that request names this

@@ -333,6 +333,13 @@ impl Api for Unanswered {
     }
 }
 
+/// Whether cachet reads an exchange's request and answer whole: a bill's, and a Gemini
+/// cache's (`cachedContents`), whose create holds what the requests that name the cache
+/// later are measured with, under the name its answer gives.
+pub fn reads_whole(endpoint: Endpoint) -> bool {
+    endpoint.is_billed() || endpoint == Endpoint::CachedContents
+}
+
 /// The rules of a route's API: one row per endpoint (a token count is read by Messages'
 /// rules, a compaction by Responses').
 pub fn api(endpoint: Endpoint) -> &'static dyn Api {

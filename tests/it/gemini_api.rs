@@ -263,6 +263,26 @@ async fn a_held_gemini_key_replaces_the_client_key_and_the_query_key() {
     assert!(!path.contains("key="), "{path}");
     assert!(path.contains("alt=json"), "{path}");
     assert!(path.starts_with(&format!("/v1beta/models/{MODEL}:generateContent")));
+    // A cache's routes carry the held key the same way.
+    let caches = format!(
+        "http://{}/v1beta/cachedContents?key=ck-gemini-team",
+        proxy.addr
+    );
+    let (status, _) = post(
+        &caches,
+        Some("ck-gemini-team"),
+        &json!({"model": "models/x"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let sent = upstream.requests();
+    let got = sent.last().unwrap();
+    let held = got
+        .headers
+        .get("x-goog-api-key")
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(held, Some("AIza-held-by-cachet"));
+    assert_eq!(got.path_and_query, "/v1beta/cachedContents");
 }
 
 /// `countTokens` and `/v1beta/cachedContents` go through cachet to the upstream and back as

@@ -209,3 +209,71 @@ async fn the_emulator_keeps_explicit_caches_as_the_api_does() {
     let (status, list) = call(reqwest::Method::GET, &caches, None).await;
     assert_eq!((status, &list), (200, &json!({})), "nothing left alive");
 }
+
+/// Through cachet: the cache's routes go to the upstream with the client's key and back as
+/// they are, counted under `provider="gemini"`; the request against the cache reads it, its
+/// reads are counted as the emulator billed them, and moving the prefix into the cache is
+/// no break.
+#[tokio::test]
+async fn a_cache_through_cachet_is_counted_and_read_without_a_break() {
+    let emu = emulator_with_key().await;
+    let proxy = start_proxy(test_config(&emu.url())).await;
+    let base = format!("http://{}/v1beta", proxy.addr);
+    let generate = format!("{base}/models/{MODEL}:generateContent");
+    let (status, first) = post(&generate, Some(KEY), &cli_body(0)).await;
+    assert_eq!(status, 200, "{first}");
+    let (status, cache) = post(
+        &format!("{base}/cachedContents"),
+        Some(KEY),
+        &cache_body("300s"),
+    )
+    .await;
+    assert_eq!(status, 200, "{cache}");
+    let name = cache["name"].as_str().unwrap();
+    let (status, got) = call(reqwest::Method::GET, &format!("{base}/{name}"), None).await;
+    assert_eq!((status, &got), (200, &cache));
+    let (status, answer) = post(&generate, Some(KEY), &against(name)).await;
+    assert_eq!(status, 200, "{answer}");
+    let read = answer["usageMetadata"]["cachedContentTokenCount"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        Some(read),
+        cache["usageMetadata"]["totalTokenCount"].as_u64()
+    );
+
+    let metrics = metrics_text(&proxy).await;
+    let labels = [("provider", "gemini"), ("endpoint", "cached_contents")];
+    assert_eq!(
+        metric_sum(&metrics, "cachet_requests_total", &labels),
+        2.0,
+        "{metrics}"
+    );
+    let reads = [
+        ("provider", "gemini"),
+        ("model", MODEL),
+        ("kind", "cache_read"),
+    ];
+    assert_eq!(
+        metric_sum(&metrics, "cachet_input_tokens_total", &reads),
+        read as f64,
+        "{metrics}"
+    );
+    // The request against the cache continues the conversation of the first: one session
+    // of two requests, neither diagnosed.
+    let sessions = wait_for_sessions(&proxy, 1).await;
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let id = sessions[0]["id"].as_str().unwrap();
+    let log = wait_for_requests(&proxy, id, 2).await;
+    let entries = request_entries(&log);
+    assert_eq!(entries.len(), 2, "{log}");
+    assert!(entries.iter().all(|e| e["diagnosis"].is_null()), "{log}");
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "cachet_prefix_breaks_total",
+            &[("provider", "gemini")]
+        ),
+        0.0
+    );
+}

@@ -66,6 +66,16 @@ pub fn read(json: &[u8]) -> (Option<Usage>, Option<String>, Option<String>) {
     )
 }
 
+/// The name of the cache a `cachedContents` answer holds (`cachedContents/ID`).
+pub fn cache_name(json: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Named {
+        name: Option<String>,
+    }
+    let named = serde_json::from_slice::<Named>(json).ok()?.name?;
+    named.starts_with("cachedContents/").then_some(named)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,6 +49,13 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
             ..ResponseFacts::default()
         };
     }
+    if endpoint == Endpoint::CachedContents {
+        // No bill: the answer names the cache a create made.
+        return ResponseFacts {
+            id: super::gemini::usage::cache_name(body),
+            ..ResponseFacts::default()
+        };
+    }
     if endpoint == Endpoint::GenerateContent {
         let (usage, model, id) = super::gemini::usage::read(body);
         return ResponseFacts {
