@@ -321,3 +321,55 @@ async fn count_tokens_and_cached_contents_pass_through() {
         );
     }
 }
+
+/// A policy can name the Gemini API (`provider = ["gemini"]`, `endpoint =
+/// ["generate_content"]`) and shapes Gemini CLI's requests; one that names another
+/// provider leaves them as they came.
+#[tokio::test]
+async fn a_policy_naming_gemini_shapes_gemini_requests_only() {
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"ok"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":5,"candidatesTokenCount":1}}"#,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let notes = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/notes/");
+    let policy = |name: &str, provider: &str, endpoint: &str| {
+        policy_file(
+            dir.path(),
+            name,
+            &format!(
+                "name = \"{name}\"\n[match]\nprovider = [\"{provider}\"]\nendpoint = [\"{endpoint}\"]\n[[inject]]\nsource = {{ notes = \"{notes}\", top_k = 1 }}\nmode = \"system-prompt\"\npart = \"memory\"\n"
+            ),
+        )
+    };
+    let policies = vec![
+        policy("gemini-notes", "gemini", "generate_content"),
+        policy("claude-notes", "anthropic", "messages"),
+    ];
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        policies,
+        &dir.path().join("store"),
+    ))
+    .await;
+    let url = format!(
+        "http://{}/v1beta/models/{MODEL}:generateContent",
+        proxy.addr
+    );
+    let mut body = cli_body(0);
+    body["contents"][0]["parts"][1]["text"] = json!("How long do access tokens live?");
+    let (status, answer) = post(&url, Some(KEY), &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: Value = serde_json::from_slice(&upstream.requests()[0].body).unwrap();
+    let parts = sent["systemInstruction"]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "the note is one more system part: {sent}");
+    assert!(
+        parts[1]["text"].as_str().unwrap().contains("Access tokens"),
+        "{sent}"
+    );
+    assert_eq!(
+        sent["contents"], body["contents"],
+        "the conversation is untouched"
+    );
+}
