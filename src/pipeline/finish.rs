@@ -25,6 +25,10 @@ impl Pipeline {
             Outcome::Answered(answer) => answer,
         };
         let mut answer = answer;
+        // What the answer bills by the call's method (a Gemini cache's get answers the same
+        // resource its create did).
+        let usage = answer.tap.usage.take();
+        answer.tap.usage = crate::providers::bill_of(ex.route.endpoint, &ex.parts.method, usage);
         // An unchecked body leaves the model to its path (Bedrock, Vertex), else to the
         // response.
         if ex.model.is_none() {

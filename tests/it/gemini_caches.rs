@@ -237,10 +237,8 @@ async fn a_cache_through_cachet_is_counted_and_read_without_a_break() {
     let read = answer["usageMetadata"]["cachedContentTokenCount"]
         .as_u64()
         .unwrap();
-    assert_eq!(
-        Some(read),
-        cache["usageMetadata"]["totalTokenCount"].as_u64()
-    );
+    let cached = cache["usageMetadata"]["totalTokenCount"].as_u64().unwrap();
+    assert_eq!(read, cached);
 
     let metrics = metrics_text(&proxy).await;
     let labels = [("provider", "gemini"), ("endpoint", "cached_contents")];
@@ -258,6 +256,37 @@ async fn a_cache_through_cachet_is_counted_and_read_without_a_break() {
         metric_sum(&metrics, "cachet_input_tokens_total", &reads),
         read as f64,
         "{metrics}"
+    );
+    // The create is billed as the emulator bills it: its tokens once, as a write, and the
+    // storage of its 300-second TTL (Gemini 2.5 Flash: $1.00 per million tokens an hour);
+    // the GET is not billed.
+    let writes = [
+        ("provider", "gemini"),
+        ("model", MODEL),
+        ("kind", "cache_write"),
+    ];
+    assert_eq!(
+        metric_sum(&metrics, "cachet_input_tokens_total", &writes),
+        cached as f64,
+        "{metrics}"
+    );
+    let billed: f64 = emu
+        .accounted()
+        .iter()
+        .map(|a| {
+            let info = cachet::models::lookup(&a.model).unwrap();
+            info.cost_usd(&a.accounting.usage(a.output_tokens))
+        })
+        .sum();
+    let storage = cached as f64 * 300.0 / 3600.0 / 1e6;
+    let cost = metric_sum(&metrics, "cachet_cost_usd_total", &[("provider", "gemini")]);
+    assert!(
+        (cost - billed).abs() < 1e-12 && cost > storage,
+        "cachet's cost {cost} is the emulator's {billed}, storage {storage} included"
+    );
+    assert!(
+        metrics.contains("\ncachet_unknown_models_total 0\n"),
+        "the cache's model is priced: {metrics}"
     );
     // The request against the cache continues the conversation of the first: one session
     // of two requests, neither diagnosed.

@@ -50,10 +50,14 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
         };
     }
     if endpoint == Endpoint::CachedContents {
-        // No bill: the answer names the cache a create made.
+        // The cache's name, and the bill of the TTL it sets when the call is a create or
+        // an update (the caller knows the method: `gemini::usage::stored_bill`).
+        let (usage, model, id) = super::gemini::usage::read_stored(body);
         return ResponseFacts {
-            id: super::gemini::usage::cache_name(body),
-            ..ResponseFacts::default()
+            usage,
+            model,
+            id,
+            diagnostics: None,
         };
     }
     if endpoint == Endpoint::GenerateContent {
