@@ -3,8 +3,6 @@
 //! its own contents; [`crate::providers::gemini::explicit`]), not on the few contents it
 //! sends. Observation only: the request goes upstream as it came.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use serde_json::Value;
 
@@ -14,9 +12,17 @@ use super::Pipeline;
 use crate::providers::gemini::explicit;
 use crate::route::Endpoint;
 
-/// How many caches are remembered, each with what it holds (a cache holds at least the
-/// model's minimum, a few thousand tokens: some tens of kilobytes each).
-pub(super) const REMEMBERED_CACHES: u64 = 1_024;
+/// The bytes of what the remembered caches hold, at most: the least recently used are
+/// forgotten first (a cache may hold megabytes of inline data).
+pub(super) const REMEMBERED_CACHE_BYTES: u64 = 64 << 20;
+
+/// The remembered caches, weighed by the bytes each holds.
+pub(super) fn remembered_caches() -> moka::sync::Cache<u128, Bytes> {
+    moka::sync::Cache::builder()
+        .weigher(|_, held: &Bytes| u32::try_from(held.len()).unwrap_or(u32::MAX))
+        .max_capacity(REMEMBERED_CACHE_BYTES)
+        .build()
+}
 
 impl Pipeline {
     /// Remember what a create through cachet stored, under the name its answer gives, in
@@ -32,8 +38,9 @@ impl Pipeline {
             return;
         };
         let key = namespaced_key(name.as_bytes(), ex.namespace());
-        self.gemini_caches
-            .insert(key, Arc::new(explicit::prefix_of(&body)));
+        if let Ok(held) = serde_json::to_vec(&explicit::prefix_of(&body)) {
+            self.gemini_caches.insert(key, Bytes::from(held));
+        }
     }
 
     /// The body a `generateContent` that names a remembered cache is measured as; `None`
@@ -47,9 +54,10 @@ impl Pipeline {
         }
         let request: Value = serde_json::from_slice(&ex.body).ok()?;
         let name = explicit::named_cache(&request)?;
-        let prefix = self
+        let held = self
             .gemini_caches
             .get(&namespaced_key(name.as_bytes(), ex.namespace()))?;
+        let prefix: Value = serde_json::from_slice(&held).ok()?;
         serde_json::to_vec(&explicit::expand(&request, &prefix))
             .ok()
             .map(Bytes::from)

@@ -84,7 +84,7 @@ pub struct Pipeline {
     answers: moka::sync::Cache<u128, recall::Answered>,
     /// What the Gemini caches created through cachet hold, by name, for the requests that
     /// name one (measured on the prompt the model reads).
-    gemini_caches: moka::sync::Cache<u128, Arc<serde_json::Value>>,
+    gemini_caches: moka::sync::Cache<u128, Bytes>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
     /// The time the session log is written in.
@@ -146,7 +146,7 @@ impl Pipeline {
             pairs: moka::future::Cache::new(recall::REMEMBERED_PAIRS),
             starts: moka::future::Cache::new(recall::REMEMBERED_STARTS),
             answers: moka::sync::Cache::new(recall::REMEMBERED_ANSWER_SESSIONS),
-            gemini_caches: moka::sync::Cache::new(gemini_caches::REMEMBERED_CACHES),
+            gemini_caches: gemini_caches::remembered_caches(),
             after_queue: std::sync::OnceLock::new(),
             response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
             clock,
