@@ -89,6 +89,15 @@ impl ModelInfo {
                 + u.cache_write_12h as f64 * self.cache_write_12h.unwrap_or(self.cache_write_5m))
             + output * u.output as f64 * self.output)
             / 1e6
+            + self.storage_cost_usd(u.cache_storage_token_secs)
+    }
+
+    /// What storing an explicit cache costs (Gemini `cachedContents`): `token_secs`
+    /// token-seconds at the row's price per million tokens per hour; nothing for a row
+    /// without one.
+    pub fn storage_cost_usd(&self, token_secs: u64) -> f64 {
+        self.cache_storage_per_hour
+            .map_or(0.0, |price| token_secs as f64 / 3600.0 * price / 1e6)
     }
 
     /// What caching saved against sending every input token uncached (negative when

@@ -124,7 +124,7 @@ pub struct Tap {
 impl Tap {
     /// A tap for a response; `sse` when the upstream answered `text/event-stream`.
     pub fn new(endpoint: Endpoint, sse: bool, keep_events: bool) -> Self {
-        let reader = if !endpoint.is_billed() {
+        let reader = if !crate::providers::reads_whole(endpoint) {
             Reader::None
         } else if sse {
             Reader::Sse {

@@ -16,6 +16,10 @@ pub struct Usage {
     /// reported in `cache_write_tokens_details.ttl_12h_tokens`); part of `cache_write`.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub cache_write_12h: u64,
+    /// Gemini explicit caches (`cachedContents`): the storage a TTL set bills, in
+    /// token-seconds (priced per token-hour).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub cache_storage_token_secs: u64,
     /// The answer was served in fast mode (Anthropic `usage.speed: "fast"`, OpenAI
     /// `service_tier: "priority"`), billed at the model's fast-mode multiplier.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -102,6 +106,9 @@ impl Usage {
         self.cache_write_5m = self.cache_write_5m.saturating_add(other.cache_write_5m);
         self.cache_write_1h = self.cache_write_1h.saturating_add(other.cache_write_1h);
         self.cache_write_12h = self.cache_write_12h.saturating_add(other.cache_write_12h);
+        self.cache_storage_token_secs = self
+            .cache_storage_token_secs
+            .saturating_add(other.cache_storage_token_secs);
         self.uncached = self.uncached.saturating_add(other.uncached);
         self.output = self.output.saturating_add(other.output);
         // A sum of requests has no first and last sampling, nor one prompt's edits, nor one

@@ -146,6 +146,7 @@ impl AnthropicCache {
             cache_write_5m: last_write - last_1h,
             cache_write_30m: 0,
             cache_write_12h: 0,
+            storage_token_secs: 0,
             fast: prompt.fast,
             flex: false,
             us_only: prompt.us_only,

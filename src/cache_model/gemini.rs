@@ -51,6 +51,8 @@ impl GeminiPrompt {
 #[derive(Debug, Clone, Default)]
 pub struct GeminiCache {
     entries: HashMap<PrefixHash, u64>,
+    /// The explicit caches (`cachedContents`).
+    pub explicit: super::gemini_explicit::ExplicitCaches,
 }
 
 impl GeminiCache {
@@ -61,6 +63,17 @@ impl GeminiCache {
         req: &Value,
         now_ms: u64,
     ) -> Result<Accounting, ApiError> {
+        // A request against an explicit cache reads exactly the cache (its own contents
+        // are billed in full, even when they repeat the cache's).
+        if field(
+            req,
+            crate::providers::gemini::CACHED_CONTENT,
+            "cached_content",
+        )
+        .is_some()
+        {
+            return self.explicit.account(model, req, now_ms);
+        }
         let prompt = render(model, req)?;
         let min = min_tokens(model);
         self.entries.retain(|_, expires| *expires > now_ms);
@@ -82,6 +95,7 @@ impl GeminiCache {
             cache_write_1h: 0,
             cache_write_30m: 0,
             cache_write_12h: 0,
+            storage_token_secs: 0,
             detail: Detail {
                 blocks: prompt.ends.len(),
                 markers: Vec::new(),
@@ -147,7 +161,7 @@ pub fn render(model: &str, req: &Value) -> Result<GeminiPrompt, ApiError> {
 }
 
 /// A field by its JSON name or its proto name (the API takes both).
-fn field<'a>(v: &'a Value, camel: &str, snake: &str) -> Option<&'a Value> {
+pub(super) fn field<'a>(v: &'a Value, camel: &str, snake: &str) -> Option<&'a Value> {
     v.get(camel).or_else(|| v.get(snake))
 }
 

@@ -10,6 +10,7 @@ mod clock;
 pub mod context_editing;
 pub mod diagnosis;
 pub mod gemini;
+pub mod gemini_explicit;
 mod hash;
 pub mod next_turn;
 mod openai;
@@ -126,6 +127,8 @@ pub struct Accounting {
     pub cache_write_30m: u64,
     /// OpenAI writes with `prompt_cache_options.ttl: "12h"` (12-hour minimum lifetime).
     pub cache_write_12h: u64,
+    /// Gemini explicit caches: the storage a TTL set bills, in token-seconds.
+    pub storage_token_secs: u64,
     pub detail: Detail,
     /// The compaction sampled before this answer, when the request's prompt reached its
     /// `compact_20260112` trigger (Anthropic).
@@ -171,6 +174,7 @@ impl Accounting {
             cache_write_5m: self.cache_write_5m,
             cache_write_1h: self.cache_write_1h,
             cache_write_12h: self.cache_write_12h,
+            cache_storage_token_secs: self.storage_token_secs,
             uncached: self.uncached(),
             output: output_tokens,
             iterations: None,
@@ -231,6 +235,11 @@ impl CacheModel {
                 other.label()
             ))),
         }
+    }
+
+    /// The Gemini API's explicit caches (`cachedContents`).
+    pub fn gemini_caches(&mut self) -> &mut gemini_explicit::ExplicitCaches {
+        &mut self.gemini.explicit
     }
 
     /// Input tokens of a request as the accounting counts them (`count_tokens`).

@@ -111,6 +111,7 @@ impl OpenAiCache {
             cache_write_1h: 0,
             cache_write_30m: if twelve_hours { 0 } else { written },
             cache_write_12h: if twelve_hours { written } else { 0 },
+            storage_token_secs: 0,
             fast: prompt.fast,
             flex: prompt.flex,
             us_only: false,

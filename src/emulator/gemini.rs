@@ -1,7 +1,8 @@
 //! The Gemini API (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent`,
 //! `:countTokens`), as strict as Google's: the key (`x-goog-api-key` or `key=`), the model
 //! in the path, the body's shape, answered with Google's error body; implicit caching by
-//! [`crate::cache_model::gemini`].
+//! [`crate::cache_model::gemini`], explicit caches (`/v1beta/cachedContents`) by
+//! [`super::gemini_caches`].
 //!
 //! Facts (each cited where it is used): ai.google.dev/api/generate-content (the request
 //! and `GenerateContentResponse`, `usageMetadata`), ai.google.dev/gemini-api/docs/caching
@@ -18,6 +19,7 @@ use super::fault::{self, Faults};
 use super::reply::Reply;
 use super::routes::{read_json, Accounted, Shared};
 use super::turn::Turn;
+use crate::cache_model::gemini_explicit as explicit;
 use crate::error::{ApiError, ErrorKind};
 use crate::http_serve::{full, ResponseBody};
 use crate::providers::gemini::{self as api, API_KEY_HEADER, API_KEY_QUERY};
@@ -58,7 +60,12 @@ fn google_error(status: StatusCode, name: &str, message: &str) -> Response<Respo
     resp
 }
 
-fn error_response(err: &ApiError) -> Response<ResponseBody> {
+/// An error in Google's shape. A cache the API does not hold is its 403 PERMISSION_DENIED
+/// (for `get`, `delete` and `generateContent` alike), never a 404.
+pub(super) fn error_response(err: &ApiError) -> Response<ResponseBody> {
+    if err.kind == ErrorKind::NotFound && err.message == explicit::NOT_FOUND {
+        return google_error(StatusCode::FORBIDDEN, "PERMISSION_DENIED", &err.message);
+    }
     let mut resp = Response::new(full(api::error_body(err.kind, &err.message)));
     *resp.status_mut() = err.status();
     resp.headers_mut().insert(
@@ -77,7 +84,7 @@ fn presented_key(req: &Request<Incoming>) -> Option<String> {
 }
 
 /// A query parameter's decoded value.
-fn query_param(query: &str, name: &str) -> Option<String> {
+pub(super) fn query_param(query: &str, name: &str) -> Option<String> {
     let url = reqwest::Url::parse(&format!("http://query.invalid/?{query}")).ok()?;
     let value = url.query_pairs().find(|(k, _)| k == name)?.1;
     Some(value.into_owned())
@@ -110,6 +117,9 @@ pub async fn handle(shared: &Shared, seq: u64, req: Request<Incoming>) -> Respon
     }
     let path = req.uri().path().trim_end_matches('/').to_string();
     let endpoint = api::classify(req.method(), &path);
+    if endpoint == Some(Endpoint::CachedContents) {
+        return super::gemini_caches::handle(shared, req).await;
+    }
     let model = api::model_in_path(&path).map(str::to_string);
     let (endpoint, model) = match (endpoint, model) {
         (Some(e @ (Endpoint::GenerateContent | Endpoint::GeminiCountTokens)), Some(m)) => (e, m),
@@ -172,17 +182,6 @@ async fn generate(
             crate::cache_model::CacheModel::count_tokens(Endpoint::GeminiCountTokens, &request)?;
         return Ok(ok(full(json!({"totalTokens": n}).to_string())));
     }
-    if request
-        .get("cachedContent")
-        .or(request.get("cached_content"))
-        .is_some()
-    {
-        // The emulator creates no explicit cache: every name is unknown to it.
-        return Err(ApiError::new(
-            ErrorKind::NotFound,
-            "CachedContent not found (or permission denied)",
-        ));
-    }
     let reply =
         shared
             .script()
@@ -229,7 +228,7 @@ async fn generate(
     Ok(resp)
 }
 
-fn ok(body: ResponseBody) -> Response<ResponseBody> {
+pub(super) fn ok(body: ResponseBody) -> Response<ResponseBody> {
     let mut resp = Response::new(body);
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,

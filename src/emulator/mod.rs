@@ -12,6 +12,7 @@ mod converse;
 pub mod fault;
 mod files;
 mod gemini;
+mod gemini_caches;
 mod generate;
 mod google_token;
 mod models;

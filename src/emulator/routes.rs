@@ -210,6 +210,12 @@ impl Shared {
         log.push_back(entry);
     }
 
+    /// Run `f` on the shared cache model at the clock's time (Gemini's explicit caches).
+    pub(super) fn with_cache<R>(&self, f: impl FnOnce(&mut CacheModel, u64) -> R) -> R {
+        let now_ms = self.clock.now_ms();
+        f(&mut recover(&self.cache), now_ms)
+    }
+
     /// Account one request on the shared cache model. A panic inside the model (a bug) is
     /// answered as a 500 for this request only: the lock it poisoned is taken back, so the
     /// next request is served as usual.

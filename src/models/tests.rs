@@ -752,3 +752,35 @@ fn openai_fast_mode_is_priced_at_its_multiplier() {
     let astra = builtin("gpt-6.2-astra").unwrap();
     assert_eq!(astra.cost_usd(&usage(true)), astra.cost_usd(&usage(false)));
 }
+
+/// Gemini's explicit caches bill storage per token-hour beside the reads
+/// (ai.google.dev/gemini-api/docs/pricing: Gemini 2.5 Flash $1.00, 2.5 Pro $4.50 per
+/// million tokens per hour), at no long-context factor; a row without a storage price
+/// bills none.
+#[test]
+fn explicit_cache_storage_is_priced_per_token_hour() {
+    let hour_of_a_million = Usage {
+        cache_storage_token_secs: 1_000_000 * 3600,
+        ..Usage::default()
+    };
+    for (model, per_hour) in [("gemini-2.5-flash", 1.0), ("gemini-2.5-pro", 4.5)] {
+        let m = builtin(model).unwrap();
+        assert!(
+            (m.cost_usd(&hour_of_a_million) - per_hour).abs() < 1e-9,
+            "{model}"
+        );
+        assert!(m.savings_usd(&hour_of_a_million) < 0.0, "storage is a cost");
+    }
+    let long = Usage {
+        uncached: 300_000,
+        ..hour_of_a_million
+    };
+    let pro = builtin("gemini-2.5-pro").unwrap();
+    let without = Usage {
+        cache_storage_token_secs: 0,
+        ..long
+    };
+    assert!((pro.cost_usd(&long) - pro.cost_usd(&without) - 4.5).abs() < 1e-9);
+    let claude = builtin("claude-opus-5-5").unwrap();
+    assert_eq!(claude.cost_usd(&hour_of_a_million), 0.0);
+}

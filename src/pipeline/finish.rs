@@ -25,6 +25,10 @@ impl Pipeline {
             Outcome::Answered(answer) => answer,
         };
         let mut answer = answer;
+        // What the answer bills by the call's method (a Gemini cache's get answers the same
+        // resource its create did).
+        let usage = answer.tap.usage.take();
+        answer.tap.usage = crate::providers::bill_of(ex.route.endpoint, &ex.parts.method, usage);
         // An unchecked body leaves the model to its path (Bedrock, Vertex), else to the
         // response.
         if ex.model.is_none() {
@@ -38,6 +42,7 @@ impl Pipeline {
             response_model: answer.tap.model.as_deref(),
         });
         self.read_assistant(&ex, &mut answer);
+        self.remember_gemini_cache(&ex, &answer);
         self.write_trace(&mut ex, answer.status, Some(&answer));
         if let After::Shaped(shaping) = &mut ex.after {
             // Known before the client can send its next request: that request names this

@@ -16,6 +16,7 @@
 mod diagnose;
 mod exchange;
 mod finish;
+mod gemini_caches;
 mod handlers;
 pub mod history;
 mod hold;
@@ -81,6 +82,9 @@ pub struct Pipeline {
     /// continue an answer by `previous_response_id` (inserted as a response ends, before the
     /// client can name it).
     answers: moka::sync::Cache<u128, recall::Answered>,
+    /// What the Gemini caches created through cachet hold, by name, for the requests that
+    /// name one (measured on the prompt the model reads).
+    gemini_caches: moka::sync::Cache<u128, Bytes>,
     /// Request spans, the in-flight gauge and OTLP export.
     telemetry: Arc<Telemetry>,
     /// The time the session log is written in.
@@ -142,6 +146,7 @@ impl Pipeline {
             pairs: moka::future::Cache::new(recall::REMEMBERED_PAIRS),
             starts: moka::future::Cache::new(recall::REMEMBERED_STARTS),
             answers: moka::sync::Cache::new(recall::REMEMBERED_ANSWER_SESSIONS),
+            gemini_caches: gemini_caches::remembered_caches(),
             after_queue: std::sync::OnceLock::new(),
             response_ids: moka::future::Cache::new(REMEMBERED_ANSWERS),
             clock,
@@ -471,7 +476,8 @@ fn is_generation_like(endpoint: Endpoint) -> bool {
 
 /// Endpoints whose body cachet reads whole before forwarding: the generation-like ones, and
 /// the other billed ones (a compaction, Bedrock's Converse), whose model is read for their
-/// counts (and a Converse body is signed).
+/// counts (and a Converse body is signed), and a Gemini cache's, remembered for the requests
+/// that name it.
 fn reads_body(endpoint: Endpoint) -> bool {
-    is_generation_like(endpoint) || endpoint.is_billed()
+    is_generation_like(endpoint) || crate::providers::reads_whole(endpoint)
 }

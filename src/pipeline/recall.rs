@@ -368,7 +368,7 @@ fn history_key(hash: &[u8; 32], namespace: Option<&str>) -> u128 {
 
 /// A 128-bit hash of `bytes` inside a namespace (key names cannot hold the 0 byte that
 /// ends it), so a remembered entry holds no copy of either.
-fn namespaced_key(bytes: &[u8], namespace: Option<&str>) -> u128 {
+pub(super) fn namespaced_key(bytes: &[u8], namespace: Option<&str>) -> u128 {
     let mut hasher = crate::memo::hasher();
     hasher.update(namespace.unwrap_or("").as_bytes());
     hasher.update(&[0]);

@@ -32,8 +32,18 @@ impl Pipeline {
             (None, true) => ex.read.known.clone(),
             (None, false) => self.find_known(&ex.body),
         };
+        // A request that names a Gemini cache is read as the prompt the model reads.
+        let read = match self.expanded_gemini_body(ex) {
+            Some(whole) => self
+                .read_envelope(ex.route, whole, None, None)
+                .map(|(mut env, h)| {
+                    ex.name_path_model(&mut env);
+                    (env, h)
+                }),
+            None => self.read_exchange_envelope(ex, found.as_ref()),
+        };
         // A body that does not parse went out unchecked; the provider answered it.
-        let Ok((env, history)) = self.read_exchange_envelope(ex, found.as_ref()) else {
+        let Ok((env, history)) = read else {
             return false;
         };
         ex.read.gathered = None;

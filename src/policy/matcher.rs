@@ -94,17 +94,14 @@ impl Matcher {
     }
 }
 
-/// The providers a policy can name: every one but Gemini, whose requests are monitored but
-/// not yet shaped.
+/// The providers a policy can name: every one.
 fn policy_providers() -> impl Iterator<Item = Provider> {
-    Provider::ALL.into_iter().filter(|p| *p != Provider::Gemini)
+    Provider::ALL.into_iter()
 }
 
-/// The endpoints a policy can name: the generation endpoints of [`policy_providers`].
+/// The endpoints a policy can name: the generation endpoints.
 fn policy_endpoints() -> impl Iterator<Item = Endpoint> {
-    Endpoint::ALL
-        .into_iter()
-        .filter(|e| e.is_generation() && *e != Endpoint::GenerateContent)
+    Endpoint::ALL.into_iter().filter(|e| e.is_generation())
 }
 
 /// Names as an error lists the accepted ones: `a | b | c`.

@@ -174,7 +174,7 @@ fn semantic_errors_are_all_collected() {
         errors(text),
         vec![
             "p.toml:1:8: name: name `a b` must be 1 to 64 letters, digits, `-`, `_`, `.` or `#`",
-            "p.toml:3:26: match.provider[1]: unknown provider `azure`; expected anthropic | openai | bedrock | vertex",
+            "p.toml:3:26: match.provider[1]: unknown provider `azure`; expected anthropic | openai | gemini | bedrock | vertex",
             "p.toml:4:11: match.client[0]: unknown client `cursor`; expected pi | claude-code | codex | sdk | unknown",
             "p.toml:6:8: breakpoints.mode: unknown mode `always`; expected preserve | auto | strip",
         ]

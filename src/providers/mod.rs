@@ -333,6 +333,27 @@ impl Api for Unanswered {
     }
 }
 
+/// Whether cachet reads an exchange's request and answer whole: a bill's, and a Gemini
+/// cache's (`cachedContents`), whose create holds what the requests that name the cache
+/// later are measured with, under the name its answer gives.
+pub fn reads_whole(endpoint: Endpoint) -> bool {
+    endpoint.is_billed() || endpoint == Endpoint::CachedContents
+}
+
+/// What an answer read as `usage` bills, by the call's method: a Gemini cache's create and
+/// update bill the TTL they set, its get, list and delete nothing; any other answer what it
+/// reports.
+pub fn bill_of(
+    endpoint: Endpoint,
+    method: &http::Method,
+    usage: Option<crate::usage::Usage>,
+) -> Option<crate::usage::Usage> {
+    match endpoint {
+        Endpoint::CachedContents => gemini::usage::stored_bill(method, usage),
+        _ => usage,
+    }
+}
+
 /// The rules of a route's API: one row per endpoint (a token count is read by Messages'
 /// rules, a compaction by Responses').
 pub fn api(endpoint: Endpoint) -> &'static dyn Api {

@@ -9,13 +9,13 @@ use serde_json::{json, Value};
 
 use crate::support::*;
 
-const KEY: &str = "AIza-e2e-dummy-gemini-key";
-const MODEL: &str = "gemini-2.5-flash";
+pub(crate) const KEY: &str = "AIza-e2e-dummy-gemini-key";
+pub(crate) const MODEL: &str = "gemini-2.5-flash";
 
 /// Gemini CLI's request shape (0.61.0): a long system instruction with a `role`, one
 /// `Tool` of function declarations with `parametersJsonSchema`, the session context as the
 /// first user part, `generationConfig` with thinking.
-fn cli_body(turns: usize) -> Value {
+pub(crate) fn cli_body(turns: usize) -> Value {
     let mut contents = vec![json!({"role": "user", "parts": [
         {"text": "<session_context>\nToday's date is Monday, December 7, 2026.\n</session_context>"},
         {"text": "List the files in this folder."}]})];
@@ -38,7 +38,7 @@ fn cli_body(turns: usize) -> Value {
     })
 }
 
-async fn emulator_with_key() -> cachet::emulator::EmulatorHandle {
+pub(crate) async fn emulator_with_key() -> cachet::emulator::EmulatorHandle {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let opts = cachet::emulator::EmulatorOptions {
         api_keys: vec![KEY.into()],
@@ -47,7 +47,7 @@ async fn emulator_with_key() -> cachet::emulator::EmulatorHandle {
     cachet::emulator::spawn(listener, opts).await.unwrap()
 }
 
-async fn post(url: &str, key: Option<&str>, body: &Value) -> (u16, Value) {
+pub(crate) async fn post(url: &str, key: Option<&str>, body: &Value) -> (u16, Value) {
     let mut req = client().post(url).json(body);
     if let Some(key) = key {
         req = req.header("x-goog-api-key", key);
@@ -263,11 +263,31 @@ async fn a_held_gemini_key_replaces_the_client_key_and_the_query_key() {
     assert!(!path.contains("key="), "{path}");
     assert!(path.contains("alt=json"), "{path}");
     assert!(path.starts_with(&format!("/v1beta/models/{MODEL}:generateContent")));
+    // A cache's routes carry the held key the same way.
+    let caches = format!(
+        "http://{}/v1beta/cachedContents?key=ck-gemini-team",
+        proxy.addr
+    );
+    let (status, _) = post(
+        &caches,
+        Some("ck-gemini-team"),
+        &json!({"model": "models/x"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let sent = upstream.requests();
+    let got = sent.last().unwrap();
+    let held = got
+        .headers
+        .get("x-goog-api-key")
+        .and_then(|v| v.to_str().ok());
+    assert_eq!(held, Some("AIza-held-by-cachet"));
+    assert_eq!(got.path_and_query, "/v1beta/cachedContents");
 }
 
 /// `countTokens` and `/v1beta/cachedContents` go through cachet to the upstream and back as
-/// they are: the count the emulator bills, and the emulator's own 404 (it creates no
-/// explicit cache) in Google's shape, never a cachet error.
+/// they are: the count the emulator bills, and the API's own refusal of a cache below the
+/// model's minimum in Google's shape, never a cachet error.
 #[tokio::test]
 async fn count_tokens_and_cached_contents_pass_through() {
     let emu = emulator_with_key().await;
@@ -286,9 +306,11 @@ async fn count_tokens_and_cached_contents_pass_through() {
     let (status, err) = post(&caches, Some(KEY), &body).await;
     assert_eq!(
         (status, &err["error"]["status"]),
-        (404, &json!("NOT_FOUND")),
+        (400, &json!("INVALID_ARGUMENT")),
         "{err}"
     );
+    let message = err["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("Cached content is too small"), "{err}");
     let metrics = metrics_text(&proxy).await;
     for endpoint in ["gemini_count_tokens", "cached_contents"] {
         let labels = [("provider", "gemini"), ("endpoint", endpoint)];
@@ -298,4 +320,56 @@ async fn count_tokens_and_cached_contents_pass_through() {
             "{endpoint}: {metrics}"
         );
     }
+}
+
+/// A policy can name the Gemini API (`provider = ["gemini"]`, `endpoint =
+/// ["generate_content"]`) and shapes Gemini CLI's requests; one that names another
+/// provider leaves them as they came.
+#[tokio::test]
+async fn a_policy_naming_gemini_shapes_gemini_requests_only() {
+    let upstream = FakeUpstream::start(Script::json(
+        200,
+        r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"ok"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":5,"candidatesTokenCount":1}}"#,
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let notes = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/notes/");
+    let policy = |name: &str, provider: &str, endpoint: &str| {
+        policy_file(
+            dir.path(),
+            name,
+            &format!(
+                "name = \"{name}\"\n[match]\nprovider = [\"{provider}\"]\nendpoint = [\"{endpoint}\"]\n[[inject]]\nsource = {{ notes = \"{notes}\", top_k = 1 }}\nmode = \"system-prompt\"\npart = \"memory\"\n"
+            ),
+        )
+    };
+    let policies = vec![
+        policy("gemini-notes", "gemini", "generate_content"),
+        policy("claude-notes", "anthropic", "messages"),
+    ];
+    let proxy = start_proxy(policy_config(
+        &upstream.url(),
+        policies,
+        &dir.path().join("store"),
+    ))
+    .await;
+    let url = format!(
+        "http://{}/v1beta/models/{MODEL}:generateContent",
+        proxy.addr
+    );
+    let mut body = cli_body(0);
+    body["contents"][0]["parts"][1]["text"] = json!("How long do access tokens live?");
+    let (status, answer) = post(&url, Some(KEY), &body).await;
+    assert_eq!(status, 200, "{answer}");
+    let sent: Value = serde_json::from_slice(&upstream.requests()[0].body).unwrap();
+    let parts = sent["systemInstruction"]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "the note is one more system part: {sent}");
+    assert!(
+        parts[1]["text"].as_str().unwrap().contains("Access tokens"),
+        "{sent}"
+    );
+    assert_eq!(
+        sent["contents"], body["contents"],
+        "the conversation is untouched"
+    );
 }

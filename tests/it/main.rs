@@ -27,6 +27,7 @@ mod envelope_patch;
 mod envelope_props;
 mod fuzz_regressions;
 mod gemini_api;
+mod gemini_caches;
 mod grafana_dashboard;
 mod hooks_client;
 mod hooks_python_example;

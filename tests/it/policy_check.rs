@@ -149,10 +149,10 @@ fn bad_on_error_and_event() {
 #[test]
 fn unknown_match_values() {
     assert_refused(
-        "name = \"a\"\n[match]\nprovider = [\"gemini\"]\nendpoint = [\"completions\"]\n",
+        "name = \"a\"\n[match]\nprovider = [\"deepseek\"]\nendpoint = [\"completions\"]\n",
         &[
-            "p.toml:3:13: match.provider[0]: unknown provider `gemini`; expected anthropic | openai | bedrock | vertex",
-            "p.toml:4:13: match.endpoint[0]: unknown endpoint `completions`; expected messages | chat | responses | invoke | raw_predict",
+            "p.toml:3:13: match.provider[0]: unknown provider `deepseek`; expected anthropic | openai | gemini | bedrock | vertex",
+            "p.toml:4:13: match.endpoint[0]: unknown endpoint `completions`; expected messages | chat | responses | invoke | raw_predict | generate_content",
         ],
     );
 }

@@ -21,6 +21,7 @@
 //!   the final `usageMetadata`); an error after the 200 is a chunk `{"error": {...}}`.
 //! - Errors: `{"error": {"code": HTTP status, "message": M, "status": "INVALID_ARGUMENT"}}`.
 
+pub mod explicit;
 mod request;
 pub mod usage;
 

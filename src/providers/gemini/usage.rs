@@ -66,6 +66,75 @@ pub fn read(json: &[u8]) -> (Option<Usage>, Option<String>, Option<String>) {
     )
 }
 
+/// The fields of a `cachedContents` answer (a `CachedContent`) cachet reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    name: Option<String>,
+    model: Option<String>,
+    update_time: Option<String>,
+    expire_time: Option<String>,
+    usage_metadata: Option<StoredTokens>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredTokens {
+    #[serde(default)]
+    total_token_count: u64,
+}
+
+/// What a cache's create or update answer says: the bill of the TTL it set (the cache's
+/// tokens as a write, which a create bills at the input price, and their storage from
+/// `updateTime` to `expireTime`, the rule of [`crate::cache_model::gemini_explicit`]), the
+/// model (without `models/`) and the cache's name (`cachedContents/ID`). An update bills
+/// no write: [`stored_bill`] drops it.
+pub fn read_stored(json: &[u8]) -> (Option<Usage>, Option<String>, Option<String>) {
+    let Ok(stored) = serde_json::from_slice::<Stored>(json) else {
+        return (None, None, None);
+    };
+    let name = stored.name.filter(|n| n.starts_with("cachedContents/"));
+    let model = stored
+        .model
+        .map(|m| m.strip_prefix("models/").unwrap_or(&m).to_string());
+    let at = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| t.as_second())
+    };
+    let usage = match (
+        &stored.usage_metadata,
+        at(&stored.update_time),
+        at(&stored.expire_time),
+    ) {
+        (Some(tokens), Some(from), Some(to)) if name.is_some() => {
+            let secs = u64::try_from(to.saturating_sub(from)).unwrap_or(0);
+            let tokens = tokens.total_token_count;
+            Some(Usage {
+                cache_write: tokens,
+                cache_storage_token_secs: tokens.saturating_mul(secs),
+                ..Usage::default()
+            })
+        }
+        _ => None,
+    };
+    (usage, model, name)
+}
+
+/// The bill of a `cachedContents` call by its method, from what its answer says: a create
+/// bills its tokens and their storage, an update the storage of its new TTL, a get, a
+/// list or a delete nothing (a get answers the same resource a create does).
+pub fn stored_bill(method: &http::Method, usage: Option<Usage>) -> Option<Usage> {
+    match *method {
+        http::Method::POST => usage,
+        http::Method::PATCH => usage.map(|u| Usage {
+            cache_write: 0,
+            ..u
+        }),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +157,27 @@ mod tests {
         assert_eq!(usage.output, 11_000);
         assert_eq!(model.as_deref(), Some("gemini-2.5-pro"));
         assert_eq!(id.as_deref(), Some("r1"));
+    }
+
+    /// A create bills the cache's tokens and their storage for its TTL; an update the
+    /// storage of its new one; a get, which answers the same resource, nothing.
+    #[test]
+    fn a_cache_is_billed_by_the_call_that_sets_its_ttl() {
+        let body = br#"{"name":"cachedContents/ez2yh","model":"models/gemini-3.5-flash-lite",
+            "createTime":"2026-09-07T01:18:17.438678Z","updateTime":"2026-09-07T01:18:17.438678Z",
+            "expireTime":"2026-09-07T02:18:17.023637828Z","displayName":"",
+            "usageMetadata":{"totalTokenCount":7021}}"#;
+        let (usage, model, name) = read_stored(body);
+        assert_eq!(model.as_deref(), Some("gemini-3.5-flash-lite"));
+        assert_eq!(name.as_deref(), Some("cachedContents/ez2yh"));
+        let created = stored_bill(&http::Method::POST, usage).unwrap();
+        assert_eq!(created.cache_write, 7021);
+        assert_eq!(created.cache_storage_token_secs, 7021 * 3600);
+        let updated = stored_bill(&http::Method::PATCH, usage).unwrap();
+        assert_eq!((updated.cache_write, updated.total_input()), (0, 0));
+        assert_eq!(updated.cache_storage_token_secs, 7021 * 3600);
+        assert_eq!(stored_bill(&http::Method::GET, usage), None);
+        assert_eq!(read_stored(b"{}").0, None);
     }
 
     #[test]

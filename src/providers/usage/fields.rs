@@ -590,10 +590,6 @@ pub(super) fn openai(
         cache_write_12h: written_12h.min(written),
         uncached: input.saturating_sub(cached).saturating_sub(written),
         output,
-        iterations: None,
-        cleared: None,
-        fast: false,
-        flex: false,
-        us_only: false,
+        ..Usage::default()
     }
 }

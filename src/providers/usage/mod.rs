@@ -49,6 +49,17 @@ pub fn read_response_body(endpoint: Endpoint, body: &[u8]) -> ResponseFacts {
             ..ResponseFacts::default()
         };
     }
+    if endpoint == Endpoint::CachedContents {
+        // The cache's name, and the bill of the TTL it sets when the call is a create or
+        // an update (the caller knows the method: `gemini::usage::stored_bill`).
+        let (usage, model, id) = super::gemini::usage::read_stored(body);
+        return ResponseFacts {
+            usage,
+            model,
+            id,
+            diagnostics: None,
+        };
+    }
     if endpoint == Endpoint::GenerateContent {
         let (usage, model, id) = super::gemini::usage::read(body);
         return ResponseFacts {
