@@ -41,9 +41,9 @@ struct Open {
     ex: Exchange,
     tap: Tap,
     stream_id: Option<String>,
-    /// Its prompt's input items, whole, while monitoring reads the socket: with its
-    /// answer's output, what a request continuing that answer continues.
-    items: Option<Vec<serde_json::Value>>,
+    /// Its prompt's input items (JSON text), whole, while monitoring reads the socket: with
+    /// its answer's output, what a request continuing that answer continues.
+    items: Option<Vec<u8>>,
 }
 
 /// What a socket's relay keeps between messages: the answers still open, and the latest
@@ -319,9 +319,9 @@ impl Pipeline {
             Terminal::Done => BodyEnd::Complete,
             Terminal::Error => BodyEnd::UpstreamError,
         };
-        if let (Some(mut items), Terminal::Done) = (done.items, terminal) {
+        if let (Some(items), Terminal::Done) = (done.items, terminal) {
             if let Some((id, output)) = ws::completed_answer(message) {
-                items.extend(output);
+                let items = ws::join_items(items, &output);
                 let stream_id = done.stream_id.clone();
                 ws::hold(
                     &mut relayed.held,

@@ -12,6 +12,8 @@
 
 use bytes::Bytes;
 
+use crate::json::scan::Span;
+
 use crate::error::ErrorKind;
 
 /// The client event that starts a response.
@@ -83,12 +85,12 @@ pub fn error_event_with_code(
 }
 
 /// An answer a socket holds for the requests that continue it: its conversation (the
-/// prompt's input items, then the answer's output items) under the answer's id, and the
-/// `stream_id` it was asked on.
+/// prompt's input items, then the answer's output items, as JSON text separated by commas)
+/// under the answer's id, and the `stream_id` it was asked on.
 pub struct HeldAnswer {
     pub id: String,
     pub stream_id: Option<String>,
-    pub items: Vec<serde_json::Value>,
+    pub items: Vec<u8>,
 }
 
 /// How many answers a socket holds: the latest of each of its latest streams (Codex
@@ -104,40 +106,85 @@ pub fn hold(held: &mut std::collections::VecDeque<HeldAnswer>, answer: HeldAnswe
     held.push_back(answer);
 }
 
-/// A `response.create` as monitoring reads it: its prompt's input items, whole when it
-/// continues an answer `held` on the socket (`previous_response_id`: "the server keeps the
-/// prior state in memory on the open socket"), and then the request it stands for: the
-/// same fields with the whole input and no `previous_response_id`, as the same turn goes
-/// over HTTP. `None` for a message that is not a JSON object.
+/// `items` then `more`, as one comma-separated list of JSON values.
+pub fn join_items(mut items: Vec<u8>, more: &[u8]) -> Vec<u8> {
+    if !more.is_empty() {
+        if !items.is_empty() {
+            items.push(b',');
+        }
+        items.extend_from_slice(more);
+    }
+    items
+}
+
+/// The items of an array's JSON text, without its brackets.
+fn array_items(b: &[u8], span: &Span) -> Option<Vec<u8>> {
+    let raw = b.get(span.clone())?;
+    let inner = raw.strip_prefix(b"[")?.strip_suffix(b"]")?;
+    Some(inner.trim_ascii().to_vec())
+}
+
+/// A `response.create` as monitoring reads it: its prompt's input items (JSON text), whole
+/// when it continues an answer `held` on the socket (`previous_response_id`: "the server
+/// keeps the prior state in memory on the open socket"), and then the request it stands
+/// for: the same fields, every byte kept, but the whole input and no
+/// `previous_response_id`, as the same turn goes over HTTP. Read by spans, without building
+/// a document. `None` for a message that is not a JSON object.
 pub fn read_create(
     message: &[u8],
     held: &std::collections::VecDeque<HeldAnswer>,
-) -> Option<(Vec<serde_json::Value>, Option<Bytes>)> {
-    let mut request: serde_json::Value = serde_json::from_slice(message).ok()?;
-    let own = super::input_items(&request);
-    let previous = request.get("previous_response_id").and_then(|v| v.as_str());
+) -> Option<(Vec<u8>, Option<Bytes>)> {
+    use crate::json::scan;
+    let start = scan::skip_ws(message, 0);
+    let entries = scan::entries(message, start).ok()?;
+    let named = |name: &str| entries.iter().find(|e| scan::key_is(message, &e.key, name));
+    // A string input is one user message.
+    let own = match named("input").map(|e| &e.value) {
+        Some(v) if message.get(v.start) == Some(&b'"') => format!(
+            r#"{{"role":"user","content":{}}}"#,
+            String::from_utf8_lossy(&message[v.clone()])
+        )
+        .into_bytes(),
+        Some(v) => array_items(message, v).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let previous = named("previous_response_id").and_then(|e| scan::decode_str(message, &e.value));
     let Some(continued) = previous.and_then(|id| held.iter().find(|h| h.id == id)) else {
         return Some((own, None));
     };
-    let mut items = continued.items.clone();
-    items.extend(own);
-    let object = request.as_object_mut()?;
-    object.remove("previous_response_id");
-    object.insert("input".into(), serde_json::Value::Array(items.clone()));
-    let whole = serde_json::to_vec(&request).ok().map(Bytes::from);
-    Some((items, whole))
+    let items = join_items(continued.items.clone(), &own);
+    let mut whole = Vec::with_capacity(message.len() + items.len() + 16);
+    whole.push(b'{');
+    for e in &entries {
+        if ["input", "previous_response_id"]
+            .iter()
+            .any(|n| scan::key_is(message, &e.key, n))
+        {
+            continue;
+        }
+        whole.extend_from_slice(&message[e.key.clone()]);
+        whole.push(b':');
+        whole.extend_from_slice(&message[e.value.clone()]);
+        whole.push(b',');
+    }
+    whole.extend_from_slice(b"\"input\":[");
+    whole.extend_from_slice(&items);
+    whole.extend_from_slice(b"]}");
+    Some((items, Some(Bytes::from(whole))))
 }
 
-/// The id and output items of the response a `response.completed` event carries.
-pub fn completed_answer(event: &[u8]) -> Option<(String, Vec<serde_json::Value>)> {
-    let event: serde_json::Value = serde_json::from_slice(event).ok()?;
-    if event.get("type")?.as_str()? != "response.completed" {
+/// The id and output items (JSON text) of the response a `response.completed` event
+/// carries, read by spans.
+pub fn completed_answer(event: &[u8]) -> Option<(String, Vec<u8>)> {
+    use crate::json::scan;
+    if event_type(event).as_deref() != Some("response.completed") {
         return None;
     }
-    let response = event.get("response")?;
-    let id = response.get("id")?.as_str()?.to_string();
-    let output = response.get("output")?.as_array()?.clone();
-    Some((id, output))
+    let start = scan::skip_ws(event, 0);
+    let response = scan::field(event, start, "response")?;
+    let id = scan::str_field(event, response.start, "id")?;
+    let output = scan::field(event, response.start, "output")?;
+    Some((id, array_items(event, &output)?))
 }
 
 #[cfg(test)]
@@ -175,28 +222,43 @@ mod tests {
     }
 
     /// A request continuing an answer held on the socket reads as the whole conversation,
-    /// without `previous_response_id`; one continuing an answer not held reads as sent.
+    /// without `previous_response_id`, its other fields byte for byte; one continuing an
+    /// answer not held reads as sent.
     #[test]
     fn a_continued_request_reads_whole() {
         let mut held = std::collections::VecDeque::new();
-        held.push_back(HeldAnswer {
-            id: "resp_1".into(),
-            stream_id: None,
-            items: vec![
-                serde_json::json!({"role": "user", "content": "a"}),
-                serde_json::json!({"type": "message", "role": "assistant", "content": []}),
-            ],
-        });
-        let next = br#"{"type":"response.create","model":"m","previous_response_id":"resp_1","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}"#;
+        hold(
+            &mut held,
+            HeldAnswer {
+                id: "resp_1".into(),
+                stream_id: None,
+                items: br#"{"role":"user","content":"a"},{"type":"message","role":"assistant","content":[]}"#.to_vec(),
+            },
+        );
+        let next = br#"{"type":"response.create","model":"m", "previous_response_id":"resp_1","input":[ {"type":"function_call_output","call_id":"c","output":"x"} ]}"#;
         let (items, whole) = read_create(next, &held).unwrap();
-        assert_eq!(items.len(), 3);
+        let items: serde_json::Value =
+            serde_json::from_slice(&[b"[", &items[..], b"]"].concat()).unwrap();
+        assert_eq!(items.as_array().unwrap().len(), 3);
         let whole: serde_json::Value = serde_json::from_slice(&whole.unwrap()).unwrap();
         assert!(whole.get("previous_response_id").is_none());
-        assert_eq!(whole["input"].as_array().unwrap().len(), 3);
-        assert_eq!(whole["model"], "m");
+        assert_eq!(whole["input"], items);
+        assert_eq!(
+            (&whole["model"], &whole["type"]),
+            (
+                &serde_json::json!("m"),
+                &serde_json::json!("response.create")
+            )
+        );
         let elsewhere = br#"{"type":"response.create","model":"m","previous_response_id":"resp_9","input":"b"}"#;
         let (items, whole) = read_create(elsewhere, &held).unwrap();
-        assert_eq!((items.len(), whole), (1, None));
-        assert!(read_create(b"[1]", &held).is_some_and(|(i, w)| i.is_empty() && w.is_none()));
+        assert_eq!(items, br#"{"role":"user","content":"b"}"#);
+        assert!(whole.is_none());
+        assert!(read_create(b"[1]", &held).is_none());
+        let done = br#"{"type":"response.completed","response":{"id":"resp_2","output":[{"type":"message"}],"usage":{}}}"#;
+        assert_eq!(
+            completed_answer(done),
+            Some(("resp_2".to_string(), br#"{"type":"message"}"#.to_vec()))
+        );
     }
 }
