@@ -230,8 +230,7 @@ impl Pipeline {
         let message = Bytes::from(text);
         match self.socket_request(parts, message).await {
             Ok((ex, out)) => {
-                let keep_events =
-                    ex.wants_assistant() || ex.trace.as_ref().is_some_and(|t| t.may_be_continued());
+                let keep_events = ex.wants_assistant() || self.keeps_output(&ex);
                 open.push_back(Open {
                     tap: Tap::new(Endpoint::Responses, true, keep_events),
                     ex,

@@ -1,9 +1,11 @@
 //! The live what-if of `cachet serve`: with monitoring on and `sessions.whatif`, every
-//! finished request's trace record (the one `--record` writes) goes through a bounded
-//! queue to one worker thread, which reads it back as a trace is read and feeds it to a
-//! [`WhatIf`] of the candidates (the shipped ones unless `sessions.whatif_candidates`
-//! names others), each run as `cachet replay --arm` runs it. Nothing on the request path
-//! waits for it: a full queue drops the record and counts it.
+//! answered request goes, once the after-response queue knows its session, through a
+//! bounded queue to one worker thread, which makes its trace record (the one `--record`
+//! writes), reads it back as a trace is read and feeds it to a [`WhatIf`] of the
+//! candidates (the shipped ones unless `sessions.whatif_candidates` names others), each
+//! run as `cachet replay --arm` runs it, within the budget of `sessions.whatif_max_*`.
+//! Nothing before forwarding does any of it, and nothing waits for it: a full queue drops
+//! the request and counts it.
 
 use std::sync::{mpsc, Arc, RwLock};
 
@@ -15,7 +17,7 @@ use super::PipelineShaper;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
-use crate::session::whatif::{SharedBoard, WhatIfBoard, WhatIfFeed, CLIENT};
+use crate::session::whatif::{Answered, SharedBoard, WhatIfBoard, WhatIfFeed, CLIENT};
 use crate::trace::Record;
 
 /// Records waiting for the worker before new ones are dropped.
@@ -62,13 +64,18 @@ pub fn start(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Option<L
     let worker = Worker {
         board: board.clone(),
         metrics: metrics.clone(),
+        budget: Budget {
+            max_requests: sessions.whatif_max_requests,
+            max_sessions: sessions.whatif_max_sessions,
+            max_age_ms: sessions.whatif_max_age_secs.saturating_mul(1000),
+        },
     };
     std::thread::Builder::new()
         .name("cachet-whatif".into())
         .spawn(move || worker.run(rx, candidates))
         .context("starting the what-if")?;
     Ok(Some(Live {
-        feed: WhatIfFeed::new(tx, dropped),
+        feed: WhatIfFeed::new(tx, dropped, sessions.whatif_max_request_bytes),
         board,
     }))
 }
@@ -76,16 +83,17 @@ pub fn start(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Option<L
 struct Worker {
     board: SharedBoard,
     metrics: Arc<Metrics>,
+    budget: Budget,
 }
 
 impl Worker {
     /// Until the pipeline lets go of the feed.
-    fn run(self, rx: mpsc::Receiver<Record>, candidates: Vec<(String, PolicySet)>) {
+    fn run(self, rx: mpsc::Receiver<Answered>, candidates: Vec<(String, PolicySet)>) {
         let mut pending = Some(candidates);
         let mut whatif = None;
-        for record in rx {
+        for answered in rx {
             let whatif = whatif.get_or_insert_with(|| {
-                let started = start_candidates(pending.take());
+                let started = start_candidates(pending.take(), self.budget);
                 if let Ok(mut board) = self.board.write() {
                     board.candidates = started
                         .candidates()
@@ -95,33 +103,29 @@ impl Worker {
                 }
                 started
             });
-            // Read back as `cachet replay` reads the trace line `--record` writes.
-            let line = record.to_line();
-            let Ok(Some(record)) = crate::trace::record::parse_jsonl(&line, "live")
-                .map(|mut r| (r.len() == 1).then(|| r.remove(0)))
-            else {
-                continue;
-            };
-            self.account(whatif, &record);
+            self.follow(whatif, answered);
         }
     }
 
-    fn account(&self, whatif: &mut WhatIf, record: &Record) {
+    /// Follow one answered request: its trace record made here, as `--record` makes it.
+    fn follow(&self, whatif: &mut WhatIf, answered: Answered) {
         let before = whatif.skipped();
-        let costs = whatif.feed(record);
+        let costs = match &answered.body {
+            None => {
+                let cause = "request_too_large";
+                whatif.stop_following(&answered.session, answered.time_ms, cause);
+                None
+            }
+            Some(body) => record_of(&answered, body).and_then(|record| whatif.feed(&record)),
+        };
+        self.account(whatif, &answered.session, before, costs);
+    }
+
+    fn account(&self, whatif: &WhatIf, session: &str, before: Skipped, costs: Option<Vec<f64>>) {
         let after = whatif.skipped();
         let skipped = &self.metrics.whatif_skipped;
-        let Skipped {
-            too_large,
-            too_old,
-            evicted,
-        } = before;
-        for (cause, n) in [
-            ("too_large", after.too_large - too_large),
-            ("too_old", after.too_old - too_old),
-            ("evicted", after.evicted - evicted),
-        ] {
-            skipped.with_label_values(&[cause]).inc_by(n);
+        for ((cause, n), (_, was)) in after.by_cause().into_iter().zip(before.by_cause()) {
+            skipped.with_label_values(&[cause]).inc_by(n - was);
         }
         let Some(costs) = costs else { return };
         for (name, cost) in whatif.candidates().into_iter().zip(&costs) {
@@ -132,20 +136,36 @@ impl Worker {
         let Ok(mut board) = self.board.write() else {
             return;
         };
-        if after.evicted > evicted {
+        if after.evicted > before.evicted {
             board.sessions.retain(|id, _| whatif.session(id).is_some());
         }
-        if let Some(figures) = whatif.session(&record.session) {
-            board
-                .sessions
-                .insert(record.session.clone(), figures.clone());
+        if let Some(figures) = whatif.session(session) {
+            board.sessions.insert(session.to_owned(), figures.clone());
         }
     }
 }
 
+/// The trace record of an answered request with `body`, read back as `cachet replay`
+/// reads the line `--record` writes; `None` when replay would not read it either.
+fn record_of(answered: &Answered, body: &[u8]) -> Option<Record> {
+    let (time, session, route) = (answered.time_ms, &answered.session, answered.route);
+    let (path, headers) = (&answered.path, &answered.headers);
+    let mut record = match crate::trace::recorder::readable(body) {
+        true => crate::trace::recorder::capture_text(time, session, route, path, headers, body),
+        false => crate::trace::recorder::capture_raw(time, session, route, path, headers, body),
+    };
+    record.status = Some(answered.status);
+    record.usage = answered.usage;
+    record.response_id = answered.response_id.clone();
+    record.output = answered.output.clone();
+    let line = record.to_line();
+    let mut read = crate::trace::record::parse_jsonl(&line, "live").ok()?;
+    (read.len() == 1).then(|| read.remove(0))
+}
+
 /// The client as sent, then each candidate on a pipeline of its own (one that cannot start
 /// is left out, and logged).
-fn start_candidates(candidates: Option<Vec<(String, PolicySet)>>) -> WhatIf {
+fn start_candidates(candidates: Option<Vec<(String, PolicySet)>>, budget: Budget) -> WhatIf {
     let mut shapers: Vec<(String, Box<dyn Shaper + Send>)> =
         vec![(CLIENT.to_owned(), Box::new(AsRecorded))];
     for (name, set) in candidates.unwrap_or_default() {
@@ -156,5 +176,5 @@ fn start_candidates(candidates: Option<Vec<(String, PolicySet)>>) -> WhatIf {
             }
         }
     }
-    WhatIf::new(Budget::default(), shapers)
+    WhatIf::new(budget, shapers)
 }

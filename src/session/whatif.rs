@@ -1,16 +1,40 @@
 //! The live what-if's figures as the admin pages read them, and the queue that feeds it.
-//! The pipeline hands each finished request's trace record to [`WhatIfFeed::feed`], which
-//! never waits: a full queue drops the record and counts it. The worker that predicts each
-//! candidate's cost (replay's arm run) fills a [`WhatIfBoard`].
+//! Once an answer has ended and its session is known, the after-response queue hands what
+//! the request was ([`Answered`]) to [`WhatIfFeed::feed`], which never waits: a full queue
+//! drops it and counts it. The worker that predicts each candidate's cost (replay's arm
+//! run) makes its trace record and fills a [`WhatIfBoard`].
 
 use std::collections::HashMap;
 use std::sync::{mpsc, Arc, RwLock};
 
+use bytes::Bytes;
 use prometheus::IntCounter;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::trace::Record;
+use crate::route::Route;
+use crate::usage::Usage;
+
+/// An answered request as the what-if follows it: what its trace record is made of, handed
+/// over as it is (the body shared, not copied) so that the record is made on the worker.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    /// When it went upstream, on the session clock.
+    pub time_ms: u64,
+    /// The session the log gave it.
+    pub session: String,
+    pub route: Route,
+    pub path: String,
+    pub headers: http::HeaderMap,
+    /// The body as the client sent it; `None` when it is over the per-request bound
+    /// (`sessions.whatif_max_request_bytes`): its session is no longer followed.
+    pub body: Option<Bytes>,
+    pub status: u16,
+    pub usage: Option<Usage>,
+    pub response_id: Option<String>,
+    /// A Responses answer a later request may continue: its output items.
+    pub output: Option<Value>,
+}
 
 /// The baseline every candidate is compared with: the requests as the client sent them,
 /// on the same cache model.
@@ -22,11 +46,15 @@ pub struct SessionWhatIf {
     pub requests: usize,
     /// Each candidate's predicted cost (keep-warms included).
     pub cost_usd: Vec<f64>,
+    /// Time of the first request fed.
+    #[serde(skip)]
+    pub first_ms: u64,
     /// Time of the latest request fed.
     #[serde(skip)]
     pub last_ms: u64,
-    /// Past the budget's requests per session: no longer followed.
-    pub too_large: bool,
+    /// Why the session is no longer followed (a `cachet_whatif_skipped_total` cause):
+    /// past the budget's requests, its age, or a request over the per-request bound.
+    pub skipped: Option<&'static str>,
 }
 
 /// What the live what-if has predicted so far, per session followed.
@@ -79,7 +107,7 @@ impl WhatIfBoard {
             .collect();
         Some(json!({
             "requests": figures.requests,
-            "too_large": figures.too_large,
+            "skipped": figures.skipped,
             "client_cost_usd": figures.cost_usd.first().copied().unwrap_or(0.0),
             "candidates": candidates,
         }))
@@ -89,20 +117,30 @@ impl WhatIfBoard {
 /// The queue to the what-if's worker; clones share it.
 #[derive(Clone)]
 pub struct WhatIfFeed {
-    tx: mpsc::SyncSender<Record>,
+    tx: mpsc::SyncSender<Answered>,
     dropped: IntCounter,
+    /// The largest body followed (`sessions.whatif_max_request_bytes`).
+    pub max_request_bytes: usize,
 }
 
 impl WhatIfFeed {
-    /// A feed into `tx`, counting the records it drops in `dropped`.
-    pub fn new(tx: mpsc::SyncSender<Record>, dropped: IntCounter) -> WhatIfFeed {
-        WhatIfFeed { tx, dropped }
+    /// A feed into `tx`, counting the requests it drops in `dropped`.
+    pub fn new(
+        tx: mpsc::SyncSender<Answered>,
+        dropped: IntCounter,
+        max_request_bytes: usize,
+    ) -> WhatIfFeed {
+        WhatIfFeed {
+            tx,
+            dropped,
+            max_request_bytes,
+        }
     }
 
-    /// Queue a finished request's record without waiting: dropped and counted when the
-    /// worker is behind (or gone).
-    pub fn feed(&self, record: Record) {
-        if self.tx.try_send(record).is_err() {
+    /// Queue an answered request without waiting: dropped and counted when the worker is
+    /// behind (or gone).
+    pub fn feed(&self, answered: Answered) {
+        if self.tx.try_send(answered).is_err() {
             self.dropped.inc();
         }
     }
@@ -139,12 +177,24 @@ mod tests {
     fn a_full_queue_drops_and_counts() {
         let (tx, rx) = mpsc::sync_channel(1);
         let dropped = IntCounter::new("d", "d").unwrap();
-        let feed = WhatIfFeed::new(tx, dropped.clone());
-        let record: Record = serde_json::from_value(json!({"v": 1, "time": 0, "session": "s",
-            "provider": "anthropic", "endpoint": "messages", "path": "/v1/messages"}))
-        .unwrap();
-        feed.feed(record.clone());
-        feed.feed(record);
+        let feed = WhatIfFeed::new(tx, dropped.clone(), 1 << 20);
+        let answered = Answered {
+            time_ms: 0,
+            session: "s".into(),
+            route: Route {
+                provider: crate::route::Provider::Anthropic,
+                endpoint: crate::route::Endpoint::Messages,
+            },
+            path: "/v1/messages".into(),
+            headers: http::HeaderMap::new(),
+            body: Some(Bytes::from_static(b"{}")),
+            status: 200,
+            usage: None,
+            response_id: None,
+            output: None,
+        };
+        feed.feed(answered.clone());
+        feed.feed(answered);
         assert_eq!(dropped.get(), 1);
         assert_eq!(rx.try_iter().count(), 1);
     }

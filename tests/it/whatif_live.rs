@@ -193,3 +193,79 @@ async fn the_switch_turns_it_off() {
     proxy.shutdown().await;
     emulator.shutdown().await;
 }
+
+/// An SDK program that names no session, whose system prompt carries the date: at
+/// midnight the prompt changes and the session log still follows the conversation (by its
+/// history). The what-if works after the answer, on the session the log gave the request,
+/// so it follows both requests there; the upstream gets the client's bytes unchanged.
+#[tokio::test]
+async fn the_whatif_follows_the_session_the_log_identified_and_changes_no_byte() {
+    let answer = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Done."}],"stop_reason":"end_turn","usage":{"input_tokens":1200,"output_tokens":3}}"#;
+    let upstream = FakeUpstream::start(Script::json(200, answer)).await;
+    let mut config = test_config(&upstream.url());
+    config.sessions.whatif = true;
+    let proxy = start_proxy(config).await;
+    let system = |date: &str| {
+        format!(
+            "You are a careful coding agent. Today's date is {date}. {}",
+            "Read the files before you edit them. ".repeat(150)
+        )
+    };
+    let first = format!(
+        "{{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":64,\"system\":{},\n \"messages\":[{{\"role\":\"user\",\"content\":\"Read the README.\"}},{{\"role\":\"assistant\",\"content\":\"Read.\"}},{{\"role\":\"user\",\"content\":\"Fix the failing test.\"}}]}}",
+        json!(system("2026-03-09"))
+    );
+    let second = format!(
+        "{{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":64,\"system\":{},\n \"messages\":[{{\"role\":\"user\",\"content\":\"Read the README.\"}},{{\"role\":\"assistant\",\"content\":\"Read.\"}},{{\"role\":\"user\",\"content\":\"Fix the failing test.\"}},{{\"role\":\"assistant\",\"content\":[{{\"type\":\"text\",\"text\":\"Done.\"}}]}},{{\"role\":\"user\",\"content\":\"Now run the suite.\"}}]}}",
+        json!(system("2026-03-10"))
+    );
+    for (i, body) in [&first, &second].into_iter().enumerate() {
+        let r = client()
+            .post(format!("http://{}/v1/messages", proxy.addr))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+        if i == 0 {
+            wait_for_sessions(&proxy, 1).await;
+        }
+    }
+    // Both requests written, under one session.
+    let mut listed = Vec::new();
+    for _ in 0..500 {
+        listed = wait_for_sessions(&proxy, 1).await;
+        let requests: u64 = listed.iter().map(|s| s["requests"].as_u64().unwrap()).sum();
+        if requests == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let id = listed[0]["id"].as_str().unwrap().to_owned();
+    wait_for_requests(&proxy, &id, 2).await;
+    let mut followed = None;
+    for _ in 0..500 {
+        let v: Value = reqwest::get(format!("http://{}/sessions/{id}", proxy.admin_addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        followed = v["whatif"]["requests"].as_u64();
+        if followed == Some(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(followed, Some(2), "the what-if follows the log's session");
+    let got = upstream.requests();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].body, first.as_bytes());
+    assert_eq!(got[1].body, second.as_bytes());
+    proxy.shutdown().await;
+}
