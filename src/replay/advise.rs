@@ -154,15 +154,22 @@ pub(super) fn candidates(asked: &[String], dir: &std::path::Path) -> anyhow::Res
 fn matcher(arm: &ArmArg) -> anyhow::Result<impl Fn(&Record) -> bool> {
     let set = crate::policy::load_policies(&arm.policies, &[])
         .map_err(|errors| anyhow::anyhow!("{}", crate::policy::render_errors(&errors)))?;
+    Ok(applies_to(&set))
+}
+
+/// Whether a record's API is one a policy of `set` matches (provider and endpoint).
+pub(super) fn applies_to(
+    set: &crate::policy::PolicySet,
+) -> impl Fn(&Record) -> bool + Send + 'static {
     let routes: Vec<_> = (set.iter())
         .map(|p| (p.matcher.providers.clone(), p.matcher.endpoints.clone()))
         .collect();
-    Ok(move |r: &Record| {
+    move |r: &Record| {
         let (provider, endpoint) = (r.provider(), r.endpoint());
         (routes.iter()).any(|(ps, es)| {
             (ps.is_empty() || ps.contains(&provider)) && (es.is_empty() || es.contains(&endpoint))
         })
-    })
+    }
 }
 
 /// Every candidate's advice over `records`.

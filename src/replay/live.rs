@@ -168,13 +168,23 @@ fn record_of(answered: &Answered, body: &[u8]) -> Option<Record> {
 fn start_candidates(candidates: Option<Vec<(String, PolicySet)>>, budget: Budget) -> WhatIf {
     let mut shapers: Vec<(String, Box<dyn Shaper + Send>)> =
         vec![(CLIENT.to_owned(), Box::new(AsRecorded))];
+    let mut applies = Vec::new();
     for (name, set) in candidates.unwrap_or_default() {
+        let matched = super::advise::applies_to(&set);
         match PipelineShaper::start_with(set, Config::default()) {
-            Ok(shaper) => shapers.push((name, Box::new(shaper))),
+            Ok(shaper) => {
+                applies.push((name.clone(), matched));
+                shapers.push((name, Box::new(shaper)));
+            }
             Err(e) => {
                 tracing::warn!(candidate = %name, error = %e, "what-if candidate not started")
             }
         }
     }
-    WhatIf::new(budget, shapers)
+    let mut whatif = WhatIf::new(budget, shapers);
+    // A candidate is run on the sessions of the APIs its policies match, and only there.
+    for (name, matched) in applies {
+        whatif.only_for(&name, Box::new(matched));
+    }
+    whatif
 }

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::run::ArmRun;
 use super::shaper::Shaper;
+use crate::session::whatif::RequestReads;
 pub use crate::session::whatif::SessionWhatIf;
 use crate::trace::Record;
 
@@ -70,10 +71,15 @@ impl Skipped {
     }
 }
 
+/// Whether a candidate applies to a session, from its first request's API.
+pub type Applies = Box<dyn Fn(&Record) -> bool + Send>;
+
 struct Candidate {
     name: String,
     run: ArmRun,
     shaper: Box<dyn Shaper + Send>,
+    /// `None`: every session.
+    applies: Option<Applies>,
 }
 
 /// Candidates followed over the requests fed.
@@ -93,12 +99,21 @@ impl WhatIf {
                     run: ArmRun::new(&name, None),
                     name,
                     shaper,
+                    applies: None,
                 })
                 .collect(),
             sessions: HashMap::new(),
             budget,
             skipped: Skipped::default(),
             newest_ms: 0,
+        }
+    }
+
+    /// Candidate `name` applies only to the sessions `applies` says (the shipped ones to
+    /// the APIs their policies match).
+    pub fn only_for(&mut self, name: &str, applies: Applies) {
+        if let Some(c) = self.candidates.iter_mut().find(|c| c.name == name) {
+            c.applies = Some(applies);
         }
     }
 
@@ -149,16 +164,34 @@ impl WhatIf {
         }
         let n = self.candidates.len();
         let session = (self.sessions.get_mut(&record.session))?;
+        if session.requests == 0 {
+            session.applies = (self.candidates.iter())
+                .map(|c| c.applies.as_ref().is_none_or(|f| f(record)))
+                .collect();
+        }
         session.requests += 1;
+        bill(session, record);
         let mut costs = vec![0.0; n];
+        let mut predicted = vec![0; n];
         for (i, c) in self.candidates.iter_mut().enumerate() {
+            if !session.applies[i] {
+                continue;
+            }
             if let Ok(Some(step)) = c.run.step(c.shaper.as_mut(), record) {
                 let warm = step.keep_warm.map_or(0.0, |(_, cost)| cost);
                 costs[i] = step.cost_usd.unwrap_or(0.0) + warm;
                 session.cost_usd[i] += costs[i];
+                session.cache_read[i] += step.usage.cache_read;
+                session.input[i] += step.usage.total_input();
+                predicted[i] = step.usage.cache_read;
             }
             c.run.forget_steps();
         }
+        session.reads.push(RequestReads {
+            sent_ms: record.time_ms,
+            real: record.usage.map(|u| u.cache_read),
+            predicted,
+        });
         Some(costs)
     }
 
@@ -183,6 +216,9 @@ impl WhatIf {
         let n = self.candidates.len();
         let session = (self.sessions.entry(id.to_owned())).or_insert_with(|| SessionWhatIf {
             cost_usd: vec![0.0; n],
+            cache_read: vec![0; n],
+            input: vec![0; n],
+            applies: vec![true; n],
             first_ms: time_ms,
             ..Default::default()
         });
@@ -210,6 +246,27 @@ impl WhatIf {
             }
             self.skipped.evicted += 1;
         }
+    }
+}
+
+/// Add what the provider billed for `record` (its real usage, priced from the model table)
+/// to `session`.
+fn bill(session: &mut SessionWhatIf, record: &Record) {
+    let billed = &mut session.billed;
+    let model = (record
+        .body
+        .get("model")
+        .and_then(|m| m.as_str())
+        .map(str::to_owned))
+    .or_else(|| record.path_model());
+    let info = model.as_deref().and_then(crate::models::lookup);
+    match (record.usage, info) {
+        (Some(usage), Some(info)) => {
+            billed.cost_usd += info.cost_usd(&usage);
+            billed.cache_read += usage.cache_read;
+            billed.input += usage.total_input();
+        }
+        _ => billed.unpriced += 1,
     }
 }
 

@@ -31,7 +31,8 @@ pub struct SessionsConfig {
     /// `cachet_whatif_cost_usd_total`).
     pub whatif: bool,
     /// The what-if's candidates, as `cachet advise --candidate`: `NAME=POLICY_FILE[,...]`.
-    /// Empty: the shipped policies that only change how requests are cached.
+    /// Empty: the shipped policies that only change how requests are cached. Each candidate
+    /// is evaluated on the sessions of the APIs its policies match, and only there.
     pub whatif_candidates: Vec<String>,
     /// The what-if's budget: a session past this many requests is no longer followed.
     pub whatif_max_requests: usize,

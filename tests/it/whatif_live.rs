@@ -20,6 +20,9 @@ const CANDIDATES: [&str; 3] = [
     "openai-cache-key",
 ];
 
+/// Of those, the ones whose policies match an Anthropic Messages session.
+const ANTHROPIC: [&str; 2] = ["anthropic-auto-breakpoints", "stabilize-volatile"];
+
 /// Two costs equal but for the rounding of float sums.
 fn same(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
@@ -124,7 +127,16 @@ async fn the_live_prediction_is_replays_arm_on_the_sessions_trace() {
         .iter()
         .map(|c| c["candidate"].as_str().unwrap())
         .collect();
-    assert_eq!(names, CANDIDATES);
+    // A candidate is evaluated on the sessions of the APIs it matches only.
+    assert_eq!(names, ANTHROPIC);
+    // What the provider billed, from the real usage: the emulator's accounting is the
+    // cache model's, so the client as sent is predicted to cost what it was billed.
+    let billed = f(&whatif["billed"]["cost_usd"]);
+    assert!(same(billed, client_cost), "{whatif}");
+    assert!(
+        f(&whatif["billed"]["hit_ratio"]) < f(&live[0]["hit_ratio"]),
+        "{whatif}"
+    );
     for c in live {
         let name = c["candidate"].as_str().unwrap();
         assert!(same(f(&c["cost_usd"]), arm(name)), "{name}: {c} {replayed}");
