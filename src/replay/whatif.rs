@@ -96,7 +96,7 @@ impl WhatIf {
         WhatIf {
             candidates: (candidates.into_iter())
                 .map(|(name, shaper)| Candidate {
-                    run: ArmRun::new(&name, None),
+                    run: ArmRun::new(&name, None).without_diagnoses(),
                     name,
                     shaper,
                     applies: None,
