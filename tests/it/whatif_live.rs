@@ -105,8 +105,30 @@ async fn the_live_prediction_is_replays_arm_on_the_sessions_trace() {
         .text()
         .await
         .unwrap();
+    let timeline = client()
+        .get(format!(
+            "http://{}/sessions/{SESSION}/timeline",
+            proxy.admin_addr
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     proxy.shutdown().await;
     emulator.shutdown().await;
+
+    // The timeline: beside each request's real reads (none: the client marks nothing),
+    // what the best candidate would have read.
+    assert!(timeline.contains("could read"), "{timeline}");
+    let predicted: Vec<&str> = (timeline.split("<td class=\"whatif\""))
+        .skip(1)
+        .map(|cell| cell.split('>').nth(1).unwrap().split('<').next().unwrap())
+        .collect();
+    assert_eq!(predicted.len(), turns as usize, "{timeline}");
+    assert_eq!(predicted[0], "0");
+    assert!(predicted[1..].iter().all(|n| *n != "0"), "{predicted:?}");
 
     // `cachet replay` of the session's trace, an arm per candidate.
     let recorded = cachet::trace::read_traces(&[traces.path().to_path_buf()]).unwrap();
