@@ -127,12 +127,13 @@ impl Worker {
         for ((cause, n), (_, was)) in after.by_cause().into_iter().zip(before.by_cause()) {
             skipped.with_label_values(&[cause]).inc_by(n - was);
         }
-        let Some(costs) = costs else { return };
-        for (name, cost) in whatif.candidates().into_iter().zip(&costs) {
+        for (name, cost) in whatif.candidates().into_iter().zip(costs.iter().flatten()) {
             (self.metrics.whatif_cost_usd)
                 .with_label_values(&[name])
                 .inc_by(*cost);
         }
+        // A request not taken may still have changed the session's figures (it is no
+        // longer followed, and says why).
         let Ok(mut board) = self.board.write() else {
             return;
         };

@@ -303,3 +303,99 @@ async fn the_whatif_follows_the_session_the_log_identified_and_changes_no_byte()
     assert_eq!(got[1].body, second.as_bytes());
     proxy.shutdown().await;
 }
+
+/// The `whatif` of session `id` once `ready` says it is complete.
+async fn whatif_when(
+    proxy: &cachet::server::ProxyHandle,
+    id: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    for _ in 0..1000 {
+        let r = reqwest::get(format!("http://{}/sessions/{id}", proxy.admin_addr))
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            let v: Value = r.json().await.unwrap();
+            if ready(&v["whatif"]) {
+                return v["whatif"].clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the what-if of {id} never got there");
+}
+
+/// An OpenAI Chat session (as the openai SDK sends it) is evaluated with the shipped
+/// candidates whose policies match Chat, never with `anthropic-auto-breakpoints`.
+#[tokio::test]
+async fn a_chat_session_is_evaluated_with_the_candidates_of_its_api() {
+    let emulator = start_emulator().await;
+    let mut config = test_config(&format!("http://{}", emulator.addr));
+    config.sessions.whatif = true;
+    let proxy = start_proxy(config).await;
+    let system = "You are a careful coding agent. Read the files before you edit them. ".repeat(80);
+    let mut messages = vec![json!({"role": "system", "content": system})];
+    for turn in 0..2 {
+        messages.push(json!({"role": "user", "content": format!("Step {turn}: fix it.")}));
+        let r = client()
+            .post(format!("http://{}/v1/chat/completions", proxy.addr))
+            .header("authorization", "Bearer k")
+            .header("x-cachet-session", "whatif-chat")
+            .json(&json!({"model": "gpt-4o", "messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let answer: Value = r.json().await.unwrap();
+        messages.push(answer["choices"][0]["message"].clone());
+    }
+    let whatif = whatif_when(&proxy, "whatif-chat", |w| w["requests"] == 2).await;
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+    let names: Vec<&str> = (whatif["candidates"].as_array().unwrap().iter())
+        .map(|c| c["candidate"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"openai-cache-key"), "{whatif}");
+    assert!(!names.contains(&"anthropic-auto-breakpoints"), "{whatif}");
+    assert!(
+        whatif["billed"]["cost_usd"].as_f64().unwrap() > 0.0,
+        "{whatif}"
+    );
+}
+
+/// A session that sends a body over `sessions.whatif_max_request_bytes` is no longer
+/// followed, and each of its requests is counted; the request itself goes as it came.
+#[tokio::test]
+async fn a_request_over_the_bound_stops_the_session_and_is_counted() {
+    let emulator = start_emulator().await;
+    let mut config = test_config(&format!("http://{}", emulator.addr));
+    config.sessions.whatif = true;
+    config.sessions.whatif_max_request_bytes = 2048;
+    let proxy = start_proxy(config).await;
+    let small = json!({"model": "claude-sonnet-4-5", "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hello"}]});
+    let large = json!({"model": "claude-sonnet-4-5", "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hello ".repeat(1000)}]});
+    for body in [&small, &large, &small] {
+        assert_eq!(post_anthropic(&proxy, "whatif-bound", body).await.0, 200);
+    }
+    let whatif = whatif_when(&proxy, "whatif-bound", |w| {
+        w["skipped"] == "request_too_large"
+    })
+    .await;
+    wait_for_requests(&proxy, "whatif-bound", 3).await;
+    let mut counted = None;
+    for _ in 0..500 {
+        let metrics = metrics_text(&proxy).await;
+        let skipped = &[("cause", "request_too_large")];
+        counted = metric_value(&metrics, "cachet_whatif_skipped_total", skipped);
+        if counted == Some(2.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.shutdown().await;
+    emulator.shutdown().await;
+    assert_eq!(whatif["requests"], 1, "{whatif}");
+    assert_eq!(counted, Some(2.0));
+}
