@@ -8,6 +8,7 @@
 //! the request and counts it.
 
 use std::sync::{mpsc, Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
@@ -17,7 +18,9 @@ use super::PipelineShaper;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::policy::PolicySet;
-use crate::session::whatif::{Answered, SharedBoard, WhatIfBoard, WhatIfFeed, CLIENT};
+use crate::session::whatif::{
+    snapshot_file, Answered, SharedBoard, WhatIfBoard, WhatIfFeed, CLIENT,
+};
 use crate::trace::Record;
 
 /// Records waiting for the worker before new ones are dropped.
@@ -69,6 +72,11 @@ pub fn start(config: &Config, metrics: &Arc<Metrics>) -> anyhow::Result<Option<L
             max_sessions: sessions.whatif_max_sessions,
             max_age_ms: sessions.whatif_max_age_secs.saturating_mul(1000),
         },
+        // Beside the embedded store's database, for `cachet advise --store`.
+        snapshot: match crate::session::store::StoreSpec::parse(&sessions.store) {
+            Ok(crate::session::store::StoreSpec::Sqlite(db)) => Some(snapshot_file(&db)),
+            _ => None,
+        },
     };
     std::thread::Builder::new()
         .name("cachet-whatif".into())
@@ -84,14 +92,31 @@ struct Worker {
     board: SharedBoard,
     metrics: Arc<Metrics>,
     budget: Budget,
+    /// Where the figures are kept (the embedded store's folder), at most once a second.
+    snapshot: Option<std::path::PathBuf>,
 }
+
+/// How often at most the figures are written beside the store.
+const SNAPSHOT_EVERY: Duration = Duration::from_secs(1);
 
 impl Worker {
     /// Until the pipeline lets go of the feed.
     fn run(self, rx: mpsc::Receiver<Answered>, candidates: Vec<(String, PolicySet)>) {
         let mut pending = Some(candidates);
         let mut whatif = None;
-        for answered in rx {
+        let (mut written, mut dirty) = (Instant::now(), false);
+        loop {
+            let answered = match rx.recv_timeout(SNAPSHOT_EVERY) {
+                Ok(answered) => answered,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if std::mem::take(&mut dirty) {
+                        self.write_snapshot();
+                        written = Instant::now();
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
             let whatif = whatif.get_or_insert_with(|| {
                 let started = start_candidates(pending.take(), self.budget);
                 if let Ok(mut board) = self.board.write() {
@@ -104,6 +129,32 @@ impl Worker {
                 started
             });
             self.follow(whatif, answered);
+            dirty = true;
+            if written.elapsed() >= SNAPSHOT_EVERY {
+                self.write_snapshot();
+                (written, dirty) = (Instant::now(), false);
+            }
+        }
+        if dirty {
+            self.write_snapshot();
+        }
+    }
+
+    /// Keep the figures beside the store (written whole, then renamed into place).
+    fn write_snapshot(&self) {
+        let Some(path) = &self.snapshot else { return };
+        let Ok(snapshot) = self.board.read().map(|b| b.snapshot()) else {
+            return;
+        };
+        let written = serde_json::to_vec(&snapshot)
+            .map_err(std::io::Error::other)
+            .and_then(|text| {
+                let partial = path.with_extension("whatif.json.partial");
+                std::fs::write(&partial, text)?;
+                std::fs::rename(&partial, path)
+            });
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), error = %e, "the what-if's figures not kept");
         }
     }
 

@@ -4,12 +4,13 @@
 //! drops it and counts it. The worker that predicts each candidate's cost (replay's arm
 //! run) makes its trace record and fills a [`WhatIfBoard`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, RwLock};
 
 use bytes::Bytes;
 use prometheus::IntCounter;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::route::Route;
@@ -69,7 +70,7 @@ pub struct SessionWhatIf {
 }
 
 /// What the provider billed for the requests followed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Billed {
     pub cost_usd: f64,
     pub cache_read: u64,
@@ -218,6 +219,54 @@ impl WhatIfBoard {
                 figures.input.first().copied().unwrap_or(0)),
             "candidates": candidates,
         }))
+    }
+}
+
+/// The what-if's figures as kept beside the embedded store, for `cachet advise --store`:
+/// per session, each candidate's predicted cost and whether it applies.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// [`CLIENT`] first, then the candidates.
+    pub candidates: Vec<String>,
+    pub sessions: BTreeMap<String, SessionSnapshot>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionSnapshot {
+    pub requests: usize,
+    pub applies: Vec<bool>,
+    pub cost_usd: Vec<f64>,
+    pub cache_read: Vec<u64>,
+    pub input: Vec<u64>,
+    pub billed: Billed,
+    pub skipped: Option<String>,
+}
+
+/// The file beside the embedded store's database `db` that keeps the what-if's figures.
+pub fn snapshot_file(db: &Path) -> PathBuf {
+    db.with_extension("whatif.json")
+}
+
+impl WhatIfBoard {
+    pub fn snapshot(&self) -> Snapshot {
+        let sessions = (self.sessions.iter())
+            .map(|(id, s)| {
+                let kept = SessionSnapshot {
+                    requests: s.requests,
+                    applies: s.applies.clone(),
+                    cost_usd: s.cost_usd.clone(),
+                    cache_read: s.cache_read.clone(),
+                    input: s.input.clone(),
+                    billed: s.billed,
+                    skipped: s.skipped.map(str::to_owned),
+                };
+                (id.clone(), kept)
+            })
+            .collect();
+        Snapshot {
+            candidates: self.candidates.clone(),
+            sessions,
+        }
     }
 }
 

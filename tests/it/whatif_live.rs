@@ -79,6 +79,7 @@ async fn the_live_prediction_is_replays_arm_on_the_sessions_trace() {
     let mut config = test_config(&format!("http://{}", emulator.addr));
     config.record.dir = Some(traces.path().to_path_buf());
     config.sessions.whatif = true;
+    let store = config.sessions.store.clone();
     let proxy = start_proxy(config).await;
     let system =
         "You are a careful coding agent. Read the files before you edit them. ".repeat(150);
@@ -206,6 +207,40 @@ async fn the_live_prediction_is_replays_arm_on_the_sessions_trace() {
     let row = page.split("<tr>").find(|r| r.contains(SESSION)).unwrap();
     assert!(row.contains(&format!("could save {saving}")), "{row}");
     assert!(row.contains("anthropic-auto-breakpoints"), "{row}");
+
+    // `cachet advise --store`: the same figures, kept beside the embedded store.
+    let kept = PathBuf::from(&store).join("sessions.whatif.json");
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(&kept).unwrap_or_default();
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if v["sessions"][SESSION]["requests"] == turns {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cachet"))
+        .args(["advise", "--store", &store, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let advised: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let advised = advised["candidates"].as_array().unwrap();
+    assert_eq!(advised.len(), ANTHROPIC.len(), "{advised:?}");
+    for (a, c) in advised.iter().zip(live) {
+        assert_eq!(a["candidate"], c["candidate"]);
+        assert_eq!(a["sessions"], 1);
+        assert!(same(f(&a["saving_usd"]), f(&c["saving_usd"])), "{a} {c}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cachet"))
+        .args(["advise", "--store", &store])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("anthropic-auto-breakpoints"), "{table}");
 }
 /// `sessions.whatif = false` turns it off: no figures, no series, nothing on the page.
 #[tokio::test]
