@@ -25,8 +25,12 @@
 //!   three cachets in the same rounds: as shipped (no policy, monitoring on), with
 //!   monitoring off (`sessions.monitor = false`; on − off is the monitoring cost, on its own
 //!   line as a ratio of the hyper hop's CPU per request), and with full shaping
-//!   (`anthropic-auto-breakpoints` + `stabilize-volatile` + `memory-pinned`). Its A/B
-//!   variant (`LOAD_B_*`, below) runs as shipped.
+//!   (`anthropic-auto-breakpoints` + `stabilize-volatile` + `memory-pinned`); and two
+//!   more whatever the defaults: monitoring alone (`sessions.whatif = false`) and
+//!   monitoring with the live what-if (`sessions.whatif = true`): the difference is the
+//!   what-if's cost, as a ratio of the hyper hop's CPU and of monitoring's own, with the
+//!   requests it skipped (its metrics). Its A/B variant (`LOAD_B_*`, below) runs as
+//!   shipped.
 //! - `large`: a 30 MB body through a fresh `cachet serve` with every shipped policy
 //!   (`--policies policies/`) and with none: wall time and peak memory above the idle
 //!   process, for five shapes: an agent's long history (large tool results), one pasted
@@ -194,12 +198,12 @@ impl Launcher {
             _ => PathBuf::from(env!("CARGO_BIN_EXE_cachet")),
         };
         let mut cmd = self.command("1", &bin);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+        // A hop whose admin listener is read (its metrics) names it in `args`.
+        if !args.contains(&"--admin-listen") {
+            cmd.args(["--admin-listen", "127.0.0.1:0"]);
+        }
         cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
             "--anthropic-upstream",
             upstream,
             "--openai-upstream",
@@ -776,6 +780,33 @@ fn monitoring_cost(rounds: &Rounds) -> (Spread, Spread) {
     )
 }
 
+/// The live what-if's own cost per round in `growing`: monitoring + what-if (hop 6) less
+/// monitoring alone (hop 5), CPU ms a request; that over the hyper hop's CPU a request, and
+/// over monitoring's own (monitoring alone less monitoring off, hop 3).
+fn whatif_cost(rounds: &Rounds) -> (Spread, Spread, Spread) {
+    let cost = |x: &[RunResult]| x[6].cpu_ms_per_req - x[5].cpu_ms_per_req;
+    let spread =
+        |f: &dyn Fn(&[RunResult]) -> f64| Spread::of(rounds.iter().map(|(_, x)| f(x)).collect());
+    (
+        spread(&|x| cost(x)),
+        spread(&|x| cost(x) / x[0].cpu_ms_per_req),
+        spread(&|x| cost(x) / (x[5].cpu_ms_per_req - x[3].cpu_ms_per_req)),
+    )
+}
+
+/// The `cachet_whatif_skipped_total` series of the cachet whose admin listener is `admin`:
+/// a what-if that fell behind (`queue_full`) did less than it was given.
+async fn whatif_skips(admin: &str) -> String {
+    let text = match reqwest::get(format!("http://{admin}/metrics")).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => return format!("metrics not read ({e})"),
+    };
+    (text.lines())
+        .filter(|l| l.starts_with("cachet_whatif_skipped_total{"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// No policy as shipped (monitoring on) on growing agent sessions, beside monitoring off.
 async fn session(rig: &Rig<'_>, rounds: usize) {
     let (launch, up_url, up_addr, bare) = (
@@ -934,9 +965,35 @@ async fn growing(rig: &Rig<'_>, rounds: usize) {
     let args = shaping_args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let shaping = launch.cachet("cachet, full shaping", up_url, &[], &args, None, &[]);
+    // Monitoring alone and monitoring with the live what-if, whatever the default: on − off
+    // is the what-if's cost. Its skips are read from its metrics after the run.
+    let alone = ["sessions.whatif = false".to_string()];
+    let monitoring = launch.cachet("cachet, monitoring", up_url, &alone, &[], None, &[]);
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .to_string();
+    let whatif_args = ["--admin-listen", admin.as_str()];
+    let on = ["sessions.whatif = true".to_string()];
+    let whatif = launch.cachet(
+        "cachet, monitoring + what-if",
+        up_url,
+        &on,
+        &whatif_args,
+        None,
+        &[],
+    );
     // The A/B variant runs as shipped, with its own keys.
     let b = variant_b(launch, up_url, &[], &[]);
-    let mut hops = vec![bare[0], bare[1], &shipped, &off, &shaping];
+    let mut hops = vec![
+        bare[0],
+        bare[1],
+        &shipped,
+        &off,
+        &shaping,
+        &monitoring,
+        &whatif,
+    ];
     hops.extend(b.as_ref());
     let sessions = env_or("LOAD_SESSIONS", 6);
     let template = ClaudeCodeTemplate::load();
@@ -967,7 +1024,7 @@ async fn growing(rig: &Rig<'_>, rounds: usize) {
         )
     };
     println!(
-        "\n### growing: Claude Code sessions of {first} → {last} bytes, a {result}-byte tool result a request ({per_round} requests a round), streamed, c=1: as shipped, monitoring off, full shaping\n\n{HEADER}"
+        "\n### growing: Claude Code sessions of {first} → {last} bytes, a {result}-byte tool result a request ({per_round} requests a round), streamed, c=1: as shipped, monitoring off, full shaping, monitoring alone, monitoring + what-if\n\n{HEADER}"
     );
     let r = measure(up_addr, &hops, rounds, 1, &work).await;
     report("growing session c=1", &hops, &r);
@@ -976,6 +1033,10 @@ async fn growing(rig: &Rig<'_>, rounds: usize) {
     let hop = Spread::of(r.iter().map(|(_, x)| x[0].cpu_ms_per_req).collect());
     println!("\n| growing session c=1 | hyper hop CPU ms/req (range) | monitoring: CPU ms/req on − off (range) | monitoring × hyper hop CPU (range) |\n|---|---|---|---|");
     println!("| as shipped − monitoring off | {hop} | {cost} | {share} |");
+    let (whatif_cost, whatif_hop, whatif_monitoring) = whatif_cost(&r);
+    println!("\n| growing session c=1 | what-if: CPU ms/req (monitoring + what-if) − monitoring (range) | × hyper hop CPU (range) | × monitoring's own cost (range) |\n|---|---|---|---|");
+    println!("| monitoring + what-if − monitoring | {whatif_cost} | {whatif_hop} | {whatif_monitoring} |");
+    println!("\nwhat-if's skips: {}", whatif_skips(&admin).await);
     const T: &str = "growing 100–500 KB session";
     let case = "Claude Code, 5 KB a request, c=1";
     target(
@@ -998,6 +1059,20 @@ async fn growing(rig: &Rig<'_>, rounds: usize) {
         "CPU/req × hyper hop",
         cpu_ratio(&r, 4),
         Limit::AtMost(2.0),
+    );
+    target(
+        T,
+        "what-if: monitoring + what-if − monitoring",
+        "CPU/req × hyper hop CPU/req",
+        whatif_hop,
+        Limit::Info,
+    );
+    target(
+        T,
+        "what-if: monitoring + what-if − monitoring",
+        "CPU/req × monitoring's own CPU/req",
+        whatif_monitoring,
+        Limit::AtMost(1.0),
     );
     target(
         T,

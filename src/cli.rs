@@ -179,8 +179,12 @@ pub struct CheckArgs {
 #[derive(Debug, Clone, Args)]
 pub struct AdviseArgs {
     /// Trace files (JSONL) or folders recorded with `cachet serve --record`.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "store", conflicts_with = "store")]
     pub traces: Vec<PathBuf>,
+    /// Instead of traces, a session store's folder (the embedded store): the figures
+    /// `cachet serve`'s live what-if (`sessions.whatif = true`) kept there.
+    #[arg(long, conflicts_with_all = ["candidates", "model"])]
+    pub store: Option<String>,
     /// A candidate: NAME=POLICY_FILE[,POLICY_FILE...] (repeatable; default: the shipped
     /// policies that only change caching, each on the sessions of the APIs it matches).
     #[arg(long = "candidate", value_name = "NAME=POLICY_FILE[,...]")]

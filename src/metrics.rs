@@ -206,7 +206,13 @@ impl Registrar {
 }
 
 /// The causes of `cachet_whatif_skipped_total`.
-pub const WHATIF_SKIPS: [&str; 4] = ["queue_full", "too_large", "too_old", "evicted"];
+pub const WHATIF_SKIPS: [&str; 5] = [
+    "queue_full",
+    "too_large",
+    "too_old",
+    "request_too_large",
+    "evicted",
+];
 
 fn counter(r: &mut Registrar, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
@@ -373,7 +379,7 @@ impl Metrics {
                 &["candidate"]),
             whatif_skipped: {
                 let c = counter(r, "cachet_whatif_skipped_total",
-                    "What the live what-if left out: requests by cause queue_full (its worker fell behind), too_large (the session is past its budget of requests), too_old (far behind the newest request); sessions by cause evicted (let go to stay within the sessions it keeps).",
+                    "What the live what-if left out: requests by cause queue_full (its worker fell behind), too_large (the session is past sessions.whatif_max_requests), too_old (the session is older than sessions.whatif_max_age_secs, or the request that far behind the newest), request_too_large (the session sent a body over sessions.whatif_max_request_bytes); sessions by cause evicted (let go to stay within the sessions it keeps).",
                     &["cause"]);
                 for cause in WHATIF_SKIPS {
                     c.with_label_values(&[cause]);

@@ -132,8 +132,7 @@ impl Pipeline {
         );
     }
 
-    /// Hand the request's trace record to the recorder and the live what-if, with what the
-    /// answer said (a request recorded before it failed is still recorded, with the status
+    /// Hand the request's trace record to the recorder, with what the answer said (a request recorded before it failed is still recorded, with the status
     /// cachet answered).
     fn write_trace(&self, ex: &mut Exchange, status: u16, answer: Option<&Answer>) {
         let Some(mut record) = ex.trace.take() else {
@@ -147,22 +146,15 @@ impl Pipeline {
                 record.output = answer.assistant.clone();
             }
         }
-        match (&self.recorder, &self.whatif) {
-            (Some(recorder), Some(whatif)) => {
-                whatif.feed(record.clone());
-                recorder.record(record);
-            }
-            (Some(recorder), None) => recorder.record(record),
-            (None, Some(whatif)) => whatif.feed(record),
-            (None, None) => {}
+        if let Some(recorder) = &self.recorder {
+            recorder.record(record);
         }
     }
 
     /// Assemble the assistant message once, when the trace record or shaping reads it; the
     /// tapped body and events it came from are let go of then.
     fn read_assistant(&self, ex: &Exchange, answer: &mut Answer) {
-        let for_trace = (200..300).contains(&answer.status)
-            && ex.trace.as_ref().is_some_and(|r| r.may_be_continued());
+        let for_trace = (200..300).contains(&answer.status) && self.keeps_output(ex);
         let for_shaping = ex.wants_assistant() && answer.is_complete();
         if !for_trace && !for_shaping {
             return;

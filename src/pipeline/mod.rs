@@ -29,6 +29,7 @@ mod shape;
 mod socket;
 mod socket_relay;
 mod upstream;
+mod whatif;
 
 use std::sync::Arc;
 
@@ -403,13 +404,10 @@ impl Pipeline {
         Ok((env, history))
     }
 
-    /// The trace record of a request as the client sent it, when recording or when the
-    /// what-if follows sessions: its body as the client's JSON text, or, when serde_json
-    /// cannot read it, as its bytes.
+    /// The trace record of a request as the client sent it, when recording: its body as
+    /// the client's JSON text, or, when serde_json cannot read it, as its bytes.
     fn trace_record(&self, ex: &Exchange) -> Option<Record> {
-        if self.recorder.is_none() && self.whatif.is_none() {
-            return None;
-        }
+        self.recorder.as_ref()?;
         if !ex.route.endpoint.is_generation() {
             return None;
         }

@@ -82,6 +82,7 @@ impl Pipeline {
         let Some(mut session_ctx) = ex.session.take() else {
             return;
         };
+        self.feed_whatif(&ex, &answer, &session_ctx.id.id);
         let usage = answer.tap.usage;
         let observed = matches!(ex.after, After::Observe);
         let mut after = std::mem::replace(&mut ex.after, After::Nothing);

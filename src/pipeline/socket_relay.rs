@@ -242,8 +242,7 @@ impl Pipeline {
         let message = Bytes::from(text);
         match self.socket_request(parts, message.clone()).await {
             Ok((mut ex, out)) => {
-                let keep_events =
-                    ex.wants_assistant() || ex.trace.as_ref().is_some_and(|t| t.may_be_continued());
+                let keep_events = ex.wants_assistant() || self.keeps_output(&ex);
                 let items = match self.store.is_some() {
                     true => ws::read_create(&message, &relayed.held).map(|(items, whole)| {
                         if matches!(ex.after, super::exchange::After::Observe) {

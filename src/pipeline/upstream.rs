@@ -15,7 +15,6 @@ use super::Pipeline;
 use crate::envelope::Payload;
 use crate::error::{ApiError, ErrorKind};
 use crate::tap::{Tap, TapResult, TapStream};
-use crate::trace::record::Record;
 use crate::transport::arriving::ArrivingBody;
 use crate::transport::upstream_client::{RequestBody, UpstreamResponse};
 use crate::transport::{forward, ProxyBody};
@@ -159,7 +158,7 @@ impl Pipeline {
             !sse,
         );
         // A recorded answer that a later request may continue keeps its output for replay.
-        let record_output = ex.trace.as_ref().is_some_and(Record::may_be_continued);
+        let record_output = self.keeps_output(&ex);
         let keep_events = ex.wants_assistant() || record_output;
         let tap = match frames {
             true => Tap::event_stream(ex.route.endpoint, keep_events),

@@ -105,6 +105,17 @@ pub fn advise(
         })
         .collect();
     let trailing = arm.trailing_keep_warm_cost - client.trailing_keep_warm_cost;
+    advice_of(arm.arm.clone(), per_session, trailing, arm.hit_ratio)
+}
+
+/// A candidate's advice from its cost and the client's on each session it applies to,
+/// plus `trailing` (keep-warms after the sessions' last requests).
+fn advice_of(
+    candidate: String,
+    per_session: Vec<SessionCost>,
+    trailing: f64,
+    hit_ratio: f64,
+) -> Advice {
     let client_cost: f64 = per_session.iter().map(|s| s.client_cost_usd).sum();
     let cost: f64 = per_session.iter().map(|s| s.cost_usd).sum::<f64>() + trailing;
     let mut costlier: Vec<SessionCost> = (per_session.iter())
@@ -113,7 +124,7 @@ pub fn advise(
         .collect();
     costlier.sort_by(|a, b| a.saving_usd().total_cmp(&b.saving_usd()));
     Advice {
-        candidate: arm.arm.clone(),
+        candidate,
         sessions: per_session.len(),
         cheaper: (per_session.iter())
             .filter(|s| s.saving_usd() > EPSILON_USD)
@@ -121,7 +132,7 @@ pub fn advise(
         client_cost_usd: client_cost,
         cost_usd: cost,
         saving_usd: client_cost - cost,
-        hit_ratio: arm.hit_ratio,
+        hit_ratio,
         costlier,
         per_session,
     }
@@ -154,15 +165,22 @@ pub(super) fn candidates(asked: &[String], dir: &std::path::Path) -> anyhow::Res
 fn matcher(arm: &ArmArg) -> anyhow::Result<impl Fn(&Record) -> bool> {
     let set = crate::policy::load_policies(&arm.policies, &[])
         .map_err(|errors| anyhow::anyhow!("{}", crate::policy::render_errors(&errors)))?;
+    Ok(applies_to(&set))
+}
+
+/// Whether a record's API is one a policy of `set` matches (provider and endpoint).
+pub(super) fn applies_to(
+    set: &crate::policy::PolicySet,
+) -> impl Fn(&Record) -> bool + Send + 'static {
     let routes: Vec<_> = (set.iter())
         .map(|p| (p.matcher.providers.clone(), p.matcher.endpoints.clone()))
         .collect();
-    Ok(move |r: &Record| {
+    move |r: &Record| {
         let (provider, endpoint) = (r.provider(), r.endpoint());
         (routes.iter()).any(|(ps, es)| {
             (ps.is_empty() || ps.contains(&provider)) && (es.is_empty() || es.contains(&endpoint))
         })
-    })
+    }
 }
 
 /// Every candidate's advice over `records`.
@@ -253,15 +271,70 @@ fn usd(x: f64) -> String {
     }
 }
 
-/// `cachet advise TRACES...`.
+/// Every candidate's advice from the live what-if's figures kept beside a store: per
+/// candidate, the sessions it applies to (keep-warms after a session's last request, which
+/// the live what-if has not seen go out, are not counted).
+pub fn advise_snapshot(snapshot: &crate::session::whatif::Snapshot) -> Vec<Advice> {
+    (snapshot.candidates.iter().enumerate().skip(1))
+        .map(|(i, name)| {
+            let (mut read, mut input) = (0, 0);
+            let per_session = (snapshot.sessions.iter())
+                .filter(|(_, s)| s.applies.get(i).copied().unwrap_or(false))
+                .map(|(id, s)| {
+                    read += s.cache_read[i];
+                    input += s.input[i];
+                    SessionCost {
+                        session: id.clone(),
+                        client_cost_usd: s.cost_usd[0],
+                        cost_usd: s.cost_usd[i],
+                    }
+                })
+                .collect();
+            let hit_ratio = if input == 0 {
+                0.0
+            } else {
+                read as f64 / input as f64
+            };
+            advice_of(name.clone(), per_session, 0.0, hit_ratio)
+        })
+        // A candidate no session followed applies to says nothing.
+        .filter(|a| a.sessions > 0)
+        .collect()
+}
+
+/// The figures `cachet serve`'s live what-if keeps beside the embedded store `spec`.
+fn read_snapshot(spec: &str) -> anyhow::Result<crate::session::whatif::Snapshot> {
+    use crate::session::store::StoreSpec;
+    let db = match StoreSpec::parse(spec)? {
+        StoreSpec::Sqlite(db) => db,
+        StoreSpec::Redis(_) => {
+            bail!("--store: the what-if's figures are kept beside the embedded store only")
+        }
+    };
+    let path = crate::session::whatif::snapshot_file(&db);
+    let text = std::fs::read(&path).with_context(|| {
+        format!(
+            "{}: no figures of the live what-if (kept by `cachet serve` with sessions.whatif = true)",
+            path.display()
+        )
+    })?;
+    serde_json::from_slice(&text).with_context(|| format!("reading {}", path.display()))
+}
+
+/// `cachet advise TRACES...` or `cachet advise --store STORE`.
 pub async fn run_advise(args: crate::cli::AdviseArgs) -> anyhow::Result<()> {
     crate::models::install_user_table(args.models.models.as_deref()).map_err(anyhow::Error::msg)?;
-    let paths: Vec<PathBuf> = args.traces.clone();
-    let records = read_traces(&paths)?;
-    if records.is_empty() {
-        bail!("the traces hold no records");
-    }
-    let advice = advise_all(&records, &args.candidates, args.model.as_deref())?;
+    let advice = match &args.store {
+        Some(store) => advise_snapshot(&read_snapshot(store)?),
+        None => {
+            let paths: Vec<PathBuf> = args.traces.clone();
+            let records = read_traces(&paths)?;
+            if records.is_empty() {
+                bail!("the traces hold no records");
+            }
+            advise_all(&records, &args.candidates, args.model.as_deref())?
+        }
+    };
     if args.json {
         let doc = serde_json::json!({ "candidates": advice });
         println!("{}", serde_json::to_string_pretty(&doc)?);

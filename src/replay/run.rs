@@ -122,6 +122,8 @@ pub struct ArmRun {
     seen: usize,
     /// The cost of keep-warms sent since the last request accounted (counted with the next).
     carried: f64,
+    /// Whether each request is diagnosed (its prefix break); the costs do not depend on it.
+    diagnoses: bool,
 }
 
 impl ArmRun {
@@ -145,7 +147,15 @@ impl ArmRun {
             held: Default::default(),
             seen: 0,
             carried: 0.0,
+            diagnoses: true,
         }
+    }
+
+    /// The run's costs and usage only: no request is diagnosed (the live what-if, which
+    /// keeps no diagnosis, saves reading each request twice more per candidate).
+    pub fn without_diagnoses(mut self) -> ArmRun {
+        self.diagnoses = false;
+        self
     }
 
     /// The figures so far (keep-warms still pending not counted).
@@ -193,6 +203,7 @@ impl ArmRun {
             held,
             seen,
             carried,
+            diagnoses,
         } = self;
         let index = *seen;
         *seen += 1;
@@ -282,8 +293,11 @@ impl ArmRun {
                 }
             }
         }
-        let diagnosis = match SentRequest::from_json(endpoint, &shaped.body, shaped.uncached_tail) {
-            Ok(mut sent) => {
+        let sent = (*diagnoses)
+            .then(|| SentRequest::from_json(endpoint, &shaped.body, shaped.uncached_tail).ok())
+            .flatten();
+        let diagnosis = match sent {
+            Some(mut sent) => {
                 sent.shape.name_system_parts(&shaped.system);
                 let client = match SentRequest::from_json(endpoint, &record.body, 0) {
                     Ok(c) => crate::session::PrefixHashes::of_raw(c.env.history_raw()),
@@ -300,7 +314,7 @@ impl ArmRun {
                     patches,
                 )
             }
-            Err(_) => None,
+            None => None,
         };
         if let Some(d) = &diagnosis {
             *stats.breaks.entry(d.section.label().into()).or_default() += 1;

@@ -90,7 +90,13 @@ pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Prox
                 return not_kept();
             };
             let id = timeline_id(p).unwrap_or_default();
-            match pages::timeline_html(store.as_ref(), &id, query).await {
+            let reads = (state.whatif.as_ref()).and_then(|b| {
+                let board = b.read().ok()?;
+                let (name, reads) = board.reads(&id)?;
+                Some((name.to_owned(), reads))
+            });
+            let whatif = reads.as_ref().map(|(name, reads)| (name.as_str(), reads));
+            match pages::timeline_html(store.as_ref(), &id, query, whatif).await {
                 Ok(Some(page)) => with_type(Response::new(full(page)), HTML),
                 Ok(None) => status(StatusCode::NOT_FOUND, "no such session\n"),
                 Err(e) => status(StatusCode::SERVICE_UNAVAILABLE, &format!("{e}\n")),

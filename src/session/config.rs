@@ -31,8 +31,18 @@ pub struct SessionsConfig {
     /// `cachet_whatif_cost_usd_total`).
     pub whatif: bool,
     /// The what-if's candidates, as `cachet advise --candidate`: `NAME=POLICY_FILE[,...]`.
-    /// Empty: the shipped policies that only change how requests are cached.
+    /// Empty: the shipped policies that only change how requests are cached. Each candidate
+    /// is evaluated on the sessions of the APIs its policies match, and only there.
     pub whatif_candidates: Vec<String>,
+    /// The what-if's budget: a session past this many requests is no longer followed.
+    pub whatif_max_requests: usize,
+    /// A session followed longer than this many seconds since its first request is no
+    /// longer followed.
+    pub whatif_max_age_secs: u64,
+    /// At most this many sessions are followed at once (the one idle longest is let go).
+    pub whatif_max_sessions: usize,
+    /// A session that sends a body larger than this many bytes is no longer followed.
+    pub whatif_max_request_bytes: usize,
 }
 
 impl Default for SessionsConfig {
@@ -48,6 +58,10 @@ impl Default for SessionsConfig {
             redis_ca_file: None,
             whatif: false,
             whatif_candidates: Vec::new(),
+            whatif_max_requests: 2000,
+            whatif_max_age_secs: 24 * 3600,
+            whatif_max_sessions: 256,
+            whatif_max_request_bytes: 4 * 1024 * 1024,
         }
     }
 }

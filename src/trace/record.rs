@@ -65,24 +65,30 @@ pub struct Record {
     pub output: Option<Value>,
 }
 
+/// Whether a later request may continue the answer to a request of `endpoint` with JSON
+/// body `text`, from what the provider holds (read without parsing the body).
+pub fn may_be_continued(endpoint: Endpoint, text: &[u8]) -> bool {
+    use crate::providers::openai_responses::{conversation_id, stores_answer};
+    if endpoint != Endpoint::Responses {
+        return false;
+    }
+    let start = crate::json::scan::skip_ws(text, 0);
+    let field = |name| crate::json::scan::field(text, start, name);
+    stores_answer(field("store").map(|s| &text[s]))
+        || field("conversation").is_some_and(|s| conversation_id(&text[s]).is_some())
+}
+
 impl Record {
     /// Whether a later request may continue this one's answer from what the provider
     /// holds: a Responses answer stored, or added to the conversation the request names.
     pub fn may_be_continued(&self) -> bool {
-        use crate::providers::openai_responses::{
-            conversation_id, conversation_of, stores_answer, stores_answer_of,
-        };
-        if self.endpoint() != Endpoint::Responses {
-            return false;
-        }
+        use crate::providers::openai_responses::{conversation_of, stores_answer_of};
         match &self.body_text {
-            Some(text) => {
-                let start = crate::json::scan::skip_ws(text, 0);
-                let field = |name| crate::json::scan::field(text, start, name);
-                stores_answer(field("store").map(|s| &text[s]))
-                    || field("conversation").is_some_and(|s| conversation_id(&text[s]).is_some())
+            Some(text) => may_be_continued(self.endpoint(), text),
+            None => {
+                self.endpoint() == Endpoint::Responses
+                    && (stores_answer_of(&self.body) || conversation_of(&self.body).is_some())
             }
-            None => stores_answer_of(&self.body) || conversation_of(&self.body).is_some(),
         }
     }
 

@@ -200,11 +200,12 @@ pub async fn overview_html(
     Ok(render(&rows, sort, limit, crate::session::now_ms(), board))
 }
 
-/// Per candidate, over the sessions the what-if follows: its predicted cost against the
-/// client's, and the saving.
+/// Per candidate, over the sessions the what-if follows that it applies to: what the
+/// provider billed for them, the candidate's predicted hit ratio and cost, and its saving
+/// against the client as sent on the same cache model.
 fn fleet(board: &WhatIfBoard) -> Markup {
     let fleet = board.fleet();
-    let client = fleet.first().map_or(0.0, |(_, c)| *c);
+    let client = fleet.first().map_or(0.0, |r| r.cost_usd);
     html! {
         h2 { "What the candidate policies could save" }
         p.sub {
@@ -214,13 +215,20 @@ fn fleet(board: &WhatIfBoard) -> Markup {
             (format::usd(client)) "."
         }
         table.whatif {
-            thead { tr { th.l { "candidate" } th { "cost" } th { "could save" } } }
+            thead { tr {
+                th.l { "candidate" } th { "sessions" } th { "billed" } th { "read (billed)" }
+                th { "read (predicted)" } th { "cost" } th { "could save" }
+            } }
             tbody {
-                @for (name, cost) in fleet.iter().skip(1) {
+                @for row in fleet.iter().skip(1) {
                     tr {
-                        td.l { (name) }
-                        td { (format::usd(*cost)) }
-                        td class=(if client - cost > 0.0 { "good" } else { "" }) { (format::usd(client - cost)) }
+                        td.l { (row.candidate) }
+                        td { (row.sessions) }
+                        td title="what the provider billed for these sessions" { (format::usd(row.billed_usd)) }
+                        td title="billed" { (format::percent(Some(row.billed_hit_ratio))) }
+                        td title="under the candidate" { (format::percent(Some(row.hit_ratio))) }
+                        td { (format::usd(row.cost_usd)) }
+                        td class=(if row.saving_usd > 0.0 { "good" } else { "" }) { (format::usd(row.saving_usd)) }
                     }
                 }
             }

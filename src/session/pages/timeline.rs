@@ -3,6 +3,8 @@
 //! variant, tokens by kind, hit ratio, cost and savings, the break and every patch, the
 //! full diagnosis one click away) and a totals row.
 
+use std::collections::HashMap;
+
 use maud::{html, Markup};
 
 use super::chart::{self, ZOOMS};
@@ -15,18 +17,24 @@ use crate::session::entry::{ContextTransform, Entry};
 use crate::session::store::{SessionStore, StoreResult};
 use crate::usage::Usage;
 
+/// A candidate policy's predicted cache reads per request (the live what-if's), by the
+/// time each request went upstream (the log's `sent_ms`).
+pub type Predicted<'a> = (&'a str, &'a HashMap<u64, u64>);
+
 /// The page for session `id`, or `None` for an unknown session. `query` may hold
-/// `zoom=2|4|8` (the chart's width over the window's).
+/// `zoom=2|4|8` (the chart's width over the window's). With `whatif`, a column of the
+/// candidate's reads beside the real ones.
 pub async fn timeline_html(
     store: &dyn SessionStore,
     id: &str,
     query: Option<&str>,
+    whatif: Option<Predicted<'_>>,
 ) -> StoreResult<Option<String>> {
     let log = store.load_from(id, 0).await?;
     if log.is_empty() {
         return Ok(None);
     }
-    Ok(Some(render(id, &log, zoom_from(query))))
+    Ok(Some(render_with(id, &log, zoom_from(query), whatif)))
 }
 
 fn zoom_from(query: Option<&str>) -> u32 {
@@ -37,6 +45,10 @@ fn zoom_from(query: Option<&str>) -> u32 {
 }
 
 pub fn render(id: &str, log: &[Entry], zoom: u32) -> String {
+    render_with(id, log, zoom, None)
+}
+
+pub fn render_with(id: &str, log: &[Entry], zoom: u32, whatif: Option<Predicted<'_>>) -> String {
     let view = SessionView::of(log);
     let requests: Vec<&RequestView<'_>> = view.requests().collect();
     let t = &view.totals;
@@ -48,6 +60,7 @@ pub fn render(id: &str, log: &[Entry], zoom: u32) -> String {
         lanes: t.lanes.len() > 1,
         variants: !t.variants.is_empty(),
         with_date,
+        whatif,
     };
     let body = html! {
         p.nav { a href="/sessions" { "← all sessions" } }
@@ -92,15 +105,19 @@ pub fn render(id: &str, log: &[Entry], zoom: u32) -> String {
 }
 
 /// Which optional columns the session needs.
-struct Columns {
+struct Columns<'a> {
     lanes: bool,
     variants: bool,
     with_date: bool,
+    /// The live what-if's best candidate and its reads.
+    whatif: Option<Predicted<'a>>,
 }
 
-impl Columns {
+impl Columns<'_> {
     fn count(&self) -> usize {
-        12 + usize::from(self.lanes) + usize::from(self.variants)
+        12 + usize::from(self.lanes)
+            + usize::from(self.variants)
+            + usize::from(self.whatif.is_some())
     }
 }
 
@@ -177,6 +194,9 @@ fn header(c: &Columns) -> Markup {
             th.l { "model" }
             @if c.variants { th.l { "variant" } }
             th { "read" }
+            @if let Some((name, _)) = c.whatif {
+                th title={ "cache reads predicted under " (name) ", the candidate that would have saved most (the live what-if)" } { "could read" }
+            }
             th { "written" }
             th { "uncached" }
             th { "output" }
@@ -233,6 +253,12 @@ fn request_row(r: &RequestView<'_>, c: &Columns) -> Markup {
             td.l { (rec.model) @if u.fast { span.dim title="served in fast mode, priced at its multiplier" { " · fast" } } @if u.flex { span.dim title="served by flex processing, priced at half" { " · flex" } } @if u.us_only { span.dim title="inference run in the US only, priced at its multiplier" { " · us" } } }
             @if c.variants { td.l { (rec.variant.as_deref().unwrap_or("–")) } }
             td { (num(u.cache_read)) }
+            @if let Some((name, reads)) = c.whatif {
+                @match rec.sent_ms.and_then(|at| reads.get(&at)) {
+                    Some(n) => td.whatif title={ "under " (name) } { (format::tokens(*n)) },
+                    None => td.dim title="not followed by the what-if" { "–" },
+                }
+            }
             td title=(write_split(&rec.provider, &u)) { (num(u.cache_write)) }
             td { (num(u.uncached)) }
             td { (num(u.output)) }
@@ -360,6 +386,9 @@ fn totals_row(t: &Totals, c: &Columns) -> Markup {
             td.l { (t.models.len()) " model" @if t.models.len() != 1 { "s" } }
             @if c.variants { td.l { (t.variants.len()) } }
             td { (format::tokens(u.cache_read)) }
+            @if let Some((_, reads)) = c.whatif {
+                td { (format::tokens(reads.values().sum())) }
+            }
             td { (format::tokens(u.cache_write)) }
             td { (format::tokens(u.uncached)) }
             td { (format::tokens(u.output)) }
