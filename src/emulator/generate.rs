@@ -163,8 +163,8 @@ pub(super) fn produce(
     let accounting = shared.account(rules, prompt)?;
     // A warmup "does not return a model output, but prepares request state" (OpenAI's
     // WebSocket mode guide): its prompt is read (and cached) as any other's.
-    let warmup =
-        endpoint == Endpoint::Responses && request.get("generate") == Some(&Value::Bool(false));
+    let warmup = endpoint == Endpoint::Responses
+        && crate::providers::openai_responses::is_warmup_of(&request);
     let output_tokens = if warmup { 0 } else { reply.output_tokens() };
     shared.record(super::Accounted {
         endpoint,

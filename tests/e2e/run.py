@@ -1150,6 +1150,12 @@ def kill(procs):
             pass
 
 
+def is_warmup(ex):
+    """A Responses warmup (`generate: false`), which Codex sends first on each socket: it
+    prepares the turn, has no output, and is not the turn's own request."""
+    return ex.request_json().get("generate") is False
+
+
 def interrupt(stack, start, procs, deadline):
     """Kill the turn's client INTERRUPT_AFTER seconds into its first generation request's
     answer, as a user stopping it mid-stream does; what it says of the turn. A socket's
@@ -1157,7 +1163,7 @@ def interrupt(stack, start, procs, deadline):
     turn's own."""
     while time.monotonic() < deadline and all(p.poll() is None for p in procs):
         if any(e.method == "POST" and is_generation(e.path) and e.status
-               and e.request_json().get("generate") is not False
+               and not is_warmup(e)
                for e in stack.front.snapshot()[start:]):
             time.sleep(INTERRUPT_AFTER)
             kill(procs)
@@ -1180,7 +1186,7 @@ def check_turns(r, run):
     for i, (start, end, rc, out, err) in enumerate(run.turns):
         if run.client.interrupted(i):
             gone = [e for e in run.generation(run.front[start:end]) if e.client_gone
-                    and e.request_json().get("generate") is not False]
+                    and not is_warmup(e)]
             r.check(len(gone) == 1 and "interrupted" in err,
                     f"{run.label}: turn {i + 1} is interrupted in the middle of its first answer",
                     f"{err[-200:]!r}; the client went away from {len(gone)} answers")
@@ -1386,7 +1392,7 @@ def check_websocket(r, run):
     # Codex warms each socket up (`generate: false`): no output, logged as a warmup, and
     # diagnosed only for a switch of model, which misses there (OpenAI's WebSocket mode
     # guide: it "prepares request state").
-    warm = [x for x in requests_sent(run) if x.ex.request_json().get("generate") is False]
+    warm = [x for x in requests_sent(run) if is_warmup(x.ex)]
     if warm:
         wrong = [(x.ex.seq, x.entry.get("warmup"), reason(x)) for x in warm
                  if not x.entry.get("warmup") or reason(x) not in (None, "model_changed")]
@@ -1413,7 +1419,7 @@ def check_cache(r, run):
     for sid, turns in per_session_turns(run).items():
         # A warm-up (`generate: false`, which Codex sends first on a new socket) prepares
         # the request and samples nothing: the turn's first request is the one after it.
-        sampled = [e for e in turns[1] if e.request_json().get("generate") is not False] if len(turns) > 1 else []
+        sampled = [e for e in turns[1] if not is_warmup(e)] if len(turns) > 1 else []
         if sampled:
             first = sampled[0]
             read = cache_read(first.resp_body)

@@ -123,6 +123,20 @@ async fn proxy_to(emulator: &cachet::emulator::EmulatorHandle) -> cachet::server
     start_proxy(test_config(&emulator.url())).await
 }
 
+/// `/metrics` once `ready` holds of it (a socket's end is counted after its close frame
+/// went out), or after two seconds, for the assertions to say what it holds.
+async fn metrics_when(proxy: &cachet::server::ProxyHandle, ready: impl Fn(&str) -> bool) -> String {
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = metrics_text(proxy).await;
+        if ready(&text) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    text
+}
+
 /// Two Codex turns over one socket through cachet: the second reads the first's prefix
 /// from the cache, each is one request in `/metrics` and in the session log, and the
 /// tokens counted are those the events reported. The messages are the ones a direct socket
@@ -431,19 +445,11 @@ async fn an_upstream_that_closes_mid_answer_is_logged_and_counted() {
         .await
         .unwrap();
     assert_eq!(close_code(&mut ws).await, Some(CloseCode::Error));
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = metrics_text(&proxy).await;
-        if metric_sum(
-            &text,
-            "cachet_stream_errors_total",
-            &[("cause", "upstream_cut")],
-        ) > 0.0
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let cut = [("cause", "upstream_cut")];
+    let text = metrics_when(&proxy, |text| {
+        metric_sum(text, "cachet_stream_errors_total", &cut) > 0.0
+    })
+    .await;
     assert_eq!(
         metric_sum(
             &text,
@@ -518,20 +524,12 @@ async fn an_upstream_that_stalls_mid_answer_is_closed_and_counted() {
         .await
         .unwrap();
     assert_eq!(close_code(&mut ws).await, Some(CloseCode::Again));
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = metrics_text(&proxy).await;
-        if metric_value(
-            &text,
-            "cachet_websocket_events_total",
-            &[("event", "upstream_stalled")],
-        ) == Some(1.0)
-            && metric_sum(&text, "cachet_requests_total", &[("endpoint", "responses")]) == 1.0
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let text = metrics_when(&proxy, |text| {
+        let stalled = [("event", "upstream_stalled")];
+        metric_value(text, "cachet_websocket_events_total", &stalled) == Some(1.0)
+            && metric_sum(text, "cachet_requests_total", &[("endpoint", "responses")]) == 1.0
+    })
+    .await;
     assert_eq!(
         metric_value(
             &text,
@@ -655,14 +653,10 @@ async fn garbage_frames_from_the_upstream_close_the_socket_with_a_protocol_error
         .await
         .unwrap();
     assert_eq!(close_code(&mut ws).await, Some(CloseCode::Protocol));
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = metrics_text(&proxy).await;
-        if metric_sum(&text, "cachet_requests_total", &[("endpoint", "responses")]) == 1.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let text = metrics_when(&proxy, |text| {
+        metric_sum(text, "cachet_requests_total", &[("endpoint", "responses")]) == 1.0
+    })
+    .await;
     assert_eq!(
         metric_value(
             &text,

@@ -116,6 +116,11 @@ pub fn is_warmup(env: &crate::envelope::Envelope) -> bool {
             .is_some_and(|raw| raw.trim_ascii() == b"false")
 }
 
+/// [`is_warmup`] of a Responses request already read as JSON.
+pub fn is_warmup_of(request: &Value) -> bool {
+    request.get("generate") == Some(&Value::Bool(false))
+}
+
 /// Whether the provider keeps a request's answer for later requests to continue by
 /// `previous_response_id`: `store` is on unless the request sets it `false` (Codex and pi
 /// do). `store` is the field's raw JSON.
